@@ -1,0 +1,120 @@
+"""The ``ragaudit`` command: ``demo``, ``eval``, ``metrics``, ``report``, ``calibrate``.
+
+Each subcommand's work lives in its own module and is imported only when that subcommand runs,
+so ``ragaudit --help`` needs no optional extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .errors import RagAuditError
+
+__all__ = ["main", "build_parser"]
+
+
+def _add_demo(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("demo", help="run the embedded return-policy demo (offline by default)",
+                       description="Run the seed's return-policy knowledge base and its 8 questions "
+                       "through a RAG pipeline with ragaudit attached, and print the judged table.")
+    p.add_argument("--framework", choices=["langchain", "llamaindex"], default="langchain")
+    p.add_argument("--otlp-endpoint", default=None,
+                   help="also send spans over OTLP/HTTP (default: $OTEL_EXPORTER_OTLP_ENDPOINT if set)")
+    p.add_argument("--traces", default="ragaudit-traces.jsonl", help="JSONL file for spans")
+    p.add_argument("--audit-log", default="ragaudit-audit.jsonl", help="JSONL audit log")
+    p.add_argument("--offline", action="store_true",
+                   help="ignore OPENAI_API_KEY / OPENAI_BASE_URL and use the offline stand-ins")
+    p.set_defaults(handler=("ragaudit.demo.run", "demo_command"))
+
+
+def _add_eval(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("eval", help="run a dataset through a pipeline, judge and score it",
+                       description="Evaluate a JSONL dataset (question, relevant_ids/qrels, "
+                       "reference_answer) through a LangChain runnable or LlamaIndex query engine.")
+    p.add_argument("dataset", help="JSONL dataset, or 'demo' for the embedded knowledge base")
+    p.add_argument("--pipeline", default=None,
+                   help="module:attr of a runnable / query engine (or a zero-argument factory); "
+                   "default for 'demo': the demo chain")
+    p.add_argument("--judge", default=None, help="lexical | chat:<model> | module:attr (default: auto)")
+    p.add_argument("-m", "--metric", action="append", dest="metrics", default=None,
+                   help="retrieval metric, repeatable (default: recall@5 mrr@10 ndcg@10)")
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--json", dest="json_out", default=None, help="write the report as JSON")
+    p.add_argument("--markdown", dest="md_out", default=None, help="write the report as Markdown")
+    p.add_argument("--html", dest="html_out", default=None, help="write a self-contained HTML report")
+    p.add_argument("--fail-under", action="append", default=[], metavar="NAME=VALUE",
+                   help="CI gate: exit 1 when the mean of NAME is below VALUE (repeatable)")
+    p.add_argument("--dry-run", action="store_true", help="estimate judge calls and tokens, run nothing")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(handler=("ragaudit.evaluation.cli", "eval_command"))
+
+
+def _add_metrics(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("metrics", help="retrieval metrics of a run against qrels (trec_eval semantics)")
+    p.add_argument("--run", required=True, help="TREC run file or JSONL {qid, docid, score}")
+    p.add_argument("--qrels", required=True, help="TREC qrels file or JSONL {qid, docid, relevance}")
+    p.add_argument("-m", "--metric", action="append", dest="metrics", required=True,
+                   help="e.g. ndcg@10, recall@5, mrr@10, map (repeatable)")
+    p.add_argument("--per-query", action="store_true")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.set_defaults(handler=("ragaudit.metrics.io", "cli_command"))
+
+
+def _add_report(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("report", help="audit view of logged turns: lowest scores first, with citations")
+    p.add_argument("audit_log", help="JSONL audit log written by the Auditor")
+    p.add_argument("--html", dest="html_out", default=None)
+    p.add_argument("--json", dest="json_out", default=None)
+    p.add_argument("--limit", type=int, default=20, help="how many turns to show")
+    p.add_argument("--fail-under", action="append", default=[], metavar="NAME=VALUE")
+    p.set_defaults(handler=("ragaudit.evaluation.cli", "report_command"))
+
+
+def _add_calibrate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("calibrate", help="agreement of judgements with human labels (kappa, correlations)")
+    p.add_argument("labels", help="JSONL human labels: id + per-dimension score or pass/fail")
+    p.add_argument("judgements", help="audit log or JSON report with judgements")
+    p.add_argument("--threshold", type=float, default=0.5, help="pass threshold on [0, 1] scores")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.set_defaults(handler=("ragaudit.judges.calibration", "cli_command"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``ragaudit`` command."""
+    parser = argparse.ArgumentParser(prog="ragaudit", description="Make every RAG answer auditable.")
+    parser.add_argument("--version", action="version", version=f"ragaudit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in (_add_demo, _add_eval, _add_metrics, _add_report, _add_calibrate):
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (0 ok, 1 gate failed, 2 usage or input error)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    module_name, func_name = args.handler
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        print(f"ragaudit {args.command}: needs an optional dependency that is not installed ({exc.name}); "
+              "try: pip install 'ragaudit[all]'", file=sys.stderr)
+        return 2
+    try:
+        return int(getattr(module, func_name)(args) or 0)
+    except RagAuditError as exc:
+        print(f"ragaudit {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""The judge extension point: the :class:`RagJudge` protocol, :class:`BaseRagJudge`, :class:`FakeJudge`."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, ClassVar, Protocol, TypeVar, Union, runtime_checkable
+
+from ..errors import ConfigurationError, JudgeError
+from ..records import SCORE_NAMES, JudgeRequest, Judgement
+
+__all__ = ["RagJudge", "BaseRagJudge", "FakeJudge", "JudgeError", "run_sync"]
+
+T = TypeVar("T")
+
+
+@runtime_checkable
+class RagJudge(Protocol):
+    """Anything that scores a RAG answer.
+
+    A judge returns a :class:`~ragaudit.Judgement` for a :class:`~ragaudit.JudgeRequest`; it does
+    not raise for a failed judgement (it returns one with ``error`` set). ``name`` identifies the
+    judge and its configuration in records and caches.
+    """
+
+    name: str
+
+    def judge(self, request: JudgeRequest) -> Judgement:
+        """Judge *request*, blocking the calling thread."""
+        ...
+
+    async def ajudge(self, request: JudgeRequest) -> Judgement:
+        """Judge *request* without blocking the event loop."""
+        ...
+
+
+class _LoopThread:
+    """One private event loop in a daemon thread, for running coroutines from sync callers.
+
+    A fresh ``asyncio.run`` per call would break async clients bound to their first loop and
+    cannot run inside a thread that already has a running loop; this loop can serve both.
+    """
+
+    _lock = threading.Lock()
+    _instance: ClassVar[_LoopThread | None] = None
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=self.loop.run_forever, name="ragaudit-sync-bridge", daemon=True)
+        thread.start()
+
+    @classmethod
+    def get(cls) -> _LoopThread:
+        with cls._lock:
+            if cls._instance is None:
+                cls._instance = cls()
+            return cls._instance
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run *coro* to completion from synchronous code, even inside a running event loop."""
+    return asyncio.run_coroutine_threadsafe(coro, _LoopThread.get().loop).result()
+
+
+class BaseRagJudge:
+    """Base class for judges: implement **one** of :meth:`judge` or :meth:`ajudge`.
+
+    The other one is derived: ``ajudge`` runs a sync ``judge`` in a worker thread, and ``judge``
+    runs an async ``ajudge`` on a private event loop. A subclass that overrides neither is rejected
+    when the class is defined.
+    """
+
+    name: str = "judge"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.judge is BaseRagJudge.judge and cls.ajudge is BaseRagJudge.ajudge:
+            if not inspect.isabstract(cls) and not getattr(cls, "_abstract_judge", False):
+                raise TypeError(f"{cls.__name__} must implement judge() or ajudge()")
+
+    def judge(self, request: JudgeRequest) -> Judgement:
+        """Judge *request*, blocking the calling thread."""
+        return run_sync(self.ajudge(request))
+
+    async def ajudge(self, request: JudgeRequest) -> Judgement:
+        """Judge *request* without blocking the event loop."""
+        return await asyncio.to_thread(self.judge, request)
+
+    def config_key(self) -> str:
+        """A string that identifies this judge's configuration (used by caches)."""
+        return self.name
+
+    def close(self) -> None:
+        """Release network clients and other resources. Safe to call twice."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+
+FakeResult = Union[Judgement, Mapping[str, Any]]
+FakeFn = Callable[[JudgeRequest], Union[FakeResult, Awaitable[FakeResult]]]
+
+
+class FakeJudge(BaseRagJudge):
+    """A judge backed by a plain function, for tests (like httpx's ``MockTransport``).
+
+    *fn* takes the :class:`~ragaudit.JudgeRequest` and returns a :class:`~ragaudit.Judgement` or a
+    mapping with any of ``faithfulness``, ``context_relevance``, ``answer_relevance``, ``reason``
+    (missing scores are None). It may be ``async``. An exception from *fn* becomes a judgement with
+    ``error`` set, as for any real judge.
+
+    >>> judge = FakeJudge(lambda req: {"faithfulness": 1.0, "reason": "fine"})
+    """
+
+    def __init__(self, fn: FakeFn, name: str = "fake") -> None:
+        if not callable(fn):
+            raise ConfigurationError(f"FakeJudge needs a callable, got {type(fn).__name__}")
+        self._fn = fn
+        self.name = name
+        self.calls = 0
+
+    def _convert(self, result: FakeResult, started: float) -> Judgement:
+        latency = time.perf_counter() - started
+        if isinstance(result, Judgement):
+            return result
+        if not isinstance(result, Mapping):
+            raise JudgeError(f"FakeJudge function returned {type(result).__name__}, not a Judgement or mapping")
+        unknown = set(result) - {*SCORE_NAMES, "reason", "error", "details", "usage"}
+        if unknown:
+            raise JudgeError(f"FakeJudge function returned unknown keys: {sorted(unknown)}")
+        return Judgement(judge=self.name, latency_s=latency, **dict(result))
+
+    async def ajudge(self, request: JudgeRequest) -> Judgement:
+        self.calls += 1
+        started = time.perf_counter()
+        try:
+            result = self._fn(request)
+            if inspect.isawaitable(result):
+                result = await result
+            return self._convert(result, started)
+        except Exception as exc:  # a test double reports, like a real judge, instead of raising
+            return Judgement.failed(self.name, f"{type(exc).__name__}: {exc}",
+                                    latency_s=time.perf_counter() - started)
+
+    def judge(self, request: JudgeRequest) -> Judgement:
+        if inspect.iscoroutinefunction(self._fn):
+            return run_sync(self.ajudge(request))
+        self.calls += 1
+        started = time.perf_counter()
+        try:
+            return self._convert(self._fn(request), started)  # type: ignore[arg-type]
+        except Exception as exc:
+            return Judgement.failed(self.name, f"{type(exc).__name__}: {exc}",
+                                    latency_s=time.perf_counter() - started)

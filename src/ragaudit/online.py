@@ -1,0 +1,420 @@
+"""Online judging: the :class:`Auditor` takes finished turns and judges them off the host's hot path."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures.thread  # noqa: F401  (registers its exit hook before ours; see _register_exit)
+import logging
+import os
+import sys
+import threading
+import time
+import weakref
+import zlib
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from .errors import ConfigurationError
+from .judges.base import BaseRagJudge, RagJudge
+from .records import JudgeRequest, Judgement, RagTurn
+
+__all__ = ["DEFAULT_TURN_MEASURES", "Auditor", "JudgementSink", "SubmitStatus", "sampled", "turn_metrics"]
+
+logger = logging.getLogger("ragaudit")
+
+SubmitStatus = Literal["queued", "judged", "failed", "dropped", "sampled_out"]
+"""What :meth:`Auditor.submit` did with a turn."""
+
+OnJudgement = Callable[[RagTurn, Judgement], None]
+
+
+@runtime_checkable
+class JudgementSink(Protocol):
+    """Somewhere judgements go (a trace backend's score API, a file, a queue).
+
+    ``emit`` is called on the Auditor's worker thread and must not block for long: a sink that
+    talks to the network queues the item and sends it from its own thread. ``force_flush`` and
+    ``shutdown`` follow the OpenTelemetry exporter convention.
+    """
+
+    def emit(self, turn: RagTurn, judgement: Judgement) -> None: ...
+
+    def force_flush(self, timeout_s: float = 30.0) -> bool: ...
+
+    def shutdown(self) -> None: ...
+
+
+def sampled(turn_id: str, sample_rate: float) -> bool:
+    """Whether *turn_id* falls in the sample: deterministic, so a rerun samples the same turns."""
+    if sample_rate >= 1.0:
+        return True
+    if sample_rate <= 0.0:
+        return False
+    return (zlib.crc32(turn_id.encode("utf-8", "replace")) & 0xFFFFFFFF) / 2**32 < sample_rate
+
+
+def _register_exit(callback: Callable[[], None]) -> None:
+    # threading's exit hooks run before interpreter shutdown stops thread pools (which is what makes
+    # asyncio.to_thread fail inside a plain atexit handler), and before non-daemon threads are joined.
+    register = getattr(threading, "_register_atexit", None)
+    if register is not None:
+        try:
+            register(callback)
+            return
+        except RuntimeError:  # already shutting down
+            pass
+    import atexit
+
+    atexit.register(callback)
+
+
+class _RateLimitedLog:
+    """Log a kind of problem once, then at most every *interval* seconds, with a count."""
+
+    def __init__(self, interval: float = 60.0) -> None:
+        self._interval = interval
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def warning(self, kind: str, message: str, *args: Any) -> None:
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(kind)
+            if last is not None and now - last < self._interval:
+                self._suppressed[kind] = self._suppressed.get(kind, 0) + 1
+                return
+            suppressed = self._suppressed.pop(kind, 0)
+            self._last[kind] = now
+        suffix = f" ({suppressed} more since the last message)" if suppressed else ""
+        logger.warning(message + suffix, *args)
+
+
+class Auditor:
+    """Judges finished :class:`~ragaudit.RagTurn` s in the background and sends the judgements on.
+
+    A worker thread runs an asyncio loop; :meth:`submit` hands it a turn without blocking and
+    without raising. At most *max_queue* turns wait or are being judged; past that a turn is
+    **dropped and counted**, never lost silently. At most *max_concurrency* judgements run at once,
+    each bounded by *timeout_s*. *sample_rate* keeps a deterministic share of turns (by turn id).
+    ``mode="inline"`` judges before :meth:`submit` returns (for scripts and tests).
+
+    Each judgement goes to: the OTel judge span (a child of the turn's span, through
+    *tracer_provider* or the global one), the JSONL *audit_log* (``None`` to disable), every
+    *sinks* entry, and *on_judgement(turn, judgement)*. A judge or sink that fails is recorded
+    (judgement ``error``, ``stats()["sink_errors"]``), never raised.
+
+    Pending judgements are flushed at normal interpreter exit (within *exit_timeout_s*); a
+    shortfall is written to stderr. ``stats()`` always satisfies ``submitted == judged + failed +
+    dropped + sampled_out + pending``.
+    """
+
+    def __init__(
+        self,
+        judge: RagJudge | None = None,
+        *,
+        mode: Literal["background", "inline"] = "background",
+        sample_rate: float = 1.0,
+        max_queue: int = 10_000,
+        max_concurrency: int = 16,
+        timeout_s: float = 60.0,
+        audit_log: str | os.PathLike[str] | None = "ragaudit-audit.jsonl",
+        tracer_provider: Any = None,
+        on_judgement: OnJudgement | None = None,
+        sinks: Iterable[JudgementSink] = (),
+        capture_content: bool | None = None,
+        redact: Callable[[str], str] | None = None,
+        max_context_chars: int = 24_000,
+        exit_timeout_s: float = 30.0,
+    ) -> None:
+        if mode not in ("background", "inline"):
+            raise ConfigurationError(f"mode must be 'background' or 'inline', got {mode!r}")
+        if not isinstance(sample_rate, (int, float)) or not 0.0 <= float(sample_rate) <= 1.0:
+            raise ConfigurationError(f"sample_rate must be in [0, 1], got {sample_rate!r}")
+        if not isinstance(max_queue, int) or max_queue < 1:
+            raise ConfigurationError(f"max_queue must be an int >= 1, got {max_queue!r}")
+        if not isinstance(max_concurrency, int) or max_concurrency < 1:
+            raise ConfigurationError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
+        if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
+            raise ConfigurationError(f"timeout_s must be > 0, got {timeout_s!r}")
+        if on_judgement is not None and not callable(on_judgement):
+            raise ConfigurationError("on_judgement must be callable(turn, judgement)")
+        if redact is not None and not callable(redact):
+            raise ConfigurationError("redact must be callable(text) -> text")
+        if judge is None:
+            from .judges import default_judge
+
+            judge = default_judge()
+        if not (callable(getattr(judge, "ajudge", None)) and callable(getattr(judge, "judge", None))):
+            raise ConfigurationError(f"judge must implement RagJudge (judge/ajudge), got {type(judge).__name__}")
+        sinks = tuple(sinks)
+        for sink in sinks:
+            if not callable(getattr(sink, "emit", None)):
+                raise ConfigurationError(f"sink {sink!r} has no emit(turn, judgement) method")
+
+        from .tracing.spans import SpanRecorder
+
+        self.judge = judge
+        self.mode = mode
+        self.sample_rate = float(sample_rate)
+        self.max_queue = max_queue
+        self.max_concurrency = max_concurrency
+        self.timeout_s = float(timeout_s)
+        self.max_context_chars = max_context_chars
+        self.exit_timeout_s = exit_timeout_s
+        self._on_judgement = on_judgement
+        self._sinks = sinks
+        self._recorder = SpanRecorder(tracer_provider, capture_content=capture_content, redact=redact)
+        self._audit_log = None
+        if audit_log is not None:
+            from .tracing.files import AuditLog
+
+            self._audit_log = AuditLog(audit_log, capture_content=self._recorder.capture_content,
+                                       redact=redact)
+        # Sync-only judges (LexicalJudge, a user's BaseRagJudge with judge()) are called directly
+        # in worker threads we own, not through asyncio.to_thread: at interpreter exit the default
+        # executor refuses new work, and exit is exactly when we flush.
+        self._sync_judge = isinstance(judge, BaseRagJudge) and type(judge).ajudge is BaseRagJudge.ajudge
+
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._counts = {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0,
+                        "sink_errors": 0}
+        self._pending = 0
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._semaphore: asyncio.Semaphore | None = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._log = _RateLimitedLog()
+        self_ref = weakref.ref(self)
+
+        def _at_exit() -> None:
+            auditor = self_ref()
+            if auditor is not None:
+                auditor._exit()
+
+        _register_exit(_at_exit)
+
+    # -- public API -------------------------------------------------------------------------
+
+    @property
+    def recorder(self) -> Any:
+        """The :class:`~ragaudit.tracing.SpanRecorder` this auditor writes judge spans with."""
+        return self._recorder
+
+    def submit(self, turn: RagTurn) -> SubmitStatus:
+        """Hand *turn* over for judging. Never blocks (except in inline mode) and never raises.
+
+        Returns ``"queued"``, ``"sampled_out"`` or ``"dropped"`` (queue full or auditor shut
+        down); in inline mode ``"judged"`` or ``"failed"`` once the judgement is made.
+        """
+        try:
+            return self._submit(turn)
+        except Exception:  # the host pipeline must never see our failure
+            logger.exception("ragaudit: submit failed; turn counted as dropped")
+            with self._lock:
+                self._counts["dropped"] += 1
+            return "dropped"
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Wait until every accepted turn is judged and its sinks flushed; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._idle:
+            while self._pending:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._idle.wait(remaining)
+        remaining_s = 30.0 if deadline is None else max(0.0, deadline - time.monotonic())
+        ok = True
+        for sink in self._sinks:
+            try:
+                ok = bool(sink.force_flush(remaining_s)) and ok
+            except Exception as exc:
+                self._sink_failed(sink, exc)
+                ok = False
+        self._recorder.force_flush(remaining_s)
+        return ok
+
+    def shutdown(self, timeout: float | None = None) -> bool:
+        """Flush (within *timeout*, default ``exit_timeout_s``), then stop the worker. Idempotent.
+
+        Turns submitted afterwards are counted as dropped. Returns False when judgements were
+        still pending at the deadline (they are reported as lost on stderr).
+        """
+        with self._lock:
+            if self._closed:
+                return self._pending == 0
+            self._closed = True
+        ok = self.flush(self.exit_timeout_s if timeout is None else timeout)
+        with self._lock:
+            lost = self._pending
+        if lost:
+            print(f"ragaudit: {lost} judgement(s) still pending at shutdown were not recorded "
+                  f"(flush timeout {self.exit_timeout_s:g}s); stats={self.stats()}", file=sys.stderr)
+        for sink in self._sinks:
+            try:
+                sink.shutdown()
+            except Exception as exc:
+                self._sink_failed(sink, exc)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+        if self._audit_log is not None:
+            self._audit_log.close()
+        return ok and not lost
+
+    def stats(self) -> dict[str, int]:
+        """Counts: submitted, judged, failed, dropped, sampled_out, pending, sink_errors."""
+        with self._lock:
+            return {**self._counts, "pending": self._pending}
+
+    def __enter__(self) -> Auditor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _submit(self, turn: RagTurn) -> SubmitStatus:
+        with self._lock:
+            self._counts["submitted"] += 1
+            if self._closed:
+                self._counts["dropped"] += 1
+                status: SubmitStatus = "dropped"
+            elif not sampled(turn.turn_id, self.sample_rate):
+                self._counts["sampled_out"] += 1
+                return "sampled_out"
+            elif self._pending >= self.max_queue:
+                self._counts["dropped"] += 1
+                status = "dropped"
+            else:
+                self._pending += 1
+                status = "queued"
+        if status == "dropped":
+            self._log.warning("dropped", "ragaudit: turn %s dropped (%s); stats=%s", turn.turn_id,
+                              "auditor shut down" if self._closed else f"queue full, max_queue={self.max_queue}",
+                              self.stats())
+            return status
+        loop = self._ensure_worker()
+        future = asyncio.run_coroutine_threadsafe(self._process(turn), loop)
+        if self.mode == "inline":
+            judgement = future.result()
+            return "judged" if judgement.error is None else "failed"
+        return "queued"
+
+    def _ensure_worker(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if loop is not None:
+            return loop
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def run() -> None:
+                    asyncio.set_event_loop(loop)
+                    self._semaphore = asyncio.Semaphore(self.max_concurrency)
+                    ready.set()
+                    loop.run_forever()
+
+                self._thread = threading.Thread(target=run, name="ragaudit-auditor", daemon=True)
+                self._thread.start()
+                ready.wait()
+                if self._sync_judge:
+                    self._pool = concurrent.futures.ThreadPoolExecutor(
+                        self.max_concurrency, thread_name_prefix="ragaudit-judge")
+                    # Start the threads now: at interpreter exit no new ones may be created.
+                    for future in [self._pool.submit(time.sleep, 0) for _ in range(self.max_concurrency)]:
+                        future.result()
+                self._loop = loop
+            return self._loop  # type: ignore[return-value]
+
+    async def _process(self, turn: RagTurn) -> Judgement:
+        try:
+            semaphore = self._semaphore
+            if semaphore is None:  # pragma: no cover - set before the loop accepts work
+                raise RuntimeError("auditor worker not started")
+            async with semaphore:
+                start_ns = time.time_ns()
+                judgement = await self._judge(turn)
+            with self._lock:
+                self._counts["judged" if judgement.error is None else "failed"] += 1
+            self._deliver(turn, judgement, start_ns)
+            return judgement
+        finally:
+            with self._idle:
+                self._pending -= 1
+                if not self._pending:
+                    self._idle.notify_all()
+
+    async def _judge(self, turn: RagTurn) -> Judgement:
+        judge_name = getattr(self.judge, "name", type(self.judge).__name__)
+        started = time.perf_counter()
+        try:
+            request = JudgeRequest.from_turn(turn, self.max_context_chars)
+            if self._sync_judge and self._pool is not None:
+                running = asyncio.get_running_loop().run_in_executor(self._pool, self.judge.judge, request)
+                judgement = await asyncio.wait_for(running, self.timeout_s)
+            else:
+                judgement = await asyncio.wait_for(self.judge.ajudge(request), self.timeout_s)
+            if not isinstance(judgement, Judgement):
+                raise TypeError(f"judge returned {type(judgement).__name__}, not a Judgement")
+            return judgement
+        except asyncio.TimeoutError:
+            return Judgement.failed(judge_name, f"timeout: no judgement within {self.timeout_s:g}s",
+                                    latency_s=time.perf_counter() - started)
+        except Exception as exc:
+            return Judgement.failed(judge_name, f"{type(exc).__name__}: {exc}",
+                                    latency_s=time.perf_counter() - started)
+
+    def _deliver(self, turn: RagTurn, judgement: Judgement, start_ns: int) -> None:
+        self._recorder.record_judgement(turn, judgement, start_ns=start_ns)
+        if self._audit_log is not None:
+            try:
+                self._audit_log.write(turn, judgement, judge_status="judged" if judgement.error is None
+                                      else "failed", retrieval_metrics=turn_metrics(turn))
+            except Exception as exc:
+                self._sink_failed(self._audit_log, exc)
+        for sink in self._sinks:
+            try:
+                sink.emit(turn, judgement)
+            except Exception as exc:
+                self._sink_failed(sink, exc)
+        if self._on_judgement is not None:
+            try:
+                self._on_judgement(turn, judgement)
+            except Exception as exc:
+                self._sink_failed(self._on_judgement, exc)
+
+    def _sink_failed(self, sink: object, exc: BaseException) -> None:
+        with self._lock:
+            self._counts["sink_errors"] += 1
+        name = getattr(sink, "__name__", type(sink).__name__)
+        self._log.warning(f"sink:{name}:{type(exc).__name__}", "ragaudit: sink %s failed: %s: %s",
+                          name, type(exc).__name__, exc)
+
+    def _exit(self) -> None:
+        if self._closed:
+            return
+        pending = self.stats()["pending"]
+        if pending:
+            logger.info("ragaudit: flushing %d pending judgement(s) at exit", pending)
+        self.shutdown(self.exit_timeout_s)
+
+
+DEFAULT_TURN_MEASURES: tuple[str, ...] = ("recall@5", "precision@5", "mrr@10", "ndcg@10")
+"""Retrieval metrics put on a turn's span and audit line when its ``relevant_ids`` are known."""
+
+
+def turn_metrics(turn: RagTurn, measures: Iterable[str] = DEFAULT_TURN_MEASURES) -> dict[str, float] | None:
+    """Retrieval metrics of *turn*'s documents against its ``relevant_ids``; None when unknown."""
+    if turn.relevant_ids is None:
+        return None
+    from .metrics import score_ranking
+
+    ranked = [doc.id for doc in sorted(turn.documents, key=lambda d: d.rank)]
+    return score_ranking(ranked, turn.relevant_ids, tuple(measures))

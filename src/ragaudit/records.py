@@ -1,0 +1,349 @@
+"""The records every part of ragaudit speaks: documents, citations, turns, judge requests, judgements.
+
+All are frozen, slotted dataclasses validated at construction, so a bad value fails where it is
+made and not three layers later. Times are Unix epoch **nanoseconds** (``time.time_ns()``), the
+unit OpenTelemetry uses, so no precision is lost between a framework event and its span.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Literal
+
+from .errors import ConfigurationError
+
+__all__ = [
+    "RetrievedDoc",
+    "Citation",
+    "Retrieval",
+    "Generation",
+    "RagTurn",
+    "JudgeRequest",
+    "Judgement",
+    "SCORE_NAMES",
+    "TRUNCATION_MARKER",
+    "normalize_relevance",
+    "stable_doc_id",
+    "truncate",
+]
+
+SCORE_NAMES: tuple[str, str, str] = ("faithfulness", "context_relevance", "answer_relevance")
+"""The three judge scores, in the order they are reported everywhere."""
+
+TRUNCATION_MARKER = "…[truncated {n} chars]"
+"""Appended where text was cut; ``{n}`` is the number of characters removed."""
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def truncate(text: str, limit: int) -> str:
+    """Return *text* cut to at most *limit* characters plus a visible marker saying how much went."""
+    if limit < 0:
+        raise ConfigurationError(f"truncation limit must be >= 0, got {limit}")
+    if len(text) <= limit:
+        return text
+    return text[:limit] + TRUNCATION_MARKER.format(n=len(text) - limit)
+
+
+def stable_doc_id(content: str, source: str | None = None) -> str:
+    """A stable id for a document that has none: a hash of its source and content."""
+    digest = hashlib.sha1(f"{source or ''}\x00{content}".encode("utf-8", "replace")).hexdigest()
+    return f"doc-{digest[:16]}"
+
+
+def _frozen_mapping(value: Mapping[str, Any] | None, name: str) -> Mapping[str, Any]:
+    if value is None:
+        return _EMPTY
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"{name} must be a mapping, got {type(value).__name__}")
+    return MappingProxyType(dict(value))
+
+
+def _check_score(name: str, value: float | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"{name} must be a float in [0, 1] or None, got {value!r}")
+    value = float(value)
+    if math.isnan(value) or not 0.0 <= value <= 1.0:
+        raise ConfigurationError(f"{name} must be in [0, 1] or None, got {value!r}")
+    return value
+
+
+def _check_time(name: str, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ConfigurationError(f"{name} must be epoch nanoseconds (int >= 0) or None, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievedDoc:
+    """One document a retriever returned, in retrieval order.
+
+    ``id`` is the store's own id when it has one (Chroma id, LlamaIndex node id, ``Document.id``,
+    metadata ``id``/``doc_id``), else :func:`stable_doc_id`. ``rank`` is 1-based. ``score`` is the
+    retriever's similarity score when it reported one.
+    """
+
+    id: str
+    content: str
+    score: float | None = None
+    rank: int = 1
+    source: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise ConfigurationError(f"RetrievedDoc.id must be a non-empty string, got {self.id!r}")
+        if not isinstance(self.content, str):
+            raise ConfigurationError(
+                f"RetrievedDoc.content must be a string, got {type(self.content).__name__}"
+            )
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
+            raise ConfigurationError(f"RetrievedDoc.rank must be an int >= 1, got {self.rank!r}")
+        if self.score is not None:
+            if isinstance(self.score, bool) or not isinstance(self.score, (int, float)):
+                raise ConfigurationError(f"RetrievedDoc.score must be a number, got {self.score!r}")
+            if math.isnan(self.score):
+                raise ConfigurationError("RetrievedDoc.score must not be NaN")
+            object.__setattr__(self, "score", float(self.score))
+        object.__setattr__(self, "metadata", _frozen_mapping(self.metadata, "RetrievedDoc.metadata"))
+
+
+CitationMethod = Literal["marker", "overlap"]
+
+
+@dataclass(frozen=True, slots=True)
+class Citation:
+    """A retrieved document the answer cites.
+
+    ``method`` says how it was found: ``"marker"`` (the answer says ``[2]``, ``[doc-id]`` or names
+    the source; ``marker`` holds that text) or ``"overlap"`` (a sentence of the answer is drawn from
+    the document; ``marker`` holds the sentence, cut).
+    """
+
+    doc_id: str
+    rank: int
+    marker: str | None = None
+    method: CitationMethod = "marker"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.doc_id, str) or not self.doc_id:
+            raise ConfigurationError(f"Citation.doc_id must be a non-empty string, got {self.doc_id!r}")
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
+            raise ConfigurationError(f"Citation.rank must be an int >= 1, got {self.rank!r}")
+        if self.method not in ("marker", "overlap"):
+            raise ConfigurationError(f"Citation.method must be 'marker' or 'overlap', got {self.method!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Retrieval:
+    """One retriever call inside a turn (a turn may have several, e.g. two retrievers in parallel)."""
+
+    name: str
+    documents: tuple[RetrievedDoc, ...] = ()
+    query: str | None = None
+    started_at: int | None = None
+    ended_at: int | None = None
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "documents", tuple(self.documents))
+        _check_time("Retrieval.started_at", self.started_at)
+        _check_time("Retrieval.ended_at", self.ended_at)
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """One LLM call inside a turn. Token counts are None when the model did not report them."""
+
+    model: str | None = None
+    prompt: str | None = None
+    output: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    started_at: int | None = None
+    ended_at: int | None = None
+    error: str | None = None
+    provider: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_time("Generation.started_at", self.started_at)
+        _check_time("Generation.ended_at", self.ended_at)
+
+
+@dataclass(frozen=True, slots=True)
+class RagTurn:
+    """One question through one pipeline run: what was asked, retrieved, answered and cited.
+
+    ``documents`` are the documents the answer was built from (after any reranking), ranked 1..n;
+    ``retrievals`` and ``generations`` keep each retriever and LLM call as it happened, for the
+    trace. ``relevant_ids`` is the ground truth when known: a sequence of relevant ids (binary) or a
+    mapping id -> graded label. ``trace_id``/``span_id`` (hex) point at the turn's span once traced.
+    """
+
+    turn_id: str
+    query: str
+    answer: str | None
+    documents: tuple[RetrievedDoc, ...] = ()
+    citations: tuple[Citation, ...] = ()
+    model: str | None = None
+    framework: str | None = None
+    started_at: int | None = None
+    ended_at: int | None = None
+    trace_id: str | None = None
+    span_id: str | None = None
+    relevant_ids: Mapping[str, int] | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    retrievals: tuple[Retrieval, ...] = ()
+    generations: tuple[Generation, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.turn_id, str) or not self.turn_id:
+            raise ConfigurationError(f"RagTurn.turn_id must be a non-empty string, got {self.turn_id!r}")
+        if not isinstance(self.query, str):
+            raise ConfigurationError(f"RagTurn.query must be a string, got {type(self.query).__name__}")
+        if self.answer is not None and not isinstance(self.answer, str):
+            raise ConfigurationError(
+                f"RagTurn.answer must be a string or None, got {type(self.answer).__name__}"
+            )
+        object.__setattr__(self, "documents", tuple(self.documents))
+        object.__setattr__(self, "citations", tuple(self.citations))
+        object.__setattr__(self, "retrievals", tuple(self.retrievals))
+        object.__setattr__(self, "generations", tuple(self.generations))
+        for doc in self.documents:
+            if not isinstance(doc, RetrievedDoc):
+                raise ConfigurationError(f"RagTurn.documents must hold RetrievedDoc, got {type(doc).__name__}")
+        _check_time("RagTurn.started_at", self.started_at)
+        _check_time("RagTurn.ended_at", self.ended_at)
+        object.__setattr__(self, "relevant_ids", normalize_relevance(self.relevant_ids))
+        object.__setattr__(self, "metadata", _frozen_mapping(self.metadata, "RagTurn.metadata"))
+
+    def with_trace(self, trace_id: str, span_id: str) -> RagTurn:
+        """A copy of this turn that points at its span."""
+        return replace(self, trace_id=trace_id, span_id=span_id)
+
+
+def normalize_relevance(
+    value: Mapping[str, int] | Iterable[str] | None,
+) -> Mapping[str, int] | None:
+    """Turn ``relevant_ids`` given as ids (binary) or ``{id: label}`` (graded) into a frozen mapping."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raise ConfigurationError("relevant_ids must be a list of ids or a mapping id -> label, not a string")
+    if isinstance(value, Mapping):
+        out: dict[str, int] = {}
+        for key, label in value.items():
+            if isinstance(label, bool) or not isinstance(label, (int, float)) or math.isnan(float(label)):
+                raise ConfigurationError(f"relevance label for {key!r} must be an integer, got {label!r}")
+            out[str(key)] = int(label)
+        return MappingProxyType(out)
+    return MappingProxyType({str(doc_id): 1 for doc_id in value})
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeRequest:
+    """What a judge is asked to assess. ``context`` is the exact text the judge sees as evidence.
+
+    ``reference`` is an optional reference answer (for correctness judges); it is never the
+    evidence for faithfulness.
+    """
+
+    query: str
+    answer: str
+    context: str
+    documents: tuple[RetrievedDoc, ...] = ()
+    reference: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("query", "answer", "context"):
+            if not isinstance(getattr(self, name), str):
+                raise ConfigurationError(
+                    f"JudgeRequest.{name} must be a string, got {type(getattr(self, name)).__name__}"
+                )
+        object.__setattr__(self, "documents", tuple(self.documents))
+        object.__setattr__(self, "metadata", _frozen_mapping(self.metadata, "JudgeRequest.metadata"))
+
+    @staticmethod
+    def build_context(documents: Sequence[RetrievedDoc], max_context_chars: int = 24_000) -> str:
+        """Number the documents ``[1] (source: ...)`` and join them, cut to *max_context_chars*."""
+        if max_context_chars < 1:
+            raise ConfigurationError(f"max_context_chars must be >= 1, got {max_context_chars}")
+        parts = []
+        for doc in documents:
+            source = f" (source: {doc.source})" if doc.source else ""
+            parts.append(f"[{doc.rank}]{source} id={doc.id}\n{doc.content}")
+        return truncate("\n\n".join(parts), max_context_chars)
+
+    @classmethod
+    def from_turn(cls, turn: RagTurn, max_context_chars: int = 24_000) -> JudgeRequest:
+        """The request for judging *turn*: its query, answer and numbered documents as context."""
+        return cls(
+            query=turn.query,
+            answer=turn.answer or "",
+            context=cls.build_context(turn.documents, max_context_chars),
+            documents=turn.documents,
+            reference=turn.metadata.get("reference_answer") if turn.metadata else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """A judge's verdict on one answer.
+
+    Each score is a float in [0, 1], or **None when the judge gave none** (missing key, unparseable
+    output, transport error). None is never turned into 0. ``error`` is set when the judgement
+    could not be made in full; ``raw_output`` keeps the judge's text verbatim; ``usage`` holds
+    token counts (``prompt_tokens``, ``completion_tokens``) and ``calls``; ``details`` holds
+    judge-specific extras (method per score, distributions, per-juror scores).
+    """
+
+    faithfulness: float | None = None
+    context_relevance: float | None = None
+    answer_relevance: float | None = None
+    reason: str | None = None
+    raw_output: str | None = None
+    judge: str = "unknown"
+    latency_s: float | None = None
+    usage: Mapping[str, int] = field(default_factory=dict)
+    error: str | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in SCORE_NAMES:
+            object.__setattr__(self, name, _check_score(f"Judgement.{name}", getattr(self, name)))
+        object.__setattr__(self, "usage", _frozen_mapping(self.usage, "Judgement.usage"))
+        object.__setattr__(self, "details", _frozen_mapping(self.details, "Judgement.details"))
+
+    @property
+    def ok(self) -> bool:
+        """True when there is no error and all three scores are present."""
+        return self.error is None and all(getattr(self, n) is not None for n in SCORE_NAMES)
+
+    def scores(self) -> dict[str, float | None]:
+        """The three scores by name (None where missing)."""
+        return {name: getattr(self, name) for name in SCORE_NAMES}
+
+    @classmethod
+    def failed(cls, judge: str, error: str, **kwargs: Any) -> Judgement:
+        """A judgement with no scores and *error* set."""
+        return cls(judge=judge, error=error, **kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (scores may be None)."""
+        return {
+            **self.scores(),
+            "reason": self.reason,
+            "judge": self.judge,
+            "latency_s": self.latency_s,
+            "usage": dict(self.usage),
+            "error": self.error,
+            "details": dict(self.details),
+            "raw_output": self.raw_output,
+        }

@@ -1,0 +1,321 @@
+"""Every span name, attribute key, event name and fixed value ragaudit emits, with where it comes from.
+
+Each span carries three vocabularies at once so that every common backend renders it without
+configuration:
+
+* **OTel GenAI** semantic conventions (``gen_ai.*``, development status; the Python package
+  ``opentelemetry-semantic-conventions`` ships the same strings under ``_incubating``): read by
+  Jaeger users and any OTel-native tool. Judge scores also go out as ``gen_ai.evaluation.result``
+  span events, which Jaeger shows as logs.
+* **OpenInference** (``openinference.span.kind``, ``input.value``, ``retrieval.documents.*``,
+  ``llm.*``): what Arize Phoenix reads to draw retriever, LLM and evaluator spans.
+* **Langfuse** (``langfuse.*``): Langfuse maps ``input.value``/``output.value`` and ``gen_ai.*``
+  itself; ``langfuse.observation.type`` makes a span a retriever/generation/evaluator
+  observation and the ``langfuse.trace.*`` keys name the trace when the turn is its root.
+
+Keys under ``ragaudit.*`` are ours. Text-bearing keys (marked *content*) are only written when
+content capture is on; with it off, ``ragaudit.*.chars`` sizes are written instead.
+"""
+
+from __future__ import annotations
+
+from typing import Final, NamedTuple
+
+__all__ = [
+    "ATTR_ANSWER_CHARS",
+    "ATTR_CITATIONS",
+    "ATTR_CITATION_COUNT",
+    "ATTR_CITATION_DOC_IDS",
+    "ATTR_CONTENT_CAPTURED",
+    "ATTR_DOCUMENT_CHARS",
+    "ATTR_DOCUMENT_COUNT",
+    "ATTR_DOCUMENT_IDS",
+    "ATTR_ERROR_TYPE",
+    "ATTR_EXCEPTION_MESSAGE",
+    "ATTR_FRAMEWORK",
+    "ATTR_JUDGE_ERROR",
+    "ATTR_JUDGE_LATENCY_S",
+    "ATTR_JUDGE_MISSING_SCORES",
+    "ATTR_JUDGE_NAME",
+    "ATTR_JUDGE_REASON",
+    "ATTR_JUDGE_REASON_CHARS",
+    "ATTR_JUDGE_STATUS",
+    "ATTR_MODEL",
+    "ATTR_PROMPT_CHARS",
+    "ATTR_QUERY_CHARS",
+    "ATTR_RELEVANT_IDS",
+    "ATTR_TURN_ID",
+    "ERROR_TYPE_JUDGE_ERROR",
+    "ERROR_TYPE_MISSING_SCORE",
+    "ERROR_TYPE_TURN_ERROR",
+    "EVENT_EXCEPTION",
+    "GEN_AI_DATA_SOURCE_ID",
+    "GEN_AI_EVALUATION_EXPLANATION",
+    "GEN_AI_EVALUATION_NAME",
+    "GEN_AI_EVALUATION_RESULT",
+    "GEN_AI_EVALUATION_SCORE_LABEL",
+    "GEN_AI_EVALUATION_SCORE_VALUE",
+    "GEN_AI_OPERATION_CHAT",
+    "GEN_AI_OPERATION_NAME",
+    "GEN_AI_OPERATION_RETRIEVAL",
+    "GEN_AI_PROVIDER_NAME",
+    "GEN_AI_REQUEST_MODEL",
+    "GEN_AI_RESPONSE_MODEL",
+    "GEN_AI_RETRIEVAL_DOCUMENTS",
+    "GEN_AI_RETRIEVAL_QUERY_TEXT",
+    "GEN_AI_USAGE_INPUT_TOKENS",
+    "GEN_AI_USAGE_OUTPUT_TOKENS",
+    "INPUT_MIME_TYPE",
+    "INPUT_VALUE",
+    "LANGFUSE_OBSERVATION_INPUT",
+    "LANGFUSE_OBSERVATION_LEVEL",
+    "LANGFUSE_OBSERVATION_MODEL_NAME",
+    "LANGFUSE_OBSERVATION_OUTPUT",
+    "LANGFUSE_OBSERVATION_STATUS_MESSAGE",
+    "LANGFUSE_OBSERVATION_TYPE",
+    "LANGFUSE_OBSERVATION_USAGE_DETAILS",
+    "LANGFUSE_TRACE_INPUT",
+    "LANGFUSE_TRACE_NAME",
+    "LANGFUSE_TRACE_OUTPUT",
+    "LANGFUSE_TYPE_EVALUATOR",
+    "LANGFUSE_TYPE_GENERATION",
+    "LANGFUSE_TYPE_RETRIEVER",
+    "LANGFUSE_TYPE_SPAN",
+    "LINK_TYPE",
+    "LINK_TYPE_JUDGED_TURN",
+    "LLM_INPUT_MESSAGES",
+    "LLM_MODEL_NAME",
+    "LLM_OUTPUT_MESSAGES",
+    "LLM_PROVIDER",
+    "LLM_TOKEN_COUNT_COMPLETION",
+    "LLM_TOKEN_COUNT_PROMPT",
+    "LLM_TOKEN_COUNT_TOTAL",
+    "METADATA",
+    "MIME_JSON",
+    "MIME_TEXT",
+    "MISSING_SCORE_LABEL",
+    "OPENINFERENCE_SPAN_KIND",
+    "OUTPUT_MIME_TYPE",
+    "OUTPUT_VALUE",
+    "RETRIEVAL_DOCUMENTS",
+    "SPAN_CHAT",
+    "SPAN_JUDGE",
+    "SPAN_KIND_CHAIN",
+    "SPAN_KIND_EVALUATOR",
+    "SPAN_KIND_LLM",
+    "SPAN_KIND_RETRIEVER",
+    "SPAN_RETRIEVAL",
+    "SPAN_TURN",
+    "TRACER_NAME",
+    "DocumentKeys",
+    "chat_span_name",
+    "document_keys",
+    "input_message_keys",
+    "judge_score_key",
+    "judge_usage_key",
+    "output_message_keys",
+    "retrieval_metric_key",
+    "retrieval_span_name",
+]
+
+TRACER_NAME: Final = "ragaudit"
+"""Instrumentation scope name of every span ragaudit creates."""
+
+# --- span names -------------------------------------------------------------------------------
+SPAN_TURN: Final = "ragaudit.turn"
+"""One question through one pipeline run (OpenInference CHAIN, Langfuse span)."""
+SPAN_RETRIEVAL: Final = "retrieval"
+"""GenAI semconv: a retrieval span is named ``{gen_ai.operation.name} {data source}``."""
+SPAN_CHAT: Final = "chat"
+"""GenAI semconv: an inference span is named ``{gen_ai.operation.name} {gen_ai.request.model}``."""
+SPAN_JUDGE: Final = "ragaudit.judge"
+"""The judgement of one turn (OpenInference EVALUATOR, Langfuse evaluator)."""
+
+
+def retrieval_span_name(source: str | None) -> str:
+    """``retrieval {source}``, or ``retrieval`` when the retriever has no name."""
+    return f"{SPAN_RETRIEVAL} {source}" if source else SPAN_RETRIEVAL
+
+
+def chat_span_name(model: str | None) -> str:
+    """``chat {model}``, or ``chat`` when the model is unknown."""
+    return f"{SPAN_CHAT} {model}" if model else SPAN_CHAT
+
+
+# --- OpenInference (https://github.com/Arize-ai/openinference/blob/main/spec/semantic_conventions.md)
+OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
+SPAN_KIND_CHAIN: Final = "CHAIN"
+SPAN_KIND_RETRIEVER: Final = "RETRIEVER"
+SPAN_KIND_LLM: Final = "LLM"
+SPAN_KIND_EVALUATOR: Final = "EVALUATOR"
+INPUT_VALUE: Final = "input.value"
+"""*content* The span's input: the question (turn, retrieval), the prompt (LLM)."""
+INPUT_MIME_TYPE: Final = "input.mime_type"
+OUTPUT_VALUE: Final = "output.value"
+"""*content* The span's output: the answer (turn, LLM), the scores and reason (judge, JSON)."""
+OUTPUT_MIME_TYPE: Final = "output.mime_type"
+MIME_TEXT: Final = "text/plain"
+MIME_JSON: Final = "application/json"
+METADATA: Final = "metadata"
+"""*content* OpenInference free-form metadata, a JSON string (the turn's own metadata)."""
+RETRIEVAL_DOCUMENTS: Final = "retrieval.documents"
+"""Prefix of the flattened document list: ``retrieval.documents.{i}.document.{id,content,score,metadata}``."""
+LLM_MODEL_NAME: Final = "llm.model_name"
+LLM_PROVIDER: Final = "llm.provider"
+LLM_TOKEN_COUNT_PROMPT: Final = "llm.token_count.prompt"
+LLM_TOKEN_COUNT_COMPLETION: Final = "llm.token_count.completion"
+LLM_TOKEN_COUNT_TOTAL: Final = "llm.token_count.total"
+LLM_INPUT_MESSAGES: Final = "llm.input_messages"
+"""*content* Prefix: ``llm.input_messages.{i}.message.{role,content}``."""
+LLM_OUTPUT_MESSAGES: Final = "llm.output_messages"
+"""*content* Prefix: ``llm.output_messages.{i}.message.{role,content}``."""
+
+
+class DocumentKeys(NamedTuple):
+    """The four OpenInference keys of the document at one position of a retrieval span."""
+
+    id: str
+    content: str
+    score: str
+    metadata: str
+
+
+def _document_keys(i: int) -> DocumentKeys:
+    prefix = f"{RETRIEVAL_DOCUMENTS}.{i}.document."
+    return DocumentKeys(prefix + "id", prefix + "content", prefix + "score", prefix + "metadata")
+
+
+_DOC_KEYS: tuple[DocumentKeys, ...] = tuple(_document_keys(i) for i in range(64))
+
+
+def document_keys(i: int) -> DocumentKeys:
+    """Keys for document *i* (0-based, retrieval order) of a retrieval span; precomputed for i < 64."""
+    return _DOC_KEYS[i] if 0 <= i < len(_DOC_KEYS) else _document_keys(i)
+
+
+def input_message_keys(i: int) -> tuple[str, str]:
+    """``(role key, content key)`` of input message *i* (OpenInference)."""
+    return f"{LLM_INPUT_MESSAGES}.{i}.message.role", f"{LLM_INPUT_MESSAGES}.{i}.message.content"
+
+
+def output_message_keys(i: int) -> tuple[str, str]:
+    """``(role key, content key)`` of output message *i* (OpenInference)."""
+    return f"{LLM_OUTPUT_MESSAGES}.{i}.message.role", f"{LLM_OUTPUT_MESSAGES}.{i}.message.content"
+
+
+# --- OTel GenAI semantic conventions (open-telemetry/semantic-conventions-genai, development) --
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_OPERATION_RETRIEVAL: Final = "retrieval"
+GEN_AI_OPERATION_CHAT: Final = "chat"
+GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+GEN_AI_DATA_SOURCE_ID: Final = "gen_ai.data_source.id"
+"""The retriever's name (the data source it searches)."""
+GEN_AI_RETRIEVAL_QUERY_TEXT: Final = "gen_ai.retrieval.query.text"
+"""*content* The retrieval query."""
+GEN_AI_RETRIEVAL_DOCUMENTS: Final = "gen_ai.retrieval.documents"
+"""JSON list of ``{id, score, rank, source}`` (semconv: each document SHOULD have id and score)."""
+GEN_AI_EVALUATION_RESULT: Final = "gen_ai.evaluation.result"
+"""Event name: one per judge score, on the judge span."""
+GEN_AI_EVALUATION_NAME: Final = "gen_ai.evaluation.name"
+"""Event attribute (required): the score's name, e.g. ``faithfulness``."""
+GEN_AI_EVALUATION_SCORE_VALUE: Final = "gen_ai.evaluation.score.value"
+"""Event attribute: the score in [0, 1]; **absent** when the judge gave no score (never 0)."""
+GEN_AI_EVALUATION_SCORE_LABEL: Final = "gen_ai.evaluation.score.label"
+"""Event attribute: set only to :data:`MISSING_SCORE_LABEL` when the score is missing."""
+GEN_AI_EVALUATION_EXPLANATION: Final = "gen_ai.evaluation.explanation"
+"""*content* Event attribute: the judge's reason (or, for a missing score, the judge's error)."""
+MISSING_SCORE_LABEL: Final = "missing"
+"""Label of a ``gen_ai.evaluation.result`` event whose score the judge did not give."""
+
+# --- OTel general conventions ------------------------------------------------------------------
+ATTR_ERROR_TYPE: Final = "error.type"
+"""Low-cardinality error class (general semconv; also part of the evaluation event)."""
+ERROR_TYPE_TURN_ERROR: Final = "ragaudit.turn_error"
+ERROR_TYPE_JUDGE_ERROR: Final = "ragaudit.judge_error"
+ERROR_TYPE_MISSING_SCORE: Final = "ragaudit.missing_score"
+EVENT_EXCEPTION: Final = "exception"
+ATTR_EXCEPTION_MESSAGE: Final = "exception.message"
+
+# --- Langfuse (https://langfuse.com/integrations/native/opentelemetry#property-mapping) ---------
+LANGFUSE_OBSERVATION_TYPE: Final = "langfuse.observation.type"
+LANGFUSE_TYPE_SPAN: Final = "span"
+LANGFUSE_TYPE_RETRIEVER: Final = "retriever"
+LANGFUSE_TYPE_GENERATION: Final = "generation"
+LANGFUSE_TYPE_EVALUATOR: Final = "evaluator"
+LANGFUSE_OBSERVATION_INPUT: Final = "langfuse.observation.input"
+LANGFUSE_OBSERVATION_OUTPUT: Final = "langfuse.observation.output"
+"""On retrieval spans: the document list (ids, scores, sources) as the observation's output."""
+LANGFUSE_OBSERVATION_LEVEL: Final = "langfuse.observation.level"
+"""``ERROR`` on failed turns, retrievals, generations and judgements."""
+LANGFUSE_OBSERVATION_STATUS_MESSAGE: Final = "langfuse.observation.status_message"
+LANGFUSE_OBSERVATION_MODEL_NAME: Final = "langfuse.observation.model.name"
+LANGFUSE_OBSERVATION_USAGE_DETAILS: Final = "langfuse.observation.usage_details"
+"""JSON ``{"input": n, "output": n, "total": n}``."""
+LANGFUSE_TRACE_NAME: Final = "langfuse.trace.name"
+"""Set on the turn span only when it is the root of its trace."""
+LANGFUSE_TRACE_INPUT: Final = "langfuse.trace.input"
+"""*content* Root turn only: the question."""
+LANGFUSE_TRACE_OUTPUT: Final = "langfuse.trace.output"
+"""*content* Root turn only: the answer."""
+
+# --- ragaudit's own ----------------------------------------------------------------------------
+ATTR_TURN_ID: Final = "ragaudit.turn.id"
+ATTR_FRAMEWORK: Final = "ragaudit.framework"
+ATTR_MODEL: Final = "ragaudit.model"
+ATTR_CONTENT_CAPTURED: Final = "ragaudit.content_captured"
+"""Bool: whether text content was recorded on this span."""
+ATTR_QUERY_CHARS: Final = "ragaudit.query.chars"
+ATTR_ANSWER_CHARS: Final = "ragaudit.answer.chars"
+ATTR_PROMPT_CHARS: Final = "ragaudit.prompt.chars"
+ATTR_DOCUMENT_CHARS: Final = "ragaudit.document.chars"
+"""Int array: the length of each document's content, in retrieval order."""
+ATTR_DOCUMENT_COUNT: Final = "ragaudit.document.count"
+ATTR_DOCUMENT_IDS: Final = "ragaudit.document.ids"
+"""String array of the turn's document ids in rank order (searchable as a tag)."""
+ATTR_CITATIONS: Final = "ragaudit.citations"
+"""JSON list of ``{doc_id, rank, marker, method}``; ``marker`` is null with content capture off."""
+ATTR_CITATION_COUNT: Final = "ragaudit.citation.count"
+ATTR_CITATION_DOC_IDS: Final = "ragaudit.citation.doc_ids"
+ATTR_RELEVANT_IDS: Final = "ragaudit.relevant_ids"
+"""JSON ``{doc id: label}``: the ground truth the retrieval metrics were computed from."""
+ATTR_JUDGE_STATUS: Final = "ragaudit.judge.status"
+"""On the turn span: what the Auditor did with it (queued, judged, failed, dropped, sampled_out)."""
+ATTR_JUDGE_NAME: Final = "ragaudit.judge.name"
+ATTR_JUDGE_REASON: Final = "ragaudit.judge.reason"
+"""*content* The judge's reason."""
+ATTR_JUDGE_REASON_CHARS: Final = "ragaudit.judge.reason.chars"
+ATTR_JUDGE_ERROR: Final = "ragaudit.judge.error"
+ATTR_JUDGE_LATENCY_S: Final = "ragaudit.judge.latency_s"
+ATTR_JUDGE_MISSING_SCORES: Final = "ragaudit.judge.missing_scores"
+"""String array: the scores the judge did not give (they have no ``ragaudit.judge.<score>`` key)."""
+_JUDGE_PREFIX: Final = "ragaudit.judge."
+_JUDGE_USAGE_PREFIX: Final = "ragaudit.judge.usage."
+_RETRIEVAL_METRIC_PREFIX: Final = "ragaudit.retrieval."
+LINK_TYPE: Final = "ragaudit.link.type"
+LINK_TYPE_JUDGED_TURN: Final = "judged_turn"
+"""Attribute value on the judge span's link to the turn span."""
+
+_JUDGE_SCORE_KEYS: dict[str, str] = {
+    name: _JUDGE_PREFIX + name for name in ("faithfulness", "context_relevance", "answer_relevance")
+}
+
+
+def judge_score_key(score_name: str) -> str:
+    """``ragaudit.judge.<score_name>``, e.g. ``ragaudit.judge.faithfulness``."""
+    key = _JUDGE_SCORE_KEYS.get(score_name)
+    return key if key is not None else _JUDGE_PREFIX + score_name
+
+
+def judge_usage_key(usage_name: str) -> str:
+    """``ragaudit.judge.usage.<usage_name>``, e.g. ``ragaudit.judge.usage.prompt_tokens``."""
+    return _JUDGE_USAGE_PREFIX + usage_name
+
+
+def retrieval_metric_key(metric: str) -> str:
+    """``ragaudit.retrieval.<metric>``, e.g. ``ragaudit.retrieval.ndcg@10``."""
+    return _RETRIEVAL_METRIC_PREFIX + metric
+
