@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ragaudit import Auditor, ConfigurationError, FakeJudge, JudgeRequest, Judgement, RagTurn, RetrievedDoc
+from ragaudit import Auditor, ConfigurationError, FakeJudge, Judgement, JudgeRequest, RagTurn, RetrievedDoc
 from ragaudit.online import sampled, turn_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,11 +169,11 @@ def test_turn_metrics_from_relevant_ids() -> None:
 
 
 EXIT_SCRIPT = textwrap.dedent("""
-    import sys, time
+    import asyncio, sys, time
     from ragaudit import Auditor, FakeJudge, RagTurn
-    def slow(request):
-        time.sleep(0.05)
-        return {"faithfulness": 1.0, "reason": "ok"}
+    async def slow(request):
+        await asyncio.sleep(0.05)
+        return {{"faithfulness": 1.0, "reason": "ok"}}
     judge = FakeJudge(slow)
     {setup}
     aud = Auditor(judge, audit_log=sys.argv[1], max_queue=int(sys.argv[2]), max_concurrency=4)

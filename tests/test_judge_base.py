@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from ragaudit import BaseRagJudge, FakeJudge, JudgeRequest, Judgement, RagJudge
+from ragaudit import BaseRagJudge, FakeJudge, Judgement, JudgeRequest, RagJudge
 
 REQ = JudgeRequest(query="q", answer="a", context="c")
 
@@ -45,7 +45,7 @@ def test_async_judge_gets_sync_even_inside_a_running_loop() -> None:
 
 def test_judge_implementing_neither_is_rejected_at_definition() -> None:
     with pytest.raises(TypeError, match="judge\\(\\) or ajudge\\(\\)"):
-        class Nothing(BaseRagJudge):  # noqa: F841
+        class Nothing(BaseRagJudge):
             pass
 
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from ragaudit import Citation, ConfigurationError, JudgeRequest, Judgement, RagTurn, RetrievedDoc
+from ragaudit import Citation, ConfigurationError, Judgement, JudgeRequest, RagTurn, RetrievedDoc
 from ragaudit.records import TRUNCATION_MARKER, normalize_relevance, stable_doc_id, truncate
 
 

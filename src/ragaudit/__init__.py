@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigurationError, JudgeError, MetricError, RagAuditError
 from .judges.base import BaseRagJudge, FakeJudge, RagJudge
-from .records import Citation, Generation, JudgeRequest, Judgement, RagTurn, Retrieval, RetrievedDoc
+from .records import Citation, Generation, Judgement, JudgeRequest, RagTurn, Retrieval, RetrievedDoc
 
 __version__ = "0.1.0"
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from . import __version__
 from .errors import RagAuditError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "main"]
 
 
 def _add_demo(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

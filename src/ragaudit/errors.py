@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["RagAuditError", "ConfigurationError", "JudgeError", "MetricError"]
+__all__ = ["ConfigurationError", "JudgeError", "MetricError", "RagAuditError"]
 
 
 class RagAuditError(Exception):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures.thread  # noqa: F401  (registers its exit hook before ours; see _register_exit)
+import concurrent.futures.thread
 import logging
 import os
 import sys
@@ -11,12 +11,12 @@ import threading
 import time
 import weakref
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from .errors import ConfigurationError
-from .judges.base import BaseRagJudge, RagJudge
-from .records import JudgeRequest, Judgement, RagTurn
+from .judges.base import RagJudge
+from .records import Judgement, JudgeRequest, RagTurn
 
 __all__ = ["DEFAULT_TURN_MEASURES", "Auditor", "JudgementSink", "SubmitStatus", "sampled", "turn_metrics"]
 
@@ -165,6 +165,10 @@ class Auditor:
         self._on_judgement = on_judgement
         self._sinks = sinks
         self._recorder = SpanRecorder(tracer_provider, capture_content=capture_content, redact=redact)
+        for sink in sinks:
+            bind = getattr(sink, "bind_recorder", None)
+            if callable(bind):
+                bind(self._recorder)
         self._audit_log = None
         if audit_log is not None:
             from .tracing.files import AuditLog
@@ -174,7 +178,7 @@ class Auditor:
         # Sync-only judges (LexicalJudge, a user's BaseRagJudge with judge()) are called directly
         # in worker threads we own, not through asyncio.to_thread: at interpreter exit the default
         # executor refuses new work, and exit is exactly when we flush.
-        self._sync_judge = isinstance(judge, BaseRagJudge) and type(judge).ajudge is BaseRagJudge.ajudge
+        self._sync_judge = bool(getattr(judge, "blocking", False))
 
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -267,9 +271,15 @@ class Auditor:
         return ok and not lost
 
     def stats(self) -> dict[str, int]:
-        """Counts: submitted, judged, failed, dropped, sampled_out, pending, sink_errors."""
+        """Counts: submitted, judged, failed, dropped, sampled_out, pending, sink_errors.
+
+        ``sink_errors`` adds the sinks' own delivery failures (items a sink gave up on).
+        """
+        sink_errors = sum(int(getattr(sink, "errors", 0) or 0) for sink in self._sinks)
         with self._lock:
-            return {**self._counts, "pending": self._pending}
+            stats = {**self._counts, "pending": self._pending}
+        stats["sink_errors"] += sink_errors
+        return stats
 
     def __enter__(self) -> Auditor:
         return self

@@ -17,15 +17,15 @@ from typing import Any, Literal
 from .errors import ConfigurationError
 
 __all__ = [
-    "RetrievedDoc",
-    "Citation",
-    "Retrieval",
-    "Generation",
-    "RagTurn",
-    "JudgeRequest",
-    "Judgement",
     "SCORE_NAMES",
     "TRUNCATION_MARKER",
+    "Citation",
+    "Generation",
+    "JudgeRequest",
+    "Judgement",
+    "RagTurn",
+    "Retrieval",
+    "RetrievedDoc",
     "normalize_relevance",
     "stable_doc_id",
     "truncate",

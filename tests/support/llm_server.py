@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Literal, Union
+from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
 __all__ = [
@@ -194,10 +194,10 @@ class Fault:
         return cls("drop")
 
 
-Scripted = Union[str, Reply, Fault, Sequence[Union[str, Reply]]]
+Scripted = str | Reply | Fault | Sequence[str | Reply]
 """What a rule, the queue or the default can give for one request."""
 
-Rule = Callable[[Mapping[str, Any]], Union[Scripted, None]]
+Rule = Callable[[Mapping[str, Any]], Scripted | None]
 """Called with the parsed request JSON; returning None falls through to the queue and default."""
 
 
@@ -297,6 +297,7 @@ class LLMServer:
         self.default: Scripted = default
         self.delay = delay
         self.reject_response_format = reject_response_format
+        self._initial = (rule, default, delay, reject_response_format)
         self._lock = threading.Lock()
         self._replies: deque[Scripted] = deque(replies)
         self._faults: deque[Fault] = deque()
@@ -375,12 +376,12 @@ class LLMServer:
             self._faults.extend([fault] * times)
 
     def reset(self) -> None:
-        """Forget queued replies and faults, the rule and the request log."""
+        """Forget queued replies, faults and the request log; restore the constructor's settings."""
         with self._lock:
             self._replies.clear()
             self._faults.clear()
             self._requests.clear()
-            self.rule = None
+            self.rule, self.default, self.delay, self.reject_response_format = self._initial
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -422,9 +423,9 @@ class LLMServer:
         if seconds > 0:
             self._stopping.wait(seconds)
 
-    def _completion(self, body: Mapping[str, Any], scripted: str | Reply | Sequence[str | Reply], seq: int) -> tuple[
-        dict[str, Any], float
-    ]:
+    def _completion(
+        self, body: Mapping[str, Any], scripted: str | Reply | Sequence[str | Reply], seq: int
+    ) -> tuple[dict[str, Any], float]:
         reply = _as_reply(scripted) if isinstance(scripted, (str, Reply)) else Reply(choices=list(scripted))
         n = body.get("n") or 1
         n = n if isinstance(n, int) and n > 0 else 1
@@ -451,9 +452,8 @@ class LLMServer:
                 }
             )
         messages = body.get("messages")
-        prompt_tokens = sum(
-            _words(_message_text(m)) for m in (messages if isinstance(messages, list) else []) if isinstance(m, dict)
-        )
+        messages = messages if isinstance(messages, list) else []
+        prompt_tokens = sum(_words(_message_text(m)) for m in messages if isinstance(m, dict))
         usage: dict[str, int] = {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
@@ -482,6 +482,10 @@ class _HTTPServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the SDK's connection pool expects
+    # One segment per response, sent at once: headers and body written separately hit Nagle plus
+    # delayed ACK and cost ~40 ms per request on a kept-alive connection.
+    disable_nagle_algorithm = True
+    wbufsize = 1 << 16
     server: _HTTPServer
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -536,7 +540,9 @@ class _Handler(BaseHTTPRequestHandler):
         owner._sleep(owner.delay)
         if fault.kind == "status":
             headers = {} if fault.retry_after is None else {"Retry-After": f"{fault.retry_after:g}"}
-            self._send_error(fault.status, fault.message, fault.error_type, param=fault.param, headers=headers)
+            self._send_error(
+                fault.status, fault.message, fault.error_type, param=fault.param, headers=headers
+            )
         elif fault.kind == "malformed":
             self._send_bytes(200, _MALFORMED_BODY)
         elif fault.kind == "empty_choices":
@@ -587,5 +593,6 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
+            self.wfile.flush()
         except OSError:  # the client gave up (timeout) before we answered
             self.close_connection = True

@@ -10,9 +10,9 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, ClassVar, Protocol, TypeVar, Union, runtime_checkable
 
 from ..errors import ConfigurationError, JudgeError
-from ..records import SCORE_NAMES, JudgeRequest, Judgement
+from ..records import SCORE_NAMES, Judgement, JudgeRequest
 
-__all__ = ["RagJudge", "BaseRagJudge", "FakeJudge", "JudgeError", "run_sync"]
+__all__ = ["BaseRagJudge", "FakeJudge", "JudgeError", "RagJudge", "run_sync"]
 
 T = TypeVar("T")
 
@@ -77,9 +77,9 @@ class BaseRagJudge:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.judge is BaseRagJudge.judge and cls.ajudge is BaseRagJudge.ajudge:
-            if not inspect.isabstract(cls) and not getattr(cls, "_abstract_judge", False):
-                raise TypeError(f"{cls.__name__} must implement judge() or ajudge()")
+        derived_both = cls.judge is BaseRagJudge.judge and cls.ajudge is BaseRagJudge.ajudge
+        if derived_both and not inspect.isabstract(cls) and not getattr(cls, "_abstract_judge", False):
+            raise TypeError(f"{cls.__name__} must implement judge() or ajudge()")
 
     def judge(self, request: JudgeRequest) -> Judgement:
         """Judge *request*, blocking the calling thread."""
@@ -88,6 +88,15 @@ class BaseRagJudge:
     async def ajudge(self, request: JudgeRequest) -> Judgement:
         """Judge *request* without blocking the event loop."""
         return await asyncio.to_thread(self.judge, request)
+
+    @property
+    def blocking(self) -> bool:
+        """True when judging blocks a thread (a sync-only judge).
+
+        The :class:`~ragaudit.Auditor` runs blocking judges in worker threads of its own, so they
+        never stall its event loop and still run during interpreter exit.
+        """
+        return type(self).ajudge is BaseRagJudge.ajudge
 
     def config_key(self) -> str:
         """A string that identifies this judge's configuration (used by caches)."""
@@ -100,8 +109,8 @@ class BaseRagJudge:
         return f"{type(self).__name__}(name={self.name!r})"
 
 
-FakeResult = Union[Judgement, Mapping[str, Any]]
-FakeFn = Callable[[JudgeRequest], Union[FakeResult, Awaitable[FakeResult]]]
+FakeResult = Union[Judgement, Mapping[str, Any]]  # noqa: UP007 - runtime alias on 3.10
+FakeFn = Callable[[JudgeRequest], FakeResult | Awaitable[FakeResult]]
 
 
 class FakeJudge(BaseRagJudge):
@@ -133,7 +142,13 @@ class FakeJudge(BaseRagJudge):
             raise JudgeError(f"FakeJudge function returned unknown keys: {sorted(unknown)}")
         return Judgement(judge=self.name, latency_s=latency, **dict(result))
 
+    @property
+    def blocking(self) -> bool:
+        return not inspect.iscoroutinefunction(self._fn)
+
     async def ajudge(self, request: JudgeRequest) -> Judgement:
+        if self.blocking:
+            return await asyncio.to_thread(self.judge, request)
         self.calls += 1
         started = time.perf_counter()
         try:

@@ -318,4 +318,3 @@ def judge_usage_key(usage_name: str) -> str:
 def retrieval_metric_key(metric: str) -> str:
     """``ragaudit.retrieval.<metric>``, e.g. ``ragaudit.retrieval.ndcg@10``."""
     return _RETRIEVAL_METRIC_PREFIX + metric
-

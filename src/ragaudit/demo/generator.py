@@ -1,0 +1,457 @@
+"""The demo's generators: an offline extractive stand-in and a thin client for a real chat model.
+
+Both read the same prompt: :data:`GENERATOR_SYSTEM_PROMPT` plus a user message with the numbered
+context (``[1] (source: return_policy.pdf, section: exchanges)`` and the document text) and the
+question (:func:`format_user_prompt`).
+
+The **stand-in** (:func:`extractive_answer`) is not a language model and does not pretend to be
+one: it answers only with sentences copied from the retrieved documents — those that best match
+the question's content words — cites each as ``[n]``, and starts with :data:`STANDIN_LABEL`. When no
+sentence matches well it says the retrieved documents do not say. So it never adds a fact, and
+the demo's signal is in context and answer relevance.
+
+Framework classes are built on first use, so this module imports without any framework:
+:func:`langchain_standin` / :func:`langchain_openai` (LangChain ``BaseChatModel``) and
+:func:`llamaindex_standin` / :func:`llamaindex_openai` (LlamaIndex ``CustomLLM``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from .._text import content_terms, is_number, sentence_spans
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+    from llama_index.core.llms import CustomLLM
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "GENERATOR_SYSTEM_PROMPT",
+    "LLAMAINDEX_PROMPT",
+    "STANDIN_LABEL",
+    "STANDIN_MODEL",
+    "USER_PROMPT_TEMPLATE",
+    "Passage",
+    "extractive_answer",
+    "format_context",
+    "format_passage",
+    "format_user_prompt",
+    "langchain_openai",
+    "langchain_standin",
+    "llamaindex_openai",
+    "llamaindex_standin",
+    "model_from_env",
+    "parse_prompt",
+]
+
+STANDIN_MODEL = "ragaudit-extractive-stand-in"
+"""The model name the stand-in reports (in spans and audit lines)."""
+
+STANDIN_LABEL = "[offline extractive stand-in: sentences copied from the retrieved documents]"
+"""How every stand-in answer starts. In brackets, so judges treat it like a citation marker."""
+
+DEFAULT_MODEL = "gpt-4o-mini"
+"""The real model used when ``RAGAUDIT_MODEL`` is not set."""
+
+GENERATOR_SYSTEM_PROMPT = (
+    "You are a customer-service assistant for a shop. Answer the question using only the numbered "
+    "context documents. Cite each document you use as [n]. If the documents do not contain the "
+    "answer, say that the retrieved documents do not say, and do not guess."
+)
+"""The generator's system prompt (also what tells a scripted test server a generation request)."""
+
+USER_PROMPT_TEMPLATE = "Context:\n{context}\n\nQuestion: {question}"
+"""The user message: ``{context}`` (numbered documents) and ``{question}``."""
+
+LLAMAINDEX_PROMPT = GENERATOR_SYSTEM_PROMPT + "\n\n" + USER_PROMPT_TEMPLATE.format(
+    context="{context_str}", question="{query_str}") + "\nAnswer:"
+"""The same prompt as one text template, for LlamaIndex's ``text_qa_template``."""
+
+MIN_COVERAGE = 0.4
+"""A sentence must cover this share of the question's (weighted) content words to be quoted."""
+
+_RELATIVE = 0.6  # further sentences must reach this share of the best sentence's coverage
+_MAX_SENTENCES = 3
+_HEADER_RE = re.compile(r"^\[(\d+)\][ \t]*(.*)$", re.MULTILINE)
+_TERMINAL = ".!?"
+
+
+def model_from_env() -> str:
+    """The real model to use: ``RAGAUDIT_MODEL``, default :data:`DEFAULT_MODEL`."""
+    return os.environ.get("RAGAUDIT_MODEL") or DEFAULT_MODEL
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """One numbered context document as the generator sees it."""
+
+    number: int
+    text: str
+    header: str = ""
+
+
+def format_passage(number: int, text: str, metadata: Mapping[str, Any] | None = None) -> str:
+    """``[n] (source: ..., section: ...)`` then the text on the next line."""
+    metadata = metadata or {}
+    notes = [f"{key}: {metadata[key]}" for key in ("source", "section") if metadata.get(key)]
+    header = f"[{number}]" + (f" ({', '.join(notes)})" if notes else "")
+    return f"{header}\n{text}"
+
+
+def format_context(documents: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """Number ``(text, metadata)`` pairs from 1 and join them with blank lines."""
+    return "\n\n".join(format_passage(i, text, meta) for i, (text, meta) in enumerate(documents, 1))
+
+
+def format_user_prompt(question: str, context: str) -> str:
+    """The user message: the numbered context, then the question."""
+    return USER_PROMPT_TEMPLATE.format(context=context, question=question)
+
+
+def parse_prompt(prompt: str) -> tuple[str, list[Passage]]:
+    """The question and the numbered passages of a prompt made by :func:`format_user_prompt`.
+
+    Text without ``Context:``/``Question:`` parts is taken as the question with no context.
+    """
+    start = prompt.find("Context:\n")
+    split = prompt.rfind("\n\nQuestion: ")
+    if start < 0 or split < start:
+        question = prompt.strip()
+        return question.removeprefix("Question:").strip(), []
+    context = prompt[start + len("Context:\n") : split]
+    question = prompt[split + len("\n\nQuestion: ") :]
+    question = re.sub(r"\n\s*Answer:\s*$", "", question).strip()
+    return question, _passages(context)
+
+
+def _passages(context: str) -> list[Passage]:
+    headers = list(_HEADER_RE.finditer(context))
+    if not headers:
+        return [Passage(1, context.strip())] if context.strip() else []
+    out = []
+    for i, match in enumerate(headers):
+        end = headers[i + 1].start() if i + 1 < len(headers) else len(context)
+        out.append(Passage(int(match.group(1)), context[match.end() : end].strip(), match.group(2).strip()))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Sentence:
+    number: int
+    position: int
+    text: str
+    terms: frozenset[str]
+
+
+def extractive_answer(question: str, passages: Sequence[Passage]) -> str:
+    """Answer *question* with sentences copied from *passages*, each cited ``[n]``; never adds a fact.
+
+    Question words are weighted by how rare they are among the context's sentences (a word every
+    sentence shares says little); a sentence is quoted when it covers at least
+    :data:`MIN_COVERAGE` of that weight. Up to three sentences, in document order. When none
+    qualifies the answer says the retrieved documents do not say, naming the question words that
+    appear nowhere in them.
+    """
+    terms = {key: word for key, word in content_terms(question).items() if not is_number(key)}
+    sentences = [
+        _Sentence(p.number, i, p.text[s:e], frozenset(content_terms(p.text[s:e])))
+        for p in passages
+        for i, (s, e) in enumerate(sentence_spans(p.text))
+    ]
+    if not terms or not sentences:
+        return _decline(question, terms, sentences)
+    df = {t: sum(1 for s in sentences if t in s.terms) for t in terms}
+    weight = {t: math.log(1.0 + len(sentences) / max(df[t], 1)) for t in terms}
+    total = sum(weight.values())
+    scored = [(sum(weight[t] for t in terms if t in s.terms) / total, s) for s in sentences]
+    best = max(cov for cov, _ in scored)
+    if best < MIN_COVERAGE:
+        return _decline(question, terms, sentences)
+    floor = max(MIN_COVERAGE, _RELATIVE * best)
+    ranked = sorted((x for x in scored if x[0] >= floor), key=lambda x: (-x[0], x[1].number, x[1].position))
+    chosen = sorted((s for _, s in ranked[:_MAX_SENTENCES]), key=lambda s: (s.number, s.position))
+    return " ".join([STANDIN_LABEL, *(_cite(s.text, s.number) for s in chosen)])
+
+
+def _cite(sentence: str, number: int) -> str:
+    if sentence and sentence[-1] in _TERMINAL:
+        return f"{sentence[:-1]} [{number}]{sentence[-1]}"
+    return f"{sentence} [{number}]."
+
+
+def _decline(question: str, terms: Mapping[str, str], sentences: Sequence[_Sentence]) -> str:
+    if not sentences:
+        why = "nothing was retrieved"
+    else:
+        seen = frozenset().union(*(s.terms for s in sentences))
+        missing = [word for key, word in terms.items() if key not in seen]
+        if missing:
+            as_written = {w.lower(): w for w in re.findall(r"[^\W\d_]+(?:['’][^\W\d_]+)*", question)}
+            named = [f"“{as_written.get(w, w)}”" for w in missing]
+            listed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " or " + named[-1]
+            why = f"none of them mentions {listed}"
+        else:
+            why = "no passage addresses the question directly"
+    return f"{STANDIN_LABEL} The retrieved documents do not say: {why}."
+
+
+# -- LangChain ----------------------------------------------------------------------------------
+
+
+def _message_text(message: Any) -> str:
+    content = getattr(message, "content", message)
+    if isinstance(content, str):
+        return content
+    parts = []
+    for part in content or ():
+        if isinstance(part, str):
+            parts.append(part)
+        elif isinstance(part, Mapping) and part.get("type") == "text":
+            parts.append(str(part.get("text", "")))
+    return "".join(parts)
+
+
+def _role(message: Any) -> str:
+    kind = getattr(message, "type", "human")
+    return {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}.get(kind, "user")
+
+
+def _usage(response: Any) -> dict[str, int] | None:
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        return None
+    prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
+    completion = int(getattr(usage, "completion_tokens", 0) or 0)
+    return {"input_tokens": prompt, "output_tokens": completion, "total_tokens": prompt + completion}
+
+
+@lru_cache(maxsize=1)
+def _langchain_classes() -> tuple[type, type]:
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage, BaseMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from pydantic import ConfigDict, PrivateAttr
+
+    class ExtractiveChatModel(BaseChatModel):
+        """The offline extractive stand-in as a LangChain chat model (see :func:`extractive_answer`).
+
+        It reads the question and the numbered context from the last user message.
+        """
+
+        model_name: str = STANDIN_MODEL
+
+        @property
+        def _llm_type(self) -> str:
+            return "ragaudit-extractive"
+
+        @property
+        def _identifying_params(self) -> dict[str, Any]:
+            return {"model_name": self.model_name}
+
+        def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                      run_manager: Any = None, **kwargs: Any) -> ChatResult:
+            users = [m for m in messages if _role(m) == "user"]
+            question, passages = parse_prompt(_message_text(users[-1]) if users else "")
+            answer = extractive_answer(question, passages)
+            message = AIMessage(content=answer, response_metadata={"model_name": self.model_name})
+            return ChatResult(generations=[ChatGeneration(message=message)],
+                              llm_output={"model_name": self.model_name})
+
+    class OpenAIChatModel(BaseChatModel):
+        """A minimal LangChain chat model over the ``openai`` SDK (any OpenAI-compatible endpoint).
+
+        ``base_url``/``api_key`` default to ``OPENAI_BASE_URL``/``OPENAI_API_KEY`` as the SDK reads them.
+        """
+
+        model_config = ConfigDict(protected_namespaces=())
+
+        model_name: str = DEFAULT_MODEL
+        base_url: str | None = None
+        api_key: str | None = None
+        temperature: float = 0.0
+        timeout: float = 60.0
+        max_retries: int = 2
+        _client: Any = PrivateAttr(default=None)
+        _aclient: Any = PrivateAttr(default=None)
+
+        @property
+        def _llm_type(self) -> str:
+            return "openai-chat"
+
+        @property
+        def _identifying_params(self) -> dict[str, Any]:
+            return {"model_name": self.model_name, "temperature": self.temperature}
+
+        def _request(self, messages: list[BaseMessage], stop: list[str] | None) -> dict[str, Any]:
+            body: dict[str, Any] = {
+                "model": self.model_name, "temperature": self.temperature,
+                "messages": [{"role": _role(m), "content": _message_text(m)} for m in messages],
+            }
+            if stop:
+                body["stop"] = stop
+            return body
+
+        def _result(self, response: Any) -> ChatResult:
+            choice = response.choices[0] if response.choices else None
+            text = (choice.message.content if choice is not None else None) or ""
+            usage = _usage(response)
+            model = getattr(response, "model", None) or self.model_name
+            message = AIMessage(content=text, usage_metadata=usage,  # type: ignore[arg-type]
+                                response_metadata={"model_name": model})
+            token_usage = {}
+            if usage:
+                token_usage = {"prompt_tokens": usage["input_tokens"],
+                               "completion_tokens": usage["output_tokens"],
+                               "total_tokens": usage["total_tokens"]}
+            return ChatResult(generations=[ChatGeneration(message=message)],
+                              llm_output={"model_name": model, "token_usage": token_usage})
+
+        def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                      run_manager: Any = None, **kwargs: Any) -> ChatResult:
+            if self._client is None:
+                self._client = _openai_client(self, asynchronous=False)
+            return self._result(self._client.chat.completions.create(**self._request(messages, stop)))
+
+        async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                             run_manager: Any = None, **kwargs: Any) -> ChatResult:
+            if self._aclient is None:
+                self._aclient = _openai_client(self, asynchronous=True)
+            response = await self._aclient.chat.completions.create(**self._request(messages, stop))
+            return self._result(response)
+
+    return ExtractiveChatModel, OpenAIChatModel
+
+
+def _openai_client(model: Any, *, asynchronous: bool) -> Any:
+    """An ``openai`` client from a model's ``base_url``, ``api_key``, ``timeout`` and ``max_retries``."""
+    import openai
+
+    api_key = model.api_key
+    local = model.base_url or os.environ.get("OPENAI_BASE_URL")
+    if not api_key and not os.environ.get("OPENAI_API_KEY") and local:
+        # A local OpenAI-compatible server (vLLM, Ollama, a test server) needs no key, but the SDK
+        # refuses to start without one.
+        api_key = "not-needed"
+    cls = openai.AsyncOpenAI if asynchronous else openai.OpenAI
+    return cls(base_url=model.base_url, api_key=api_key, timeout=model.timeout, max_retries=model.max_retries)
+
+
+def langchain_standin() -> BaseChatModel:
+    """The offline extractive stand-in as a LangChain chat model. Needs ``langchain-core``."""
+    model: BaseChatModel = _langchain_classes()[0]()
+    return model
+
+
+def langchain_openai(model: str | None = None, *, base_url: str | None = None,
+                     api_key: str | None = None, timeout: float = 60.0) -> BaseChatModel:
+    """A LangChain chat model over the ``openai`` SDK; *model* defaults to :func:`model_from_env`."""
+    chat: BaseChatModel = _langchain_classes()[1](model_name=model or model_from_env(), base_url=base_url,
+                                                  api_key=api_key, timeout=timeout)
+    return chat
+
+
+# -- LlamaIndex ---------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _llamaindex_classes() -> tuple[type, type]:
+    from llama_index.core.llms import CompletionResponse, CustomLLM, LLMMetadata
+    from llama_index.core.llms.callbacks import llm_completion_callback
+    from pydantic import PrivateAttr
+
+    class ExtractiveLLM(CustomLLM):
+        """The offline extractive stand-in as a LlamaIndex LLM (see :func:`extractive_answer`).
+
+        Use it with :data:`LLAMAINDEX_PROMPT` as the query engine's ``text_qa_template``.
+        """
+
+        @property
+        def metadata(self) -> LLMMetadata:
+            return LLMMetadata(model_name=STANDIN_MODEL, context_window=32_768, num_output=512)
+
+        @llm_completion_callback()
+        def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+            question, passages = parse_prompt(prompt)
+            return CompletionResponse(text=extractive_answer(question, passages))
+
+        @llm_completion_callback()
+        def stream_complete(self, prompt: str, formatted: bool = False,
+                            **kwargs: Any) -> Iterator[CompletionResponse]:
+            text = self.complete(prompt, formatted=formatted).text
+
+            def gen() -> Iterator[CompletionResponse]:
+                yield CompletionResponse(text=text, delta=text)
+
+            return gen()
+
+    class OpenAILLM(CustomLLM):
+        """A minimal LlamaIndex LLM over the ``openai`` SDK (any OpenAI-compatible endpoint).
+
+        A prompt in :data:`LLAMAINDEX_PROMPT` form is sent as the generator's system message plus
+        the user message; any other prompt is sent as one user message.
+        """
+
+        model: str = DEFAULT_MODEL
+        base_url: str | None = None
+        api_key: str | None = None
+        temperature: float = 0.0
+        timeout: float = 60.0
+        max_retries: int = 2
+        _client: Any = PrivateAttr(default=None)
+
+        @property
+        def metadata(self) -> LLMMetadata:
+            return LLMMetadata(model_name=self.model, context_window=128_000, num_output=1024)
+
+        def _messages(self, prompt: str) -> list[dict[str, str]]:
+            if prompt.startswith(GENERATOR_SYSTEM_PROMPT):
+                user = prompt[len(GENERATOR_SYSTEM_PROMPT) :].strip()
+                user = re.sub(r"\n\s*Answer:\s*$", "", user)
+                return [{"role": "system", "content": GENERATOR_SYSTEM_PROMPT},
+                        {"role": "user", "content": user}]
+            return [{"role": "user", "content": prompt}]
+
+        @llm_completion_callback()
+        def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+            if self._client is None:
+                self._client = _openai_client(self, asynchronous=False)
+            response = self._client.chat.completions.create(
+                model=self.model, temperature=self.temperature, messages=self._messages(prompt))
+            text = (response.choices[0].message.content if response.choices else None) or ""
+            usage = _usage(response) or {}
+            return CompletionResponse(text=text, raw=response.model_dump(),
+                                      additional_kwargs={"prompt_tokens": usage.get("input_tokens"),
+                                                         "completion_tokens": usage.get("output_tokens")})
+
+        @llm_completion_callback()
+        def stream_complete(self, prompt: str, formatted: bool = False,
+                            **kwargs: Any) -> Iterator[CompletionResponse]:
+            response = self.complete(prompt, formatted=formatted)
+
+            def gen() -> Iterator[CompletionResponse]:
+                yield CompletionResponse(text=response.text, delta=response.text, raw=response.raw)
+
+            return gen()
+
+    return ExtractiveLLM, OpenAILLM
+
+
+def llamaindex_standin() -> CustomLLM:
+    """The offline extractive stand-in as a LlamaIndex LLM. Needs ``llama-index-core``."""
+    llm: CustomLLM = _llamaindex_classes()[0]()
+    return llm
+
+
+def llamaindex_openai(model: str | None = None, *, base_url: str | None = None,
+                      api_key: str | None = None, timeout: float = 60.0) -> CustomLLM:
+    """A LlamaIndex LLM over the ``openai`` SDK; *model* defaults to :func:`model_from_env`."""
+    llm: CustomLLM = _llamaindex_classes()[1](model=model or model_from_env(), base_url=base_url,
+                                              api_key=api_key, timeout=timeout)
+    return llm

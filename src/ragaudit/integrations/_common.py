@@ -1,0 +1,445 @@
+"""Framework-neutral pieces every integration uses: run grouping, document ids, turn assembly, closing.
+
+An integration sees a tree of runs (LangChain run ids, LlamaIndex span ids) and must turn each
+root run into one :class:`~ragaudit.RagTurn`. :class:`RunStore` does the grouping (bounded, so a
+long-running process cannot leak), :func:`doc_id_from` / :func:`source_from` / :func:`score_from`
+read documents the way DESIGN.md says, :func:`build_turn` assembles the turn and
+:func:`finish_turn` hands it to the :class:`~ragaudit.Auditor` and the span recorder. Nothing here
+imports a framework.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ..errors import ConfigurationError
+from ..online import DEFAULT_TURN_MEASURES, _RateLimitedLog, turn_metrics
+from ..records import (
+    Citation,
+    Generation,
+    RagTurn,
+    Retrieval,
+    RetrievedDoc,
+    normalize_relevance,
+    stable_doc_id,
+)
+
+if TYPE_CHECKING:
+    from ..online import Auditor
+
+__all__ = [
+    "REFERENCE_ANSWER_KEY",
+    "RELEVANT_IDS_KEY",
+    "RunStore",
+    "build_turn",
+    "check_measures",
+    "default_auditor",
+    "doc_id_from",
+    "finish_turn",
+    "ground_truth_from",
+    "merge_documents",
+    "report_failure",
+    "resolve_backend",
+    "score_from",
+    "source_from",
+]
+
+S = TypeVar("S")
+
+RELEVANT_IDS_KEY = "ragaudit_relevant_ids"
+"""Run metadata key holding a turn's ground truth: a list of relevant ids or ``{id: graded label}``."""
+REFERENCE_ANSWER_KEY = "ragaudit_reference_answer"
+"""Run metadata key holding a reference answer; it goes into the turn's ``metadata["reference_answer"]``."""
+
+_ID_KEYS = ("id", "doc_id")
+_SOURCE_KEYS = ("source", "file_name", "file_path", "url")
+_SCORE_KEYS = ("score", "relevance_score", "_distance")
+
+_log = _RateLimitedLog()
+
+
+def report_failure(where: str, exc: BaseException) -> None:
+    """Log that an integration callback failed; once per kind, then at most once a minute with a count."""
+    name = type(exc).__name__
+    _log.warning(f"{where}:{name}", "ragaudit: %s failed (the pipeline is unaffected): %s: %s",
+                 where, name, exc)
+
+
+# --- documents -------------------------------------------------------------------------------------
+
+
+def _id_text(value: Any) -> str | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (str, int)):
+        text = str(value)
+        return text or None
+    return None
+
+
+def source_from(metadata: Mapping[str, Any] | None) -> str | None:
+    """The document's source: metadata ``source``, ``file_name``, ``file_path`` or ``url``, first set."""
+    if not metadata:
+        return None
+    for key in _SOURCE_KEYS:
+        value = metadata.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def doc_id_from(obj_id: Any, metadata: Mapping[str, Any] | None, content: str, source: str | None) -> str:
+    """A document's id: its own id (store id, ``Document.id``, node id), else metadata ``id`` /
+    ``doc_id``, else :func:`~ragaudit.records.stable_doc_id` of *source* and *content*."""
+    own = _id_text(obj_id)
+    if own is not None:
+        return own
+    if metadata:
+        for key in _ID_KEYS:
+            found = _id_text(metadata.get(key))
+            if found is not None:
+                return found
+    return stable_doc_id(content, source)
+
+
+def score_from(metadata: Mapping[str, Any] | None) -> float | None:
+    """The score a retriever left in the metadata (``score``, ``relevance_score``, ``_distance``), if
+    it is a finite number; the value is kept as the store reported it (a distance stays a distance)."""
+    if not metadata:
+        return None
+    for key in _SCORE_KEYS:
+        value = metadata.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+    return None
+
+
+def ground_truth_from(metadata: Mapping[str, Any] | None) -> tuple[Mapping[str, int] | None, str | None]:
+    """``(relevant_ids, reference_answer)`` from run metadata (:data:`RELEVANT_IDS_KEY`,
+    :data:`REFERENCE_ANSWER_KEY`). Malformed ground truth is logged and ignored, never raised."""
+    if not metadata:
+        return None, None
+    relevant: Mapping[str, int] | None = None
+    raw = metadata.get(RELEVANT_IDS_KEY)
+    if raw is not None:
+        try:
+            relevant = normalize_relevance(raw)
+        except (ConfigurationError, TypeError) as exc:
+            report_failure(f"reading metadata[{RELEVANT_IDS_KEY!r}]", exc)
+    reference = metadata.get(REFERENCE_ANSWER_KEY)
+    return relevant, reference if isinstance(reference, str) else None
+
+
+def merge_documents(retrievals: Iterable[Retrieval]) -> tuple[RetrievedDoc, ...]:
+    """The documents of all *retrievals* in order, each id once (first occurrence), re-ranked 1..n.
+
+    This is the turn's document list when a pipeline retrieves more than once (two retrievers in
+    parallel, a retry): the ranks are positions in the merged list, the per-retriever ranks stay on
+    each :class:`~ragaudit.records.Retrieval`.
+    """
+    seen: set[str] = set()
+    out: list[RetrievedDoc] = []
+    for retrieval in retrievals:
+        for doc in retrieval.documents:
+            if doc.id in seen:
+                continue
+            seen.add(doc.id)
+            rank = len(out) + 1
+            out.append(doc if doc.rank == rank else replace(doc, rank=rank))
+    return tuple(out)
+
+
+# --- turns -----------------------------------------------------------------------------------------
+
+
+def _citations(answer: str | None, documents: Sequence[RetrievedDoc]) -> tuple[Citation, ...]:
+    if not answer or not documents:
+        return ()
+    try:
+        from ..citations import find_citations
+
+        return tuple(find_citations(answer, documents))
+    except Exception as exc:
+        report_failure("finding citations", exc)
+        return ()
+
+
+def build_turn(
+    *,
+    turn_id: str,
+    query: str,
+    answer: str | None,
+    framework: str,
+    retrievals: Sequence[Retrieval] = (),
+    generations: Sequence[Generation] = (),
+    started_at: int | None = None,
+    ended_at: int | None = None,
+    handle: Any = None,
+    relevant_ids: Mapping[str, int] | Iterable[str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    error: str | None = None,
+    model: str | None = None,
+) -> RagTurn:
+    """Assemble the :class:`~ragaudit.RagTurn` of one finished root run.
+
+    ``documents`` are :func:`merge_documents` of *retrievals*; citations come from
+    :func:`ragaudit.citations.find_citations` (none when that fails, which is logged); ``model`` is
+    the last generation's model unless given; ``trace_id``/``span_id`` come from *handle* (the
+    :class:`~ragaudit.tracing.spans.TurnHandle` of the turn span). Raises
+    :class:`~ragaudit.ConfigurationError` only for values a record rejects.
+    """
+    documents = merge_documents(retrievals)
+    if model is None:
+        model = next((g.model for g in reversed(generations) if g.model), None)
+    return RagTurn(
+        turn_id=turn_id,
+        query=query,
+        answer=answer,
+        documents=documents,
+        citations=_citations(answer, documents),
+        model=model,
+        framework=framework,
+        started_at=started_at,
+        ended_at=ended_at,
+        trace_id=getattr(handle, "trace_id", None),
+        span_id=getattr(handle, "span_id", None),
+        relevant_ids=normalize_relevance(relevant_ids),
+        metadata=metadata or {},
+        error=error,
+        retrievals=tuple(retrievals),
+        generations=tuple(generations),
+    )
+
+
+def finish_turn(
+    recorder: Any,
+    auditor: Auditor | None,
+    handle: Any,
+    turn: RagTurn,
+    *,
+    measures: Sequence[str] = DEFAULT_TURN_MEASURES,
+) -> str | None:
+    """Submit *turn* to *auditor* (skipped when it is None) and end its span. Never raises.
+
+    Returns the submit status (``"queued"``, ``"judged"``, ...), or None when the turn was not
+    submitted; the status and the retrieval metrics (*measures*, when the turn's ``relevant_ids``
+    are known) go on the turn span.
+    """
+    status: str | None = None
+    if auditor is not None:
+        try:
+            status = auditor.submit(turn)
+        except Exception as exc:  # Auditor.submit never raises; a user's stand-in might
+            report_failure("submitting a turn", exc)
+            status = "dropped"
+    metrics: Mapping[str, float] | None = None
+    try:
+        metrics = turn_metrics(turn, measures)
+    except Exception as exc:
+        report_failure("computing retrieval metrics", exc)
+    try:
+        recorder.end_turn(handle, turn, judge_status=status, retrieval_metrics=metrics)
+    except Exception as exc:
+        report_failure("ending a turn span", exc)
+    return status
+
+
+# --- the shared default auditor --------------------------------------------------------------------
+
+_defaults_lock = threading.Lock()
+_defaults: dict[tuple[int, bool | None, int], tuple[Auditor, Any, Any]] = {}
+
+
+def default_auditor(
+    tracer_provider: Any = None,
+    *,
+    capture_content: bool | None = None,
+    redact: Callable[[str], str] | None = None,
+) -> Auditor:
+    """The process-wide :class:`~ragaudit.Auditor` handlers use when given neither judge nor auditor.
+
+    Created on first use with the default judge (:func:`ragaudit.judges.default_judge`) and then
+    shared, so a handler made per call does not start a worker thread per call. There is one per
+    distinct (*tracer_provider*, *capture_content*, *redact*), so judge spans go where the turn spans go.
+    """
+    key = (id(tracer_provider), capture_content, id(redact))
+    with _defaults_lock:
+        found = _defaults.get(key)
+        if found is None:
+            from ..online import Auditor
+
+            auditor = Auditor(None, tracer_provider=tracer_provider, capture_content=capture_content,
+                              redact=redact)
+            # The provider and redact objects are kept alive with the auditor so their ids stay unique.
+            found = _defaults[key] = (auditor, tracer_provider, redact)
+        return found[0]
+
+
+def resolve_backend(
+    judge: Any,
+    auditor: Auditor | None,
+    tracer_provider: Any,
+    capture_content: bool | None,
+    redact: Callable[[str], str] | None,
+    *,
+    owner: str,
+) -> tuple[Auditor, Any]:
+    """``(auditor, recorder)`` for an integration handler, from its constructor arguments.
+
+    The auditor is *auditor*; else a private :class:`~ragaudit.Auditor` of *judge* (with the
+    tracing settings); else :func:`default_auditor`. The recorder of turn spans is a
+    :class:`~ragaudit.tracing.SpanRecorder` of its own when *tracer_provider*, *capture_content*
+    or *redact* is given, else the auditor's, so turn and judge spans go to the same place.
+    Raises :class:`~ragaudit.ConfigurationError` naming *owner* for contradictory arguments.
+    """
+    if judge is not None and auditor is not None:
+        raise ConfigurationError(f"give {owner} a judge or an auditor, not both")
+    if auditor is not None and not callable(getattr(auditor, "submit", None)):
+        raise ConfigurationError(f"auditor must be a ragaudit.Auditor, got {type(auditor).__name__}")
+    if auditor is None:
+        if judge is not None:
+            from ..online import Auditor
+
+            auditor = Auditor(judge, tracer_provider=tracer_provider, capture_content=capture_content,
+                              redact=redact)
+        else:
+            auditor = default_auditor(tracer_provider, capture_content=capture_content, redact=redact)
+    if tracer_provider is None and capture_content is None and redact is None:
+        return auditor, auditor.recorder
+    from ..tracing.spans import SpanRecorder
+
+    return auditor, SpanRecorder(tracer_provider, capture_content=capture_content, redact=redact)
+
+
+def check_measures(measures: Sequence[str]) -> tuple[str, ...]:
+    """*measures* as a tuple, each name checked now (:class:`~ragaudit.MetricError` for an unknown one)."""
+    if isinstance(measures, str):
+        raise ConfigurationError("turn_measures must be a sequence of metric names, not a string")
+    from ..metrics import parse_measure
+
+    names = tuple(measures)
+    for name in names:
+        parse_measure(name)
+    return names
+
+
+# --- run grouping ----------------------------------------------------------------------------------
+
+
+class _Root(Generic[S]):
+    __slots__ = ("ended", "open", "runs", "state")
+
+    def __init__(self, state: S, run_id: Hashable) -> None:
+        self.state = state
+        self.runs: list[Hashable] = [run_id]
+        self.open: set[Hashable] = set()
+        self.ended = False
+
+
+class RunStore(Generic[S]):
+    """Groups a framework's nested runs by their root run, with one state object per root.
+
+    Not locked itself: call every method with :attr:`lock` held, and hold it only for these calls
+    and small updates of the state (no judging, no export under it). At most *max_runs* roots are
+    open at once; past that the oldest is evicted (returned to the caller to close, and counted in
+    :attr:`evicted`). A run whose parent is unknown starts a new root (a handler attached below
+    the top of a run tree, or a parent run from another tracer). Runs of a closed turn, and later
+    runs under them, are remembered (the last *max_runs* ids) and ignored.
+    """
+
+    def __init__(self, max_runs: int = 10_000) -> None:
+        if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:
+            raise ConfigurationError(f"max_runs must be an int >= 1, got {max_runs!r}")
+        self.max_runs = max_runs
+        # Re-entrant: the garbage collector may finalize an abandoned stream's generator (whose
+        # cleanup emits end events) on this thread while it is inside one of these sections.
+        self.lock = threading.RLock()
+        self.evicted = 0
+        self._roots: OrderedDict[Hashable, _Root[S]] = OrderedDict()
+        self._owner: dict[Hashable, Hashable] = {}
+        self._closed: OrderedDict[Hashable, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._roots)
+
+    def start(
+        self, run_id: Hashable, parent_id: Hashable | None, new_state: Callable[[], S] | None
+    ) -> tuple[S | None, bool, list[S]]:
+        """Record that *run_id* started under *parent_id*.
+
+        Returns ``(state, is_root, evicted)``: the state of the turn the run belongs to (None when
+        it is to be ignored), whether it starts a new turn (then *new_state* made the state; with
+        *new_state* None a run that would start a turn is ignored), and the states evicted to make
+        room, which the caller closes after releasing the lock.
+        """
+        if parent_id is not None:
+            root_id = self._owner.get(parent_id)
+            if root_id is not None:
+                entry = self._roots[root_id]
+                self._owner[run_id] = root_id
+                entry.runs.append(run_id)
+                entry.open.add(run_id)
+                return entry.state, False, []
+            if parent_id in self._closed:
+                self._tombstone(run_id)
+                return None, False, []
+        if new_state is None or run_id in self._owner or run_id in self._closed:
+            return None, False, []
+        evicted: list[S] = []
+        while len(self._roots) >= self.max_runs:
+            _, old = self._roots.popitem(last=False)
+            self._forget(old)
+            self.evicted += 1
+            evicted.append(old.state)
+        entry = _Root(new_state(), run_id)
+        self._roots[run_id] = entry
+        self._owner[run_id] = run_id
+        return entry.state, True, evicted
+
+    def state_of(self, run_id: Hashable) -> S | None:
+        """The state of the turn *run_id* belongs to, or None."""
+        root_id = self._owner.get(run_id)
+        return None if root_id is None else self._roots[root_id].state
+
+    def end(self, run_id: Hashable, *, force: bool = False) -> tuple[S | None, bool]:
+        """Record that *run_id* ended; returns ``(state, complete)``.
+
+        A turn is complete when its root has ended and none of its runs is still open (a stream
+        abandoned by its consumer ends the root before its model), or at once when *force* is set
+        on the root's end (the root failed). A complete turn is removed here, so exactly one caller
+        sees ``complete=True`` and closes it.
+        """
+        root_id = self._owner.get(run_id)
+        if root_id is None:
+            return None, False
+        entry = self._roots[root_id]
+        if run_id == root_id:
+            entry.ended = True
+        else:
+            entry.open.discard(run_id)
+            if not entry.ended:
+                return entry.state, False
+        if entry.open and not (force and run_id == root_id):
+            return entry.state, False
+        del self._roots[root_id]
+        self._forget(entry)
+        return entry.state, True
+
+    def _forget(self, entry: _Root[S]) -> None:
+        owner = self._owner
+        for run_id in entry.runs:
+            owner.pop(run_id, None)
+        self._tombstone(entry.runs[0])
+        for run_id in entry.open:
+            self._tombstone(run_id)
+
+    def _tombstone(self, run_id: Hashable) -> None:
+        closed = self._closed
+        closed[run_id] = None
+        if len(closed) > self.max_runs:
+            closed.popitem(last=False)

@@ -1,0 +1,664 @@
+"""LangChain integration: one callback handler makes every chain run an audited, traced turn.
+
+>>> from ragaudit.integrations.langchain import RagAuditCallbackHandler
+>>> chain.invoke(question, config={"callbacks": [RagAuditCallbackHandler()]})
+
+or, for every chain in the process, :func:`instrument`. Each root run (the outermost chain, or a
+retriever or chat model called on its own) becomes one :class:`~ragaudit.RagTurn`: its question,
+the documents its retrievers returned, its answer and the citations in it, every retriever and
+model call as a child span, judged in the background by an :class:`~ragaudit.Auditor`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, cast
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import BaseMessage
+
+from ..online import DEFAULT_TURN_MEASURES, Auditor
+from ..records import Generation, RagTurn, Retrieval, RetrievedDoc
+from ._common import (
+    RunStore,
+    build_turn,
+    check_measures,
+    doc_id_from,
+    finish_turn,
+    ground_truth_from,
+    report_failure,
+    resolve_backend,
+    score_from,
+    source_from,
+)
+
+__all__ = ["RagAuditCallbackHandler", "instrument", "uninstrument"]
+
+FRAMEWORK = "langchain"
+_QUERY_KEYS = ("question", "input", "query", "q")
+_ANSWER_KEYS = ("answer", "output", "result", "text")
+
+
+# --- reading LangChain values ----------------------------------------------------------------------
+
+
+def _text_of(content: Any) -> str:
+    """The text of a message's content: a string, or the text parts of a list of content blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, Mapping) and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+        return "".join(parts)
+    return "" if content is None else str(content)
+
+
+def _last_human(messages: Sequence[Any]) -> str | None:
+    for message in reversed(messages):
+        if isinstance(message, BaseMessage) and message.type == "human":
+            return _text_of(message.content)
+    for message in reversed(messages):
+        if isinstance(message, BaseMessage):
+            return _text_of(message.content)
+    return None
+
+
+def _query_from(inputs: Any) -> str | None:
+    """The question of a root run: a string, a message, or a dict's question/input/query/q (else its
+    first non-empty string). None for streaming placeholders (``{"input": ""}``)."""
+    if isinstance(inputs, str):
+        return inputs or None
+    if isinstance(inputs, BaseMessage):
+        return _text_of(inputs.content) or None
+    if isinstance(inputs, Mapping):
+        for key in _QUERY_KEYS:
+            value = inputs.get(key)
+            if isinstance(value, str):
+                if value:
+                    return value
+            elif value is not None:
+                found = _query_from(value)
+                if found:
+                    return found
+        messages = inputs.get("messages")
+        if isinstance(messages, list):
+            return _last_human(messages) or None
+        for value in inputs.values():
+            if isinstance(value, str) and value:
+                return value
+        return None
+    if isinstance(inputs, list) and inputs:
+        if isinstance(inputs[-1], str):
+            return inputs[-1] or None
+        return _last_human(inputs) or None
+    return None
+
+
+def _answer_from(outputs: Any) -> str | None:
+    """The answer of a root run: a string, a message's text, a dict's answer/output/result/text, or
+    the last AI message of a dict's ``messages`` (a LangGraph agent's state)."""
+    if isinstance(outputs, str):
+        return outputs
+    if isinstance(outputs, BaseMessage):
+        return _text_of(outputs.content)
+    if isinstance(outputs, Mapping):
+        for key in _ANSWER_KEYS:
+            value = outputs.get(key)
+            if isinstance(value, (str, BaseMessage)):
+                return _answer_from(value)
+        messages = outputs.get("messages")
+        if isinstance(messages, list):
+            for message in reversed(messages):
+                if isinstance(message, BaseMessage) and message.type == "ai":
+                    return _text_of(message.content)
+    return None
+
+
+def _error_text(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def _convert_documents(documents: Sequence[Any]) -> tuple[RetrievedDoc, ...]:
+    out = []
+    for rank, doc in enumerate(documents, 1):
+        content = getattr(doc, "page_content", None)
+        if not isinstance(content, str):
+            content = "" if content is None else str(content)
+        metadata = getattr(doc, "metadata", None)
+        if not isinstance(metadata, Mapping):
+            metadata = {}
+        source = source_from(metadata)
+        out.append(RetrievedDoc(
+            id=doc_id_from(getattr(doc, "id", None), metadata, content, source),
+            content=content,
+            score=score_from(metadata),
+            rank=rank,
+            source=source,
+            metadata=metadata,
+        ))
+    return tuple(out)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _read_llm_result(response: Any) -> tuple[str | None, int | None, int | None, str | None]:
+    """``(output text, input tokens, output tokens, response model)`` of an ``LLMResult``."""
+    text: str | None = None
+    message = None
+    generations = getattr(response, "generations", None)
+    if generations and generations[0]:
+        first = generations[0][0]
+        message = getattr(first, "message", None)
+        text = getattr(first, "text", None)
+        if not text and isinstance(message, BaseMessage):
+            text = _text_of(message.content)
+    llm_output = getattr(response, "llm_output", None)
+    llm_output = llm_output if isinstance(llm_output, Mapping) else {}
+    input_tokens = output_tokens = None
+    usage = llm_output.get("token_usage") or llm_output.get("usage")
+    if isinstance(usage, Mapping):
+        input_tokens = _int_or_none(usage.get("prompt_tokens", usage.get("input_tokens")))
+        output_tokens = _int_or_none(usage.get("completion_tokens", usage.get("output_tokens")))
+    usage_metadata = getattr(message, "usage_metadata", None)
+    if input_tokens is None and output_tokens is None and isinstance(usage_metadata, Mapping):
+        input_tokens = _int_or_none(usage_metadata.get("input_tokens"))
+        output_tokens = _int_or_none(usage_metadata.get("output_tokens"))
+    model = llm_output.get("model_name") or llm_output.get("model")
+    if not model:
+        response_metadata = getattr(message, "response_metadata", None)
+        if isinstance(response_metadata, Mapping):
+            model = response_metadata.get("model_name") or response_metadata.get("model")
+    return text if isinstance(text, str) else None, input_tokens, output_tokens, (
+        model if isinstance(model, str) and model else None)
+
+
+def _prompt_text(prompt: Any) -> str | None:
+    if isinstance(prompt, list):
+        if prompt and isinstance(prompt[0], str):
+            return "\n".join(prompt)
+        return "\n".join(f"{m.type}: {_text_of(m.content)}" for m in prompt if isinstance(m, BaseMessage))
+    return None
+
+
+def _retriever_name(serialized: Any, metadata: Mapping[str, Any] | None, name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        name = serialized.get("name") if isinstance(serialized, Mapping) else None
+    store = metadata.get("ls_vector_store_provider") if metadata else None
+    if isinstance(store, str) and store and (not name or name == "VectorStoreRetriever"):
+        return store
+    return name if isinstance(name, str) and name else "retriever"
+
+
+def _model_name(invocation_params: Any, metadata: Mapping[str, Any] | None) -> str | None:
+    if isinstance(invocation_params, Mapping):
+        for key in ("model", "model_name", "model_id", "deployment_name"):
+            value = invocation_params.get(key)
+            if isinstance(value, str) and value:
+                return value
+    value = metadata.get("ls_model_name") if metadata else None
+    return value if isinstance(value, str) and value else None
+
+
+# --- per-turn state ----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _OpenRetrieval:
+    name: str
+    query: str | None
+    started_at: int
+    seq: int = 0
+
+
+@dataclass(slots=True)
+class _OpenGeneration:
+    model: str | None
+    provider: str | None
+    prompt: Any
+    started_at: int
+    seq: int = 0
+
+
+@dataclass(slots=True)
+class _Turn:
+    run_id: UUID
+    key: int
+    started_at: int
+    name: str | None
+    query: str | None
+    metadata: Mapping[str, Any] | None
+    handle: Any = None
+    outputs: Any = None
+    error: str | None = None
+    seq: int = 0
+    open_children: dict[int, _OpenRetrieval | _OpenGeneration] = field(default_factory=dict)
+    retrievals: list[tuple[int, Retrieval]] = field(default_factory=list)
+    generations: list[tuple[int, Generation]] = field(default_factory=list)
+
+
+class RagAuditCallbackHandler(BaseCallbackHandler):
+    """A LangChain callback handler that turns each root run into an audited :class:`~ragaudit.RagTurn`.
+
+    Pass it in ``config={"callbacks": [handler]}`` (or use :func:`instrument`). One handler can
+    serve any number of concurrent runs (invoke, ainvoke, batch, abatch, stream, astream,
+    astream_events); events are grouped by their root run. A turn closes when its root run has
+    ended and all its child runs have too (a stream abandoned by its consumer ends the root first),
+    or at once when the root fails. At close the turn span is ended and, when the turn has an
+    answer, at least one retrieval and no error, the turn is submitted for judging; a run with no
+    retriever (a bare chat model call, a chain that retrieves nothing) or no answer (a retriever
+    called on its own) is traced but not judged.
+
+    * Question: the root's input (a string, a message, a dict's ``question``/``input``/``query``/
+      ``q``, else its first string); for a stream it arrives when the root ends.
+    * Answer: the root's output (a string, a message, a dict's ``answer``/``output``/``result``/
+      ``text`` as ``create_retrieval_chain`` returns, the last AI message of a dict's ``messages``);
+      else the text of the last model call (also for a stream abandoned before its end).
+    * Documents: every retriever's documents in the order the retrievers started, each id once,
+      ranked 1..n; ids per ``Document.id``, metadata ``id``/``doc_id``, else a hash of source and
+      content; the retriever's score from metadata ``score``/``relevance_score``/``_distance``.
+    * Ground truth: ``config={"metadata": {"ragaudit_relevant_ids": [...]}}`` (ids, or
+      ``{id: label}``) puts *turn_measures* (recall, precision, MRR, NDCG) on the turn span;
+      ``"ragaudit_reference_answer"`` goes to the turn's ``metadata["reference_answer"]``.
+
+    Args:
+        judge: the judge of a private :class:`~ragaudit.Auditor` this handler creates (with the
+            tracing settings below). Give *judge* or *auditor*, not both.
+        auditor: the auditor to submit turns to. With neither, the process-wide default auditor
+            (default judge, shared by every such handler) is used.
+        tracer_provider, capture_content, redact: settings of this handler's own span recorder
+            for turn spans (``capture_content`` None: on unless
+            ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=NO_CONTENT``). When none is
+            given, the auditor's recorder is used; judge spans always come from the auditor.
+        max_runs: at most this many turns are tracked at once; beyond it the oldest open turn is
+            ended as an error span (``stats()["evicted"]``), so a leak cannot grow without bound.
+        turn_measures: retrieval metrics put on the turn span when ground truth is known.
+
+    The handler never raises into the chain: a failure inside it is logged (rate-limited) on the
+    ``ragaudit`` logger. Per event it does a dictionary update under a short lock; the turn span
+    is started when the root starts and everything else happens when the turn closes.
+    """
+
+    raise_error: bool = False
+    # Called directly in async runs too (not via the default executor): keeps each run's events
+    # in order, costs no thread hop, and the callbacks never block.
+    run_inline: bool = True
+
+    def __init__(
+        self,
+        judge: Any = None,
+        auditor: Auditor | None = None,
+        tracer_provider: Any = None,
+        capture_content: bool | None = None,
+        *,
+        max_runs: int = 10_000,
+        redact: Callable[[str], str] | None = None,
+        turn_measures: Sequence[str] = DEFAULT_TURN_MEASURES,
+    ) -> None:
+        super().__init__()
+        self.turn_measures = check_measures(turn_measures)
+        self._store: RunStore[_Turn] = RunStore(max_runs)  # keyed by run_id.int
+        self.auditor, self.recorder = resolve_backend(judge, auditor, tracer_provider, capture_content, redact,
+                                                      owner="RagAuditCallbackHandler")
+        self._closed_turns = 0
+
+    # -- public helpers -------------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Wait for the judgements of the turns closed so far (see :meth:`Auditor.flush`)."""
+        return self.auditor.flush(timeout)
+
+    def stats(self) -> dict[str, int]:
+        """``open_turns`` (in flight now), ``closed_turns`` and ``evicted`` (ended early at *max_runs*)."""
+        with self._store.lock:
+            return {"open_turns": len(self._store), "closed_turns": self._closed_turns,
+                    "evicted": self._store.evicted}
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+
+    def _start(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        kind: str | None,
+        name: str | None,
+        question: Any,
+        metadata: Mapping[str, Any] | None,
+        child: _OpenRetrieval | _OpenGeneration | None,
+        now: int,
+    ) -> None:
+        """Register a run. *kind* (chain, retriever, llm) None means it never starts a turn (tools)."""
+        # UUIDs hash in Python code; their 128-bit ints hash in C, and every event does a few lookups.
+        key = run_id.int
+        parent = parent_run_id.int if parent_run_id is not None else None
+        recorder = self.recorder
+        handle = recorder.start_turn(start_ns=now) if parent is None and kind is not None else None
+
+        def new_turn() -> _Turn:
+            return _Turn(run_id, key, now, name, _query_from(question), metadata, handle)
+
+        store = self._store
+        with store.lock:
+            turn, is_root, evicted = store.start(key, parent, new_turn if kind else None)
+            if turn is not None and child is not None:
+                child.seq = turn.seq
+                turn.seq += 1
+                turn.open_children[key] = child
+        if is_root and turn is not None and turn.handle is None:
+            # A root under a parent we never saw (e.g. a LangSmith @traceable): start its span now.
+            turn.handle = recorder.start_turn(start_ns=now)
+        for old in evicted:
+            self._close(old, evicted=True)
+
+    def _open_child(self, run_id: UUID) -> _OpenRetrieval | _OpenGeneration | None:
+        key = run_id.int
+        with self._store.lock:
+            turn = self._store.state_of(key)
+            return turn.open_children.get(key) if turn is not None else None
+
+    def _end(
+        self,
+        run_id: UUID,
+        *,
+        outputs: Any = None,
+        inputs: Any = None,
+        error: BaseException | None = None,
+        finished: Retrieval | Generation | None = None,
+    ) -> None:
+        """Register the end of a run (*finished*: its retrieval or generation record); close its
+        turn when this completes it."""
+        key = run_id.int
+        store = self._store
+        with store.lock:
+            turn = store.state_of(key)
+            if turn is None:
+                return
+            child = turn.open_children.pop(key, None)
+            if child is not None and finished is not None:
+                if isinstance(finished, Retrieval):
+                    turn.retrievals.append((child.seq, finished))
+                else:
+                    turn.generations.append((child.seq, finished))
+            is_root = turn.key == key
+            if is_root:
+                if turn.query is None and inputs is not None:
+                    turn.query = _query_from(inputs)
+                if error is not None:
+                    turn.error = _error_text(error)
+                else:
+                    turn.outputs = outputs
+            turn, complete = store.end(key, force=is_root and error is not None)
+        if complete and turn is not None:
+            self._close(turn)
+
+    # -- closing --------------------------------------------------------------------------------
+
+    def _close(self, turn: _Turn, *, evicted: bool = False) -> None:
+        try:
+            now = time.time_ns()
+            error = turn.error
+            if evicted:
+                error = (f"ragaudit: turn evicted before it finished ({self._store.max_runs} turns were "
+                         "open; raise max_runs or look for runs that never end)")
+            retrievals = [r for _, r in sorted(turn.retrievals, key=lambda item: item[0])]
+            generations = [g for _, g in sorted(turn.generations, key=lambda item: item[0])]
+            unfinished = sorted(turn.open_children.values(), key=lambda child: child.seq)
+            for child in unfinished:
+                if isinstance(child, _OpenRetrieval):
+                    retrievals.append(Retrieval(name=child.name, query=child.query,
+                                                started_at=child.started_at, ended_at=now,
+                                                error="unfinished when the turn closed"))
+                else:
+                    generations.append(Generation(model=child.model, provider=child.provider,
+                                                  started_at=child.started_at, ended_at=now,
+                                                  error="unfinished when the turn closed"))
+            answer = _answer_from(turn.outputs) if error is None else None
+            if answer is None and error is None:
+                answer = next((g.output for g in reversed(generations)
+                               if g.output is not None and g.error is None), None)
+            query = turn.query
+            if query is None:
+                query = next((r.query for r in retrievals if r.query), "")
+            relevant_ids, reference = ground_truth_from(turn.metadata)
+            metadata: dict[str, Any] = {"run_name": turn.name} if turn.name else {}
+            if turn.metadata:
+                for key, value in turn.metadata.items():
+                    if isinstance(key, str) and not key.startswith(("ragaudit_", "ls_")):
+                        metadata[key] = value
+            if reference is not None:
+                metadata["reference_answer"] = reference
+            rag_turn = build_turn(
+                turn_id=str(turn.run_id), query=query, answer=answer, framework=FRAMEWORK,
+                retrievals=retrievals, generations=generations, started_at=turn.started_at, ended_at=now,
+                handle=turn.handle, relevant_ids=relevant_ids, metadata=metadata, error=error,
+            )
+        except Exception as exc:
+            report_failure("building a LangChain turn", exc)
+            rag_turn = RagTurn(turn_id=str(turn.run_id), query="", answer=None, framework=FRAMEWORK,
+                               started_at=turn.started_at, error=f"ragaudit could not build this turn: {exc}")
+        judged = rag_turn.answer is not None and rag_turn.error is None and bool(rag_turn.retrievals)
+        finish_turn(self.recorder, self.auditor if judged else None, turn.handle, rag_turn,
+                    measures=self.turn_measures)
+        with self._store.lock:
+            self._closed_turns += 1
+
+    # -- chains ---------------------------------------------------------------------------------
+
+    def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: UUID,
+                       parent_run_id: UUID | None = None, tags: list[str] | None = None,
+                       metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        try:
+            name = kwargs.get("name")
+            if not isinstance(name, str) and isinstance(serialized, Mapping):
+                name = serialized.get("name")
+            self._start(run_id, parent_run_id, "chain", name, inputs, metadata, None, time.time_ns())
+        except Exception as exc:
+            report_failure("on_chain_start", exc)
+
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
+                     **kwargs: Any) -> None:
+        try:
+            self._end(run_id, outputs=outputs, inputs=kwargs.get("inputs"))
+        except Exception as exc:
+            report_failure("on_chain_end", exc)
+
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
+                       **kwargs: Any) -> None:
+        try:
+            self._end(run_id, inputs=kwargs.get("inputs"), error=error)
+        except Exception as exc:
+            report_failure("on_chain_error", exc)
+
+    # -- retrievers -----------------------------------------------------------------------------
+
+    def on_retriever_start(self, serialized: dict[str, Any] | None, query: str, *, run_id: UUID,
+                           parent_run_id: UUID | None = None, tags: list[str] | None = None,
+                           metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        try:
+            now = time.time_ns()
+            name = _retriever_name(serialized, metadata, kwargs.get("name"))
+            text = query if isinstance(query, str) else None
+            self._start(run_id, parent_run_id, "retriever", name, text, metadata,
+                        _OpenRetrieval(name, text, now), now)
+        except Exception as exc:
+            report_failure("on_retriever_start", exc)
+
+    def _end_retriever(self, run_id: UUID, documents: Sequence[Any] | None,
+                       error: BaseException | None) -> None:
+        now = time.time_ns()
+        child = self._open_child(run_id)
+        retrieval = None
+        if isinstance(child, _OpenRetrieval):
+            retrieval = Retrieval(
+                name=child.name, documents=_convert_documents(documents or ()), query=child.query,
+                started_at=child.started_at, ended_at=now,
+                error=_error_text(error) if error is not None else None,
+            )
+        self._end(run_id, error=error, finished=retrieval)
+
+    def on_retriever_end(self, documents: Sequence[Any], *, run_id: UUID, parent_run_id: UUID | None = None,
+                         **kwargs: Any) -> None:
+        try:
+            self._end_retriever(run_id, documents, None)
+        except Exception as exc:
+            report_failure("on_retriever_end", exc)
+
+    def on_retriever_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
+                           **kwargs: Any) -> None:
+        try:
+            self._end_retriever(run_id, (), error)
+        except Exception as exc:
+            report_failure("on_retriever_error", exc)
+
+    # -- models ---------------------------------------------------------------------------------
+
+    def _start_model(self, prompt: Any, run_id: UUID, parent_run_id: UUID | None,
+                     metadata: dict[str, Any] | None, kwargs: dict[str, Any]) -> None:
+        now = time.time_ns()
+        provider = metadata.get("ls_provider") if metadata else None
+        child = _OpenGeneration(_model_name(kwargs.get("invocation_params"), metadata),
+                                provider if isinstance(provider, str) else None, prompt, now)
+        name = kwargs.get("name")
+        self._start(run_id, parent_run_id, "llm", name if isinstance(name, str) else child.model,
+                    prompt, metadata, child, now)
+
+    def on_chat_model_start(self, serialized: dict[str, Any] | None, messages: list[list[BaseMessage]], *,
+                            run_id: UUID, parent_run_id: UUID | None = None, tags: list[str] | None = None,
+                            metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        try:
+            self._start_model(messages[0] if messages else [], run_id, parent_run_id, metadata, kwargs)
+        except Exception as exc:
+            report_failure("on_chat_model_start", exc)
+
+    def on_llm_start(self, serialized: dict[str, Any] | None, prompts: list[str], *, run_id: UUID,
+                     parent_run_id: UUID | None = None, tags: list[str] | None = None,
+                     metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        try:
+            self._start_model(list(prompts[:1]), run_id, parent_run_id, metadata, kwargs)
+        except Exception as exc:
+            report_failure("on_llm_start", exc)
+
+    def _end_model(self, run_id: UUID, response: Any, error: BaseException | None) -> None:
+        now = time.time_ns()
+        child = self._open_child(run_id)
+        generation = None
+        if isinstance(child, _OpenGeneration):
+            text, input_tokens, output_tokens, response_model = (
+                _read_llm_result(response) if error is None else (None, None, None, None))
+            generation = Generation(
+                model=child.model or response_model,
+                prompt=_prompt_text(child.prompt) if self.recorder.capture_content else None,
+                output=text,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                started_at=child.started_at,
+                ended_at=now,
+                error=_error_text(error) if error is not None else None,
+                provider=child.provider,
+            )
+        self._end(run_id, error=error, finished=generation)
+
+    def on_llm_end(self, response: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
+                   **kwargs: Any) -> None:
+        try:
+            self._end_model(run_id, response, None)
+        except Exception as exc:
+            report_failure("on_llm_end", exc)
+
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
+                     **kwargs: Any) -> None:
+        try:
+            self._end_model(run_id, None, error)
+        except Exception as exc:
+            report_failure("on_llm_error", exc)
+
+    # -- tools (tracked only so a turn waits for them; never a turn of their own) ---------------------
+
+    def on_tool_start(self, serialized: dict[str, Any] | None, input_str: str, *, run_id: UUID,
+                      parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        try:
+            if parent_run_id is not None:
+                self._start(run_id, parent_run_id, None, None, None, None, None, 0)
+        except Exception as exc:
+            report_failure("on_tool_start", exc)
+
+    def on_tool_end(self, output: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
+                    **kwargs: Any) -> None:
+        try:
+            self._end(run_id)
+        except Exception as exc:
+            report_failure("on_tool_end", exc)
+
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
+                      **kwargs: Any) -> None:
+        try:
+            self._end(run_id)
+        except Exception as exc:
+            report_failure("on_tool_error", exc)
+
+    def __repr__(self) -> str:
+        return f"RagAuditCallbackHandler(auditor={self.auditor!r})"
+
+
+# --- process-wide registration -----------------------------------------------------------------------
+
+
+class _ProcessWideHandler:
+    """What LangChain's configure hook reads in place of a ContextVar: ``get()`` returns the handler.
+
+    A ContextVar set by :func:`instrument` would be invisible to threads started afterwards with
+    ``threading.Thread`` or a plain ``ThreadPoolExecutor`` (they begin with an empty context), and
+    to asyncio tasks created before; this answers the same in every thread and task.
+    """
+
+    def __init__(self) -> None:
+        self.handler: RagAuditCallbackHandler | None = None
+
+    def get(self, default: Any = None) -> RagAuditCallbackHandler | None:
+        handler = self.handler
+        return handler if handler is not None else default
+
+
+_registration_lock = threading.Lock()
+_process_handler = _ProcessWideHandler()
+_hook_registered = False
+
+
+def instrument(**handler_kwargs: Any) -> RagAuditCallbackHandler:
+    """Audit every LangChain run in the process: one :class:`RagAuditCallbackHandler` is added to
+    every callback manager LangChain configures (its configure hook, inheritable).
+
+    *handler_kwargs* go to the handler (``judge``, ``auditor``, ``tracer_provider``, ...); returns
+    it. Calling again replaces the handler. Do not also pass a handler in ``config`` (that would
+    record each turn twice). Undo with :func:`uninstrument`.
+    """
+    global _hook_registered
+    handler = RagAuditCallbackHandler(**handler_kwargs)
+    with _registration_lock:
+        if not _hook_registered:
+            from langchain_core.tracers.context import register_configure_hook
+
+            register_configure_hook(cast("ContextVar[Any]", _process_handler), True)
+            _hook_registered = True
+        _process_handler.handler = handler
+    return handler
+
+
+def uninstrument() -> RagAuditCallbackHandler | None:
+    """Stop auditing runs that start from now on; returns the handler that was installed, if any.
+
+    Idempotent. Runs already in flight finish with the handler they started with.
+    """
+    with _registration_lock:
+        handler, _process_handler.handler = _process_handler.handler, None
+    return handler

@@ -1,0 +1,1274 @@
+"""LlamaIndex integration: one call makes every query, chat and retrieval an audited, traced turn.
+
+>>> from ragaudit.integrations import llamaindex
+>>> llamaindex.instrument()        # every query engine, chat engine and retriever in the process
+
+:func:`instrument` attaches a span handler and an event handler to LlamaIndex's root
+instrumentation dispatcher. Each root call (``*QueryEngine.query``/``aquery``,
+``*ChatEngine.chat``/``achat``/``stream_chat``/``astream_chat``, or a retriever's
+``retrieve``/``aretrieve`` called on its own) becomes one :class:`~ragaudit.RagTurn`, correlated
+through the dispatcher's span tree so concurrent calls (threads, ``asyncio.gather``) never mix.
+A streamed answer is followed to its end: the turn closes when the stream is consumed, or when
+its consumer drops it half way (with the text received so far, ``metadata["ragaudit.stream"] ==
+"abandoned"``).
+
+Code that still configures ``Settings.callback_manager`` can use the legacy
+:class:`RagAuditLlamaIndexHandler` instead. Use one of the two, not both, or each turn is
+recorded twice.
+
+Ground truth for retrieval metrics goes in LlamaIndex's instrument tags::
+
+    from llama_index.core.instrumentation.dispatcher import instrument_tags
+    with instrument_tags({"ragaudit_relevant_ids": ["doc-1", "doc-7"]}):
+        query_engine.query("...")
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from llama_index.core.base.base_query_engine import BaseQueryEngine
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.llms.base import BaseLLM
+from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
+from llama_index.core.callbacks import CBEventType, EventPayload
+from llama_index.core.callbacks.base_handler import BaseCallbackHandler
+from llama_index.core.chat_engine.types import BaseChatEngine, StreamingAgentChatResponse
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+from llama_index.core.instrumentation.events import BaseEvent
+from llama_index.core.instrumentation.events.chat_engine import StreamChatErrorEvent
+from llama_index.core.instrumentation.events.llm import (
+    LLMChatEndEvent,
+    LLMChatStartEvent,
+    LLMCompletionEndEvent,
+    LLMCompletionStartEvent,
+)
+from llama_index.core.instrumentation.events.query import QueryEndEvent
+from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent, RetrievalStartEvent
+from llama_index.core.instrumentation.events.synthesis import SynthesizeEndEvent
+from llama_index.core.instrumentation.span import BaseSpan
+from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
+from pydantic import PrivateAttr
+
+from ..errors import ConfigurationError
+from ..online import DEFAULT_TURN_MEASURES, Auditor
+from ..records import Generation, RagTurn, Retrieval, RetrievedDoc
+from ._common import (
+    RunStore,
+    build_turn,
+    default_auditor,
+    doc_id_from,
+    finish_turn,
+    ground_truth_from,
+    report_failure,
+    source_from,
+)
+
+__all__ = [
+    "JUDGE_CONTEXT_KEY",
+    "STREAM_KEY",
+    "LlamaIndexInstrumentation",
+    "RagAuditLlamaIndexHandler",
+    "instrument",
+    "uninstrument",
+]
+
+FRAMEWORK = "llamaindex"
+JUDGE_CONTEXT_KEY = "ragaudit.judge_context"
+"""Turn metadata key: ``"source_nodes"`` when the turn's documents (what the judge saw) are the
+nodes the answer was built from (after node post-processors and rerankers), ``"retrieval"`` when
+they are the retriever's output (a retriever called on its own, or an engine reporting no sources)."""
+STREAM_KEY = "ragaudit.stream"
+"""Turn metadata key of a streamed answer: ``"consumed"``, ``"abandoned"`` (dropped by its consumer
+before the end; the answer is the text received so far) or ``"error"``."""
+
+_QUERY_METHODS = frozenset({"query", "aquery"})
+_CHAT_METHODS = frozenset({"chat", "achat", "stream_chat", "astream_chat"})
+_RETRIEVE_METHODS = frozenset({"retrieve", "aretrieve"})
+_CHAT_WRITE_METHODS = frozenset({"write_response_to_history", "awrite_response_to_history"})
+_QUERY_ARGS = ("str_or_query_bundle", "message", "query_bundle", "query", "query_str")
+_LEGACY_ROOT = "root"  # CallbackManager's BASE_TRACE_EVENT: the parent of a trace's first event
+_UUID_SUFFIX = 37  # "-" + str(uuid4()) at the end of a dispatcher span id
+
+# The turn a stream wrapper is pulling from, set only around each step of the stream, so model
+# calls the stream makes lazily (their spans have no parent) are recorded in that turn.
+_STREAM_TURN: ContextVar[tuple[_Collector, _Turn] | None] = ContextVar("ragaudit_llamaindex_stream",
+                                                                       default=None)
+# The legacy LLM event open in this context: a model call made inside another (a chat model
+# implemented over completion) belongs to the same generation.
+_LEGACY_LLM: ContextVar[tuple[_Collector, str] | None] = ContextVar("ragaudit_llamaindex_llm", default=None)
+
+
+# --- reading LlamaIndex values -------------------------------------------------------------------
+
+
+def _error_text(error: BaseException | str) -> str:
+    return error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+
+
+def _span_name(span_id: str) -> str:
+    """``"RetrieverQueryEngine.query"`` from the dispatcher's ``"RetrieverQueryEngine.query-<uuid4>"``."""
+    if len(span_id) > _UUID_SUFFIX and span_id[-_UUID_SUFFIX] == "-":
+        return span_id[:-_UUID_SUFFIX]
+    return span_id.partition("-")[0]
+
+
+def _root_kind(name: str, instance: Any) -> str | None:
+    if instance is None:
+        return None
+    method = name.rpartition(".")[2]
+    if method in _QUERY_METHODS and isinstance(instance, BaseQueryEngine):
+        return "query"
+    if method in _CHAT_METHODS and isinstance(instance, BaseChatEngine):
+        return "chat"
+    if method in _RETRIEVE_METHODS and isinstance(instance, BaseRetriever):
+        return "retrieve"
+    return None
+
+
+def _query_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    query_str = getattr(value, "query_str", None)  # QueryBundle
+    if isinstance(query_str, str):
+        return query_str
+    content = getattr(value, "content", None)  # ChatMessage
+    return content if isinstance(content, str) else None
+
+
+def _query_from_args(bound_args: Any) -> str | None:
+    arguments = getattr(bound_args, "arguments", None)
+    if not isinstance(arguments, Mapping):
+        return None
+    for key in _QUERY_ARGS:
+        if key in arguments:
+            found = _query_text(arguments[key])
+            if found is not None:
+                return found
+    for value in arguments.values():
+        found = _query_text(value)
+        if found is not None:
+            return found
+    return None
+
+
+def _answer_from(response: Any) -> str | None:
+    """The answer text of an engine's return value (``Response``, ``AgentChatResponse``, a finished
+    ``StreamingAgentChatResponse``, ``PydanticResponse``, a string); None for anything else."""
+    if response is None or isinstance(response, list):
+        return None
+    if isinstance(response, str):
+        return response
+    if isinstance(response, StreamingResponse):
+        return response.response_txt
+    if isinstance(response, AsyncStreamingResponse):
+        return response.response_txt
+    if isinstance(response, StreamingAgentChatResponse):
+        return response.response or response.unformatted_response.strip() or None
+    value = getattr(response, "response", None)
+    if isinstance(value, str):
+        return value
+    if value is not None and callable(getattr(value, "model_dump_json", None)):  # PydanticResponse
+        try:
+            return str(value.model_dump_json())
+        except Exception:
+            return None
+    return None
+
+
+def _source_nodes_of(response: Any) -> list[Any] | None:
+    nodes = getattr(response, "source_nodes", None)
+    return nodes if isinstance(nodes, list) else None
+
+
+def _finite_score(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _snapshot(nodes: Any) -> list[tuple[Any, float | None]]:
+    """``(node, score)`` pairs as they are now: a reranker may later rescore the same objects."""
+    if not isinstance(nodes, (list, tuple)):
+        return []
+    return [(getattr(n, "node", n), _finite_score(getattr(n, "score", None))) for n in nodes]
+
+
+def _convert_nodes(pairs: Sequence[tuple[Any, float | None]]) -> tuple[RetrievedDoc, ...]:
+    out = []
+    for rank, (node, score) in enumerate(pairs, 1):
+        try:
+            content = node.get_content()
+        except Exception:
+            content = getattr(node, "text", None)
+        if not isinstance(content, str):
+            content = "" if content is None else str(content)
+        metadata = getattr(node, "metadata", None)
+        if not isinstance(metadata, Mapping):
+            metadata = {}
+        source = source_from(metadata)
+        out.append(RetrievedDoc(
+            id=doc_id_from(getattr(node, "node_id", None), metadata, content, source),
+            content=content,
+            score=score,
+            rank=rank,
+            source=source,
+            metadata=metadata,
+        ))
+    return tuple(out)
+
+
+def _model_from(model_dict: Any) -> str | None:
+    if not isinstance(model_dict, Mapping):
+        return None
+    for key in ("model", "model_name", "deployment_name", "class_name"):
+        value = model_dict.get(key)
+        if isinstance(value, str) and value and value != "unknown":
+            return value
+    return None
+
+
+def _messages_text(messages: Any) -> str | None:
+    if not isinstance(messages, (list, tuple)):
+        return None
+    lines = []
+    for message in messages:
+        role = getattr(message, "role", "")
+        role = getattr(role, "value", role)
+        content = getattr(message, "content", None)
+        lines.append(f"{role}: {content if isinstance(content, str) else ''}")
+    return "\n".join(lines)
+
+
+def _output_of(response: Any) -> str | None:
+    """The text of a ``ChatResponse`` or ``CompletionResponse``."""
+    if response is None:
+        return None
+    message = getattr(response, "message", None)
+    if message is not None:
+        content = getattr(message, "content", None)
+        return content if isinstance(content, str) else None
+    text = getattr(response, "text", None)
+    return text if isinstance(text, str) else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _usage_of(response: Any) -> tuple[int | None, int | None]:
+    """Input and output token counts a model reported: ``additional_kwargs`` (as the OpenAI
+    integration sets them) or the raw response's ``usage``."""
+    extra = getattr(response, "additional_kwargs", None)
+    if isinstance(extra, Mapping):
+        prompt = _int(extra.get("prompt_tokens", extra.get("input_tokens")))
+        completion = _int(extra.get("completion_tokens", extra.get("output_tokens")))
+        if prompt is not None or completion is not None:
+            return prompt, completion
+    raw = getattr(response, "raw", None)
+    usage = raw.get("usage") if isinstance(raw, Mapping) else getattr(raw, "usage", None)
+    if usage is None:
+        return None, None
+    if isinstance(usage, Mapping):
+        return (_int(usage.get("prompt_tokens", usage.get("input_tokens"))),
+                _int(usage.get("completion_tokens", usage.get("output_tokens"))))
+    return (_int(getattr(usage, "prompt_tokens", getattr(usage, "input_tokens", None))),
+            _int(getattr(usage, "completion_tokens", getattr(usage, "output_tokens", None))))
+
+
+# --- per-turn state ----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Retrieving:
+    seq: int
+    name: str
+    query: str | None
+    started_at: int
+    ended_at: int | None = None
+    nodes: list[tuple[Any, float | None]] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class _Generating:
+    seq: int
+    started_at: int
+    model: str | None = None
+    prompt: str | None = None
+    output: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    ended_at: int | None = None
+    error: str | None = None
+    caller: int = 0  # id() of the LLM object, to match a stream's lazily made inner call
+
+
+@dataclass(slots=True)
+class _Turn:
+    root_id: str
+    kind: str
+    name: str
+    started_at: int
+    query: str | None
+    tags: Mapping[str, Any] | None
+    handle: Any = None
+    result: Any = None
+    hint: Any = None  # the last QueryEndEvent / SynthesizeEndEvent response inside the turn
+    sources: list[tuple[Any, float | None]] | None = None  # source nodes of a streamed response
+    streamed: str | None = None  # the full text of a wrapped stream
+    stream_state: str | None = None
+    stream_run: str | None = None
+    chat_written: bool = False
+    error: str | None = None
+    seq: int = 0
+    retrievals: dict[str, _Retrieving] = field(default_factory=dict)
+    generations: dict[str, _Generating] = field(default_factory=dict)
+    llm_key: dict[str, str] = field(default_factory=dict)  # model span/event -> its outermost model call
+    legacy_outer: dict[str, Any] = field(default_factory=dict)  # legacy LLM event -> _LEGACY_LLM before it
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+
+_RootInfo = tuple[str, str, str | None, Mapping[str, Any] | None]  # kind, name, query, tags
+
+
+class _Collector:
+    """Groups LlamaIndex runs (dispatcher spans or legacy callback events) into turns and closes them.
+
+    Shared by the span/event handlers of :func:`instrument` and by :class:`RagAuditLlamaIndexHandler`.
+    Every method is called on the host's thread, holds the store lock only for dictionary updates,
+    and never raises (callers wrap it); a closed turn is built, submitted and traced after the lock
+    is released.
+    """
+
+    def __init__(
+        self,
+        judge: Any,
+        auditor: Auditor | None,
+        tracer_provider: Any,
+        capture_content: bool | None,
+        redact: Callable[[str], str] | None,
+        max_runs: int,
+        turn_measures: Sequence[str],
+        owner: str,
+    ) -> None:
+        if judge is not None and auditor is not None:
+            raise ConfigurationError(f"give {owner} a judge or an auditor, not both")
+        if auditor is not None and not callable(getattr(auditor, "submit", None)):
+            raise ConfigurationError(f"auditor must be a ragaudit.Auditor, got {type(auditor).__name__}")
+        if isinstance(turn_measures, str):
+            raise ConfigurationError("turn_measures must be a sequence of metric names, not a string")
+        self.turn_measures = tuple(turn_measures)
+        self._validate_measures()
+        self.store: RunStore[_Turn] = RunStore(max_runs)
+        # Re-entrant: LlamaIndex dispatches events from generator finalizers, which the garbage
+        # collector may run on this thread while it is inside one of our own critical sections.
+        self.store.lock = threading.RLock()  # type: ignore[assignment]
+        own_recorder = tracer_provider is not None or capture_content is not None or redact is not None
+        if auditor is None:
+            if judge is not None:
+                auditor = Auditor(judge, tracer_provider=tracer_provider, capture_content=capture_content,
+                                  redact=redact)
+            else:
+                auditor = default_auditor(tracer_provider, capture_content=capture_content, redact=redact)
+        self.auditor: Auditor = auditor
+        if own_recorder:
+            from ..tracing.spans import SpanRecorder
+
+            self.recorder: Any = SpanRecorder(tracer_provider, capture_content=capture_content, redact=redact)
+        else:
+            self.recorder = auditor.recorder
+        self.closed_turns = 0
+        self._closer = _Closer()
+
+    def _validate_measures(self) -> None:
+        try:
+            from ..metrics import parse_measure
+        except ImportError:  # pragma: no cover - metrics is part of the package
+            return
+        for name in self.turn_measures:
+            parse_measure(name)
+
+    # -- runs -------------------------------------------------------------------------------------
+
+    def start_run(self, run_id: str, parent_id: str | None, root: _RootInfo | None,
+                  now: int) -> _Turn | None:
+        """Register a run; returns its turn (None: not part of any turn). *root* describes the turn
+        it starts when its parent is not in one."""
+        store = self.store
+        evicted: list[_Turn] = []
+        with store.lock:
+            turn = store.state_of(parent_id) if parent_id is not None else None
+            if turn is None:
+                stream = _STREAM_TURN.get()
+                streaming = stream[1] if stream is not None and stream[0] is self else None
+                if streaming is not None and store.state_of(streaming.root_id) is streaming:
+                    parent_id = streaming.root_id
+                elif root is None:
+                    return None
+            kind, name, query, tags = root if root is not None else ("", "", None, None)
+
+            def new_turn() -> _Turn:
+                return _Turn(run_id, kind, name, now, query, tags,
+                             handle=self.recorder.start_turn(start_ns=now))
+
+            turn, _, evicted = store.start(run_id, parent_id, new_turn)
+        for old in evicted:
+            self.close(old, evicted=True)
+        return turn
+
+    def end_run(self, run_id: str, *, result: Any = None, error: BaseException | str | None = None,
+                instance: Any = None) -> None:
+        """Register the end of a run; close its turn when this completes it."""
+        store = self.store
+        tap: _StreamTap | _AsyncStreamTap | None = None
+        with store.lock:
+            turn = store.state_of(run_id)
+            if turn is None:
+                return
+            now = time.time_ns()
+            is_root = run_id == turn.root_id
+            retrieving = turn.retrievals.get(run_id)
+            if retrieving is not None and retrieving.ended_at is None:
+                retrieving.ended_at = now
+                if error is not None:
+                    retrieving.error = _error_text(error)
+            generating = turn.generations.get(run_id)
+            if generating is not None and error is not None and generating.error is None:
+                generating.error = _error_text(error)
+                generating.ended_at = now
+            if is_root:
+                if error is not None:
+                    turn.error = _error_text(error)
+                else:
+                    turn.result = result
+                    tap = self._watch_stream(turn, result)
+            elif instance is not None and isinstance(instance, StreamingAgentChatResponse) \
+                    and _span_name(run_id).rpartition(".")[2] in _CHAT_WRITE_METHODS:
+                turn.chat_written = True
+                if error is not None and turn.error is None:
+                    turn.error = _error_text(error)
+                if turn.stream_run is not None:
+                    store.end(turn.stream_run)
+            turn, complete = store.end(run_id, force=is_root and error is not None)
+        if tap is not None:
+            tap.install()
+        if complete and turn is not None:
+            self.close(turn)
+
+    def _watch_stream(self, turn: _Turn, result: Any) -> _StreamTap | _AsyncStreamTap | None:
+        """Keep the turn open past its root while the answer is still streaming (lock held).
+
+        A stream wrapper holds no reference back to its response and the turn keeps only the
+        response's source nodes, so a response its consumer drops can be collected (and the turn
+        closed as abandoned).
+        """
+        if isinstance(result, (StreamingResponse, AsyncStreamingResponse)):
+            nodes = _source_nodes_of(result)
+            turn.sources = _snapshot(nodes) if nodes is not None else None
+            turn.result = turn.hint = None
+        if isinstance(result, StreamingResponse) and result.response_txt is None \
+                and result.response_gen is not None:
+            turn.stream_run = f"{turn.root_id}#stream"
+            self.store.start(turn.stream_run, turn.root_id, _never)
+            return _StreamTap(self, turn, result)
+        if isinstance(result, AsyncStreamingResponse) and result.response_txt is None \
+                and result.response_gen is not None:
+            turn.stream_run = f"{turn.root_id}#stream"
+            self.store.start(turn.stream_run, turn.root_id, _never)
+            return _AsyncStreamTap(self, turn, result)
+        if isinstance(result, StreamingAgentChatResponse) and not turn.chat_written and (
+                result.chat_stream is not None or result.achat_stream is not None):
+            # The engine writes the stream to memory in a thread / task it has just started, whose
+            # span may not have begun yet: wait for that write to end.
+            turn.stream_run = f"{turn.root_id}#stream"
+            self.store.start(turn.stream_run, turn.root_id, _never)
+        return None
+
+    def stream_ended(self, turn: _Turn, text: str, state: str, error: BaseException | None,
+                     deferred: bool = False) -> None:
+        """A wrapped stream finished (``consumed``), failed (``error``) or was dropped (``abandoned``)."""
+        if deferred:
+            self._closer.put(lambda: self.stream_ended(turn, text, state, error))
+            return
+        store = self.store
+        with store.lock:
+            turn.streamed = text
+            turn.stream_state = state
+            if error is not None and turn.error is None:
+                turn.error = _error_text(error)
+            closing, complete = store.end(turn.stream_run) if turn.stream_run else (None, False)
+        if complete and closing is not None:
+            self.close(closing)
+
+    # -- retrievals and generations ----------------------------------------------------------------
+
+    def retrieval_started(self, run_id: str, name: str, query: Any, now: int) -> None:
+        with self.store.lock:
+            turn = self.store.state_of(run_id)
+            if turn is not None and run_id not in turn.retrievals:
+                turn.retrievals[run_id] = _Retrieving(turn.next_seq(), name, _query_text(query), now)
+
+    def retrieval_ended(self, run_id: str, nodes: Any, now: int) -> None:
+        pairs = _snapshot(nodes)
+        with self.store.lock:
+            turn = self.store.state_of(run_id)
+            if turn is None:
+                return
+            retrieving = turn.retrievals.get(run_id)
+            if retrieving is None:
+                retrieving = turn.retrievals[run_id] = _Retrieving(turn.next_seq(), "retriever", None, now)
+            retrieving.nodes = pairs
+            retrieving.ended_at = now
+
+    def generation_started(self, turn: _Turn, run_id: str, outer: str | None, now: int,
+                           caller: Any = None) -> None:
+        """Register a model call inside *outer* (a model call, or None); call with the lock held.
+
+        A call with no parent span at all was made lazily by a stream (an async stream over a sync
+        one): it belongs to the unfinished call of the same LLM object, if there is one.
+        """
+        key = turn.llm_key.get(outer, run_id) if outer is not None else run_id
+        caller_id = id(caller) if caller is not None else 0
+        if outer is None and caller_id:
+            key = next((k for k, g in turn.generations.items()
+                        if g.caller == caller_id and g.ended_at is None), run_id)
+        turn.llm_key[run_id] = key
+        if key not in turn.generations:
+            turn.generations[key] = _Generating(turn.next_seq(), now, caller=caller_id)
+
+    def model_called(self, run_id: str, model: str | None, prompt: str | None, now: int) -> None:
+        with self.store.lock:
+            turn = self.store.state_of(run_id)
+            if turn is None:
+                return
+            generating = self._generating(turn, run_id, now)
+            if generating.model is None:
+                generating.model = model
+            if generating.prompt is None and self.recorder.capture_content:
+                generating.prompt = prompt
+
+    def model_answered(self, run_id: str, response: Any, now: int, error: Any = None) -> None:
+        output = _output_of(response)
+        input_tokens, output_tokens = _usage_of(response)
+        with self.store.lock:
+            turn = self.store.state_of(run_id)
+            if turn is None:
+                return
+            generating = self._generating(turn, run_id, now)
+            outermost = turn.llm_key.get(run_id) == run_id
+            if output is not None and (outermost or generating.output is None):
+                generating.output = output
+            if input_tokens is not None and (outermost or generating.input_tokens is None):
+                generating.input_tokens = input_tokens
+            if output_tokens is not None and (outermost or generating.output_tokens is None):
+                generating.output_tokens = output_tokens
+            if error is not None and generating.error is None:
+                generating.error = _error_text(error)
+            generating.ended_at = now
+
+    def _generating(self, turn: _Turn, run_id: str, now: int) -> _Generating:
+        key = turn.llm_key.get(run_id)
+        if key is None:
+            key = turn.llm_key[run_id] = run_id
+        generating = turn.generations.get(key)
+        if generating is None:
+            generating = turn.generations[key] = _Generating(turn.next_seq(), now)
+        return generating
+
+    def response_seen(self, run_id: str, response: Any) -> None:
+        with self.store.lock:
+            turn = self.store.state_of(run_id)
+            if turn is not None and run_id != turn.root_id:
+                turn.hint = response
+
+    def turn_failed(self, run_id: str, error: BaseException | str) -> None:
+        with self.store.lock:
+            turn = self.store.state_of(run_id)
+            if turn is not None and turn.error is None:
+                turn.error = _error_text(error)
+
+    # -- closing -----------------------------------------------------------------------------------
+
+    def close(self, turn: _Turn, *, evicted: bool = False) -> None:
+        try:
+            rag_turn = self._build(turn, evicted)
+        except Exception as exc:
+            report_failure("building a LlamaIndex turn", exc)
+            rag_turn = RagTurn(turn_id=turn.root_id[-36:], query=turn.query or "", answer=None,
+                               framework=FRAMEWORK, started_at=turn.started_at,
+                               error=f"ragaudit could not build this turn: {exc}")
+        judged = rag_turn.answer is not None and rag_turn.error is None and bool(rag_turn.retrievals)
+        finish_turn(self.recorder, self.auditor if judged else None, turn.handle, rag_turn,
+                    measures=self.turn_measures)
+        with self.store.lock:
+            self.closed_turns += 1
+
+    def _build(self, turn: _Turn, evicted: bool) -> RagTurn:
+        now = time.time_ns()
+        error = turn.error
+        if evicted:
+            error = (f"ragaudit: turn evicted before it finished ({self.store.max_runs} turns were "
+                     "open; raise max_runs or look for runs that never end)")
+        with self.store.lock:
+            retrieving = sorted(turn.retrievals.values(), key=lambda r: r.seq)
+            generating = sorted(turn.generations.values(), key=lambda g: g.seq)
+            result, hint, streamed = turn.result, turn.hint, turn.streamed
+        unfinished = "unfinished when the turn closed"
+        retrievals = [
+            Retrieval(name=r.name, documents=_convert_nodes(r.nodes), query=r.query, started_at=r.started_at,
+                      ended_at=r.ended_at if r.ended_at is not None else now,
+                      error=r.error if r.ended_at is not None else (r.error or unfinished))
+            for r in retrieving
+        ]
+        generations = [
+            Generation(model=g.model, prompt=g.prompt, output=g.output, input_tokens=g.input_tokens,
+                       output_tokens=g.output_tokens, started_at=g.started_at,
+                       ended_at=g.ended_at if g.ended_at is not None else now,
+                       error=g.error if g.ended_at is not None else (g.error or unfinished))
+            for g in generating
+        ]
+        answer: str | None = None
+        if error is None and turn.kind != "retrieve":
+            answer = streamed if streamed is not None else _answer_from(result)
+            if answer is None:
+                answer = _answer_from(hint)
+            if answer is None:
+                answer = next((g.output for g in reversed(generations)
+                               if g.output is not None and g.error is None), None)
+        query = turn.query
+        if query is None:
+            query = next((r.query for r in retrievals if r.query), "")
+        relevant_ids, reference = ground_truth_from(turn.tags)
+        metadata: dict[str, Any] = {"run_name": turn.name}
+        if turn.tags:
+            metadata.update((k, v) for k, v in turn.tags.items() if not k.startswith("ragaudit_"))
+        if reference is not None:
+            metadata["reference_answer"] = reference
+        if turn.stream_state is not None:
+            metadata[STREAM_KEY] = turn.stream_state
+
+        sources: list[tuple[Any, float | None]] | None = None
+        if turn.kind == "retrieve":
+            if isinstance(result, list):
+                sources = _snapshot(result)
+            metadata[JUDGE_CONTEXT_KEY] = "retrieval"
+        else:
+            sources = turn.sources
+            nodes = _source_nodes_of(result)
+            if nodes is None and sources is None:
+                nodes = _source_nodes_of(hint)
+            if nodes is not None:
+                sources = _snapshot(nodes)
+            metadata[JUDGE_CONTEXT_KEY] = "retrieval" if sources is None else "source_nodes"
+        common: dict[str, Any] = {
+            "turn_id": turn.root_id[-36:], "query": query, "answer": answer, "framework": FRAMEWORK,
+            "generations": generations, "started_at": turn.started_at, "ended_at": now,
+            "handle": turn.handle, "relevant_ids": relevant_ids, "metadata": metadata, "error": error,
+        }
+        if sources is None:
+            return build_turn(retrievals=retrievals, **common)
+        # The turn's documents are the nodes the answer was built from; build_turn takes them as one
+        # retrieval (deduplicated, ranked 1..n), then the retrievals as they happened are put back.
+        built = build_turn(retrievals=[Retrieval(name="", documents=_convert_nodes(sources))], **common)
+        return replace(built, retrievals=tuple(retrievals))
+
+
+def _never() -> _Turn:  # pragma: no cover - a stream run always has its turn's root as parent
+    raise RuntimeError("a stream run must belong to an open turn")
+
+
+# --- streams ---------------------------------------------------------------------------------------
+
+
+class _Closer:
+    """Closes turns of streams the garbage collector dropped, on a thread of its own.
+
+    A finalizer may run on any thread at any moment, even inside the host's own locks; it only
+    puts work on a :class:`queue.SimpleQueue` (safe there), and this thread does the rest.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._pending = 0
+        self._idle = threading.Condition(self._lock)
+
+    def ensure_started(self) -> None:
+        if self._thread is not None:
+            return
+        with self._lock:
+            if self._thread is None:
+                thread = threading.Thread(target=self._run, name="ragaudit-llamaindex-streams", daemon=True)
+                thread.start()
+                self._thread = thread
+
+    def put(self, job: Callable[[], None]) -> None:
+        self._queue.put(job)
+
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            with self._lock:
+                self._pending += 1
+            try:
+                job()
+            except Exception as exc:
+                report_failure("closing an abandoned LlamaIndex stream", exc)
+            finally:
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+    def wait(self, timeout: float | None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._idle:
+            while self._pending or not self._queue.empty():
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._idle.wait(0.01 if remaining is None else min(remaining, 0.01))
+        return True
+
+
+class _StreamTap(Generator[str, None, None]):
+    """Stands in for ``StreamingResponse.response_gen``: passes every token through, keeps the text,
+    and closes the turn when the stream ends, fails, is closed, or is dropped unfinished."""
+
+    def __init__(self, collector: _Collector, turn: _Turn, response: StreamingResponse) -> None:
+        self._collector = collector
+        self._turn = turn
+        self._response = response
+        self._inner: Iterator[str] = iter(response.response_gen)
+        self._parts: list[str] = []
+        self._done = False
+        collector._closer.ensure_started()
+
+    def install(self) -> None:
+        self._response.response_gen = self
+        del self._response
+
+    def send(self, value: Any) -> str:
+        if self._done:
+            raise StopIteration
+        token = _STREAM_TURN.set((self._collector, self._turn))
+        try:
+            item = next(self._inner) if value is None else self._inner.send(value)  # type: ignore[attr-defined]
+        except StopIteration:
+            self._finish("consumed", None)
+            raise
+        except BaseException as exc:
+            self._finish("error", exc)
+            raise
+        finally:
+            _STREAM_TURN.reset(token)
+        if isinstance(item, str):
+            self._parts.append(item)
+        return item
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> str:  # type: ignore[override]
+        if isinstance(typ, BaseException):
+            exc = typ
+        else:
+            exc = typ() if val is None else (val if isinstance(val, BaseException) else typ(val))
+        if self._done:
+            raise exc
+        inner_throw = getattr(self._inner, "throw", None)
+        if inner_throw is None or isinstance(exc, GeneratorExit):
+            self._finish("abandoned", None)
+            raise exc
+        try:
+            item = inner_throw(exc)
+        except StopIteration:
+            self._finish("consumed", None)
+            raise
+        except BaseException as err:
+            self._finish("abandoned" if err is exc else "error", None if err is exc else err)
+            raise
+        if isinstance(item, str):
+            self._parts.append(item)
+        return item
+
+    def close(self) -> None:
+        if self._done:
+            return
+        try:
+            closer = getattr(self._inner, "close", None)
+            if closer is not None:
+                closer()
+        finally:
+            self._finish("abandoned", None)
+
+    def _finish(self, state: str, error: BaseException | None, deferred: bool = False) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._collector.stream_ended(self._turn, "".join(self._parts), state, error, deferred)
+        except Exception as exc:
+            report_failure("closing a LlamaIndex stream", exc)
+
+    def __del__(self) -> None:
+        if not getattr(self, "_done", True):
+            self._finish("abandoned", None, deferred=True)
+
+
+class _AsyncStreamTap:
+    """The async counterpart of :class:`_StreamTap`, for ``AsyncStreamingResponse.response_gen``."""
+
+    def __init__(self, collector: _Collector, turn: _Turn, response: AsyncStreamingResponse) -> None:
+        self._collector = collector
+        self._turn = turn
+        self._response = response
+        self._inner: AsyncIterator[str] = response.response_gen.__aiter__()
+        self._parts: list[str] = []
+        self._done = False
+        collector._closer.ensure_started()
+
+    def install(self) -> None:
+        self._response.response_gen = self  # type: ignore[assignment]
+        del self._response
+
+    def __aiter__(self) -> _AsyncStreamTap:
+        return self
+
+    async def __anext__(self) -> str:
+        if self._done:
+            raise StopAsyncIteration
+        token = _STREAM_TURN.set((self._collector, self._turn))
+        try:
+            item = await self._inner.__anext__()
+        except StopAsyncIteration:
+            self._finish("consumed", None)
+            raise
+        except BaseException as exc:
+            self._finish("abandoned" if isinstance(exc, GeneratorExit) else "error", exc)
+            raise
+        finally:
+            _STREAM_TURN.reset(token)
+        if isinstance(item, str):
+            self._parts.append(item)
+        return item
+
+    async def aclose(self) -> None:
+        if self._done:
+            return
+        try:
+            closer = getattr(self._inner, "aclose", None)
+            if closer is not None:
+                await closer()
+        finally:
+            self._finish("abandoned", None)
+
+    def _finish(self, state: str, error: BaseException | None, deferred: bool = False) -> None:
+        if self._done:
+            return
+        self._done = True
+        if isinstance(error, GeneratorExit):
+            error = None
+        try:
+            self._collector.stream_ended(self._turn, "".join(self._parts), state, error, deferred)
+        except Exception as exc:
+            report_failure("closing a LlamaIndex stream", exc)
+
+    def __del__(self) -> None:
+        if not getattr(self, "_done", True):
+            self._finish("abandoned", None, deferred=True)
+
+
+# --- the instrumentation dispatcher -----------------------------------------------------------------
+
+
+class _SpanHandler(BaseSpanHandler[BaseSpan]):
+    """Follows the dispatcher's span tree. Keeps no span objects (``open_spans`` stays empty): the
+    collector's run store is the record, so each span costs a few dictionary operations."""
+
+    _collector: _Collector = PrivateAttr()
+
+    def __init__(self, collector: _Collector) -> None:
+        super().__init__()
+        self._collector = collector
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "RagAuditSpanHandler"
+
+    def new_span(self, id_: str, bound_args: inspect.BoundArguments, instance: Any | None = None,
+                 parent_span_id: str | None = None, tags: dict[str, Any] | None = None,
+                 **kwargs: Any) -> BaseSpan | None:
+        try:
+            now = time.time_ns()
+            name = _span_name(id_)
+            kind = _root_kind(name, instance)
+            root = (kind, name, _query_from_args(bound_args), tags or None) if kind is not None else None
+            collector = self._collector
+            turn = collector.start_run(id_, parent_span_id, root, now)
+            if turn is not None and isinstance(instance, BaseLLM):
+                with collector.store.lock:
+                    collector.generation_started(turn, id_, parent_span_id, now, instance)
+        except Exception as exc:
+            report_failure("LlamaIndex span start", exc)
+        return None
+
+    def prepare_to_exit_span(self, id_: str, bound_args: inspect.BoundArguments, instance: Any | None = None,
+                             result: Any | None = None, **kwargs: Any) -> BaseSpan | None:
+        try:
+            self._collector.end_run(id_, result=result, instance=instance)
+        except Exception as exc:
+            report_failure("LlamaIndex span end", exc)
+        return None
+
+    def prepare_to_drop_span(self, id_: str, bound_args: inspect.BoundArguments, instance: Any | None = None,
+                             err: BaseException | None = None, **kwargs: Any) -> BaseSpan | None:
+        try:
+            self._collector.end_run(id_, error=err if err is not None else "span dropped", instance=instance)
+        except Exception as exc:
+            report_failure("LlamaIndex span drop", exc)
+        return None
+
+
+_EventFn = Callable[[_Collector, Any, str, int], None]
+
+
+def _on_retrieval_start(c: _Collector, e: Any, span_id: str, now: int) -> None:
+    c.retrieval_started(span_id, _span_name(span_id).rpartition(".")[0] or "retriever",
+                        e.str_or_query_bundle, now)
+
+
+def _on_retrieval_end(c: _Collector, e: Any, span_id: str, now: int) -> None:
+    c.retrieval_ended(span_id, e.nodes, now)
+
+
+def _on_response(c: _Collector, e: Any, span_id: str, now: int) -> None:
+    c.response_seen(span_id, e.response)
+
+
+def _on_chat_start(c: _Collector, e: Any, span_id: str, now: int) -> None:
+    c.model_called(span_id, _model_from(e.model_dict), _messages_text(e.messages), now)
+
+
+def _on_completion_start(c: _Collector, e: Any, span_id: str, now: int) -> None:
+    c.model_called(span_id, _model_from(e.model_dict), e.prompt if isinstance(e.prompt, str) else None, now)
+
+
+def _on_model_end(c: _Collector, e: Any, span_id: str, now: int) -> None:
+    c.model_answered(span_id, e.response, now)
+
+
+def _on_stream_chat_error(c: _Collector, e: Any, span_id: str, now: int) -> None:
+    c.turn_failed(span_id, e.exception)
+
+
+_EVENTS: dict[type, _EventFn] = {
+    RetrievalStartEvent: _on_retrieval_start,
+    RetrievalEndEvent: _on_retrieval_end,
+    QueryEndEvent: _on_response,
+    SynthesizeEndEvent: _on_response,
+    LLMChatStartEvent: _on_chat_start,
+    LLMCompletionStartEvent: _on_completion_start,
+    LLMChatEndEvent: _on_model_end,
+    LLMCompletionEndEvent: _on_model_end,
+    StreamChatErrorEvent: _on_stream_chat_error,
+}
+
+
+def _event_fn(event_type: type) -> _EventFn | None:
+    for base in event_type.__mro__:
+        fn = _EVENTS.get(base)
+        if fn is not None:
+            return fn
+    return None
+
+
+class _EventHandler(BaseEventHandler):
+    """Reads the events that carry data (retrieved nodes, responses, model calls) into the turn
+    their span belongs to; every other event costs one dictionary lookup."""
+
+    _collector: _Collector = PrivateAttr()
+    _by_type: dict[type, _EventFn | None] = PrivateAttr(default_factory=dict)
+
+    def __init__(self, collector: _Collector) -> None:
+        super().__init__()
+        self._collector = collector
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "RagAuditEventHandler"
+
+    def handle(self, event: BaseEvent, **kwargs: Any) -> None:
+        try:
+            event_type = type(event)
+            by_type = self._by_type
+            if event_type in by_type:
+                fn = by_type[event_type]
+            else:
+                fn = by_type[event_type] = _event_fn(event_type)
+            span_id = event.span_id
+            if fn is not None and span_id is not None:
+                fn(self._collector, event, span_id, time.time_ns())
+        except Exception as exc:
+            report_failure("LlamaIndex event", exc)
+
+
+class LlamaIndexInstrumentation:
+    """What :func:`instrument` attached to LlamaIndex's root dispatcher; :func:`uninstrument` detaches it.
+
+    ``auditor`` judges the turns, ``recorder`` writes the turn spans. :meth:`flush` waits for the
+    judgements of the turns closed so far; :meth:`stats` counts turns.
+    """
+
+    def __init__(self, collector: _Collector) -> None:
+        self._collector = collector
+        self.span_handler = _SpanHandler(collector)
+        self.event_handler = _EventHandler(collector)
+        self.attached = False
+
+    @property
+    def auditor(self) -> Auditor:
+        return self._collector.auditor
+
+    @property
+    def recorder(self) -> Any:
+        return self._collector.recorder
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Close the turns of streams dropped unfinished, then wait for every pending judgement."""
+        return _flush(self._collector, timeout)
+
+    def stats(self) -> dict[str, int]:
+        """``open_turns`` (in flight now), ``closed_turns`` and ``evicted`` (ended early at *max_runs*)."""
+        return _stats(self._collector)
+
+    def uninstrument(self) -> None:
+        """Detach from the dispatcher (idempotent). Turns in flight are not recorded."""
+        dispatcher = get_dispatcher()
+        with _registration_lock:
+            dispatcher.span_handlers = [h for h in dispatcher.span_handlers if h is not self.span_handler]
+            dispatcher.event_handlers = [h for h in dispatcher.event_handlers if h is not self.event_handler]
+            self.attached = False
+
+    def __repr__(self) -> str:
+        return f"LlamaIndexInstrumentation(attached={self.attached}, auditor={self.auditor!r})"
+
+
+def _flush(collector: _Collector, timeout: float | None) -> bool:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    ok = collector._closer.wait(timeout)
+    remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+    return collector.auditor.flush(remaining) and ok
+
+
+def _stats(collector: _Collector) -> dict[str, int]:
+    store = collector.store
+    with store.lock:
+        return {"open_turns": len(store), "closed_turns": collector.closed_turns, "evicted": store.evicted}
+
+
+_registration_lock = threading.Lock()
+_current: LlamaIndexInstrumentation | None = None
+
+
+def instrument(
+    judge: Any = None,
+    auditor: Auditor | None = None,
+    tracer_provider: Any = None,
+    capture_content: bool | None = None,
+    *,
+    redact: Callable[[str], str] | None = None,
+    max_runs: int = 10_000,
+    turn_measures: Sequence[str] = DEFAULT_TURN_MEASURES,
+) -> LlamaIndexInstrumentation:
+    """Audit every LlamaIndex query, chat and retrieval in the process.
+
+    Attaches a span handler and an event handler to the root dispatcher
+    (``llama_index.core.instrumentation.get_dispatcher()``); calling again replaces them. Returns
+    the :class:`LlamaIndexInstrumentation`; undo with :func:`uninstrument`.
+
+    * Question: the root call's argument (the query, or the user's chat message).
+    * Answer: the engine's response text; for a streamed response, the full text once the stream
+      is consumed (the text so far when it is dropped half way).
+    * Documents (what the judge sees): the response's ``source_nodes``, i.e. after node
+      post-processors and rerankers, ranked 1..n by node id; each retriever call is kept as it
+      returned on its own retrieval span (node ids, scores, text). ``metadata["ragaudit.judge_context"]``
+      says which one the judge saw (``"source_nodes"`` or ``"retrieval"``).
+    * A retriever called on its own and a turn with no answer or an error are traced, not judged.
+
+    Args:
+        judge: the judge of a private :class:`~ragaudit.Auditor` (with the tracing settings below).
+            Give *judge* or *auditor*, not both; with neither, the process-wide default auditor.
+        auditor: the auditor to submit turns to.
+        tracer_provider, capture_content, redact: settings of the span recorder for turn spans
+            (``capture_content`` None: on unless ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
+            says ``NO_CONTENT``); with none given, the auditor's recorder is used.
+        max_runs: at most this many turns are tracked at once; past it the oldest is ended as an error.
+        turn_measures: retrieval metrics put on the turn span when ground truth is known.
+
+    Raises :class:`~ragaudit.ConfigurationError` for bad arguments. Once attached, the handlers
+    never raise into LlamaIndex: a failure is logged (rate-limited) on the ``ragaudit`` logger.
+    """
+    global _current
+    collector = _Collector(judge, auditor, tracer_provider, capture_content, redact, max_runs, turn_measures,
+                           "instrument()")
+    installed = LlamaIndexInstrumentation(collector)
+    dispatcher = get_dispatcher()
+    uninstrument()
+    with _registration_lock:
+        dispatcher.add_span_handler(installed.span_handler)
+        dispatcher.add_event_handler(installed.event_handler)
+        installed.attached = True
+        _current = installed
+    return installed
+
+
+def uninstrument() -> LlamaIndexInstrumentation | None:
+    """Detach what :func:`instrument` attached; returns it (None when nothing was). Idempotent."""
+    global _current
+    with _registration_lock:
+        installed, _current = _current, None
+    if installed is not None:
+        installed.uninstrument()
+    return installed
+
+
+# --- the legacy CallbackManager ------------------------------------------------------------------------
+
+
+class RagAuditLlamaIndexHandler(BaseCallbackHandler):
+    """A legacy LlamaIndex callback handler: each root ``QUERY`` (or a ``RETRIEVE`` of its own)
+    becomes an audited :class:`~ragaudit.RagTurn`.
+
+    >>> from llama_index.core import Settings
+    >>> from llama_index.core.callbacks import CallbackManager
+    >>> Settings.callback_manager = CallbackManager([RagAuditLlamaIndexHandler()])
+
+    For code that still sets ``Settings.callback_manager``; new code should prefer
+    :func:`instrument`, which sees chat engines as one turn. The question is the ``QUERY`` event's
+    query string (for a chat engine, the condensed question), the answer its response, the
+    documents the response's ``source_nodes``; ``RETRIEVE`` events become retrieval spans and
+    ``LLM`` events generation spans (a chat model implemented over completion counts once). The
+    arguments are those of :func:`instrument`.
+    """
+
+    def __init__(
+        self,
+        judge: Any = None,
+        auditor: Auditor | None = None,
+        tracer_provider: Any = None,
+        capture_content: bool | None = None,
+        *,
+        redact: Callable[[str], str] | None = None,
+        max_runs: int = 10_000,
+        turn_measures: Sequence[str] = DEFAULT_TURN_MEASURES,
+    ) -> None:
+        super().__init__(event_starts_to_ignore=[], event_ends_to_ignore=[])
+        self._collector = _Collector(judge, auditor, tracer_provider, capture_content, redact, max_runs,
+                                     turn_measures, "RagAuditLlamaIndexHandler")
+
+    @property
+    def auditor(self) -> Auditor:
+        return self._collector.auditor
+
+    @property
+    def recorder(self) -> Any:
+        return self._collector.recorder
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Close the turns of streams dropped unfinished, then wait for every pending judgement."""
+        return _flush(self._collector, timeout)
+
+    def stats(self) -> dict[str, int]:
+        """``open_turns``, ``closed_turns`` and ``evicted``."""
+        return _stats(self._collector)
+
+    def on_event_start(self, event_type: CBEventType, payload: dict[str, Any] | None = None,
+                       event_id: str = "", parent_id: str = "", **kwargs: Any) -> str:
+        try:
+            self._start(event_type, payload or {}, event_id, parent_id)
+        except Exception as exc:
+            report_failure("LlamaIndex callback start", exc)
+        return event_id
+
+    def _start(self, event_type: CBEventType, payload: Mapping[Any, Any], event_id: str,
+               parent_id: str) -> None:
+        now = time.time_ns()
+        collector = self._collector
+        parent = parent_id if parent_id and parent_id != _LEGACY_ROOT else None
+        root: _RootInfo | None = None
+        if event_type in (CBEventType.QUERY, CBEventType.RETRIEVE):
+            kind = "query" if event_type == CBEventType.QUERY else "retrieve"
+            root = (kind, event_type.value, _query_text(payload.get(EventPayload.QUERY_STR)), None)
+        turn = collector.start_run(event_id, parent, root, now)
+        if turn is None:
+            return
+        if event_type == CBEventType.RETRIEVE:
+            collector.retrieval_started(event_id, "retriever", payload.get(EventPayload.QUERY_STR), now)
+        elif event_type == CBEventType.LLM:
+            outer = _LEGACY_LLM.get()
+            with collector.store.lock:
+                nested = outer is not None and outer[0] is collector and outer[1] in turn.llm_key \
+                    and turn.generations.get(turn.llm_key[outer[1]]) is not None \
+                    and turn.generations[turn.llm_key[outer[1]]].ended_at is None
+                collector.generation_started(turn, event_id, outer[1] if nested and outer else None, now)
+                turn.legacy_outer[event_id] = outer
+            _LEGACY_LLM.set((collector, event_id))
+            serialized = payload.get(EventPayload.SERIALIZED)
+            prompt = payload.get(EventPayload.PROMPT)
+            if not isinstance(prompt, str):
+                prompt = _messages_text(payload.get(EventPayload.MESSAGES))
+            collector.model_called(event_id, _model_from(serialized), prompt, now)
+
+    def on_event_end(self, event_type: CBEventType, payload: dict[str, Any] | None = None,
+                     event_id: str = "", **kwargs: Any) -> None:
+        try:
+            self._end(event_type, payload or {}, event_id)
+        except Exception as exc:
+            report_failure("LlamaIndex callback end", exc)
+
+    def _end(self, event_type: CBEventType, payload: Mapping[Any, Any], event_id: str) -> None:
+        now = time.time_ns()
+        collector = self._collector
+        error = payload.get(EventPayload.EXCEPTION)
+        error = error if isinstance(error, BaseException) else None
+        if event_type == CBEventType.RETRIEVE:
+            collector.retrieval_ended(event_id, payload.get(EventPayload.NODES), now)
+        elif event_type == CBEventType.LLM:
+            response = payload.get(EventPayload.RESPONSE)
+            if response is None:
+                response = payload.get(EventPayload.COMPLETION)
+            collector.model_answered(event_id, response, now, error)
+            with collector.store.lock:
+                turn = collector.store.state_of(event_id)
+                found = turn is not None and event_id in turn.legacy_outer
+                outer = turn.legacy_outer.pop(event_id) if turn is not None and found else None
+            if found:
+                _LEGACY_LLM.set(outer)
+        elif event_type in (CBEventType.QUERY, CBEventType.SYNTHESIZE):
+            response = payload.get(EventPayload.RESPONSE)
+            if response is not None:
+                collector.response_seen(event_id, response)
+        result = payload.get(EventPayload.RESPONSE) if event_type == CBEventType.QUERY else None
+        if event_type == CBEventType.RETRIEVE:
+            result = payload.get(EventPayload.NODES)
+        collector.end_run(event_id, result=result, error=error)
+
+    def start_trace(self, trace_id: str | None = None) -> None:
+        """Nothing to do: turns are grouped by event parents, not by traces."""
+
+    def end_trace(self, trace_id: str | None = None, trace_map: dict[str, list[str]] | None = None) -> None:
+        """Nothing to do: a turn closes with its root event."""
+
+    def __repr__(self) -> str:
+        return f"RagAuditLlamaIndexHandler(auditor={self.auditor!r})"

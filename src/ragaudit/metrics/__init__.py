@@ -1,0 +1,35 @@
+"""Offline retrieval metrics with trec_eval semantics: did we retrieve the right ids?
+
+```python
+from ragaudit import metrics
+metrics.evaluate(run, qrels, ["ndcg@10", "recall@5", "mrr@10", "map"])
+# run: {qid: {docid: score}}, qrels: {qid: {docid: int}} -> {"ndcg@10": 0.61, ...}
+metrics.evaluate_columns(qids, docids, scores, qrels, ["ndcg@10"])   # numpy / pandas / pyarrow columns
+metrics.score_ranking(["d3", "d1", "d7"], {"d1": 1}, ["recall@3", "mrr@3"])  # one turn, already ranked
+metrics.evaluate(metrics.read_run("run.trec"), metrics.read_qrels("qrels.txt"), ["P@5"])
+```
+
+Numbers match ``trec_eval``/``pytrec_eval`` (ties broken by doc id descending, P@K divides by K,
+NDCG with the raw label as gain ...); :mod:`ragaudit.metrics.retrieval` documents every rule.
+Imports numpy only: no JIT, no pandas.
+"""
+
+from __future__ import annotations
+
+from .io import metrics_command, read_qrels, read_run
+from .measures import MEASURE_NAMES, Measure, parse_measure
+from .retrieval import OnDuplicate, Run, evaluate, evaluate_columns, score_ranking
+
+__all__ = [
+    "MEASURE_NAMES",
+    "Measure",
+    "OnDuplicate",
+    "Run",
+    "evaluate",
+    "evaluate_columns",
+    "metrics_command",
+    "parse_measure",
+    "read_qrels",
+    "read_run",
+    "score_ranking",
+]

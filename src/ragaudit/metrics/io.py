@@ -1,0 +1,254 @@
+"""Reading runs and qrels (TREC text or JSONL, detected from the content) and the ``metrics`` command.
+
+Formats:
+
+- TREC run: ``qid Q0 docid rank score tag`` per line (the rank column is ignored, as trec_eval
+  ignores it; a missing tag is allowed).
+- TREC qrels: ``qid iteration docid relevance`` per line.
+- JSONL run: one ``{"qid": ..., "docid": ..., "score": ...}`` object per line.
+- JSONL qrels: ``{"qid": ..., "docid": ..., "relevance": ...}`` per line, or one line per query
+  with ``{"qid": ..., "qrels": {docid: label}}`` or ``{"qid": ..., "relevant_ids": [docid, ...]}``.
+
+``query_id``/``doc_id`` are accepted for ``qid``/``docid``, ``rel``/``label`` for ``relevance``.
+Blank lines and lines starting with ``#`` are skipped. Errors name the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from ..errors import MetricError
+from .measures import Measure, parse_measure
+from .retrieval import OnDuplicate, Run, evaluate
+
+__all__ = ["metrics_command", "read_qrels", "read_run"]
+
+_QID_KEYS = ("qid", "query_id")
+_DOC_KEYS = ("docid", "doc_id")
+_LABEL_KEYS = ("relevance", "rel", "label")
+
+
+def _lines(path: str | os.PathLike[str], what: str) -> list[tuple[int, str]]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MetricError(f"cannot read {what} file {os.fspath(path)!r}: {exc}") from exc
+    out = [(i, line) for i, line in enumerate(text.splitlines(), 1) if line.strip() and not line.lstrip().startswith("#")]
+    if not out:
+        raise MetricError(f"{what} file {os.fspath(path)!r} is empty")
+    return out
+
+
+def _is_jsonl(lines: list[tuple[int, str]]) -> bool:
+    return lines[0][1].lstrip().startswith("{")
+
+
+def _json_rows(path: str | os.PathLike[str], lines: list[tuple[int, str]]) -> Iterable[tuple[int, dict[str, Any]]]:
+    for lineno, line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise MetricError(f"{os.fspath(path)}:{lineno}: not valid JSON ({exc.msg})") from exc
+        if not isinstance(row, dict):
+            raise MetricError(f"{os.fspath(path)}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        yield lineno, row
+
+
+def _field(row: dict[str, Any], keys: Sequence[str], where: str, what: str) -> Any:
+    for key in keys:
+        if key in row:
+            return row[key]
+    raise MetricError(f"{where}: no {what} (looked for {', '.join(repr(k) for k in keys)})")
+
+
+def read_run(path: str | os.PathLike[str]) -> Run:
+    """Read a run file (TREC ``qid Q0 docid rank score tag`` or JSONL ``{qid, docid, score}``).
+
+    The format is detected from the content. Returns a :class:`~ragaudit.metrics.Run` (columns,
+    rows in file order, duplicates kept so :func:`~ragaudit.metrics.evaluate` can refuse them).
+    Raises :class:`~ragaudit.errors.MetricError` naming the file and line for anything malformed,
+    including a qrels file passed by mistake.
+    """
+    name = os.fspath(path)
+    lines = _lines(path, "run")
+    qids: list[str] = []
+    docids: list[str] = []
+    raw_scores: list[Any] = []
+    if _is_jsonl(lines):
+        for lineno, row in _json_rows(path, lines):
+            where = f"{name}:{lineno}"
+            if "score" not in row and any(k in row for k in (*_LABEL_KEYS, "qrels", "relevant_ids")):
+                raise MetricError(f"{where}: this looks like a qrels file (no 'score'), not a run")
+            qids.append(str(_field(row, _QID_KEYS, where, "query id")))
+            docids.append(str(_field(row, _DOC_KEYS, where, "doc id")))
+            score = _field(row, ("score",), where, "score")
+            if isinstance(score, bool) or not isinstance(score, (int, float)):
+                raise MetricError(f"{where}: score must be a number, got {score!r}")
+            raw_scores.append(score)
+    else:
+        for lineno, line in lines:
+            fields = line.split()
+            if len(fields) not in (5, 6):
+                hint = " (this looks like a qrels file)" if len(fields) == 4 else ""
+                raise MetricError(
+                    f"{name}:{lineno}: expected 'qid Q0 docid rank score tag', got {line.strip()!r}{hint}"
+                )
+            qids.append(fields[0])
+            docids.append(fields[2])
+            raw_scores.append(fields[4])
+    try:
+        scores = np.array(raw_scores, dtype=np.float64)
+    except ValueError:
+        for (lineno, _), value in zip(lines, raw_scores):
+            try:
+                float(value)
+            except ValueError:
+                raise MetricError(f"{name}:{lineno}: score {value!r} is not a number") from None
+        raise
+    bad = np.flatnonzero(np.isnan(scores))
+    if len(bad):
+        raise MetricError(f"{name}:{lines[int(bad[0])][0]}: score is NaN")
+    return Run(np.array(qids, dtype=str), np.array(docids, dtype=str), scores)
+
+
+def _label(value: Any, where: str) -> int:
+    if isinstance(value, bool):
+        raise MetricError(f"{where}: relevance must be an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    raise MetricError(f"{where}: relevance must be an integer, got {value!r}")
+
+
+def read_qrels(path: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
+    """Read a qrels file (TREC ``qid iter docid rel`` or JSONL) into ``{qid: {docid: label}}``.
+
+    The format is detected from the content. A doc judged twice for one query with different
+    labels is an error; the same label twice is accepted. Raises
+    :class:`~ragaudit.errors.MetricError` naming the file and line for anything malformed.
+    """
+    name = os.fspath(path)
+    lines = _lines(path, "qrels")
+    qrels: dict[str, dict[str, int]] = {}
+
+    def add(qid: Any, docid: Any, label: int, where: str) -> None:
+        docs = qrels.setdefault(str(qid), {})
+        key = str(docid)
+        if key in docs and docs[key] != label:
+            raise MetricError(f"{where}: query {str(qid)!r}, doc {key!r} judged twice ({docs[key]} and {label})")
+        docs[key] = label
+
+    if _is_jsonl(lines):
+        for lineno, row in _json_rows(path, lines):
+            where = f"{name}:{lineno}"
+            qid = _field(row, _QID_KEYS, where, "query id")
+            if "qrels" in row and isinstance(row["qrels"], dict):
+                for docid, value in row["qrels"].items():
+                    add(qid, docid, _label(value, where), where)
+            elif "relevant_ids" in row and isinstance(row["relevant_ids"], list):
+                for docid in row["relevant_ids"]:
+                    add(qid, docid, 1, where)
+            else:
+                if "score" in row and not any(k in row for k in _LABEL_KEYS):
+                    raise MetricError(f"{where}: this looks like a run file (a 'score', no relevance), not qrels")
+                add(qid, _field(row, _DOC_KEYS, where, "doc id"), _label(_field(row, _LABEL_KEYS, where, "relevance"), where), where)
+    else:
+        for lineno, line in lines:
+            fields = line.split()
+            where = f"{name}:{lineno}"
+            if len(fields) != 4:
+                hint = " (this looks like a run file)" if len(fields) in (5, 6) else ""
+                raise MetricError(f"{where}: expected 'qid iteration docid relevance', got {line.strip()!r}{hint}")
+            add(fields[0], fields[2], _label(fields[3], where), where)
+    return qrels
+
+
+def _format_table(rows: list[tuple[str, dict[str, float]]], keys: list[str]) -> list[str]:
+    qid_width = max([len("query")] + [len(qid) for qid, _ in rows])
+    widths = [max(len(k), 6) for k in keys]
+    header = "  ".join(["query".ljust(qid_width)] + [k.rjust(w) for k, w in zip(keys, widths)])
+    out = [header, "-" * len(header)]
+    for qid, values in rows:
+        out.append("  ".join([qid.ljust(qid_width)] + [f"{values[k]:.4f}".rjust(w) for k, w in zip(keys, widths)]))
+    return out
+
+
+def metrics_command(
+    run_path: str | os.PathLike[str],
+    qrels_path: str | os.PathLike[str],
+    measures: Sequence[str | Measure],
+    per_query: bool = False,
+    fmt: Literal["table", "json"] = "table",
+    *,
+    relevance_level: int = 1,
+    judged_only: bool = True,
+    on_duplicate: OnDuplicate = "error",
+) -> str:
+    """What ``ragaudit metrics --run RUN --qrels QRELS -m ndcg@10 -m recall@5`` prints.
+
+    Reads both files (TREC or JSONL), evaluates and returns the text to print: an aligned table
+    (means, plus one row per query with ``per_query=True``) or a JSON document with ``means``,
+    ``queries`` (counts: evaluated, in the run, in the qrels, missing from the run, ignored because
+    not in the qrels) and, with ``per_query=True``, ``per_query``. Raises
+    :class:`~ragaudit.errors.MetricError` for unreadable files, bad metric names and bad input.
+    """
+    if fmt not in ("table", "json"):
+        raise MetricError(f"fmt must be 'table' or 'json', got {fmt!r}")
+    keys = [m if isinstance(m, str) else str(m) for m in measures]
+    for key in keys:
+        parse_measure(key)
+    run = read_run(run_path)
+    qrels = read_qrels(qrels_path)
+    options: dict[str, Any] = {
+        "relevance_level": relevance_level,
+        "judged_only": judged_only,
+        "on_duplicate": on_duplicate,
+    }
+    per = evaluate(run, qrels, keys, per_query=True, **options)
+    means = evaluate(run, qrels, keys, per_query=False, **options)
+    assert isinstance(per, dict) and isinstance(means, dict)
+    run_qids = set(np.unique(run.qids).tolist())
+    judged = {q for q, docs in qrels.items() if docs}
+    counts = {
+        "evaluated": len(per),
+        "run": len(run_qids),
+        "qrels": len(judged),
+        "missing_from_run": len(judged - run_qids),
+        "not_in_qrels": len(run_qids - judged),
+    }
+    if fmt == "json":
+        doc: dict[str, Any] = {
+            "means": means,
+            "queries": counts,
+            "relevance_level": relevance_level,
+            "judged_only": judged_only,
+        }
+        if per_query:
+            doc["per_query"] = per
+        return json.dumps(doc, indent=2, sort_keys=False)
+    rows: list[tuple[str, dict[str, float]]] = list(per.items()) if per_query else []  # type: ignore[arg-type]
+    rows.append(("all", means))  # type: ignore[arg-type]
+    lines = _format_table(rows, keys)
+    note = (
+        f"{counts['evaluated']} queries evaluated ({counts['run']} in the run, {counts['qrels']} in the qrels"
+    )
+    if counts["missing_from_run"]:
+        counted = "counted as 0" if not judged_only else "skipped; judged_only=False counts them as 0"
+        note += f"; {counts['missing_from_run']} qrels queries missing from the run, {counted}"
+    if counts["not_in_qrels"]:
+        note += f"; {counts['not_in_qrels']} run queries not in the qrels, ignored"
+    lines.append(note + ")")
+    return "\n".join(lines)

@@ -1,0 +1,974 @@
+"""Retrieval metrics with trec_eval semantics: precision, recall, F1, hit rate, MRR, MAP, NDCG.
+
+Every function here computes what ``trec_eval`` (and so ``pytrec_eval``) computes:
+
+- **Ranking.** Documents are ordered by score, descending; equal scores are ordered by doc id
+  compared as strings, **descending** (so ``"d9"`` ranks above ``"d10"``). The order of the input
+  and any rank column are ignored.
+- **Relevance.** A doc missing from the qrels, or with a label <= 0, is non-relevant. A doc is
+  relevant when its label >= ``relevance_level`` (default 1, must be >= 1). Negative labels count
+  neither in the number of relevant docs nor in the ideal DCG.
+- **Divisors.** ``P@K`` divides by K even when fewer than K docs were retrieved; ``recall@K`` and
+  ``map@K`` divide by all relevant docs of the query in the qrels; a query with no relevant doc
+  scores 0 on every metric.
+- **NDCG.** Gain is the raw label (``ndcg``) or ``2**label - 1`` (``ndcg_burges``) for labels > 0,
+  whatever ``relevance_level`` is (as trec_eval); discount ``log2(rank + 1)``; the ideal DCG is
+  built from all labels >= 1 of the query, cut at K; NDCG is 0 when the ideal DCG is 0.
+- **MRR@K.** trec_eval's ``recip_rank`` has no cut-off: ``mrr@K`` is 1/rank of the first relevant
+  doc when it is within the top K, else 0 (``mrr`` alone is ``recip_rank``).
+- **Queries.** Run and qrels are paired by query id only, never by position; ids are compared as
+  strings (``str()`` of numbers). Queries in the run but not in the qrels are ignored, as
+  trec_eval ignores them (their rows are not validated either). A query in the qrels with no
+  judgement at all is treated as absent from the qrels.
+- **Averaging** (``judged_only``). ``True`` (the default) averages over the queries present in
+  both the run and the qrels, as trec_eval does without ``-c`` and as ``pytrec_eval`` does, so
+  numbers compare with published ones. ``False`` is trec_eval ``-c``: qrels queries the run does
+  not contain count as 0 in the means and appear with 0.0 in per-query results; use it when a
+  missing answer is a failure (a RAG system that returned nothing for a question).
+- **Duplicates.** trec_eval refuses a run that lists a doc twice for one query; so do we
+  (:class:`~ragaudit.errors.MetricError`), unless ``on_duplicate="max"``, which keeps the
+  occurrence with the highest score.
+
+Large runs go through a vectorised numpy path: queries are padded into ``[queries, depth]``
+matrices (in chunks of similar depth), sorted per row, and the metrics are computed column-wise;
+there is no Python loop per query or per document in it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any, Literal, Union
+
+import numpy as np
+
+from ..errors import MetricError
+from .measures import Measure, parse_measure
+
+__all__ = [
+    "OnDuplicate",
+    "Run",
+    "evaluate",
+    "evaluate_columns",
+    "score_ranking",
+]
+
+OnDuplicate = Literal["error", "max"]
+MeasureSpec = Union[str, Measure]
+Qrels = Mapping[Any, Mapping[Any, Any]]
+
+_HASH_MASK = np.uint64(0x7FFF_FFFF_FFFF_FFFF)
+_PAD_HASH = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
+_CHUNK_CELLS = 1 << 20
+_HASH_ROWS = 1 << 18
+_QID_NAMES = ("qid", "query_id", "query", "q")
+_DOCID_NAMES = ("docid", "doc_id", "docno", "document_id", "id")
+_SCORE_NAMES = ("score", "sim", "similarity")
+_LABEL_NAMES = ("relevance", "rel", "label", "grade", "judgment", "judgement")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Run:
+    """A run held in three aligned 1-D numpy arrays: query id, doc id and score per row.
+
+    What :func:`~ragaudit.metrics.read_run` returns; accepted by :func:`evaluate`. Rows may come in
+    any order and a query's rows need not be contiguous. Duplicates are kept as read, so
+    :func:`evaluate` can refuse them as trec_eval does.
+    """
+
+    qids: np.ndarray
+    docids: np.ndarray
+    scores: np.ndarray
+
+    def __post_init__(self) -> None:
+        for name in ("qids", "docids", "scores"):
+            value = np.asarray(getattr(self, name))
+            if value.ndim != 1:
+                raise MetricError(f"Run.{name} must be one-dimensional, got shape {value.shape}")
+            object.__setattr__(self, name, value)
+        if not len(self.qids) == len(self.docids) == len(self.scores):
+            raise MetricError(
+                f"Run columns differ in length: {len(self.qids)} qids, {len(self.docids)} docids, "
+                f"{len(self.scores)} scores"
+            )
+
+    def __len__(self) -> int:
+        return len(self.qids)
+
+    def to_dict(self, on_duplicate: OnDuplicate = "error") -> dict[str, dict[str, float]]:
+        """The run as ``{qid: {docid: score}}``; a duplicate doc raises unless ``on_duplicate="max"``."""
+        _check_on_duplicate(on_duplicate)
+        out: dict[str, dict[str, float]] = {}
+        for qid, docid, score in zip(self.qids.tolist(), self.docids.tolist(), self.scores.tolist()):
+            docs = out.setdefault(str(qid), {})
+            key = str(docid)
+            if key in docs:
+                if on_duplicate == "error":
+                    raise MetricError(_duplicate_message(str(qid), key))
+                docs[key] = max(docs[key], float(score))
+            else:
+                docs[key] = float(score)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation helpers
+
+
+def _check_on_duplicate(on_duplicate: str) -> None:
+    if on_duplicate not in ("error", "max"):
+        raise MetricError(f"on_duplicate must be 'error' or 'max', got {on_duplicate!r}")
+
+
+def _check_level(relevance_level: Any) -> int:
+    if isinstance(relevance_level, (bool, np.bool_)) or not isinstance(relevance_level, (int, np.integer)):
+        raise MetricError(f"relevance_level must be an integer >= 1, got {relevance_level!r}")
+    level = int(relevance_level)
+    if level < 1:
+        raise MetricError(
+            f"relevance_level must be >= 1 (labels <= 0 are never relevant), got {relevance_level!r}"
+        )
+    return level
+
+
+def _parse_measures(measures: MeasureSpec | Iterable[MeasureSpec]) -> list[tuple[str, Measure]]:
+    items = [measures] if isinstance(measures, (str, Measure)) else list(measures)
+    if not items:
+        raise MetricError("no metric requested; pass names such as ['ndcg@10', 'recall@5', 'map']")
+    parsed: dict[str, Measure] = {}
+    for item in items:
+        measure = parse_measure(item)
+        parsed.setdefault(item if isinstance(item, str) else str(measure), measure)
+    return list(parsed.items())
+
+
+def _duplicate_message(qid: str, docid: str) -> str:
+    return (
+        f"query {qid!r}: doc id {docid!r} appears more than once in the run (trec_eval refuses "
+        "duplicates); pass on_duplicate='max' to keep its highest score"
+    )
+
+
+def _as_label(value: Any, qid: str, docid: str) -> int:
+    if isinstance(value, (bool, np.bool_)):
+        raise MetricError(f"qrels label for query {qid!r}, doc {docid!r} must be an integer, got {value!r}")
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
+        return int(value)
+    raise MetricError(f"qrels label for query {qid!r}, doc {docid!r} must be an integer, got {value!r}")
+
+
+def _labels_array(values: list[Any], qids: list[str], docids: list[str]) -> np.ndarray:
+    """Validate qrels labels in bulk; the slow per-value path only runs to name a bad one."""
+    try:
+        arr = np.asarray(values)
+    except (TypeError, ValueError):
+        arr = np.asarray(values, dtype=object)
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64, copy=False)
+    if arr.dtype.kind == "f":
+        good = np.isfinite(arr)
+        good[good] = arr[good] == np.floor(arr[good])
+        if good.all():
+            return arr.astype(np.int64)
+        bad = int(np.flatnonzero(~good)[0])
+        _as_label(values[bad], qids[bad], docids[bad])
+    for i, value in enumerate(values):
+        _as_label(value, qids[i], docids[i])
+    return np.asarray([int(v) for v in values], dtype=np.int64)
+
+
+def _is_table(obj: Any) -> bool:
+    return hasattr(obj, "column_names") or (hasattr(obj, "columns") and hasattr(obj, "iloc"))
+
+
+def _table_column(table: Any, names: Sequence[str], what: str) -> Any:
+    available = list(table.column_names) if hasattr(table, "column_names") else list(table.columns)
+    lowered = {str(c).lower(): c for c in available}
+    for name in names:
+        if name in lowered:
+            col = lowered[name]
+            return table.column(col) if hasattr(table, "column_names") else table[col]
+    raise MetricError(f"table has no {what} column (looked for {', '.join(names)}); columns: {available}")
+
+
+def _to_numpy(column: Any, what: str) -> np.ndarray:
+    if isinstance(column, np.ndarray):
+        arr = column
+    elif hasattr(column, "to_numpy"):
+        try:
+            arr = column.to_numpy(zero_copy_only=False)
+        except TypeError:
+            arr = column.to_numpy()
+        arr = np.asarray(arr)
+    else:
+        arr = np.asarray(list(column) if not isinstance(column, Sequence) else column)
+    if arr.ndim != 1:
+        raise MetricError(f"{what} must be one-dimensional, got shape {arr.shape}")
+    return arr
+
+
+# ---------------------------------------------------------------------------------------------
+# Doc id hashing: equal strings hash equal whatever the array width, so run and qrels pair up.
+
+
+def _weights(width: int) -> np.ndarray:
+    z = (np.arange(1, width + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)) ^ np.uint64(0xD1B54A32D192ED03)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return (z ^ (z >> np.uint64(31))) | np.uint64(1)
+
+
+def _str_len(arr: np.ndarray) -> np.ndarray:
+    strings = getattr(np, "strings", None)
+    return strings.str_len(arr) if strings is not None else np.char.str_len(arr)
+
+
+def _hash_fixed(arr: np.ndarray) -> np.ndarray:
+    """Hash a 'U' or 'S' array: a weighted sum (mod 2**64) of its code units.
+
+    The hash of a string does not depend on the array's width (padding adds nothing) nor on
+    whether the units are read one by one or eight bytes at a time (the weights of single units
+    are those of 64-bit words shifted into place), so a run and its qrels always hash alike.
+    """
+    n = len(arr)
+    out = np.zeros(n, dtype=np.uint64)
+    if n == 0 or arr.itemsize == 0:
+        return out
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    arr = np.ascontiguousarray(arr)
+    unit = 4 if arr.dtype.kind == "U" else 1
+    # Wide dtypes (ids cast from ints are U21) are mostly padding: skip the columns no id uses.
+    used_bytes = int(_str_len(arr).max()) * unit if arr.itemsize > 32 else arr.itemsize
+    if used_bytes == 0:
+        return out
+    if arr.itemsize % 8 == 0:
+        view = arr.view(np.uint64).reshape(n, -1)[:, : -(-used_bytes // 8)]
+        weights = _weights(view.shape[1])
+    else:
+        view = arr.view(np.uint32 if unit == 4 else np.uint8).reshape(n, -1)[:, : used_bytes // unit]
+        per_word = 8 // unit
+        j = np.arange(view.shape[1], dtype=np.uint64)
+        weights = _weights(-(-view.shape[1] // per_word))[j // np.uint64(per_word)] << (
+            np.uint64(8 * unit) * (j % np.uint64(per_word))
+        )
+    for start in range(0, n, _HASH_ROWS):
+        block = view[start : start + _HASH_ROWS]
+        h = block[:, 0] * weights[0]
+        for k in range(1, block.shape[1]):
+            h += block[:, k] * weights[k]
+        out[start : start + _HASH_ROWS] = h
+    out &= _HASH_MASK
+    return out
+
+
+def _hash_objects(values: Iterable[Any], n: int) -> np.ndarray:
+    return np.fromiter(map(hash, values), dtype=np.int64, count=n).view(np.uint64) & _HASH_MASK
+
+
+@dataclass(frozen=True, slots=True)
+class _DocIds:
+    """Doc ids of the run (for exact checks and tie-breaks), their hashes, and how to hash others."""
+
+    ids: np.ndarray
+    hashes: np.ndarray
+
+    def encode(self, docids: list[str]) -> np.ndarray:
+        """*docids* (strings) as an array comparable with :attr:`ids`."""
+        kind = self.ids.dtype.kind
+        if kind == "U":
+            return np.array(docids, dtype=str) if docids else np.zeros(0, dtype="U1")
+        if kind == "S":
+            return np.array([d.encode("utf-8") for d in docids], dtype=bytes) if docids else np.zeros(0, "S1")
+        out = np.empty(len(docids), dtype=object)
+        out[:] = docids
+        return out
+
+    def hash(self, encoded: np.ndarray) -> np.ndarray:
+        if self.ids.dtype.kind in "US":
+            return _hash_fixed(encoded)
+        return _hash_objects(encoded, len(encoded))
+
+    def text(self, index: int) -> str:
+        value = self.ids[index]
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+    def take(self, index: np.ndarray) -> _DocIds:
+        return _DocIds(self.ids[index], self.hashes[index])
+
+
+def _docids_from_array(arr: np.ndarray) -> _DocIds:
+    kind = arr.dtype.kind
+    if kind in "iu":
+        arr = arr.astype(str)
+        kind = "U"
+    if kind in "US":
+        return _DocIds(arr, _hash_fixed(arr))
+    if kind == "O":
+        types = set(map(type, arr))
+        if not types <= {str}:
+            for i, value in enumerate(arr):
+                if value is None or (isinstance(value, float) and math.isnan(value)):
+                    raise MetricError(f"doc id at row {i} is missing ({value!r})")
+                if not isinstance(value, (str, bytes, int, np.integer)):
+                    raise MetricError(f"doc id at row {i} must be a string, got {value!r}")
+            arr = np.array([v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in arr], dtype=object)
+        return _DocIds(arr, _hash_objects(arr, len(arr)))
+    raise MetricError(f"doc ids must be strings (or integers), got an array of {arr.dtype}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Prepared inputs
+
+
+@dataclass(frozen=True, slots=True)
+class _Qrels:
+    qids: list[str]
+    index: dict[str, int]
+    entry_q: np.ndarray
+    docids: list[str]
+    labels: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    qids: list[str]
+    offsets: np.ndarray
+    scores: np.ndarray
+    docs: _DocIds
+
+    def take_rows(self, keep: np.ndarray) -> _Run:
+        """The run without the rows where *keep* is False (query order kept)."""
+        group = np.repeat(np.arange(len(self.qids)), np.diff(self.offsets))
+        counts = np.bincount(group[keep], minlength=len(self.qids))
+        offsets = np.zeros(len(self.qids) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        return _Run(self.qids, offsets, self.scores[keep], self.docs.take(np.flatnonzero(keep)))
+
+
+def _prepare_qrels(qrels: Any) -> _Qrels:
+    if _is_table(qrels):
+        q_col = _to_numpy(_table_column(qrels, _QID_NAMES, "query id"), "qrels query ids")
+        d_col = _to_numpy(_table_column(qrels, _DOCID_NAMES, "doc id"), "qrels doc ids")
+        l_col = _to_numpy(_table_column(qrels, _LABEL_NAMES, "relevance"), "qrels labels")
+        nested: dict[str, dict[str, Any]] = {}
+        for q, d, lab in zip(q_col.tolist(), d_col.tolist(), l_col.tolist()):
+            nested.setdefault(str(q), {})[str(d)] = lab
+        qrels = nested
+    if not isinstance(qrels, Mapping):
+        raise MetricError(f"qrels must be a mapping {{qid: {{docid: label}}}} or a table, got {type(qrels).__name__}")
+    raw_qids = list(qrels)
+    docs_per_query: list[Mapping[Any, Any]] = list(qrels.values())
+    if not set(map(type, docs_per_query)) <= {dict}:
+        for raw_qid, docs in zip(raw_qids, docs_per_query):
+            if not isinstance(docs, Mapping):
+                raise MetricError(f"qrels for query {raw_qid!r} must be a mapping {{docid: label}}, got {docs!r}")
+    counts = list(map(len, docs_per_query))
+    if 0 in counts:
+        kept = [i for i, count in enumerate(counts) if count]
+        raw_qids = [raw_qids[i] for i in kept]
+        docs_per_query = [docs_per_query[i] for i in kept]
+        counts = [counts[i] for i in kept]
+    if not raw_qids:
+        raise MetricError("the qrels are empty: no query has a judged document")
+    qids = _as_texts(raw_qids)
+    index = dict(zip(qids, range(len(qids))))
+    if len(index) != len(qids):
+        raise MetricError(f"query id {_first_repeat(qids)!r} appears twice in the qrels (ids are compared as strings)")
+    docids = _as_texts(list(chain.from_iterable(docs_per_query)))
+    values = list(chain.from_iterable(map(_values, docs_per_query)))
+    entry_q = np.repeat(np.arange(len(qids), dtype=np.int64), counts)
+    labels = _labels_array(values, _LazyQids(qids, entry_q), docids)
+    return _Qrels(qids, index, entry_q, docids, labels)
+
+
+def _as_texts(values: list[Any]) -> list[str]:
+    return values if set(map(type, values)) <= {str} else [_qid_text(v) for v in values]
+
+
+def _first_repeat(values: list[str]) -> str:
+    seen: set[str] = set()
+    for value in values:
+        if value in seen:
+            return value
+        seen.add(value)
+    raise AssertionError("no repeated value")
+
+
+def _values(docs: Mapping[Any, Any]) -> Iterable[Any]:
+    return dict.values(docs) if type(docs) is dict else docs.values()
+
+
+class _LazyQids(Sequence[str]):
+    """Query id per qrels entry, built only when an error message needs one."""
+
+    def __init__(self, qids: list[str], entry_q: np.ndarray) -> None:
+        self._qids, self._entry_q = qids, entry_q
+
+    def __len__(self) -> int:
+        return len(self._entry_q)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._qids[int(self._entry_q[i])]
+
+
+def _check_scores(scores: np.ndarray, qid_of_row: Callable[[int], str], docs: _DocIds) -> None:
+    nan = np.isnan(scores)
+    if nan.any():
+        row = int(np.flatnonzero(nan)[0])
+        raise MetricError(f"score for query {qid_of_row(row)!r}, doc {docs.text(row)!r} is NaN")
+
+
+def _scores_array(values: Any, where: str) -> np.ndarray:
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise MetricError(f"{where}: scores must be numbers ({exc})") from exc
+    return arr
+
+
+def _prepare_dict_run(run: Mapping[Any, Any], qrels: _Qrels) -> tuple[_Run, int]:
+    if not run:
+        raise MetricError("the run is empty: no query")
+    all_qids = _as_texts(list(run))
+    if len(set(all_qids)) != len(all_qids):
+        raise MetricError(f"query id {_first_repeat(all_qids)!r} appears twice in the run (ids are compared as strings)")
+    all_docs: list[Mapping[Any, Any]] = list(run.values())
+    if not set(map(type, all_docs)) <= {dict}:
+        for raw_qid, docs in zip(all_qids, all_docs):
+            if not isinstance(docs, Mapping):
+                raise MetricError(f"run entry for query {raw_qid!r} must be a mapping {{docid: score}}, got {docs!r}")
+    index = qrels.index
+    wanted = list(map(index.__contains__, all_qids))
+    if all(wanted):
+        qids, dicts = all_qids, all_docs
+    else:
+        qids = [q for q, keep in zip(all_qids, wanted) if keep]
+        dicts = [d for d, keep in zip(all_docs, wanted) if keep]
+    lengths = np.fromiter(map(len, dicts), dtype=np.int64, count=len(dicts))
+    offsets = np.zeros(len(dicts) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    n = int(offsets[-1])
+    keys = np.empty(n, dtype=object)
+    keys[:] = list(chain.from_iterable(dicts))
+    try:
+        scores = np.fromiter(chain.from_iterable(map(_values, dicts)), dtype=np.float64, count=n)
+    except (TypeError, ValueError):
+        for qid, docs in zip(qids, dicts):
+            for docid, score in docs.items():
+                if isinstance(score, (bool, np.bool_)) or not isinstance(score, (int, float, np.number)):
+                    raise MetricError(
+                        f"score for query {qid!r}, doc {docid!r} must be a number, got {score!r}"
+                    ) from None
+        raise MetricError("run scores must be numbers") from None
+    docs = _docids_from_array(keys)
+
+    def qid_of_row(row: int) -> str:
+        return qids[int(np.searchsorted(offsets, row, side="right")) - 1]
+
+    _check_scores(scores, qid_of_row, docs)
+    return _Run(qids, offsets, scores, docs), len(run)
+
+
+def _prepare_columns(qids: Any, docids: Any, scores: Any, qrels: _Qrels) -> tuple[_Run, int]:
+    q_arr = _to_numpy(qids, "qids")
+    d_arr = _to_numpy(docids, "docids")
+    s_arr = _scores_array(_to_numpy(scores, "scores"), "run")
+    if not len(q_arr) == len(d_arr) == len(s_arr):
+        raise MetricError(
+            f"run columns differ in length: {len(q_arr)} qids, {len(d_arr)} docids, {len(s_arr)} scores"
+        )
+    if len(q_arr) == 0:
+        raise MetricError("the run is empty: no row")
+    if q_arr.dtype.kind == "O" and not set(map(type, q_arr)) <= {str}:
+        if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in q_arr):
+            raise MetricError("the run has a missing query id")
+    # Rows of a query are nearly always contiguous: find the blocks without sorting any strings.
+    change = np.flatnonzero(q_arr[1:] != q_arr[:-1]) + 1
+    starts = np.concatenate(([0], change))
+    lengths = np.diff(np.append(starts, len(q_arr)))
+    heads = q_arr[starts].tolist()
+    if q_arr.dtype.kind != "U":
+        heads = [_qid_text(v) for v in heads]
+    run_qids = heads
+    if len(set(heads)) != len(heads):
+        # A query's rows are spread out: gather them (stable, so file order is kept within a query).
+        codes: dict[str, int] = {}
+        block_code = np.array([codes.setdefault(h, len(codes)) for h in heads], dtype=np.int64)
+        run_qids = list(codes)
+        row_code = np.repeat(block_code, lengths)
+        order = np.argsort(row_code, kind="stable")
+        d_arr, s_arr = d_arr[order], s_arr[order]
+        lengths = np.bincount(row_code, minlength=len(codes))
+    selected = np.array(list(map(qrels.index.__contains__, run_qids)), dtype=bool)
+    qid_list = run_qids
+    if not selected.all():
+        qid_list = [q for q, keep in zip(run_qids, selected.tolist()) if keep]
+        row_keep = np.repeat(selected, lengths)
+        d_arr, s_arr = d_arr[row_keep], s_arr[row_keep]
+        lengths = lengths[selected]
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    docs = _docids_from_array(d_arr)
+
+    def qid_of_row(row: int) -> str:
+        return qid_list[int(np.searchsorted(offsets, row, side="right")) - 1]
+
+    _check_scores(s_arr, qid_of_row, docs)
+    return _Run(qid_list, offsets, s_arr, docs), len(run_qids)
+
+
+def _qid_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The vectorised kernel
+
+
+class _DuplicatesFound(Exception):
+    def __init__(self, drop: list[int]) -> None:
+        super().__init__("duplicates")
+        self.drop = drop
+
+
+@dataclass(frozen=True, slots=True)
+class _Judged:
+    """The qrels side for the evaluated queries (index = position in the run's query list)."""
+
+    num_rel: np.ndarray
+    entry_q: np.ndarray
+    entry_doc: np.ndarray
+    entry_hash: np.ndarray
+    entry_label: np.ndarray
+    pos_q: np.ndarray
+    pos_label: np.ndarray
+    pos_rank: np.ndarray
+
+
+def _judged(run: _Run, qrels: _Qrels, level: int) -> _Judged:
+    n = len(run.qids)
+    sel = np.full(len(qrels.qids), -1, dtype=np.int64)
+    sel[np.array(list(map(qrels.index.__getitem__, run.qids)), dtype=np.int64)] = np.arange(n)
+    entry_q = sel[qrels.entry_q]
+    in_run = entry_q >= 0
+    labels = qrels.labels
+    num_rel = np.bincount(entry_q[in_run & (labels >= level)], minlength=n)
+    positive = np.flatnonzero(in_run & (labels >= 1))
+    pos_q, pos_label = entry_q[positive], labels[positive]
+    order = np.lexsort((-pos_label, pos_q))
+    pos_q, pos_label = pos_q[order], pos_label[order]
+    pos_rank = np.arange(len(pos_q)) - np.searchsorted(pos_q, pos_q, side="left")
+    entry_doc = run.docs.encode(qrels.docids)[positive]
+    return _Judged(
+        num_rel=num_rel,
+        entry_q=entry_q[positive],
+        entry_doc=entry_doc,
+        entry_hash=run.docs.hash(entry_doc),
+        entry_label=labels[positive],
+        pos_q=pos_q,
+        pos_label=pos_label,
+        pos_rank=pos_rank,
+    )
+
+
+def _gain(labels: np.ndarray, burges: bool) -> np.ndarray:
+    positive = np.maximum(labels, 0).astype(np.float64)
+    return np.exp2(positive) - 1.0 if burges else positive
+
+
+def _ideal_dcg(judged: _Judged, n: int, cutoff: int | None, burges: bool) -> np.ndarray:
+    keep = slice(None) if cutoff is None else judged.pos_rank < cutoff
+    weights = _gain(judged.pos_label[keep], burges) / np.log2(judged.pos_rank[keep] + 2.0)
+    return np.bincount(judged.pos_q[keep], weights=weights, minlength=n)
+
+
+def _chunks(lengths: np.ndarray) -> list[np.ndarray]:
+    """Query indices grouped by similar depth so each padded block stays near _CHUNK_CELLS cells."""
+    order = np.argsort(lengths, kind="stable")
+    sorted_len = np.maximum(lengths[order], 1)
+    out: list[np.ndarray] = []
+    start, n = 0, len(order)
+    while start < n:
+        span = sorted_len[start : start + _CHUNK_CELLS]
+        cells = np.arange(1, len(span) + 1) * span
+        take = max(1, int(np.searchsorted(cells, _CHUNK_CELLS, side="right")))
+        out.append(order[start : start + take])
+        start += take
+    return out
+
+
+def _binary_search(sorted_rows: np.ndarray, lengths: np.ndarray, rows: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Leftmost column of each *target* in its row of *sorted_rows* (searching columns [0, length))."""
+    width = sorted_rows.shape[1]
+    flat = sorted_rows.ravel()
+    base = rows * width
+    lo = np.zeros(len(rows), dtype=np.int64)
+    hi = lengths[rows].astype(np.int64)
+    active = lo < hi
+    while active.any():
+        mid = (lo + hi) >> 1
+        less = flat[base + np.minimum(mid, width - 1)] < target
+        lo = np.where(active & less, mid + 1, lo)
+        hi = np.where(active & ~less, mid, hi)
+        active = lo < hi
+    return lo
+
+
+def _fix_ties(order: np.ndarray, neg_scores: np.ndarray, doc_index: np.ndarray, docs: _DocIds) -> None:
+    """Re-sort, in place, the rows of *order* that hold equal scores: doc id descending among them."""
+    sorted_scores = np.take_along_axis(neg_scores, order, axis=1)
+    tied = (sorted_scores[:, 1:] == sorted_scores[:, :-1]).any(axis=1)
+    if not tied.any():
+        return
+    rows = np.flatnonzero(tied)
+    width = order.shape[1]
+    ids = docs.ids[doc_index[rows].ravel()]
+    _, inverse = np.unique(ids, return_inverse=True)
+    row_key = np.repeat(np.arange(len(rows)), width)
+    flat = np.lexsort((-inverse.ravel(), neg_scores[rows].ravel(), row_key))
+    order[rows] = (flat % width).reshape(len(rows), width)
+
+
+def _duplicates(
+    sorted_hash: np.ndarray, hash_order: np.ndarray, doc_index: np.ndarray, lengths: np.ndarray, run: _Run,
+    rows_q: np.ndarray, on_duplicate: str,
+) -> list[int]:
+    width = sorted_hash.shape[1]
+    same = sorted_hash[:, 1:] == sorted_hash[:, :-1]
+    same &= np.arange(1, width) < lengths[:, None]
+    if not same.any():
+        return []
+    r, c = np.nonzero(same)
+    a = doc_index[r, hash_order[r, c]]
+    b = doc_index[r, hash_order[r, c + 1]]
+    real = run.docs.ids[a] == run.docs.ids[b]
+    if not np.any(real):
+        return []
+    if on_duplicate == "error":
+        first = int(np.flatnonzero(real)[0])
+        raise MetricError(_duplicate_message(run.qids[int(rows_q[r[first]])], run.docs.text(int(a[first]))))
+    groups: dict[tuple[int, str], list[int]] = {}
+    for row, i, j in zip(r[real].tolist(), a[real].tolist(), b[real].tolist()):
+        members = groups.setdefault((row, run.docs.text(i)), [])
+        for k in (i, j):
+            if k not in members:
+                members.append(k)
+    drop: list[int] = []
+    for members in groups.values():
+        best = max(members, key=lambda k: (run.scores[k], -k))
+        drop.extend(k for k in members if k != best)
+    return drop
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    measures: list[Measure]
+    level: int
+    on_duplicate: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Hits:
+    """The retrieved docs with a label >= 1: query index, 0-based rank, label; sorted by (query, rank)."""
+
+    q: np.ndarray
+    rank: np.ndarray
+    label: np.ndarray
+
+
+def _rank_hits(run: _Run, judged: _Judged, on_duplicate: str) -> _Hits:
+    """Rank every query's docs (score desc, doc id desc) and return where the labelled docs landed.
+
+    Per chunk of queries: scores and doc-id hashes are padded into ``[rows, depth]`` matrices; the
+    hashes, sorted per row, reveal duplicates and locate each qrels doc by binary search; the
+    scores, sorted per row, give the ranks. Only the judged docs (a few per query) leave the chunk.
+    """
+    lengths = np.diff(run.offsets)
+    row_of_query = np.full(len(run.qids), -1, dtype=np.int64)
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    drop: list[int] = []
+    for qs in _chunks(lengths):
+        depth = max(int(lengths[qs].max()), 1)
+        ls = lengths[qs]
+        cols = np.arange(depth)
+        valid = cols < ls[:, None]
+        doc_index = np.where(valid, run.offsets[qs][:, None] + cols, 0)
+        hashes = np.where(valid, run.docs.hashes[doc_index], _PAD_HASH)
+        hash_order = np.argsort(hashes, axis=1)
+        sorted_hash = np.take_along_axis(hashes, hash_order, axis=1)
+        found_dups = _duplicates(sorted_hash, hash_order, doc_index, ls, run, qs, on_duplicate)
+        if found_dups or drop:
+            drop.extend(found_dups)
+            continue
+        row_of_query[qs] = np.arange(len(qs))
+        take = np.flatnonzero(row_of_query[judged.entry_q] >= 0)
+        rows = row_of_query[judged.entry_q[take]]
+        row_of_query[qs] = -1
+        target = judged.entry_hash[take]
+        pos = np.minimum(_binary_search(sorted_hash, ls, rows, target), depth - 1)
+        hit = sorted_hash[rows, pos] == target
+        hit_cols = hash_order[rows, pos]
+        exact = hit & (run.docs.ids[doc_index[rows, hit_cols]] == judged.entry_doc[take])
+        for e in np.flatnonzero(hit & ~exact).tolist():
+            # Two doc ids of one query share a hash: settle it by comparing the strings.
+            match = np.flatnonzero(run.docs.ids[doc_index[rows[e], : ls[rows[e]]]] == judged.entry_doc[take][e])
+            if len(match):
+                exact[e], hit_cols[e] = True, match[0]
+        neg_scores = np.where(valid, -run.scores[doc_index], np.nan)
+        order = np.argsort(neg_scores, axis=1)
+        _fix_ties(order, neg_scores, doc_index, run.docs)
+        rank_of_col = np.empty_like(order)
+        rank_of_col[np.arange(len(qs))[:, None], order] = cols
+        rows, hit_cols = rows[exact], hit_cols[exact]
+        parts.append((qs[rows], rank_of_col[rows, hit_cols], judged.entry_label[take][exact]))
+    if drop:
+        raise _DuplicatesFound(drop)
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return _Hits(empty, empty, empty)
+    q, rank, label = (np.concatenate(p) for p in zip(*parts))
+    order = np.lexsort((rank, q))
+    return _Hits(q[order], rank[order], label[order])
+
+
+def _safe_div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(num), dtype=np.float64)
+    np.divide(num, den, out=out, where=den > 0)
+    return out
+
+
+def _metrics(hits: _Hits, lengths: np.ndarray, judged: _Judged, plan: _Plan) -> dict[Measure, np.ndarray]:
+    """Every requested metric per query, from the ranks of the labelled docs alone."""
+    n = len(lengths)
+    num_rel = judged.num_rel.astype(np.float64)
+    relevant = hits.label >= plan.level
+    rq, rr = hits.q[relevant], hits.rank[relevant]
+    group_start = np.searchsorted(rq, rq, side="left")
+    seen_so_far = (np.arange(len(rq)) - group_start + 1).astype(np.float64)
+    is_first = group_start == np.arange(len(rq))
+    first_rank = np.full(n, np.inf)
+    first_rank[rq[is_first]] = rr[is_first]
+
+    def found(k: int | None) -> np.ndarray:
+        return np.bincount(rq if k is None else rq[rr < k], minlength=n).astype(np.float64)
+
+    def precision(k: int | None) -> np.ndarray:
+        return _safe_div(found(None), lengths.astype(np.float64)) if k is None else found(k) / k
+
+    out: dict[Measure, np.ndarray] = {}
+    for m in plan.measures:
+        k = m.cutoff
+        if m.name == "P":
+            out[m] = precision(k)
+        elif m.name == "recall":
+            out[m] = _safe_div(found(k), num_rel)
+        elif m.name == "f1":
+            p, r = precision(k), _safe_div(found(k), num_rel)
+            out[m] = _safe_div(2.0 * p * r, p + r)
+        elif m.name == "hit_rate":
+            out[m] = (found(k) > 0).astype(np.float64)
+        elif m.name == "mrr":
+            limit = np.inf if k is None else k
+            out[m] = np.where(first_rank < limit, 1.0 / (first_rank + 1.0), 0.0)
+        elif m.name == "map":
+            keep = slice(None) if k is None else rr < k
+            precision_at = seen_so_far[keep] / (rr[keep] + 1.0)
+            out[m] = _safe_div(np.bincount(rq[keep], weights=precision_at, minlength=n), num_rel)
+        else:
+            burges = m.name == "ndcg_burges"
+            keep = slice(None) if k is None else hits.rank < k
+            dcg_terms = _gain(hits.label[keep], burges) / np.log2(hits.rank[keep] + 2.0)
+            dcg = np.bincount(hits.q[keep], weights=dcg_terms, minlength=n)
+            out[m] = _safe_div(dcg, _ideal_dcg(judged, n, k, burges))
+    return out
+
+
+def _kernel(run: _Run, judged: _Judged, plan: _Plan) -> dict[Measure, np.ndarray]:
+    return _metrics(_rank_hits(run, judged, plan.on_duplicate), np.diff(run.offsets), judged, plan)
+
+
+# ---------------------------------------------------------------------------------------------
+# Public entry points
+
+
+def _finish(
+    run: _Run, qrels: _Qrels, keys: list[tuple[str, Measure]], plan: _Plan, per_query: bool, judged_only: bool,
+    n_run_queries: int,
+) -> dict[str, float] | dict[str, dict[str, float]]:
+    if judged_only and not run.qids:
+        example_run = "no query" if n_run_queries == 0 else f"{n_run_queries} queries"
+        raise MetricError(
+            f"no query of the run ({example_run}) is in the qrels ({len(qrels.qids)} queries, e.g. "
+            f"{qrels.qids[0]!r}); queries are paired by id, compared as strings"
+        )
+    unique = list(dict.fromkeys(m for _, m in keys))
+    plan = _Plan(unique, plan.level, plan.on_duplicate)
+    try:
+        values = _kernel(run, _judged(run, qrels, plan.level), plan)
+    except _DuplicatesFound as found:
+        keep = np.ones(len(run.scores), dtype=bool)
+        keep[found.drop] = False
+        run = run.take_rows(keep)
+        values = _kernel(run, _judged(run, qrels, plan.level), plan)
+    qids = list(run.qids)
+    if not judged_only:
+        present = set(qids)
+        missing = [q for q in qrels.qids if q not in present]
+        if missing:
+            qids += missing
+            values = {m: np.concatenate([v, np.zeros(len(missing))]) for m, v in values.items()}
+    if per_query:
+        columns = [(key, values[m].tolist()) for key, m in keys]
+        return {qid: {key: col[i] for key, col in columns} for i, qid in enumerate(qids)}
+    return {key: float(values[m].mean()) if len(qids) else 0.0 for key, m in keys}
+
+
+def evaluate(
+    run: Mapping[Any, Mapping[Any, Any]] | Run | Any,
+    qrels: Qrels | Any,
+    measures: MeasureSpec | Iterable[MeasureSpec],
+    per_query: bool = False,
+    relevance_level: int = 1,
+    judged_only: bool = True,
+    on_duplicate: OnDuplicate = "error",
+) -> dict[str, float] | dict[str, dict[str, float]]:
+    """Score a run against qrels with trec_eval semantics (see the module docstring for the rules).
+
+    *run* is ``{qid: {docid: score}}``, a :class:`Run`, or a pandas DataFrame / pyarrow Table with
+    ``qid``, ``docid`` and ``score`` columns; *qrels* is ``{qid: {docid: label}}`` (integer labels,
+    graded allowed) or a table with ``qid``, ``docid`` and ``relevance`` columns. Numpy integers and
+    floats are accepted anywhere. *measures* are names such as ``"ndcg@10"``, ``"recall@5"``,
+    ``"mrr@10"``, ``"map"`` (see :data:`~ragaudit.metrics.MEASURE_NAMES`).
+
+    Returns ``{measure: mean}``, or ``{qid: {measure: value}}`` with ``per_query=True``; keys are the
+    measure names as given. ``judged_only=True`` averages over queries in both run and qrels
+    (trec_eval and pytrec_eval); ``False`` also counts qrels queries missing from the run as 0.
+    Raises :class:`~ragaudit.errors.MetricError` for an unknown metric, a bad cut-off, a NaN score,
+    an empty run or qrels, no query in common (with ``judged_only=True``), or a duplicate doc in a
+    query (unless ``on_duplicate="max"``).
+    """
+    keys = _parse_measures(measures)
+    plan = _Plan([m for _, m in keys], _check_level(relevance_level), on_duplicate)
+    _check_on_duplicate(on_duplicate)
+    if isinstance(run, Run):
+        return evaluate_columns(
+            run.qids, run.docids, run.scores, qrels, measures, per_query=per_query,
+            relevance_level=relevance_level, judged_only=judged_only, on_duplicate=on_duplicate,
+        )
+    if _is_table(run):
+        return evaluate_columns(
+            _table_column(run, _QID_NAMES, "query id"),
+            _table_column(run, _DOCID_NAMES, "doc id"),
+            _table_column(run, _SCORE_NAMES, "score"),
+            qrels, measures, per_query=per_query, relevance_level=relevance_level,
+            judged_only=judged_only, on_duplicate=on_duplicate,
+        )
+    if not isinstance(run, Mapping):
+        raise MetricError(f"run must be a mapping {{qid: {{docid: score}}}}, a Run or a table, got {type(run).__name__}")
+    prepared_qrels = _prepare_qrels(qrels)
+    prepared_run, n_run_queries = _prepare_dict_run(run, prepared_qrels)
+    return _finish(prepared_run, prepared_qrels, keys, plan, per_query, judged_only, n_run_queries)
+
+
+def evaluate_columns(
+    qids: Any,
+    docids: Any,
+    scores: Any,
+    qrels: Qrels | Any,
+    measures: MeasureSpec | Iterable[MeasureSpec],
+    *,
+    per_query: bool = False,
+    relevance_level: int = 1,
+    judged_only: bool = True,
+    on_duplicate: OnDuplicate = "error",
+) -> dict[str, float] | dict[str, dict[str, float]]:
+    """:func:`evaluate` for a run given as three aligned columns: query id, doc id and score per row.
+
+    The columns may be numpy arrays, lists, pandas Series or pyarrow arrays. This is the fast path
+    for large runs: with numpy string arrays (dtype ``U``) it never builds Python objects per row.
+    Integer ids are compared as their decimal strings. Rows may come in any order; a query's rows
+    are found by id, whether contiguous or not. Same rules, options and errors as :func:`evaluate`.
+    """
+    keys = _parse_measures(measures)
+    plan = _Plan([m for _, m in keys], _check_level(relevance_level), on_duplicate)
+    _check_on_duplicate(on_duplicate)
+    prepared_qrels = _prepare_qrels(qrels)
+    prepared_run, n_run_queries = _prepare_columns(qids, docids, scores, prepared_qrels)
+    return _finish(prepared_run, prepared_qrels, keys, plan, per_query, judged_only, n_run_queries)
+
+
+def score_ranking(
+    ranked_ids: Sequence[str],
+    qrels: Mapping[str, int],
+    measures: MeasureSpec | Iterable[MeasureSpec],
+    relevance_level: int = 1,
+) -> dict[str, float]:
+    """Metrics for one ranked list that is already in order (first id = rank 1); cheap, pure Python.
+
+    Meant for one RAG turn (a handful of retrieved documents) whose ground truth is known: *qrels*
+    maps doc id -> label (``{id: 1}`` for binary relevance). A repeated id keeps its first rank.
+    Same definitions as :func:`evaluate`; an empty ranking scores 0 on every metric. Raises
+    :class:`~ragaudit.errors.MetricError` for an unknown metric or a non-integer label.
+    """
+    keys = _parse_measures(measures)
+    level = _check_level(relevance_level)
+    judged = {str(doc): _as_label(label, "<turn>", str(doc)) for doc, label in qrels.items()}
+    seen: set[str] = set()
+    ranked: list[int] = []
+    for doc in ranked_ids:
+        key = doc if type(doc) is str else str(doc)
+        if key not in seen:
+            seen.add(key)
+            ranked.append(judged.get(key, 0))
+    ideal = sorted((label for label in judged.values() if label >= 1), reverse=True)
+    num_rel = sum(1 for label in judged.values() if label >= level)
+    return {key: _score_one(m, ranked, ideal, num_rel, level) for key, m in keys}
+
+
+def _score_one(m: Measure, ranked: list[int], ideal: list[int], num_rel: int, level: int) -> float:
+    k = m.cutoff
+    top = ranked if k is None else ranked[:k]
+    hits = sum(1 for label in top if label >= level)
+    if m.name == "P":
+        denominator = len(ranked) if k is None else k
+        return hits / denominator if denominator else 0.0
+    if m.name == "recall":
+        return hits / num_rel if num_rel else 0.0
+    if m.name == "f1":
+        p = hits / (len(ranked) if k is None else k) if (ranked or k) else 0.0
+        r = hits / num_rel if num_rel else 0.0
+        return 2.0 * p * r / (p + r) if p + r > 0 else 0.0
+    if m.name == "hit_rate":
+        return 1.0 if hits else 0.0
+    if m.name == "mrr":
+        for i, label in enumerate(top):
+            if label >= level:
+                return 1.0 / (i + 1)
+        return 0.0
+    if m.name == "map":
+        total, found = 0.0, 0
+        for i, label in enumerate(top):
+            if label >= level:
+                found += 1
+                total += found / (i + 1)
+        return total / num_rel if num_rel else 0.0
+    burges = m.name == "ndcg_burges"
+
+    def dcg(labels: list[int]) -> float:
+        return sum(
+            ((2.0**label - 1.0) if burges else float(label)) / math.log2(i + 2)
+            for i, label in enumerate(labels)
+            if label > 0
+        )
+
+    best = dcg(ideal if k is None else ideal[:k])
+    return dcg(top) / best if best > 0 else 0.0

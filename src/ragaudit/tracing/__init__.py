@@ -1,0 +1,57 @@
+"""Tracing: turns and judgements as OpenTelemetry spans, and JSONL span / audit files.
+
+```python
+from ragaudit import tracing
+tracing.configure(endpoint="http://localhost:4318")   # or console=True, file="spans.jsonl", langfuse=True
+```
+
+Importing this package loads only the OpenTelemetry API. :func:`configure` and
+:class:`JsonlSpanExporter` need the SDK (``pip install 'ragaudit[otlp]'``) and import it on first use.
+Names of every span, attribute and event are in :mod:`ragaudit.tracing.conventions`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from . import conventions
+from .files import AuditLog, read_audit_log, read_spans
+from .spans import SpanRecorder, TurnHandle, content_capture_from_env
+
+if TYPE_CHECKING:
+    from .files import JsonlSpanExporter
+    from .setup import configure
+    from .sinks import HttpSink, LangfuseSink, PhoenixSink
+
+__all__ = [
+    "AuditLog",
+    "HttpSink",
+    "JsonlSpanExporter",
+    "LangfuseSink",
+    "PhoenixSink",
+    "SpanRecorder",
+    "TurnHandle",
+    "configure",
+    "content_capture_from_env",
+    "conventions",
+    "read_audit_log",
+    "read_spans",
+]
+
+
+_LAZY = {"configure": ".setup", "JsonlSpanExporter": ".files", "HttpSink": ".sinks",
+         "LangfuseSink": ".sinks", "PhoenixSink": ".sinks"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

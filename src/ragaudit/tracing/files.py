@@ -1,0 +1,391 @@
+"""JSONL files: finished spans (:class:`JsonlSpanExporter`, :func:`read_spans`) and the audit log
+(:class:`AuditLog`, :func:`read_audit_log`), one JSON object per line.
+
+The OpenTelemetry SDK is only imported when :class:`JsonlSpanExporter` is first used, so the audit
+log works with the API alone.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import math
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from ..errors import ConfigurationError, RagAuditError
+from ..records import Judgement, RagTurn
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+__all__ = ["AuditLog", "JsonlSpanExporter", "read_audit_log", "read_spans", "span_to_dict"]
+
+_logger = logging.getLogger("ragaudit")
+
+PathLike = str | os.PathLike[str]
+
+
+def _open_append(path: PathLike, what: str) -> IO[str]:
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return open(target, "a", encoding="utf-8", buffering=1)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot open {what} {str(target)!r} for appending: {exc}") from exc
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _read_jsonl(path: PathLike, what: str) -> list[dict[str, Any]]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().split("\n")
+    except OSError as exc:
+        raise RagAuditError(f"cannot read {what} {str(path)!r}: {exc}") from exc
+    # A complete file ends with "\n", so the last element is "" unless a writer was cut off mid-line.
+    tail = lines.pop()
+    out: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise RagAuditError(f"{what} {str(path)!r}: line {number} is not valid JSON: {exc}") from exc
+    if tail.strip():
+        try:
+            out.append(json.loads(tail))
+        except json.JSONDecodeError:
+            _logger.warning(
+                "%s %r: skipped a truncated last line (%d chars); the writer was probably interrupted",
+                what,
+                str(path),
+                len(tail),
+            )
+    return out
+
+
+# --- spans -------------------------------------------------------------------------------------
+def _attributes(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not attrs:
+        return {}
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in attrs.items()}
+
+
+def _hex_span_id(span_id: int) -> str:
+    return f"{span_id:016x}"
+
+
+def span_to_dict(span: ReadableSpan) -> dict[str, Any]:
+    """One finished SDK span as the JSON-ready dict :class:`JsonlSpanExporter` writes."""
+    ctx = span.context
+    parent = span.parent
+    return {
+        "name": span.name,
+        "trace_id": f"{ctx.trace_id:032x}" if ctx is not None else None,
+        "span_id": _hex_span_id(ctx.span_id) if ctx is not None else None,
+        "parent_span_id": _hex_span_id(parent.span_id) if parent is not None else None,
+        "start_time_ns": span.start_time,
+        "end_time_ns": span.end_time,
+        "kind": span.kind.name,
+        "status": {"code": span.status.status_code.name, "description": span.status.description},
+        "attributes": _attributes(span.attributes),
+        "events": [
+            {"name": e.name, "timestamp_ns": e.timestamp, "attributes": _attributes(e.attributes)}
+            for e in span.events
+        ],
+        "links": [
+            {
+                "trace_id": f"{link.context.trace_id:032x}",
+                "span_id": _hex_span_id(link.context.span_id),
+                "attributes": _attributes(link.attributes),
+            }
+            for link in span.links
+        ],
+        "resource": _attributes(span.resource.attributes) if span.resource is not None else {},
+        "scope": span.instrumentation_scope.name if span.instrumentation_scope is not None else None,
+    }
+
+
+class _AppendFile:
+    """A text file opened for appending, every write whole, flushed and under one lock."""
+
+    def __init__(self, path: PathLike, what: str) -> None:
+        self.path = Path(path)
+        self.what = what
+        self._lock = threading.Lock()
+        self._file: IO[str] | None = _open_append(self.path, what)
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._file is None
+
+    def append(self, text: str) -> None:
+        """Write *text* and flush; raises RagAuditError when closed, OSError when the disk refuses."""
+        with self._lock:
+            if self._file is None:
+                raise RagAuditError(f"{self.what} {str(self.path)!r} is closed")
+            self._file.write(text)
+            self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                try:
+                    self._file.close()
+                finally:
+                    self._file = None
+
+
+class _JsonlSpanWriter:
+    """The SDK-free half of :class:`JsonlSpanExporter`: thread-safe appends of span lines."""
+
+    def __init__(self, path: PathLike) -> None:
+        self._out = _AppendFile(path, "span file")
+        self.path = self._out.path
+
+    def _write_spans(self, spans: Sequence[ReadableSpan]) -> bool:
+        if not spans:
+            return True
+        try:
+            self._out.append("".join(_dumps(span_to_dict(span)) + "\n" for span in spans))
+        except (OSError, RagAuditError) as exc:
+            _logger.warning("ragaudit: could not write %d spans to %s: %s", len(spans), self.path, exc)
+            return False
+        return True
+
+
+def _build_exporter_class() -> type:
+    try:
+        from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+    except ImportError as exc:
+        raise ConfigurationError(
+            "JsonlSpanExporter needs the OpenTelemetry SDK: pip install 'ragaudit[otlp]'"
+        ) from exc
+
+    class JsonlSpanExporter(_JsonlSpanWriter, SpanExporter):
+        """An SDK ``SpanExporter`` appending one JSON object per finished span to *path*.
+
+        Each line has name, trace_id, span_id, parent_span_id (hex), start_time_ns, end_time_ns,
+        kind, status, attributes, events, links, resource and scope. Safe to share between
+        threads; read the file back with :func:`read_spans`.
+        """
+
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            ok = self._write_spans(spans)
+            return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return True  # every export is flushed before it returns
+
+        def shutdown(self) -> None:
+            self._out.close()
+
+        def __repr__(self) -> str:
+            return f"JsonlSpanExporter({str(self.path)!r})"
+
+    JsonlSpanExporter.__module__ = __name__
+    JsonlSpanExporter.__qualname__ = "JsonlSpanExporter"
+    return JsonlSpanExporter
+
+
+if TYPE_CHECKING:
+
+    class JsonlSpanExporter(_JsonlSpanWriter, SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult: ...
+        def force_flush(self, timeout_millis: int = 30000) -> bool: ...
+        def shutdown(self) -> None: ...
+
+
+def __getattr__(name: str) -> Any:
+    if name == "JsonlSpanExporter":
+        cls = _build_exporter_class()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def read_spans(path: PathLike) -> list[dict[str, Any]]:
+    """The spans a :class:`JsonlSpanExporter` wrote to *path*, as dicts, in file order.
+
+    A truncated last line (an interrupted writer) is skipped with a warning; any other bad line
+    raises :class:`~ragaudit.RagAuditError`.
+    """
+    return _read_jsonl(path, "span file")
+
+
+# --- audit log ---------------------------------------------------------------------------------
+def _utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _finite(value: Any) -> Any:
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+class AuditLog:
+    """An append-only JSONL audit log: one line per judged turn.
+
+    Keys: ts, turn_id, trace_id, span_id, framework, model, query, answer, documents
+    (``[{id, rank, score, source, metadata, content}]``), citations
+    (``[{doc_id, rank, marker, method}]``), relevant_ids, retrieval_metrics, judge, judge_status,
+    faithfulness, context_relevance, answer_relevance (None when the judge gave none), reason,
+    error, latency_s, usage.
+
+    With ``capture_content=False`` query, answer, document content and metadata, citation markers
+    and reason are null, and ``query_chars``, ``answer_chars``, ``reason_chars`` and each document's
+    ``content_chars`` give their sizes. *redact* is applied to every text written (also errors).
+    Lines are written whole and flushed at once; safe to share between threads.
+    """
+
+    def __init__(
+        self,
+        path: PathLike,
+        *,
+        capture_content: bool = True,
+        redact: Callable[[str], str] | None = None,
+    ) -> None:
+        if redact is not None and not callable(redact):
+            raise ConfigurationError(f"redact must be a callable str -> str, got {type(redact).__name__}")
+        self._out = _AppendFile(path, "audit log")
+        self.path = self._out.path
+        self.capture_content = bool(capture_content)
+        self._redact = redact
+
+    def __enter__(self) -> AuditLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"AuditLog({str(self.path)!r}, capture_content={self.capture_content})"
+
+    def _text(self, value: str | None) -> str | None:
+        if value is None or self._redact is None:
+            return value
+        try:
+            out = self._redact(value)
+        except Exception as exc:
+            raise RagAuditError(f"redact() failed on a text for the audit log: {exc!r}") from exc
+        return out if isinstance(out, str) else str(out)
+
+    def _metadata(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
+        if self._redact is None:
+            return dict(metadata)
+        return {k: self._text(v) if isinstance(v, str) else v for k, v in metadata.items()}
+
+    def _content(self, value: str | None) -> str | None:
+        return self._text(value) if self.capture_content else None
+
+    def record(
+        self,
+        turn: RagTurn,
+        judgement: Judgement,
+        *,
+        judge_status: str,
+        retrieval_metrics: Mapping[str, float] | None = None,
+    ) -> dict[str, Any]:
+        """The dict :meth:`write` would write for these arguments."""
+        capture = self.capture_content
+        documents = []
+        for doc in turn.documents:
+            entry: dict[str, Any] = {
+                "id": doc.id,
+                "rank": doc.rank,
+                "score": doc.score,
+                "source": doc.source,
+                "metadata": self._metadata(doc.metadata) if capture else None,
+                "content": self._content(doc.content),
+            }
+            if not capture:
+                entry["content_chars"] = len(doc.content)
+            documents.append(entry)
+        line: dict[str, Any] = {
+            "ts": _utc_now(),
+            "turn_id": turn.turn_id,
+            "trace_id": turn.trace_id,
+            "span_id": turn.span_id,
+            "framework": turn.framework,
+            "model": turn.model,
+            "query": self._content(turn.query),
+            "answer": self._content(turn.answer),
+            "documents": documents,
+            "citations": [
+                {
+                    "doc_id": cit.doc_id,
+                    "rank": cit.rank,
+                    "marker": self._content(cit.marker),
+                    "method": cit.method,
+                }
+                for cit in turn.citations
+            ],
+            "relevant_ids": dict(turn.relevant_ids) if turn.relevant_ids is not None else None,
+            "retrieval_metrics": (
+                {k: _finite(float(v)) for k, v in retrieval_metrics.items() if v is not None}
+                if retrieval_metrics
+                else None
+            ),
+            "judge": judgement.judge,
+            "judge_status": judge_status,
+            "faithfulness": judgement.faithfulness,
+            "context_relevance": judgement.context_relevance,
+            "answer_relevance": judgement.answer_relevance,
+            "reason": self._content(judgement.reason),
+            "error": self._text(judgement.error),
+            "latency_s": judgement.latency_s,
+            "usage": dict(judgement.usage),
+        }
+        if not capture:
+            line["query_chars"] = len(turn.query)
+            line["answer_chars"] = len(turn.answer) if turn.answer is not None else None
+            line["reason_chars"] = len(judgement.reason) if judgement.reason is not None else None
+        return line
+
+    def write(
+        self,
+        turn: RagTurn,
+        judgement: Judgement,
+        *,
+        judge_status: str,
+        retrieval_metrics: Mapping[str, float] | None = None,
+    ) -> None:
+        """Append one line for *turn* and its *judgement* and flush it.
+
+        Raises :class:`~ragaudit.RagAuditError` when the log is closed, the line cannot be
+        written or *redact* fails (the caller, normally the Auditor, counts and logs it).
+        """
+        text = _dumps(
+            self.record(turn, judgement, judge_status=judge_status, retrieval_metrics=retrieval_metrics)
+        )
+        try:
+            self._out.append(text + "\n")
+        except OSError as exc:
+            raise RagAuditError(f"cannot write to audit log {str(self.path)!r}: {exc}") from exc
+
+    def close(self) -> None:
+        """Flush and close the file; later writes raise. Safe to call twice."""
+        self._out.close()
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._out.closed
+
+
+def read_audit_log(path: PathLike) -> list[dict[str, Any]]:
+    """The lines of an audit log as dicts, in file order.
+
+    A truncated last line (a process killed mid-write) is skipped with a warning; any other bad
+    line raises :class:`~ragaudit.RagAuditError`.
+    """
+    return _read_jsonl(path, "audit log")

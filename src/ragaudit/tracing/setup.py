@@ -1,0 +1,279 @@
+"""``configure()``: send ragaudit's spans somewhere (OTLP over HTTP or gRPC, the console, a JSONL file).
+
+Needs the OpenTelemetry SDK and exporters (``pip install 'ragaudit[otlp]'``); they are imported when
+:func:`configure` is called, never when :mod:`ragaudit.tracing` is imported.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from opentelemetry import trace as _trace_api
+
+from ..errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+__all__ = ["LANGFUSE_DEFAULT_HOST", "PROTOCOLS", "configure"]
+
+_logger = logging.getLogger("ragaudit")
+
+PROTOCOLS = ("http/protobuf", "grpc")
+"""The OTLP protocols :func:`configure` accepts."""
+LANGFUSE_DEFAULT_HOST = "https://cloud.langfuse.com"
+_LANGFUSE_OTEL_PATH = "/api/public/otel"
+_TRACES_PATH = "/v1/traces"
+_EXTRA_HINT = "pip install 'ragaudit[otlp]'"
+
+# What configure() already attached to each provider, so calling it twice does not export twice.
+_attached: weakref.WeakKeyDictionary[Any, set[tuple[str, ...]]] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def _env(*names: str) -> str | None:
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if value:
+            return value
+    return None
+
+
+def _resolve_protocol(protocol: str | None) -> str:
+    value = (
+        protocol or _env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL") or PROTOCOLS[0]
+    )
+    value = value.strip().lower()
+    if value not in PROTOCOLS:
+        raise ConfigurationError(
+            f"unsupported OTLP protocol {value!r}: use one of {', '.join(PROTOCOLS)} "
+            "(the Python OTLP exporters do not speak http/json)"
+        )
+    return value
+
+
+def _parse_headers(headers: Mapping[str, str] | str | None) -> dict[str, str] | None:
+    if headers is None:
+        return None
+    if isinstance(headers, str):
+        out: dict[str, str] = {}
+        for item in headers.split(","):
+            if not item.strip():
+                continue
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ConfigurationError(f"bad header {item.strip()!r}: expected key=value[,key=value...]")
+            out[unquote(key.strip()).lower()] = unquote(value.strip())
+        return out
+    if not isinstance(headers, Mapping):
+        raise ConfigurationError(
+            f"headers must be a mapping or a 'k=v,k2=v2' string, got {type(headers).__name__}"
+        )
+    return {str(k).lower(): str(v) for k, v in headers.items()}
+
+
+def _traces_url(base: str) -> str:
+    base = base.rstrip("/")
+    return base if base.endswith(_TRACES_PATH) else base + _TRACES_PATH
+
+
+def _langfuse_target(endpoint: str | None, headers: dict[str, str] | None) -> tuple[str, dict[str, str]]:
+    public_key = _env("LANGFUSE_PUBLIC_KEY")
+    secret_key = _env("LANGFUSE_SECRET_KEY")
+    missing = [
+        name
+        for name, value in (("LANGFUSE_PUBLIC_KEY", public_key), ("LANGFUSE_SECRET_KEY", secret_key))
+        if not value
+    ]
+    if missing:
+        raise ConfigurationError(
+            f"configure(langfuse=True) needs {' and '.join(missing)} in the environment "
+            "(the project's API keys from Langfuse's settings page)"
+        )
+    host = (endpoint or _env("LANGFUSE_BASE_URL", "LANGFUSE_HOST") or LANGFUSE_DEFAULT_HOST).rstrip("/")
+    if _LANGFUSE_OTEL_PATH not in host:
+        host += _LANGFUSE_OTEL_PATH
+    token = base64.b64encode(f"{public_key}:{secret_key}".encode()).decode("ascii")
+    merged = {"authorization": f"Basic {token}", "x-langfuse-ingestion-version": "4"}
+    merged.update(headers or {})
+    return _traces_url(host), merged
+
+
+def _import_sdk() -> Any:
+    try:
+        from opentelemetry.sdk import trace as sdk_trace
+        from opentelemetry.sdk.trace import export  # noqa: F401
+    except ImportError as exc:
+        raise ConfigurationError(f"tracing.configure() needs the OpenTelemetry SDK: {_EXTRA_HINT}") from exc
+    return sdk_trace
+
+
+def _otlp_factory(
+    protocol: str, url: str | None, headers: dict[str, str] | None
+) -> Callable[[], SpanExporter]:
+    if protocol == "grpc":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+        except ImportError as exc:
+            raise ConfigurationError(
+                f"OTLP over gRPC needs opentelemetry-exporter-otlp-proto-grpc: {_EXTRA_HINT}"
+            ) from exc
+
+        insecure = True if url is not None and url.startswith("http://") else None
+        return lambda: GrpcExporter(endpoint=url, headers=headers, insecure=insecure)
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"OTLP over HTTP needs opentelemetry-exporter-otlp-proto-http: {_EXTRA_HINT}"
+        ) from exc
+    return lambda: HttpExporter(endpoint=url, headers=headers)
+
+
+def _exporters(
+    endpoint: str | None,
+    protocol: str | None,
+    console: bool,
+    file: str | os.PathLike[str] | None,
+    headers: Mapping[str, str] | str | None,
+    langfuse: bool,
+) -> list[tuple[tuple[str, ...], Callable[[], SpanExporter]]]:
+    """Validate everything before any global state is touched; return (dedupe key, factory) pairs."""
+    if endpoint is not None and (not isinstance(endpoint, str) or not endpoint.strip()):
+        raise ConfigurationError(f"endpoint must be a non-empty URL string, got {endpoint!r}")
+    parsed_headers = _parse_headers(headers)
+    out: list[tuple[tuple[str, ...], Callable[[], SpanExporter]]] = []
+    if langfuse:
+        if protocol is not None and protocol.strip().lower() != "http/protobuf":
+            raise ConfigurationError("Langfuse accepts OTLP over HTTP only: use protocol='http/protobuf'")
+        lf_url, lf_headers = _langfuse_target(endpoint, parsed_headers)
+        out.append((("otlp", "http/protobuf", lf_url), _otlp_factory("http/protobuf", lf_url, lf_headers)))
+    else:
+        resolved = _resolve_protocol(protocol)
+        url: str | None
+        if resolved == "grpc":
+            url = endpoint or _env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+        elif endpoint is not None:
+            url = _traces_url(endpoint)
+        else:
+            url = _env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            if url is None:
+                base = _env("OTEL_EXPORTER_OTLP_ENDPOINT")
+                url = _traces_url(base) if base is not None else None
+        if url is not None:
+            # headers=None lets the exporter read OTEL_EXPORTER_OTLP_(TRACES_)HEADERS itself.
+            out.append((("otlp", resolved, url), _otlp_factory(resolved, url, parsed_headers)))
+    if console:
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        out.append((("console",), ConsoleSpanExporter))
+    if file is not None:
+        from .files import JsonlSpanExporter
+
+        path = Path(file).expanduser().resolve()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.open("a", encoding="utf-8").close()
+        except OSError as exc:
+            raise ConfigurationError(f"cannot write the span file {str(path)!r}: {exc}") from exc
+        out.append((("file", str(path)), lambda: JsonlSpanExporter(path)))
+    return out
+
+
+def _resource(service_name: str | None) -> Any:
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+
+    resource = Resource.create({SERVICE_NAME: service_name} if service_name else {})
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: "ragaudit"}))
+    return resource
+
+
+def _provider(sdk_trace: Any, service_name: str | None) -> TracerProvider:
+    current = _trace_api.get_tracer_provider()
+    if hasattr(current, "add_span_processor"):
+        if service_name:
+            _logger.info(
+                "ragaudit: a tracer provider is already set; service_name=%r is ignored", service_name
+            )
+        return current  # type: ignore[return-value]
+    provider = sdk_trace.TracerProvider(resource=_resource(service_name))
+    if not isinstance(current, _trace_api.ProxyTracerProvider):
+        _logger.warning(
+            "ragaudit: the global tracer provider is a %s that cannot take exporters; configure() returns "
+            "a separate provider: pass it as tracer_provider= to ragaudit",
+            type(current).__name__,
+        )
+        return provider  # type: ignore[no-any-return]
+    _trace_api.set_tracer_provider(provider)
+    winner = _trace_api.get_tracer_provider()
+    if winner is not provider and hasattr(winner, "add_span_processor"):
+        return winner  # type: ignore[return-value]  # another thread set one first
+    return provider  # type: ignore[no-any-return]
+
+
+def configure(
+    endpoint: str | None = None,
+    protocol: str | None = None,
+    service_name: str | None = None,
+    console: bool = False,
+    file: str | os.PathLike[str] | None = None,
+    headers: Mapping[str, str] | str | None = None,
+    *,
+    langfuse: bool = False,
+) -> TracerProvider:
+    """Export spans over OTLP, to the console and/or to a JSONL file, and return the tracer provider.
+
+    Args:
+        endpoint: the OTLP collector. For ``http/protobuf`` a base URL (``http://localhost:4318``;
+            ``/v1/traces`` is appended unless present); for ``grpc`` host and port
+            (``http://localhost:4317``). None: ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (used as is)
+            or ``OTEL_EXPORTER_OTLP_ENDPOINT``; with neither set no OTLP exporter is added.
+        protocol: ``http/protobuf`` or ``grpc``; None: ``OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL``,
+            else ``http/protobuf``.
+        service_name: the ``service.name`` resource; None: ``OTEL_SERVICE_NAME``, else ``ragaudit``.
+        console: also print each span to stdout.
+        file: also append each span as a JSON line to this path (read with :func:`read_spans`).
+        headers: extra OTLP headers, a mapping or ``"k=v,k2=v2"``; None: ``OTEL_EXPORTER_OTLP_HEADERS``.
+        langfuse: export to Langfuse: ``$LANGFUSE_BASE_URL`` or ``$LANGFUSE_HOST`` (or *endpoint*;
+            default https://cloud.langfuse.com) + ``/api/public/otel/v1/traces``, Basic auth from
+            ``LANGFUSE_PUBLIC_KEY``/``LANGFUSE_SECRET_KEY``. The ``OTEL_EXPORTER_OTLP_*`` endpoint
+            variables are not used then.
+
+    Never replaces a tracer provider the application already set: if an SDK provider is installed
+    globally, the exporters are added to it and it is returned; otherwise a new provider is created
+    and installed. Every exporter runs behind a ``BatchSpanProcessor`` (the host's thread never
+    waits on the network or the disk); the SDK flushes them at interpreter exit. Calling
+    ``configure`` again with the same destination does not add it twice.
+
+    Raises:
+        ConfigurationError: bad protocol, endpoint or headers, missing Langfuse keys, or the SDK /
+            exporter packages are not installed (``pip install 'ragaudit[otlp]'``).
+    """
+    sdk_trace = _import_sdk()
+    wanted = _exporters(endpoint, protocol, console, file, headers, langfuse)
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    with _lock:
+        provider = _provider(sdk_trace, service_name)
+        done = _attached.setdefault(provider, set())
+        for key, factory in wanted:
+            if key in done:
+                continue
+            provider.add_span_processor(BatchSpanProcessor(factory()))
+            done.add(key)
+    if not wanted:
+        _logger.warning(
+            "ragaudit: configure() found no destination (no endpoint, OTEL_EXPORTER_OTLP_ENDPOINT, "
+            "console or file): spans are recorded but not exported"
+        )
+    return provider

@@ -1,0 +1,382 @@
+"""Judgement sinks for trace backends: Phoenix annotations and Langfuse scores.
+
+A sink's ``emit`` only queues; a daemon thread sends batches over HTTP. A backend that is down,
+slow, or answers 401/500 never blocks or breaks the :class:`~ragaudit.Auditor`: the batch is retried
+with exponential backoff a bounded number of times, then dropped and counted; each kind of failure
+is logged once (then rate-limited). ``force_flush``/``shutdown`` follow the OpenTelemetry exporter
+convention and return within their timeout.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..errors import ConfigurationError
+from ..records import SCORE_NAMES, Judgement, RagTurn
+
+__all__ = ["HttpSink", "LangfuseSink", "PhoenixSink"]
+
+logger = logging.getLogger("ragaudit")
+
+SpanIdResolver = Callable[[str], "Sequence[str] | None"]
+
+
+class HttpSink:
+    """Base for sinks that POST JSON batches from a background thread.
+
+    Subclasses implement :meth:`requests` (what to send for one judgement: ``(path, body)``
+    pairs). ``stats()`` gives ``sent``, ``failed`` (items given up on), ``dropped`` (queue full),
+    ``retries``; ``errors`` is ``failed + dropped`` (the Auditor adds it to its ``sink_errors``).
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        timeout_s: float = 5.0,
+        max_queue: int = 10_000,
+        max_retries: int = 3,
+        backoff_s: float = 0.5,
+        batch_size: int = 100,
+    ) -> None:
+        if not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://")):
+            raise ConfigurationError(f"endpoint must be an http(s) URL, got {endpoint!r}")
+        if timeout_s <= 0 or max_queue < 1 or max_retries < 0 or backoff_s < 0 or batch_size < 1:
+            raise ConfigurationError(
+                "timeout_s > 0, max_queue >= 1, max_retries >= 0, backoff_s >= 0 "
+                "and batch_size >= 1 are required"
+            )
+        import httpx
+
+        self.endpoint = endpoint.rstrip("/")
+        self._client = httpx.Client(timeout=timeout_s, headers=dict(headers or {}))
+        self._queue: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue(max_queue)
+        self._max_retries = max_retries
+        self._backoff_s = backoff_s
+        self._batch_size = batch_size
+        self._lock = threading.Lock()
+        self._counts = {"sent": 0, "failed": 0, "dropped": 0, "retries": 0}
+        self._logged: dict[str, float] = {}
+        self._busy = 0
+        self._idle = threading.Condition(self._lock)
+        self._closed = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"ragaudit-{type(self).__name__}", daemon=True)
+        self._thread.start()
+
+    # -- to implement -----------------------------------------------------------------------
+
+    def requests(self, turn: RagTurn, judgement: Judgement) -> list[tuple[str, dict[str, Any]]]:
+        """The ``(path, json_body)`` items to send for one judgement."""
+        raise NotImplementedError
+
+    def send(self, path: str, bodies: list[dict[str, Any]]) -> int:
+        """POST a batch of items for *path*; returns how many were delivered (default: one POST each)."""
+        return sum(self._post(path, body) for body in bodies)
+
+    # -- JudgementSink ----------------------------------------------------------------------
+
+    def emit(self, turn: RagTurn, judgement: Judgement) -> None:
+        """Queue what this judgement needs sent. Never blocks; a full queue drops and counts."""
+        if self._closed:
+            self._count("dropped")
+            return
+        for item in self.requests(turn, judgement):
+            try:
+                with self._lock:
+                    self._busy += 1
+                self._queue.put_nowait(item)
+            except queue.Full:
+                with self._idle:
+                    self._busy -= 1
+                    self._counts["dropped"] += 1
+                self._log_once(
+                    "queue-full", "ragaudit: %s queue full; judgement dropped", type(self).__name__
+                )
+
+    def force_flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until everything queued was sent or given up on; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._idle:
+            while self._busy:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._idle.wait(remaining)
+        return True
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Flush within *timeout_s*, then stop the thread. Items still queued are counted as failed."""
+        if self._closed:
+            return
+        self._closed = True
+        self.force_flush(timeout_s)
+        self._stop.set()
+        try:
+            self._queue.put_nowait(None)
+        except queue.Full:
+            pass  # the thread sees _stop after its current batch
+        self._thread.join(timeout=1.0)
+        with self._idle:
+            if self._busy:
+                self._counts["failed"] += self._busy
+                self._busy = 0
+        self._client.close()
+
+    def stats(self) -> dict[str, int]:
+        """Counts: sent, failed, dropped, retries."""
+        with self._lock:
+            return dict(self._counts)
+
+    @property
+    def errors(self) -> int:
+        """Items that never reached the backend (given up on or dropped)."""
+        with self._lock:
+            return self._counts["failed"] + self._counts["dropped"]
+
+    # -- worker ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            item = self._queue.get()
+            if item is None:
+                return
+            batch = [item]
+            while len(batch) < self._batch_size:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._stop.set()
+                    break
+                batch.append(nxt)
+            by_path: dict[str, list[dict[str, Any]]] = {}
+            for path, body in batch:
+                by_path.setdefault(path, []).append(body)
+            for path, bodies in by_path.items():
+                try:
+                    delivered = self.send(path, bodies)
+                except Exception as exc:
+                    self._log_once(f"send:{type(exc).__name__}", "ragaudit: %s failed to send: %s",
+                                   type(self).__name__, exc)
+                    delivered = 0
+                with self._idle:
+                    self._counts["sent"] += delivered
+                    self._counts["failed"] += len(bodies) - delivered
+                    self._busy -= len(bodies)
+                    if not self._busy:
+                        self._idle.notify_all()
+
+    def _post(self, path: str, body: dict[str, Any]) -> bool:
+        delay = self._backoff_s
+        for attempt in range(self._max_retries + 1):
+            if attempt:
+                self._count("retries")
+                if self._stop.wait(delay):
+                    return False
+                delay *= 2
+            try:
+                response = self._client.post(self.endpoint + path, json=body)
+            except Exception as exc:  # connection refused, timeout, ...
+                self._log_once(
+                    f"transport:{type(exc).__name__}",
+                    "ragaudit: %s cannot reach %s: %s: %s",
+                    type(self).__name__,
+                    self.endpoint,
+                    type(exc).__name__,
+                    exc,
+                )
+                continue
+            if response.status_code < 300:
+                return True
+            self._log_once(
+                f"http:{response.status_code}",
+                "ragaudit: %s got HTTP %d from %s%s: %s",
+                type(self).__name__,
+                response.status_code,
+                self.endpoint,
+                path,
+                response.text[:200],
+            )
+            if response.status_code in (400, 401, 403, 404, 422):
+                return False  # retrying will not help
+        return False
+
+    def _count(self, key: str) -> None:
+        with self._lock:
+            self._counts[key] += 1
+
+    def _log_once(self, kind: str, message: str, *args: Any) -> None:
+        now = time.monotonic()
+        last = self._logged.get(kind)
+        if last is None or now - last > 300:
+            self._logged[kind] = now
+            logger.warning(message, *args)
+
+
+def _label(score: float | None, threshold: float) -> str:
+    if score is None:
+        return "missing"
+    return "pass" if score >= threshold else "fail"
+
+
+class PhoenixSink(HttpSink):
+    """Posts each judgement to Phoenix as span annotations on the turn span.
+
+    One annotation per score (annotator kind ``LLM``, label ``pass``/``fail`` at *threshold*,
+    score, the judge's reason as explanation) through ``POST /v1/span_annotations``, so Phoenix's
+    own evaluation views show them. A score the judge did not give is not sent (never 0). When the
+    turn has ground-truth relevance labels and the retrieval span ids are known (the Auditor binds
+    the sink to its span recorder), each retrieved document also gets a ``relevance`` document
+    annotation (``POST /v1/document_annotations``).
+
+    *endpoint* defaults to ``$PHOENIX_COLLECTOR_ENDPOINT`` or ``http://localhost:6006``;
+    *api_key* to ``$PHOENIX_API_KEY`` (sent as a Bearer token).
+    """
+
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        *,
+        api_key: str | None = None,
+        threshold: float = 0.5,
+        **kwargs: Any,
+    ) -> None:
+        endpoint = endpoint or os.environ.get("PHOENIX_COLLECTOR_ENDPOINT") or "http://localhost:6006"
+        endpoint = endpoint.rstrip("/").removesuffix("/v1/traces")
+        api_key = api_key or os.environ.get("PHOENIX_API_KEY")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        super().__init__(endpoint, headers=headers, **kwargs)
+        self.threshold = threshold
+        self._resolve_retrieval_spans: SpanIdResolver | None = None
+
+    def bind_recorder(self, recorder: Any) -> None:
+        """Called by the Auditor: lets the sink find the retrieval span ids of a turn."""
+        self._resolve_retrieval_spans = getattr(recorder, "retrieval_span_ids", None)
+
+    def requests(self, turn: RagTurn, judgement: Judgement) -> list[tuple[str, dict[str, Any]]]:
+        if not turn.span_id:
+            return []
+        out: list[tuple[str, dict[str, Any]]] = []
+        for name in SCORE_NAMES:
+            score = getattr(judgement, name)
+            if score is None:
+                continue
+            out.append(
+                (
+                    "/v1/span_annotations?sync=true",
+                    {
+                        "span_id": turn.span_id,
+                        "name": name,
+                        "annotator_kind": "LLM",
+                        "identifier": f"ragaudit:{judgement.judge}",
+                        "result": {
+                            "label": _label(score, self.threshold),
+                            "score": score,
+                            "explanation": judgement.reason,
+                        },
+                        "metadata": {"judge": judgement.judge, "turn_id": turn.turn_id},
+                    },
+                )
+            )
+        if turn.relevant_ids is not None and self._resolve_retrieval_spans is not None:
+            span_ids = self._resolve_retrieval_spans(turn.turn_id) or ()
+            for span_id, retrieval in zip(span_ids, turn.retrievals):
+                for position, doc in enumerate(retrieval.documents):
+                    label = turn.relevant_ids.get(doc.id, 0)
+                    out.append(
+                        (
+                            "/v1/document_annotations?sync=true",
+                            {
+                                "span_id": span_id,
+                                "document_position": position,
+                                "name": "relevance",
+                                "annotator_kind": "HUMAN",
+                                "result": {
+                                    "label": "relevant" if label > 0 else "irrelevant",
+                                    "score": float(label),
+                                },
+                                "metadata": {"doc_id": doc.id},
+                            },
+                        )
+                    )
+        return out
+
+    def send(self, path: str, bodies: list[dict[str, Any]]) -> int:
+        return len(bodies) if self._post(path, {"data": bodies}) else 0
+
+
+class LangfuseSink(HttpSink):
+    """Sends each judgement to Langfuse as scores on the turn's trace and observation.
+
+    Three ``NUMERIC`` scores (``faithfulness``, ``context_relevance``, ``answer_relevance``) with
+    the judge's reason as comment, plus one score per retrieval metric, keyed by the OTel trace id
+    and the turn span's id as observation id — the ids Langfuse gives spans it receives over OTLP.
+    Sent to Langfuse's public scores API (``POST /api/public/scores``, Basic auth with the public
+    and secret key) from a background thread. Keys and host default to ``LANGFUSE_PUBLIC_KEY``,
+    ``LANGFUSE_SECRET_KEY`` and ``LANGFUSE_HOST`` (``https://cloud.langfuse.com``). A score the judge
+    did not give is not sent.
+    """
+
+    def __init__(
+        self,
+        host: str | None = None,
+        *,
+        public_key: str | None = None,
+        secret_key: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        host = (
+            host
+            or os.environ.get("LANGFUSE_HOST")
+            or os.environ.get("LANGFUSE_BASE_URL")
+            or "https://cloud.langfuse.com"
+        )
+        public_key = public_key or os.environ.get("LANGFUSE_PUBLIC_KEY")
+        secret_key = secret_key or os.environ.get("LANGFUSE_SECRET_KEY")
+        if not public_key or not secret_key:
+            raise ConfigurationError(
+                "LangfuseSink needs public_key and secret_key (or LANGFUSE_PUBLIC_KEY / LANGFUSE_SECRET_KEY)"
+            )
+        token = base64.b64encode(f"{public_key}:{secret_key}".encode()).decode()
+        super().__init__(host, headers={"Authorization": f"Basic {token}"}, **kwargs)
+
+    def __repr__(self) -> str:  # never show the keys
+        return f"LangfuseSink(host={self.endpoint!r})"
+
+    def requests(self, turn: RagTurn, judgement: Judgement) -> list[tuple[str, dict[str, Any]]]:
+        if not turn.trace_id:
+            return []
+        base: dict[str, Any] = {"traceId": turn.trace_id, "dataType": "NUMERIC"}
+        if turn.span_id:
+            base["observationId"] = turn.span_id
+        out = []
+        for name in SCORE_NAMES:
+            score = getattr(judgement, name)
+            if score is not None:
+                out.append(
+                    (
+                        "/api/public/scores",
+                        {
+                            **base,
+                            "name": name,
+                            "value": score,
+                            "comment": judgement.reason,
+                            "metadata": {"judge": judgement.judge},
+                        },
+                    )
+                )
+        from ..online import turn_metrics
+
+        for metric, value in (turn_metrics(turn) or {}).items():
+            out.append(("/api/public/scores", {**base, "name": f"retrieval.{metric}", "value": value}))
+        return out

@@ -1,0 +1,656 @@
+"""Turn :class:`~ragaudit.RagTurn` and :class:`~ragaudit.Judgement` records into OpenTelemetry spans.
+
+Per turn: a ``ragaudit.turn`` span with one child per retrieval (``retrieval {name}``) and per LLM
+call (``chat {model}``), and later, when the judgement arrives, a ``ragaudit.judge`` span in the
+same trace, parented to the turn span and linked to it. Attribute names are in
+:mod:`ragaudit.tracing.conventions`.
+
+Only the OpenTelemetry *API* is used here: with no SDK tracer provider installed every call
+returns at once, and nothing here ever raises into the host pipeline or attaches an OTel context.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from opentelemetry import trace as _trace_api
+from opentelemetry.context import Context
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    NoOpTracer,
+    NoOpTracerProvider,
+    ProxyTracerProvider,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    Tracer,
+    TracerProvider,
+)
+
+from ..errors import ConfigurationError
+from ..records import SCORE_NAMES, Generation, Judgement, RagTurn, Retrieval, truncate
+from . import conventions as c
+
+__all__ = [
+    "CAPTURE_CONTENT_ENV",
+    "SpanRecorder",
+    "TurnHandle",
+    "content_capture_from_env",
+]
+
+_logger = logging.getLogger("ragaudit")
+
+CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""The OTel GenAI variable that turns content capture off when set to NO_CONTENT, false or 0."""
+
+_CONTENT_OFF_VALUES = frozenset({"no_content", "false", "0"})
+_REDACTION_FAILED = "[ragaudit: redact() failed, text withheld]"
+_ENV_PROVIDER_SET = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+_UNKNOWN = object()
+_SPAN_ID_MEMORY = 4096
+
+
+def content_capture_from_env() -> bool:
+    """False when ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is NO_CONTENT, false or 0."""
+    return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() not in _CONTENT_OFF_VALUES
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
+
+
+def _global_provider_maybe_set() -> bool:
+    # get_tracer_provider() costs ~1 µs when nothing is set (it consults os.environ each call);
+    # this module global is what it checks first, so reading it keeps the disabled path cheap.
+    return _ENV_PROVIDER_SET or getattr(_trace_api, "_TRACER_PROVIDER", _UNKNOWN) is not None
+
+
+def _tracer_from(provider: TracerProvider) -> Tracer | None:
+    if isinstance(provider, (ProxyTracerProvider, NoOpTracerProvider)):
+        return None
+    tracer = provider.get_tracer(c.TRACER_NAME, _version())
+    return None if isinstance(tracer, NoOpTracer) else tracer
+
+
+def _span_context(trace_id: str | None, span_id: str | None) -> SpanContext | None:
+    if not trace_id or not span_id:
+        return None
+    ctx = SpanContext(
+        trace_id=int(trace_id, 16),
+        span_id=int(span_id, 16),
+        is_remote=False,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+    if not ctx.is_valid:
+        raise ValueError(f"invalid trace/span id {trace_id!r}/{span_id!r}")
+    return ctx
+
+
+class TurnHandle:
+    """An open turn span, returned by :meth:`SpanRecorder.start_turn`; opaque to integrations.
+
+    ``trace_id`` (32 hex digits) and ``span_id`` (16) identify the turn span; both are None when
+    tracing is disabled. Pass the handle back to :meth:`SpanRecorder.end_turn` exactly once.
+    """
+
+    __slots__ = ("_name", "_root", "_span", "_start_ns", "span_id", "trace_id")
+
+    def __init__(
+        self,
+        trace_id: str | None,
+        span_id: str | None,
+        span: Span | None = None,
+        start_ns: int = 0,
+        root: bool = False,
+        name: str = c.SPAN_TURN,
+    ) -> None:
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self._span = span
+        self._start_ns = start_ns
+        self._root = root
+        self._name = name
+
+    def __repr__(self) -> str:
+        return f"TurnHandle(trace_id={self.trace_id!r}, span_id={self.span_id!r})"
+
+
+_DISABLED = TurnHandle(None, None)
+
+
+class SpanRecorder:
+    """Writes turns and judgements as OpenTelemetry spans.
+
+    Args:
+        tracer_provider: the provider to use; None means the global one, looked up at each call
+            until an SDK provider is installed (so a recorder made before
+            :func:`ragaudit.tracing.configure` starts tracing once it runs).
+        capture_content: record questions, answers, documents, prompts and reasons. None means
+            on unless ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is ``NO_CONTENT``,
+            ``false`` or ``0``. Off, only ids, scores and sizes (``ragaudit.*.chars``) are kept.
+        max_attribute_chars: longer text is cut and marked ``…[truncated N chars]``.
+        redact: applied to every text before it is recorded (after it, the text is cut).
+
+    ``enabled`` is False while the provider is the API's no-op one; then every method returns at
+    once (:meth:`start_turn` gives a handle whose ids are None). No method raises: a failure is
+    logged once per kind on the ``ragaudit`` logger and the span data is dropped.
+    """
+
+    def __init__(
+        self,
+        tracer_provider: TracerProvider | None = None,
+        *,
+        capture_content: bool | None = None,
+        max_attribute_chars: int = 8192,
+        redact: Callable[[str], str] | None = None,
+    ) -> None:
+        if isinstance(max_attribute_chars, bool) or not isinstance(max_attribute_chars, int):
+            raise ConfigurationError(f"max_attribute_chars must be an int, got {max_attribute_chars!r}")
+        if max_attribute_chars < 0:
+            raise ConfigurationError(f"max_attribute_chars must be >= 0, got {max_attribute_chars}")
+        if redact is not None and not callable(redact):
+            raise ConfigurationError(f"redact must be a callable str -> str, got {type(redact).__name__}")
+        if tracer_provider is not None and not hasattr(tracer_provider, "get_tracer"):
+            raise ConfigurationError(
+                "tracer_provider must be an OpenTelemetry TracerProvider, "
+                f"got {type(tracer_provider).__name__}"
+            )
+        self.capture_content: bool = (
+            content_capture_from_env() if capture_content is None else bool(capture_content)
+        )
+        self.max_attribute_chars = max_attribute_chars
+        self._redact = redact
+        self._reported: set[str] = set()
+        self._span_ids_lock = threading.Lock()
+        self._retrieval_span_ids: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        self._tracer: Tracer | None = None
+        explicit = None if isinstance(tracer_provider, ProxyTracerProvider) else tracer_provider
+        self._follow_global = explicit is None
+        self._provider = explicit
+        if explicit is not None:
+            self._tracer = _tracer_from(explicit)
+        self._turn_attrs: dict[str, Any] = {
+            c.OPENINFERENCE_SPAN_KIND: c.SPAN_KIND_CHAIN,
+            c.LANGFUSE_OBSERVATION_TYPE: c.LANGFUSE_TYPE_SPAN,
+        }
+        self._retrieval_attrs: dict[str, Any] = {
+            c.OPENINFERENCE_SPAN_KIND: c.SPAN_KIND_RETRIEVER,
+            c.GEN_AI_OPERATION_NAME: c.GEN_AI_OPERATION_RETRIEVAL,
+            c.LANGFUSE_OBSERVATION_TYPE: c.LANGFUSE_TYPE_RETRIEVER,
+            c.ATTR_CONTENT_CAPTURED: self.capture_content,
+        }
+        self._generation_attrs: dict[str, Any] = {
+            c.OPENINFERENCE_SPAN_KIND: c.SPAN_KIND_LLM,
+            c.GEN_AI_OPERATION_NAME: c.GEN_AI_OPERATION_CHAT,
+            c.LANGFUSE_OBSERVATION_TYPE: c.LANGFUSE_TYPE_GENERATION,
+            c.ATTR_CONTENT_CAPTURED: self.capture_content,
+        }
+        self._judge_attrs: dict[str, Any] = {
+            c.OPENINFERENCE_SPAN_KIND: c.SPAN_KIND_EVALUATOR,
+            c.LANGFUSE_OBSERVATION_TYPE: c.LANGFUSE_TYPE_EVALUATOR,
+            c.ATTR_CONTENT_CAPTURED: self.capture_content,
+        }
+
+    # --- state ---------------------------------------------------------------------------------
+    def _current_tracer(self) -> Tracer | None:
+        tracer = self._tracer
+        if tracer is not None or not self._follow_global or not _global_provider_maybe_set():
+            return tracer
+        tracer = _tracer_from(_trace_api.get_tracer_provider())
+        self._tracer = tracer
+        return tracer
+
+    @property
+    def enabled(self) -> bool:
+        """True when spans go to a real (SDK) tracer provider."""
+        return self._current_tracer() is not None
+
+    def force_flush(self, timeout_s: float = 30.0) -> bool:
+        """Ask the provider to export the spans it still buffers, waiting up to *timeout_s*.
+
+        True when there was nothing to do or the provider finished in time; never raises.
+        """
+        if self._current_tracer() is None:
+            return True
+        provider = self._provider if self._provider is not None else _trace_api.get_tracer_provider()
+        flush = getattr(provider, "force_flush", None)
+        if flush is None:
+            return True
+        try:
+            return bool(flush(max(0, int(timeout_s * 1000))))
+        except Exception as exc:
+            self._report("force_flush", exc)
+            return False
+
+    def _report(self, where: str, exc: BaseException) -> None:
+        if where in self._reported:
+            _logger.debug("ragaudit tracing: %s failed again: %r", where, exc)
+            return
+        self._reported.add(where)
+        _logger.warning(
+            "ragaudit tracing: %s failed, its span data was dropped (further failures of this kind "
+            "are logged at DEBUG)",
+            where,
+            exc_info=exc,
+        )
+
+    def _text(self, value: str) -> str:
+        if self._redact is not None:
+            try:
+                value = self._redact(value)
+            except Exception as exc:
+                self._report("redact", exc)
+                return _REDACTION_FAILED
+            if not isinstance(value, str):
+                value = str(value)
+        return truncate(value, self.max_attribute_chars) if len(value) > self.max_attribute_chars else value
+
+    def _mark_error(self, span: Span, attrs: dict[str, Any], error: str, error_type: str) -> None:
+        message = self._text(error)
+        attrs[c.ATTR_ERROR_TYPE] = error_type
+        attrs[c.LANGFUSE_OBSERVATION_LEVEL] = "ERROR"
+        attrs[c.LANGFUSE_OBSERVATION_STATUS_MESSAGE] = message
+        span.set_status(Status(StatusCode.ERROR, message))
+        span.add_event(c.EVENT_EXCEPTION, {c.ATTR_EXCEPTION_MESSAGE: message, c.ATTR_ERROR_TYPE: error_type})
+
+    # --- turns ---------------------------------------------------------------------------------
+    def start_turn(
+        self,
+        name: str = c.SPAN_TURN,
+        start_ns: int | None = None,
+        parent: Context | None = None,
+    ) -> TurnHandle:
+        """Start the turn span now, as a child of *parent* (None: the current context).
+
+        The span is not made current. Returns a :class:`TurnHandle` for :meth:`end_turn`; its ids
+        are None when tracing is disabled.
+        """
+        tracer = self._tracer if self._tracer is not None else self._current_tracer()
+        if tracer is None:
+            return _DISABLED
+        try:
+            if start_ns is None:
+                start_ns = time.time_ns()
+            span = tracer.start_span(
+                name, context=parent, kind=SpanKind.INTERNAL, attributes=self._turn_attrs, start_time=start_ns
+            )
+            sc = span.get_span_context()
+            if not sc.is_valid:
+                return _DISABLED
+            root = not _trace_api.get_current_span(parent).get_span_context().is_valid
+            return TurnHandle(f"{sc.trace_id:032x}", f"{sc.span_id:016x}", span, start_ns, root, name)
+        except Exception as exc:
+            self._report("start_turn", exc)
+            return _DISABLED
+
+    def end_turn(
+        self,
+        handle: TurnHandle,
+        turn: RagTurn,
+        *,
+        judge_status: str | None = None,
+        retrieval_metrics: Mapping[str, float] | None = None,
+    ) -> None:
+        """Record *turn* on the span *handle* opened, add its retrieval and LLM child spans, end it.
+
+        Children use their own ``started_at``/``ended_at`` (falling back to the turn's); when the
+        turn has documents but no ``retrievals``, one retrieval span is made from its documents.
+        The span gets error status when ``turn.error`` is set and ends at ``turn.ended_at``.
+        """
+        span = handle._span
+        if span is None:
+            return
+        handle._span = None
+        end_ns = turn.ended_at if turn.ended_at is not None else time.time_ns()
+        try:
+            if not span.is_recording():  # sampled out: nothing would be exported
+                return
+            self._fill_turn(span, handle, turn, end_ns, judge_status, retrieval_metrics)
+        except Exception as exc:
+            self._report("end_turn", exc)
+        finally:
+            try:
+                span.end(end_time=end_ns)
+            except Exception as exc:
+                self._report("end_turn", exc)
+
+    def record_turn(
+        self,
+        turn: RagTurn,
+        *,
+        parent: Context | None = None,
+        judge_status: str | None = None,
+        retrieval_metrics: Mapping[str, float] | None = None,
+    ) -> RagTurn:
+        """Start and end a turn span for a turn that already happened.
+
+        Returns ``turn.with_trace(trace_id, span_id)``, or *turn* unchanged when tracing is off.
+        """
+        handle = self.start_turn(start_ns=turn.started_at, parent=parent)
+        if handle.trace_id is None or handle.span_id is None:
+            return turn
+        self.end_turn(handle, turn, judge_status=judge_status, retrieval_metrics=retrieval_metrics)
+        try:
+            return turn.with_trace(handle.trace_id, handle.span_id)
+        except Exception as exc:
+            self._report("record_turn", exc)
+            return turn
+
+    def _fill_turn(
+        self,
+        span: Span,
+        handle: TurnHandle,
+        turn: RagTurn,
+        end_ns: int,
+        judge_status: str | None,
+        retrieval_metrics: Mapping[str, float] | None,
+    ) -> None:
+        capture = self.capture_content
+        attrs: dict[str, Any] = {
+            c.ATTR_TURN_ID: turn.turn_id,
+            c.ATTR_CONTENT_CAPTURED: capture,
+            c.ATTR_QUERY_CHARS: len(turn.query),
+        }
+        if turn.framework:
+            attrs[c.ATTR_FRAMEWORK] = turn.framework
+        if turn.model:
+            attrs[c.ATTR_MODEL] = turn.model
+        if turn.answer is not None:
+            attrs[c.ATTR_ANSWER_CHARS] = len(turn.answer)
+        if handle._root:
+            attrs[c.LANGFUSE_TRACE_NAME] = handle._name
+        if capture:
+            query = self._text(turn.query)
+            attrs[c.INPUT_VALUE] = query
+            attrs[c.INPUT_MIME_TYPE] = c.MIME_TEXT
+            if handle._root:
+                attrs[c.LANGFUSE_TRACE_INPUT] = query
+            if turn.answer is not None:
+                answer = self._text(turn.answer)
+                attrs[c.OUTPUT_VALUE] = answer
+                attrs[c.OUTPUT_MIME_TYPE] = c.MIME_TEXT
+                if handle._root:
+                    attrs[c.LANGFUSE_TRACE_OUTPUT] = answer
+            if turn.metadata:
+                attrs[c.METADATA] = self._text(_dumps(dict(turn.metadata)))
+        docs = turn.documents
+        attrs[c.ATTR_DOCUMENT_COUNT] = len(docs)
+        if docs:
+            attrs[c.ATTR_DOCUMENT_IDS] = [d.id for d in docs]
+        cits = turn.citations
+        attrs[c.ATTR_CITATION_COUNT] = len(cits)
+        attrs[c.ATTR_CITATIONS] = _dumps(
+            [
+                {
+                    "doc_id": cit.doc_id,
+                    "rank": cit.rank,
+                    "marker": self._text(cit.marker) if capture and cit.marker is not None else None,
+                    "method": cit.method,
+                }
+                for cit in cits
+            ]
+        )
+        if cits:
+            attrs[c.ATTR_CITATION_DOC_IDS] = [cit.doc_id for cit in cits]
+        if turn.relevant_ids is not None:
+            attrs[c.ATTR_RELEVANT_IDS] = _dumps(dict(turn.relevant_ids))
+        if retrieval_metrics:
+            for metric, value in retrieval_metrics.items():
+                if value is not None and not math.isnan(value):
+                    attrs[c.retrieval_metric_key(metric)] = float(value)
+        if judge_status:
+            attrs[c.ATTR_JUDGE_STATUS] = judge_status
+        if turn.error:
+            self._mark_error(span, attrs, turn.error, c.ERROR_TYPE_TURN_ERROR)
+        span.set_attributes(attrs)
+
+        tracer = self._tracer
+        if tracer is None:
+            return
+        parent = _trace_api.set_span_in_context(span)
+        start_ns = handle._start_ns
+        retrievals = turn.retrievals
+        if not retrievals and docs:
+            retrievals = (Retrieval(name="", documents=docs, query=turn.query),)
+        span_ids = tuple(self._retrieval_span(tracer, parent, retrieval, start_ns, end_ns, turn.query)
+                         for retrieval in retrievals)
+        with self._span_ids_lock:
+            self._retrieval_span_ids[turn.turn_id] = span_ids
+            while len(self._retrieval_span_ids) > _SPAN_ID_MEMORY:
+                self._retrieval_span_ids.popitem(last=False)
+        for generation in turn.generations:
+            self._generation_span(tracer, parent, generation, start_ns, end_ns)
+
+    def _retrieval_span(
+        self, tracer: Tracer, parent: Context, r: Retrieval, start_ns: int, end_ns: int, turn_query: str
+    ) -> str:
+        capture = self.capture_content
+        attrs = dict(self._retrieval_attrs)
+        if r.name:
+            attrs[c.GEN_AI_DATA_SOURCE_ID] = r.name
+        query = r.query if r.query is not None else turn_query
+        attrs[c.ATTR_QUERY_CHARS] = len(query)
+        if capture:
+            text = self._text(query)
+            attrs[c.INPUT_VALUE] = text
+            attrs[c.INPUT_MIME_TYPE] = c.MIME_TEXT
+            attrs[c.GEN_AI_RETRIEVAL_QUERY_TEXT] = text
+        summary = []
+        for i, doc in enumerate(r.documents):
+            keys = c.document_keys(i)
+            attrs[keys.id] = doc.id
+            if doc.score is not None:
+                attrs[keys.score] = doc.score
+            meta: dict[str, Any] = {"rank": doc.rank}
+            if doc.source is not None:
+                meta["source"] = doc.source
+            if capture:
+                attrs[keys.content] = self._text(doc.content)
+                meta.update(doc.metadata)
+                attrs[keys.metadata] = self._text(_dumps(meta))
+            else:
+                attrs[keys.metadata] = _dumps(meta)
+            summary.append({"id": doc.id, "score": doc.score, "rank": doc.rank, "source": doc.source})
+        attrs[c.ATTR_DOCUMENT_COUNT] = len(r.documents)
+        attrs[c.ATTR_DOCUMENT_CHARS] = [len(d.content) for d in r.documents]
+        attrs[c.GEN_AI_RETRIEVAL_DOCUMENTS] = attrs[c.LANGFUSE_OBSERVATION_OUTPUT] = _dumps(summary)
+        start = r.started_at if r.started_at is not None else start_ns
+        end = r.ended_at if r.ended_at is not None else end_ns
+        return self._child(
+            tracer, parent, c.retrieval_span_name(r.name), SpanKind.INTERNAL, attrs, start, end, r.error
+        )
+
+    def _generation_span(
+        self, tracer: Tracer, parent: Context, g: Generation, start_ns: int, end_ns: int
+    ) -> None:
+        attrs = dict(self._generation_attrs)
+        if g.model:
+            attrs[c.GEN_AI_REQUEST_MODEL] = attrs[c.LLM_MODEL_NAME] = g.model
+            attrs[c.LANGFUSE_OBSERVATION_MODEL_NAME] = g.model
+        if g.provider:
+            attrs[c.GEN_AI_PROVIDER_NAME] = attrs[c.LLM_PROVIDER] = g.provider
+        usage: dict[str, int] = {}
+        if g.input_tokens is not None:
+            attrs[c.GEN_AI_USAGE_INPUT_TOKENS] = attrs[c.LLM_TOKEN_COUNT_PROMPT] = g.input_tokens
+            usage["input"] = g.input_tokens
+        if g.output_tokens is not None:
+            attrs[c.GEN_AI_USAGE_OUTPUT_TOKENS] = attrs[c.LLM_TOKEN_COUNT_COMPLETION] = g.output_tokens
+            usage["output"] = g.output_tokens
+        if g.input_tokens is not None and g.output_tokens is not None:
+            attrs[c.LLM_TOKEN_COUNT_TOTAL] = usage["total"] = g.input_tokens + g.output_tokens
+        if usage:
+            attrs[c.LANGFUSE_OBSERVATION_USAGE_DETAILS] = _dumps(usage)
+        if g.prompt is not None:
+            attrs[c.ATTR_PROMPT_CHARS] = len(g.prompt)
+        if g.output is not None:
+            attrs[c.ATTR_ANSWER_CHARS] = len(g.output)
+        if self.capture_content:
+            if g.prompt is not None:
+                self._message(
+                    attrs, c.INPUT_VALUE, c.INPUT_MIME_TYPE, c.input_message_keys(0), "user", g.prompt
+                )
+            if g.output is not None:
+                self._message(
+                    attrs, c.OUTPUT_VALUE, c.OUTPUT_MIME_TYPE, c.output_message_keys(0), "assistant", g.output
+                )
+        start = g.started_at if g.started_at is not None else start_ns
+        end = g.ended_at if g.ended_at is not None else end_ns
+        self._child(tracer, parent, c.chat_span_name(g.model), SpanKind.CLIENT, attrs, start, end, g.error)
+
+    def _message(
+        self,
+        attrs: dict[str, Any],
+        value_key: str,
+        mime_key: str,
+        message_keys: tuple[str, str],
+        role: str,
+        text: str,
+    ) -> None:
+        """One chat message: as the span's input/output value and as OpenInference message 0."""
+        value = self._text(text)
+        attrs[value_key] = value
+        attrs[mime_key] = c.MIME_TEXT
+        attrs[message_keys[0]] = role
+        attrs[message_keys[1]] = value
+
+    def _child(
+        self,
+        tracer: Tracer,
+        parent: Context,
+        name: str,
+        kind: SpanKind,
+        attrs: dict[str, Any],
+        start_ns: int,
+        end_ns: int,
+        error: str | None,
+    ) -> str:
+        span = tracer.start_span(name, context=parent, kind=kind, attributes=attrs, start_time=start_ns)
+        try:
+            if error:
+                extra: dict[str, Any] = {}
+                self._mark_error(span, extra, error, c.ERROR_TYPE_TURN_ERROR)
+                span.set_attributes(extra)
+        finally:
+            span.end(end_time=end_ns)
+        return format(span.get_span_context().span_id, "016x")
+
+    def retrieval_span_ids(self, turn_id: str) -> tuple[str, ...] | None:
+        """The span ids of *turn_id*'s retrieval spans, in order, for recently ended turns.
+
+        Sinks use them to annotate retrieved documents (Phoenix document annotations). The last
+        ``_SPAN_ID_MEMORY`` turns are remembered; None for an unknown or forgotten turn.
+        """
+        with self._span_ids_lock:
+            return self._retrieval_span_ids.get(turn_id)
+
+    # --- judgements ----------------------------------------------------------------------------
+    def record_judgement(self, turn: RagTurn, judgement: Judgement, *, start_ns: int | None = None) -> None:
+        """Record *judgement* of *turn* as a ``ragaudit.judge`` span.
+
+        The span's parent is the turn span (from ``turn.trace_id``/``turn.span_id``) and it carries
+        a link to it; a turn that was never traced gets a judge span of its own trace. Present
+        scores become ``ragaudit.judge.<score>`` attributes; each of the three scores becomes a
+        ``gen_ai.evaluation.result`` event, where a missing score has no value and the label
+        ``missing`` (never 0). *start_ns* defaults to now minus the judgement's latency.
+        """
+        tracer = self._tracer if self._tracer is not None else self._current_tracer()
+        if tracer is None:
+            return
+        try:
+            self._judge_span(tracer, turn, judgement, start_ns)
+        except Exception as exc:
+            self._report("record_judgement", exc)
+
+    def _judge_span(self, tracer: Tracer, turn: RagTurn, j: Judgement, start_ns: int | None) -> None:
+        capture = self.capture_content
+        end_ns = time.time_ns()
+        if start_ns is None:
+            latency = j.latency_s if j.latency_s is not None and j.latency_s >= 0 else 0.0
+            start_ns = end_ns - int(latency * 1e9)
+        turn_ctx = _span_context(turn.trace_id, turn.span_id)
+        if turn_ctx is not None:
+            parent = _trace_api.set_span_in_context(NonRecordingSpan(turn_ctx))
+            links: list[Link] | None = [Link(turn_ctx, {c.LINK_TYPE: c.LINK_TYPE_JUDGED_TURN})]
+        else:
+            parent, links = Context(), None
+
+        attrs = dict(self._judge_attrs)
+        attrs[c.ATTR_TURN_ID] = turn.turn_id
+        attrs[c.ATTR_JUDGE_NAME] = j.judge
+        scores = j.scores()
+        output: dict[str, Any] = dict(scores)
+        missing = [name for name, value in scores.items() if value is None]
+        for name, value in scores.items():
+            if value is not None:
+                attrs[c.judge_score_key(name)] = value
+        if missing:
+            attrs[c.ATTR_JUDGE_MISSING_SCORES] = missing
+        reason: str | None = None
+        if j.reason is not None:
+            attrs[c.ATTR_JUDGE_REASON_CHARS] = len(j.reason)
+            if capture:
+                reason = self._text(j.reason)
+                attrs[c.ATTR_JUDGE_REASON] = reason
+                output["reason"] = reason
+        error = self._text(j.error) if j.error else None
+        if error is not None:
+            attrs[c.ATTR_JUDGE_ERROR] = error
+            output["error"] = error
+        if j.latency_s is not None:
+            attrs[c.ATTR_JUDGE_LATENCY_S] = float(j.latency_s)
+        for key, value in j.usage.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                attrs[c.judge_usage_key(key)] = value
+        attrs[c.OUTPUT_VALUE] = _dumps(output)
+        attrs[c.OUTPUT_MIME_TYPE] = c.MIME_JSON
+
+        span = tracer.start_span(
+            c.SPAN_JUDGE,
+            context=parent,
+            kind=SpanKind.INTERNAL,
+            attributes=attrs,
+            links=links,
+            start_time=start_ns,
+        )
+        try:
+            for name in SCORE_NAMES:
+                value = scores[name]
+                event: dict[str, Any] = {c.GEN_AI_EVALUATION_NAME: name}
+                if value is not None:
+                    event[c.GEN_AI_EVALUATION_SCORE_VALUE] = value
+                    if reason is not None:
+                        event[c.GEN_AI_EVALUATION_EXPLANATION] = reason
+                else:
+                    event[c.GEN_AI_EVALUATION_SCORE_LABEL] = c.MISSING_SCORE_LABEL
+                    event[c.ATTR_ERROR_TYPE] = (
+                        c.ERROR_TYPE_JUDGE_ERROR if error else c.ERROR_TYPE_MISSING_SCORE
+                    )
+                    if error is not None:
+                        event[c.GEN_AI_EVALUATION_EXPLANATION] = error
+                    elif reason is not None:
+                        event[c.GEN_AI_EVALUATION_EXPLANATION] = reason
+                span.add_event(c.GEN_AI_EVALUATION_RESULT, event, timestamp=end_ns)
+            if j.error:
+                extra: dict[str, Any] = {}
+                self._mark_error(span, extra, j.error, c.ERROR_TYPE_JUDGE_ERROR)
+                span.set_attributes(extra)
+        finally:
+            span.end(end_time=end_ns)

@@ -1,0 +1,657 @@
+"""RagAuditCallbackHandler with real LangChain runnables, real Chroma and the real OTel SDK.
+
+The knowledge base has 20 topics with two documents each and a question per topic whose words
+occur only in that topic's documents, so every question retrieves its own two documents and the
+stand-in model (which answers with the first sentence of its context) gives an answer tied to
+them. Each test checks that every turn got exactly its own question, documents and answer, and
+one judge span; the FakeJudge writes the document ids it was shown into its reason, so the audit
+log also proves the judge saw the turn's documents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+import chromadb
+import pytest
+from langchain_chroma import Chroma
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel, RunnablePassthrough
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from ragaudit import Auditor, BaseRagJudge, FakeJudge, Judgement, JudgeRequest
+from ragaudit.integrations.langchain import RagAuditCallbackHandler, instrument, uninstrument
+from ragaudit.tracing import conventions as c
+from ragaudit.tracing.files import read_audit_log
+from tests.conftest import hash_embedding
+
+pytestmark = pytest.mark.timeout(60)
+
+WORDS = [
+    "warranty", "shipping", "returns", "giftcards", "loyalty", "pricematch", "hours", "repairs",
+    "students", "rentals", "tradeins", "installation", "recycling", "layaway", "subscriptions",
+    "giftwrap", "bulkorders", "lockers", "privacy", "accessibility",
+]
+QUESTIONS = [f"What about {w}?" for w in WORDS]
+
+
+def _docs() -> list[tuple[str, str, dict[str, Any]]]:
+    out = []
+    for i, w in enumerate(WORDS):
+        out.append((f"{w}-rule", f"{w.capitalize()} policy: {w} requests are answered within {i + 2} days. "
+                    f"Every {w} case gets a ticket.", {"source": f"{w}.md", "section": "rule"}))
+        out.append((f"{w}-desk", f"For {w} questions, call extension {100 + i} or visit the {w} desk.",
+                    {"source": f"{w}.md", "section": "desk"}))
+    return out
+
+
+class HashEmbeddings(Embeddings):
+    """Deterministic bag-of-words embeddings; a query containing FAIL_RETRIEVER makes the search fail."""
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [hash_embedding(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        if "FAIL_RETRIEVER" in text:
+            raise RuntimeError("vector index unavailable")
+        return hash_embedding(text)
+
+
+class ContextEchoModel(BaseChatModel):
+    """A stand-in chat model: answers with the first sentence of the context in its prompt.
+
+    Deterministic and tied to the documents it was given; streams word by word; reports token
+    usage; raises for a prompt containing FAIL_MODEL.
+    """
+
+    model_name: str = "context-echo-1"
+
+    @property
+    def _llm_type(self) -> str:
+        return "context-echo"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model_name": self.model_name}
+
+    def _answer(self, messages: list[BaseMessage]) -> tuple[str, int]:
+        prompt = str(messages[-1].content)
+        if "FAIL_MODEL" in prompt:
+            raise RuntimeError("model overloaded")
+        context = prompt.split("Context:\n", 1)[-1].split("\n\nQuestion:", 1)[0]
+        return context.split(". ", 1)[0].rstrip(".") + ".", len(prompt.split())
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                  run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+        answer, prompt_words = self._answer(messages)
+        usage = {"input_tokens": prompt_words, "output_tokens": len(answer.split()),
+                 "total_tokens": prompt_words + len(answer.split())}
+        message = AIMessage(content=answer, usage_metadata=usage)  # type: ignore[arg-type]
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                run_manager: CallbackManagerForLLMRun | None = None,
+                **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+        answer, _ = self._answer(messages)
+        for i, word in enumerate(answer.split(" ")):
+            chunk = ChatGenerationChunk(message=AIMessageChunk(content=word if i == 0 else " " + word))
+            if run_manager is not None:
+                run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            yield chunk
+
+
+def answer_for(doc_text: str) -> str:
+    return doc_text.split(". ", 1)[0].rstrip(".") + "."
+
+
+# --- fixtures ----------------------------------------------------------------------------------------
+
+
+class KB:
+    def __init__(self) -> None:
+        client = chromadb.EphemeralClient()
+        self.store = Chroma(collection_name=f"lc-{uuid.uuid4().hex[:8]}", embedding_function=HashEmbeddings(),
+                            client=client)
+        docs = _docs()
+        self.store.add_texts([t for _, t, _ in docs], metadatas=[m for _, _, m in docs],
+                             ids=[i for i, _, _ in docs])
+        self.retriever = self.store.as_retriever(search_kwargs={"k": 2})
+        self.expected: dict[str, list[str]] = {}
+        self.answers: dict[str, str] = {}
+        for q in QUESTIONS:
+            found = self.store.similarity_search(q, k=2)
+            self.expected[q] = [str(d.id) for d in found]
+            self.answers[q] = answer_for(found[0].page_content)
+
+
+@pytest.fixture(scope="module")
+def kb() -> KB:
+    kb = KB()
+    # Each question must retrieve a document set of its own, or a swapped pairing could go unseen.
+    assert len({tuple(sorted(v)) for v in kb.expected.values()}) == len(QUESTIONS)
+    assert all(ids[0].split("-")[0] in q for q, ids in kb.expected.items())
+    return kb
+
+
+PROMPT = ChatPromptTemplate.from_messages([("human", "Context:\n{context}\n\nQuestion: {question}")])
+format_docs = RunnableLambda(lambda docs: "\n\n".join(d.page_content for d in docs))
+
+
+def rag_chain(retriever: Runnable[Any, Any]) -> Runnable[Any, str]:
+    return ({"context": retriever | format_docs, "question": RunnablePassthrough()}
+            | PROMPT | ContextEchoModel() | StrOutputParser())
+
+
+def doc_ids_judge(request: JudgeRequest) -> dict[str, Any]:
+    return {"faithfulness": 1.0, "context_relevance": 0.5, "answer_relevance": 0.75,
+            "reason": ",".join(d.id for d in request.documents)}
+
+
+class Setup:
+    def __init__(self, exporter: InMemorySpanExporter, provider: TracerProvider, log: Path,
+                 **kw: Any) -> None:
+        self.exporter = exporter
+        self.log = log
+        self.auditor = Auditor(kw.pop("judge", None) or FakeJudge(doc_ids_judge), audit_log=log,
+                               tracer_provider=provider, **kw)
+        self.handler = RagAuditCallbackHandler(auditor=self.auditor)
+        self.config: dict[str, Any] = {"callbacks": [self.handler]}
+
+    def spans(self, name: str | None = None) -> list[ReadableSpan]:
+        assert self.auditor.flush(15)
+        spans = list(self.exporter.get_finished_spans())
+        return spans if name is None else [s for s in spans if s.name == name]
+
+    def check(self, kb: KB, questions: Sequence[str], answers: dict[str, str] | None = None,
+              expected: dict[str, list[str]] | None = None) -> list[ReadableSpan]:
+        """Each question has one turn with exactly its own documents and answer, and one judgement."""
+        answers = answers or kb.answers
+        expected = expected or kb.expected
+        spans = self.spans()
+        turns = [s for s in spans if s.name == c.SPAN_TURN]
+        assert sorted(str(t.attributes[c.INPUT_VALUE]) for t in turns) == sorted(questions)
+        judges = Counter(s.parent.span_id for s in spans if s.name == c.SPAN_JUDGE and s.parent)
+        audit = {line["turn_id"]: line for line in read_audit_log(self.log)}
+        assert len(audit) == len(questions)
+        for turn in turns:
+            q = str(turn.attributes[c.INPUT_VALUE])
+            assert list(turn.attributes[c.ATTR_DOCUMENT_IDS]) == expected[q], q
+            assert turn.attributes[c.OUTPUT_VALUE] == answers[q]
+            assert turn.attributes[c.ATTR_FRAMEWORK] == "langchain"
+            assert turn.status.status_code != StatusCode.ERROR
+            assert judges[turn.context.span_id] == 1, q
+            line = audit[turn.attributes[c.ATTR_TURN_ID]]
+            assert line["query"] == q and line["answer"] == answers[q]
+            assert [d["id"] for d in line["documents"]] == expected[q]
+            assert line["reason"] == ",".join(expected[q])  # what the judge was shown
+            assert line["trace_id"] == f"{turn.context.trace_id:032x}"
+            assert line["span_id"] == f"{turn.context.span_id:016x}"
+        assert sum(judges.values()) == len(questions)
+        return turns
+
+
+@pytest.fixture
+def setup(memory_exporter: InMemorySpanExporter, memory_provider: TracerProvider,
+          audit_log_path: Path) -> Iterator[Setup]:
+    s = Setup(memory_exporter, memory_provider, audit_log_path)
+    yield s
+    s.auditor.shutdown()
+
+
+def children(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
+    return [s for s in spans if s.parent is not None and s.parent.span_id == parent.context.span_id]
+
+
+# --- the run modes ------------------------------------------------------------------------------------
+
+
+def test_invoke_records_turn_with_retrieval_generation_citation_and_judgement(setup: Setup, kb: KB) -> None:
+    q = QUESTIONS[3]
+    result = rag_chain(kb.retriever).invoke(q, config=setup.config)
+    assert result == kb.answers[q]
+    (turn,) = setup.check(kb, [q])
+    spans = setup.spans()
+    kids = children(spans, turn)
+    names = sorted(s.name for s in kids)
+    assert names == ["chat context-echo-1", c.SPAN_JUDGE, "retrieval Chroma"]
+    retrieval = next(s for s in kids if s.name == "retrieval Chroma")
+    assert retrieval.attributes["retrieval.documents.0.document.id"] == kb.expected[q][0]
+    assert retrieval.attributes[c.GEN_AI_RETRIEVAL_QUERY_TEXT] == q
+    chat = next(s for s in kids if s.name.startswith("chat"))
+    assert chat.attributes[c.GEN_AI_USAGE_OUTPUT_TOKENS] == len(kb.answers[q].split())
+    assert "Context:" in str(chat.attributes[c.INPUT_VALUE])
+    judge = next(s for s in kids if s.name == c.SPAN_JUDGE)
+    assert judge.links and judge.links[0].context.span_id == turn.context.span_id
+    assert judge.attributes[c.judge_score_key("faithfulness")] == 1.0
+    assert turn.attributes[c.ATTR_JUDGE_STATUS] == "queued"
+    (line,) = read_audit_log(setup.log)
+    assert line["documents"][0]["source"] == f"{WORDS[3]}.md"
+    assert line["documents"][0]["metadata"]["section"] == "rule"
+    assert [cit["doc_id"] for cit in line["citations"]] == [kb.expected[q][0]]
+    assert line["citations"][0]["method"] == "overlap"
+    assert setup.handler.stats() == {"open_turns": 0, "closed_turns": 1, "evicted": 0}
+
+
+def test_ainvoke_20_concurrent(setup: Setup, kb: KB) -> None:
+    chain = rag_chain(kb.retriever)
+
+    async def main() -> list[str]:
+        return await asyncio.gather(*(chain.ainvoke(q, config=setup.config) for q in QUESTIONS))
+
+    results = asyncio.run(main())
+    assert results == [kb.answers[q] for q in QUESTIONS]
+    setup.check(kb, QUESTIONS)
+
+
+def test_batch_20(setup: Setup, kb: KB) -> None:
+    results = rag_chain(kb.retriever).batch(QUESTIONS, config=setup.config)
+    assert results == [kb.answers[q] for q in QUESTIONS]
+    setup.check(kb, QUESTIONS)
+
+
+def test_abatch_20(setup: Setup, kb: KB) -> None:
+    results = asyncio.run(rag_chain(kb.retriever).abatch(QUESTIONS, config=setup.config))
+    assert results == [kb.answers[q] for q in QUESTIONS]
+    setup.check(kb, QUESTIONS)
+
+
+def test_stream(setup: Setup, kb: KB) -> None:
+    chain = rag_chain(kb.retriever)
+    for q in QUESTIONS[:3]:
+        chunks = list(chain.stream(q, config=setup.config))
+        assert len(chunks) > 1 and "".join(chunks) == kb.answers[q]
+    setup.check(kb, QUESTIONS[:3])
+
+
+def test_astream_concurrent(setup: Setup, kb: KB) -> None:
+    chain = rag_chain(kb.retriever)
+
+    async def consume(q: str) -> str:
+        return "".join([chunk async for chunk in chain.astream(q, config=setup.config)])
+
+    async def main() -> list[str]:
+        return await asyncio.gather(*(consume(q) for q in QUESTIONS[:8]))
+
+    assert asyncio.run(main()) == [kb.answers[q] for q in QUESTIONS[:8]]
+    setup.check(kb, QUESTIONS[:8])
+
+
+def test_astream_events(setup: Setup, kb: KB) -> None:
+    chain = rag_chain(kb.retriever)
+
+    async def main() -> list[str]:
+        kinds = []
+        async for event in chain.astream_events(QUESTIONS[5], config=setup.config, version="v2"):
+            kinds.append(event["event"])
+        return kinds
+
+    kinds = asyncio.run(main())
+    assert "on_retriever_end" in kinds and "on_chat_model_stream" in kinds
+    setup.check(kb, [QUESTIONS[5]])
+
+
+def test_abandoned_stream_closes_when_the_model_ends(setup: Setup, kb: KB) -> None:
+    q = QUESTIONS[7]
+    for chunk in rag_chain(kb.retriever).stream(q, config=setup.config):
+        assert chunk
+        break
+    assert setup.handler.stats()["open_turns"] == 0
+    turns = setup.spans(c.SPAN_TURN)
+    assert len(turns) == 1
+    assert list(turns[0].attributes[c.ATTR_DOCUMENT_IDS]) == kb.expected[q]
+    # The root produced no output; the answer is what the model generated before it was stopped.
+    answer = str(turns[0].attributes[c.OUTPUT_VALUE])
+    assert answer and kb.answers[q].startswith(answer)
+    assert len(setup.spans(c.SPAN_JUDGE)) == 1
+
+
+# --- shapes of chains ---------------------------------------------------------------------------------
+
+
+def test_two_retrievers_in_parallel_are_merged_without_duplicates(setup: Setup, kb: KB) -> None:
+    wide = kb.store.as_retriever(search_kwargs={"k": 3}).with_config(run_name="wide")
+    both = RunnableParallel(narrow=kb.retriever.with_config(run_name="narrow"), wide=wide)
+    merge = RunnableLambda(
+        lambda d: d["narrow"] + [x for x in d["wide"] if x.id not in {y.id for y in d["narrow"]}])
+    chain = ({"context": both | merge | format_docs, "question": RunnablePassthrough()} | PROMPT
+             | ContextEchoModel() | StrOutputParser())
+    questions = QUESTIONS[:6]
+    results = chain.batch(questions, config=setup.config)
+    wide_ids = {q: [str(d.id) for d in kb.store.similarity_search(q, k=3)] for q in questions}
+    assert results == [kb.answers[q] for q in questions]
+    spans = setup.spans()
+    turns = [s for s in spans if s.name == c.SPAN_TURN]
+    assert len(turns) == len(questions)
+    for turn in turns:
+        q = str(turn.attributes[c.INPUT_VALUE])
+        ids = list(turn.attributes[c.ATTR_DOCUMENT_IDS])
+        assert len(ids) == 3 and set(ids) == set(wide_ids[q])  # 2 + 3 documents, 2 shared
+        retrievals = {s.name: s for s in children(spans, turn) if s.name.startswith("retrieval")}
+        assert set(retrievals) == {"retrieval narrow", "retrieval wide"}
+        assert retrievals["retrieval narrow"].attributes[c.ATTR_DOCUMENT_COUNT] == 2
+        assert retrievals["retrieval wide"].attributes[c.ATTR_DOCUMENT_COUNT] == 3
+    assert len(setup.spans(c.SPAN_JUDGE)) == len(questions)
+
+
+def test_retrieval_chain_dict_output(setup: Setup, kb: KB) -> None:
+    # What langchain's create_retrieval_chain builds: {"input", "context", "answer"}.
+    answer_chain = ({"context": itemgetter("context") | format_docs, "question": itemgetter("input")}
+                    | PROMPT | ContextEchoModel() | StrOutputParser())
+    chain = RunnablePassthrough.assign(context=itemgetter("input") | kb.retriever).assign(answer=answer_chain)
+    questions = QUESTIONS[10:14]
+    outputs = chain.batch([{"input": q} for q in questions], config=setup.config)
+    assert [o["answer"] for o in outputs] == [kb.answers[q] for q in questions]
+    assert all(isinstance(o["context"][0], Document) for o in outputs)
+    setup.check(kb, questions)
+
+
+def test_bare_retriever_and_bare_model_are_traced_but_not_judged(setup: Setup, kb: KB) -> None:
+    q = QUESTIONS[1]
+    docs = kb.retriever.invoke(q, config=setup.config)
+    assert [d.id for d in docs] == kb.expected[q]
+    message = ContextEchoModel().invoke(f"Context:\nSky is blue. Grass is green.\n\nQuestion: {q}",
+                                        config=setup.config)
+    assert message.content == "Sky is blue."
+    spans = setup.spans()
+    turns = {s.attributes[c.ATTR_DOCUMENT_COUNT]: s for s in spans if s.name == c.SPAN_TURN}
+    assert set(turns) == {0, 2}
+    retriever_turn, model_turn = turns[2], turns[0]
+    assert retriever_turn.attributes[c.INPUT_VALUE] == q and c.OUTPUT_VALUE not in retriever_turn.attributes
+    assert [s.name for s in children(spans, retriever_turn)] == ["retrieval Chroma"]
+    assert model_turn.attributes[c.OUTPUT_VALUE] == "Sky is blue."
+    assert [s.name for s in children(spans, model_turn)] == ["chat context-echo-1"]
+    assert all(c.ATTR_JUDGE_STATUS not in t.attributes for t in turns.values())
+    assert not [s for s in spans if s.name == c.SPAN_JUDGE]
+    assert setup.auditor.stats()["submitted"] == 0
+
+
+# --- failures -----------------------------------------------------------------------------------------
+
+
+def test_retriever_error_is_recorded_and_the_chain_error_is_its_own(setup: Setup, kb: KB) -> None:
+    chain = rag_chain(kb.retriever)
+    with pytest.raises(RuntimeError, match="vector index unavailable"):
+        chain.invoke("What about FAIL_RETRIEVER warranty?", config=setup.config)
+    assert chain.invoke(QUESTIONS[0], config=setup.config) == kb.answers[QUESTIONS[0]]
+    spans = setup.spans()
+    turns = {str(s.attributes[c.INPUT_VALUE]): s for s in spans if s.name == c.SPAN_TURN}
+    failed = turns["What about FAIL_RETRIEVER warranty?"]
+    assert failed.status.status_code == StatusCode.ERROR
+    assert "vector index unavailable" in str(failed.status.description)
+    (retrieval,) = children(spans, failed)
+    assert retrieval.name == "retrieval Chroma" and retrieval.status.status_code == StatusCode.ERROR
+    assert turns[QUESTIONS[0]].status.status_code != StatusCode.ERROR
+    assert len([s for s in spans if s.name == c.SPAN_JUDGE]) == 1  # only the good turn is judged
+    assert [line["query"] for line in read_audit_log(setup.log)] == [QUESTIONS[0]]
+
+
+def test_model_error_keeps_the_documents(setup: Setup, kb: KB) -> None:
+    chain = {"context": kb.retriever | format_docs, "question": RunnablePassthrough()} | PROMPT \
+        | ContextEchoModel() | StrOutputParser()
+    q = "What about FAIL_MODEL lockers?"
+    with pytest.raises(RuntimeError, match="model overloaded"):
+        asyncio.run(chain.ainvoke(q, config=setup.config))
+    spans = setup.spans()
+    (turn,) = [s for s in spans if s.name == c.SPAN_TURN]
+    assert turn.status.status_code == StatusCode.ERROR
+    assert list(turn.attributes[c.ATTR_DOCUMENT_IDS]) == ["lockers-rule", "lockers-desk"]
+    chat = next(s for s in children(spans, turn) if s.name.startswith("chat"))
+    assert chat.status.status_code == StatusCode.ERROR and "model overloaded" in str(chat.status.description)
+    assert not [s for s in spans if s.name == c.SPAN_JUDGE]
+    assert setup.handler.stats()["open_turns"] == 0
+
+
+class ExplodingJudge(BaseRagJudge):
+    name = "exploding"
+
+    def judge(self, request: JudgeRequest) -> Judgement:
+        raise RuntimeError("judge backend is down")
+
+
+@pytest.mark.parametrize("mode", ["background", "inline"])
+def test_failing_judge_leaves_the_chain_result_unchanged(
+    memory_exporter: InMemorySpanExporter, memory_provider: TracerProvider, audit_log_path: Path,
+    kb: KB, mode: str,
+) -> None:
+    s = Setup(memory_exporter, memory_provider, audit_log_path, judge=ExplodingJudge(), mode=mode)
+    try:
+        chain = rag_chain(kb.retriever)
+        assert chain.batch(QUESTIONS[:4], config=s.config) == [kb.answers[q] for q in QUESTIONS[:4]]
+        judges = s.spans(c.SPAN_JUDGE)
+        assert len(judges) == 4
+        assert all("judge backend is down" in str(j.attributes[c.ATTR_JUDGE_ERROR]) for j in judges)
+        statuses = {t.attributes[c.ATTR_JUDGE_STATUS] for t in s.spans(c.SPAN_TURN)}
+        assert statuses == ({"queued"} if mode == "background" else {"failed"})
+        assert s.auditor.stats()["failed"] == 4
+    finally:
+        s.auditor.shutdown()
+
+
+def test_handler_never_raises_on_odd_events(setup: Setup, caplog: pytest.LogCaptureFixture) -> None:
+    h = setup.handler
+    run, child = uuid.uuid4(), uuid.uuid4()
+    with caplog.at_level(logging.WARNING, logger="ragaudit"):
+        h.on_chain_end({"answer": "x"}, run_id=uuid.uuid4())  # never started
+        h.on_chain_start(None, {"question": "odd?"}, run_id=run, parent_run_id=None, metadata={
+            "ragaudit_relevant_ids": "not-a-list"})
+        h.on_retriever_start(None, "odd?", run_id=child, parent_run_id=run)
+        h.on_retriever_end([object(), Document(page_content="ok", metadata={"score": float("nan")})],
+                           run_id=child, parent_run_id=run)
+        h.on_llm_end(None, run_id=uuid.uuid4(), parent_run_id=run)
+        h.on_chain_end(object(), run_id=run)
+    (turn,) = setup.spans(c.SPAN_TURN)
+    assert turn.attributes[c.INPUT_VALUE] == "odd?"
+    assert turn.attributes[c.ATTR_DOCUMENT_COUNT] == 2
+    assert c.ATTR_RELEVANT_IDS not in turn.attributes
+    assert "ragaudit_relevant_ids" in caplog.text
+
+
+# --- ground truth, registration, context, content -----------------------------------------------------
+
+
+def test_relevant_ids_put_metrics_on_the_turn_span(setup: Setup, kb: KB) -> None:
+    q = QUESTIONS[2]
+    relevant = {kb.expected[q][1]: 2, "not-retrieved": 1}
+    config = {**setup.config, "metadata": {"ragaudit_relevant_ids": relevant,
+                                           "ragaudit_reference_answer": "Within 4 days.", "user": "u1"}}
+    rag_chain(kb.retriever).invoke(q, config=config)
+    (turn,) = setup.spans(c.SPAN_TURN)
+    assert json.loads(str(turn.attributes[c.ATTR_RELEVANT_IDS])) == relevant
+    assert turn.attributes[c.retrieval_metric_key("recall@5")] == pytest.approx(0.5)
+    assert turn.attributes[c.retrieval_metric_key("mrr@10")] == pytest.approx(0.5)
+    assert 0.0 < float(turn.attributes[c.retrieval_metric_key("ndcg@10")]) < 1.0  # type: ignore[arg-type]
+    metadata = json.loads(str(turn.attributes[c.METADATA]))
+    assert metadata["reference_answer"] == "Within 4 days." and metadata["user"] == "u1"
+    assert "ragaudit_relevant_ids" not in metadata
+
+
+def test_instrument_audits_every_chain_in_every_thread_until_uninstrument(setup: Setup, kb: KB) -> None:
+    chain = rag_chain(kb.retriever)
+    handler = instrument(auditor=setup.auditor)
+    try:
+        assert chain.invoke(QUESTIONS[0]) == kb.answers[QUESTIONS[0]]
+        worker = threading.Thread(target=lambda: chain.invoke(QUESTIONS[1]))
+        worker.start()
+        worker.join(30)
+        assert asyncio.run(chain.ainvoke(QUESTIONS[2])) == kb.answers[QUESTIONS[2]]
+        assert instrument(auditor=setup.auditor) is not handler  # replaces, does not stack
+        chain.invoke(QUESTIONS[3])
+    finally:
+        assert uninstrument() is not None
+    assert uninstrument() is None
+    chain.invoke(QUESTIONS[4])
+    setup.check(kb, QUESTIONS[:4])
+
+
+def test_turns_nest_under_the_current_span(setup: Setup, kb: KB, memory_provider: TracerProvider) -> None:
+    tracer = memory_provider.get_tracer("app")
+    chain = rag_chain(kb.retriever)
+    with tracer.start_as_current_span("http request") as outer:
+        chain.batch(QUESTIONS[:3], config=setup.config)
+    with tracer.start_as_current_span("async request") as outer_async:
+        asyncio.run(chain.ainvoke(QUESTIONS[3], config=setup.config))
+    turns = setup.check(kb, QUESTIONS[:4])
+    parents = {str(t.attributes[c.INPUT_VALUE]): t.parent.span_id for t in turns if t.parent}
+    ids = outer.get_span_context().span_id, outer_async.get_span_context().span_id
+    assert parents == {**{q: ids[0] for q in QUESTIONS[:3]}, QUESTIONS[3]: ids[1]}
+    traces = {str(t.attributes[c.INPUT_VALUE]): t.context.trace_id for t in turns}
+    assert traces[QUESTIONS[0]] == outer.get_span_context().trace_id
+    assert traces[QUESTIONS[3]] == outer_async.get_span_context().trace_id
+    assert trace.get_current_span().get_span_context().is_valid is False  # nothing left attached
+
+
+def test_capture_content_false_keeps_text_out_of_spans(
+    memory_exporter: InMemorySpanExporter, memory_provider: TracerProvider, audit_log_path: Path, kb: KB,
+) -> None:
+    auditor = Auditor(FakeJudge(doc_ids_judge), audit_log=audit_log_path, tracer_provider=memory_provider,
+                      capture_content=False)
+    handler = RagAuditCallbackHandler(auditor=auditor, tracer_provider=memory_provider, capture_content=False)
+    try:
+        q = QUESTIONS[9]
+        rag_chain(kb.retriever).invoke(q, config={"callbacks": [handler]})
+        assert auditor.flush(10)
+    finally:
+        auditor.shutdown()
+    spans = memory_exporter.get_finished_spans()
+    assert {s.name for s in spans} == {c.SPAN_TURN, "retrieval Chroma", "chat context-echo-1", c.SPAN_JUDGE}
+    texts = [q, WORDS[9] + " requests", "Context:"]
+    for span in spans:
+        dumped = json.dumps({k: str(v) for k, v in (span.attributes or {}).items()})
+        dumped += json.dumps([dict(e.attributes or {}) for e in span.events], default=str)
+        assert not any(t in dumped for t in texts), (span.name, dumped)
+    (turn,) = [s for s in spans if s.name == c.SPAN_TURN]
+    assert turn.attributes[c.ATTR_QUERY_CHARS] == len(q)
+    assert list(turn.attributes[c.ATTR_DOCUMENT_IDS]) == kb.expected[q]
+    (line,) = read_audit_log(audit_log_path)
+    assert line["query"] is None and line["answer"] is None
+
+
+def test_judge_without_auditor_gets_a_private_auditor(
+    memory_exporter: InMemorySpanExporter, memory_provider: TracerProvider, kb: KB,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the private auditor writes the default audit log here
+    judge = FakeJudge(doc_ids_judge)
+    handler = RagAuditCallbackHandler(judge=judge, tracer_provider=memory_provider)
+    try:
+        rag_chain(kb.retriever).invoke(QUESTIONS[0], config={"callbacks": [handler]})
+        assert handler.flush(10)
+    finally:
+        handler.auditor.shutdown()
+    assert judge.calls == 1
+    names = Counter(s.name for s in memory_exporter.get_finished_spans())
+    assert names[c.SPAN_TURN] == 1 and names[c.SPAN_JUDGE] == 1
+    assert (tmp_path / "ragaudit-audit.jsonl").exists()
+    with pytest.raises(ValueError, match="not both"):
+        RagAuditCallbackHandler(judge=judge, auditor=handler.auditor)
+
+
+def test_open_turns_are_bounded(setup: Setup, kb: KB, memory_provider: TracerProvider) -> None:
+    handler = RagAuditCallbackHandler(auditor=setup.auditor, max_runs=2)
+    chain = rag_chain(kb.retriever)
+    streams = [chain.stream(q, config={"callbacks": [handler]}) for q in QUESTIONS[:3]]
+    for stream in streams:
+        next(stream)  # each root is open, suspended mid-stream
+    assert handler.stats()["evicted"] == 1 and handler.stats()["open_turns"] == 2
+    for stream in streams:
+        stream.close()
+    stats = handler.stats()
+    assert stats["open_turns"] == 0 and stats["closed_turns"] == 3
+    turns = setup.spans(c.SPAN_TURN)
+    assert len(turns) == 3  # the evicted turn's late events did not start a new one
+    evicted = [t for t in turns if t.status.status_code == StatusCode.ERROR]
+    assert len(evicted) == 1 and "evicted" in str(evicted[0].status.description)
+    assert evicted[0].attributes[c.INPUT_VALUE] == QUESTIONS[0]
+
+
+def test_spans_reach_a_real_otlp_http_receiver(kb: KB, audit_log_path: Path) -> None:
+    otlp = pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+    from ragaudit import LexicalJudge
+    from tests.support.otlp_receiver import OTLPReceiver
+
+    with OTLPReceiver() as rx:
+        provider = TracerProvider(shutdown_on_exit=False)
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        provider.add_span_processor(BatchSpanProcessor(otlp.OTLPSpanExporter(endpoint=rx.traces_url)))
+        auditor = Auditor(LexicalJudge(), audit_log=audit_log_path, tracer_provider=provider)
+        handler = RagAuditCallbackHandler(auditor=auditor)
+        questions = QUESTIONS[:5]
+        try:
+            rag_chain(kb.retriever).batch(questions, config={"callbacks": [handler]})
+            assert auditor.flush(10)
+            provider.force_flush()
+            spans = rx.wait_for_spans(5 * 4, timeout=20)
+        finally:
+            auditor.shutdown()
+            provider.shutdown()
+    turns = {s["attributes"][c.INPUT_VALUE]: s for s in spans if s["name"] == c.SPAN_TURN}
+    assert set(turns) == set(questions)
+    judges = [s for s in spans if s["name"] == c.SPAN_JUDGE]
+    for q, turn in turns.items():
+        assert turn["attributes"][c.ATTR_DOCUMENT_IDS] == kb.expected[q]
+        assert turn["attributes"][c.OUTPUT_VALUE] == kb.answers[q]
+        kids = [s for s in spans if s["parent_span_id"] == turn["span_id"]]
+        assert sorted(s["name"] for s in kids) == ["chat context-echo-1", c.SPAN_JUDGE, "retrieval Chroma"]
+        (judge,) = [j for j in judges if j["parent_span_id"] == turn["span_id"]]
+        assert judge["trace_id"] == turn["trace_id"]
+        assert judge["links"][0]["span_id"] == turn["span_id"]
+        assert 0.0 <= judge["attributes"][c.judge_score_key("context_relevance")] <= 1.0
+    assert len(judges) == len(questions)
+
+
+def test_otel_provider_unused_when_tracing_is_off(kb: KB, audit_log_path: Path) -> None:
+    # No SDK provider anywhere: turns are still judged and logged, with no trace ids.
+    auditor = Auditor(FakeJudge(doc_ids_judge), audit_log=audit_log_path,
+                      tracer_provider=trace.NoOpTracerProvider())
+    handler = RagAuditCallbackHandler(auditor=auditor)
+    try:
+        assert rag_chain(kb.retriever).batch(QUESTIONS[:3], config={"callbacks": [handler]}) == [
+            kb.answers[q] for q in QUESTIONS[:3]]
+        assert auditor.flush(10)
+    finally:
+        auditor.shutdown()
+    lines = read_audit_log(audit_log_path)
+    assert sorted(line["query"] for line in lines) == sorted(QUESTIONS[:3])
+    assert all(line["trace_id"] is None for line in lines)
+    assert all([d["id"] for d in line["documents"]] == kb.expected[line["query"]] for line in lines)
+
+
+
+def test_message_state_inputs_and_outputs(setup: Setup) -> None:
+    # The shape of a LangGraph agent's state: {"messages": [...]} in and out.
+    from langchain_core.messages import HumanMessage
+
+    h = setup.handler
+    root, retriever = uuid.uuid4(), uuid.uuid4()
+    h.on_chain_start(None, {"messages": [HumanMessage(content="Where is my parcel?")]}, run_id=root)
+    h.on_retriever_start(None, "parcel", run_id=retriever, parent_run_id=root, name="kb")
+    h.on_retriever_end([Document(page_content="Parcels ship from Leeds.", metadata={"doc_id": "p1"})],
+                       run_id=retriever, parent_run_id=root)
+    out = {"messages": [HumanMessage(content="Where is my parcel?"),
+                        AIMessage(content="It ships from Leeds.")]}
+    h.on_chain_end(out, run_id=root)
+    (turn,) = setup.spans(c.SPAN_TURN)
+    assert turn.attributes[c.INPUT_VALUE] == "Where is my parcel?"
+    assert turn.attributes[c.OUTPUT_VALUE] == "It ships from Leeds."
+    assert list(turn.attributes[c.ATTR_DOCUMENT_IDS]) == ["p1"]
+    assert len(setup.spans(c.SPAN_JUDGE)) == 1

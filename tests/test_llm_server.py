@@ -1,0 +1,344 @@
+"""The loopback chat-completions server, driven by the real openai SDK (raw HTTP where it hides things)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from tests.support.llm_server import (
+    DEFAULT_CONTENT,
+    Fault,
+    LLMServer,
+    Reply,
+    Token,
+    judgement_json,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello big world"}]
+
+
+@pytest.fixture(scope="module")
+def module_server() -> Iterator[LLMServer]:
+    with LLMServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+def srv(module_server: LLMServer) -> LLMServer:
+    module_server.reset()
+    return module_server
+
+
+def client(srv: LLMServer, *, timeout: float = 5.0, max_retries: int = 0) -> openai.OpenAI:
+    return openai.OpenAI(base_url=srv.base_url, api_key="sk-test", timeout=timeout, max_retries=max_retries)
+
+
+def ask(srv: LLMServer, **kwargs: Any) -> Any:
+    with client(srv, max_retries=kwargs.pop("max_retries", 0), timeout=kwargs.pop("timeout", 5.0)) as c:
+        return c.chat.completions.create(model=kwargs.pop("model", "judge-x"), messages=MESSAGES, **kwargs)
+
+
+def raw_post(
+    srv: LLMServer, body: dict[str, Any], path: str = "/v1/chat/completions"
+) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(
+        srv.root_url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), err.read()
+
+
+# --- replies -----------------------------------------------------------------------------------
+
+
+def test_default_reply_usage_and_model_echo(srv: LLMServer) -> None:
+    completion = ask(srv)
+    assert completion.choices[0].message.content == DEFAULT_CONTENT
+    assert completion.model == "judge-x"
+    assert completion.choices[0].finish_reason == "stop"
+    assert completion.usage.prompt_tokens == 5  # "be brief" + "hello big world"
+    assert completion.usage.completion_tokens == len(DEFAULT_CONTENT.split())
+    usage = completion.usage
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+
+
+def test_queue_is_fifo_then_default(srv: LLMServer) -> None:
+    srv.enqueue("one", Reply(content="two words", model="other-model", usage={"prompt_tokens": 99}))
+    first, second, third = ask(srv), ask(srv), ask(srv)
+    assert first.choices[0].message.content == "one"
+    assert second.choices[0].message.content == "two words"
+    assert second.model == "other-model"
+    assert second.usage.prompt_tokens == 99
+    assert second.usage.completion_tokens == 2
+    assert third.choices[0].message.content == DEFAULT_CONTENT
+
+
+def test_rule_sees_request_and_none_falls_through(srv: LLMServer) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def rule(request: Any) -> str | None:
+        seen.append(dict(request))
+        return None if request["model"] == "pass" else f"echo {request['messages'][-1]['content']}"
+
+    srv.rule = rule
+    srv.enqueue("queued")
+    assert ask(srv).choices[0].message.content == "echo hello big world"
+    assert ask(srv, model="pass").choices[0].message.content == "queued"
+    assert [r["model"] for r in seen] == ["judge-x", "pass"]
+
+
+def test_rule_can_return_a_fault_and_a_broken_rule_is_a_500(srv: LLMServer) -> None:
+    srv.rule = lambda request: Fault.server_error(503)
+    with pytest.raises(openai.InternalServerError) as info:
+        ask(srv)
+    assert info.value.status_code == 503
+
+    def broken(request: Any) -> str:
+        raise KeyError("oops")
+
+    srv.rule = broken
+    with pytest.raises(openai.InternalServerError, match="rule raised KeyError"):
+        ask(srv)
+
+
+def test_n_choices_repeat_or_follow_the_script(srv: LLMServer) -> None:
+    same = ask(srv, n=3)
+    assert [c.index for c in same.choices] == [0, 1, 2]
+    assert {c.message.content for c in same.choices} == {DEFAULT_CONTENT}
+    srv.enqueue(["a", Reply(content="b", finish_reason="length")])
+    scripted = ask(srv, n=3)
+    assert [c.message.content for c in scripted.choices] == ["a", "b", "a"]
+    assert scripted.choices[1].finish_reason == "length"
+    assert scripted.usage.completion_tokens == 3
+
+
+def test_logprobs_scripted_tokens_cut_to_top_k(srv: LLMServer) -> None:
+    tokens = [
+        Token("{", 0.0),
+        Token("4", -0.2, top_logprobs=[("4", -0.2), ("5", -1.8), ("3", -3.0), ("2", -6.0)]),
+        Token("}", 0.0),
+    ]
+    srv.enqueue(Reply(tokens=tokens))
+    completion = ask(srv, logprobs=True, top_logprobs=3)
+    choice = completion.choices[0]
+    assert choice.message.content == "{4}"
+    content = choice.logprobs.content
+    assert [t.token for t in content] == ["{", "4", "}"]
+    assert content[1].logprob == pytest.approx(-0.2)
+    assert [(t.token, t.logprob) for t in content[1].top_logprobs] == [("4", -0.2), ("5", -1.8), ("3", -3.0)]
+    assert len(content[0].top_logprobs) == 3  # padded with fillers
+    assert content[0].top_logprobs[0].token == "{"
+    assert content[1].bytes == list(b"4")
+
+
+def test_logprobs_generated_when_not_scripted_and_absent_when_not_asked(srv: LLMServer) -> None:
+    srv.enqueue('{"score": 42}  ', "plain")
+    completion = ask(srv, logprobs=True, top_logprobs=2)
+    content = completion.choices[0].logprobs.content
+    assert "".join(t.token for t in content) == '{"score": 42}  '
+    assert [t.token for t in content][-4:] == [" 4", "2", "}", "  "]  # digits are single tokens
+    assert all(t.logprob == 0.0 and len(t.top_logprobs) == 2 for t in content)
+    assert ask(srv).choices[0].logprobs is None
+
+
+# --- delay ---------------------------------------------------------------------------------------
+
+
+def test_server_delay_past_timeout_and_reply_delay_override(srv: LLMServer) -> None:
+    srv.delay = 2.0
+    with pytest.raises(openai.APITimeoutError):
+        ask(srv, timeout=0.3)
+    srv.enqueue(Reply(content="fast", delay=0.0))
+    assert ask(srv, timeout=1.5).choices[0].message.content == "fast"
+    srv.delay = 0.0
+    srv.enqueue(Reply(content="slow", delay=2.0))
+    with pytest.raises(openai.APITimeoutError):
+        ask(srv, timeout=0.3)
+
+
+# --- faults --------------------------------------------------------------------------------------
+
+
+def test_500_then_sdk_retry_succeeds(srv: LLMServer) -> None:
+    srv.fail_next(Fault.server_error(), times=2)
+    with pytest.raises(openai.InternalServerError):
+        ask(srv)
+    assert ask(srv, max_retries=1).choices[0].message.content == DEFAULT_CONTENT
+    assert srv.request_count == 3
+
+
+def test_429_carries_retry_after(srv: LLMServer) -> None:
+    srv.fail_next(Fault.rate_limit(retry_after=0.05))
+    status, headers, body = raw_post(srv, {"model": "m", "messages": MESSAGES})
+    assert status == 429
+    assert headers["Retry-After"] == "0.05"
+    assert json.loads(body)["error"]["message"].startswith("Rate limit")
+    srv.fail_next(Fault.rate_limit(retry_after=0.01), times=2)
+    assert ask(srv, max_retries=2).choices[0].message.content == DEFAULT_CONTENT
+    srv.fail_next(Fault.rate_limit(retry_after=0.01), times=2)
+    with pytest.raises(openai.RateLimitError):
+        ask(srv, max_retries=1)
+
+
+def test_hang_times_out_the_client(srv: LLMServer) -> None:
+    srv.fail_next(Fault.hang(seconds=3.0))
+    with pytest.raises(openai.APITimeoutError):
+        ask(srv, timeout=0.3)
+    assert srv.request_count == 1
+
+
+def test_malformed_body(srv: LLMServer) -> None:
+    srv.fail_next(Fault.malformed())
+    status, _, body = raw_post(srv, {"model": "m", "messages": MESSAGES})
+    assert status == 200
+    with pytest.raises(ValueError):
+        json.loads(body)
+    srv.fail_next(Fault.malformed())
+    with pytest.raises(ValueError):  # the SDK lets the JSON decode error through
+        ask(srv)
+
+
+def test_empty_choices(srv: LLMServer) -> None:
+    srv.fail_next(Fault.empty_choices())
+    assert ask(srv).choices == []
+
+
+def test_connection_drop(srv: LLMServer) -> None:
+    srv.fail_next(Fault.drop())
+    with pytest.raises(openai.APIConnectionError) as info:
+        ask(srv)
+    assert not isinstance(info.value, openai.APITimeoutError)
+    assert ask(srv).choices[0].message.content == DEFAULT_CONTENT  # the server itself is fine
+
+
+def test_reject_response_format_only_when_present(srv: LLMServer) -> None:
+    srv.reject_response_format = True
+    with pytest.raises(openai.BadRequestError, match="response_format") as info:
+        ask(srv, response_format={"type": "json_object"})
+    assert info.value.body["param"] == "response_format"  # type: ignore[index]
+    assert ask(srv).choices[0].message.content == DEFAULT_CONTENT
+
+
+def test_queued_faults_come_before_rule_and_queue(srv: LLMServer) -> None:
+    srv.rule = lambda request: "from rule"
+    srv.fail_next(Fault.bad_request("nope"))
+    with pytest.raises(openai.BadRequestError, match="nope"):
+        ask(srv)
+    assert ask(srv).choices[0].message.content == "from rule"
+
+
+# --- routes, recording, lifecycle -----------------------------------------------------------------
+
+
+def test_records_path_headers_and_body(srv: LLMServer) -> None:
+    ask(srv, temperature=0, response_format={"type": "json_object"})
+    (request,) = srv.requests
+    assert request.method == "POST"
+    assert request.path == "/v1/chat/completions"
+    assert request.headers["authorization"] == "Bearer sk-test"
+    assert request.body["temperature"] == 0
+    assert request.body["response_format"] == {"type": "json_object"}
+    assert request.messages == MESSAGES
+    assert request.prompt_text == "be brief\n\nhello big world"
+
+
+def test_other_routes_and_streaming_are_refused(srv: LLMServer) -> None:
+    status, _, _ = raw_post(srv, {"model": "m", "messages": MESSAGES}, path="/chat/completions")
+    assert status == 200
+    status, _, body = raw_post(srv, {"model": "m"}, path="/v1/embeddings")
+    assert status == 404
+    status, _, body = raw_post(srv, {"model": "m", "messages": MESSAGES, "stream": True})
+    assert status == 400 and b"stream" in body
+    assert [r.path for r in srv.requests] == ["/chat/completions", "/v1/embeddings", "/v1/chat/completions"]
+
+
+def test_azure_client_path(srv: LLMServer) -> None:
+    with openai.AzureOpenAI(
+        azure_endpoint=srv.root_url, api_key="az-key", api_version="2024-06-01", max_retries=0
+    ) as azure:
+        completion = azure.chat.completions.create(model="my-deployment", messages=MESSAGES)
+    assert completion.choices[0].message.content == DEFAULT_CONTENT
+    (request,) = srv.requests
+    assert request.path == "/openai/deployments/my-deployment/chat/completions"
+    assert request.query["api-version"] == ["2024-06-01"]
+    assert request.headers["api-key"] == "az-key"
+
+
+def test_concurrent_requests_are_all_recorded(srv: LLMServer) -> None:
+    srv.delay = 0.05
+    srv.rule = lambda request: f"reply to {request['messages'][-1]['content']}"
+    results: dict[int, str] = {}
+    with client(srv) as shared:
+
+        def worker(i: int) -> None:
+            completion = shared.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": f"q{i}"}]
+            )
+            results[i] = completion.choices[0].message.content or ""
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(48)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert results == {i: f"reply to q{i}" for i in range(48)}
+    assert sorted(r.messages[0]["content"] for r in srv.requests) == sorted(f"q{i}" for i in range(48))
+
+
+def test_stop_wakes_a_hanging_handler() -> None:
+    server = LLMServer().start()
+    server.fail_next(Fault.hang(seconds=60.0))
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            ask(server, timeout=30.0)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    while server.request_count == 0:
+        threading.Event().wait(0.01)
+    server.stop()
+    thread.join(timeout=20)
+    assert not thread.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], openai.APIConnectionError)
+    assert not isinstance(errors[0], openai.APITimeoutError)  # closed by stop(), not by the client
+
+
+def test_lifecycle() -> None:
+    server = LLMServer(replies=["preset"])
+    with pytest.raises(RuntimeError):
+        _ = server.port
+    with server:
+        with pytest.raises(RuntimeError):
+            server.start()
+        assert server.base_url.endswith(f":{server.port}/v1")
+        assert ask(server).choices[0].message.content == "preset"
+    server.stop()  # twice is fine
+    with pytest.raises(RuntimeError):
+        _ = server.base_url
+
+
+def test_judgement_json_helper() -> None:
+    data = json.loads(judgement_json(0.1, "80%", None, reason="r", scale="0-1"))
+    assert data == {
+        "faithfulnessScore": 0.1,
+        "contextRelevanceScore": "80%",
+        "answerRelevanceScore": None,
+        "reason": "r",
+        "scale": "0-1",
+    }

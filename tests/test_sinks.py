@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+import base64
+import logging
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from ragaudit import Auditor, ConfigurationError, FakeJudge, Judgement, RagTurn, Retrieval, RetrievedDoc
+from ragaudit.tracing import LangfuseSink, PhoenixSink, SpanRecorder
+from tests.support.http_recorder import HttpRecorder
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE, SPAN = "ab" * 16, "cd" * 8
+
+
+def turn(relevant: bool = True) -> RagTurn:
+    docs = (RetrievedDoc(id="kb-1", content="one", rank=1), RetrievedDoc(id="kb-2", content="two", rank=2))
+    return RagTurn(turn_id="t1", query="q", answer="a", documents=docs, trace_id=TRACE, span_id=SPAN,
+                   relevant_ids=["kb-2"] if relevant else None,
+                   retrievals=(Retrieval(name="kb", documents=docs),))
+
+
+JUDGEMENT = Judgement(faithfulness=0.9, context_relevance=None, answer_relevance=0.4, reason="because",
+                      judge="fake")
+
+
+def test_langfuse_scores_wire_format() -> None:
+    with HttpRecorder() as rec:
+        sink = LangfuseSink(rec.url, public_key="pk-lf-1", secret_key="sk-lf-secret")
+        sink.emit(turn(), JUDGEMENT)
+        assert sink.force_flush(10)
+        sink.shutdown()
+        reqs = rec.requests
+    assert {r["path"] for r in reqs} == {"/api/public/scores"}
+    assert reqs[0]["headers"]["authorization"] == "Basic " + base64.b64encode(b"pk-lf-1:sk-lf-secret").decode()
+    bodies = {r["body"]["name"]: r["body"] for r in reqs}
+    # the missing score is not sent at all (never as 0); retrieval metrics are scores too
+    assert set(bodies) == {"faithfulness", "answer_relevance", "retrieval.recall@5", "retrieval.precision@5",
+                           "retrieval.mrr@10", "retrieval.ndcg@10"}
+    f = bodies["faithfulness"]
+    assert f["traceId"] == TRACE and f["observationId"] == SPAN and f["dataType"] == "NUMERIC"
+    assert f["value"] == 0.9 and f["comment"] == "because"
+    assert bodies["retrieval.mrr@10"]["value"] == 0.5
+    assert "sk-lf-secret" not in repr(sink)
+    assert sink.stats()["sent"] == 6
+
+
+def test_langfuse_sink_needs_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LANGFUSE_PUBLIC_KEY", raising=False)
+    monkeypatch.delenv("LANGFUSE_SECRET_KEY", raising=False)
+    with pytest.raises(ConfigurationError, match="public_key"):
+        LangfuseSink("http://127.0.0.1:1")
+
+
+def test_phoenix_annotations_wire_format_with_documents() -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    recorder = SpanRecorder(provider)
+    traced = recorder.record_turn(turn())
+    with HttpRecorder() as rec:
+        sink = PhoenixSink(rec.url + "/v1/traces")
+        sink.bind_recorder(recorder)
+        sink.emit(traced, JUDGEMENT)
+        assert sink.force_flush(10)
+        sink.shutdown()
+        reqs = rec.requests
+    spans = [r for r in reqs if r["path"].startswith("/v1/span_annotations")]
+    docs = [r for r in reqs if r["path"].startswith("/v1/document_annotations")]
+    data = spans[0]["body"]["data"]
+    assert {d["name"] for d in data} == {"faithfulness", "answer_relevance"}
+    assert all(d["span_id"] == traced.span_id and d["annotator_kind"] == "LLM" for d in data)
+    by_name = {d["name"]: d["result"] for d in data}
+    assert by_name["faithfulness"] == {"label": "pass", "score": 0.9, "explanation": "because"}
+    assert by_name["answer_relevance"]["label"] == "fail"
+    doc_data = docs[0]["body"]["data"]
+    assert [(d["document_position"], d["result"]["label"]) for d in doc_data] == [(0, "irrelevant"), (1, "relevant")]
+    assert doc_data[0]["span_id"] == (recorder.retrieval_span_ids("t1") or ("?",))[0]
+
+
+@pytest.mark.parametrize("status", [500, 401])
+def test_failing_backend_never_blocks_and_is_counted(status: int, caplog: pytest.LogCaptureFixture) -> None:
+    with HttpRecorder() as rec:
+        rec.status = status
+        sink = LangfuseSink(rec.url, public_key="pk", secret_key="sk", max_retries=2, backoff_s=0.01)
+        with Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log=None, sinks=[sink]) as aud:
+            with caplog.at_level(logging.WARNING, logger="ragaudit"):
+                for i in range(5):
+                    assert aud.submit(RagTurn(turn_id=f"t{i}", query="q", answer="a", trace_id=TRACE,
+                                              span_id=SPAN)) == "queued"
+                aud.flush(10)
+            stats = aud.stats()
+    assert stats["judged"] == 5
+    assert stats["sink_errors"] == 5
+    expected_attempts = 5 * (3 if status == 500 else 1)  # 401 is not retried
+    assert len(rec.requests) == expected_attempts
+    assert sum("HTTP %d" % status in r.getMessage() for r in caplog.records) == 1  # logged once per kind
+
+
+def test_unreachable_backend_shutdown_returns_within_timeout() -> None:
+    sink = LangfuseSink("http://127.0.0.1:9", public_key="pk", secret_key="sk", max_retries=1, backoff_s=0.01,
+                        timeout_s=0.5)
+    sink.emit(turn(), JUDGEMENT)
+    sink.shutdown(timeout_s=5)
+    assert sink.errors >= 1
+    sink.emit(turn(), JUDGEMENT)
+    assert sink.stats()["dropped"] == 1
+
+
+def test_configure_langfuse_points_otlp_at_langfuse(tmp_path: Path) -> None:
+    script = textwrap.dedent("""
+        import os, sys
+        sys.path.insert(0, os.getcwd())
+        from tests.support.otlp_receiver import OTLPReceiver
+        from ragaudit import tracing
+        from ragaudit.tracing import SpanRecorder
+        from ragaudit import RagTurn
+        with OTLPReceiver() as rx:
+            os.environ.update(LANGFUSE_HOST=rx.endpoint, LANGFUSE_PUBLIC_KEY="pk-lf", LANGFUSE_SECRET_KEY="sk-lf")
+            provider = tracing.configure(langfuse=True)
+            SpanRecorder().record_turn(RagTurn(turn_id="t", query="q", answer="a"))
+            provider.force_flush()
+            spans = rx.wait_for_spans(1, timeout=10)
+            req = rx.requests[0]
+            print(req["path"], req["headers"]["authorization"], spans[0]["attributes"]["langfuse.observation.type"])
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    path, auth, obs_type = proc.stdout.split()[0], proc.stdout.split()[1:3], proc.stdout.split()[3]
+    assert path == "/api/public/otel/v1/traces"
+    assert auth == ["Basic", base64.b64encode(b"pk-lf:sk-lf").decode()]
+    assert obs_type == "span"
