@@ -1,10 +1,13 @@
-# The two commands of the README: `make test` and `make demo`. Both set up .venv themselves.
+# The two commands of the README: `make test` and `make demo`. Both set up what they need themselves.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ragaudit-installed
+PHOENIX_VENV := .venv-phoenix
+PHOENIX_VERSION ?= 20.26.1
+PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
 
-.PHONY: test demo bench lint typecheck clean
+.PHONY: test demo bench lint typecheck system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -14,14 +17,32 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-test: $(STAMP)
+# A real Phoenix server for the end-to-end tests, in a virtualenv of its own so its dependencies
+# never mix with ours. Skipped (and the e2e tests with it) when RAGAUDIT_SKIP_E2E=1.
+$(PHOENIX_STAMP):
+	@if [ "$${RAGAUDIT_SKIP_E2E:-0}" = "1" ]; then echo "RAGAUDIT_SKIP_E2E=1: not installing Phoenix"; else \
+	  $(PYTHON) -m venv $(PHOENIX_VENV) && \
+	  $(PHOENIX_VENV)/bin/python -m pip install -q --upgrade pip && \
+	  $(PHOENIX_VENV)/bin/python -m pip install -q "arize-phoenix==$(PHOENIX_VERSION)" && \
+	  touch $(PHOENIX_STAMP); fi
+
+# Headless Chromium renders the HTML report in a test. Installed from Debian when we may (root with
+# apt-get, as in CI); elsewhere that one test skips and says why.
+system-deps:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	        || echo "warning: could not install chromium; the HTML rendering test will skip"; \
+	    else echo "note: chromium not found; the HTML rendering test will skip"; fi; }
+
+test: $(STAMP) $(PHOENIX_STAMP) system-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(VENV)/bin/ragaudit demo $(DEMO_ARGS)
 
 bench: $(STAMP)
-	$(PY) benchmarks/run_all.py
+	$(PY) benchmarks/run_all.py $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
@@ -30,4 +51,4 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache ragaudit-traces.jsonl ragaudit-audit.jsonl
+	rm -rf $(VENV) $(PHOENIX_VENV) build dist .pytest_cache ragaudit-traces.jsonl ragaudit-audit.jsonl

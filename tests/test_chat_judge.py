@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
 import socket
 import subprocess
 import sys
+import weakref
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
@@ -335,13 +337,17 @@ def test_async_path_concurrent_and_on_two_loops(srv: LLMServer) -> None:
     srv.rule = lambda request: judgement_json(0.5, 0.5, 0.5, reason=str(len(request["messages"])))
     srv.delay = 0.05
     judge = make_judge(srv)
+    first_loop: list[weakref.ref[asyncio.AbstractEventLoop]] = []
 
     async def many() -> list[Judgement]:
+        first_loop.append(weakref.ref(asyncio.get_running_loop()))
         return await asyncio.gather(*(judge.ajudge(REQUEST) for _ in range(8)))
 
     results = asyncio.run(many())
     assert all(r.ok and r.usage["calls"] == 1 for r in results)
     assert run_async(judge, judge.ajudge(REQUEST)).ok  # a second event loop gets its own client
+    gc.collect()
+    assert first_loop[0]() is None  # the judge let go of the first loop and its client
     assert srv.request_count == 9
     assert all(r.headers["authorization"] == f"Bearer {SECRET}" for r in srv.requests)
 

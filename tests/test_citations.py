@@ -51,9 +51,7 @@ def kb(source: str | None = "return_policy.pdf", ids: str = "section") -> list[R
     ]
 
 
-def cited(
-    answer: str | None, docs: list[RetrievedDoc] | None = None, **kwargs: float
-) -> list[tuple[int, str]]:
+def cited(answer: str | None, docs: list[RetrievedDoc] | None = None, **kwargs: float) -> list[tuple[int, str]]:
     """(rank, method) of each citation."""
     return [(c.rank, c.method) for c in find_citations(answer, kb() if docs is None else docs, **kwargs)]
 
@@ -95,9 +93,7 @@ def test_marker_text_is_kept_as_written() -> None:
 
 
 def test_numbers_are_ranks_even_when_ids_are_numbers() -> None:
-    docs = [
-        RetrievedDoc(id=str(rank - 1), content=text, rank=rank) for rank, (_, text) in enumerate(TEXTS, 1)
-    ]
+    docs = [RetrievedDoc(id=str(rank - 1), content=text, rank=rank) for rank, (_, text) in enumerate(TEXTS, 1)]
     found = find_citations("The first one [1].", docs)
     assert [(c.doc_id, c.rank) for c in found] == [("0", 1)]
 
@@ -234,9 +230,7 @@ def test_overlap_marker_is_the_sentence_cut_to_120_chars() -> None:
 
 def test_sentences_with_a_marker_are_not_attributed_by_overlap() -> None:
     # The sentence is drawn from shipping but says [1]: it cites 1, and shipping is not added.
-    assert cited("Loyalty programme members get free return labels whatever the reason [1].") == [
-        (1, "marker")
-    ]
+    assert cited("Loyalty programme members get free return labels whatever the reason [1].") == [(1, "marker")]
 
 
 def test_unresolved_markers_leave_the_sentence_to_overlap() -> None:
@@ -296,9 +290,7 @@ def test_binary_ish_and_huge_answers() -> None:
 
 def test_empty_document_content_and_missing_source() -> None:
     docs = [RetrievedDoc(id="empty", content="", rank=1), *kb(source=None)[1:]]
-    assert cited(
-        "Refunds [1]. Size exchanges on clothing are free of charge. (source: return_policy.pdf)", docs
-    ) == [
+    assert cited("Refunds [1]. Size exchanges on clothing are free of charge. (source: return_policy.pdf)", docs) == [
         (1, "marker"),
         (2, "overlap"),
     ]

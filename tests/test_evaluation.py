@@ -124,6 +124,15 @@ def test_report_aggregates_are_none_aware() -> None:
     assert set(report.diagnosis_counts) == set(DIAGNOSES)
 
 
+def test_row_result_rejects_bad_values() -> None:
+    with pytest.raises(ConfigurationError, match="faithfulness must be a float in"):
+        row(f=1.5)
+    with pytest.raises(ConfigurationError, match="recall@5"):
+        row(metrics={"recall@5": math.nan})
+    with pytest.raises(ConfigurationError, match="diagnosis"):
+        row(diagnosis="fine")
+
+
 def test_usage_totals_and_metrics_found_in_rows() -> None:
     rows = [row("a", usage={"prompt_tokens": 10, "completion_tokens": 2, "calls": 1}, metrics={"P@5": 0.2}),
             row("b", usage={"prompt_tokens": 5, "calls": 1})]
@@ -284,7 +293,7 @@ def test_evaluate_pairs_each_row_with_its_own_documents_under_concurrency() -> N
 
 
 def test_evaluate_keeps_rows_whose_pipeline_raised() -> None:
-    dataset = _dataset(3) + [{"id": "boom", "question": "Please explode now", "relevant_ids": ["d-apple"]}]
+    dataset = [*_dataset(3), {"id": "boom", "question": "Please explode now", "relevant_ids": ["d-apple"]}]
     calls = []
 
     def judge_fn(request: JudgeRequest) -> dict[str, Any]:
@@ -330,6 +339,11 @@ def test_evaluate_writes_an_audit_log_when_asked(tmp_path: Path) -> None:
     assert len(report.rows) == 2
     lines = [json.loads(x) for x in log.read_text().splitlines()]
     assert sorted(x["query"] for x in lines) == sorted(r.question or "" for r in report.rows)
+
+
+def test_no_progress_bar_when_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    evaluate(_dataset(2), build_keyword_chain(), judge=FakeJudge(lambda r: {"faithfulness": 1.0}), progress=True)
+    assert capsys.readouterr().err == ""
 
 
 def test_evaluate_rejects_bad_arguments() -> None:
@@ -437,7 +451,7 @@ def test_cli_eval_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def _write_audit_log(path: Path) -> None:
-    scores = {
+    scores: dict[str, dict[str, Any]] = {
         "good": {"faithfulness": 0.9, "context_relevance": 0.8, "answer_relevance": 0.95, "reason": "grounded"},
         "bad": {"faithfulness": 0.1, "context_relevance": 0.9, "answer_relevance": 0.6, "reason": "invented 60 days"},
         "meh": {"faithfulness": 0.7, "context_relevance": None, "answer_relevance": 0.4, "reason": "partial"},
@@ -453,7 +467,7 @@ def _write_audit_log(path: Path) -> None:
                     RetrievedDoc(id=f"{name}-2", content="text two", rank=2, source="faq.md"))
             cites = (Citation(doc_id=f"{name}-2", rank=2, marker="[2]", method="marker"),)
             turn = RagTurn(turn_id=f"turn-{name}", query=name, answer=f"answer {name} [2]", documents=docs,
-                           citations=cites, relevant_ids=[f"{name}-1"] if name == "good" else None)
+                           citations=cites, relevant_ids={f"{name}-1": 1} if name == "good" else None)
             auditor.submit(turn)
 
 

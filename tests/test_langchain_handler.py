@@ -655,3 +655,27 @@ def test_message_state_inputs_and_outputs(setup: Setup) -> None:
     assert turn.attributes[c.OUTPUT_VALUE] == "It ships from Leeds."
     assert list(turn.attributes[c.ATTR_DOCUMENT_IDS]) == ["p1"]
     assert len(setup.spans(c.SPAN_JUDGE)) == 1
+
+
+def test_a_root_under_a_parent_never_seen_is_a_turn(setup: Setup, kb: KB) -> None:
+    # As when a LangSmith @traceable function calls the chain: the root's parent run id is foreign.
+    q = QUESTIONS[12]
+    h = setup.handler
+    foreign, root, retriever = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    h.on_chain_start(None, q, run_id=root, parent_run_id=foreign)
+    h.on_retriever_start(None, q, run_id=retriever, parent_run_id=root)
+    h.on_retriever_end(kb.store.similarity_search(q, k=2), run_id=retriever, parent_run_id=root)
+    h.on_chain_end(kb.answers[q], run_id=root, parent_run_id=foreign)
+    h.on_chain_end("late", run_id=retriever, parent_run_id=root)  # a late event of a closed turn
+    setup.check(kb, [q])
+
+
+def test_bad_arguments_fail_at_construction(setup: Setup) -> None:
+    from ragaudit import ConfigurationError, MetricError
+
+    with pytest.raises(MetricError):
+        RagAuditCallbackHandler(auditor=setup.auditor, turn_measures=["recall@five"])
+    with pytest.raises(ConfigurationError, match="max_runs"):
+        RagAuditCallbackHandler(auditor=setup.auditor, max_runs=0)
+    with pytest.raises(ConfigurationError, match="auditor"):
+        RagAuditCallbackHandler(auditor=object())  # type: ignore[arg-type]

@@ -82,9 +82,7 @@ def word_overlap(query: str, doc: str) -> float:
 SIMILARITIES = [trigram_cosine, word_overlap]
 
 
-def retrieve(
-    query: str, similarity: Callable[[str, str], float] = trigram_cosine, k: int = 2
-) -> list[RetrievedDoc]:
+def retrieve(query: str, similarity: Callable[[str, str], float] = trigram_cosine, k: int = 2) -> list[RetrievedDoc]:
     ranked = sorted(KB, key=lambda section: -similarity(query, KB[section]))[:k]
     return [
         RetrievedDoc(
@@ -99,9 +97,7 @@ def retrieve(
     ]
 
 
-def request(
-    query: str, answer: str, docs: list[RetrievedDoc] | None = None, **kwargs: object
-) -> JudgeRequest:
+def request(query: str, answer: str, docs: list[RetrievedDoc] | None = None, **kwargs: object) -> JudgeRequest:
     docs = retrieve(query, **kwargs) if docs is None else docs  # type: ignore[arg-type]
     context = JudgeRequest.build_context(docs)
     return JudgeRequest(query=query, answer=answer, context=context, documents=tuple(docs))
@@ -214,8 +210,7 @@ GROUNDED_VS_HALLUCINATED = [
     (
         DOWNLOAD,
         "Opened software and digital downloads cannot be refunded.",
-        "Yes, you can get a full refund within 30 days for digital downloads, and we also add a 10% "
-        "bonus voucher.",
+        "Yes, you can get a full refund within 30 days for digital downloads, and we also add a 10% bonus voucher.",
     ),
     (
         REFUND_WINDOW,
@@ -237,13 +232,11 @@ GROUNDED_VS_HALLUCINATED = [
         LAPTOP,
         "Defective electronics can come back within 90 days with proof of the defect from an authorised "
         "service centre, so you can still return it.",
-        "Laptops are covered by a 2-year manufacturer warranty, so contact the manufacturer for a "
-        "replacement.",
+        "Laptops are covered by a 2-year manufacturer warranty, so contact the manufacturer for a replacement.",
     ),
     (
         LOYALTY,
-        "Yes. Loyalty programme members get free return labels whatever the reason, so that includes "
-        "electronics.",
+        "Yes. Loyalty programme members get free return labels whatever the reason, so that includes electronics.",
         "No, electronics always ship back at the customer's expense, and a 20% restocking fee applies.",
     ),
     (
@@ -371,14 +364,10 @@ def test_numbers_must_match_exactly() -> None:
 def test_a_number_must_come_from_the_passage_that_supports_the_claim() -> None:
     # 30 days is the general window, not the electronics one: the words and the number are both in the
     # context, but not in the same passage.
-    j = JUDGE.judge(
-        request("Can I return electronics?", "Electronics can be returned within 30 days.", CONTEXT_DOCS)
-    )
+    j = JUDGE.judge(request("Can I return electronics?", "Electronics can be returned within 30 days.", CONTEXT_DOCS))
     assert j.faithfulness == 0.0
     assert "'30'" in (j.reason or "")
-    right = JUDGE.judge(
-        request("Can I return electronics?", "Electronics have a 15-day return window.", CONTEXT_DOCS)
-    )
+    right = JUDGE.judge(request("Can I return electronics?", "Electronics have a 15-day return window.", CONTEXT_DOCS))
     assert right.faithfulness == 1.0
 
 

@@ -11,7 +11,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -182,13 +182,13 @@ def test_report_screenshot(chromium: str, page: Path, tmp_path: Path) -> None:
         shutil.copyfile(shot, keep)
 
 
-def test_audit_and_demo_pages_render(chromium: str, tmp_path: Path) -> None:
+def test_audit_and_demo_pages_render(chromium: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The pages `ragaudit eval demo --html` and `ragaudit report --html` write render cleanly too."""
     from ragaudit.cli import main
     from tests.test_evaluation import _write_audit_log
 
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
-        os.environ.pop(name, None)
+        monkeypatch.delenv(name, raising=False)
     demo_html = tmp_path / "demo.html"
     assert main(["eval", "demo", "--no-progress", "--html", str(demo_html)]) == 0
     log = tmp_path / "audit.jsonl"

@@ -100,7 +100,7 @@ def test_failing_backend_never_blocks_and_is_counted(status: int, caplog: pytest
     assert stats["sink_errors"] == 5
     expected_attempts = 5 * (3 if status == 500 else 1)  # 401 is not retried
     assert len(rec.requests) == expected_attempts
-    assert sum("HTTP %d" % status in r.getMessage() for r in caplog.records) == 1  # logged once per kind
+    assert sum(f"HTTP {status}" in r.getMessage() for r in caplog.records) == 1  # logged once per kind
 
 
 def test_unreachable_backend_shutdown_returns_within_timeout() -> None:

@@ -79,10 +79,7 @@ _NUMBER_WORDS = {
             start=2,
         )
     },
-    **{
-        word: 10 * n
-        for n, word in enumerate(_split("twenty thirty forty fifty sixty seventy eighty ninety"), start=2)
-    },
+    **{word: 10 * n for n, word in enumerate(_split("twenty thirty forty fifty sixty seventy eighty ninety"), start=2)},
 }
 _TENS = frozenset({"twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"})
 _UNITS = {"one": 1, **{w: n for w, n in _NUMBER_WORDS.items() if n < 10}}

@@ -26,9 +26,7 @@ _MARKER_CHARS = 120
 _CACHED_CHARS = 4_000
 
 _BRACKET_RE = re.compile(r"\[([^\[\]\n]{1,200})\]|【([^【】\n]{1,200})】")
-_NOTE_RE = re.compile(
-    r"\(\s*(?:sources?|src|refs?|references?|see|cf\.?|from)\s*:\s*([^()\n]{1,200})\)", re.IGNORECASE
-)
+_NOTE_RE = re.compile(r"\(\s*(?:sources?|src|refs?|references?|see|cf\.?|from)\s*:\s*([^()\n]{1,200})\)", re.IGNORECASE)
 _INLINE_SOURCE_RE = re.compile(r"\b(?:sources?|references?)\s*:\s*([^\n()\[\]]{1,200})", re.IGNORECASE)
 # "according to X", "the X section": a name (never a rank: "per 2 weeks" cites nothing).
 _NAMED_RE = re.compile(
@@ -37,9 +35,7 @@ _NAMED_RE = re.compile(
     re.IGNORECASE,
 )
 # "section X", "document 2": a name or a rank.
-_POINTER_RE = re.compile(
-    r"\b(?:section|document|doc|file|source|passage)\s+[\"'“‘]?([\w./\\-]{1,100})", re.IGNORECASE
-)
+_POINTER_RE = re.compile(r"\b(?:section|document|doc|file|source|passage)\s+[\"'“‘]?([\w./\\-]{1,100})", re.IGNORECASE)
 _SENTENCE_END_RE = re.compile(r"[.!?](?=\s|$)")
 _PART_SPLIT_RE = re.compile(r"\s*(?:[,;&]|\band\b)\s*", re.IGNORECASE)
 _RANGE_RE = re.compile(r"^(\d{1,6})\s*[-–—]\s*(\d{1,6})$")
@@ -60,8 +56,8 @@ def find_citations(
 
     Explicit markers are read first, in text order:
 
-    - numbers in brackets: ``[1]``, ``[1, 3]``, ``[1][2]``, ``[2-4]``, ``[doc 2]``, ``[source 3]``
-      (a number is a rank; numbers beyond the list are ignored);
+    - numbers in brackets: ``[1]``, ``[1, 3]``, ``[1][2]``, ``[2-4]``, ``[doc 2]``, ``[source 3]``,
+      ``【1】`` (a number is a rank, even when ids are numbers; ranks nobody has are ignored);
     - a document id in brackets, ``[doc-3]`` or ``[<exact id>]`` (an exact id wins over reading
       ``doc-3`` as rank 3);
     - a source note, ``(source: return_policy.pdf)`` or ``Sources: a.pdf, b.pdf``;
@@ -79,10 +75,12 @@ def find_citations(
     one; the higher rank on a tie). Sentences with fewer than three content words are skipped.
 
     ``Citation.marker`` holds the marker as written, or for an overlap the sentence cut to 120
-    characters. A document found by a marker is not cited again by overlap. Odd input (None or
-    empty answer, no documents, non-document items, binary text) gives ``()``; this function does
-    not raise, except :class:`~ragaudit.errors.ConfigurationError` for an *overlap_threshold*
-    outside (0, 1]. The cost is linear in the answer and the documents' text.
+    characters. Documents are told apart by id: a document found by a marker is not cited again by
+    overlap, and two documents with one id are cited once. Items that are not
+    :class:`~ragaudit.RetrievedDoc` are skipped; None, an empty answer, no documents or binary
+    text give ``()``. Only the first 100,000 characters of the answer are read. This function
+    does not raise, except :class:`~ragaudit.errors.ConfigurationError` for an
+    *overlap_threshold* outside (0, 1]. The cost is linear in the answer and the documents' text.
     """
     if (
         isinstance(overlap_threshold, bool)

@@ -110,7 +110,7 @@ class ContextEchoLLM(CustomLLM):
         if _FOLLOW_UP in prompt:
             return prompt.split(_FOLLOW_UP, 1)[1].split("\n", 1)[0].strip()
         context = prompt.split(_CONTEXT_START, 1)[-1].split("\n" + _CONTEXT_START, 1)[0]
-        return answer_for(context.strip())
+        return answer_for(context.strip().split("\n\n", 1)[0])  # nodes are joined by blank lines
 
     @property
     def calls(self) -> int:

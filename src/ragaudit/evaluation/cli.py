@@ -31,6 +31,7 @@ __all__ = [
 ]
 
 _MAX_CONTEXT_CHARS = 24_000  # the Auditor's default max_context_chars: what one judge call may carry
+_MAX_PRINTED_ROWS = 50  # a bigger report prints its summary only; the files have every row
 
 
 def parse_fail_under(items: Sequence[str]) -> dict[str, float]:
@@ -140,7 +141,9 @@ def _demo_dataset_path() -> str:
 
 
 def _print_summary(report: EvaluationReport) -> None:
-    print(report.to_markdown(rows=True), end="")
+    print(report.to_markdown(rows=len(report.rows) <= _MAX_PRINTED_ROWS), end="")
+    if len(report.rows) > _MAX_PRINTED_ROWS:
+        print(f"\n({len(report.rows)} rows: see --markdown, --html or --json for each row)")
 
 
 def _describe_judge(spec: str | None) -> tuple[str, bool]:

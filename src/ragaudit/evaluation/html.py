@@ -196,7 +196,8 @@ def _row_html(row: RowResult, metrics: Sequence[str], threshold: float) -> str:
     detail.append(f"<p><b>Retrieved:</b> {docs or 'none'}</p>")
     if row.trace_id:
         detail.append(f"<p><b>Trace:</b> <code>{_e(row.trace_id)}</code></p>")
-    cells.append(f'<td class="cell-text more"><details><summary>details</summary>{"".join(detail)}'
+    opened = " open" if row.diagnosis != "ok" else ""  # what needs a look is shown without a click
+    cells.append(f'<td class="cell-text more"><details{opened}><summary>details</summary>{"".join(detail)}'
                  "</details></td>")
     return f'<tr class="row" id="row-{_e(row.id)}">{"".join(cells)}</tr>'
 

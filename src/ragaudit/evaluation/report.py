@@ -129,6 +129,14 @@ class RowResult:
         if self.diagnosis not in DIAGNOSES:
             raise ConfigurationError(
                 f"RowResult.diagnosis must be one of {DIAGNOSES}, got {self.diagnosis!r}")
+        for name in SCORE_NAMES:
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or math.isnan(value) or not 0.0 <= value <= 1.0):
+                raise ConfigurationError(f"RowResult.{name} must be a float in [0, 1] or None, got {value!r}")
+        for key, metric in self.retrieval_metrics.items():
+            if isinstance(metric, bool) or not isinstance(metric, (int, float)) or math.isnan(metric):
+                raise ConfigurationError(f"RowResult.retrieval_metrics[{key!r}] must be a number, got {metric!r}")
         object.__setattr__(self, "doc_ids", tuple(self.doc_ids))
         object.__setattr__(self, "cited_ids", tuple(self.cited_ids))
         object.__setattr__(self, "doc_sources", tuple(self.doc_sources))

@@ -59,17 +59,17 @@ from llama_index.core.instrumentation.span import BaseSpan
 from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 from pydantic import PrivateAttr
 
-from ..errors import ConfigurationError
 from ..online import DEFAULT_TURN_MEASURES, Auditor
 from ..records import Generation, RagTurn, Retrieval, RetrievedDoc
 from ._common import (
     RunStore,
     build_turn,
-    default_auditor,
+    check_measures,
     doc_id_from,
     finish_turn,
     ground_truth_from,
     report_failure,
+    resolve_backend,
     source_from,
 )
 
@@ -364,42 +364,14 @@ class _Collector:
         turn_measures: Sequence[str],
         owner: str,
     ) -> None:
-        if judge is not None and auditor is not None:
-            raise ConfigurationError(f"give {owner} a judge or an auditor, not both")
-        if auditor is not None and not callable(getattr(auditor, "submit", None)):
-            raise ConfigurationError(f"auditor must be a ragaudit.Auditor, got {type(auditor).__name__}")
-        if isinstance(turn_measures, str):
-            raise ConfigurationError("turn_measures must be a sequence of metric names, not a string")
-        self.turn_measures = tuple(turn_measures)
-        self._validate_measures()
+        self.turn_measures = check_measures(turn_measures)
+        self.auditor, self.recorder = resolve_backend(judge, auditor, tracer_provider, capture_content, redact,
+                                                      owner=owner)
         self.store: RunStore[_Turn] = RunStore(max_runs)
         # Re-entrant: LlamaIndex dispatches events from generator finalizers, which the garbage
         # collector may run on this thread while it is inside one of our own critical sections.
         self.store.lock = threading.RLock()  # type: ignore[assignment]
-        own_recorder = tracer_provider is not None or capture_content is not None or redact is not None
-        if auditor is None:
-            if judge is not None:
-                auditor = Auditor(judge, tracer_provider=tracer_provider, capture_content=capture_content,
-                                  redact=redact)
-            else:
-                auditor = default_auditor(tracer_provider, capture_content=capture_content, redact=redact)
-        self.auditor: Auditor = auditor
-        if own_recorder:
-            from ..tracing.spans import SpanRecorder
-
-            self.recorder: Any = SpanRecorder(tracer_provider, capture_content=capture_content, redact=redact)
-        else:
-            self.recorder = auditor.recorder
         self.closed_turns = 0
-        self._closer = _Closer()
-
-    def _validate_measures(self) -> None:
-        try:
-            from ..metrics import parse_measure
-        except ImportError:  # pragma: no cover - metrics is part of the package
-            return
-        for name in self.turn_measures:
-            parse_measure(name)
 
     # -- runs -------------------------------------------------------------------------------------
 
@@ -501,7 +473,7 @@ class _Collector:
                      deferred: bool = False) -> None:
         """A wrapped stream finished (``consumed``), failed (``error``) or was dropped (``abandoned``)."""
         if deferred:
-            self._closer.put(lambda: self.stream_ended(turn, text, state, error))
+            _closer.put(lambda: self.stream_ended(turn, text, state, error))
             return
         store = self.store
         with store.lock:
@@ -694,18 +666,17 @@ def _never() -> _Turn:  # pragma: no cover - a stream run always has its turn's 
 
 
 class _Closer:
-    """Closes turns of streams the garbage collector dropped, on a thread of its own.
+    """Closes the turns of streams the garbage collector dropped, on a thread of its own.
 
-    A finalizer may run on any thread at any moment, even inside the host's own locks; it only
-    puts work on a :class:`queue.SimpleQueue` (safe there), and this thread does the rest.
+    A finalizer may run on any thread at any moment, even inside the host's own locks, so it only
+    puts the job on a :class:`queue.SimpleQueue` (made for that) and this thread does the rest.
+    One for the process, started with the first stream.
     """
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._pending = 0
-        self._idle = threading.Condition(self._lock)
 
     def ensure_started(self) -> None:
         if self._thread is not None:
@@ -722,26 +693,21 @@ class _Closer:
     def _run(self) -> None:
         while True:
             job = self._queue.get()
-            with self._lock:
-                self._pending += 1
             try:
                 job()
             except Exception as exc:
                 report_failure("closing an abandoned LlamaIndex stream", exc)
-            finally:
-                with self._idle:
-                    self._pending -= 1
-                    self._idle.notify_all()
 
     def wait(self, timeout: float | None) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._idle:
-            while self._pending or not self._queue.empty():
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._idle.wait(0.01 if remaining is None else min(remaining, 0.01))
-        return True
+        """Wait until every job put so far is done (a marker put now comes out after them)."""
+        if self._thread is None:
+            return True
+        done = threading.Event()
+        self._queue.put(done.set)
+        return done.wait(timeout)
+
+
+_closer = _Closer()
 
 
 class _StreamTap(Generator[str, None, None]):
@@ -755,7 +721,7 @@ class _StreamTap(Generator[str, None, None]):
         self._inner: Iterator[str] = iter(response.response_gen)
         self._parts: list[str] = []
         self._done = False
-        collector._closer.ensure_started()
+        _closer.ensure_started()
 
     def install(self) -> None:
         self._response.response_gen = self
@@ -836,7 +802,7 @@ class _AsyncStreamTap:
         self._inner: AsyncIterator[str] = response.response_gen.__aiter__()
         self._parts: list[str] = []
         self._done = False
-        collector._closer.ensure_started()
+        _closer.ensure_started()
 
     def install(self) -> None:
         self._response.response_gen = self  # type: ignore[assignment]
@@ -1023,7 +989,40 @@ class _EventHandler(BaseEventHandler):
             report_failure("LlamaIndex event", exc)
 
 
-class LlamaIndexInstrumentation:
+class _Audited:
+    """What both entry points offer: their auditor and span recorder, flush and turn counts."""
+
+    _collector: _Collector
+
+    @property
+    def auditor(self) -> Auditor:
+        """The :class:`~ragaudit.Auditor` turns are submitted to."""
+        return self._collector.auditor
+
+    @property
+    def recorder(self) -> Any:
+        """The :class:`~ragaudit.tracing.SpanRecorder` that writes the turn spans."""
+        return self._collector.recorder
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Close the turns of streams dropped unfinished, then wait for every pending judgement.
+
+        Returns False when *timeout* (seconds) ran out first.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        ok = _closer.wait(timeout)
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        return self._collector.auditor.flush(remaining) and ok
+
+    def stats(self) -> dict[str, int]:
+        """``open_turns`` (in flight now), ``closed_turns`` and ``evicted`` (ended early at *max_runs*)."""
+        collector = self._collector
+        with collector.store.lock:
+            return {"open_turns": len(collector.store), "closed_turns": collector.closed_turns,
+                    "evicted": collector.store.evicted}
+
+
+class LlamaIndexInstrumentation(_Audited):
     """What :func:`instrument` attached to LlamaIndex's root dispatcher; :func:`uninstrument` detaches it.
 
     ``auditor`` judges the turns, ``recorder`` writes the turn spans. :meth:`flush` waits for the
@@ -1036,22 +1035,6 @@ class LlamaIndexInstrumentation:
         self.event_handler = _EventHandler(collector)
         self.attached = False
 
-    @property
-    def auditor(self) -> Auditor:
-        return self._collector.auditor
-
-    @property
-    def recorder(self) -> Any:
-        return self._collector.recorder
-
-    def flush(self, timeout: float | None = 30.0) -> bool:
-        """Close the turns of streams dropped unfinished, then wait for every pending judgement."""
-        return _flush(self._collector, timeout)
-
-    def stats(self) -> dict[str, int]:
-        """``open_turns`` (in flight now), ``closed_turns`` and ``evicted`` (ended early at *max_runs*)."""
-        return _stats(self._collector)
-
     def uninstrument(self) -> None:
         """Detach from the dispatcher (idempotent). Turns in flight are not recorded."""
         dispatcher = get_dispatcher()
@@ -1062,19 +1045,6 @@ class LlamaIndexInstrumentation:
 
     def __repr__(self) -> str:
         return f"LlamaIndexInstrumentation(attached={self.attached}, auditor={self.auditor!r})"
-
-
-def _flush(collector: _Collector, timeout: float | None) -> bool:
-    deadline = None if timeout is None else time.monotonic() + timeout
-    ok = collector._closer.wait(timeout)
-    remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-    return collector.auditor.flush(remaining) and ok
-
-
-def _stats(collector: _Collector) -> dict[str, int]:
-    store = collector.store
-    with store.lock:
-        return {"open_turns": len(store), "closed_turns": collector.closed_turns, "evicted": store.evicted}
 
 
 _registration_lock = threading.Lock()
@@ -1146,7 +1116,7 @@ def uninstrument() -> LlamaIndexInstrumentation | None:
 # --- the legacy CallbackManager ------------------------------------------------------------------------
 
 
-class RagAuditLlamaIndexHandler(BaseCallbackHandler):
+class RagAuditLlamaIndexHandler(_Audited, BaseCallbackHandler):
     """A legacy LlamaIndex callback handler: each root ``QUERY`` (or a ``RETRIEVE`` of its own)
     becomes an audited :class:`~ragaudit.RagTurn`.
 
@@ -1176,22 +1146,6 @@ class RagAuditLlamaIndexHandler(BaseCallbackHandler):
         super().__init__(event_starts_to_ignore=[], event_ends_to_ignore=[])
         self._collector = _Collector(judge, auditor, tracer_provider, capture_content, redact, max_runs,
                                      turn_measures, "RagAuditLlamaIndexHandler")
-
-    @property
-    def auditor(self) -> Auditor:
-        return self._collector.auditor
-
-    @property
-    def recorder(self) -> Any:
-        return self._collector.recorder
-
-    def flush(self, timeout: float | None = 30.0) -> bool:
-        """Close the turns of streams dropped unfinished, then wait for every pending judgement."""
-        return _flush(self._collector, timeout)
-
-    def stats(self) -> dict[str, int]:
-        """``open_turns``, ``closed_turns`` and ``evicted``."""
-        return _stats(self._collector)
 
     def on_event_start(self, event_type: CBEventType, payload: dict[str, Any] | None = None,
                        event_id: str = "", parent_id: str = "", **kwargs: Any) -> str:

@@ -145,9 +145,9 @@ class ChatRagJudge(BaseRagJudge):
         self._lock = threading.Lock()
         self._sync_client: openai.OpenAI | None = None
         self._async_client: openai.AsyncOpenAI | None = None  # given by the caller: used on every loop
-        self._async_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI] = (
-            weakref.WeakKeyDictionary()
-        )
+        # id(loop) -> (loop, client). Not a WeakKeyDictionary: the client's connections refer to
+        # their loop, so the key would never die; entries of closed loops are pruned instead.
+        self._async_per_loop: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], openai.AsyncOpenAI]] = {}
         self._owns_sync = False
         if client is not None:
             if base_url is not None or api_key is not None:
@@ -164,14 +164,15 @@ class ChatRagJudge(BaseRagJudge):
         else:
             self._sync_client = _new_client(openai, base_url, api_key, timeout, max_retries)
             self._owns_sync = True
+        given = self._sync_client or self._async_client
+        self._base_url = str(given.base_url).rstrip("/") if given is not None else ""
 
     # -- public API -------------------------------------------------------------------------------
 
     @property
     def base_url(self) -> str:
         """The endpoint this judge calls."""
-        client = self._sync_client or self._async_client
-        return str(client.base_url).rstrip("/") if client is not None else ""
+        return self._base_url
 
     def judge(self, request: JudgeRequest) -> Judgement:
         """Judge *request* with the sync client (blocking)."""
@@ -217,7 +218,7 @@ class ChatRagJudge(BaseRagJudge):
             sync_client = self._sync_client if self._owns_sync else None
             if sync_client is not None:
                 self._sync_client = None
-            self._async_per_loop = weakref.WeakKeyDictionary()
+            self._async_per_loop = {}
         if sync_client is not None:
             sync_client.close()
 
@@ -229,9 +230,9 @@ class ChatRagJudge(BaseRagJudge):
         """
         loop = asyncio.get_running_loop()
         with self._lock:
-            client = self._async_per_loop.pop(loop, None)
-        if client is not None:
-            await client.close()
+            entry = self._async_per_loop.pop(id(loop), None)
+        if entry is not None:
+            await entry[1].close()
         self.close()
 
     def __repr__(self) -> str:
@@ -254,12 +255,17 @@ class ChatRagJudge(BaseRagJudge):
         # An async client's connections belong to the loop that opened them, so each loop gets its own.
         loop = asyncio.get_running_loop()
         with self._lock:
-            client = self._async_per_loop.get(loop)
-            if client is None:
-                if self._sync_client is None:
-                    raise JudgeError(f"{self.name} is closed")
-                client = _derive(self._openai, self._sync_client, want_async=True)
-                self._async_per_loop[loop] = client
+            entry = self._async_per_loop.get(id(loop))
+            if entry is not None and entry[0]() is loop:
+                return entry[1]
+            for key, (ref, _) in list(self._async_per_loop.items()):
+                old = ref()
+                if old is None or old.is_closed():
+                    del self._async_per_loop[key]
+            if self._sync_client is None:
+                raise JudgeError(f"{self.name} is closed")
+            client: openai.AsyncOpenAI = _derive(self._openai, self._sync_client, want_async=True)
+            self._async_per_loop[id(loop)] = (weakref.ref(loop), client)
             return client
 
     def _params(self, call: _Call) -> dict[str, Any]:
@@ -399,7 +405,8 @@ class ChatRagJudge(BaseRagJudge):
 
     def _secrets(self) -> list[str]:
         keys = []
-        for client in (self._sync_client, self._async_client, *self._async_per_loop.values()):
+        loop_clients = [client for _, client in self._async_per_loop.values()]
+        for client in (self._sync_client, self._async_client, *loop_clients):
             key = getattr(client, "api_key", None)
             if isinstance(key, str) and len(key) >= 4:
                 keys.append(key)

@@ -142,9 +142,7 @@ class LexicalJudge(BaseRagJudge):
             or not isinstance(support_threshold, (int, float))
             or not 0.0 < float(support_threshold) <= 1.0
         ):
-            raise ConfigurationError(
-                f"support_threshold must be a number in (0, 1], got {support_threshold!r}"
-            )
+            raise ConfigurationError(f"support_threshold must be a number in (0, 1], got {support_threshold!r}")
         self.name = name
         self.support_threshold = float(support_threshold)
 
@@ -182,12 +180,8 @@ class LexicalJudge(BaseRagJudge):
 
         context_score, context_reason, missing_in_context = self._context_relevance(question, doc_terms)
         claims = _claims(answer)
-        faithfulness, faith_reason, checked = self._faithfulness(
-            claims, windows, question, bool(answer.strip())
-        )
-        answer_score, answer_reason, missing_in_answer = self._answer_relevance(
-            question, checked, answer, doc_terms
-        )
+        faithfulness, faith_reason, checked = self._faithfulness(claims, windows, question, bool(answer.strip()))
+        answer_score, answer_reason, missing_in_answer = self._answer_relevance(question, checked, answer, doc_terms)
         details: dict[str, Any] = {
             "method": "lexical",
             "support_threshold": self.support_threshold,
@@ -376,9 +370,7 @@ def _claims(answer: str) -> list[_Claim]:
 
 
 def _document_texts(documents: Sequence[RetrievedDoc], context: str) -> list[str]:
-    texts = [
-        d.content for d in documents if isinstance(getattr(d, "content", None), str) and d.content.strip()
-    ]
+    texts = [d.content for d in documents if isinstance(getattr(d, "content", None), str) and d.content.strip()]
     return texts or _passages(context)
 
 

@@ -606,69 +606,6 @@ def _chunks(lengths: np.ndarray) -> list[np.ndarray]:
     return out
 
 
-def _binary_search(sorted_rows: np.ndarray, lengths: np.ndarray, rows: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """Leftmost column of each *target* in its row of *sorted_rows* (searching columns [0, length))."""
-    width = sorted_rows.shape[1]
-    flat = sorted_rows.ravel()
-    base = rows * width
-    lo = np.zeros(len(rows), dtype=np.int64)
-    hi = lengths[rows].astype(np.int64)
-    active = lo < hi
-    while active.any():
-        mid = (lo + hi) >> 1
-        less = flat[base + np.minimum(mid, width - 1)] < target
-        lo = np.where(active & less, mid + 1, lo)
-        hi = np.where(active & ~less, mid, hi)
-        active = lo < hi
-    return lo
-
-
-def _fix_ties(order: np.ndarray, neg_scores: np.ndarray, doc_index: np.ndarray, docs: _DocIds) -> None:
-    """Re-sort, in place, the rows of *order* that hold equal scores: doc id descending among them."""
-    sorted_scores = np.take_along_axis(neg_scores, order, axis=1)
-    tied = (sorted_scores[:, 1:] == sorted_scores[:, :-1]).any(axis=1)
-    if not tied.any():
-        return
-    rows = np.flatnonzero(tied)
-    width = order.shape[1]
-    ids = docs.ids[doc_index[rows].ravel()]
-    _, inverse = np.unique(ids, return_inverse=True)
-    row_key = np.repeat(np.arange(len(rows)), width)
-    flat = np.lexsort((-inverse.ravel(), neg_scores[rows].ravel(), row_key))
-    order[rows] = (flat % width).reshape(len(rows), width)
-
-
-def _duplicates(
-    sorted_hash: np.ndarray, hash_order: np.ndarray, doc_index: np.ndarray, lengths: np.ndarray, run: _Run,
-    rows_q: np.ndarray, on_duplicate: str,
-) -> list[int]:
-    width = sorted_hash.shape[1]
-    same = sorted_hash[:, 1:] == sorted_hash[:, :-1]
-    same &= np.arange(1, width) < lengths[:, None]
-    if not same.any():
-        return []
-    r, c = np.nonzero(same)
-    a = doc_index[r, hash_order[r, c]]
-    b = doc_index[r, hash_order[r, c + 1]]
-    real = run.docs.ids[a] == run.docs.ids[b]
-    if not np.any(real):
-        return []
-    if on_duplicate == "error":
-        first = int(np.flatnonzero(real)[0])
-        raise MetricError(_duplicate_message(run.qids[int(rows_q[r[first]])], run.docs.text(int(a[first]))))
-    groups: dict[tuple[int, str], list[int]] = {}
-    for row, i, j in zip(r[real].tolist(), a[real].tolist(), b[real].tolist()):
-        members = groups.setdefault((row, run.docs.text(i)), [])
-        for k in (i, j):
-            if k not in members:
-                members.append(k)
-    drop: list[int] = []
-    for members in groups.values():
-        best = max(members, key=lambda k: (run.scores[k], -k))
-        drop.extend(k for k in members if k != best)
-    return drop
-
-
 @dataclass(frozen=True, slots=True)
 class _Plan:
     measures: list[Measure]
@@ -685,51 +622,181 @@ class _Hits:
     label: np.ndarray
 
 
+@dataclass(frozen=True, slots=True)
+class _Block:
+    """One chunk of queries padded to ``[rows, depth]``, with the bit layout of its sort keys.
+
+    A sort key packs, from the top: the row (so one flat sort orders every row at once and
+    ``np.searchsorted`` finds any row's cells), the high bits of a value (a doc-id hash, or a score
+    turned into an order-preserving integer), and the column. A column field of all ones marks
+    padding, which sorts after every real cell of its row.
+    """
+
+    qs: np.ndarray
+    lengths: np.ndarray
+    depth: int
+    doc_index: np.ndarray
+    valid: np.ndarray | None
+    row_part: np.ndarray
+    value_bits: int
+    col_bits: int
+
+    @property
+    def col_mask(self) -> np.uint64:
+        return np.uint64((1 << self.col_bits) - 1)
+
+    def value_part(self, values: np.ndarray, bits_in: int) -> np.ndarray:
+        """The top ``value_bits`` of *values* (which use *bits_in* bits), shifted above the column."""
+        return (values >> np.uint64(bits_in - self.value_bits)) << np.uint64(self.col_bits)
+
+    def sorted_keys(self, values: np.ndarray, bits_in: int) -> np.ndarray:
+        keys = self.row_part[:, None] | self.value_part(values, bits_in) | np.arange(self.depth, dtype=np.uint64)
+        if self.valid is not None:
+            pad = np.uint64((1 << (self.value_bits + self.col_bits)) - 1)
+            keys = np.where(self.valid, keys, self.row_part[:, None] | pad)
+        return np.sort(keys, axis=1).ravel()
+
+    def same_value_pairs(self, flat: np.ndarray) -> np.ndarray:
+        """Flat positions i where cells i and i+1 are real, in one row, and share their value bits."""
+        high = flat >> np.uint64(self.col_bits)
+        real = (flat & self.col_mask) != self.col_mask
+        return np.flatnonzero((high[1:] == high[:-1]) & real[1:] & real[:-1])
+
+
+def _block(run: _Run, qs: np.ndarray, lengths: np.ndarray) -> _Block:
+    ls = lengths[qs]
+    depth = max(int(ls.max()), 1)
+    col_bits = depth.bit_length()
+    row_bits = (len(qs) - 1).bit_length()
+    value_bits = 64 - row_bits - col_bits
+    starts = run.offsets[qs]
+    full = bool((ls == depth).all())
+    if full and len(qs) > 0 and bool((np.diff(qs) == 1).all()):
+        doc_index = np.arange(int(starts[0]), int(starts[0]) + len(qs) * depth).reshape(len(qs), depth)
+    else:
+        doc_index = np.minimum(starts[:, None] + np.arange(depth), max(len(run.scores) - 1, 0))
+    return _Block(
+        qs=qs,
+        lengths=ls,
+        depth=depth,
+        doc_index=doc_index,
+        valid=None if full else np.arange(depth) < ls[:, None],
+        row_part=np.arange(len(qs), dtype=np.uint64) << np.uint64(value_bits + col_bits),
+        value_bits=value_bits,
+        col_bits=col_bits,
+    )
+
+
+def _score_bits(scores: np.ndarray) -> np.ndarray:
+    """Scores as unsigned integers whose ascending order is the scores' descending order."""
+    bits = (scores + 0.0).view(np.uint64)  # + 0.0 turns -0.0 into 0.0: equal scores, equal keys
+    flip = ~bits
+    flip >>= np.uint64(63)
+    flip *= np.uint64(0x7FFF_FFFF_FFFF_FFFF)
+    flip ^= bits
+    return flip
+
+
+def _exact_ranks(block: _Block, rows: np.ndarray, run: _Run) -> np.ndarray:
+    """Ranks ``[len(rows), depth]`` of each cell of *rows*: score desc, then doc id desc (trec_eval)."""
+    width = block.depth
+    index = block.doc_index[rows]
+    scores = np.where(_valid_rows(block, rows), -run.scores[index], np.nan)
+    _, doc_rank = np.unique(run.docs.ids[index.ravel()], return_inverse=True)
+    row_key = np.repeat(np.arange(len(rows)), width)
+    order = (np.lexsort((-doc_rank.ravel(), scores.ravel(), row_key)) % width).reshape(len(rows), width)
+    ranks = np.empty_like(order)
+    ranks[np.arange(len(rows))[:, None], order] = np.arange(width)
+    return ranks
+
+
+def _valid_rows(block: _Block, rows: np.ndarray) -> np.ndarray:
+    if block.valid is None:
+        return np.ones((len(rows), block.depth), dtype=bool)
+    return block.valid[rows]
+
+
+def _duplicates(block: _Block, hash_keys: np.ndarray, run: _Run, on_duplicate: str) -> list[int]:
+    pairs = block.same_value_pairs(hash_keys)
+    if not len(pairs):
+        return []
+    width = block.depth
+    row = pairs // width
+    a = block.doc_index[row, (hash_keys[pairs] & block.col_mask).astype(np.int64)]
+    b = block.doc_index[row, (hash_keys[pairs + 1] & block.col_mask).astype(np.int64)]
+    real = run.docs.ids[a] == run.docs.ids[b]
+    if not np.any(real):
+        return []
+    if on_duplicate == "error":
+        first = int(np.flatnonzero(real)[0])
+        raise MetricError(_duplicate_message(run.qids[int(block.qs[row[first]])], run.docs.text(int(a[first]))))
+    groups: dict[tuple[int, str], list[int]] = {}
+    for r, i, j in zip(row[real].tolist(), a[real].tolist(), b[real].tolist()):
+        members = groups.setdefault((r, run.docs.text(i)), [])
+        members.extend(k for k in (i, j) if k not in members)
+    drop: list[int] = []
+    for members in groups.values():
+        best = max(members, key=lambda k: (run.scores[k], -k))
+        drop.extend(k for k in members if k != best)
+    return drop
+
+
+def _entries_of(qs: np.ndarray, entry_order: np.ndarray, entry_q_sorted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The qrels entries of the queries *qs*, and the row (position in *qs*) of each."""
+    lo = np.searchsorted(entry_q_sorted, qs, side="left")
+    counts = np.searchsorted(entry_q_sorted, qs, side="right") - lo
+    rows = np.repeat(np.arange(len(qs)), counts)
+    firsts = np.cumsum(counts) - counts
+    return entry_order[np.repeat(lo - firsts, counts) + np.arange(int(counts.sum()))], rows
+
+
 def _rank_hits(run: _Run, judged: _Judged, on_duplicate: str) -> _Hits:
     """Rank every query's docs (score desc, doc id desc) and return where the labelled docs landed.
 
-    Per chunk of queries: scores and doc-id hashes are padded into ``[rows, depth]`` matrices; the
-    hashes, sorted per row, reveal duplicates and locate each qrels doc by binary search; the
-    scores, sorted per row, give the ranks. Only the judged docs (a few per query) leave the chunk.
+    Per chunk of queries of similar depth: doc-id hashes and scores are packed into sort keys of a
+    ``[rows, depth]`` block and sorted per row. Sorted hashes reveal duplicates and locate each
+    qrels doc by binary search; sorted scores give ranks. Rows where two scores share their key
+    bits (a real tie, or scores equal to ~1e-9) are ranked again exactly, ties by doc id. Only the
+    labelled docs (a few per query) leave the chunk.
     """
     lengths = np.diff(run.offsets)
-    row_of_query = np.full(len(run.qids), -1, dtype=np.int64)
+    entry_order = np.argsort(judged.entry_q, kind="stable")
+    entry_q_sorted = judged.entry_q[entry_order]
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     drop: list[int] = []
     for qs in _chunks(lengths):
-        depth = max(int(lengths[qs].max()), 1)
-        ls = lengths[qs]
-        cols = np.arange(depth)
-        valid = cols < ls[:, None]
-        doc_index = np.where(valid, run.offsets[qs][:, None] + cols, 0)
-        hashes = np.where(valid, run.docs.hashes[doc_index], _PAD_HASH)
-        hash_order = np.argsort(hashes, axis=1)
-        sorted_hash = np.take_along_axis(hashes, hash_order, axis=1)
-        found_dups = _duplicates(sorted_hash, hash_order, doc_index, ls, run, qs, on_duplicate)
+        block = _block(run, qs, lengths)
+        hash_keys = block.sorted_keys(run.docs.hashes[block.doc_index], 63)
+        found_dups = _duplicates(block, hash_keys, run, on_duplicate)
         if found_dups or drop:
             drop.extend(found_dups)
             continue
-        row_of_query[qs] = np.arange(len(qs))
-        take = np.flatnonzero(row_of_query[judged.entry_q] >= 0)
-        rows = row_of_query[judged.entry_q[take]]
-        row_of_query[qs] = -1
-        target = judged.entry_hash[take]
-        pos = np.minimum(_binary_search(sorted_hash, ls, rows, target), depth - 1)
-        hit = sorted_hash[rows, pos] == target
-        hit_cols = hash_order[rows, pos]
-        exact = hit & (run.docs.ids[doc_index[rows, hit_cols]] == judged.entry_doc[take])
+        take, rows = _entries_of(qs, entry_order, entry_q_sorted)
+        needle = block.row_part[rows] | block.value_part(judged.entry_hash[take], 63)
+        pos = np.minimum(np.searchsorted(hash_keys, needle), len(hash_keys) - 1)
+        cols = (hash_keys[pos] & block.col_mask).astype(np.int64)
+        hit = ((hash_keys[pos] >> np.uint64(block.col_bits)) == (needle >> np.uint64(block.col_bits))) & (
+            cols < block.depth
+        )
+        cols = np.where(hit, cols, 0)
+        exact = hit & (run.docs.ids[block.doc_index[rows, cols]] == judged.entry_doc[take])
         for e in np.flatnonzero(hit & ~exact).tolist():
-            # Two doc ids of one query share a hash: settle it by comparing the strings.
-            match = np.flatnonzero(run.docs.ids[doc_index[rows[e], : ls[rows[e]]]] == judged.entry_doc[take][e])
+            # Two doc ids of one query share their hash bits: settle it by comparing the strings.
+            r = int(rows[e])
+            match = np.flatnonzero(run.docs.ids[block.doc_index[r, : block.lengths[r]]] == judged.entry_doc[take][e])
             if len(match):
-                exact[e], hit_cols[e] = True, match[0]
-        neg_scores = np.where(valid, -run.scores[doc_index], np.nan)
-        order = np.argsort(neg_scores, axis=1)
-        _fix_ties(order, neg_scores, doc_index, run.docs)
-        rank_of_col = np.empty_like(order)
-        rank_of_col[np.arange(len(qs))[:, None], order] = cols
-        rows, hit_cols = rows[exact], hit_cols[exact]
-        parts.append((qs[rows], rank_of_col[rows, hit_cols], judged.entry_label[take][exact]))
+                exact[e], cols[e] = True, int(match[0])
+        rows, cols, labels = rows[exact], cols[exact], judged.entry_label[take][exact]
+        score_bits = _score_bits(run.scores[block.doc_index])
+        score_keys = block.sorted_keys(score_bits, 64)
+        own_key = block.row_part[rows] | block.value_part(score_bits[rows, cols], 64)
+        ranks = np.searchsorted(score_keys, own_key | cols.astype(np.uint64)) - rows * block.depth
+        tied_rows = np.unique(block.same_value_pairs(score_keys) // block.depth)
+        if len(tied_rows):
+            in_tied = np.isin(rows, tied_rows)
+            exact_ranks = _exact_ranks(block, tied_rows, run)
+            ranks[in_tied] = exact_ranks[np.searchsorted(tied_rows, rows[in_tied]), cols[in_tied]]
+        parts.append((qs[rows], ranks, labels))
     if drop:
         raise _DuplicatesFound(drop)
     if not parts:

@@ -1,0 +1,603 @@
+"""ragaudit.integrations.llamaindex with real LlamaIndex engines, real Chroma and the real OTel SDK.
+
+The knowledge base (tests/support/llamaindex_support.py) has 20 topics with two nodes each and a
+question per topic whose words occur only in that topic's nodes, so every question retrieves its
+own two nodes, and the stand-in LLM (first sentence of its context) gives an answer tied to them.
+Each test checks that every turn got exactly its own question, nodes and answer, and one judge
+span; the FakeJudge writes the node ids it was shown into its reason, so the audit log also proves
+what the judge saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import logging
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llama_index.core import Settings
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.chat_engine import CondenseQuestionChatEngine
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.dispatcher import instrument_tags
+from llama_index.core.llms import MockLLM
+from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from ragaudit import Auditor, BaseRagJudge, FakeJudge, Judgement, JudgeRequest, LexicalJudge
+from ragaudit.integrations import llamaindex
+from ragaudit.integrations.llamaindex import (
+    JUDGE_CONTEXT_KEY,
+    STREAM_KEY,
+    LlamaIndexInstrumentation,
+    RagAuditLlamaIndexHandler,
+)
+from ragaudit.tracing import conventions as c
+from ragaudit.tracing.files import read_audit_log
+from tests.support.llamaindex_support import (
+    QUESTIONS,
+    WORDS,
+    ContextEchoLLM,
+    HashEmbedding,
+    ReverseReranker,
+    answer_for,
+    build_index,
+    make_nodes,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+RETRIEVAL = "retrieval VectorIndexRetriever"
+CHAT = "chat context-echo-1"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def offline_settings() -> Iterator[None]:
+    """Nothing may fall back to OpenAI: the LLM and the embedding are set explicitly."""
+    saved = Settings._llm, Settings._embed_model, Settings._callback_manager
+    Settings.llm = ContextEchoLLM()
+    Settings.embed_model = HashEmbedding()
+    yield
+    Settings._llm, Settings._embed_model, Settings._callback_manager = saved
+
+
+class KB:
+    def __init__(self, reference: KB | None = None) -> None:
+        self.index = build_index()
+        self.texts = {n.node_id: n.text for n in make_nodes()}
+        if reference is not None:  # same nodes and embedding: same results, without retrieving again
+            self.expected, self.scores, self.answers = reference.expected, reference.scores, reference.answers
+            return
+        retriever = self.index.as_retriever(similarity_top_k=2)
+        self.expected: dict[str, list[str]] = {}
+        self.scores: dict[str, list[float]] = {}
+        self.answers: dict[str, str] = {}
+        for q in QUESTIONS:
+            found = retriever.retrieve(q)
+            self.expected[q] = [n.node.node_id for n in found]
+            self.scores[q] = [float(n.score or 0.0) for n in found]
+            self.answers[q] = answer_for(found[0].node.get_content())
+
+    def engine(self, **kwargs: Any) -> Any:
+        return self.index.as_query_engine(similarity_top_k=2, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def kb() -> KB:
+    kb = KB()
+    # Each question must retrieve nodes of its own, or a swapped pairing could go unseen.
+    assert len({tuple(sorted(v)) for v in kb.expected.values()}) == len(QUESTIONS)
+    assert all(ids[0].split("-")[0] in q for q, ids in kb.expected.items())
+    return kb
+
+
+def doc_ids_judge(request: JudgeRequest) -> dict[str, Any]:
+    return {"faithfulness": 1.0, "context_relevance": 0.5, "answer_relevance": 0.75,
+            "reason": ",".join(d.id for d in request.documents)}
+
+
+class Setup:
+    def __init__(self, exporter: InMemorySpanExporter, provider: TracerProvider, log: Path, **kw: Any) -> None:
+        self.exporter = exporter
+        self.log = log
+        self.auditor = Auditor(kw.pop("judge", None) or FakeJudge(doc_ids_judge), audit_log=log,
+                               tracer_provider=provider, **kw)
+
+    def spans(self, name: str | None = None) -> list[ReadableSpan]:
+        assert self.auditor.flush(15)
+        spans = list(self.exporter.get_finished_spans())
+        return spans if name is None else [s for s in spans if s.name == name]
+
+    def check(self, kb: KB, questions: Sequence[str], answers: dict[str, str] | None = None,
+              expected: dict[str, list[str]] | None = None) -> list[ReadableSpan]:
+        """Each question has one turn with exactly its own nodes and answer, and one judgement."""
+        answers = answers if answers is not None else kb.answers
+        expected = expected or kb.expected
+        spans = self.spans()
+        turns = [s for s in spans if s.name == c.SPAN_TURN]
+        assert sorted(str(t.attributes[c.INPUT_VALUE]) for t in turns) == sorted(questions)
+        judges = Counter(s.parent.span_id for s in spans if s.name == c.SPAN_JUDGE and s.parent)
+        audit = {line["turn_id"]: line for line in read_audit_log(self.log)}
+        assert len(audit) == len(questions)
+        for turn in turns:
+            q = str(turn.attributes[c.INPUT_VALUE])
+            assert list(turn.attributes[c.ATTR_DOCUMENT_IDS]) == expected[q], q
+            assert turn.attributes[c.OUTPUT_VALUE] == answers[q]
+            assert turn.attributes[c.ATTR_FRAMEWORK] == "llamaindex"
+            assert turn.status.status_code != StatusCode.ERROR
+            assert judges[turn.context.span_id] == 1, q
+            line = audit[turn.attributes[c.ATTR_TURN_ID]]
+            assert line["query"] == q and line["answer"] == answers[q]
+            assert [d["id"] for d in line["documents"]] == expected[q]
+            assert line["reason"] == ",".join(expected[q])  # what the judge was shown
+            assert line["trace_id"] == f"{turn.context.trace_id:032x}"
+            assert line["span_id"] == f"{turn.context.span_id:016x}"
+            retrieval = [s for s in children(spans, turn) if s.name.startswith("retrieval")]
+            assert retrieval, q
+        assert sum(judges.values()) == len(questions)
+        return turns
+
+
+@pytest.fixture
+def setup(memory_exporter: InMemorySpanExporter, memory_provider: TracerProvider,
+          audit_log_path: Path) -> Iterator[Setup]:
+    s = Setup(memory_exporter, memory_provider, audit_log_path)
+    yield s
+    s.auditor.shutdown()
+
+
+@pytest.fixture
+def inst(setup: Setup) -> Iterator[LlamaIndexInstrumentation]:
+    installed = llamaindex.instrument(auditor=setup.auditor)
+    yield installed
+    llamaindex.uninstrument()
+
+
+def children(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
+    return [s for s in spans if s.parent is not None and s.parent.span_id == parent.context.span_id]
+
+
+def metadata_of(turn: ReadableSpan) -> dict[str, Any]:
+    return dict(json.loads(str(turn.attributes[c.METADATA])))
+
+
+def ours_on_dispatcher() -> int:
+    d = get_dispatcher()
+    return sum(type(h).__module__ == llamaindex.__name__ for h in [*d.span_handlers, *d.event_handlers])
+
+
+# --- query engines ------------------------------------------------------------------------------------
+
+
+def test_query_engine_turn_has_retrieval_generation_citation_and_judgement(
+        setup: Setup, inst: LlamaIndexInstrumentation, kb: KB) -> None:
+    q = QUESTIONS[3]
+    response = kb.engine().query(q)
+    assert str(response) == kb.answers[q]
+    (turn,) = setup.check(kb, [q])
+    spans = setup.spans()
+    kids = children(spans, turn)
+    assert sorted(s.name for s in kids) == sorted([RETRIEVAL, CHAT, c.SPAN_JUDGE])
+    retrieval = next(s for s in kids if s.name == RETRIEVAL)
+    for i, node in enumerate(response.source_nodes):
+        assert retrieval.attributes[f"retrieval.documents.{i}.document.id"] == node.node.node_id
+        assert retrieval.attributes[f"retrieval.documents.{i}.document.score"] == pytest.approx(node.score)
+    assert [retrieval.attributes[f"retrieval.documents.{i}.document.score"] for i in range(2)] == \
+        pytest.approx(kb.scores[q])
+    assert retrieval.attributes[c.GEN_AI_RETRIEVAL_QUERY_TEXT] == q
+    chat = next(s for s in kids if s.name == CHAT)
+    assert chat.attributes[c.OUTPUT_VALUE] == kb.answers[q]
+    assert chat.attributes[c.GEN_AI_USAGE_OUTPUT_TOKENS] == len(kb.answers[q].split())
+    assert "Context information is below." in str(chat.attributes[c.INPUT_VALUE])
+    judge = next(s for s in kids if s.name == c.SPAN_JUDGE)
+    assert judge.links and judge.links[0].context.span_id == turn.context.span_id
+    assert judge.attributes[c.judge_score_key("faithfulness")] == 1.0
+    assert turn.attributes[c.ATTR_JUDGE_STATUS] == "queued"
+    assert metadata_of(turn) == {"run_name": "RetrieverQueryEngine.query", JUDGE_CONTEXT_KEY: "source_nodes"}
+    (line,) = read_audit_log(setup.log)
+    assert line["framework"] == "llamaindex" and line["model"] == "context-echo-1"
+    assert line["documents"][0]["source"] == f"{WORDS[3]}.md"
+    assert line["documents"][0]["metadata"]["section"] == "rule"
+    assert line["documents"][0]["score"] == pytest.approx(kb.scores[q][0])
+    assert [cit["doc_id"] for cit in line["citations"]] == [kb.expected[q][0]]
+    assert inst.stats() == {"open_turns": 0, "closed_turns": 1, "evicted": 0}
+
+
+def test_sequential_queries_each_get_their_own_nodes(setup: Setup, inst: LlamaIndexInstrumentation,
+                                                     kb: KB) -> None:
+    engine = kb.engine()
+    for q in QUESTIONS[:6]:
+        assert str(engine.query(q)) == kb.answers[q]
+    setup.check(kb, QUESTIONS[:6])
+
+
+def test_ten_concurrent_aquery_with_mock_llm_do_not_mix(setup: Setup, inst: LlamaIndexInstrumentation,
+                                                        kb: KB) -> None:
+    engine = kb.engine(llm=MockLLM())  # echoes its prompt: each answer quotes the nodes it was built from
+    questions = QUESTIONS[:10]
+
+    async def main() -> list[Any]:
+        return await asyncio.gather(*(engine.aquery(q) for q in questions))
+
+    responses = asyncio.run(main())
+    answers = {q: str(r) for q, r in zip(questions, responses)}
+    for q in questions:
+        own = [kb.texts[i] for i in kb.expected[q]]
+        assert all(text in answers[q] for text in own) and f"Query: {q}" in answers[q]
+        others = [t for i, t in kb.texts.items() if i not in kb.expected[q]]
+        assert not any(text in answers[q] for text in others)
+    turns = setup.check(kb, questions, answers=answers)
+    assert {metadata_of(t)["run_name"] for t in turns} == {"RetrieverQueryEngine.aquery"}
+
+
+def test_queries_from_many_threads_do_not_mix(setup: Setup, inst: LlamaIndexInstrumentation, kb: KB) -> None:
+    engine = kb.engine()
+    questions = QUESTIONS[:12]
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda q: str(engine.query(q)), questions))
+    assert answers == [kb.answers[q] for q in questions]
+    setup.check(kb, questions)
+
+
+def test_chat_llm_over_completion_counts_one_generation(setup: Setup, inst: LlamaIndexInstrumentation,
+                                                        kb: KB) -> None:
+    llm = ContextEchoLLM(chat_model=True)  # engines call chat(), which CustomLLM implements over complete()
+    q = QUESTIONS[4]
+    assert str(kb.engine(llm=llm).query(q)) == kb.answers[q]
+    assert llm.calls == 1
+    (turn,) = setup.check(kb, [q])
+    chats = [s for s in children(setup.spans(), turn) if s.name.startswith("chat")]
+    assert len(chats) == 1
+    assert chats[0].attributes[c.OUTPUT_VALUE] == kb.answers[q]
+    assert str(chats[0].attributes[c.INPUT_VALUE]).startswith("system:")  # the chat messages, not the prompt
+
+
+def test_post_processed_nodes_are_what_the_judge_sees(setup: Setup, inst: LlamaIndexInstrumentation,
+                                                      kb: KB) -> None:
+    q = QUESTIONS[5]
+    reranked = list(reversed(kb.expected[q]))
+    response = kb.engine(node_postprocessors=[ReverseReranker()]).query(q)
+    answer = answer_for(kb.texts[reranked[0]])  # built from the reranked first node
+    assert str(response) == answer
+    (turn,) = setup.check(kb, [q], answers={q: answer}, expected={q: reranked})
+    assert metadata_of(turn)[JUDGE_CONTEXT_KEY] == "source_nodes"
+    (retrieval,) = [s for s in children(setup.spans(), turn) if s.name == RETRIEVAL]
+    assert [retrieval.attributes[f"retrieval.documents.{i}.document.id"] for i in range(2)] == kb.expected[q]
+
+
+# --- retrievers and chat engines ----------------------------------------------------------------------
+
+
+def test_retriever_called_alone_is_traced_but_not_judged(setup: Setup, inst: LlamaIndexInstrumentation,
+                                                         kb: KB) -> None:
+    q = QUESTIONS[6]
+    nodes = kb.index.as_retriever(similarity_top_k=2).retrieve(q)
+    assert [n.node.node_id for n in nodes] == kb.expected[q]
+    spans = setup.spans()
+    (turn,) = [s for s in spans if s.name == c.SPAN_TURN]
+    assert turn.attributes[c.INPUT_VALUE] == q and c.OUTPUT_VALUE not in turn.attributes
+    assert list(turn.attributes[c.ATTR_DOCUMENT_IDS]) == kb.expected[q]
+    assert metadata_of(turn) == {"run_name": "VectorIndexRetriever.retrieve", JUDGE_CONTEXT_KEY: "retrieval"}
+    (retrieval,) = children(spans, turn)
+    assert retrieval.name == RETRIEVAL
+    assert retrieval.attributes["retrieval.documents.1.document.id"] == kb.expected[q][1]
+    assert retrieval.attributes["retrieval.documents.1.document.score"] == pytest.approx(kb.scores[q][1])
+    assert not [s for s in spans if s.name == c.SPAN_JUDGE]
+    assert setup.auditor.stats()["submitted"] == 0
+    assert inst.stats()["closed_turns"] == 1
+
+
+def test_condense_question_chat_engine_turns(setup: Setup, inst: LlamaIndexInstrumentation, kb: KB) -> None:
+    chat = CondenseQuestionChatEngine.from_defaults(query_engine=kb.engine(), llm=ContextEchoLLM())
+    first, follow_up = QUESTIONS[1], QUESTIONS[2]
+    assert chat.chat(first).response == kb.answers[first]
+    assert chat.chat(follow_up).response == kb.answers[follow_up]
+    turns = setup.check(kb, [first, follow_up])
+    spans = setup.spans()
+    by_query = {str(t.attributes[c.INPUT_VALUE]): t for t in turns}
+    assert metadata_of(by_query[first])["run_name"] == "CondenseQuestionChatEngine.chat"
+    # The first message needs no condensing; the follow-up has the condense call and the answer.
+    assert Counter(s.name for s in children(spans, by_query[first]))[CHAT] == 1
+    follow_chats = [s for s in children(spans, by_query[follow_up]) if s.name == CHAT]
+    assert [s.attributes[c.OUTPUT_VALUE] for s in sorted(follow_chats, key=lambda s: s.start_time or 0)] == \
+        [follow_up, kb.answers[follow_up]]
+
+
+def test_streaming_chat_closes_when_the_stream_is_written(setup: Setup, inst: LlamaIndexInstrumentation,
+                                                          kb: KB) -> None:
+    chat = CondenseQuestionChatEngine.from_defaults(query_engine=kb.engine(), llm=ContextEchoLLM())
+    q = QUESTIONS[8]
+    response = chat.stream_chat(q)
+    assert "".join(response.response_gen) == kb.answers[q]
+    setup.check(kb, [q])
+
+
+# --- streaming ----------------------------------------------------------------------------------------
+
+
+def test_streaming_query_consumed_fully(setup: Setup, inst: LlamaIndexInstrumentation, kb: KB) -> None:
+    engine = kb.engine(streaming=True)
+    for q in QUESTIONS[:3]:
+        response = engine.query(q)
+        tokens = list(response.response_gen)
+        assert len(tokens) > 1 and "".join(tokens) == kb.answers[q]
+    turns = setup.check(kb, QUESTIONS[:3])
+    spans = setup.spans()
+    for turn in turns:
+        assert metadata_of(turn)[STREAM_KEY] == "consumed"
+        (chat,) = [s for s in children(spans, turn) if s.name == CHAT]  # made lazily, outside the query span
+        assert chat.attributes[c.OUTPUT_VALUE] == turn.attributes[c.OUTPUT_VALUE]
+        assert chat.status.status_code != StatusCode.ERROR
+
+
+def test_streaming_query_abandoned_half_way(setup: Setup, inst: LlamaIndexInstrumentation, kb: KB) -> None:
+    q = QUESTIONS[7]
+    response = kb.engine(streaming=True).query(q)
+    received = ""
+    for i, token in enumerate(response.response_gen):
+        received += token
+        if i == 1:
+            break
+    assert inst.stats()["open_turns"] == 1  # still waiting for the stream
+    del response, token
+    gc.collect()
+    assert inst.flush(15)
+    assert inst.stats() == {"open_turns": 0, "closed_turns": 1, "evicted": 0}
+    (turn,) = setup.check(kb, [q], answers={q: received})
+    assert received and kb.answers[q].startswith(received) and received != kb.answers[q]
+    assert metadata_of(turn)[STREAM_KEY] == "abandoned"
+
+
+def test_async_streaming_query(setup: Setup, inst: LlamaIndexInstrumentation, kb: KB) -> None:
+    engine = kb.engine(streaming=True)
+
+    async def consume(q: str) -> str:
+        response = await engine.aquery(q)
+        return "".join([t async for t in response.async_response_gen()])
+
+    async def main() -> list[str]:
+        return await asyncio.gather(*(consume(q) for q in QUESTIONS[10:14]))
+
+    assert asyncio.run(main()) == [kb.answers[q] for q in QUESTIONS[10:14]]
+    turns = setup.check(kb, QUESTIONS[10:14])
+    spans = setup.spans()
+    for turn in turns:
+        assert len([s for s in children(spans, turn) if s.name == CHAT]) == 1
+
+
+# --- failures never reach the engine ------------------------------------------------------------------
+
+
+class ExplodingJudge(BaseRagJudge):
+    name = "exploding"
+
+    def judge(self, request: JudgeRequest) -> Judgement:
+        raise ConnectionError("judge backend is down")
+
+
+class ExplodingExporter(SpanExporter):
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.calls += 1
+        raise OSError("collector unreachable")
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_failing_judge_and_exporter_never_reach_the_engine(
+        memory_exporter: InMemorySpanExporter, audit_log_path: Path, kb: KB,
+        caplog: pytest.LogCaptureFixture) -> None:
+    exploding = ExplodingExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exploding))
+    provider.add_span_processor(SimpleSpanProcessor(memory_exporter))
+    s = Setup(memory_exporter, provider, audit_log_path, judge=ExplodingJudge())
+    llamaindex.instrument(auditor=s.auditor)
+    try:
+        with caplog.at_level(logging.CRITICAL):
+            assert [str(kb.engine().query(q)) for q in QUESTIONS[:3]] == [kb.answers[q] for q in QUESTIONS[:3]]
+            response = kb.engine(streaming=True).query(QUESTIONS[3])
+            assert "".join(response.response_gen) == kb.answers[QUESTIONS[3]]
+            judges = s.spans(c.SPAN_JUDGE)
+    finally:
+        llamaindex.uninstrument()
+        s.auditor.shutdown()
+    assert exploding.calls > 0
+    assert len(judges) == 4
+    assert all("judge backend is down" in str(j.attributes[c.ATTR_JUDGE_ERROR]) for j in judges)
+    assert s.auditor.stats()["failed"] == 4
+    assert {line["judge_status"] for line in read_audit_log(audit_log_path)} == {"failed"}
+
+
+def test_engine_error_propagates_unchanged_and_turn_is_an_error(
+        setup: Setup, inst: LlamaIndexInstrumentation, kb: KB) -> None:
+    with pytest.raises(RuntimeError, match="vector index unavailable"):
+        kb.engine().query("FAIL_RETRIEVER warranty")
+    (turn,) = setup.spans(c.SPAN_TURN)
+    assert turn.status.status_code == StatusCode.ERROR
+    assert "vector index unavailable" in str(turn.status.description)
+    assert not setup.spans(c.SPAN_JUDGE)
+    assert inst.stats() == {"open_turns": 0, "closed_turns": 1, "evicted": 0}
+
+
+class OddRetriever(BaseRetriever):
+    """Returns a node with a NaN score and one with no id-worthy metadata."""
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return [NodeWithScore(node=TextNode(id_="odd-1", text="Odd fact one."), score=float("nan")),
+                NodeWithScore(node=TextNode(id_="odd-2", text="Odd fact two.", metadata={"file_name": "o.txt"}),
+                              score=0.25)]
+
+
+def test_odd_nodes_are_recorded_without_raising(setup: Setup, inst: LlamaIndexInstrumentation) -> None:
+    engine = RetrieverQueryEngine.from_args(OddRetriever(), llm=ContextEchoLLM())
+    assert str(engine.query("odd?")) == "Odd fact one."
+    (turn,) = setup.spans(c.SPAN_TURN)
+    assert list(turn.attributes[c.ATTR_DOCUMENT_IDS]) == ["odd-1", "odd-2"]
+    (retrieval,) = [s for s in children(setup.spans(), turn) if s.name.startswith("retrieval")]
+    assert "retrieval.documents.0.document.score" not in retrieval.attributes  # NaN is no score
+    assert retrieval.attributes["retrieval.documents.1.document.score"] == 0.25
+    (line,) = read_audit_log(setup.log)
+    assert line["documents"][1]["source"] == "o.txt"
+
+
+# --- ground truth, registration, bounds, content ------------------------------------------------------
+
+
+def test_relevant_ids_from_instrument_tags_put_metrics_on_the_turn(
+        setup: Setup, inst: LlamaIndexInstrumentation, kb: KB) -> None:
+    q = QUESTIONS[2]
+    relevant = {kb.expected[q][1]: 2, "not-retrieved": 1}
+    with instrument_tags({"ragaudit_relevant_ids": relevant, "ragaudit_reference_answer": "Within 4 days.",
+                          "user": "u1"}):
+        kb.engine().query(q)
+    (turn,) = setup.spans(c.SPAN_TURN)
+    assert json.loads(str(turn.attributes[c.ATTR_RELEVANT_IDS])) == relevant
+    assert turn.attributes[c.retrieval_metric_key("recall@5")] == pytest.approx(0.5)
+    assert turn.attributes[c.retrieval_metric_key("mrr@10")] == pytest.approx(0.5)
+    metadata = metadata_of(turn)
+    assert metadata["reference_answer"] == "Within 4 days." and metadata["user"] == "u1"
+    assert "ragaudit_relevant_ids" not in metadata
+
+
+def test_instrument_replaces_and_uninstrument_detaches(setup: Setup, kb: KB) -> None:
+    assert llamaindex.uninstrument() is None
+    first = llamaindex.instrument(auditor=setup.auditor)
+    second = llamaindex.instrument(auditor=setup.auditor)
+    try:
+        assert first is not second and not first.attached and second.attached
+        assert ours_on_dispatcher() == 2  # one span handler, one event handler
+        kb.engine().query(QUESTIONS[0])
+    finally:
+        assert llamaindex.uninstrument() is second
+    assert llamaindex.uninstrument() is None
+    assert ours_on_dispatcher() == 0
+    kb.engine().query(QUESTIONS[1])
+    setup.check(kb, QUESTIONS[:1])
+
+
+def test_open_turns_are_bounded(setup: Setup, kb: KB) -> None:
+    installed = llamaindex.instrument(auditor=setup.auditor, max_runs=2)
+    try:
+        engine = kb.engine(streaming=True)
+        responses = [engine.query(q) for q in QUESTIONS[:3]]  # three streams left open
+        assert installed.stats()["evicted"] == 1 and installed.stats()["open_turns"] == 2
+        answers = ["".join(r.response_gen) for r in responses]
+    finally:
+        llamaindex.uninstrument()
+    assert answers == [kb.answers[q] for q in QUESTIONS[:3]]  # the host sees nothing of it
+    assert installed.stats() == {"open_turns": 0, "closed_turns": 3, "evicted": 1}
+    turns = setup.spans(c.SPAN_TURN)
+    assert len(turns) == 3  # the evicted turn's late stream did not start a new one
+    evicted = [t for t in turns if t.status.status_code == StatusCode.ERROR]
+    assert len(evicted) == 1 and "evicted" in str(evicted[0].status.description)
+    assert evicted[0].attributes[c.INPUT_VALUE] == QUESTIONS[0]
+
+
+def test_capture_content_false_keeps_text_out_of_spans(
+        memory_exporter: InMemorySpanExporter, memory_provider: TracerProvider, audit_log_path: Path,
+        kb: KB) -> None:
+    auditor = Auditor(LexicalJudge(), audit_log=audit_log_path, tracer_provider=memory_provider,
+                      capture_content=False)
+    llamaindex.instrument(auditor=auditor, tracer_provider=memory_provider, capture_content=False)
+    q = QUESTIONS[9]
+    try:
+        kb.engine().query(q)
+        assert auditor.flush(10)
+    finally:
+        llamaindex.uninstrument()
+        auditor.shutdown()
+    spans = memory_exporter.get_finished_spans()
+    assert {s.name for s in spans} == {c.SPAN_TURN, RETRIEVAL, CHAT, c.SPAN_JUDGE}
+    texts = [q, WORDS[9] + " requests", "Context information"]
+    for span in spans:
+        dumped = json.dumps({k: str(v) for k, v in (span.attributes or {}).items()})
+        dumped += json.dumps([dict(e.attributes or {}) for e in span.events], default=str)
+        assert not any(t in dumped for t in texts), (span.name, dumped)
+    (judge,) = [s for s in spans if s.name == c.SPAN_JUDGE]
+    assert judge.attributes[c.judge_score_key("faithfulness")] is not None  # LexicalJudge scored it
+    (line,) = read_audit_log(audit_log_path)
+    assert line["query"] is None and line["documents"][0]["id"] == kb.expected[q][0]
+
+
+def test_judge_or_auditor_not_both(setup: Setup) -> None:
+    with pytest.raises(ValueError, match="not both"):
+        llamaindex.instrument(judge=FakeJudge(doc_ids_judge), auditor=setup.auditor)
+    with pytest.raises(ValueError, match="not both"):
+        RagAuditLlamaIndexHandler(judge=FakeJudge(doc_ids_judge), auditor=setup.auditor)
+    assert ours_on_dispatcher() == 0
+
+
+# --- the legacy CallbackManager -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def legacy(setup: Setup, kb: KB) -> Iterator[tuple[RagAuditLlamaIndexHandler, KB]]:
+    """Code that still sets ``Settings.callback_manager`` before building its index."""
+    handler = RagAuditLlamaIndexHandler(auditor=setup.auditor)
+    saved = Settings._callback_manager
+    Settings.callback_manager = CallbackManager([handler])
+    try:
+        yield handler, KB(reference=kb)
+    finally:
+        Settings._callback_manager = saved
+
+
+def test_legacy_handler_query_stream_and_chat_model(setup: Setup,
+                                                   legacy: tuple[RagAuditLlamaIndexHandler, KB]) -> None:
+    handler, kb = legacy
+    engine = kb.engine()
+    for q in QUESTIONS[:3]:
+        assert str(engine.query(q)) == kb.answers[q]
+    response = kb.engine(streaming=True).query(QUESTIONS[3])
+    assert "".join(response.response_gen) == kb.answers[QUESTIONS[3]]
+    assert str(kb.engine(llm=ContextEchoLLM(chat_model=True)).query(QUESTIONS[4])) == kb.answers[QUESTIONS[4]]
+    assert handler.flush(15)
+    turns = setup.check(kb, QUESTIONS[:5])
+    spans = setup.spans()
+    for turn in turns:  # the chat model over completion is one generation
+        kids = Counter(s.name for s in children(spans, turn))
+        assert kids == {"retrieval retriever": 1, CHAT: 1, c.SPAN_JUDGE: 1}
+        assert metadata_of(turn)[JUDGE_CONTEXT_KEY] == "source_nodes"
+    assert handler.stats() == {"open_turns": 0, "closed_turns": 5, "evicted": 0}
+
+
+def test_legacy_handler_retriever_alone(setup: Setup, legacy: tuple[RagAuditLlamaIndexHandler, KB]) -> None:
+    handler, kb = legacy
+    q = QUESTIONS[5]
+    kb.index.as_retriever(similarity_top_k=2).retrieve(q)
+    spans = setup.spans()
+    (turn,) = [s for s in spans if s.name == c.SPAN_TURN]
+    assert turn.attributes[c.INPUT_VALUE] == q and c.OUTPUT_VALUE not in turn.attributes
+    assert list(turn.attributes[c.ATTR_DOCUMENT_IDS]) == kb.expected[q]
+    (retrieval,) = children(spans, turn)
+    assert retrieval.attributes["retrieval.documents.0.document.score"] == pytest.approx(kb.scores[q][0])
+    assert not [s for s in spans if s.name == c.SPAN_JUDGE]
+    assert handler.stats()["closed_turns"] == 1
+
+
+def test_legacy_handler_ten_concurrent_aquery(setup: Setup, legacy: tuple[RagAuditLlamaIndexHandler, KB]) -> None:
+    handler, kb = legacy
+    engine = kb.engine()
+    questions = QUESTIONS[10:20]
+
+    async def main() -> list[Any]:
+        return await asyncio.gather(*(engine.aquery(q) for q in questions))
+
+    assert [str(r) for r in asyncio.run(main())] == [kb.answers[q] for q in questions]
+    setup.check(kb, questions)
+    assert handler.stats()["closed_turns"] == 10
