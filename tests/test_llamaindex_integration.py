@@ -359,6 +359,32 @@ def test_streaming_query_abandoned_half_way(setup: Setup, inst: LlamaIndexInstru
     assert metadata_of(turn)[STREAM_KEY] == "abandoned"
 
 
+def test_stream_closed_by_its_consumer(setup: Setup, inst: LlamaIndexInstrumentation, kb: KB) -> None:
+    q = QUESTIONS[12]
+    response = kb.engine(streaming=True).query(q)
+    first = next(response.response_gen)
+    response.response_gen.close()
+    assert inst.stats()["closed_turns"] == 1  # at once, not when the response is collected
+    (turn,) = setup.check(kb, [q], answers={q: first})
+    assert metadata_of(turn)[STREAM_KEY] == "abandoned"
+
+
+def test_stream_failing_mid_way_is_an_error_turn(setup: Setup, inst: LlamaIndexInstrumentation,
+                                                 kb: KB) -> None:
+    response = kb.engine(streaming=True).query("FAIL_MODEL_STREAM warranty")
+    received = []
+    with pytest.raises(RuntimeError, match="stream interrupted"):
+        for token in response.response_gen:
+            received.append(token)
+    assert len(received) == 2
+    (turn,) = setup.spans(c.SPAN_TURN)
+    assert turn.status.status_code == StatusCode.ERROR
+    assert "stream interrupted" in str(turn.status.description)
+    assert metadata_of(turn)[STREAM_KEY] == "error"
+    assert list(turn.attributes[c.ATTR_DOCUMENT_IDS]) == kb.expected[QUESTIONS[0]]
+    assert not setup.spans(c.SPAN_JUDGE)
+
+
 def test_async_streaming_query(setup: Setup, inst: LlamaIndexInstrumentation, kb: KB) -> None:
     engine = kb.engine(streaming=True)
 
@@ -427,11 +453,18 @@ def test_engine_error_propagates_unchanged_and_turn_is_an_error(
         setup: Setup, inst: LlamaIndexInstrumentation, kb: KB) -> None:
     with pytest.raises(RuntimeError, match="vector index unavailable"):
         kb.engine().query("FAIL_RETRIEVER warranty")
-    (turn,) = setup.spans(c.SPAN_TURN)
-    assert turn.status.status_code == StatusCode.ERROR
-    assert "vector index unavailable" in str(turn.status.description)
+    with pytest.raises(RuntimeError, match="model overloaded"):
+        kb.engine().query("FAIL_MODEL shipping")
+    turns = {str(t.attributes[c.INPUT_VALUE]): t for t in setup.spans(c.SPAN_TURN)}
+    retriever_failed, model_failed = turns["FAIL_RETRIEVER warranty"], turns["FAIL_MODEL shipping"]
+    assert retriever_failed.status.status_code == model_failed.status.status_code == StatusCode.ERROR
+    assert "vector index unavailable" in str(retriever_failed.status.description)
+    assert "model overloaded" in str(model_failed.status.description)
+    # The model failed after the retriever: its nodes are kept, as retrieved.
+    assert list(model_failed.attributes[c.ATTR_DOCUMENT_IDS]) == kb.expected[QUESTIONS[1]]
+    assert metadata_of(model_failed)[JUDGE_CONTEXT_KEY] == "retrieval"
     assert not setup.spans(c.SPAN_JUDGE)
-    assert inst.stats() == {"open_turns": 0, "closed_turns": 1, "evicted": 0}
+    assert inst.stats() == {"open_turns": 0, "closed_turns": 2, "evicted": 0}
 
 
 class OddRetriever(BaseRetriever):
@@ -532,6 +565,25 @@ def test_capture_content_false_keeps_text_out_of_spans(
     assert judge.attributes[c.judge_score_key("faithfulness")] is not None  # LexicalJudge scored it
     (line,) = read_audit_log(audit_log_path)
     assert line["query"] is None and line["documents"][0]["id"] == kb.expected[q][0]
+
+
+def test_judge_without_auditor_gets_a_private_auditor(
+        memory_exporter: InMemorySpanExporter, memory_provider: TracerProvider, kb: KB,
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)  # the private auditor writes the default audit log here
+    judge = FakeJudge(doc_ids_judge)
+    installed = llamaindex.instrument(judge=judge, tracer_provider=memory_provider)
+    try:
+        kb.engine().query(QUESTIONS[0])
+        assert installed.flush(10)
+    finally:
+        llamaindex.uninstrument()
+        installed.auditor.shutdown()
+    assert judge.calls == 1
+    names = Counter(s.name for s in memory_exporter.get_finished_spans())
+    assert names[c.SPAN_TURN] == 1 and names[c.SPAN_JUDGE] == 1
+    (line,) = read_audit_log(tmp_path / "ragaudit-audit.jsonl")
+    assert line["reason"] == ",".join(kb.expected[QUESTIONS[0]])
 
 
 def test_judge_or_auditor_not_both(setup: Setup) -> None:

@@ -231,14 +231,14 @@ class Auditor:
                     return False
                 self._idle.wait(remaining)
         remaining_s = 30.0 if deadline is None else max(0.0, deadline - time.monotonic())
-        ok = True
+        # Spans first: a sink may refer to spans (Phoenix annotations need the span to exist).
+        ok = bool(self._recorder.force_flush(remaining_s))
         for sink in self._sinks:
             try:
                 ok = bool(sink.force_flush(remaining_s)) and ok
             except Exception as exc:
                 self._sink_failed(sink, exc)
                 ok = False
-        self._recorder.force_flush(remaining_s)
         return ok
 
     def shutdown(self, timeout: float | None = None) -> bool:

@@ -90,7 +90,8 @@ class ContextEchoLLM(CustomLLM):
     """A stand-in LLM: answers with the first sentence of the context in its prompt.
 
     A condense-question prompt is answered with the follow-up message itself. Streams word by
-    word; reports token counts like the OpenAI integration (``additional_kwargs``). With
+    word; reports token counts like the OpenAI integration (``additional_kwargs``). A prompt with
+    ``FAIL_MODEL`` raises; with ``FAIL_MODEL_STREAM`` the stream raises after two words. With
     ``is_chat_model=True`` engines call ``chat``, which ``CustomLLM`` implements over ``complete``.
     """
 
@@ -107,6 +108,8 @@ class ContextEchoLLM(CustomLLM):
 
     def answer(self, prompt: str) -> str:
         self._calls += 1
+        if "FAIL_MODEL" in prompt and "FAIL_MODEL_STREAM" not in prompt:
+            raise RuntimeError("model overloaded")
         if _FOLLOW_UP in prompt:
             return prompt.split(_FOLLOW_UP, 1)[1].split("\n", 1)[0].strip()
         context = prompt.split(_CONTEXT_START, 1)[-1].split("\n" + _CONTEXT_START, 1)[0]
@@ -129,6 +132,8 @@ class ContextEchoLLM(CustomLLM):
         def gen() -> CompletionResponseGen:
             text = ""
             for i, word in enumerate(words):
+                if i == 2 and "FAIL_MODEL_STREAM" in prompt:
+                    raise RuntimeError("stream interrupted")
                 delta = word if i == 0 else " " + word
                 text += delta
                 yield CompletionResponse(text=text, delta=delta)

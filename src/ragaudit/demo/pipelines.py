@@ -107,7 +107,7 @@ def build_langchain_chain(
     store.add_texts(
         [d.text for d in DOCUMENTS], metadatas=[d.metadata for d in DOCUMENTS], ids=[d.id for d in DOCUMENTS]
     )
-    retriever = store.as_retriever(search_kwargs={"k": k})
+    retriever = _scored_retriever(store, k)
     prompt = ChatPromptTemplate.from_messages(
         [("system", GENERATOR_SYSTEM_PROMPT), ("human", USER_PROMPT_TEMPLATE)]
     )
@@ -118,6 +118,32 @@ def build_langchain_chain(
         | StrOutputParser()
     )
     return chain
+
+
+def _scored_retriever(store: Any, k: int) -> Any:
+    """A retriever over *store* that keeps Chroma's relevance score in each document's metadata.
+
+    LangChain's ``VectorStoreRetriever`` drops the scores; putting them in ``metadata["score"]``
+    is how they reach the retrieval span (``retrieval.documents.N.document.score``).
+    """
+    from langchain_core.callbacks import CallbackManagerForRetrieverRun
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+
+    class ScoredChromaRetriever(BaseRetriever):
+        """Top-*k* documents of the demo store, each with its relevance score in the metadata."""
+
+        store: Any
+        k: int
+
+        def _get_relevant_documents(
+            self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+        ) -> list[Document]:
+            found = self.store.similarity_search_with_relevance_scores(query, k=self.k)
+            return [Document(page_content=doc.page_content, id=doc.id, metadata={**doc.metadata, "score": score})
+                    for doc, score in found]
+
+    return ScoredChromaRetriever(store=store, k=k)
 
 
 def build_llamaindex_engine(

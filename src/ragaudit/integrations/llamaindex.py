@@ -10,7 +10,8 @@ instrumentation dispatcher. Each root call (``*QueryEngine.query``/``aquery``,
 through the dispatcher's span tree so concurrent calls (threads, ``asyncio.gather``) never mix.
 A streamed answer is followed to its end: the turn closes when the stream is consumed, or when
 its consumer drops it half way (with the text received so far, ``metadata["ragaudit.stream"] ==
-"abandoned"``).
+"abandoned"``). Turns with an answer are judged in the background by an :class:`~ragaudit.Auditor`;
+a retriever called on its own, and a failed call, are traced but not judged.
 
 Code that still configures ``Settings.callback_manager`` can use the legacy
 :class:`RagAuditLlamaIndexHandler` instead. Use one of the two, not both, or each turn is
@@ -25,12 +26,13 @@ Ground truth for retrieval metrics goes in LlamaIndex's instrument tags::
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import math
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -57,7 +59,7 @@ from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent,
 from llama_index.core.instrumentation.events.synthesis import SynthesizeEndEvent
 from llama_index.core.instrumentation.span import BaseSpan
 from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
-from pydantic import PrivateAttr
+from pydantic import Field
 
 from ..online import DEFAULT_TURN_MEASURES, Auditor
 from ..records import Generation, RagTurn, Retrieval, RetrievedDoc
@@ -710,73 +712,31 @@ class _Closer:
 _closer = _Closer()
 
 
-class _StreamTap(Generator[str, None, None]):
-    """Stands in for ``StreamingResponse.response_gen``: passes every token through, keeps the text,
-    and closes the turn when the stream ends, fails, is closed, or is dropped unfinished."""
+class _Tap:
+    """What both stream wrappers share: the turn they feed, the text so far, and closing it once."""
 
-    def __init__(self, collector: _Collector, turn: _Turn, response: StreamingResponse) -> None:
+    def __init__(self, collector: _Collector, turn: _Turn, response: Any) -> None:
         self._collector = collector
         self._turn = turn
-        self._response = response
-        self._inner: Iterator[str] = iter(response.response_gen)
+        self._response: Any = response  # only until install(): a tap must not keep its response alive
         self._parts: list[str] = []
         self._done = False
         _closer.ensure_started()
 
     def install(self) -> None:
+        """Put this tap in the response in place of its token generator."""
         self._response.response_gen = self
         del self._response
 
-    def send(self, value: Any) -> str:
-        if self._done:
-            raise StopIteration
-        token = _STREAM_TURN.set((self._collector, self._turn))
-        try:
-            item = next(self._inner) if value is None else self._inner.send(value)  # type: ignore[attr-defined]
-        except StopIteration:
-            self._finish("consumed", None)
-            raise
-        except BaseException as exc:
-            self._finish("error", exc)
-            raise
-        finally:
-            _STREAM_TURN.reset(token)
+    def _took(self, item: Any) -> None:
         if isinstance(item, str):
             self._parts.append(item)
-        return item
 
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> str:  # type: ignore[override]
-        if isinstance(typ, BaseException):
-            exc = typ
+    def _failed(self, exc: BaseException, thrown: BaseException | None = None) -> None:
+        if exc is thrown or isinstance(exc, _STOPPED):
+            self._finish("abandoned", None)
         else:
-            exc = typ() if val is None else (val if isinstance(val, BaseException) else typ(val))
-        if self._done:
-            raise exc
-        inner_throw = getattr(self._inner, "throw", None)
-        if inner_throw is None or isinstance(exc, GeneratorExit):
-            self._finish("abandoned", None)
-            raise exc
-        try:
-            item = inner_throw(exc)
-        except StopIteration:
-            self._finish("consumed", None)
-            raise
-        except BaseException as err:
-            self._finish("abandoned" if err is exc else "error", None if err is exc else err)
-            raise
-        if isinstance(item, str):
-            self._parts.append(item)
-        return item
-
-    def close(self) -> None:
-        if self._done:
-            return
-        try:
-            closer = getattr(self._inner, "close", None)
-            if closer is not None:
-                closer()
-        finally:
-            self._finish("abandoned", None)
+            self._finish("error", exc)
 
     def _finish(self, state: str, error: BaseException | None, deferred: bool = False) -> None:
         if self._done:
@@ -792,21 +752,71 @@ class _StreamTap(Generator[str, None, None]):
             self._finish("abandoned", None, deferred=True)
 
 
-class _AsyncStreamTap:
+_STOPPED = (GeneratorExit, asyncio.CancelledError)  # the consumer stopped; nothing failed
+
+
+class _StreamTap(_Tap, Generator[str, None, None]):
+    """Stands in for ``StreamingResponse.response_gen``: passes every token through, keeps the text,
+    and closes the turn when the stream ends, fails, is closed, or is dropped unfinished."""
+
+    def __init__(self, collector: _Collector, turn: _Turn, response: StreamingResponse) -> None:
+        super().__init__(collector, turn, response)
+        self._inner: Any = iter(response.response_gen)
+
+    def send(self, value: Any) -> str:
+        if self._done:
+            raise StopIteration
+        token = _STREAM_TURN.set((self._collector, self._turn))
+        try:
+            item = next(self._inner) if value is None else self._inner.send(value)
+        except StopIteration:
+            self._finish("consumed", None)
+            raise
+        except BaseException as exc:
+            self._failed(exc)
+            raise
+        finally:
+            _STREAM_TURN.reset(token)
+        self._took(item)
+        return item
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> str:  # type: ignore[override]
+        exc = typ if isinstance(typ, BaseException) else val if isinstance(val, BaseException) else typ()
+        inner_throw = getattr(self._inner, "throw", None)
+        if self._done or inner_throw is None:
+            self._finish("abandoned", None)
+            raise exc
+        token = _STREAM_TURN.set((self._collector, self._turn))
+        try:
+            item = inner_throw(exc)
+        except StopIteration:
+            self._finish("consumed", None)
+            raise
+        except BaseException as err:
+            self._failed(err, thrown=exc)
+            raise
+        finally:
+            _STREAM_TURN.reset(token)
+        self._took(item)
+        return item
+
+    def close(self) -> None:
+        if self._done:
+            return
+        try:
+            closer = getattr(self._inner, "close", None)
+            if closer is not None:
+                closer()
+        finally:
+            self._finish("abandoned", None)
+
+
+class _AsyncStreamTap(_Tap):
     """The async counterpart of :class:`_StreamTap`, for ``AsyncStreamingResponse.response_gen``."""
 
     def __init__(self, collector: _Collector, turn: _Turn, response: AsyncStreamingResponse) -> None:
-        self._collector = collector
-        self._turn = turn
-        self._response = response
+        super().__init__(collector, turn, response)
         self._inner: AsyncIterator[str] = response.response_gen.__aiter__()
-        self._parts: list[str] = []
-        self._done = False
-        _closer.ensure_started()
-
-    def install(self) -> None:
-        self._response.response_gen = self  # type: ignore[assignment]
-        del self._response
 
     def __aiter__(self) -> _AsyncStreamTap:
         return self
@@ -821,12 +831,11 @@ class _AsyncStreamTap:
             self._finish("consumed", None)
             raise
         except BaseException as exc:
-            self._finish("abandoned" if isinstance(exc, GeneratorExit) else "error", exc)
+            self._failed(exc)
             raise
         finally:
             _STREAM_TURN.reset(token)
-        if isinstance(item, str):
-            self._parts.append(item)
+        self._took(item)
         return item
 
     async def aclose(self) -> None:
@@ -839,21 +848,6 @@ class _AsyncStreamTap:
         finally:
             self._finish("abandoned", None)
 
-    def _finish(self, state: str, error: BaseException | None, deferred: bool = False) -> None:
-        if self._done:
-            return
-        self._done = True
-        if isinstance(error, GeneratorExit):
-            error = None
-        try:
-            self._collector.stream_ended(self._turn, "".join(self._parts), state, error, deferred)
-        except Exception as exc:
-            report_failure("closing a LlamaIndex stream", exc)
-
-    def __del__(self) -> None:
-        if not getattr(self, "_done", True):
-            self._finish("abandoned", None, deferred=True)
-
 
 # --- the instrumentation dispatcher -----------------------------------------------------------------
 
@@ -862,11 +856,13 @@ class _SpanHandler(BaseSpanHandler[BaseSpan]):
     """Follows the dispatcher's span tree. Keeps no span objects (``open_spans`` stays empty): the
     collector's run store is the record, so each span costs a few dictionary operations."""
 
-    _collector: _Collector = PrivateAttr()
+    # A field, not a private attribute: pydantic serves private attributes through __getattr__,
+    # too slow for a call made on every span.
+    collector: Any = Field(default=None, exclude=True, repr=False)
 
     def __init__(self, collector: _Collector) -> None:
         super().__init__()
-        self._collector = collector
+        self.collector = collector
 
     @classmethod
     def class_name(cls) -> str:
@@ -880,7 +876,7 @@ class _SpanHandler(BaseSpanHandler[BaseSpan]):
             name = _span_name(id_)
             kind = _root_kind(name, instance)
             root = (kind, name, _query_from_args(bound_args), tags or None) if kind is not None else None
-            collector = self._collector
+            collector: _Collector = self.collector
             turn = collector.start_run(id_, parent_span_id, root, now)
             if turn is not None and isinstance(instance, BaseLLM):
                 with collector.store.lock:
@@ -892,7 +888,7 @@ class _SpanHandler(BaseSpanHandler[BaseSpan]):
     def prepare_to_exit_span(self, id_: str, bound_args: inspect.BoundArguments, instance: Any | None = None,
                              result: Any | None = None, **kwargs: Any) -> BaseSpan | None:
         try:
-            self._collector.end_run(id_, result=result, instance=instance)
+            self.collector.end_run(id_, result=result, instance=instance)
         except Exception as exc:
             report_failure("LlamaIndex span end", exc)
         return None
@@ -900,7 +896,7 @@ class _SpanHandler(BaseSpanHandler[BaseSpan]):
     def prepare_to_drop_span(self, id_: str, bound_args: inspect.BoundArguments, instance: Any | None = None,
                              err: BaseException | None = None, **kwargs: Any) -> BaseSpan | None:
         try:
-            self._collector.end_run(id_, error=err if err is not None else "span dropped", instance=instance)
+            self.collector.end_run(id_, error=err if err is not None else "span dropped", instance=instance)
         except Exception as exc:
             report_failure("LlamaIndex span drop", exc)
         return None
@@ -951,6 +947,9 @@ _EVENTS: dict[type, _EventFn] = {
 }
 
 
+_EVENT_FNS: dict[type, _EventFn | None] = {}  # every event type seen -> its reader (None: ignored)
+
+
 def _event_fn(event_type: type) -> _EventFn | None:
     for base in event_type.__mro__:
         fn = _EVENTS.get(base)
@@ -963,12 +962,11 @@ class _EventHandler(BaseEventHandler):
     """Reads the events that carry data (retrieved nodes, responses, model calls) into the turn
     their span belongs to; every other event costs one dictionary lookup."""
 
-    _collector: _Collector = PrivateAttr()
-    _by_type: dict[type, _EventFn | None] = PrivateAttr(default_factory=dict)
+    collector: Any = Field(default=None, exclude=True, repr=False)
 
     def __init__(self, collector: _Collector) -> None:
         super().__init__()
-        self._collector = collector
+        self.collector = collector
 
     @classmethod
     def class_name(cls) -> str:
@@ -977,14 +975,13 @@ class _EventHandler(BaseEventHandler):
     def handle(self, event: BaseEvent, **kwargs: Any) -> None:
         try:
             event_type = type(event)
-            by_type = self._by_type
-            if event_type in by_type:
-                fn = by_type[event_type]
+            if event_type in _EVENT_FNS:
+                fn = _EVENT_FNS[event_type]
             else:
-                fn = by_type[event_type] = _event_fn(event_type)
+                fn = _EVENT_FNS[event_type] = _event_fn(event_type)
             span_id = event.span_id
             if fn is not None and span_id is not None:
-                fn(self._collector, event, span_id, time.time_ns())
+                fn(self.collector, event, span_id, time.time_ns())
         except Exception as exc:
             report_failure("LlamaIndex event", exc)
 
@@ -1036,12 +1033,16 @@ class LlamaIndexInstrumentation(_Audited):
         self.attached = False
 
     def uninstrument(self) -> None:
-        """Detach from the dispatcher (idempotent). Turns in flight are not recorded."""
-        dispatcher = get_dispatcher()
+        """Detach from the dispatcher (idempotent). A turn in flight at that moment is not closed."""
         with _registration_lock:
-            dispatcher.span_handlers = [h for h in dispatcher.span_handlers if h is not self.span_handler]
-            dispatcher.event_handlers = [h for h in dispatcher.event_handlers if h is not self.event_handler]
-            self.attached = False
+            self._detach()
+
+    def _detach(self) -> None:
+        # New lists rather than in-place removal: the dispatcher may be iterating the old ones.
+        dispatcher = get_dispatcher()
+        dispatcher.span_handlers = [h for h in dispatcher.span_handlers if h is not self.span_handler]
+        dispatcher.event_handlers = [h for h in dispatcher.event_handlers if h is not self.event_handler]
+        self.attached = False
 
     def __repr__(self) -> str:
         return f"LlamaIndexInstrumentation(attached={self.attached}, auditor={self.auditor!r})"
@@ -1071,9 +1072,10 @@ def instrument(
     * Answer: the engine's response text; for a streamed response, the full text once the stream
       is consumed (the text so far when it is dropped half way).
     * Documents (what the judge sees): the response's ``source_nodes``, i.e. after node
-      post-processors and rerankers, ranked 1..n by node id; each retriever call is kept as it
-      returned on its own retrieval span (node ids, scores, text). ``metadata["ragaudit.judge_context"]``
-      says which one the judge saw (``"source_nodes"`` or ``"retrieval"``).
+      post-processors and rerankers, in their order (ranks 1..n, each node id once); each
+      retriever call is kept as it returned on its own retrieval span (node ids, scores, text).
+      ``metadata["ragaudit.judge_context"]`` says which the judge saw (``"source_nodes"`` or
+      ``"retrieval"``, the latter when the engine reports no source nodes).
     * A retriever called on its own and a turn with no answer or an error are traced, not judged.
 
     Args:
@@ -1094,12 +1096,13 @@ def instrument(
                            "instrument()")
     installed = LlamaIndexInstrumentation(collector)
     dispatcher = get_dispatcher()
-    uninstrument()
     with _registration_lock:
-        dispatcher.add_span_handler(installed.span_handler)
-        dispatcher.add_event_handler(installed.event_handler)
+        previous, _current = _current, installed
+        if previous is not None:
+            previous._detach()
+        dispatcher.span_handlers = [*dispatcher.span_handlers, installed.span_handler]
+        dispatcher.event_handlers = [*dispatcher.event_handlers, installed.event_handler]
         installed.attached = True
-        _current = installed
     return installed
 
 
@@ -1108,8 +1111,8 @@ def uninstrument() -> LlamaIndexInstrumentation | None:
     global _current
     with _registration_lock:
         installed, _current = _current, None
-    if installed is not None:
-        installed.uninstrument()
+        if installed is not None:
+            installed._detach()
     return installed
 
 
@@ -1160,6 +1163,11 @@ class RagAuditLlamaIndexHandler(_Audited, BaseCallbackHandler):
         now = time.time_ns()
         collector = self._collector
         parent = parent_id if parent_id and parent_id != _LEGACY_ROOT else None
+        if event_type == CBEventType.EXCEPTION:  # an event that never ends: only its error counts
+            error = payload.get(EventPayload.EXCEPTION)
+            if parent is not None and isinstance(error, BaseException):
+                collector.turn_failed(parent, error)
+            return
         root: _RootInfo | None = None
         if event_type in (CBEventType.QUERY, CBEventType.RETRIEVE):
             kind = "query" if event_type == CBEventType.QUERY else "retrieve"

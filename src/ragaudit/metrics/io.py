@@ -40,7 +40,9 @@ def _lines(path: str | os.PathLike[str], what: str) -> list[tuple[int, str]]:
             text = handle.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise MetricError(f"cannot read {what} file {os.fspath(path)!r}: {exc}") from exc
-    out = [(i, line) for i, line in enumerate(text.splitlines(), 1) if line.strip() and not line.lstrip().startswith("#")]
+    out = [
+        (i, line) for i, line in enumerate(text.splitlines(), 1) if line.strip() and not line.lstrip().startswith("#")
+    ]
     if not out:
         raise MetricError(f"{what} file {os.fspath(path)!r} is empty")
     return out
@@ -164,7 +166,12 @@ def read_qrels(path: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
             else:
                 if "score" in row and not any(k in row for k in _LABEL_KEYS):
                     raise MetricError(f"{where}: this looks like a run file (a 'score', no relevance), not qrels")
-                add(qid, _field(row, _DOC_KEYS, where, "doc id"), _label(_field(row, _LABEL_KEYS, where, "relevance"), where), where)
+                add(
+                    qid,
+                    _field(row, _DOC_KEYS, where, "doc id"),
+                    _label(_field(row, _LABEL_KEYS, where, "relevance"), where),
+                    where,
+                )
     else:
         for lineno, line in lines:
             fields = line.split()
@@ -242,9 +249,7 @@ def metrics_command(
     rows: list[tuple[str, dict[str, float]]] = list(per.items()) if per_query else []  # type: ignore[arg-type]
     rows.append(("all", means))  # type: ignore[arg-type]
     lines = _format_table(rows, keys)
-    note = (
-        f"{counts['evaluated']} queries evaluated ({counts['run']} in the run, {counts['qrels']} in the qrels"
-    )
+    note = f"{counts['evaluated']} queries evaluated ({counts['run']} in the run, {counts['qrels']} in the qrels"
     if counts["missing_from_run"]:
         counted = "counted as 0" if not judged_only else "skipped; judged_only=False counts them as 0"
         note += f"; {counts['missing_from_run']} qrels queries missing from the run, {counted}"

@@ -68,9 +68,7 @@ class Measure:
 
     def __post_init__(self) -> None:
         if self.name not in MEASURE_NAMES:
-            raise MetricError(
-                f"unknown metric {self.name!r}; valid metrics: {', '.join(MEASURE_NAMES)}"
-            )
+            raise MetricError(f"unknown metric {self.name!r}; valid metrics: {', '.join(MEASURE_NAMES)}")
         if self.cutoff is not None and (
             isinstance(self.cutoff, bool) or not isinstance(self.cutoff, int) or self.cutoff < 1
         ):

@@ -29,18 +29,23 @@ Every function here computes what ``trec_eval`` (and so ``pytrec_eval``) compute
   (:class:`~ragaudit.errors.MetricError`), unless ``on_duplicate="max"``, which keeps the
   occurrence with the highest score.
 
-Large runs go through a vectorised numpy path: queries are padded into ``[queries, depth]``
-matrices (in chunks of similar depth), sorted per row, and the metrics are computed column-wise;
-there is no Python loop per query or per document in it.
+Implementation: a vectorised numpy path with no Python loop per query or per document. Queries
+are padded into ``[queries, depth]`` blocks (in chunks of similar depth); each cell's score and
+doc-id hash is packed with its row and column into a 64-bit key, and one ``np.sort`` per block
+orders every row at once. Sorted hashes expose duplicates and locate the judged docs; sorted
+scores give their ranks (rows with equal scores are re-ranked exactly, ties by doc id). The
+metrics then need only the ranks of the docs labelled >= 1, a few per query. A run given as
+dicts skips the hashing: the judged docs' scores come from dict lookups.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any, Literal, Union
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
 
@@ -56,12 +61,11 @@ __all__ = [
 ]
 
 OnDuplicate = Literal["error", "max"]
-MeasureSpec = Union[str, Measure]
+MeasureSpec: TypeAlias = str | Measure
 Qrels = Mapping[Any, Mapping[Any, Any]]
 
 _HASH_MASK = np.uint64(0x7FFF_FFFF_FFFF_FFFF)
-_PAD_HASH = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
-_CHUNK_CELLS = 1 << 20
+_CHUNK_CELLS = 1 << 17
 _HASH_ROWS = 1 << 18
 _QID_NAMES = ("qid", "query_id", "query", "q")
 _DOCID_NAMES = ("docid", "doc_id", "docno", "document_id", "id")
@@ -127,9 +131,7 @@ def _check_level(relevance_level: Any) -> int:
         raise MetricError(f"relevance_level must be an integer >= 1, got {relevance_level!r}")
     level = int(relevance_level)
     if level < 1:
-        raise MetricError(
-            f"relevance_level must be >= 1 (labels <= 0 are never relevant), got {relevance_level!r}"
-        )
+        raise MetricError(f"relevance_level must be >= 1 (labels <= 0 are never relevant), got {relevance_level!r}")
     return level
 
 
@@ -161,7 +163,7 @@ def _as_label(value: Any, qid: str, docid: str) -> int:
     raise MetricError(f"qrels label for query {qid!r}, doc {docid!r} must be an integer, got {value!r}")
 
 
-def _labels_array(values: list[Any], qids: list[str], docids: list[str]) -> np.ndarray:
+def _labels_array(values: list[Any], qids: Sequence[str], docids: list[str]) -> np.ndarray:
     """Validate qrels labels in bulk; the slow per-value path only runs to name a bad one."""
     try:
         arr = np.asarray(values)
@@ -196,6 +198,9 @@ def _table_column(table: Any, names: Sequence[str], what: str) -> Any:
 
 
 def _to_numpy(column: Any, what: str) -> np.ndarray:
+    fixed = _arrow_strings(column, what)
+    if fixed is not None:
+        return fixed
     if isinstance(column, np.ndarray):
         arr = column
     elif hasattr(column, "to_numpy"):
@@ -209,6 +214,53 @@ def _to_numpy(column: Any, what: str) -> np.ndarray:
     if arr.ndim != 1:
         raise MetricError(f"{what} must be one-dimensional, got shape {arr.shape}")
     return arr
+
+
+def _arrow_strings(column: Any, what: str) -> np.ndarray | None:
+    """An Arrow string column (pyarrow, or pandas' pyarrow-backed strings) as a fixed-width bytes array.
+
+    Read straight from Arrow's offsets and data buffers, so no Python string is made per row.
+    Returns None for anything else. pyarrow is never imported here unless the caller already did.
+    """
+    pa = sys.modules.get("pyarrow")
+    if pa is None:
+        return None
+    if not isinstance(column, (pa.Array, pa.ChunkedArray)):
+        dtype = getattr(column, "dtype", None)
+        if getattr(dtype, "storage", None) not in ("pyarrow", "pyarrow_numpy"):
+            return None
+        try:
+            column = pa.array(column)
+        except (TypeError, ValueError, pa.ArrowException):
+            return None
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        return None
+    if column.null_count:
+        raise MetricError(f"{what} has {column.null_count} missing values")
+    n = len(column)
+    _, offset_buffer, data_buffer = column.buffers()
+    offset_type = np.int64 if pa.types.is_large_string(column.type) else np.int32
+    offsets = np.frombuffer(
+        offset_buffer, dtype=offset_type, count=n + 1, offset=column.offset * np.dtype(offset_type).itemsize
+    )
+    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(1, np.uint8)
+    starts = offsets[:-1].astype(np.int64)
+    lengths = np.diff(offsets)
+    width = max(int(lengths.max()) if n else 0, 1)
+    out = np.zeros((n, width), dtype=np.uint8)
+    last = max(len(data) - 1, 0)
+    index = np.empty(n, dtype=np.int64)
+    for j in range(width):
+        np.add(starts, j, out=index)
+        np.minimum(index, last, out=index)
+        byte = data[index]
+        byte[lengths <= j] = 0
+        out[:, j] = byte
+    return out.view(f"S{width}").ravel()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,8 +298,8 @@ def _hash_fixed(arr: np.ndarray) -> np.ndarray:
     used_bytes = int(_str_len(arr).max()) * unit if arr.itemsize > 32 else arr.itemsize
     if used_bytes == 0:
         return out
-    if arr.itemsize % 8 == 0:
-        view = arr.view(np.uint64).reshape(n, -1)[:, : -(-used_bytes // 8)]
+    if arr.itemsize % 8 == 0 and sys.byteorder == "little":
+        view: np.ndarray = arr.view(np.uint64).reshape(n, -1)[:, : -(-used_bytes // 8)]
         weights = _weights(view.shape[1])
     else:
         view = arr.view(np.uint32 if unit == 4 else np.uint8).reshape(n, -1)[:, : used_bytes // unit]
@@ -258,7 +310,7 @@ def _hash_fixed(arr: np.ndarray) -> np.ndarray:
         )
     for start in range(0, n, _HASH_ROWS):
         block = view[start : start + _HASH_ROWS]
-        h = block[:, 0] * weights[0]
+        h: np.ndarray = block[:, 0] * weights[0]
         for k in range(1, block.shape[1]):
             h += block[:, k] * weights[k]
         out[start : start + _HASH_ROWS] = h
@@ -336,18 +388,39 @@ class _Qrels:
 
 @dataclass(frozen=True, slots=True)
 class _Run:
+    """The evaluated queries' rows, grouped by query (rows of query i: ``offsets[i]:offsets[i+1]``).
+
+    A run given as dicts keeps its dicts and has ``docs=None`` until doc ids are needed (ties):
+    the common case never builds a Python list of every doc id.
+    """
+
     qids: list[str]
     offsets: np.ndarray
     scores: np.ndarray
-    docs: _DocIds
+    docs: _DocIds | None
+    dicts: list[Mapping[Any, Any]] | None = None
 
-    def take_rows(self, keep: np.ndarray) -> _Run:
-        """The run without the rows where *keep* is False (query order kept)."""
-        group = np.repeat(np.arange(len(self.qids)), np.diff(self.offsets))
-        counts = np.bincount(group[keep], minlength=len(self.qids))
-        offsets = np.zeros(len(self.qids) + 1, dtype=np.int64)
+    def materialized(self) -> _Run:
+        if self.docs is not None or self.dicts is None:
+            return self
+        keys = np.empty(len(self.scores), dtype=object)
+        keys[:] = list(chain.from_iterable(self.dicts))
+        return _Run(self.qids, self.offsets, self.scores, _docids_from_array(keys))
+
+    def without_rows(self, drop: list[int]) -> _Run:
+        """The run without the rows *drop* (query order kept)."""
+        run = self.materialized()
+        assert run.docs is not None
+        keep = np.ones(len(run.scores), dtype=bool)
+        keep[drop] = False
+        group = np.repeat(np.arange(len(run.qids)), np.diff(run.offsets))
+        counts = np.bincount(group[keep], minlength=len(run.qids))
+        offsets = np.zeros(len(run.qids) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
-        return _Run(self.qids, offsets, self.scores[keep], self.docs.take(np.flatnonzero(keep)))
+        return _Run(run.qids, offsets, run.scores[keep], run.docs.take(np.flatnonzero(keep)))
+
+    def qid_of_row(self, row: int) -> str:
+        return self.qids[int(np.searchsorted(self.offsets, row, side="right")) - 1]
 
 
 def _prepare_qrels(qrels: Any) -> _Qrels:
@@ -357,7 +430,7 @@ def _prepare_qrels(qrels: Any) -> _Qrels:
         l_col = _to_numpy(_table_column(qrels, _LABEL_NAMES, "relevance"), "qrels labels")
         nested: dict[str, dict[str, Any]] = {}
         for q, d, lab in zip(q_col.tolist(), d_col.tolist(), l_col.tolist()):
-            nested.setdefault(str(q), {})[str(d)] = lab
+            nested.setdefault(_qid_text(q), {})[_qid_text(d)] = lab
         qrels = nested
     if not isinstance(qrels, Mapping):
         raise MetricError(f"qrels must be a mapping {{qid: {{docid: label}}}} or a table, got {type(qrels).__name__}")
@@ -416,11 +489,19 @@ class _LazyQids(Sequence[str]):
         return self._qids[int(self._entry_q[i])]
 
 
-def _check_scores(scores: np.ndarray, qid_of_row: Callable[[int], str], docs: _DocIds) -> None:
-    nan = np.isnan(scores)
-    if nan.any():
-        row = int(np.flatnonzero(nan)[0])
-        raise MetricError(f"score for query {qid_of_row(row)!r}, doc {docs.text(row)!r} is NaN")
+def _check_scores(run: _Run) -> None:
+    nan = np.isnan(run.scores)
+    if not nan.any():
+        return
+    row = int(np.flatnonzero(nan)[0])
+    qid = run.qid_of_row(row)
+    if run.docs is not None:
+        docid = run.docs.text(row)
+    else:
+        assert run.dicts is not None
+        docs = run.dicts[run.qids.index(qid)]
+        docid = next(str(d) for d, s in docs.items() if isinstance(s, (float, np.floating)) and math.isnan(s))
+    raise MetricError(f"score for query {qid!r}, doc {docid!r} is NaN")
 
 
 def _scores_array(values: Any, where: str) -> np.ndarray:
@@ -431,30 +512,49 @@ def _scores_array(values: Any, where: str) -> np.ndarray:
     return arr
 
 
-def _prepare_dict_run(run: Mapping[Any, Any], qrels: _Qrels) -> tuple[_Run, int]:
+def _string_keys(qid: str, docs: Mapping[Any, Any], on_duplicate: str) -> dict[str, Any]:
+    """A query's dict with its doc ids as strings (ids are compared as strings, as trec_eval's are)."""
+    out: dict[str, Any] = {}
+    for docid, score in docs.items():
+        key = docid if isinstance(docid, str) else _qid_text(docid)
+        if key in out:
+            if on_duplicate == "error":
+                raise MetricError(_duplicate_message(qid, key))
+            if score <= out[key]:
+                continue
+        out[key] = score
+    return out
+
+
+def _prepare_dict_run(run: Mapping[Any, Any], qrels: _Qrels, on_duplicate: str) -> tuple[_Run, int]:
     if not run:
         raise MetricError("the run is empty: no query")
     all_qids = _as_texts(list(run))
     if len(set(all_qids)) != len(all_qids):
-        raise MetricError(f"query id {_first_repeat(all_qids)!r} appears twice in the run (ids are compared as strings)")
+        raise MetricError(
+            f"query id {_first_repeat(all_qids)!r} appears twice in the run (ids are compared as strings)"
+        )
     all_docs: list[Mapping[Any, Any]] = list(run.values())
     if not set(map(type, all_docs)) <= {dict}:
         for raw_qid, docs in zip(all_qids, all_docs):
             if not isinstance(docs, Mapping):
                 raise MetricError(f"run entry for query {raw_qid!r} must be a mapping {{docid: score}}, got {docs!r}")
-    index = qrels.index
-    wanted = list(map(index.__contains__, all_qids))
+    wanted = list(map(qrels.index.__contains__, all_qids))
     if all(wanted):
         qids, dicts = all_qids, all_docs
     else:
         qids = [q for q, keep in zip(all_qids, wanted) if keep]
         dicts = [d for d, keep in zip(all_docs, wanted) if keep]
+    # Doc ids should be strings; a query whose first id is not one is converted (cheap to check).
+    first_types = {type(next(iter(d))) for d in dicts if d}
+    if not first_types <= {str}:
+        dicts = [
+            d if not d or type(next(iter(d))) is str else _string_keys(q, d, on_duplicate) for q, d in zip(qids, dicts)
+        ]
     lengths = np.fromiter(map(len, dicts), dtype=np.int64, count=len(dicts))
     offsets = np.zeros(len(dicts) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     n = int(offsets[-1])
-    keys = np.empty(n, dtype=object)
-    keys[:] = list(chain.from_iterable(dicts))
     try:
         scores = np.fromiter(chain.from_iterable(map(_values, dicts)), dtype=np.float64, count=n)
     except (TypeError, ValueError):
@@ -465,13 +565,9 @@ def _prepare_dict_run(run: Mapping[Any, Any], qrels: _Qrels) -> tuple[_Run, int]
                         f"score for query {qid!r}, doc {docid!r} must be a number, got {score!r}"
                     ) from None
         raise MetricError("run scores must be numbers") from None
-    docs = _docids_from_array(keys)
-
-    def qid_of_row(row: int) -> str:
-        return qids[int(np.searchsorted(offsets, row, side="right")) - 1]
-
-    _check_scores(scores, qid_of_row, docs)
-    return _Run(qids, offsets, scores, docs), len(run)
+    prepared = _Run(qids, offsets, scores, None, dicts)
+    _check_scores(prepared)
+    return prepared, len(run)
 
 
 def _prepare_columns(qids: Any, docids: Any, scores: Any, qrels: _Qrels) -> tuple[_Run, int]:
@@ -479,14 +575,15 @@ def _prepare_columns(qids: Any, docids: Any, scores: Any, qrels: _Qrels) -> tupl
     d_arr = _to_numpy(docids, "docids")
     s_arr = _scores_array(_to_numpy(scores, "scores"), "run")
     if not len(q_arr) == len(d_arr) == len(s_arr):
-        raise MetricError(
-            f"run columns differ in length: {len(q_arr)} qids, {len(d_arr)} docids, {len(s_arr)} scores"
-        )
+        raise MetricError(f"run columns differ in length: {len(q_arr)} qids, {len(d_arr)} docids, {len(s_arr)} scores")
     if len(q_arr) == 0:
         raise MetricError("the run is empty: no row")
-    if q_arr.dtype.kind == "O" and not set(map(type, q_arr)) <= {str}:
-        if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in q_arr):
-            raise MetricError("the run has a missing query id")
+    if (
+        q_arr.dtype.kind == "O"
+        and not set(map(type, q_arr)) <= {str}
+        and any(v is None or (isinstance(v, float) and math.isnan(v)) for v in q_arr)
+    ):
+        raise MetricError("the run has a missing query id")
     # Rows of a query are nearly always contiguous: find the blocks without sorting any strings.
     change = np.flatnonzero(q_arr[1:] != q_arr[:-1]) + 1
     starts = np.concatenate(([0], change))
@@ -513,13 +610,9 @@ def _prepare_columns(qids: Any, docids: Any, scores: Any, qrels: _Qrels) -> tupl
         lengths = lengths[selected]
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    docs = _docids_from_array(d_arr)
-
-    def qid_of_row(row: int) -> str:
-        return qid_list[int(np.searchsorted(offsets, row, side="right")) - 1]
-
-    _check_scores(s_arr, qid_of_row, docs)
-    return _Run(qid_list, offsets, s_arr, docs), len(run_qids)
+    prepared = _Run(qid_list, offsets, s_arr, _docids_from_array(d_arr))
+    _check_scores(prepared)
+    return prepared, len(run_qids)
 
 
 def _qid_text(value: Any) -> str:
@@ -542,16 +635,19 @@ class _DuplicatesFound(Exception):
 
 @dataclass(frozen=True, slots=True)
 class _Judged:
-    """The qrels side for the evaluated queries (index = position in the run's query list)."""
+    """The qrels side for the evaluated queries (query index = position in the run's query list).
+
+    ``entry_*``: one per judged doc with a label >= 1 (the only docs that move a metric);
+    ``ideal_*``: the same docs ordered by label, descending, within each query (for ideal DCG).
+    """
 
     num_rel: np.ndarray
     entry_q: np.ndarray
-    entry_doc: np.ndarray
-    entry_hash: np.ndarray
+    entry_docids: list[str]
     entry_label: np.ndarray
-    pos_q: np.ndarray
-    pos_label: np.ndarray
-    pos_rank: np.ndarray
+    ideal_q: np.ndarray
+    ideal_label: np.ndarray
+    ideal_rank: np.ndarray
 
 
 def _judged(run: _Run, qrels: _Qrels, level: int) -> _Judged:
@@ -563,20 +659,18 @@ def _judged(run: _Run, qrels: _Qrels, level: int) -> _Judged:
     labels = qrels.labels
     num_rel = np.bincount(entry_q[in_run & (labels >= level)], minlength=n)
     positive = np.flatnonzero(in_run & (labels >= 1))
-    pos_q, pos_label = entry_q[positive], labels[positive]
-    order = np.lexsort((-pos_label, pos_q))
-    pos_q, pos_label = pos_q[order], pos_label[order]
-    pos_rank = np.arange(len(pos_q)) - np.searchsorted(pos_q, pos_q, side="left")
-    entry_doc = run.docs.encode(qrels.docids)[positive]
+    ideal_q, ideal_label = entry_q[positive], labels[positive]
+    order = np.lexsort((-ideal_label, ideal_q))
+    ideal_q, ideal_label = ideal_q[order], ideal_label[order]
+    docids = qrels.docids if len(positive) == len(labels) else [qrels.docids[i] for i in positive.tolist()]
     return _Judged(
         num_rel=num_rel,
         entry_q=entry_q[positive],
-        entry_doc=entry_doc,
-        entry_hash=run.docs.hash(entry_doc),
+        entry_docids=docids,
         entry_label=labels[positive],
-        pos_q=pos_q,
-        pos_label=pos_label,
-        pos_rank=pos_rank,
+        ideal_q=ideal_q,
+        ideal_label=ideal_label,
+        ideal_rank=np.arange(len(ideal_q)) - np.searchsorted(ideal_q, ideal_q, side="left"),
     )
 
 
@@ -586,9 +680,9 @@ def _gain(labels: np.ndarray, burges: bool) -> np.ndarray:
 
 
 def _ideal_dcg(judged: _Judged, n: int, cutoff: int | None, burges: bool) -> np.ndarray:
-    keep = slice(None) if cutoff is None else judged.pos_rank < cutoff
-    weights = _gain(judged.pos_label[keep], burges) / np.log2(judged.pos_rank[keep] + 2.0)
-    return np.bincount(judged.pos_q[keep], weights=weights, minlength=n)
+    keep = slice(None) if cutoff is None else judged.ideal_rank < cutoff
+    weights = _gain(judged.ideal_label[keep], burges) / np.log2(judged.ideal_rank[keep] + 2.0)
+    return np.bincount(judged.ideal_q[keep], weights=weights, minlength=n)
 
 
 def _chunks(lengths: np.ndarray) -> list[np.ndarray]:
@@ -647,20 +741,40 @@ class _Block:
 
     def value_part(self, values: np.ndarray, bits_in: int) -> np.ndarray:
         """The top ``value_bits`` of *values* (which use *bits_in* bits), shifted above the column."""
-        return (values >> np.uint64(bits_in - self.value_bits)) << np.uint64(self.col_bits)
+        part = values >> np.uint64(bits_in - self.value_bits)
+        part <<= np.uint64(self.col_bits)
+        return part
 
     def sorted_keys(self, values: np.ndarray, bits_in: int) -> np.ndarray:
-        keys = self.row_part[:, None] | self.value_part(values, bits_in) | np.arange(self.depth, dtype=np.uint64)
+        keys = self.value_part(values, bits_in)
+        keys |= np.arange(self.depth, dtype=np.uint64)
+        keys |= self.row_part[:, None]
         if self.valid is not None:
             pad = np.uint64((1 << (self.value_bits + self.col_bits)) - 1)
-            keys = np.where(self.valid, keys, self.row_part[:, None] | pad)
-        return np.sort(keys, axis=1).ravel()
+            np.copyto(keys, self.row_part[:, None] | pad, where=~self.valid)
+        keys.sort(axis=1)
+        return keys.ravel()
 
     def same_value_pairs(self, flat: np.ndarray) -> np.ndarray:
         """Flat positions i where cells i and i+1 are real, in one row, and share their value bits."""
         high = flat >> np.uint64(self.col_bits)
-        real = (flat & self.col_mask) != self.col_mask
-        return np.flatnonzero((high[1:] == high[:-1]) & real[1:] & real[:-1])
+        same = high[1:] == high[:-1]
+        if self.valid is not None:
+            real = (flat & self.col_mask) != self.col_mask
+            same &= real[1:]
+        return np.flatnonzero(same)
+
+    def needles(self, rows: np.ndarray, values: np.ndarray, bits_in: int) -> np.ndarray:
+        """Keys for (row, value) with a zero column: they sort just before that value's cells."""
+        return self.value_part(values, bits_in) | self.row_part[rows]
+
+    @staticmethod
+    def search(keys: np.ndarray, needles: np.ndarray) -> np.ndarray:
+        """Leftmost position in the sorted flat *keys* at or after each needle."""
+        order = np.argsort(needles)  # sorted needles make np.searchsorted several times faster
+        pos = np.empty(len(needles), dtype=np.int64)
+        pos[order] = np.searchsorted(keys, needles[order])
+        return pos
 
 
 def _block(run: _Run, qs: np.ndarray, lengths: np.ndarray) -> _Block:
@@ -689,11 +803,12 @@ def _block(run: _Run, qs: np.ndarray, lengths: np.ndarray) -> _Block:
 
 def _score_bits(scores: np.ndarray) -> np.ndarray:
     """Scores as unsigned integers whose ascending order is the scores' descending order."""
-    bits = (scores + 0.0).view(np.uint64)  # + 0.0 turns -0.0 into 0.0: equal scores, equal keys
-    flip = ~bits
+    bits = scores + 0.0  # turns -0.0 into 0.0: equal scores, equal keys
+    keys = bits.view(np.uint64)
+    flip = ~keys
     flip >>= np.uint64(63)
     flip *= np.uint64(0x7FFF_FFFF_FFFF_FFFF)
-    flip ^= bits
+    flip ^= keys
     return flip
 
 
@@ -702,6 +817,7 @@ def _exact_ranks(block: _Block, rows: np.ndarray, run: _Run) -> np.ndarray:
     width = block.depth
     index = block.doc_index[rows]
     scores = np.where(_valid_rows(block, rows), -run.scores[index], np.nan)
+    assert run.docs is not None
     _, doc_rank = np.unique(run.docs.ids[index.ravel()], return_inverse=True)
     row_key = np.repeat(np.arange(len(rows)), width)
     order = (np.lexsort((-doc_rank.ravel(), scores.ravel(), row_key)) % width).reshape(len(rows), width)
@@ -720,19 +836,21 @@ def _duplicates(block: _Block, hash_keys: np.ndarray, run: _Run, on_duplicate: s
     pairs = block.same_value_pairs(hash_keys)
     if not len(pairs):
         return []
+    docs = run.docs
+    assert docs is not None
     width = block.depth
     row = pairs // width
     a = block.doc_index[row, (hash_keys[pairs] & block.col_mask).astype(np.int64)]
     b = block.doc_index[row, (hash_keys[pairs + 1] & block.col_mask).astype(np.int64)]
-    real = run.docs.ids[a] == run.docs.ids[b]
+    real = docs.ids[a] == docs.ids[b]
     if not np.any(real):
         return []
     if on_duplicate == "error":
         first = int(np.flatnonzero(real)[0])
-        raise MetricError(_duplicate_message(run.qids[int(block.qs[row[first]])], run.docs.text(int(a[first]))))
+        raise MetricError(_duplicate_message(run.qids[int(block.qs[row[first]])], docs.text(int(a[first]))))
     groups: dict[tuple[int, str], list[int]] = {}
     for r, i, j in zip(row[real].tolist(), a[real].tolist(), b[real].tolist()):
-        members = groups.setdefault((r, run.docs.text(i)), [])
+        members = groups.setdefault((r, docs.text(i)), [])
         members.extend(k for k in (i, j) if k not in members)
     drop: list[int] = []
     for members in groups.values():
@@ -750,7 +868,52 @@ def _entries_of(qs: np.ndarray, entry_order: np.ndarray, entry_q_sorted: np.ndar
     return entry_order[np.repeat(lo - firsts, counts) + np.arange(int(counts.sum()))], rows
 
 
-def _rank_hits(run: _Run, judged: _Judged, on_duplicate: str) -> _Hits:
+def _by_query(entry_q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(entry_q, kind="stable")
+    return order, entry_q[order]
+
+
+def _score_ranks(block: _Block, score_keys: np.ndarray, rows: np.ndarray, own_bits: np.ndarray) -> np.ndarray:
+    """0-based ranks of cells given by row and score bits, in a block whose rows have no near-ties."""
+    return block.search(score_keys, block.needles(rows, own_bits, 64)) - rows * block.depth
+
+
+def _rank_dict_hits(run: _Run, judged: _Judged) -> _Hits | None:
+    """Ranks for a dict run, found from the qrels side by dict lookups; None when scores tie.
+
+    Each labelled doc's score comes from its query's dict; its rank is where that score falls in
+    the query's sorted scores. That is exact when no two scores of the query share their key bits;
+    otherwise doc ids decide and the caller takes the columnar path, which has them.
+    """
+    assert run.dicts is not None
+    dicts = run.dicts
+    looked_up = [dicts[q].get(d) for q, d in zip(judged.entry_q.tolist(), judged.entry_docids)]
+    hit_scores = np.array([np.nan if s is None else s for s in looked_up], dtype=np.float64)
+    present = np.flatnonzero(~np.isnan(hit_scores))
+    hit_q, hit_bits, hit_label = judged.entry_q[present], _score_bits(hit_scores[present]), judged.entry_label[present]
+    order, q_sorted = _by_query(hit_q)
+    lengths = np.diff(run.offsets)
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for qs in _chunks(lengths):
+        block = _block(run, qs, lengths)
+        score_keys = block.sorted_keys(_score_bits(run.scores[block.doc_index]), 64)
+        if len(block.same_value_pairs(score_keys)):
+            return None
+        take, rows = _entries_of(qs, order, q_sorted)
+        parts.append((qs[rows], _score_ranks(block, score_keys, rows, hit_bits[take]), hit_label[take]))
+    return _collect(parts)
+
+
+def _collect(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> _Hits:
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return _Hits(empty, empty, empty)
+    q, rank, label = (np.concatenate(p) for p in zip(*parts))
+    order = np.lexsort((rank, q))
+    return _Hits(q[order], rank[order], label[order])
+
+
+def _rank_column_hits(run: _Run, judged: _Judged, on_duplicate: str) -> _Hits:
     """Rank every query's docs (score desc, doc id desc) and return where the labelled docs landed.
 
     Per chunk of queries of similar depth: doc-id hashes and scores are packed into sort keys of a
@@ -759,38 +922,39 @@ def _rank_hits(run: _Run, judged: _Judged, on_duplicate: str) -> _Hits:
     bits (a real tie, or scores equal to ~1e-9) are ranked again exactly, ties by doc id. Only the
     labelled docs (a few per query) leave the chunk.
     """
+    docs = run.docs
+    assert docs is not None
+    entry_doc = docs.encode(judged.entry_docids)
+    entry_hash = docs.hash(entry_doc)
     lengths = np.diff(run.offsets)
-    entry_order = np.argsort(judged.entry_q, kind="stable")
-    entry_q_sorted = judged.entry_q[entry_order]
+    order, q_sorted = _by_query(judged.entry_q)
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     drop: list[int] = []
     for qs in _chunks(lengths):
         block = _block(run, qs, lengths)
-        hash_keys = block.sorted_keys(run.docs.hashes[block.doc_index], 63)
+        hash_keys = block.sorted_keys(docs.hashes[block.doc_index], 63)
         found_dups = _duplicates(block, hash_keys, run, on_duplicate)
         if found_dups or drop:
             drop.extend(found_dups)
             continue
-        take, rows = _entries_of(qs, entry_order, entry_q_sorted)
-        needle = block.row_part[rows] | block.value_part(judged.entry_hash[take], 63)
-        pos = np.minimum(np.searchsorted(hash_keys, needle), len(hash_keys) - 1)
-        cols = (hash_keys[pos] & block.col_mask).astype(np.int64)
-        hit = ((hash_keys[pos] >> np.uint64(block.col_bits)) == (needle >> np.uint64(block.col_bits))) & (
-            cols < block.depth
-        )
+        take, rows = _entries_of(qs, order, q_sorted)
+        needles = block.needles(rows, entry_hash[take], 63)
+        found = hash_keys[np.minimum(block.search(hash_keys, needles), len(hash_keys) - 1)]
+        cols = (found & block.col_mask).astype(np.int64)
+        shift = np.uint64(block.col_bits)
+        hit = ((found >> shift) == (needles >> shift)) & (cols < block.depth)
         cols = np.where(hit, cols, 0)
-        exact = hit & (run.docs.ids[block.doc_index[rows, cols]] == judged.entry_doc[take])
+        exact = hit & (docs.ids[block.doc_index[rows, cols]] == entry_doc[take])
         for e in np.flatnonzero(hit & ~exact).tolist():
             # Two doc ids of one query share their hash bits: settle it by comparing the strings.
             r = int(rows[e])
-            match = np.flatnonzero(run.docs.ids[block.doc_index[r, : block.lengths[r]]] == judged.entry_doc[take][e])
+            match = np.flatnonzero(docs.ids[block.doc_index[r, : block.lengths[r]]] == entry_doc[take][e])
             if len(match):
                 exact[e], cols[e] = True, int(match[0])
         rows, cols, labels = rows[exact], cols[exact], judged.entry_label[take][exact]
         score_bits = _score_bits(run.scores[block.doc_index])
         score_keys = block.sorted_keys(score_bits, 64)
-        own_key = block.row_part[rows] | block.value_part(score_bits[rows, cols], 64)
-        ranks = np.searchsorted(score_keys, own_key | cols.astype(np.uint64)) - rows * block.depth
+        ranks = _score_ranks(block, score_keys, rows, score_bits[rows, cols])
         tied_rows = np.unique(block.same_value_pairs(score_keys) // block.depth)
         if len(tied_rows):
             in_tied = np.isin(rows, tied_rows)
@@ -799,12 +963,7 @@ def _rank_hits(run: _Run, judged: _Judged, on_duplicate: str) -> _Hits:
         parts.append((qs[rows], ranks, labels))
     if drop:
         raise _DuplicatesFound(drop)
-    if not parts:
-        empty = np.zeros(0, dtype=np.int64)
-        return _Hits(empty, empty, empty)
-    q, rank, label = (np.concatenate(p) for p in zip(*parts))
-    order = np.lexsort((rank, q))
-    return _Hits(q[order], rank[order], label[order])
+    return _collect(parts)
 
 
 def _safe_div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -860,7 +1019,17 @@ def _metrics(hits: _Hits, lengths: np.ndarray, judged: _Judged, plan: _Plan) -> 
 
 
 def _kernel(run: _Run, judged: _Judged, plan: _Plan) -> dict[Measure, np.ndarray]:
-    return _metrics(_rank_hits(run, judged, plan.on_duplicate), np.diff(run.offsets), judged, plan)
+    if len(run.scores) == 0:  # every evaluated query retrieved nothing
+        return _metrics(_collect([]), np.diff(run.offsets), judged, plan)
+    hits = _rank_dict_hits(run, judged) if run.docs is None else None
+    if hits is None:
+        run = run.materialized()
+        try:
+            hits = _rank_column_hits(run, judged, plan.on_duplicate)
+        except _DuplicatesFound as found:
+            run = run.without_rows(found.drop)
+            hits = _rank_column_hits(run, judged, plan.on_duplicate)
+    return _metrics(hits, np.diff(run.offsets), judged, plan)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -868,7 +1037,12 @@ def _kernel(run: _Run, judged: _Judged, plan: _Plan) -> dict[Measure, np.ndarray
 
 
 def _finish(
-    run: _Run, qrels: _Qrels, keys: list[tuple[str, Measure]], plan: _Plan, per_query: bool, judged_only: bool,
+    run: _Run,
+    qrels: _Qrels,
+    keys: list[tuple[str, Measure]],
+    plan: _Plan,
+    per_query: bool,
+    judged_only: bool,
     n_run_queries: int,
 ) -> dict[str, float] | dict[str, dict[str, float]]:
     if judged_only and not run.qids:
@@ -879,13 +1053,7 @@ def _finish(
         )
     unique = list(dict.fromkeys(m for _, m in keys))
     plan = _Plan(unique, plan.level, plan.on_duplicate)
-    try:
-        values = _kernel(run, _judged(run, qrels, plan.level), plan)
-    except _DuplicatesFound as found:
-        keep = np.ones(len(run.scores), dtype=bool)
-        keep[found.drop] = False
-        run = run.take_rows(keep)
-        values = _kernel(run, _judged(run, qrels, plan.level), plan)
+    values = _kernel(run, _judged(run, qrels, plan.level), plan)
     qids = list(run.qids)
     if not judged_only:
         present = set(qids)
@@ -923,26 +1091,39 @@ def evaluate(
     an empty run or qrels, no query in common (with ``judged_only=True``), or a duplicate doc in a
     query (unless ``on_duplicate="max"``).
     """
+    _check_on_duplicate(on_duplicate)
     keys = _parse_measures(measures)
     plan = _Plan([m for _, m in keys], _check_level(relevance_level), on_duplicate)
-    _check_on_duplicate(on_duplicate)
     if isinstance(run, Run):
         return evaluate_columns(
-            run.qids, run.docids, run.scores, qrels, measures, per_query=per_query,
-            relevance_level=relevance_level, judged_only=judged_only, on_duplicate=on_duplicate,
+            run.qids,
+            run.docids,
+            run.scores,
+            qrels,
+            measures,
+            per_query=per_query,
+            relevance_level=relevance_level,
+            judged_only=judged_only,
+            on_duplicate=on_duplicate,
         )
     if _is_table(run):
         return evaluate_columns(
             _table_column(run, _QID_NAMES, "query id"),
             _table_column(run, _DOCID_NAMES, "doc id"),
             _table_column(run, _SCORE_NAMES, "score"),
-            qrels, measures, per_query=per_query, relevance_level=relevance_level,
-            judged_only=judged_only, on_duplicate=on_duplicate,
+            qrels,
+            measures,
+            per_query=per_query,
+            relevance_level=relevance_level,
+            judged_only=judged_only,
+            on_duplicate=on_duplicate,
         )
     if not isinstance(run, Mapping):
-        raise MetricError(f"run must be a mapping {{qid: {{docid: score}}}}, a Run or a table, got {type(run).__name__}")
+        raise MetricError(
+            f"run must be a mapping {{qid: {{docid: score}}}}, a Run or a table, got {type(run).__name__}"
+        )
     prepared_qrels = _prepare_qrels(qrels)
-    prepared_run, n_run_queries = _prepare_dict_run(run, prepared_qrels)
+    prepared_run, n_run_queries = _prepare_dict_run(run, prepared_qrels, on_duplicate)
     return _finish(prepared_run, prepared_qrels, keys, plan, per_query, judged_only, n_run_queries)
 
 
@@ -965,9 +1146,9 @@ def evaluate_columns(
     Integer ids are compared as their decimal strings. Rows may come in any order; a query's rows
     are found by id, whether contiguous or not. Same rules, options and errors as :func:`evaluate`.
     """
+    _check_on_duplicate(on_duplicate)
     keys = _parse_measures(measures)
     plan = _Plan([m for _, m in keys], _check_level(relevance_level), on_duplicate)
-    _check_on_duplicate(on_duplicate)
     prepared_qrels = _prepare_qrels(qrels)
     prepared_run, n_run_queries = _prepare_columns(qids, docids, scores, prepared_qrels)
     return _finish(prepared_run, prepared_qrels, keys, plan, per_query, judged_only, n_run_queries)

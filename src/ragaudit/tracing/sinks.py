@@ -74,6 +74,9 @@ class HttpSink:
 
     # -- to implement -----------------------------------------------------------------------
 
+    permanent_statuses: frozenset[int] = frozenset({400, 401, 403, 404, 422})
+    """HTTP statuses that are not retried."""
+
     def requests(self, turn: RagTurn, judgement: Judgement) -> list[tuple[str, dict[str, Any]]]:
         """The ``(path, json_body)`` items to send for one judgement."""
         raise NotImplementedError
@@ -207,7 +210,7 @@ class HttpSink:
                 path,
                 response.text[:200],
             )
-            if response.status_code in (400, 401, 403, 404, 422):
+            if response.status_code in self.permanent_statuses:
                 return False  # retrying will not help
         return False
 
@@ -240,8 +243,12 @@ class PhoenixSink(HttpSink):
     annotation (``POST /v1/document_annotations``).
 
     *endpoint* defaults to ``$PHOENIX_COLLECTOR_ENDPOINT`` or ``http://localhost:6006``;
-    *api_key* to ``$PHOENIX_API_KEY`` (sent as a Bearer token).
+    *api_key* to ``$PHOENIX_API_KEY`` (sent as a Bearer token). Phoenix answers 404 for a span
+    it has not received yet (span export is batched, typically every 5 s), so 404 is retried, with
+    backoff, for about half a minute by default (``max_retries=6``, ``backoff_s=0.5``).
     """
+
+    permanent_statuses = frozenset({400, 401, 403, 422})
 
     def __init__(
         self,
@@ -251,6 +258,7 @@ class PhoenixSink(HttpSink):
         threshold: float = 0.5,
         **kwargs: Any,
     ) -> None:
+        kwargs.setdefault("max_retries", 6)
         endpoint = endpoint or os.environ.get("PHOENIX_COLLECTOR_ENDPOINT") or "http://localhost:6006"
         endpoint = endpoint.rstrip("/").removesuffix("/v1/traces")
         api_key = api_key or os.environ.get("PHOENIX_API_KEY")

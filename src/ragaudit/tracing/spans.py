@@ -60,6 +60,10 @@ _REDACTION_FAILED = "[ragaudit: redact() failed, text withheld]"
 _ENV_PROVIDER_SET = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 _UNKNOWN = object()
 _SPAN_ID_MEMORY = 4096
+# Shared by every recorder: the handler's recorder makes the retrieval spans, while sinks are bound
+# to the Auditor's recorder.
+_span_ids_lock = threading.Lock()
+_retrieval_span_ids: OrderedDict[str, tuple[str, ...]] = OrderedDict()
 
 
 def content_capture_from_env() -> bool:
@@ -179,8 +183,6 @@ class SpanRecorder:
         self.max_attribute_chars = max_attribute_chars
         self._redact = redact
         self._reported: set[str] = set()
-        self._span_ids_lock = threading.Lock()
-        self._retrieval_span_ids: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         self._tracer: Tracer | None = None
         explicit = None if isinstance(tracer_provider, ProxyTracerProvider) else tracer_provider
         self._follow_global = explicit is None
@@ -432,10 +434,10 @@ class SpanRecorder:
             retrievals = (Retrieval(name="", documents=docs, query=turn.query),)
         span_ids = tuple(self._retrieval_span(tracer, parent, retrieval, start_ns, end_ns, turn.query)
                          for retrieval in retrievals)
-        with self._span_ids_lock:
-            self._retrieval_span_ids[turn.turn_id] = span_ids
-            while len(self._retrieval_span_ids) > _SPAN_ID_MEMORY:
-                self._retrieval_span_ids.popitem(last=False)
+        with _span_ids_lock:
+            _retrieval_span_ids[turn.turn_id] = span_ids
+            while len(_retrieval_span_ids) > _SPAN_ID_MEMORY:
+                _retrieval_span_ids.popitem(last=False)
         for generation in turn.generations:
             self._generation_span(tracer, parent, generation, start_ns, end_ns)
 
@@ -558,8 +560,8 @@ class SpanRecorder:
         Sinks use them to annotate retrieved documents (Phoenix document annotations). The last
         ``_SPAN_ID_MEMORY`` turns are remembered; None for an unknown or forgotten turn.
         """
-        with self._span_ids_lock:
-            return self._retrieval_span_ids.get(turn_id)
+        with _span_ids_lock:
+            return _retrieval_span_ids.get(turn_id)
 
     # --- judgements ----------------------------------------------------------------------------
     def record_judgement(self, turn: RagTurn, judgement: Judgement, *, start_ns: int | None = None) -> None:

@@ -1,0 +1,370 @@
+"""A judgement cache, so re-running an evaluation does not pay for the same judgement twice.
+
+:class:`CachedJudge` wraps any judge. The key is a SHA-256 of the judge's configuration
+(``config_key()``: model, endpoint, prompt protocol, rubric, ...) and of the request's question,
+answer, context and reference, so a changed prompt, model or input is a miss. Judgements with an
+error are never stored. :class:`MemoryCache` keeps entries in the process (LRU);
+:class:`SqliteCache` keeps them in a file that survives restarts and can be shared by threads and
+processes::
+
+    judge = CachedJudge(ChatRagJudge("gpt-4o-mini"), SqliteCache(".ragaudit/judgements.sqlite"))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import ConfigurationError, RagAuditError
+from ..records import Judgement, JudgeRequest
+from .base import BaseRagJudge, RagJudge
+from .cost import CostEstimate, estimate_request
+
+__all__ = ["CACHE_KEY_VERSION", "CachedJudge", "JudgementCache", "MemoryCache", "SqliteCache", "cache_key"]
+
+_log = logging.getLogger("ragaudit")
+
+CACHE_KEY_VERSION = "ragaudit-cache/1"
+"""Part of every key: changes when the key's recipe changes, so old entries are simply not found."""
+
+_JUDGEMENT_FIELDS = tuple(f.name for f in dataclasses.fields(Judgement))
+
+
+@runtime_checkable
+class JudgementCache(Protocol):
+    """Where a :class:`CachedJudge` keeps judgements. Implementations must be thread-safe.
+
+    ``get`` returns None for a key it does not hold; both may raise :class:`~ragaudit.RagAuditError`
+    (the CachedJudge counts that and carries on as on a miss).
+    """
+
+    def get(self, key: str) -> Judgement | None: ...
+
+    def put(self, key: str, judgement: Judgement) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def cache_key(judge: Any, request: JudgeRequest) -> str:
+    """The cache key of *request* judged by *judge* (hex SHA-256).
+
+    Made of :data:`CACHE_KEY_VERSION`, ``judge.config_key()`` (``judge.name`` for a judge without
+    one) and the request's query, answer, context and reference. Metadata and documents are not
+    part of it: the context is what the judge sees.
+    """
+    material = json.dumps(
+        [CACHE_KEY_VERSION, _config_of(judge), request.query, request.answer, request.context, request.reference],
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _config_of(judge: Any) -> str:
+    config_key = getattr(judge, "config_key", None)
+    return str(config_key()) if callable(config_key) else str(getattr(judge, "name", type(judge).__name__))
+
+
+class MemoryCache:
+    """An in-process LRU cache of at most *max_entries* judgements (thread-safe)."""
+
+    def __init__(self, max_entries: int = 10_000) -> None:
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
+            raise ConfigurationError(f"max_entries must be an int >= 1, got {max_entries!r}")
+        self.max_entries = max_entries
+        self._entries: OrderedDict[str, Judgement] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Judgement | None:
+        """The judgement stored under *key*, or None (a hit makes it the most recently used)."""
+        with self._lock:
+            judgement = self._entries.get(key)
+            if judgement is not None:
+                self._entries.move_to_end(key)
+            return judgement
+
+    def put(self, key: str, judgement: Judgement) -> None:
+        """Store *judgement*, evicting the least recently used entry when full."""
+        with self._lock:
+            self._entries[key] = judgement
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        with self._lock:
+            self._entries.clear()
+
+    def close(self) -> None:
+        """Nothing to release (present for the :class:`JudgementCache` protocol)."""
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"MemoryCache(entries={len(self)}, max_entries={self.max_entries})"
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ragaudit_judgements (
+    key TEXT PRIMARY KEY,
+    judge TEXT NOT NULL,
+    created_ns INTEGER NOT NULL,
+    judgement TEXT NOT NULL
+) WITHOUT ROWID
+"""
+
+
+class SqliteCache:
+    """Judgements in a SQLite file: kept across restarts, shared by threads and processes.
+
+    One connection guarded by a lock serves all threads of a process; the database is in WAL mode
+    with a *timeout* (seconds) for locks held by other processes. The parent directory is created
+    when missing; ``":memory:"`` gives a private in-memory database. A stored judgement is its
+    :meth:`~ragaudit.Judgement.to_dict` as JSON, so tuples in ``details`` come back as lists and
+    values JSON cannot hold come back as strings.
+
+    Raises ConfigurationError when the file cannot be opened as a cache.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 5.0) -> None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ConfigurationError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.path = os.fspath(path)
+        self._lock = threading.Lock()
+        try:
+            if self.path != ":memory:":
+                parent = os.path.dirname(os.path.abspath(self.path))
+                os.makedirs(parent, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=timeout, check_same_thread=False, isolation_level=None)
+            try:
+                if self.path != ":memory:":
+                    conn.execute("PRAGMA journal_mode=WAL")
+                    conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute(_SCHEMA)
+            except sqlite3.Error:
+                conn.close()
+                raise
+        except (OSError, sqlite3.Error) as exc:
+            raise ConfigurationError(f"cannot open the judgement cache {self.path!r}: {exc}") from exc
+        self._conn: sqlite3.Connection | None = conn
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise RagAuditError(f"the judgement cache {self.path!r} is closed")
+        return self._conn
+
+    def get(self, key: str) -> Judgement | None:
+        """The judgement stored under *key*, or None (also for an entry that no longer reads back)."""
+        try:
+            with self._lock:
+                row = self._connection().execute(
+                    "SELECT judgement FROM ragaudit_judgements WHERE key = ?", (key,)
+                ).fetchone()
+        except sqlite3.Error as exc:
+            raise RagAuditError(f"judgement cache {self.path!r}: lookup failed: {exc}") from exc
+        if row is None:
+            return None
+        try:
+            return _load(row[0])
+        except (ValueError, TypeError, RagAuditError) as exc:
+            _log.warning("judgement cache %s: entry %s does not read back (%s); ignored", self.path, key[:12], exc)
+            return None
+
+    def put(self, key: str, judgement: Judgement) -> None:
+        """Store *judgement* under *key* (replacing any entry), committed at once."""
+        payload = json.dumps(_plain(judgement.to_dict()), ensure_ascii=False)
+        try:
+            with self._lock:
+                self._connection().execute(
+                    "INSERT OR REPLACE INTO ragaudit_judgements (key, judge, created_ns, judgement) "
+                    "VALUES (?, ?, ?, ?)",
+                    (key, judgement.judge, time.time_ns(), payload),
+                )
+        except sqlite3.Error as exc:
+            raise RagAuditError(f"judgement cache {self.path!r}: store failed: {exc}") from exc
+
+    def clear(self) -> None:
+        """Delete every entry."""
+        with self._lock:
+            self._connection().execute("DELETE FROM ragaudit_judgements")
+
+    def close(self) -> None:
+        """Close the connection. Safe to call twice."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def __len__(self) -> int:
+        with self._lock:
+            row = self._connection().execute("SELECT COUNT(*) FROM ragaudit_judgements").fetchone()
+        return int(row[0])
+
+    def __repr__(self) -> str:
+        return f"SqliteCache(path={self.path!r})"
+
+
+def _plain(value: Any) -> Any:
+    """*value* with mappings as dicts, sequences as lists and anything else JSON cannot hold as text."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    return str(value)
+
+
+def _load(payload: str) -> Judgement:
+    data = json.loads(payload)
+    if not isinstance(data, dict):
+        raise ValueError("stored judgement is not an object")
+    try:
+        return Judgement(**{name: data[name] for name in _JUDGEMENT_FIELDS if name in data})
+    except ConfigurationError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+class CachedJudge(BaseRagJudge):
+    """*judge* behind a cache: a request judged before with the same configuration is not judged again.
+
+    A hit returns the stored judgement with ``details["cached"] = True``, ``usage`` zeroed (nothing
+    was spent; the original usage is in ``details["cached_usage"]``) and ``latency_s`` the lookup's
+    (the original in ``details["cached_latency_s"]``). A judgement with ``error`` set is not
+    stored, so failures are retried next time. A cache that fails (disk full, locked too long) is
+    counted in :meth:`stats` and judging carries on uncached; nothing is raised.
+
+    *cache* defaults to a new :class:`MemoryCache`; :meth:`close` closes the wrapped judge, and the
+    cache only when this judge created it (a cache passed in may be shared). Requests judged at
+    the same moment with the same key are both judged (there is no in-flight deduplication).
+    """
+
+    def __init__(self, judge: RagJudge, cache: JudgementCache | None = None) -> None:
+        if not (callable(getattr(judge, "judge", None)) and callable(getattr(judge, "ajudge", None))):
+            raise ConfigurationError(f"judge must be a RagJudge (judge/ajudge), got {type(judge).__name__}")
+        if cache is not None and not (callable(getattr(cache, "get", None)) and callable(getattr(cache, "put", None))):
+            raise ConfigurationError(f"cache must have get(key) and put(key, judgement), got {type(cache).__name__}")
+        self.inner = judge
+        self.cache: JudgementCache = cache if cache is not None else MemoryCache()
+        self._owns_cache = cache is None
+        self.name = str(getattr(judge, "name", type(judge).__name__))
+        self._lock = threading.Lock()
+        self._counts = {"hits": 0, "misses": 0, "stores": 0, "cache_errors": 0}
+
+    def key(self, request: JudgeRequest) -> str:
+        """The cache key of *request* (see :func:`cache_key`)."""
+        return cache_key(self.inner, request)
+
+    @property
+    def blocking(self) -> bool:
+        """The wrapped judge's (a lookup is a fast local read)."""
+        return bool(getattr(self.inner, "blocking", False))
+
+    def judge(self, request: JudgeRequest) -> Judgement:
+        """The cached judgement of *request*, or the wrapped judge's (then stored)."""
+        started = time.perf_counter()
+        key = self.key(request)
+        hit = self._lookup(key, started)
+        if hit is not None:
+            return hit
+        judgement = self.inner.judge(request)
+        self._store(key, judgement)
+        return judgement
+
+    async def ajudge(self, request: JudgeRequest) -> Judgement:
+        """Like :meth:`judge`, awaiting the wrapped judge's ``ajudge``."""
+        started = time.perf_counter()
+        key = self.key(request)
+        hit = self._lookup(key, started)
+        if hit is not None:
+            return hit
+        judgement = await self.inner.ajudge(request)
+        self._store(key, judgement)
+        return judgement
+
+    def _lookup(self, key: str, started: float) -> Judgement | None:
+        try:
+            stored = self.cache.get(key)
+        except Exception as exc:  # any cache failure degrades to a miss, never to a failed judgement
+            self._count("cache_errors")
+            self._warn("lookup", exc)
+            stored = None
+        if stored is None:
+            self._count("misses")
+            return None
+        self._count("hits")
+        return dataclasses.replace(
+            stored,
+            usage={key: 0 for key in {"calls", *stored.usage}},
+            latency_s=time.perf_counter() - started,
+            details={**stored.details, "cached": True, "cached_usage": dict(stored.usage),
+                     "cached_latency_s": stored.latency_s},
+        )
+
+    def _store(self, key: str, judgement: Judgement) -> None:
+        if judgement.error is not None:
+            return
+        try:
+            self.cache.put(key, judgement)
+        except Exception as exc:
+            self._count("cache_errors")
+            self._warn("store", exc)
+            return
+        self._count("stores")
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self._counts[name] += 1
+
+    def _warn(self, what: str, exc: Exception) -> None:
+        first = self._counts["cache_errors"] == 1
+        _log.log(logging.WARNING if first else logging.DEBUG, "judgement cache %s failed (%s: %s); judging uncached",
+                 what, type(exc).__name__, exc)
+
+    def stats(self) -> dict[str, int]:
+        """``hits``, ``misses``, ``stores`` and ``cache_errors`` since this judge was made."""
+        with self._lock:
+            return dict(self._counts)
+
+    def config_key(self) -> str:
+        """The wrapped judge's (a cache does not change what is judged)."""
+        return _config_of(self.inner)
+
+    def estimate_request_cost(
+        self, request: JudgeRequest, *, chars_per_token: float, exact: bool = True
+    ) -> CostEstimate:
+        """Nothing for a request the cache holds (only when *exact*), else the wrapped judge's cost."""
+        if exact:
+            try:
+                held = self.cache.get(self.key(request)) is not None
+            except Exception:  # an unreadable cache just cannot vouch for the row
+                held = False
+            if held:
+                return CostEstimate(cached_rows=1)
+        return estimate_request(self.inner, request, chars_per_token=chars_per_token, exact=exact)
+
+    def close(self) -> None:
+        """Close the wrapped judge, and the cache when this judge created it."""
+        close = getattr(self.inner, "close", None)
+        if callable(close):
+            close()
+        if self._owns_cache:
+            self.cache.close()
+
+    def __repr__(self) -> str:
+        return f"CachedJudge({self.inner!r}, cache={self.cache!r})"
+
