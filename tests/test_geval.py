@@ -175,7 +175,8 @@ def test_single_call_reads_three_distributions_from_one_response(srv: LLMServer)
 def test_async_single_call_matches_sync(srv: LLMServer) -> None:
     srv.default = three_distribution_reply()
     judge = make_judge(srv)
-    assert run_async(judge, REQUEST).scores() == pytest.approx(judge.judge(REQUEST).scores())
+    expected = judge.judge(REQUEST).scores()
+    assert run_async(judge, REQUEST).scores() == pytest.approx(expected)
 
 
 def test_evaluation_steps_and_untrusted_text_in_the_prompt(srv: LLMServer) -> None:

@@ -323,6 +323,19 @@ def test_streaming_chat_closes_when_the_stream_is_written(setup: Setup, inst: Ll
     setup.check(kb, [q])
 
 
+def test_async_streaming_chat(setup: Setup, inst: LlamaIndexInstrumentation, kb: KB) -> None:
+    chat = CondenseQuestionChatEngine.from_defaults(query_engine=kb.engine(), llm=ContextEchoLLM())
+    q = QUESTIONS[9]
+
+    async def main() -> str:
+        response = await chat.astream_chat(q)
+        return "".join([t async for t in response.async_response_gen()])
+
+    assert asyncio.run(main()) == kb.answers[q]
+    (turn,) = setup.check(kb, [q])
+    assert metadata_of(turn)["run_name"] == "CondenseQuestionChatEngine.astream_chat"
+
+
 # --- streaming ----------------------------------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ answer is known in advance and tied to the documents.
 
 from __future__ import annotations
 
+import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -69,9 +70,12 @@ QUESTIONS = {"returns": "How do returns work?", "shipping": "How long does shipp
              "warranty": "What does the warranty cover?"}
 
 
+_SENTENCE_END = re.compile(r"(?<=\.)\s+")
+
+
 def answer_for(doc_text: str) -> str:
     """What :class:`EchoModel` answers when *doc_text* is the first document of its context."""
-    return doc_text.split(". ", 1)[0].rstrip(".") + "."
+    return _SENTENCE_END.split(doc_text.strip(), maxsplit=1)[0].rstrip(".") + "."
 
 
 class HashEmbeddings(Embeddings):

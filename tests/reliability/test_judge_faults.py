@@ -25,7 +25,7 @@ from ragaudit.integrations.langchain import RagAuditCallbackHandler
 from ragaudit.records import SCORE_NAMES
 from ragaudit.tracing import conventions as c
 from ragaudit.tracing.files import read_audit_log
-from tests.reliability._support import DOCS, QUESTIONS, Collected, answer_for, chroma_store, rag_chain
+from tests.reliability._support import QUESTIONS, Collected, answer_for, chroma_store, rag_chain
 from tests.support.llm_server import Fault, LLMServer, Reply, Scripted, judgement_json
 
 pytestmark = pytest.mark.timeout(60)
@@ -33,7 +33,6 @@ pytestmark = pytest.mark.timeout(60)
 MAX_RETRIES = 1
 JUDGE_TIMEOUT_S = 0.5
 QUESTION = QUESTIONS["returns"]
-EXPECTED_ANSWER = answer_for(DOCS[0][1])
 
 
 class Gate:
@@ -60,6 +59,11 @@ class Gate:
 @pytest.fixture(scope="module")
 def retriever() -> Any:
     return chroma_store().as_retriever(search_kwargs={"k": 2})
+
+
+@pytest.fixture(scope="module")
+def expected_answer(retriever: Any) -> str:
+    return answer_for(retriever.invoke(QUESTION)[0].page_content)
 
 
 @pytest.fixture
@@ -106,7 +110,7 @@ def rig_factory(tmp_path: Path, memory_provider: TracerProvider,
         rig.close()
 
 
-def assert_recorded_failure(rig: Rig, error_part: str) -> None:
+def assert_recorded_failure(rig: Rig, error_part: str, answer: str) -> None:
     """One judgement, failed: error set and every score None, in the callback, audit log, span, stats."""
     (judgement,) = rig.collected.judgements
     assert judgement.error is not None and error_part in judgement.error
@@ -115,7 +119,7 @@ def assert_recorded_failure(rig: Rig, error_part: str) -> None:
     assert line["judge_status"] == "failed"
     assert line["error"] == judgement.error
     assert all(line[name] is None for name in SCORE_NAMES)
-    assert line["query"] == QUESTION and line["answer"] == EXPECTED_ANSWER
+    assert line["query"] == QUESTION and line["answer"] == answer
     (judge_span,) = rig.spans(c.SPAN_JUDGE)
     assert error_part in str(judge_span.attributes[c.ATTR_JUDGE_ERROR])
     assert not any(c.judge_score_key(name) in judge_span.attributes for name in SCORE_NAMES)
@@ -141,7 +145,7 @@ FAULTS: dict[str, tuple[Scripted, str, int]] = {
 
 @pytest.mark.parametrize("case", list(FAULTS))
 def test_fault_leaves_chain_alone_and_is_recorded(case: str, server: LLMServer, retriever: Any,
-                                                  rig_factory: Any) -> None:
+                                                  rig_factory: Any, expected_answer: str) -> None:
     scripted, error_part, requests_per_judgement = FAULTS[case]
     gate = Gate(scripted)
     server.rule = gate
@@ -154,51 +158,51 @@ def test_fault_leaves_chain_alone_and_is_recorded(case: str, server: LLMServer, 
     assert len(rig.collected) == 0
     assert rig.auditor.stats()["pending"] == 1
     assert server.request_count <= 1
-    assert result == EXPECTED_ANSWER
+    assert result == expected_answer
     (turn_span,) = rig.spans(c.SPAN_TURN)
     assert turn_span.attributes[c.ATTR_JUDGE_STATUS] == "queued"
-    assert turn_span.attributes[c.OUTPUT_VALUE] == EXPECTED_ANSWER
+    assert turn_span.attributes[c.OUTPUT_VALUE] == expected_answer
 
     gate.open()
     assert rig.auditor.flush(30)
-    assert_recorded_failure(rig, error_part)
+    assert_recorded_failure(rig, error_part, expected_answer)
     # Retries stay within their bound: 1 + max_retries per call, plus one repair for unreadable output.
     assert server.request_count == requests_per_judgement
     assert requests_per_judgement <= 2 * (1 + MAX_RETRIES)
 
 
-def test_server_down_from_the_start(retriever: Any, rig_factory: Any) -> None:
+def test_server_down_from_the_start(retriever: Any, rig_factory: Any, expected_answer: str) -> None:
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     rig = rig_factory(f"http://127.0.0.1:{port}/v1")
     result = rag_chain(retriever).invoke(QUESTION, config={"callbacks": [rig.handler]})
-    assert result == EXPECTED_ANSWER
+    assert result == expected_answer
     (turn_span,) = rig.spans(c.SPAN_TURN)
     assert turn_span.attributes[c.ATTR_JUDGE_STATUS] == "queued"  # submitted, not judged inline
     assert rig.auditor.flush(30)
-    assert_recorded_failure(rig, "APIConnectionError")
+    assert_recorded_failure(rig, "APIConnectionError", expected_answer)
     (judgement,) = rig.collected.judgements
     assert judgement.usage["calls"] == 1  # one logical call; the SDK's own retries are bounded by max_retries
 
 
 def test_auditor_deadline_cuts_a_judge_that_outlives_it(server: LLMServer, retriever: Any,
-                                                        rig_factory: Any) -> None:
+                                                        rig_factory: Any, expected_answer: str) -> None:
     # The judge's own HTTP timeout (0.5 s x 2 tries) is longer than the Auditor's 0.3 s deadline.
     server.rule = lambda body: Fault.hang(5.0)
     rig = rig_factory(server.base_url, timeout_s=0.3)
-    assert rag_chain(retriever).invoke(QUESTION, config={"callbacks": [rig.handler]}) == EXPECTED_ANSWER
+    assert rag_chain(retriever).invoke(QUESTION, config={"callbacks": [rig.handler]}) == expected_answer
     assert rig.auditor.flush(30)
-    assert_recorded_failure(rig, "timeout")
+    assert_recorded_failure(rig, "timeout", expected_answer)
     assert server.request_count == 1  # cancelled before any retry
 
 
 def test_rate_limit_then_success_is_retried_once_and_scored(server: LLMServer, retriever: Any,
-                                                            rig_factory: Any) -> None:
+                                                            rig_factory: Any, expected_answer: str) -> None:
     server.fail_next(Fault.rate_limit(retry_after=0.05))
     server.default = judgement_json(0.9, 0.8, 0.7)
     rig = rig_factory(server.base_url)
-    assert rag_chain(retriever).invoke(QUESTION, config={"callbacks": [rig.handler]}) == EXPECTED_ANSWER
+    assert rag_chain(retriever).invoke(QUESTION, config={"callbacks": [rig.handler]}) == expected_answer
     assert rig.auditor.flush(30)
     (judgement,) = rig.collected.judgements
     assert judgement.error is None

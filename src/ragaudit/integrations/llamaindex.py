@@ -188,8 +188,17 @@ def _answer_from(response: Any) -> str | None:
 
 
 def _source_nodes_of(response: Any) -> list[Any] | None:
+    """The nodes *response* was built from; for a chat response whose own list is empty (the async
+    streaming chat engines leave it so), those of the query results it carries as ``sources``."""
     nodes = getattr(response, "source_nodes", None)
-    return nodes if isinstance(nodes, list) else None
+    if not isinstance(nodes, list):
+        return None
+    if not nodes:
+        for tool_output in getattr(response, "sources", None) or ():
+            inner = getattr(getattr(tool_output, "raw_output", None), "source_nodes", None)
+            if isinstance(inner, list):
+                nodes = nodes + inner
+    return nodes
 
 
 def _finite_score(value: Any) -> float | None:

@@ -1,0 +1,535 @@
+"""Hot-path overhead: what each tracer adds to one RAG pipeline call, ragaudit against its peers.
+
+    python benchmarks/overhead.py            # full run (~3 min on 2 cores)
+    python benchmarks/overhead.py --quick    # smoke run (a few seconds per configuration)
+
+Two pipelines, each run N times per configuration:
+
+* LangChain: an LCEL RAG chain -- an in-memory retriever returning four fixed Documents, a
+  ``ChatPromptTemplate``, ``FakeListChatModel`` (answer with a ``[1]`` marker), ``StrOutputParser``.
+  Configurations: no callbacks (twice, in two processes: the noise floor); ragaudit's
+  ``RagAuditCallbackHandler`` with spans to an in-memory exporter and the judge asynchronous
+  (``Auditor`` with a ``FakeJudge``, ``audit_log=None``); the same with tracing not configured (no
+  SDK tracer provider anywhere); OpenInference's ``LangChainInstrumentor``; OpenLLMetry's
+  ``LangchainInstrumentor``; Langfuse's ``CallbackHandler`` (its client exports over OTLP/HTTP to a
+  loopback sink in the parent process, so nothing leaves the machine).
+* LlamaIndex: a ``VectorStoreIndex`` query engine over six documents, ``MockLLM`` (echoes its
+  prompt) and a deterministic hashing embedding. Configurations: none (twice); ragaudit's
+  ``instrument()`` (with and without tracing); OpenInference's ``LlamaIndexInstrumentor``.
+
+Method. Every configuration runs in a process of its own: an instrumentor patches the framework for
+the whole process, so sharing one would make every configuration pay for it (cross-talk). The
+parent drives the processes round-robin, one block of B invocations at a time, rotating the order
+each round, so drift (CPU frequency, other load) hits all equally; only one process runs a block at
+a time. The span pipeline is the same for every OTel-based configuration: an SDK ``TracerProvider``
+with a ``BatchSpanProcessor`` and an ``InMemorySpanExporter`` (Langfuse brings its own batch
+processor and OTLP exporter). After each block a worker flushes its background work (judge queue,
+span processor, Langfuse client) *outside* the timed region: the per-invocation time is the latency
+the host's thread sees, including any contention from the tracer's background threads during the
+block; ``cpu_us`` is the process CPU time (all threads, the flush included) per invocation.
+
+Overhead = median (p90) of a configuration minus median (p90) of the no-callbacks process; the
+95 % interval comes from resampling rounds. The difference between the two no-callbacks processes
+is the noise floor. Target: ragaudit's overhead at most 25 % of the lightest peer's, and under
+300 us per invocation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from benchmarks._bench import (  # noqa: E402
+    machine_info,
+    percentile,
+    print_machine,
+    summary_ns,
+    write_result,
+)
+
+QUESTION = "How long is the return window for electronics?"
+ANSWER = ("Electronics can be returned within 30 days of delivery [1]. Opened software cannot be returned "
+          "unless it is faulty.")
+DOC_TEXTS = [
+    ("returns.md", "Electronics can be returned within 30 days of delivery. The item must be in its original "
+     "packaging with all accessories. Refunds go to the original payment method within five business days "
+     "of the item reaching our warehouse. Opened software cannot be returned unless it is faulty."),
+    ("shipping.md", "Standard shipping takes three to five business days. Express shipping takes one to two "
+     "business days and costs 9.99. Orders placed before 2 pm ship the same day. We do not ship to PO boxes "
+     "for items heavier than 20 kg."),
+    ("warranty.md", "All electronics carry a two-year manufacturer warranty. The warranty covers defects in "
+     "materials and workmanship, not accidental damage. Claims need the original receipt and the serial "
+     "number; repairs take about ten business days."),
+    ("giftcards.md", "Gift cards never expire and can be used online and in stores. They cannot be exchanged "
+     "for cash. A lost gift card can be replaced once if you have the purchase receipt and the card number."),
+    ("pricematch.md", "We match the price of any major retailer for identical items in stock. The match must "
+     "be requested within 14 days of purchase. Marketplace sellers and clearance prices are excluded."),
+    ("loyalty.md", "Loyalty members earn one point per euro spent and get free express shipping on orders "
+     "above 50 euros. Points expire after 24 months without a purchase."),
+]
+
+FRAMEWORKS = ("langchain", "llamaindex")
+CONFIGS: dict[str, tuple[str, ...]] = {
+    "langchain": ("baseline", "baseline-2", "ragaudit", "ragaudit-notrace", "openinference", "openllmetry",
+                  "langfuse"),
+    "llamaindex": ("baseline", "baseline-2", "ragaudit", "ragaudit-notrace", "openinference"),
+}
+PEERS = {"openinference", "openllmetry", "langfuse"}
+LABELS = {
+    "baseline": "no callbacks",
+    "baseline-2": "no callbacks (2nd process: noise floor)",
+    "ragaudit": "ragaudit (spans to in-memory exporter, judge async)",
+    "ragaudit-notrace": "ragaudit, tracing not configured",
+    "openinference": "OpenInference instrumentor",
+    "openllmetry": "OpenLLMetry instrumentor",
+    "langfuse": "Langfuse CallbackHandler (OTLP to loopback)",
+}
+REQUIRES = {  # the module a configuration needs; a configuration whose module is missing is skipped
+    ("langchain", "openinference"): "openinference.instrumentation.langchain",
+    ("langchain", "openllmetry"): "opentelemetry.instrumentation.langchain",
+    ("langchain", "langfuse"): "langfuse.langchain",
+    ("llamaindex", "openinference"): "openinference.instrumentation.llama_index",
+}
+TARGET_RATIO = 0.25
+TARGET_US = 300.0
+
+
+# --- the pipelines ------------------------------------------------------------------------------------
+
+
+def _memory_provider() -> tuple[Any, Any]:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider, exporter
+
+
+def _fake_judge() -> Any:
+    from ragaudit import FakeJudge
+
+    return FakeJudge(lambda request: {"faithfulness": 1.0, "context_relevance": 0.9, "answer_relevance": 0.8,
+                                      "reason": "benchmark"})
+
+
+@dataclass
+class Bench:
+    """One configuration in a worker: ``invoke()`` is timed; the rest is bookkeeping."""
+
+    invoke: Callable[[], Any]
+    flush: Callable[[], None] = lambda: None
+    exporter: Any = None
+    auditor: Any = None
+    spans: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def after_block(self) -> None:
+        self.flush()
+        if self.exporter is not None:
+            self.spans += len(self.exporter.get_finished_spans())
+            self.exporter.clear()
+
+    def checks(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"spans_exported": self.spans, **self.extra}
+        if self.auditor is not None:
+            out["auditor"] = self.auditor.stats()
+        return out
+
+
+def _langchain_chain() -> Any:
+    from langchain_core.callbacks import CallbackManagerForRetrieverRun
+    from langchain_core.documents import Document
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+    from langchain_core.output_parsers import StrOutputParser
+    from langchain_core.prompts import ChatPromptTemplate
+    from langchain_core.retrievers import BaseRetriever
+    from langchain_core.runnables import RunnableLambda, RunnablePassthrough
+
+    documents = [Document(page_content=text, metadata={"source": source}, id=f"doc-{i}")
+                 for i, (source, text) in enumerate(DOC_TEXTS[:4])]
+
+    class FixedRetriever(BaseRetriever):
+        def _get_relevant_documents(self, query: str, *,
+                                    run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+            return documents
+
+    prompt = ChatPromptTemplate.from_messages([
+        ("system", "Answer from the numbered context only and cite it like [1]."),
+        ("human", "Context:\n{context}\n\nQuestion: {question}"),
+    ])
+    number = RunnableLambda(lambda docs: "\n\n".join(f"[{i}] {d.page_content}" for i, d in enumerate(docs, 1)))
+    model = FakeListChatModel(responses=[ANSWER])
+    return {"context": FixedRetriever() | number, "question": RunnablePassthrough()} | prompt | model \
+        | StrOutputParser()
+
+
+def _langchain_bench(config: str, sink: str | None) -> Bench:
+    chain = _langchain_chain()
+    invoke_config: dict[str, Any] = {}
+    bench = Bench(invoke=lambda: chain.invoke(QUESTION, config=invoke_config))
+    if config in ("ragaudit", "ragaudit-notrace"):
+        from ragaudit import Auditor
+        from ragaudit.integrations.langchain import RagAuditCallbackHandler
+
+        provider = None
+        if config == "ragaudit":
+            provider, bench.exporter = _memory_provider()
+        auditor = Auditor(_fake_judge(), audit_log=None, tracer_provider=provider)
+        handler = RagAuditCallbackHandler(auditor=auditor)
+        invoke_config["callbacks"] = [handler]
+        bench.auditor = auditor
+
+        def flush() -> None:
+            handler.flush(30)
+            if provider is not None:
+                provider.force_flush()
+
+        bench.flush = flush
+    elif config == "openinference":
+        from openinference.instrumentation.langchain import LangChainInstrumentor
+
+        provider, bench.exporter = _memory_provider()
+        LangChainInstrumentor().instrument(tracer_provider=provider)
+        bench.flush = provider.force_flush
+    elif config == "openllmetry":
+        from opentelemetry.instrumentation.langchain import LangchainInstrumentor
+
+        provider, bench.exporter = _memory_provider()
+        LangchainInstrumentor().instrument(tracer_provider=provider)
+        bench.flush = provider.force_flush
+    elif config == "langfuse":
+        from langfuse import Langfuse
+        from langfuse.langchain import CallbackHandler
+        from opentelemetry.sdk.trace import TracerProvider
+
+        client = Langfuse(public_key="pk-lf-bench", secret_key="sk-lf-bench", host=sink,
+                          tracer_provider=TracerProvider(shutdown_on_exit=False))
+        invoke_config["callbacks"] = [CallbackHandler(public_key="pk-lf-bench")]
+        bench.flush = client.flush
+    return bench
+
+
+def _llamaindex_bench(config: str, sink: str | None) -> Bench:
+    import zlib
+
+    from llama_index.core import Document, VectorStoreIndex
+    from llama_index.core.embeddings import BaseEmbedding
+    from llama_index.core.llms import MockLLM
+
+    def embed(text: str, dim: int = 64) -> list[float]:
+        vec = [0.0] * dim
+        for word in text.lower().split():
+            vec[zlib.crc32(word.strip(".,?!").encode()) % dim] += 1.0
+        norm = sum(v * v for v in vec) ** 0.5 or 1.0
+        return [v / norm for v in vec]
+
+    class HashEmbedding(BaseEmbedding):
+        def _get_query_embedding(self, query: str) -> list[float]:
+            return embed(query)
+
+        async def _aget_query_embedding(self, query: str) -> list[float]:
+            return embed(query)
+
+        def _get_text_embedding(self, text: str) -> list[float]:
+            return embed(text)
+
+    bench = Bench(invoke=lambda: None)
+    if config in ("ragaudit", "ragaudit-notrace"):
+        from ragaudit import Auditor
+        from ragaudit.integrations import llamaindex
+
+        provider = None
+        if config == "ragaudit":
+            provider, bench.exporter = _memory_provider()
+        auditor = Auditor(_fake_judge(), audit_log=None, tracer_provider=provider)
+        installed = llamaindex.instrument(auditor=auditor)
+        bench.auditor = auditor
+
+        def flush() -> None:
+            installed.flush(30)
+            if provider is not None:
+                provider.force_flush()
+
+        bench.flush = flush
+    elif config == "openinference":
+        from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
+
+        provider, bench.exporter = _memory_provider()
+        LlamaIndexInstrumentor().instrument(tracer_provider=provider)
+        bench.flush = provider.force_flush
+    documents = [Document(text=text, metadata={"source": source}, doc_id=f"doc-{i}")
+                 for i, (source, text) in enumerate(DOC_TEXTS)]
+    index = VectorStoreIndex.from_documents(documents, embed_model=HashEmbedding())
+    engine = index.as_query_engine(llm=MockLLM(), similarity_top_k=3)
+    bench.invoke = lambda: engine.query(QUESTION)
+    return bench
+
+
+# --- the worker process -------------------------------------------------------------------------------
+
+
+def worker(framework: str, config: str, sink: str | None, warmup: int) -> None:
+    """Build one configuration, warm it up, then run blocks on the parent's command."""
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # anything a library prints goes to stderr, never into the protocol
+    sys.stdout = sys.stderr
+    bench = (_langchain_bench if framework == "langchain" else _llamaindex_bench)(config, sink)
+    answer = bench.invoke()
+    for _ in range(warmup - 1):
+        bench.invoke()
+    bench.after_block()
+    bench.spans = 0
+    bench.extra["sample_answer"] = str(answer)[:120]
+    out.write(json.dumps({"ready": True}) + "\n")
+    perf = time.perf_counter_ns
+    for line in sys.stdin:
+        command = line.split()
+        if not command:
+            continue
+        if command[0] == "run":
+            count = int(command[1])
+            gc.collect()
+            times = [0] * count
+            cpu0 = time.process_time_ns()
+            for i in range(count):
+                t0 = perf()
+                bench.invoke()
+                times[i] = perf() - t0
+            bench.after_block()
+            out.write(json.dumps({"ns": times, "cpu_ns": time.process_time_ns() - cpu0}) + "\n")
+        elif command[0] == "stop":
+            out.write(json.dumps({"checks": bench.checks()}) + "\n")
+            break
+
+
+# --- the parent ---------------------------------------------------------------------------------------
+
+
+def _available(framework: str, config: str) -> str | None:
+    """None when the configuration can run here, else why not."""
+    module = REQUIRES.get((framework, config))
+    if module is None:
+        return None
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    return None if found else f"{module} is not installed (pip install ragaudit[bench])"
+
+
+class Worker:
+    def __init__(self, framework: str, config: str, sink: str | None, warmup: int) -> None:
+        self.config = config
+        args = [sys.executable, __file__, "--worker", framework, config, "--warmup", str(warmup)]
+        if sink:
+            args += ["--sink", sink]
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        # The peers' own telemetry stays off; nothing may leave the machine.
+        env.update({"TRACELOOP_TELEMETRY": "false", "LANGFUSE_TRACING_ENVIRONMENT": "benchmark",
+                    "ANONYMIZED_TELEMETRY": "false", "DO_NOT_TRACK": "1"})
+        env.pop("OTEL_PYTHON_TRACER_PROVIDER", None)
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                                     cwd=str(Path(__file__).resolve().parent.parent))
+        self.times: list[int] = []
+        self.cpu_ns = 0
+        self.rounds: list[list[int]] = []
+
+    def _send(self, command: str) -> dict[str, Any]:
+        stdin, stdout = self.proc.stdin, self.proc.stdout
+        assert stdin is not None and stdout is not None
+        if command:
+            stdin.write(command + "\n")
+            stdin.flush()
+        return self._read(stdout)
+
+    def _read(self, stdout: IO[str]) -> dict[str, Any]:
+        line = stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker {self.config} exited (code {self.proc.wait()}); see stderr above")
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def ready(self) -> None:
+        self._send("")
+
+    def run(self, count: int) -> None:
+        reply = self._send(f"run {count}")
+        self.times.extend(reply["ns"])
+        self.rounds.append(reply["ns"])
+        self.cpu_ns += reply["cpu_ns"]
+
+    def stop(self) -> dict[str, Any]:
+        checks: dict[str, Any] = self._send("stop")["checks"]
+        self.proc.wait(30)
+        return checks
+
+
+def _median(values: list[int]) -> float:
+    return percentile(values, 50) / 1000.0
+
+
+def _overhead(worker: Worker, base: Worker, q: float, rng: random.Random, resamples: int) -> dict[str, float]:
+    """Overhead at percentile *q* in us, and a 95 % interval from resampling whole rounds."""
+    point = (percentile(worker.times, q) - percentile(base.times, q)) / 1000.0
+    n = len(worker.rounds)
+    estimates = []
+    for _ in range(resamples):
+        picks = [rng.randrange(n) for _ in range(n)]
+        mine = [t for i in picks for t in worker.rounds[i]]
+        theirs = [t for i in picks for t in base.rounds[i]]
+        estimates.append((percentile(mine, q) - percentile(theirs, q)) / 1000.0)
+    return {"us": point, "ci95_low": percentile(estimates, 2.5), "ci95_high": percentile(estimates, 97.5)}
+
+
+def run_framework(framework: str, args: argparse.Namespace, sink: str | None) -> dict[str, Any]:
+    configs = [c for c in CONFIGS[framework] if not args.configs or c in args.configs or c == "baseline"]
+    skipped = {c: why for c in configs if (why := _available(framework, c)) is not None}
+    configs = [c for c in configs if c not in skipped]
+    for config, why in skipped.items():
+        print(f"  skipped {framework}/{config}: {why}")
+    workers = [Worker(framework, c, sink, args.warmup) for c in configs]
+    try:
+        for w in workers:
+            w.ready()
+        rounds = max(1, -(-args.n // args.block))
+        started = time.monotonic()
+        for r in range(rounds):
+            shift = r % len(workers)
+            for w in workers[shift:] + workers[:shift]:
+                w.run(args.block)
+            if not args.quiet and (r + 1) % max(1, rounds // 10) == 0:
+                print(f"  {framework}: round {r + 1}/{rounds} ({time.monotonic() - started:.0f} s)", flush=True)
+        checks = {w.config: w.stop() for w in workers}
+    finally:
+        for w in workers:
+            if w.proc.poll() is None:
+                w.proc.kill()
+    by_name = {w.config: w for w in workers}
+    base = by_name["baseline"]
+    rng = random.Random(0)
+    results: dict[str, Any] = {}
+    for w in workers:
+        entry: dict[str, Any] = {"label": LABELS[w.config], **summary_ns(w.times),
+                                 "cpu_us": w.cpu_ns / len(w.times) / 1000.0, "checks": checks[w.config]}
+        if w is not base:
+            entry["overhead_median"] = _overhead(w, base, 50, rng, args.resamples)
+            entry["overhead_p90"] = _overhead(w, base, 90, rng, args.resamples)
+            entry["overhead_cpu_us"] = entry["cpu_us"] - base.cpu_ns / len(base.times) / 1000.0
+        results[w.config] = entry
+    peers = {c: e for c, e in results.items() if c in PEERS}
+    verdict: dict[str, Any] = {"target_ratio": TARGET_RATIO, "target_us": TARGET_US}
+    ours = results.get("ragaudit")
+    if ours is not None:
+        ours_us = ours["overhead_median"]["us"]
+        verdict["ragaudit_overhead_us"] = ours_us
+        verdict["under_target_us"] = ours_us < TARGET_US
+        if peers:
+            lightest = min(peers, key=lambda c: peers[c]["overhead_median"]["us"])
+            light_us = peers[lightest]["overhead_median"]["us"]
+            verdict.update({"lightest_peer": lightest, "lightest_peer_overhead_us": light_us,
+                            "ratio_to_lightest_peer": ours_us / light_us if light_us > 0 else None})
+            verdict["met_ratio"] = light_us > 0 and ours_us <= TARGET_RATIO * light_us
+            for config, entry in results.items():
+                entry["ratio_to_ragaudit"] = (entry["overhead_median"]["us"] / ours_us
+                                              if "overhead_median" in entry and ours_us > 0 else None)
+        if "baseline-2" in results:
+            verdict["noise_floor_us"] = results["baseline-2"]["overhead_median"]["us"]
+    return {"configs": results, "skipped": skipped, "verdict": verdict,
+            "rounds": rounds, "block": args.block, "n_per_config": rounds * args.block}
+
+
+def print_table(framework: str, result: dict[str, Any]) -> None:
+    print(f"\n{framework}: {result['n_per_config']} invocations per configuration "
+          f"({result['rounds']} rounds of {result['block']})")
+    header = f"  {'configuration':<54} {'median':>9} {'p90':>9} {'overhead':>9} {'95% CI':>17} " \
+             f"{'p90 ovh':>9} {'cpu':>9} {'x ours':>7}"
+    print(header)
+    for entry in result["configs"].values():
+        ovh = entry.get("overhead_median")
+        cells = [f"{entry['median_us']:9.0f}", f"{entry['p90_us']:9.0f}"]
+        if ovh is None:
+            cells += [f"{'-':>9}", f"{'':>17}", f"{'-':>9}"]
+        else:
+            cells += [f"{ovh['us']:9.0f}", f"[{ovh['ci95_low']:6.0f}, {ovh['ci95_high']:6.0f}]",
+                      f"{entry['overhead_p90']['us']:9.0f}"]
+        cells.append(f"{entry['cpu_us']:9.0f}")
+        ratio = entry.get("ratio_to_ragaudit")
+        cells.append(f"{ratio:7.1f}" if ratio is not None else f"{'':>7}")
+        print(f"  {entry['label']:<54} " + " ".join(cells))
+    v = result["verdict"]
+    if "ragaudit_overhead_us" in v:
+        line = f"  ragaudit overhead {v['ragaudit_overhead_us']:.0f} us (target < {TARGET_US:.0f} us: " \
+               f"{'met' if v['under_target_us'] else 'MISSED'})"
+        if v.get("lightest_peer"):
+            ratio = v["ratio_to_lightest_peer"]
+            line += f"; lightest peer {v['lightest_peer']} {v['lightest_peer_overhead_us']:.0f} us, ratio " \
+                    f"{ratio:.2f} (target <= {TARGET_RATIO}: {'met' if v['met_ratio'] else 'MISSED'})"
+        print(line)
+    if "noise_floor_us" in v:
+        print(f"  noise floor (2nd no-callbacks process): {v['noise_floor_us']:+.0f} us")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run: few invocations")
+    parser.add_argument("-n", type=int, default=None, help="invocations per configuration (default 3000)")
+    parser.add_argument("--block", type=int, default=None, help="invocations per block (default 50)")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up invocations per worker (default 200)")
+    parser.add_argument("--framework", choices=[*FRAMEWORKS, "both"], default="both")
+    parser.add_argument("--configs", nargs="*", help="only these configurations (plus the baseline)")
+    parser.add_argument("--resamples", type=int, default=None, help="bootstrap resamples (default 500)")
+    parser.add_argument("--out", help="result file (default benchmarks/results/overhead[.quick].json)")
+    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--worker", nargs=2, metavar=("FRAMEWORK", "CONFIG"), help=argparse.SUPPRESS)
+    parser.add_argument("--sink", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker(args.worker[0], args.worker[1], args.sink, args.warmup or 1)
+        return 0
+    args.n = args.n or (60 if args.quick else 3000)
+    args.block = args.block or (10 if args.quick else 50)
+    args.warmup = args.warmup or (10 if args.quick else 200)
+    args.resamples = args.resamples or (50 if args.quick else 500)
+    info = machine_info()
+    print_machine(info)
+    frameworks = FRAMEWORKS if args.framework == "both" else (args.framework,)
+    from tests.support.http_recorder import HttpRecorder
+
+    results: dict[str, Any] = {}
+    with HttpRecorder() as sink:
+        for framework in frameworks:
+            results[framework] = run_framework(framework, args, sink.url)
+            print_table(framework, results[framework])
+        langfuse_requests = len(sink.requests)
+    if "langchain" in results and "langfuse" in results["langchain"]["configs"]:
+        results["langchain"]["configs"]["langfuse"]["checks"]["sink_requests"] = langfuse_requests
+    write_result("overhead", {"machine": info, "method": {
+        "processes": "one per configuration, driven round-robin in blocks, order rotated each round",
+        "span_pipeline": "SDK TracerProvider + BatchSpanProcessor + InMemorySpanExporter for every OTel-based "
+                         "configuration (Langfuse: its own batch processor + OTLP/HTTP to a loopback sink)",
+        "timed": "chain.invoke / query_engine.query on the host thread; flushes between blocks are not timed",
+        "judge": "Auditor(FakeJudge, audit_log=None), background mode",
+    }, "results": results}, quick=args.quick, out=args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
