@@ -173,3 +173,17 @@ def test_configuration() -> None:
     mapped = json.loads(CorrectnessJudge("m", base_url="http://127.0.0.1:9/v1", maps_to="faithfulness").config_key())
     assert plain["protocol"] == CORRECTNESS_PROTOCOL_VERSION and plain["base_protocol"] == PROTOCOL_VERSION
     assert plain != mapped
+
+
+def test_cost_estimate_counts_the_reference_section(srv: LLMServer, make: Any) -> None:
+    from ragaudit.judges.cost import estimate_cost
+
+    srv.enqueue(judgement_json(correctnessScore=0.5))
+    judge = make()
+    row = {"question": WITH_REFERENCE.query, "answer": WITH_REFERENCE.answer, "context": WITH_REFERENCE.context}
+    plain = estimate_cost(judge, [row])
+    with_reference = estimate_cost(judge, [{**row, "reference_answer": REFERENCE}])
+    judge.judge(WITH_REFERENCE)
+    sent = sum(len(m["content"]) for m in srv.requests[0].messages)
+    assert with_reference.prompt_tokens == -(-sent // 4)
+    assert with_reference.prompt_tokens > plain.prompt_tokens and with_reference.calls == plain.calls == 1

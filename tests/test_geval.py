@@ -370,3 +370,23 @@ def test_is_a_rag_judge_with_a_config_key(srv: LLMServer) -> None:
     other = make_judge(srv, mode="per_dimension")
     assert judge.config_key() != other.config_key()
     assert json.loads(judge.config_key())["mode"] == "single_call"
+
+
+def test_cost_estimate_follows_mode_and_what_the_server_supports(srv: LLMServer) -> None:
+    from ragaudit.judges.cost import estimate_request
+
+    single = estimate_request(make_judge(srv), REQUEST)
+    per_dimension = estimate_request(make_judge(srv, mode="per_dimension"), REQUEST)
+    assert (single.calls, per_dimension.calls) == (1, 3)
+    assert single.prompt_tokens > 0 and per_dimension.prompt_tokens > single.prompt_tokens
+    sampling = make_judge(srv, use_logprobs=False, samples=5)
+    with_n = estimate_request(sampling, REQUEST)
+    assert with_n.calls == 1 and with_n.completion_tokens == 5 * single.completion_tokens
+    assert srv.requests == []  # estimating sends nothing
+    with NoLogprobsServer(default=reply_json(4, 4, 4), honour_n=False) as plain:
+        learner = GEvalJudge("m", base_url=plain.base_url, max_retries=0, timeout=5.0, samples=5)
+        _judges.append(learner)
+        assert estimate_request(learner, REQUEST).calls == 1  # nothing known yet: the logprob call
+        learner.judge(REQUEST)  # learns: no logprobs, no n
+        without_n = estimate_request(learner, REQUEST)
+        assert without_n.calls == 5 and without_n.prompt_tokens == 5 * single.prompt_tokens

@@ -58,7 +58,7 @@ from tests.support.llamaindex_support import (
 
 pytestmark = pytest.mark.timeout(60)
 
-RETRIEVAL = "retrieval VectorIndexRetriever"
+RETRIEVAL = "retrieval Chroma"
 CHAT = "chat context-echo-1"
 
 
@@ -349,6 +349,7 @@ def test_streaming_query_consumed_fully(setup: Setup, inst: LlamaIndexInstrument
     spans = setup.spans()
     for turn in turns:
         assert metadata_of(turn)[STREAM_KEY] == "consumed"
+        assert metadata_of(turn)[JUDGE_CONTEXT_KEY] == "source_nodes"
         (chat,) = [s for s in children(spans, turn) if s.name == CHAT]  # made lazily, outside the query span
         assert chat.attributes[c.OUTPUT_VALUE] == turn.attributes[c.OUTPUT_VALUE]
         assert chat.status.status_code != StatusCode.ERROR
@@ -370,6 +371,7 @@ def test_streaming_query_abandoned_half_way(setup: Setup, inst: LlamaIndexInstru
     (turn,) = setup.check(kb, [q], answers={q: received})
     assert received and kb.answers[q].startswith(received) and received != kb.answers[q]
     assert metadata_of(turn)[STREAM_KEY] == "abandoned"
+    assert metadata_of(turn)[JUDGE_CONTEXT_KEY] == "source_nodes"
 
 
 def test_stream_closed_by_its_consumer(setup: Setup, inst: LlamaIndexInstrumentation, kb: KB) -> None:
@@ -380,6 +382,7 @@ def test_stream_closed_by_its_consumer(setup: Setup, inst: LlamaIndexInstrumenta
     assert inst.stats()["closed_turns"] == 1  # at once, not when the response is collected
     (turn,) = setup.check(kb, [q], answers={q: first})
     assert metadata_of(turn)[STREAM_KEY] == "abandoned"
+    assert metadata_of(turn)[JUDGE_CONTEXT_KEY] == "source_nodes"
 
 
 def test_stream_failing_mid_way_is_an_error_turn(setup: Setup, inst: LlamaIndexInstrumentation,
@@ -666,3 +669,81 @@ def test_legacy_handler_ten_concurrent_aquery(setup: Setup, legacy: tuple[RagAud
     assert [str(r) for r in asyncio.run(main())] == [kb.answers[q] for q in questions]
     setup.check(kb, questions)
     assert handler.stats()["closed_turns"] == 10
+
+
+# --- the same turn as the LangChain integration --------------------------------------------------------
+
+
+def test_same_spans_and_audit_line_as_langchain_for_the_same_question(
+        memory_exporter: InMemorySpanExporter, memory_provider: TracerProvider, tmp_path: Path, kb: KB) -> None:
+    """The same knowledge base, question, answer and judge through both integrations give the same
+    turn: the same spans with the same attributes and the same audit line, apart from ids, times
+    and the framework's own names."""
+    from tests import test_langchain_handler as lc
+
+    q = QUESTIONS[4]
+    relevant = {kb.expected[q][1]: 1}
+    recorded: dict[str, tuple[list[ReadableSpan], dict[str, Any]]] = {}
+
+    def record(framework: str, run: Any) -> None:
+        log = tmp_path / f"{framework}.jsonl"
+        auditor = Auditor(FakeJudge(doc_ids_judge), audit_log=log, tracer_provider=memory_provider)
+        try:
+            assert run(auditor) == kb.answers[q]
+            assert auditor.flush(10)
+        finally:
+            auditor.shutdown()
+        recorded[framework] = list(memory_exporter.get_finished_spans()), read_audit_log(log)[0]
+        memory_exporter.clear()
+
+    lc_kb = lc.KB()
+    assert lc_kb.expected[q] == kb.expected[q]
+    record("langchain", lambda auditor: lc.rag_chain(lc_kb.retriever).invoke(q, config={
+        "callbacks": [lc.RagAuditCallbackHandler(auditor=auditor)],
+        "metadata": {"ragaudit_relevant_ids": relevant}}))
+
+    def llama(auditor: Auditor) -> str:
+        llamaindex.instrument(auditor=auditor)
+        try:
+            with instrument_tags({"ragaudit_relevant_ids": relevant}):
+                return str(kb.engine().query(q))
+        finally:
+            llamaindex.uninstrument()
+
+    record("llamaindex", llama)
+
+    (lc_spans, lc_line), (li_spans, li_line) = recorded["langchain"], recorded["llamaindex"]
+    own = {"ts", "turn_id", "trace_id", "span_id", "framework", "latency_s"}
+    assert set(lc_line) == set(li_line)
+    for key in set(lc_line) - own - {"documents"}:
+        assert lc_line[key] == li_line[key], key
+    # LangChain's Chroma retriever reports no scores; LlamaIndex's does.
+    assert [{**d, "score": None} for d in lc_line["documents"]] == \
+        [{**d, "score": None} for d in li_line["documents"]]
+    assert li_line["framework"] == "llamaindex" and lc_line["framework"] == "langchain"
+
+    def by_name(spans: list[ReadableSpan]) -> dict[str, dict[str, Any]]:
+        out = {s.name: dict(s.attributes or {}) for s in spans}
+        retrieval = out.get(RETRIEVAL, {})
+        for key in (c.GEN_AI_RETRIEVAL_DOCUMENTS, c.LANGFUSE_OBSERVATION_OUTPUT):  # summaries with scores
+            if key in retrieval:
+                retrieval[key] = [{**d, "score": None} for d in json.loads(str(retrieval[key]))]
+        return out
+
+    lc_by, li_by = by_name(lc_spans), by_name(li_spans)
+    assert sorted(lc_by) == sorted(li_by) == sorted([c.SPAN_TURN, RETRIEVAL, CHAT, c.SPAN_JUDGE])
+    differ = {c.ATTR_TURN_ID, c.ATTR_FRAMEWORK, c.METADATA, c.ATTR_JUDGE_LATENCY_S}
+    # Each framework has its own prompt template: the prompt and what is counted from it differ.
+    differ |= {c.INPUT_VALUE, c.input_message_keys(0)[1], c.ATTR_PROMPT_CHARS, c.GEN_AI_USAGE_INPUT_TOKENS,
+               c.LLM_TOKEN_COUNT_PROMPT, c.LLM_TOKEN_COUNT_TOTAL, c.LANGFUSE_OBSERVATION_USAGE_DETAILS}
+    # The stand-in models: LangChain's names its provider, ours is no llama_index.llms package.
+    provider = {c.GEN_AI_PROVIDER_NAME, c.LLM_PROVIDER}
+    assert provider <= set(lc_by[CHAT]) and not provider & set(li_by[CHAT])
+    for name in lc_by:
+        lc_attrs = {k: v for k, v in lc_by[name].items()
+                    if ("score" not in k or name == c.SPAN_JUDGE) and k not in provider}
+        li_attrs = {k: v for k, v in li_by[name].items() if "score" not in k or name == c.SPAN_JUDGE}
+        assert set(lc_attrs) == set(li_attrs), name
+        assert {k for k in set(lc_attrs) - differ if lc_attrs[k] != li_attrs[k]} == set(), name
+    assert lc_by[c.SPAN_TURN][c.INPUT_VALUE] == li_by[c.SPAN_TURN][c.INPUT_VALUE] == q
+    assert li_by[c.SPAN_TURN][c.retrieval_metric_key("mrr@10")] == pytest.approx(0.5)

@@ -291,8 +291,8 @@ def test_bad_criterion_names(name: str) -> None:
 
 
 def test_anchor_levels_given_as_strings_are_read() -> None:
-    assert dict(Criterion("c", "d", scale=(0, 2), anchors={"2": "top", "0": "bottom"}).anchors) == \
-        {2: "top", 0: "bottom"}
+    criterion = Criterion("c", "d", scale=(0, 2), anchors={"2": "top", "0": "bottom"})  # type: ignore[dict-item]
+    assert dict(criterion.anchors) == {2: "top", 0: "bottom"}
 
 
 @pytest.mark.parametrize("kwargs, match", [

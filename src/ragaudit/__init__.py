@@ -21,23 +21,41 @@ __version__ = "0.1.0"
 __all__ = [
     "Auditor",
     "BaseRagJudge",
+    "CachedJudge",
     "ChatRagJudge",
     "Citation",
     "ConfigurationError",
+    "ConsensusJudge",
+    "CorrectnessJudge",
+    "CostEstimate",
+    "Criterion",
+    "EvaluationReport",
     "FakeJudge",
+    "GEvalJudge",
     "Generation",
     "JudgeError",
     "JudgeRequest",
     "Judgement",
+    "JuryJudge",
     "LexicalJudge",
+    "MemoryCache",
     "MetricError",
+    "PairwiseJudge",
     "RagAuditError",
     "RagJudge",
     "RagTurn",
     "Retrieval",
     "RetrievedDoc",
+    "RubricJudge",
+    "RuleJudge",
+    "SqliteCache",
+    "TieredJudge",
     "__version__",
+    "assert_rag_quality",
+    "calibrate",
     "default_judge",
+    "estimate_cost",
+    "evaluate",
     "metrics",
     "tracing",
 ]
@@ -49,15 +67,43 @@ _LAZY = {
     "ChatRagJudge": ("ragaudit.judges.chat", "ChatRagJudge"),
     "LexicalJudge": ("ragaudit.judges.lexical", "LexicalJudge"),
     "default_judge": ("ragaudit.judges", "default_judge"),
+    "RubricJudge": ("ragaudit.judges.rubric", "RubricJudge"),
+    "Criterion": ("ragaudit.judges.rubric", "Criterion"),
+    "CorrectnessJudge": ("ragaudit.judges.correctness", "CorrectnessJudge"),
+    "RuleJudge": ("ragaudit.judges.rules", "RuleJudge"),
+    "TieredJudge": ("ragaudit.judges.rules", "TieredJudge"),
+    "CachedJudge": ("ragaudit.judges.cache", "CachedJudge"),
+    "MemoryCache": ("ragaudit.judges.cache", "MemoryCache"),
+    "SqliteCache": ("ragaudit.judges.cache", "SqliteCache"),
+    "estimate_cost": ("ragaudit.judges.cost", "estimate_cost"),
+    "CostEstimate": ("ragaudit.judges.cost", "CostEstimate"),
+    "GEvalJudge": ("ragaudit.judges.geval", "GEvalJudge"),
+    "PairwiseJudge": ("ragaudit.judges.pairwise", "PairwiseJudge"),
+    "JuryJudge": ("ragaudit.judges.ensemble", "JuryJudge"),
+    "ConsensusJudge": ("ragaudit.judges.ensemble", "ConsensusJudge"),
+    "calibrate": ("ragaudit.judges.calibration", "calibrate"),
+    "evaluate": ("ragaudit.evaluation", "evaluate"),
+    "EvaluationReport": ("ragaudit.evaluation", "EvaluationReport"),
+    "assert_rag_quality": ("ragaudit.evaluation", "assert_rag_quality"),
     "metrics": ("ragaudit.metrics", None),
     "tracing": ("ragaudit.tracing", None),
 }
 
 if TYPE_CHECKING:
     from . import metrics, tracing
+    from .evaluation import EvaluationReport, assert_rag_quality, evaluate
     from .judges import default_judge
+    from .judges.cache import CachedJudge, MemoryCache, SqliteCache
+    from .judges.calibration import calibrate
     from .judges.chat import ChatRagJudge
+    from .judges.correctness import CorrectnessJudge
+    from .judges.cost import CostEstimate, estimate_cost
+    from .judges.ensemble import ConsensusJudge, JuryJudge
+    from .judges.geval import GEvalJudge
     from .judges.lexical import LexicalJudge
+    from .judges.pairwise import PairwiseJudge
+    from .judges.rubric import Criterion, RubricJudge
+    from .judges.rules import RuleJudge, TieredJudge
     from .online import Auditor
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures.thread
 import logging
 import os
@@ -68,6 +69,56 @@ def _register_exit(callback: Callable[[], None]) -> None:
     atexit.register(callback)
 
 
+_sigterm_lock = threading.Lock()
+_sigterm_auditors: weakref.WeakSet[Auditor] = weakref.WeakSet()
+_sigterm_installed = False
+
+
+def _flush_on_sigterm(auditor: Auditor) -> None:
+    """Have SIGTERM flush *auditor* before the process dies (``Auditor(handle_signals=True)``)."""
+    global _sigterm_installed
+    import signal
+
+    with _sigterm_lock:
+        _sigterm_auditors.add(auditor)
+        if _sigterm_installed and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            return
+        _sigterm_installed = False
+        if threading.current_thread() is not threading.main_thread():
+            logger.warning("ragaudit: handle_signals=True needs the main thread (signal handlers can only be "
+                           "set there); SIGTERM will not flush pending judgements")
+            return
+        current = signal.getsignal(signal.SIGTERM)
+        if current is not signal.SIG_DFL:
+            logger.warning("ragaudit: the application has its own SIGTERM handler (%r); ragaudit leaves it in "
+                           "place, and pending judgements are flushed only if it exits the interpreter "
+                           "normally (sys.exit)", current)
+            return
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        _sigterm_installed = True
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    import signal
+
+    auditors = list(_sigterm_auditors)
+    if auditors:
+        # Flushed from threads of their own, so a lock the interrupted main thread holds cannot
+        # deadlock it; the wait is bounded by the auditors' exit timeouts.
+        threads = [threading.Thread(target=auditor.shutdown, name="ragaudit-sigterm-flush", daemon=True)
+                   for auditor in auditors]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + max(a.exit_timeout_s for a in auditors) + 1.0
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if any(thread.is_alive() for thread in threads):
+            print("ragaudit: SIGTERM: the flush did not finish in time; judgements still pending were "
+                  "not recorded", file=sys.stderr)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
 class _RateLimitedLog:
     """Log a kind of problem once, then at most every *interval* seconds, with a count."""
 
@@ -90,6 +141,106 @@ class _RateLimitedLog:
         logger.warning(message + suffix, *args)
 
 
+_CLOSE_BATCH = 64
+_CLOSE_DELAY_S = 0.1
+
+
+class _Closer:
+    """A bounded queue of jobs run in batches on one background thread (see :meth:`Auditor.defer`).
+
+    ``put`` never blocks: it appends to a deque and wakes the thread only when the queue was empty or
+    holds a full batch, so a busy host wakes it about once per batch, not once per turn. The thread
+    then waits up to *delay_s* for a batch to gather (a flush cuts the wait short) and runs the jobs
+    in order. ``drain`` waits until every job put so far has run.
+    """
+
+    def __init__(self, max_queue: int, on_error: Callable[[BaseException], None],
+                 batch: int = _CLOSE_BATCH, delay_s: float = _CLOSE_DELAY_S) -> None:
+        self.max_queue = max_queue
+        self._batch = batch
+        self._delay_s = delay_s
+        self._on_error = on_error
+        self._jobs: collections.deque[Callable[[], None]] = collections.deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._running = False
+        self._urgent = 0
+        self._thread: threading.Thread | None = None
+
+    def put(self, job: Callable[[], None]) -> bool:
+        jobs = self._jobs
+        if len(jobs) >= self.max_queue:
+            return False
+        jobs.append(job)
+        if self._thread is None:
+            self._start()
+        queued = len(jobs)
+        if queued == 1 or queued == self._batch:
+            with self._cond:
+                self._cond.notify()
+        return True
+
+    def drain(self, timeout: float | None) -> bool:
+        """Run what is queued now and wait for it; False when *timeout* (seconds) ran out first."""
+        if threading.current_thread() is self._thread:
+            return True  # a job that flushes must not wait for itself
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            # No thread to run them (it could not start, or the process was forked): run them here.
+            self._run_jobs()
+            return True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            self._urgent += 1
+            self._cond.notify_all()
+            try:
+                while self._jobs or self._running:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return False
+                    self._cond.wait(remaining)
+            finally:
+                self._urgent -= 1
+        return True
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def _start(self) -> None:
+        with self._cond:
+            if self._thread is None:
+                thread = threading.Thread(target=self._loop, name="ragaudit-closer", daemon=True)
+                thread.start()
+                self._thread = thread
+
+    def _loop(self) -> None:
+        cond, jobs = self._cond, self._jobs
+        while True:
+            with cond:
+                while not jobs:
+                    cond.wait()
+                if not self._urgent and len(jobs) < self._batch:
+                    cond.wait(self._delay_s)  # let a batch gather; put() or drain() cut this short
+                self._running = True
+            try:
+                self._run_jobs()
+            finally:
+                with cond:
+                    self._running = False
+                    cond.notify_all()
+
+    def _run_jobs(self) -> None:
+        jobs = self._jobs
+        while jobs:
+            try:
+                job = jobs.popleft()
+            except IndexError:
+                return
+            try:
+                job()
+            except Exception as exc:
+                self._on_error(exc)
+
+
 class Auditor:
     """Judges finished :class:`~ragaudit.RagTurn` s in the background and sends the judgements on.
 
@@ -107,6 +258,13 @@ class Auditor:
     Pending judgements are flushed at normal interpreter exit (within *exit_timeout_s*); a
     shortfall is written to stderr. ``stats()`` always satisfies ``submitted == judged + failed +
     dropped + sampled_out + pending``.
+
+    SIGTERM (``docker stop``, Kubernetes) kills a Python process without running exit hooks, so
+    judgements still pending then are lost. With ``handle_signals=True`` (from the main thread),
+    SIGTERM first flushes every such auditor (within its *exit_timeout_s*, a shortfall reported on
+    stderr) and then terminates the process the default way. A SIGTERM handler the application
+    installed itself is never replaced: it is left in place (with a warning), and the normal exit
+    flush runs if that handler exits the interpreter (``sys.exit``).
     """
 
     def __init__(
@@ -126,6 +284,7 @@ class Auditor:
         redact: Callable[[str], str] | None = None,
         max_context_chars: int = 24_000,
         exit_timeout_s: float = 30.0,
+        handle_signals: bool = False,
     ) -> None:
         if mode not in ("background", "inline"):
             raise ConfigurationError(f"mode must be 'background' or 'inline', got {mode!r}")
@@ -164,6 +323,7 @@ class Auditor:
         self.exit_timeout_s = exit_timeout_s
         self._on_judgement = on_judgement
         self._sinks = sinks
+        self._redact = redact
         self._recorder = SpanRecorder(tracer_provider, capture_content=capture_content, redact=redact)
         for sink in sinks:
             bind = getattr(sink, "bind_recorder", None)
@@ -183,7 +343,8 @@ class Auditor:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._counts = {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0,
-                        "sink_errors": 0}
+                        "sink_errors": 0, "close_dropped": 0}
+        self._closer: _Closer | None = None
         self._pending = 0
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -199,6 +360,8 @@ class Auditor:
                 auditor._exit()
 
         _register_exit(_at_exit)
+        if handle_signals:
+            _flush_on_sigterm(self)
 
     # -- public API -------------------------------------------------------------------------
 
@@ -206,6 +369,11 @@ class Auditor:
     def recorder(self) -> Any:
         """The :class:`~ragaudit.tracing.SpanRecorder` this auditor writes judge spans with."""
         return self._recorder
+
+    @property
+    def redact(self) -> Callable[[str], str] | None:
+        """The redaction hook applied to every text this auditor records (None: none)."""
+        return self._redact
 
     def submit(self, turn: RagTurn) -> SubmitStatus:
         """Hand *turn* over for judging. Never blocks (except in inline mode) and never raises.
@@ -221,9 +389,49 @@ class Auditor:
                 self._counts["dropped"] += 1
             return "dropped"
 
+    def defer(self, job: Callable[[], None]) -> bool:
+        """Run *job* soon on the auditor's closing thread, never on the caller's. Never blocks or raises.
+
+        Integrations close a turn this way: at the end of a run they hand over the raw run data,
+        and *job* builds the :class:`~ragaudit.RagTurn`, records its spans (with the times the
+        framework reported) and :meth:`submit` s it, so none of that work is on the host's thread.
+        Jobs run in order, in batches (one gathers for up to 0.1 s); :meth:`flush`,
+        :meth:`shutdown` and the exit hook run every job deferred before them. In inline mode, and
+        after :meth:`shutdown`, *job* runs at once on the caller's thread. Returns False when
+        *max_queue* jobs are already waiting: *job* is dropped and counted in
+        ``stats()["close_dropped"]``. *job* should not raise; if it does, the error is logged.
+        """
+        try:
+            if self.mode == "inline" or self._closed:
+                job()
+                return True
+            closer = self._closer
+            if closer is None:
+                with self._lock:
+                    if self._closer is None:
+                        self._closer = _Closer(self.max_queue, self._job_failed)
+                    closer = self._closer
+            if closer.put(job):
+                return True
+        except Exception as exc:
+            self._job_failed(exc)
+            return False
+        with self._lock:
+            self._counts["close_dropped"] += 1
+        self._log.warning("close_dropped", "ragaudit: a finished turn was dropped before it was recorded "
+                          "(%d turns already waiting to be closed, max_queue=%d); stats=%s",
+                          len(closer), self.max_queue, self.stats())
+        return False
+
     def flush(self, timeout: float | None = 30.0) -> bool:
-        """Wait until every accepted turn is judged and its sinks flushed; False on timeout."""
+        """Wait until every turn handed over so far is recorded and judged and the sinks are flushed.
+
+        Returns False when *timeout* (seconds) ran out first.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
+        closer = self._closer
+        if closer is not None and not closer.drain(timeout):
+            return False
         with self._idle:
             while self._pending:
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -247,16 +455,27 @@ class Auditor:
         Turns submitted afterwards are counted as dropped. Returns False when judgements were
         still pending at the deadline (they are reported as lost on stderr).
         """
+        budget = self.exit_timeout_s if timeout is None else timeout
+        deadline = time.monotonic() + budget
+        with self._lock:
+            if self._closed:
+                return self._pending == 0
+        # Turns still being closed are submitted before the auditor stops accepting them.
+        closer = self._closer
+        if closer is not None:
+            closer.drain(budget)
         with self._lock:
             if self._closed:
                 return self._pending == 0
             self._closed = True
-        ok = self.flush(self.exit_timeout_s if timeout is None else timeout)
+        ok = self.flush(max(0.0, deadline - time.monotonic()))
         with self._lock:
             lost = self._pending
-        if lost:
-            print(f"ragaudit: {lost} judgement(s) still pending at shutdown were not recorded "
-                  f"(flush timeout {self.exit_timeout_s:g}s); stats={self.stats()}", file=sys.stderr)
+        unclosed = len(closer) if closer is not None else 0
+        if lost or unclosed:
+            print(f"ragaudit: {lost} judgement(s) still pending and {unclosed} turn(s) still waiting to be "
+                  f"recorded at shutdown were lost (flush timeout {budget:g}s); stats={self.stats()}",
+                  file=sys.stderr)
         for sink in self._sinks:
             try:
                 sink.shutdown()
@@ -268,16 +487,20 @@ class Auditor:
             self._pool.shutdown(wait=False)
         if self._audit_log is not None:
             self._audit_log.close()
-        return ok and not lost
+        return ok and not lost and not unclosed
 
     def stats(self) -> dict[str, int]:
-        """Counts: submitted, judged, failed, dropped, sampled_out, pending, sink_errors.
+        """Counts: submitted, judged, failed, dropped, sampled_out, pending, sink_errors, close_dropped,
+        closing.
 
         ``sink_errors`` adds the sinks' own delivery failures (items a sink gave up on).
+        ``closing`` is how many finished turns wait to be recorded (:meth:`defer`) and
+        ``close_dropped`` how many were dropped because *max_queue* were waiting already.
         """
         sink_errors = sum(int(getattr(sink, "errors", 0) or 0) for sink in self._sinks)
+        closer = self._closer
         with self._lock:
-            stats = {**self._counts, "pending": self._pending}
+            stats = {**self._counts, "pending": self._pending, "closing": len(closer) if closer else 0}
         stats["sink_errors"] += sink_errors
         return stats
 
@@ -400,6 +623,10 @@ class Auditor:
             except Exception as exc:
                 self._sink_failed(self._on_judgement, exc)
 
+    def _job_failed(self, exc: BaseException) -> None:
+        self._log.warning(f"job:{type(exc).__name__}", "ragaudit: closing a turn failed (the pipeline is "
+                          "unaffected): %s: %s", type(exc).__name__, exc)
+
     def _sink_failed(self, sink: object, exc: BaseException) -> None:
         with self._lock:
             self._counts["sink_errors"] += 1
@@ -410,9 +637,10 @@ class Auditor:
     def _exit(self) -> None:
         if self._closed:
             return
-        pending = self.stats()["pending"]
-        if pending:
-            logger.info("ragaudit: flushing %d pending judgement(s) at exit", pending)
+        stats = self.stats()
+        if stats["pending"] or stats["closing"]:
+            logger.info("ragaudit: flushing %d pending judgement(s) and %d turn(s) at exit", stats["pending"],
+                        stats["closing"])
         self.shutdown(self.exit_timeout_s)
 
 

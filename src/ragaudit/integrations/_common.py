@@ -6,6 +6,11 @@ long-running process cannot leak), :func:`doc_id_from` / :func:`source_from` / :
 read documents the way DESIGN.md says, :func:`build_turn` assembles the turn and
 :func:`finish_turn` hands it to the :class:`~ragaudit.Auditor` and the span recorder. Nothing here
 imports a framework.
+
+The host's thread does as little as it can: while a run is open, dictionary updates; when it ends,
+:func:`close_later` hands the raw run data (with the OTel context captured at its start by
+:func:`current_context`) to a background thread, which builds the turn, finds its citations,
+records its spans with the framework's timestamps and submits it for judging.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from opentelemetry import context as _otel_context
 
 from ..errors import ConfigurationError
 from ..online import DEFAULT_TURN_MEASURES, _RateLimitedLog, turn_metrics
@@ -38,6 +45,8 @@ __all__ = [
     "RunStore",
     "build_turn",
     "check_measures",
+    "close_later",
+    "current_context",
     "default_auditor",
     "doc_id_from",
     "finish_turn",
@@ -247,6 +256,30 @@ def finish_turn(
     except Exception as exc:
         report_failure("ending a turn span", exc)
     return status
+
+
+def current_context() -> Any:
+    """The OpenTelemetry context now: what a turn span started later must take as its parent."""
+    return _otel_context.get_current()
+
+
+def close_later(auditor: Any, job: Callable[[], None]) -> None:
+    """Run *job* (build, trace and submit one finished turn) off the host's thread. Never raises.
+
+    The job goes to *auditor*'s closing thread (:meth:`~ragaudit.Auditor.defer`: bounded, batched,
+    drained by ``flush()``, ``shutdown()`` and at exit; a job the full queue cannot take is
+    dropped and counted in ``stats()["close_dropped"]``). It runs at once on this thread when the
+    auditor judges inline (so the turn is judged before the run returns) or is a stand-in without
+    ``defer``.
+    """
+    try:
+        defer = getattr(auditor, "defer", None)
+        if defer is not None:
+            defer(job)
+            return
+        job()
+    except Exception as exc:
+        report_failure("closing a turn", exc)
 
 
 # --- the shared default auditor --------------------------------------------------------------------

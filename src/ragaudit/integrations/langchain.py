@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, cast
 from uuid import UUID
 
@@ -28,6 +29,8 @@ from ._common import (
     RunStore,
     build_turn,
     check_measures,
+    close_later,
+    current_context,
     doc_id_from,
     finish_turn,
     ground_truth_from,
@@ -127,18 +130,28 @@ def _error_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def _convert_documents(documents: Sequence[Any]) -> tuple[RetrievedDoc, ...]:
+_RawDoc = tuple[Any, Any, Mapping[str, Any]]  # (id, page_content, metadata copy) as the retriever returned it
+
+
+def _snapshot_documents(documents: Sequence[Any] | None) -> tuple[_RawDoc, ...]:
+    """What a retriever returned, as it is now (a later step may edit a document's metadata); cheap,
+    so it can run on the host's thread. :func:`_convert_documents` does the rest in the background."""
     out = []
-    for rank, doc in enumerate(documents, 1):
-        content = getattr(doc, "page_content", None)
+    for doc in documents or ():
+        metadata = getattr(doc, "metadata", None)
+        out.append((getattr(doc, "id", None), getattr(doc, "page_content", None),
+                    dict(metadata) if isinstance(metadata, Mapping) else {}))
+    return tuple(out)
+
+
+def _convert_documents(documents: Sequence[_RawDoc]) -> tuple[RetrievedDoc, ...]:
+    out = []
+    for rank, (doc_id, content, metadata) in enumerate(documents, 1):
         if not isinstance(content, str):
             content = "" if content is None else str(content)
-        metadata = getattr(doc, "metadata", None)
-        if not isinstance(metadata, Mapping):
-            metadata = {}
         source = source_from(metadata)
         out.append(RetrievedDoc(
-            id=doc_id_from(getattr(doc, "id", None), metadata, content, source),
+            id=doc_id_from(doc_id, metadata, content, source),
             content=content,
             score=score_from(metadata),
             rank=rank,
@@ -213,12 +226,19 @@ def _model_name(invocation_params: Any, metadata: Mapping[str, Any] | None) -> s
 # --- per-turn state ----------------------------------------------------------------------------------
 
 
+# What the host's thread keeps of a turn: raw values only. Records are built when the turn closes,
+# on the auditor's closing thread.
+
+
 @dataclass(slots=True)
 class _OpenRetrieval:
     name: str
     query: str | None
     started_at: int
     seq: int = 0
+    ended_at: int | None = None
+    documents: tuple[_RawDoc, ...] = ()
+    error: str | None = None
 
 
 @dataclass(slots=True)
@@ -228,6 +248,12 @@ class _OpenGeneration:
     prompt: Any
     started_at: int
     seq: int = 0
+    ended_at: int | None = None
+    response: Any = None  # the LLMResult, read at close
+    error: str | None = None
+
+
+_Child = _OpenRetrieval | _OpenGeneration
 
 
 @dataclass(slots=True)
@@ -238,13 +264,12 @@ class _Turn:
     name: str | None
     query: str | None
     metadata: Mapping[str, Any] | None
-    handle: Any = None
-    outputs: Any = None
+    context: Any = None  # the OTel context at the root's start: the turn span's parent
+    answer: str | None = None  # read when the root ends: the caller may change its output afterwards
     error: str | None = None
     seq: int = 0
-    open_children: dict[int, _OpenRetrieval | _OpenGeneration] = field(default_factory=dict)
-    retrievals: list[tuple[int, Retrieval]] = field(default_factory=list)
-    generations: list[tuple[int, Generation]] = field(default_factory=list)
+    open_children: dict[int, _Child] = field(default_factory=dict)
+    finished: list[_Child] = field(default_factory=list)
 
 
 class RagAuditCallbackHandler(BaseCallbackHandler):
@@ -285,8 +310,11 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
         turn_measures: retrieval metrics put on the turn span when ground truth is known.
 
     The handler never raises into the chain: a failure inside it is logged (rate-limited) on the
-    ``ragaudit`` logger. Per event it does a dictionary update under a short lock; the turn span
-    is started when the root starts and everything else happens when the turn closes.
+    ``ragaudit`` logger. On the chain's thread it only keeps the raw events (a dictionary update
+    under a short lock per event); when a turn closes it hands them to the auditor's closing
+    thread (:meth:`~ragaudit.Auditor.defer`), which builds the turn, finds its citations, records
+    its spans with the times the events happened and submits it. :meth:`flush` waits for that too.
+    With an inline auditor (``mode="inline"``) the turn is closed and judged before the run returns.
     """
 
     raise_error: bool = False
@@ -315,7 +343,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
     # -- public helpers -------------------------------------------------------------------------
 
     def flush(self, timeout: float | None = 30.0) -> bool:
-        """Wait for the judgements of the turns closed so far (see :meth:`Auditor.flush`)."""
+        """Wait until the turns closed so far are recorded and judged (see :meth:`Auditor.flush`)."""
         return self.auditor.flush(timeout)
 
     def stats(self) -> dict[str, int]:
@@ -334,37 +362,27 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
         name: str | None,
         question: Any,
         metadata: Mapping[str, Any] | None,
-        child: _OpenRetrieval | _OpenGeneration | None,
+        child: _Child | None,
         now: int,
     ) -> None:
         """Register a run. *kind* (chain, retriever, llm) None means it never starts a turn (tools)."""
         # UUIDs hash in Python code; their 128-bit ints hash in C, and every event does a few lookups.
         key = run_id.int
         parent = parent_run_id.int if parent_run_id is not None else None
-        recorder = self.recorder
-        handle = recorder.start_turn(start_ns=now) if parent is None and kind is not None else None
 
         def new_turn() -> _Turn:
-            return _Turn(run_id, key, now, name, _query_from(question), metadata, handle)
+            # A root under a parent we never saw (e.g. a LangSmith @traceable) is a turn too.
+            return _Turn(run_id, key, now, name, _query_from(question), metadata, current_context())
 
         store = self._store
         with store.lock:
-            turn, is_root, evicted = store.start(key, parent, new_turn if kind else None)
+            turn, _, evicted = store.start(key, parent, new_turn if kind else None)
             if turn is not None and child is not None:
                 child.seq = turn.seq
                 turn.seq += 1
                 turn.open_children[key] = child
-        if is_root and turn is not None and turn.handle is None:
-            # A root under a parent we never saw (e.g. a LangSmith @traceable): start its span now.
-            turn.handle = recorder.start_turn(start_ns=now)
         for old in evicted:
-            self._close(old, evicted=True)
-
-    def _open_child(self, run_id: UUID) -> _OpenRetrieval | _OpenGeneration | None:
-        key = run_id.int
-        with self._store.lock:
-            turn = self._store.state_of(key)
-            return turn.open_children.get(key) if turn is not None else None
+            self._hand_off(old, evicted=True)
 
     def _end(
         self,
@@ -373,10 +391,12 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
         outputs: Any = None,
         inputs: Any = None,
         error: BaseException | None = None,
-        finished: Retrieval | Generation | None = None,
+        documents: tuple[_RawDoc, ...] = (),
+        response: Any = None,
+        now: int = 0,
     ) -> None:
-        """Register the end of a run (*finished*: its retrieval or generation record); close its
-        turn when this completes it."""
+        """Register the end of a run (a retriever's *documents* snapshot, a model's *response*);
+        close its turn when this completes it."""
         key = run_id.int
         store = self._store
         with store.lock:
@@ -384,11 +404,15 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
             if turn is None:
                 return
             child = turn.open_children.pop(key, None)
-            if child is not None and finished is not None:
-                if isinstance(finished, Retrieval):
-                    turn.retrievals.append((child.seq, finished))
+            if child is not None:
+                child.ended_at = now or time.time_ns()
+                if error is not None:
+                    child.error = _error_text(error)
+                elif isinstance(child, _OpenRetrieval):
+                    child.documents = documents
                 else:
-                    turn.generations.append((child.seq, finished))
+                    child.response = response
+                turn.finished.append(child)
             is_root = turn.key == key
             if is_root:
                 if turn.query is None and inputs is not None:
@@ -396,33 +420,60 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
                 if error is not None:
                     turn.error = _error_text(error)
                 else:
-                    turn.outputs = outputs
+                    turn.answer = _answer_from(outputs)
             turn, complete = store.end(key, force=is_root and error is not None)
         if complete and turn is not None:
-            self._close(turn)
+            self._hand_off(turn)
 
     # -- closing --------------------------------------------------------------------------------
 
-    def _close(self, turn: _Turn, *, evicted: bool = False) -> None:
+    def _hand_off(self, turn: _Turn, *, evicted: bool = False) -> None:
+        """On the host's thread: count the turn closed and leave the rest to the closing thread.
+
+        The turn is out of the run store by now, so no event can touch it any more.
+        """
+        now = time.time_ns()
+        with self._store.lock:
+            self._closed_turns += 1
+        close_later(self.auditor, partial(self._close, turn, now, evicted))
+
+    def _records(self, turn: _Turn, now: int) -> tuple[list[Retrieval], list[Generation]]:
+        """The turn's retriever and model calls as records: finished ones in start order, then the
+        ones still open when it closed (as errors ending at *now*)."""
+        capture = self.recorder.capture_content
+        retrievals: list[Retrieval] = []
+        generations: list[Generation] = []
+        finished = sorted(turn.finished, key=lambda child: child.seq)
+        unfinished = sorted(turn.open_children.values(), key=lambda child: child.seq)
+        for child in (*finished, *unfinished):
+            ended_at = child.ended_at if child.ended_at is not None else now
+            error = child.error if child.ended_at is not None else "unfinished when the turn closed"
+            if isinstance(child, _OpenRetrieval):
+                retrievals.append(Retrieval(name=child.name, documents=_convert_documents(child.documents),
+                                            query=child.query, started_at=child.started_at,
+                                            ended_at=ended_at, error=error))
+                continue
+            text = input_tokens = output_tokens = response_model = None
+            if child.response is not None and error is None:
+                text, input_tokens, output_tokens, response_model = _read_llm_result(child.response)
+            generations.append(Generation(
+                model=child.model or response_model,
+                prompt=_prompt_text(child.prompt) if capture and child.ended_at is not None else None,
+                output=text, input_tokens=input_tokens, output_tokens=output_tokens,
+                started_at=child.started_at, ended_at=ended_at, error=error, provider=child.provider,
+            ))
+        return retrievals, generations
+
+    def _close(self, turn: _Turn, now: int, evicted: bool) -> None:
+        """On the closing thread: build the turn, record its spans, submit it."""
+        handle = self.recorder.start_turn(start_ns=turn.started_at, parent=turn.context)
         try:
-            now = time.time_ns()
             error = turn.error
             if evicted:
                 error = (f"ragaudit: turn evicted before it finished ({self._store.max_runs} turns were "
                          "open; raise max_runs or look for runs that never end)")
-            retrievals = [r for _, r in sorted(turn.retrievals, key=lambda item: item[0])]
-            generations = [g for _, g in sorted(turn.generations, key=lambda item: item[0])]
-            unfinished = sorted(turn.open_children.values(), key=lambda child: child.seq)
-            for child in unfinished:
-                if isinstance(child, _OpenRetrieval):
-                    retrievals.append(Retrieval(name=child.name, query=child.query,
-                                                started_at=child.started_at, ended_at=now,
-                                                error="unfinished when the turn closed"))
-                else:
-                    generations.append(Generation(model=child.model, provider=child.provider,
-                                                  started_at=child.started_at, ended_at=now,
-                                                  error="unfinished when the turn closed"))
-            answer = _answer_from(turn.outputs) if error is None else None
+            retrievals, generations = self._records(turn, now)
+            answer = turn.answer if error is None else None
             if answer is None and error is None:
                 answer = next((g.output for g in reversed(generations)
                                if g.output is not None and g.error is None), None)
@@ -440,17 +491,16 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
             rag_turn = build_turn(
                 turn_id=str(turn.run_id), query=query, answer=answer, framework=FRAMEWORK,
                 retrievals=retrievals, generations=generations, started_at=turn.started_at, ended_at=now,
-                handle=turn.handle, relevant_ids=relevant_ids, metadata=metadata, error=error,
+                handle=handle, relevant_ids=relevant_ids, metadata=metadata, error=error,
             )
         except Exception as exc:
             report_failure("building a LangChain turn", exc)
             rag_turn = RagTurn(turn_id=str(turn.run_id), query="", answer=None, framework=FRAMEWORK,
-                               started_at=turn.started_at, error=f"ragaudit could not build this turn: {exc}")
+                               started_at=turn.started_at, ended_at=now,
+                               error=f"ragaudit could not build this turn: {exc}")
         judged = rag_turn.answer is not None and rag_turn.error is None and bool(rag_turn.retrievals)
-        finish_turn(self.recorder, self.auditor if judged else None, turn.handle, rag_turn,
+        finish_turn(self.recorder, self.auditor if judged else None, handle, rag_turn,
                     measures=self.turn_measures)
-        with self._store.lock:
-            self._closed_turns += 1
 
     # -- chains ---------------------------------------------------------------------------------
 
@@ -493,30 +543,18 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
         except Exception as exc:
             report_failure("on_retriever_start", exc)
 
-    def _end_retriever(self, run_id: UUID, documents: Sequence[Any] | None,
-                       error: BaseException | None) -> None:
-        now = time.time_ns()
-        child = self._open_child(run_id)
-        retrieval = None
-        if isinstance(child, _OpenRetrieval):
-            retrieval = Retrieval(
-                name=child.name, documents=_convert_documents(documents or ()), query=child.query,
-                started_at=child.started_at, ended_at=now,
-                error=_error_text(error) if error is not None else None,
-            )
-        self._end(run_id, error=error, finished=retrieval)
-
     def on_retriever_end(self, documents: Sequence[Any], *, run_id: UUID, parent_run_id: UUID | None = None,
                          **kwargs: Any) -> None:
         try:
-            self._end_retriever(run_id, documents, None)
+            now = time.time_ns()
+            self._end(run_id, documents=_snapshot_documents(documents), now=now)
         except Exception as exc:
             report_failure("on_retriever_end", exc)
 
     def on_retriever_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
                            **kwargs: Any) -> None:
         try:
-            self._end_retriever(run_id, (), error)
+            self._end(run_id, error=error, now=time.time_ns())
         except Exception as exc:
             report_failure("on_retriever_error", exc)
 
@@ -548,37 +586,17 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
         except Exception as exc:
             report_failure("on_llm_start", exc)
 
-    def _end_model(self, run_id: UUID, response: Any, error: BaseException | None) -> None:
-        now = time.time_ns()
-        child = self._open_child(run_id)
-        generation = None
-        if isinstance(child, _OpenGeneration):
-            text, input_tokens, output_tokens, response_model = (
-                _read_llm_result(response) if error is None else (None, None, None, None))
-            generation = Generation(
-                model=child.model or response_model,
-                prompt=_prompt_text(child.prompt) if self.recorder.capture_content else None,
-                output=text,
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-                started_at=child.started_at,
-                ended_at=now,
-                error=_error_text(error) if error is not None else None,
-                provider=child.provider,
-            )
-        self._end(run_id, error=error, finished=generation)
-
     def on_llm_end(self, response: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
                    **kwargs: Any) -> None:
         try:
-            self._end_model(run_id, response, None)
+            self._end(run_id, response=response, now=time.time_ns())
         except Exception as exc:
             report_failure("on_llm_end", exc)
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
                      **kwargs: Any) -> None:
         try:
-            self._end_model(run_id, None, error)
+            self._end(run_id, error=error, now=time.time_ns())
         except Exception as exc:
             report_failure("on_llm_error", exc)
 

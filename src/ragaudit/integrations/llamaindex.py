@@ -98,6 +98,7 @@ _CHAT_METHODS = frozenset({"chat", "achat", "stream_chat", "astream_chat"})
 _RETRIEVE_METHODS = frozenset({"retrieve", "aretrieve"})
 _CHAT_WRITE_METHODS = frozenset({"write_response_to_history", "awrite_response_to_history"})
 _QUERY_ARGS = ("str_or_query_bundle", "message", "query_bundle", "query", "query_str")
+_UNSET: Any = object()
 _LEGACY_ROOT = "root"  # CallbackManager's BASE_TRACE_EVENT: the parent of a trace's first event
 _UUID_SUFFIX = 37  # "-" + str(uuid4()) at the end of a dispatcher span id
 
@@ -135,6 +136,30 @@ def _root_kind(name: str, instance: Any) -> str | None:
     if method in _RETRIEVE_METHODS and isinstance(instance, BaseRetriever):
         return "retrieve"
     return None
+
+
+def _retriever_name(retriever: Any) -> str:
+    """The name of a retrieval span's source: the vector store a vector-index retriever searches
+    (``ChromaVectorStore`` -> ``Chroma``, as LangChain names it), else the retriever's class."""
+    store = getattr(retriever, "_vector_store", None)
+    if store is None:
+        return type(retriever).__name__
+    name = type(store).__name__
+    short = name[: -len("VectorStore")] if name.endswith("VectorStore") else name
+    return name if short in ("", "Base", "Simple") else short
+
+
+_PROVIDERS: dict[type, str | None] = {}
+
+
+def _provider_of(llm: Any) -> str | None:
+    """The provider of an LLM from its integration package: ``llama_index.llms.openai`` ->
+    ``"openai"``; None for LLMs defined elsewhere (``MockLLM``, an application's own)."""
+    llm_type = type(llm)
+    if llm_type not in _PROVIDERS:
+        parts = llm_type.__module__.split(".")
+        _PROVIDERS[llm_type] = parts[2] if len(parts) > 2 and parts[:2] == ["llama_index", "llms"] else None
+    return _PROVIDERS[llm_type]
 
 
 def _query_text(value: Any) -> str | None:
@@ -322,6 +347,7 @@ class _Generating:
     ended_at: int | None = None
     error: str | None = None
     caller: int = 0  # id() of the LLM object, to match a stream's lazily made inner call
+    provider: str | None = None
 
 
 @dataclass(slots=True)
@@ -501,8 +527,13 @@ class _Collector:
     def retrieval_started(self, run_id: str, name: str, query: Any, now: int) -> None:
         with self.store.lock:
             turn = self.store.state_of(run_id)
-            if turn is not None and run_id not in turn.retrievals:
+            if turn is None:
+                return
+            retrieving = turn.retrievals.get(run_id)
+            if retrieving is None:
                 turn.retrievals[run_id] = _Retrieving(turn.next_seq(), name, _query_text(query), now)
+            elif retrieving.query is None:
+                retrieving.query = _query_text(query)
 
     def retrieval_ended(self, run_id: str, nodes: Any, now: int) -> None:
         pairs = _snapshot(nodes)
@@ -530,7 +561,8 @@ class _Collector:
                         if g.caller == caller_id and g.ended_at is None), run_id)
         turn.llm_key[run_id] = key
         if key not in turn.generations:
-            turn.generations[key] = _Generating(turn.next_seq(), now, caller=caller_id)
+            turn.generations[key] = _Generating(turn.next_seq(), now, caller=caller_id,
+                                                provider=_provider_of(caller) if caller is not None else None)
 
     def model_called(self, run_id: str, model: str | None, prompt: str | None, now: int) -> None:
         with self.store.lock:
@@ -620,7 +652,7 @@ class _Collector:
             Generation(model=g.model, prompt=g.prompt, output=g.output, input_tokens=g.input_tokens,
                        output_tokens=g.output_tokens, started_at=g.started_at,
                        ended_at=g.ended_at if g.ended_at is not None else now,
-                       error=g.error if g.ended_at is not None else (g.error or unfinished))
+                       error=g.error if g.ended_at is not None else (g.error or unfinished), provider=g.provider)
             for g in generating
         ]
         answer: str | None = None
@@ -721,6 +753,9 @@ class _Closer:
 _closer = _Closer()
 
 
+_STOPPED = (GeneratorExit, asyncio.CancelledError)  # the consumer stopped; nothing failed
+
+
 class _Tap:
     """What both stream wrappers share: the turn they feed, the text so far, and closing it once."""
 
@@ -741,12 +776,6 @@ class _Tap:
         if isinstance(item, str):
             self._parts.append(item)
 
-    def _failed(self, exc: BaseException, thrown: BaseException | None = None) -> None:
-        if exc is thrown or isinstance(exc, _STOPPED):
-            self._finish("abandoned", None)
-        else:
-            self._finish("error", exc)
-
     def _finish(self, state: str, error: BaseException | None, deferred: bool = False) -> None:
         if self._done:
             return
@@ -761,7 +790,29 @@ class _Tap:
             self._finish("abandoned", None, deferred=True)
 
 
-_STOPPED = (GeneratorExit, asyncio.CancelledError)  # the consumer stopped; nothing failed
+class _Step:
+    """One step of a wrapped stream: model calls made in it belong to the tap's turn, and its end
+    (exhausted, failed, stopped by the consumer) closes the turn."""
+
+    __slots__ = ("_tap", "_thrown", "_token")
+
+    def __init__(self, tap: _Tap, thrown: BaseException | None = None) -> None:
+        self._tap = tap
+        self._thrown = thrown
+
+    def __enter__(self) -> None:
+        self._token = _STREAM_TURN.set((self._tap._collector, self._tap._turn))
+
+    def __exit__(self, typ: Any, exc: BaseException | None, tb: Any) -> None:
+        _STREAM_TURN.reset(self._token)
+        if exc is None:
+            return
+        if isinstance(exc, (StopIteration, StopAsyncIteration)):
+            self._tap._finish("consumed", None)
+        elif exc is self._thrown or isinstance(exc, _STOPPED):
+            self._tap._finish("abandoned", None)
+        else:
+            self._tap._finish("error", exc)
 
 
 class _StreamTap(_Tap, Generator[str, None, None]):
@@ -775,17 +826,8 @@ class _StreamTap(_Tap, Generator[str, None, None]):
     def send(self, value: Any) -> str:
         if self._done:
             raise StopIteration
-        token = _STREAM_TURN.set((self._collector, self._turn))
-        try:
+        with _Step(self):
             item = next(self._inner) if value is None else self._inner.send(value)
-        except StopIteration:
-            self._finish("consumed", None)
-            raise
-        except BaseException as exc:
-            self._failed(exc)
-            raise
-        finally:
-            _STREAM_TURN.reset(token)
         self._took(item)
         return item
 
@@ -795,17 +837,8 @@ class _StreamTap(_Tap, Generator[str, None, None]):
         if self._done or inner_throw is None:
             self._finish("abandoned", None)
             raise exc
-        token = _STREAM_TURN.set((self._collector, self._turn))
-        try:
+        with _Step(self, thrown=exc):
             item = inner_throw(exc)
-        except StopIteration:
-            self._finish("consumed", None)
-            raise
-        except BaseException as err:
-            self._failed(err, thrown=exc)
-            raise
-        finally:
-            _STREAM_TURN.reset(token)
         self._took(item)
         return item
 
@@ -833,17 +866,8 @@ class _AsyncStreamTap(_Tap):
     async def __anext__(self) -> str:
         if self._done:
             raise StopAsyncIteration
-        token = _STREAM_TURN.set((self._collector, self._turn))
-        try:
+        with _Step(self):
             item = await self._inner.__anext__()
-        except StopAsyncIteration:
-            self._finish("consumed", None)
-            raise
-        except BaseException as exc:
-            self._failed(exc)
-            raise
-        finally:
-            _STREAM_TURN.reset(token)
         self._took(item)
         return item
 
@@ -887,7 +911,11 @@ class _SpanHandler(BaseSpanHandler[BaseSpan]):
             root = (kind, name, _query_from_args(bound_args), tags or None) if kind is not None else None
             collector: _Collector = self.collector
             turn = collector.start_run(id_, parent_span_id, root, now)
-            if turn is not None and isinstance(instance, BaseLLM):
+            if turn is None:
+                return None
+            if kind == "retrieve":
+                collector.retrieval_started(id_, _retriever_name(instance), root[2] if root else None, now)
+            elif isinstance(instance, BaseLLM):
                 with collector.store.lock:
                     collector.generation_started(turn, id_, parent_span_id, now, instance)
         except Exception as exc:
@@ -1189,10 +1217,10 @@ class RagAuditLlamaIndexHandler(_Audited, BaseCallbackHandler):
         elif event_type == CBEventType.LLM:
             outer = _LEGACY_LLM.get()
             with collector.store.lock:
-                nested = outer is not None and outer[0] is collector and outer[1] in turn.llm_key \
-                    and turn.generations.get(turn.llm_key[outer[1]]) is not None \
-                    and turn.generations[turn.llm_key[outer[1]]].ended_at is None
-                collector.generation_started(turn, event_id, outer[1] if nested and outer else None, now)
+                outer_id = outer[1] if outer is not None and outer[0] is collector else None
+                running = turn.generations.get(turn.llm_key.get(outer_id, "")) if outer_id else None
+                inside = outer_id if running is not None and running.ended_at is None else None
+                collector.generation_started(turn, event_id, inside, now)
                 turn.legacy_outer[event_id] = outer
             _LEGACY_LLM.set((collector, event_id))
             serialized = payload.get(EventPayload.SERIALIZED)
@@ -1222,9 +1250,8 @@ class RagAuditLlamaIndexHandler(_Audited, BaseCallbackHandler):
             collector.model_answered(event_id, response, now, error)
             with collector.store.lock:
                 turn = collector.store.state_of(event_id)
-                found = turn is not None and event_id in turn.legacy_outer
-                outer = turn.legacy_outer.pop(event_id) if turn is not None and found else None
-            if found:
+                outer = turn.legacy_outer.pop(event_id, _UNSET) if turn is not None else _UNSET
+            if outer is not _UNSET:
                 _LEGACY_LLM.set(outer)
         elif event_type in (CBEventType.QUERY, CBEventType.SYNTHESIZE):
             response = payload.get(EventPayload.RESPONSE)

@@ -184,7 +184,9 @@ class SqliteCache:
 
     def put(self, key: str, judgement: Judgement) -> None:
         """Store *judgement* under *key* (replacing any entry), committed at once."""
-        payload = json.dumps(_plain(judgement.to_dict()), ensure_ascii=False)
+        # ASCII escapes: a lone surrogate (text decoded with surrogateescape) is valid JSON as
+        # "\udXXX" but cannot be bound as UTF-8 text.
+        payload = json.dumps(_plain(judgement.to_dict()))
         try:
             with self._lock:
                 self._connection().execute(
@@ -249,8 +251,10 @@ class CachedJudge(BaseRagJudge):
     counted in :meth:`stats` and judging carries on uncached; nothing is raised.
 
     *cache* defaults to a new :class:`MemoryCache`; :meth:`close` closes the wrapped judge, and the
-    cache only when this judge created it (a cache passed in may be shared). Requests judged at
-    the same moment with the same key are both judged (there is no in-flight deduplication).
+    cache only when this judge created it (a cache passed in may be shared). Lookups and stores
+    are synchronous, also in :meth:`ajudge` (a local read or write, well under a millisecond).
+    Requests judged at the same moment with the same key are both judged (there is no in-flight
+    deduplication).
     """
 
     def __init__(self, judge: RagJudge, cache: JudgementCache | None = None) -> None:

@@ -301,10 +301,14 @@ class CalibrationReport:
         for row in rows:
             cells = [row[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in zip(row[1:-1], widths[1:])]
             lines.append("  ".join([*cells, row[-1]]))
+        lines += ["", "TP/FP/FN/TN: the judge's pass/fail against the human's (TP both pass, FP the judge passes a "
+                     "human fail)"]
         notes = [f"{d.dimension}: {note}" for d in self.dimensions for note in d.notes]
+        notes += [f"{d.dimension}: labelled ids judged without this score (left out): {d.unjudged}"
+                  for d in self.dimensions if d.unjudged]
         if self.unmatched_labels:
-            notes.append(f"{self.labelled - self.matched} labelled ids have no judgement, e.g. "
-                         + ", ".join(self.unmatched_labels[:5]))
+            notes.append(f"labelled ids without a judgement: {self.labelled - self.matched} (e.g. "
+                         + ", ".join(self.unmatched_labels[:5]) + ")")
         if notes:
             lines += ["", *notes]
         return "\n".join(lines)

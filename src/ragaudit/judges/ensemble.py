@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Judgement, JudgeRequest
 from .base import BaseRagJudge, RagJudge
+from .cost import CostEstimate, estimate_request
 
 __all__ = ["ConsensusJudge", "JuryJudge", "trimmed_mean"]
 
@@ -152,6 +153,15 @@ class JuryJudge(BaseRagJudge):
         started = time.perf_counter()
         return self._combine(await _run_async(self.judges, request), started)
 
+    def estimate_request_cost(
+        self, request: JudgeRequest, *, chars_per_token: float = 4.0, exact: bool = True
+    ) -> CostEstimate:
+        """The sum of every juror's estimate for *request* (see :mod:`~ragaudit.judges.cost`)."""
+        total = CostEstimate()
+        for judge in self.judges:
+            total += estimate_request(judge, request, chars_per_token=chars_per_token, exact=exact)
+        return total
+
     def config_key(self) -> str:
         """The aggregation settings and every juror's configuration, as JSON."""
         return json.dumps(
@@ -265,6 +275,14 @@ class ConsensusJudge(BaseRagJudge):
         """Run the judge *n* times concurrently and combine."""
         started = time.perf_counter()
         return self._combine(await _run_async([self.inner] * self.n, request), started)
+
+    def estimate_request_cost(
+        self, request: JudgeRequest, *, chars_per_token: float = 4.0, exact: bool = True
+    ) -> CostEstimate:
+        """*n* times the inner judge's estimate for *request* (see :mod:`~ragaudit.judges.cost`)."""
+        one = estimate_request(self.inner, request, chars_per_token=chars_per_token, exact=exact)
+        return CostEstimate(calls=one.calls * self.n, prompt_tokens=one.prompt_tokens * self.n,
+                            completion_tokens=one.completion_tokens * self.n, assumptions=one.assumptions)
 
     def config_key(self) -> str:
         """The number of runs and the inner judge's configuration, as JSON."""

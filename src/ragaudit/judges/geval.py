@@ -32,6 +32,7 @@ from ..errors import ConfigurationError, JudgeError
 from ..records import SCORE_NAMES, Judgement, JudgeRequest, truncate
 from .base import BaseRagJudge
 from .chat import ChatRagJudge, _describe, _Usage
+from .cost import CostEstimate, chat_call_estimate, typical_reply_chars
 from .protocol import new_nonce, wrap_untrusted
 
 if TYPE_CHECKING:
@@ -189,6 +190,42 @@ class _ChatEndpoint:
         await self.chat.aclose()
 
 
+class _EndpointJudge:
+    """``base_url``, ``close`` and ``aclose`` for a judge whose requests go through a :class:`_ChatEndpoint`."""
+
+    _endpoint: _ChatEndpoint
+
+    @property
+    def base_url(self) -> str:
+        """The endpoint this judge calls."""
+        return self._endpoint.base_url
+
+    def close(self) -> None:
+        """Close the clients this judge created (a client passed in stays open). Safe to call twice."""
+        self._endpoint.close()
+
+    async def aclose(self) -> None:
+        """Like :meth:`close`, and also close the async client made for the running loop.
+
+        Await it before that loop ends (see :meth:`ChatRagJudge.aclose`).
+        """
+        await self._endpoint.aclose()
+
+
+def _json_object(text: str | None) -> dict[str, Any] | None:
+    """The JSON object from the first ``{`` to the last ``}`` of *text*, or None."""
+    if not isinstance(text, str):
+        return None
+    first, last = text.find("{"), text.rfind("}")
+    if first < 0 or last <= first:
+        return None
+    try:
+        obj = json.loads(text[first : last + 1], strict=False)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
 def _usage_add(usage: _Usage, result: _Result) -> None:
     usage.calls += result.calls
     if not isinstance(result.outcome, Exception):
@@ -327,14 +364,8 @@ def _read_number(text: str, offset: int) -> tuple[float | None, int]:
 
 
 def _read_reason(text: str) -> str | None:
-    first, last = text.find("{"), text.rfind("}")
-    if first < 0 or last <= first:
-        return None
-    try:
-        obj = json.loads(text[first : last + 1], strict=False)
-    except ValueError:
-        return None
-    if not isinstance(obj, dict):
+    obj = _json_object(text)
+    if obj is None:
         return None
     for key in ("reason", "reasoning", "explanation", "analysis"):
         value = obj.get(key)
@@ -579,7 +610,7 @@ class _Run:
 _Group = tuple[tuple[str, ...], list[dict[str, Any]]]
 
 
-class GEvalJudge(BaseRagJudge):
+class GEvalJudge(_EndpointJudge, BaseRagJudge):
     """A RAG judge that scores with G-Eval: evaluation steps, 1-5 scores, probability-weighted.
 
     Each score is ``(E[s] - 1) / 4`` where ``E[s]`` is the expected score under the judge's token
@@ -659,11 +690,6 @@ class GEvalJudge(BaseRagJudge):
         self._n_supported: bool | None = None
 
     @property
-    def base_url(self) -> str:
-        """The endpoint this judge calls."""
-        return self._endpoint.base_url
-
-    @property
     def logprobs_supported(self) -> bool | None:
         """Whether the server returned logprobs (None until the first judgement)."""
         return self._logprobs_supported
@@ -680,6 +706,30 @@ class GEvalJudge(BaseRagJudge):
     async def ajudge(self, request: JudgeRequest) -> Judgement:
         """Judge *request* with the async client; per-dimension requests run concurrently."""
         return self._finish(await self._endpoint.run_async(self._flow(request)))
+
+    def estimate_request_cost(
+        self, request: JudgeRequest, *, chars_per_token: float = 4.0, exact: bool = True
+    ) -> CostEstimate:
+        """Calls and tokens for *request* as this judge would send it now (see :mod:`~ragaudit.judges.cost`).
+
+        The exact prompts and a typical reply (an analysis of about 40 words); with sampling, *samples*
+        replies, in one call where the server honours ``n`` (or it is not known yet) and else in
+        *samples* calls. The one-off probe that finds a server without logprobs is not counted.
+        """
+        total = CostEstimate()
+        for names, messages in self._groups(request):
+            shape: dict[str, Any] = {"analysis": "x" * 240}
+            shape.update({name: 4 for name in names} if len(names) > 1 else {"score": 4})
+            one = chat_call_estimate(messages, typical_reply_chars(shape), chars_per_token)
+            if self._logprobs_supported is not False:
+                total += one
+            elif self._n_supported is False:
+                total += CostEstimate(calls=self.samples, prompt_tokens=one.prompt_tokens * self.samples,
+                                      completion_tokens=one.completion_tokens * self.samples)
+            else:
+                total += CostEstimate(calls=1, prompt_tokens=one.prompt_tokens,
+                                      completion_tokens=one.completion_tokens * self.samples)
+        return total
 
     def config_key(self) -> str:
         """Model, endpoint, mode, logprob and sampling settings and prompt version, as JSON."""
@@ -700,14 +750,6 @@ class GEvalJudge(BaseRagJudge):
             sort_keys=True,
             default=str,
         )
-
-    def close(self) -> None:
-        """Close the clients this judge created. Safe to call twice."""
-        self._endpoint.close()
-
-    async def aclose(self) -> None:
-        """Close the async client made for the running loop too (see :meth:`ChatRagJudge.aclose`)."""
-        await self._endpoint.aclose()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, mode={self.mode!r})"

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..errors import ConfigurationError, JudgeError
 from ..records import truncate
 from .chat import _Usage
-from .geval import _ChatEndpoint, _Flow, _Result, _usage_add
+from .geval import _ChatEndpoint, _EndpointJudge, _Flow, _json_object, _Result, _usage_add
 from .protocol import new_nonce, wrap_untrusted
 
 if TYPE_CHECKING:
@@ -121,18 +121,13 @@ def parse_verdict(text: str | None) -> Verdict | None:
     """
     if not isinstance(text, str):
         return None
-    first, last = text.find("{"), text.rfind("}")
-    if 0 <= first < last:
-        try:
-            obj = json.loads(text[first : last + 1], strict=False)
-        except ValueError:
-            obj = None
-        if isinstance(obj, dict):
-            lowered = {str(k).strip().lower(): v for k, v in obj.items()}
-            for key in _VERDICT_KEYS:
-                verdict = _verdict_word(lowered.get(key))
-                if verdict is not None:
-                    return verdict
+    obj = _json_object(text)
+    if obj is not None:
+        lowered = {str(k).strip().lower(): v for k, v in obj.items()}
+        for key in _VERDICT_KEYS:
+            verdict = _verdict_word(lowered.get(key))
+            if verdict is not None:
+                return verdict
     bracket = _BRACKET_RE.search(text)
     if bracket is not None:
         return _verdict_word(bracket.group(1))
@@ -264,16 +259,9 @@ class TournamentResult:
 
 
 def _reason(text: str | None) -> str | None:
-    if text is None:
-        return None
-    first, last = text.find("{"), text.rfind("}")
-    if 0 <= first < last:
-        try:
-            obj = json.loads(text[first : last + 1], strict=False)
-        except ValueError:
-            obj = None
-        if isinstance(obj, dict) and isinstance(obj.get("reason"), str):
-            return truncate(obj["reason"], _MAX_TEXT_CHARS)
+    obj = _json_object(text)
+    if obj is not None and isinstance(obj.get("reason"), str):
+        return truncate(obj["reason"], _MAX_TEXT_CHARS)
     return None
 
 
@@ -285,7 +273,7 @@ def _sum_usage(results: Sequence[Mapping[str, int]]) -> dict[str, int]:
     return total
 
 
-class PairwiseJudge:
+class PairwiseJudge(_EndpointJudge):
     """Compares two answers to one question with an OpenAI-compatible judge, in both orders.
 
     Each comparison costs two requests (temperature *temperature*, JSON mode where the server
@@ -335,11 +323,6 @@ class PairwiseJudge:
         self.raise_on_error = raise_on_error
         self.max_concurrency = max_concurrency
 
-    @property
-    def base_url(self) -> str:
-        """The endpoint this judge calls."""
-        return self._endpoint.base_url
-
     def compare(self, query: str, answer_a: str, answer_b: str, context: str | None = None) -> PairwiseResult:
         """Which of *answer_a* and *answer_b* answers *query* better (blocking; two requests)."""
         return self._endpoint.run_sync(self._flow(query, answer_a, answer_b, context))
@@ -385,14 +368,6 @@ class PairwiseJudge:
             },
             sort_keys=True,
         )
-
-    def close(self) -> None:
-        """Close the clients this judge created. Safe to call twice."""
-        self._endpoint.close()
-
-    async def aclose(self) -> None:
-        """Close the async client made for the running loop too."""
-        await self._endpoint.aclose()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, model={self.model!r})"

@@ -2,6 +2,10 @@
 
 The rules, in order:
 
+0. **Ignore echoed data.** Text between the protocol's markers (``<<<ragaudit:NAME:NONCE>>>`` ...
+   ``<<<end:NAME:NONCE>>>``, or to the end of the reply when the closing marker is missing) is the
+   question, answer or context quoted back, never the judge's verdict: it is removed first, so a
+   fake verdict planted in an answer cannot be read as the judge's when a judge echoes its input.
 1. **Find the object.** The text from the first ``{`` to the last ``}`` is read as JSON, so prose and
    code fences around it do not matter. If that fails, a best-effort repair is tried (trailing
    commas removed, Python-style single quotes and ``True``/``False``/``None``), then each ``{`` in
@@ -62,6 +66,10 @@ _PATTERN_KEY = r"[\"']?\s*(faithfulness(?:[_ -]?score)?|context[_ -]?relevance(?
 _PATTERN_RE = re.compile(_PATTERN_KEY + rf"({_NUMBER}\s*%?)", re.IGNORECASE)
 _BARE_SCALES = {1.0: (0.0, 1.0), 5.0: (1.0, 5.0), 10.0: (0.0, 10.0), 100.0: (0.0, 100.0)}
 _MAX_STARTS = 64
+_DATA_SECTION_RE = re.compile(
+    r"<<<\s*ragaudit\s*:\s*([a-z_]+)\s*:\s*([a-z0-9]+)\s*>>>.*?(?:<<<\s*end\s*:\s*\1\s*:\s*\2\s*>>>|\Z)",
+    re.IGNORECASE | re.DOTALL,
+)
 _MAX_LITERAL_EVAL_CHARS = 100_000
 _MAX_REASON_CHARS = 4000
 
@@ -116,6 +124,10 @@ def _parse(text: Any, notes: list[str]) -> ParsedScores:
     if not isinstance(text, str):
         notes.append(f"judge output is {type(text).__name__}, not text")
         return ParsedScores(notes=tuple(notes))
+    if "<<<" in text:
+        text, echoed = _DATA_SECTION_RE.subn(" ", text)
+        if echoed:
+            notes.append(f"{echoed} echoed data section(s) ignored")
     first = text.find("{")
     if first < 0:
         notes.append("no JSON object in the judge output")

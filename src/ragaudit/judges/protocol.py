@@ -49,6 +49,7 @@ _OPEN = "<<<ragaudit:{label}:{nonce}>>>"
 _CLOSE = "<<<end:{label}:{nonce}>>>"
 _MARKER_RE = re.compile(r"<<<\s*(?:ragaudit|end)\s*:", re.IGNORECASE)
 _MARKER_REPLACEMENT = "[delimiter removed]"
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
 _LABEL_RE = re.compile(r"[a-z][a-z_]{0,31}")
 _NONCE_RE = re.compile(r"[A-Za-z0-9]{8,64}")
 _MAX_REPAIR_ECHO_CHARS = 4000
@@ -104,8 +105,12 @@ def new_nonce() -> str:
 
 
 def sanitize_untrusted(text: str) -> str:
-    """*text* with every marker-like sequence (``<<<ragaudit:``, ``<<<end:``) replaced."""
-    return _MARKER_RE.sub(_MARKER_REPLACEMENT, text)
+    """*text* with every marker-like sequence (``<<<ragaudit:``, ``<<<end:``) replaced, and every
+    lone surrogate (which no UTF-8 request body can carry) replaced by U+FFFD."""
+    text = _MARKER_RE.sub(_MARKER_REPLACEMENT, text)
+    if not text.isascii():
+        text = _SURROGATE_RE.sub("\ufffd", text)
+    return text
 
 
 def wrap_untrusted(label: str, text: str, nonce: str | None = None) -> str:

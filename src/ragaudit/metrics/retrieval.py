@@ -4,7 +4,8 @@ Every function here computes what ``trec_eval`` (and so ``pytrec_eval``) compute
 
 - **Ranking.** Documents are ordered by score, descending; equal scores are ordered by doc id
   compared as strings, **descending** (so ``"d9"`` ranks above ``"d10"``). The order of the input
-  and any rank column are ignored.
+  and any rank column are ignored. Scores are compared as 32-bit floats, because trec_eval stores
+  them so: scores that differ only beyond ~7 significant digits tie (and doc ids decide).
 - **Relevance.** A doc missing from the qrels, or with a label <= 0, is non-relevant. A doc is
   relevant when its label >= ``relevance_level`` (default 1, must be >= 1). Negative labels count
   neither in the number of relevant docs nor in the ideal DCG.
@@ -40,6 +41,7 @@ dicts skips the hashing: the judged docs' scores come from dict lookups.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -154,9 +156,7 @@ def _duplicate_message(qid: str, docid: str) -> str:
 
 
 def _as_label(value: Any, qid: str, docid: str) -> int:
-    if isinstance(value, (bool, np.bool_)):
-        raise MetricError(f"qrels label for query {qid!r}, doc {docid!r} must be an integer, got {value!r}")
-    if isinstance(value, (int, np.integer)):
+    if isinstance(value, (int, np.integer, np.bool_)):
         return int(value)
     if isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
         return int(value)
@@ -169,7 +169,7 @@ def _labels_array(values: list[Any], qids: Sequence[str], docids: list[str]) -> 
         arr = np.asarray(values)
     except (TypeError, ValueError):
         arr = np.asarray(values, dtype=object)
-    if arr.dtype.kind in "iu":
+    if arr.dtype.kind in "iub":
         return arr.astype(np.int64, copy=False)
     if arr.dtype.kind == "f":
         good = np.isfinite(arr)
@@ -504,6 +504,16 @@ def _check_scores(run: _Run) -> None:
     raise MetricError(f"score for query {qid!r}, doc {docid!r} is NaN")
 
 
+def _as_trec_scores(scores: np.ndarray) -> np.ndarray:
+    """Scores as 32-bit floats, which is how trec_eval stores them (``float sim``).
+
+    Two scores equal in single precision tie in trec_eval (and pytrec_eval), and are then
+    ordered by doc id; rounding the same way is what makes the rankings identical.
+    """
+    with np.errstate(over="ignore"):
+        return scores.astype(np.float32)
+
+
 def _scores_array(values: Any, where: str) -> np.ndarray:
     try:
         arr = np.asarray(values, dtype=np.float64)
@@ -567,7 +577,7 @@ def _prepare_dict_run(run: Mapping[Any, Any], qrels: _Qrels, on_duplicate: str) 
         raise MetricError("run scores must be numbers") from None
     prepared = _Run(qids, offsets, scores, None, dicts)
     _check_scores(prepared)
-    return prepared, len(run)
+    return dataclasses.replace(prepared, scores=_as_trec_scores(scores)), len(run)
 
 
 def _prepare_columns(qids: Any, docids: Any, scores: Any, qrels: _Qrels) -> tuple[_Run, int]:
@@ -612,7 +622,7 @@ def _prepare_columns(qids: Any, docids: Any, scores: Any, qrels: _Qrels) -> tupl
     np.cumsum(lengths, out=offsets[1:])
     prepared = _Run(qid_list, offsets, s_arr, _docids_from_array(d_arr))
     _check_scores(prepared)
-    return prepared, len(run_qids)
+    return dataclasses.replace(prepared, scores=_as_trec_scores(s_arr)), len(run_qids)
 
 
 def _qid_text(value: Any) -> str:
@@ -741,7 +751,10 @@ class _Block:
 
     def value_part(self, values: np.ndarray, bits_in: int) -> np.ndarray:
         """The top ``value_bits`` of *values* (which use *bits_in* bits), shifted above the column."""
-        part = values >> np.uint64(bits_in - self.value_bits)
+        if bits_in > self.value_bits:
+            part = values.astype(np.uint64, copy=False) >> np.uint64(bits_in - self.value_bits)
+        else:
+            part = values.astype(np.uint64)
         part <<= np.uint64(self.col_bits)
         return part
 
@@ -802,25 +815,26 @@ def _block(run: _Run, qs: np.ndarray, lengths: np.ndarray) -> _Block:
 
 
 def _score_bits(scores: np.ndarray) -> np.ndarray:
-    """Scores as unsigned integers whose ascending order is the scores' descending order."""
-    bits = scores + 0.0  # turns -0.0 into 0.0: equal scores, equal keys
-    keys = bits.view(np.uint64)
+    """32-bit scores as unsigned integers whose ascending order is the scores' descending order."""
+    bits = scores + np.float32(0.0)  # turns -0.0 into 0.0: equal scores, equal keys
+    keys = bits.view(np.uint32)
     flip = ~keys
-    flip >>= np.uint64(63)
-    flip *= np.uint64(0x7FFF_FFFF_FFFF_FFFF)
+    flip >>= np.uint32(31)
+    flip *= np.uint32(0x7FFF_FFFF)
     flip ^= keys
     return flip
 
 
-def _exact_ranks(block: _Block, rows: np.ndarray, run: _Run) -> np.ndarray:
-    """Ranks ``[len(rows), depth]`` of each cell of *rows*: score desc, then doc id desc (trec_eval)."""
+def _exact_ranks(block: _Block, rows: np.ndarray, scores: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Ranks ``[len(rows), depth]`` of the cells of *rows*: score desc, then doc id desc (trec_eval).
+
+    *scores* and *ids* are the rows' cells (``[len(rows), depth]``); padding cells rank last.
+    """
     width = block.depth
-    index = block.doc_index[rows]
-    scores = np.where(_valid_rows(block, rows), -run.scores[index], np.nan)
-    assert run.docs is not None
-    _, doc_rank = np.unique(run.docs.ids[index.ravel()], return_inverse=True)
+    neg_scores = np.where(_valid_rows(block, rows), -scores, np.nan)
+    _, doc_rank = np.unique(ids.ravel(), return_inverse=True)
     row_key = np.repeat(np.arange(len(rows)), width)
-    order = (np.lexsort((-doc_rank.ravel(), scores.ravel(), row_key)) % width).reshape(len(rows), width)
+    order = (np.lexsort((-doc_rank.ravel(), neg_scores.ravel(), row_key)) % width).reshape(len(rows), width)
     ranks = np.empty_like(order)
     ranks[np.arange(len(rows))[:, None], order] = np.arange(width)
     return ranks
@@ -874,33 +888,49 @@ def _by_query(entry_q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _score_ranks(block: _Block, score_keys: np.ndarray, rows: np.ndarray, own_bits: np.ndarray) -> np.ndarray:
-    """0-based ranks of cells given by row and score bits, in a block whose rows have no near-ties."""
-    return block.search(score_keys, block.needles(rows, own_bits, 64)) - rows * block.depth
+    """0-based ranks of cells given by row and score bits, in rows where no two scores tie."""
+    return block.search(score_keys, block.needles(rows, own_bits, 32)) - rows * block.depth
 
 
 def _rank_dict_hits(run: _Run, judged: _Judged) -> _Hits | None:
-    """Ranks for a dict run, found from the qrels side by dict lookups; None when scores tie.
+    """Ranks for a dict run, found from the qrels side by dict lookups; None to go columnar.
 
     Each labelled doc's score comes from its query's dict; its rank is where that score falls in
-    the query's sorted scores. That is exact when no two scores of the query share their key bits;
-    otherwise doc ids decide and the caller takes the columnar path, which has them.
+    the query's sorted scores. A query with tied scores needs its doc ids: a few such queries
+    are ranked exactly here from their dicts; when many are, None sends the whole run down the
+    columnar path, which handles ties in bulk.
     """
     assert run.dicts is not None
     dicts = run.dicts
     looked_up = [dicts[q].get(d) for q, d in zip(judged.entry_q.tolist(), judged.entry_docids)]
     hit_scores = np.array([np.nan if s is None else s for s in looked_up], dtype=np.float64)
     present = np.flatnonzero(~np.isnan(hit_scores))
-    hit_q, hit_bits, hit_label = judged.entry_q[present], _score_bits(hit_scores[present]), judged.entry_label[present]
+    hit_q, hit_label = judged.entry_q[present], judged.entry_label[present]
+    hit_bits = _score_bits(_as_trec_scores(hit_scores[present]))
     order, q_sorted = _by_query(hit_q)
     lengths = np.diff(run.offsets)
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     for qs in _chunks(lengths):
         block = _block(run, qs, lengths)
-        score_keys = block.sorted_keys(_score_bits(run.scores[block.doc_index]), 64)
-        if len(block.same_value_pairs(score_keys)):
+        score_keys = block.sorted_keys(_score_bits(run.scores[block.doc_index]), 32)
+        tied_rows = np.unique(block.same_value_pairs(score_keys) // block.depth)
+        if len(tied_rows) > max(8, len(qs) // 16):
             return None
         take, rows = _entries_of(qs, order, q_sorted)
-        parts.append((qs[rows], _score_ranks(block, score_keys, rows, hit_bits[take]), hit_label[take]))
+        ranks = _score_ranks(block, score_keys, rows, hit_bits[take])
+        if len(tied_rows):
+            ids = np.full((len(tied_rows), block.depth), "", dtype=object)
+            where: dict[int, dict[Any, int]] = {}
+            for i, row in enumerate(tied_rows.tolist()):
+                keys = list(dicts[int(qs[row])])
+                ids[i, : len(keys)] = keys
+                where[row] = {key: col for col, key in enumerate(keys)}
+            exact = _exact_ranks(block, tied_rows, run.scores[block.doc_index[tied_rows]], ids)
+            for e in np.flatnonzero(np.isin(rows, tied_rows)).tolist():
+                row = int(rows[e])
+                col = where[row][judged.entry_docids[int(present[take[e]])]]
+                ranks[e] = exact[int(np.searchsorted(tied_rows, row)), col]
+        parts.append((qs[rows], ranks, hit_label[take]))
     return _collect(parts)
 
 
@@ -919,8 +949,8 @@ def _rank_column_hits(run: _Run, judged: _Judged, on_duplicate: str) -> _Hits:
     Per chunk of queries of similar depth: doc-id hashes and scores are packed into sort keys of a
     ``[rows, depth]`` block and sorted per row. Sorted hashes reveal duplicates and locate each
     qrels doc by binary search; sorted scores give ranks. Rows where two scores share their key
-    bits (a real tie, or scores equal to ~1e-9) are ranked again exactly, ties by doc id. Only the
-    labelled docs (a few per query) leave the chunk.
+    bits (a tie) are ranked again with doc ids. Only the labelled docs (a few per query) leave
+    the chunk.
     """
     docs = run.docs
     assert docs is not None
@@ -953,12 +983,13 @@ def _rank_column_hits(run: _Run, judged: _Judged, on_duplicate: str) -> _Hits:
                 exact[e], cols[e] = True, int(match[0])
         rows, cols, labels = rows[exact], cols[exact], judged.entry_label[take][exact]
         score_bits = _score_bits(run.scores[block.doc_index])
-        score_keys = block.sorted_keys(score_bits, 64)
+        score_keys = block.sorted_keys(score_bits, 32)
         ranks = _score_ranks(block, score_keys, rows, score_bits[rows, cols])
         tied_rows = np.unique(block.same_value_pairs(score_keys) // block.depth)
         if len(tied_rows):
             in_tied = np.isin(rows, tied_rows)
-            exact_ranks = _exact_ranks(block, tied_rows, run)
+            cells = block.doc_index[tied_rows]
+            exact_ranks = _exact_ranks(block, tied_rows, run.scores[cells], docs.ids[cells])
             ranks[in_tied] = exact_ranks[np.searchsorted(tied_rows, rows[in_tied]), cols[in_tied]]
         parts.append((qs[rows], ranks, labels))
     if drop:

@@ -35,7 +35,10 @@ def _open_append(path: PathLike, what: str) -> IO[str]:
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        return open(target, "a", encoding="utf-8", buffering=1)
+        # backslashreplace: a lone surrogate (text decoded with surrogateescape, a broken PDF
+        # extraction) cannot be encoded as UTF-8; inside a JSON string "\\udXXX" is its valid escape,
+        # so the line is still written and reads back as the same text.
+        return open(target, "a", encoding="utf-8", errors="backslashreplace", buffering=1)
     except OSError as exc:
         raise ConfigurationError(f"cannot open {what} {str(target)!r} for appending: {exc}") from exc
 

@@ -19,11 +19,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..records import SCORE_NAMES, Judgement, RagTurn
+from ..records import SCORE_NAMES, Judgement, RagTurn, Retrieval
 
 __all__ = ["HttpSink", "LangfuseSink", "PhoenixSink"]
 
 logger = logging.getLogger("ragaudit")
+
+_DOCUMENTS_PATH = "/v1/document_annotations?sync=true"
 
 SpanIdResolver = Callable[[str], "Sequence[str] | None"]
 
@@ -259,6 +261,7 @@ class PhoenixSink(HttpSink):
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("max_retries", 6)
+        self.resolve_timeout_s = 5.0
         endpoint = endpoint or os.environ.get("PHOENIX_COLLECTOR_ENDPOINT") or "http://localhost:6006"
         endpoint = endpoint.rstrip("/").removesuffix("/v1/traces")
         api_key = api_key or os.environ.get("PHOENIX_API_KEY")
@@ -297,30 +300,44 @@ class PhoenixSink(HttpSink):
                 )
             )
         if turn.relevant_ids is not None and self._resolve_retrieval_spans is not None:
-            span_ids = self._resolve_retrieval_spans(turn.turn_id) or ()
-            for span_id, retrieval in zip(span_ids, turn.retrievals):
+            # The retrieval span ids may not be known yet (the turn span can end after the judge
+            # returns), so they are looked up in send(), on the sink's thread.
+            retrievals = turn.retrievals or (Retrieval(name="", documents=turn.documents),)
+            for index, retrieval in enumerate(retrievals):
                 for position, doc in enumerate(retrieval.documents):
                     label = turn.relevant_ids.get(doc.id, 0)
-                    out.append(
-                        (
-                            "/v1/document_annotations?sync=true",
-                            {
-                                "span_id": span_id,
-                                "document_position": position,
-                                "name": "relevance",
-                                "annotator_kind": "HUMAN",
-                                "result": {
-                                    "label": "relevant" if label > 0 else "irrelevant",
-                                    "score": float(label),
-                                },
-                                "metadata": {"doc_id": doc.id},
-                            },
-                        )
-                    )
+                    body = {
+                        "span_id": None,
+                        "document_position": position,
+                        "name": "relevance",
+                        "annotator_kind": "HUMAN",
+                        "result": {"label": "relevant" if label > 0 else "irrelevant", "score": float(label)},
+                        "metadata": {"doc_id": doc.id},
+                    }
+                    out.append((_DOCUMENTS_PATH, {"body": body, "turn_id": turn.turn_id, "retrieval": index}))
         return out
 
     def send(self, path: str, bodies: list[dict[str, Any]]) -> int:
+        if path == _DOCUMENTS_PATH:
+            bodies = [body for body in map(self._resolve_document, bodies) if body is not None]
+            if not bodies:
+                return 0
         return len(bodies) if self._post(path, {"data": bodies}) else 0
+
+    def _resolve_document(self, item: dict[str, Any]) -> dict[str, Any] | None:
+        resolve = self._resolve_retrieval_spans
+        deadline = time.monotonic() + self.resolve_timeout_s
+        while resolve is not None:
+            span_ids = resolve(item["turn_id"])
+            if span_ids is not None:
+                if item["retrieval"] < len(span_ids):
+                    return {**item["body"], "span_id": span_ids[item["retrieval"]]}
+                return None
+            if time.monotonic() >= deadline or self._stop.wait(0.05):
+                break
+        self._log_once("no-span-ids", "ragaudit: PhoenixSink found no retrieval span for turn %s; "
+                       "its document annotations are dropped", item["turn_id"])
+        return None
 
 
 class LangfuseSink(HttpSink):

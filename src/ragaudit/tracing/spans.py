@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -60,6 +61,7 @@ _REDACTION_FAILED = "[ragaudit: redact() failed, text withheld]"
 _ENV_PROVIDER_SET = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 _UNKNOWN = object()
 _SPAN_ID_MEMORY = 4096
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
 # Shared by every recorder: the handler's recorder makes the retrieval spans, while sinks are bound
 # to the Auditor's recorder.
 _span_ids_lock = threading.Lock()
@@ -263,7 +265,12 @@ class SpanRecorder:
                 return _REDACTION_FAILED
             if not isinstance(value, str):
                 value = str(value)
-        return truncate(value, self.max_attribute_chars) if len(value) > self.max_attribute_chars else value
+        if len(value) > self.max_attribute_chars:
+            value = truncate(value, self.max_attribute_chars)
+        if not value.isascii() and _SURROGATE_RE.search(value):
+            # OTLP exporters cannot encode a lone surrogate as UTF-8 and drop the attribute.
+            value = _SURROGATE_RE.sub("\ufffd", value)
+        return value
 
     def _mark_error(self, span: Span, attrs: dict[str, Any], error: str, error_type: str) -> None:
         message = self._text(error)

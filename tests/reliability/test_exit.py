@@ -1,0 +1,168 @@
+"""Exit: a process that ends with judgements pending records them all, or says on stderr what it lost.
+
+Each case is a fresh Python process (so exit hooks and signal dispositions are real) with a
+subprocess timeout well above the flush timeout: a hang fails the test instead of stalling it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TURNS = 20
+
+pytestmark = pytest.mark.timeout(90)
+
+# The child: a judge of the given kind, an Auditor with the given extra arguments, TURNS turns
+# submitted, "ready" printed, then the given ending.
+CHILD = textwrap.dedent("""
+    import asyncio, os, signal, sys, threading, time
+    from ragaudit import Auditor, ChatRagJudge, FakeJudge, RagTurn, RetrievedDoc
+    log, judge_kind, ending = sys.argv[1], sys.argv[2], sys.argv[3]
+    extra = eval(sys.argv[4])
+    if judge_kind == "slow":          # 0.1 s per judgement: all of them finish within the flush timeout
+        async def fn(request):
+            await asyncio.sleep(0.1)
+            return {"faithfulness": 1.0, "reason": "ok"}
+        judge = FakeJudge(fn)
+    elif judge_kind == "stuck":       # never finishes on its own: only the flush timeout ends it
+        async def fn(request):
+            await asyncio.sleep(3600)
+        judge = FakeJudge(fn)
+    else:                             # the real ChatRagJudge against a loopback server
+        from tests.support.llm_server import Fault, LLMServer
+        srv = LLMServer(delay=0.05).start()
+        if judge_kind == "hanging_server":
+            srv.rule = lambda body: Fault.hang(3600)
+        judge = ChatRagJudge(base_url=srv.base_url, api_key="test", timeout=600, max_retries=0)
+    if ending == "host_handler":      # the application's own SIGTERM handler, installed first
+        import logging
+        logging.basicConfig(level=logging.WARNING)
+        def on_term(signum, frame):
+            print("host handler ran", flush=True)
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, on_term)
+    aud = Auditor(judge, audit_log=log, max_concurrency=4, **extra)
+    docs = (RetrievedDoc(id="d1", content="Returns are accepted within 30 days.", rank=1),)
+    for i in range(%d):
+        aud.submit(RagTurn(turn_id=f"t{i}", query=f"question {i}", answer="30 days.", documents=docs))
+    print("ready", flush=True)
+    if ending in ("signal", "host_handler"):
+        time.sleep(60)                # the parent sends a signal meanwhile
+    # "exit": fall off the end without flush() or shutdown(): the exit hook must do it
+""" % TURNS)
+
+
+def start(tmp_path: Path, judge_kind: str, ending: str, **extra: object) -> tuple[subprocess.Popen[str], Path]:
+    log = tmp_path / "audit.jsonl"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(log), judge_kind, ending, repr(extra)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if line.strip() != "ready":
+        proc.kill()
+        raise AssertionError(f"child did not get ready: {line!r} {proc.communicate()}")
+    return proc, log
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 30) -> tuple[str, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("the process hung past its flush timeout") from None
+    return out, err
+
+
+def lines(log: Path) -> list[dict[str, object]]:
+    return [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+
+
+@pytest.mark.parametrize("judge_kind", ["slow", "loopback"])
+def test_normal_exit_records_every_judgement(tmp_path: Path, judge_kind: str) -> None:
+    proc, log = start(tmp_path, judge_kind, "exit")
+    _, err = finish(proc)
+    assert proc.returncode == 0, err
+    recorded = lines(log)
+    assert sorted(str(x["turn_id"]) for x in recorded) == sorted(f"t{i}" for i in range(TURNS)), err
+    assert all(x["judge_status"] == "judged" for x in recorded)
+    assert "not recorded" not in err
+
+
+@pytest.mark.parametrize("judge_kind", ["stuck", "hanging_server"])
+def test_exit_with_a_judge_that_never_finishes_reports_the_shortfall(tmp_path: Path, judge_kind: str) -> None:
+    proc, log = start(tmp_path, judge_kind, "exit", exit_timeout_s=1.0)
+    _, err = finish(proc)  # bounded: the flush gives up after 1 s
+    assert proc.returncode == 0, err
+    assert lines(log) == []
+    assert f"ragaudit: {TURNS} judgement(s) still pending at shutdown were not recorded" in err
+
+
+def test_sigterm_with_handle_signals_flushes_then_dies_by_sigterm(tmp_path: Path) -> None:
+    proc, log = start(tmp_path, "slow", "signal", handle_signals=True, exit_timeout_s=20.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = finish(proc)
+    assert proc.returncode == -signal.SIGTERM, err  # the default disposition, re-raised after the flush
+    assert len(lines(log)) == TURNS, err
+
+
+def test_sigterm_with_handle_signals_and_a_stuck_judge_reports_the_shortfall(tmp_path: Path) -> None:
+    proc, log = start(tmp_path, "stuck", "signal", handle_signals=True, exit_timeout_s=1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = finish(proc)
+    assert proc.returncode == -signal.SIGTERM, err
+    assert lines(log) == []
+    assert f"ragaudit: {TURNS} judgement(s) still pending at shutdown were not recorded" in err
+
+
+def test_sigterm_without_handle_signals_is_python_default(tmp_path: Path) -> None:
+    """Characterises the default the option exists for: SIGTERM kills at once, no exit hook runs."""
+    proc, log = start(tmp_path, "stuck", "signal")
+    proc.send_signal(signal.SIGTERM)
+    _, err = finish(proc)
+    assert proc.returncode == -signal.SIGTERM
+    assert lines(log) == []
+
+
+def test_host_sigterm_handler_is_kept_and_its_exit_flushes(tmp_path: Path) -> None:
+    proc, log = start(tmp_path, "slow", "host_handler", handle_signals=True, exit_timeout_s=20.0)
+    proc.send_signal(signal.SIGTERM)
+    out, err = finish(proc)
+    assert "host handler ran" in out  # not replaced by ragaudit's
+    assert "leaves it in place" in err  # and not silently: the warning says so
+    assert proc.returncode == 0, err
+    assert len(lines(log)) == TURNS, err
+
+
+def test_sigint_unwinds_normally_and_flushes(tmp_path: Path) -> None:
+    proc, log = start(tmp_path, "slow", "signal", exit_timeout_s=20.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = finish(proc)
+    assert "KeyboardInterrupt" in err
+    assert len(lines(log)) == TURNS, err
+
+
+def test_handle_signals_from_a_worker_thread_warns_instead_of_failing(caplog: pytest.LogCaptureFixture) -> None:
+    import threading
+
+    from ragaudit import Auditor, FakeJudge
+
+    before = signal.getsignal(signal.SIGTERM)
+    made: list[Auditor] = []
+    thread = threading.Thread(target=lambda: made.append(
+        Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log=None, handle_signals=True)))
+    with caplog.at_level("WARNING", logger="ragaudit"):
+        thread.start()
+        thread.join(10)
+    assert made and signal.getsignal(signal.SIGTERM) is before
+    assert any("needs the main thread" in r.getMessage() for r in caplog.records)
+    made[0].shutdown()

@@ -1,0 +1,489 @@
+"""ragaudit.metrics: names, errors, input forms, judged_only, per-query shape, files, the CLI helper."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragaudit import metrics
+from ragaudit.errors import MetricError
+from ragaudit.metrics import Measure, parse_measure
+
+RUN = {
+    "q1": {"d1": 0.9, "d2": 0.8, "d3": 0.7, "d4": 0.6},
+    "q2": {"d5": 0.5, "d6": 0.4},
+}
+QRELS = {
+    "q1": {"d2": 1, "d4": 2, "d9": 1},
+    "q2": {"d6": 1},
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Names
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "cutoff"),
+    [
+        ("ndcg@10", "ndcg", 10),
+        ("nDCG@10", "ndcg", 10),
+        ("ndcg_cut_10", "ndcg", 10),
+        ("ndcg", "ndcg", None),
+        ("ndcg_burges@5", "ndcg_burges", 5),
+        ("recall@5", "recall", 5),
+        ("R@5", "recall", 5),
+        ("recall_5", "recall", 5),
+        ("mrr@10", "mrr", 10),
+        ("RR@10", "mrr", 10),
+        ("recip_rank", "mrr", None),
+        ("map", "map", None),
+        ("AP@100", "map", 100),
+        ("map_cut_100", "map", 100),
+        ("P@5", "P", 5),
+        ("precision@5", "P", 5),
+        ("P_5", "P", 5),
+        ("f1@5", "f1", 5),
+        ("hit_rate@5", "hit_rate", 5),
+        ("success@5", "hit_rate", 5),
+        ("Success_5", "hit_rate", 5),
+        (" map@7 ", "map", 7),
+    ],
+)
+def test_parse_measure_accepts_ir_measures_and_trec_spellings(text: str, name: str, cutoff: int | None) -> None:
+    measure = parse_measure(text)
+    assert measure == Measure(name, cutoff)
+    assert str(measure) == (name if cutoff is None else f"{name}@{cutoff}")
+    assert parse_measure(measure) is measure
+
+
+@pytest.mark.parametrize("text", ["ndgc@10", "accuracy", "bpref", "@5", "P_"])
+def test_unknown_metric_names_it_and_lists_the_valid_ones(text: str) -> None:
+    with pytest.raises(MetricError) as info:
+        parse_measure(text)
+    message = str(info.value)
+    assert repr(text) in message
+    for valid in ("ndcg", "recall", "mrr", "map", "hit_rate", "f1"):
+        assert valid in message
+
+
+@pytest.mark.parametrize("text", ["ndcg@0", "recall@-1", "P_0", "map_cut_-5"])
+def test_zero_or_negative_cutoff_is_refused(text: str) -> None:
+    with pytest.raises(MetricError, match="positive integer"):
+        parse_measure(text)
+
+
+def test_non_integer_cutoff_and_non_string_names_are_refused() -> None:
+    with pytest.raises(MetricError, match="'ndcg@ten': cut-off 'ten' is not an integer"):
+        parse_measure("ndcg@ten")
+    with pytest.raises(MetricError, match="not an integer"):
+        parse_measure("ndcg@10@2")
+    with pytest.raises(MetricError, match="string"):
+        parse_measure(10)  # type: ignore[arg-type]
+    with pytest.raises(MetricError, match="unknown metric"):
+        Measure("bleu", 4)
+    with pytest.raises(MetricError, match="positive integer"):
+        Measure("ndcg", 0)
+    assert "ndcg" in metrics.MEASURE_NAMES
+
+
+def test_measure_is_frozen_and_hashable() -> None:
+    measure = parse_measure("ndcg@10")
+    with pytest.raises(AttributeError):
+        measure.cutoff = 5  # type: ignore[misc]
+    assert {measure: 1}[Measure("ndcg", 10)] == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Values and shapes
+
+
+def test_hand_computed_values() -> None:
+    out = metrics.evaluate(RUN, QRELS, ["P@2", "recall@4", "f1@4", "mrr@1", "mrr@2", "map", "ndcg@4", "hit_rate@1"])
+    # q1 ranking d1 d2 d3 d4, relevant d2 (1), d4 (2), d9 (1, not retrieved): 3 relevant.
+    # q2 ranking d5 d6, relevant d6.
+    p2 = (0.5 + 0.5) / 2
+    recall4 = (2 / 3 + 1) / 2
+    f1 = (2 * 0.5 * (2 / 3) / (0.5 + 2 / 3) + 2 * 0.25 * 1 / 1.25) / 2  # P@4 divides by 4
+    ap = ((1 / 2 + 2 / 4) / 3 + (1 / 2) / 1) / 2
+    dcg1 = 1 / math.log2(3) + 2 / math.log2(5)
+    idcg1 = 2 + 1 / math.log2(3) + 1 / math.log2(4)
+    ndcg = (dcg1 / idcg1 + (1 / math.log2(3)) / 1) / 2
+    assert out == pytest.approx(
+        {
+            "P@2": p2,
+            "recall@4": recall4,
+            "f1@4": f1,
+            "mrr@1": 0.0,
+            "mrr@2": 0.5,
+            "map": ap,
+            "ndcg@4": ndcg,
+            "hit_rate@1": 0.0,
+        }
+    )
+
+
+def test_ndcg_burges_uses_exponential_gain() -> None:
+    out = metrics.evaluate({"q": {"a": 2.0, "b": 1.0}}, {"q": {"a": 1, "b": 3}}, ["ndcg_burges@2", "ndcg@2"])
+    dcg = 1 / 1 + 7 / math.log2(3)
+    idcg = 7 / 1 + 1 / math.log2(3)
+    assert out["ndcg_burges@2"] == pytest.approx(dcg / idcg)
+    assert out["ndcg@2"] == pytest.approx((1 + 3 / math.log2(3)) / (3 + 1 / math.log2(3)))
+
+
+def test_f1_without_cutoff_uses_the_whole_ranking() -> None:
+    out = metrics.evaluate(RUN, QRELS, ["f1", "P", "recall"], per_query=True)
+    assert out["q1"]["P"] == pytest.approx(2 / 4)
+    assert out["q1"]["recall"] == pytest.approx(2 / 3)
+    assert out["q1"]["f1"] == pytest.approx(2 * 0.5 * (2 / 3) / (0.5 + 2 / 3))
+    zero = metrics.evaluate({"q": {"a": 1.0}}, {"q": {"b": 1}}, ["f1@3"])
+    assert zero == {"f1@3": 0.0}
+
+
+def test_per_query_shape_and_keys_as_given() -> None:
+    out = metrics.evaluate(RUN, QRELS, ["NDCG@3", Measure("recall", 2), "P@2"], per_query=True)
+    assert list(out) == ["q1", "q2"]
+    for values in out.values():
+        assert list(values) == ["NDCG@3", "recall@2", "P@2"]
+        assert all(isinstance(v, float) for v in values.values())
+    means = metrics.evaluate(RUN, QRELS, ["NDCG@3", "recall@2"])
+    assert set(means) == {"NDCG@3", "recall@2"}
+    single = metrics.evaluate(RUN, QRELS, "map")
+    assert set(single) == {"map"}
+
+
+def test_relevance_level_changes_what_counts_as_relevant_but_not_ndcg_gains() -> None:
+    one = metrics.evaluate(RUN, QRELS, ["recall@4", "ndcg@4"], per_query=True)
+    two = metrics.evaluate(RUN, QRELS, ["recall@4", "ndcg@4"], per_query=True, relevance_level=2)
+    assert one["q1"]["recall@4"] == pytest.approx(2 / 3)
+    assert two["q1"]["recall@4"] == pytest.approx(1.0)  # only d4 (label 2) is relevant at level 2
+    assert two["q2"]["recall@4"] == 0.0
+    assert one["q1"]["ndcg@4"] == two["q1"]["ndcg@4"]
+
+
+def test_judged_only_semantics() -> None:
+    qrels = {**QRELS, "q3": {"d1": 1}}
+    run = {**RUN, "unjudged": {"d1": 1.0}}
+    default = metrics.evaluate(run, qrels, ["recall@4"], per_query=True)
+    assert set(default) == {"q1", "q2"}  # q3 not in the run; "unjudged" not in the qrels
+    complete = metrics.evaluate(run, qrels, ["recall@4"], per_query=True, judged_only=False)
+    assert list(complete) == ["q1", "q2", "q3"]
+    assert complete["q3"] == {"recall@4": 0.0}
+    mean_default = metrics.evaluate(run, qrels, ["recall@4"])["recall@4"]
+    mean_complete = metrics.evaluate(run, qrels, ["recall@4"], judged_only=False)["recall@4"]
+    assert mean_default == pytest.approx((2 / 3 + 1) / 2)
+    assert mean_complete == pytest.approx((2 / 3 + 1 + 0) / 3)
+
+
+def test_no_query_in_common() -> None:
+    with pytest.raises(MetricError, match="no query of the run"):
+        metrics.evaluate({"x": {"a": 1.0}}, QRELS, ["map"])
+    out = metrics.evaluate({"x": {"a": 1.0}}, QRELS, ["map"], judged_only=False, per_query=True)
+    assert out == {"q1": {"map": 0.0}, "q2": {"map": 0.0}}
+
+
+def test_queries_are_paired_by_id_not_position() -> None:
+    forward = metrics.evaluate(RUN, QRELS, ["map"], per_query=True)
+    reordered_qrels = {"q2": QRELS["q2"], "q1": QRELS["q1"]}
+    reordered_run = {"q2": RUN["q2"], "q1": RUN["q1"]}
+    backward = metrics.evaluate(reordered_run, reordered_qrels, ["map"], per_query=True)
+    assert backward["q1"] == forward["q1"] and backward["q2"] == forward["q2"]
+
+
+def test_numpy_scalars_and_non_string_ids_are_accepted() -> None:
+    plain = metrics.evaluate(RUN, QRELS, ["ndcg@3", "map"], per_query=True)
+    numpy_run = {
+        np.str_(q): {np.str_(d): np.float32(s) if i % 2 else np.float64(s) for i, (d, s) in enumerate(docs.items())}
+        for q, docs in RUN.items()
+    }
+    numpy_qrels = {q: {d: np.int64(lab) for d, lab in docs.items()} for q, docs in QRELS.items()}
+    assert metrics.evaluate(numpy_run, numpy_qrels, ["ndcg@3", "map"], per_query=True) == plain
+    int_run = {1: {10: 0.5, 9: 0.5, 3: 0.1}}
+    int_qrels = {"1": {"9": 1, 3: np.int32(2)}}
+    out = metrics.evaluate(int_run, int_qrels, ["mrr", "P@3"], per_query=True)
+    assert out == {"1": {"mrr": 1.0, "P@3": pytest.approx(2 / 3)}}  # "9" > "10" as strings
+    assert metrics.evaluate(RUN, {"q1": {"d2": 1.0}}, ["P@2"]) == {"P@2": 0.5}  # integral float label
+    assert metrics.evaluate(RUN, {"q1": {"d2": True, "d1": False}}, ["P@2"]) == {"P@2": 0.5}  # bools are 1/0
+
+
+def test_columns_accept_lists_and_unordered_rows() -> None:
+    rows = [(q, d, s) for q, docs in RUN.items() for d, s in docs.items()]
+    rows = rows[::-1]
+    qids, docids, scores = (list(col) for col in zip(*rows))
+    expected = metrics.evaluate(RUN, QRELS, ["ndcg@3", "map", "P"], per_query=True)
+    assert metrics.evaluate_columns(qids, docids, scores, QRELS, ["ndcg@3", "map", "P"], per_query=True) == expected
+    run = metrics.Run(np.array(qids), np.array(docids), np.array(scores))
+    assert len(run) == 6
+    assert metrics.evaluate(run, QRELS, ["ndcg@3", "map", "P"], per_query=True) == expected
+    assert run.to_dict() == RUN
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+def test_nan_score_names_query_and_doc() -> None:
+    with pytest.raises(MetricError, match=r"query 'q1', doc 'd3' is NaN"):
+        metrics.evaluate({"q1": {"d1": 1.0, "d3": float("nan")}}, QRELS, ["map"])
+    with pytest.raises(MetricError, match=r"query 'q2', doc 'd6' is NaN"):
+        metrics.evaluate_columns(["q1", "q2", "q2"], ["d1", "d5", "d6"], [1.0, 0.5, np.nan], QRELS, ["map"])
+
+
+def test_rows_of_queries_not_in_the_qrels_are_ignored_entirely() -> None:
+    run = {**RUN, "elsewhere": {"x": float("nan")}}
+    assert metrics.evaluate(run, QRELS, ["map"]) == metrics.evaluate(RUN, QRELS, ["map"])
+
+
+def test_non_numeric_score_is_refused() -> None:
+    with pytest.raises(MetricError, match=r"query 'q1', doc 'd1' must be a number"):
+        metrics.evaluate({"q1": {"d1": "high"}}, QRELS, ["map"])
+    with pytest.raises(MetricError, match="scores must be numbers"):
+        metrics.evaluate_columns(["q1"], ["d1"], ["high"], QRELS, ["map"])
+
+
+def test_empty_inputs_are_refused() -> None:
+    with pytest.raises(MetricError, match="run is empty"):
+        metrics.evaluate({}, QRELS, ["map"])
+    with pytest.raises(MetricError, match="run is empty"):
+        metrics.evaluate_columns(np.array([], dtype=str), np.array([], dtype=str), np.array([]), QRELS, ["map"])
+    with pytest.raises(MetricError, match="qrels are empty"):
+        metrics.evaluate(RUN, {}, ["map"])
+    with pytest.raises(MetricError, match="qrels are empty"):
+        metrics.evaluate(RUN, {"q1": {}}, ["map"])
+    with pytest.raises(MetricError, match="no metric requested"):
+        metrics.evaluate(RUN, QRELS, [])
+
+
+def test_bad_options_and_shapes_are_refused() -> None:
+    with pytest.raises(MetricError, match="unknown metric 'ndcg10'"):
+        metrics.evaluate(RUN, QRELS, ["ndcg@10", "ndcg10"])
+    for level in (0, -1, 1.5, True):
+        with pytest.raises(MetricError, match="relevance_level"):
+            metrics.evaluate(RUN, QRELS, ["map"], relevance_level=level)  # type: ignore[arg-type]
+    with pytest.raises(MetricError, match="on_duplicate"):
+        metrics.evaluate(RUN, QRELS, ["map"], on_duplicate="min")  # type: ignore[arg-type]
+    with pytest.raises(MetricError, match="differ in length"):
+        metrics.evaluate_columns(["q1", "q1"], ["d1"], [1.0, 2.0], QRELS, ["map"])
+    with pytest.raises(MetricError, match="must be a mapping"):
+        metrics.evaluate({"q1": [("d1", 1.0)]}, QRELS, ["map"])
+    with pytest.raises(MetricError, match="must be a mapping"):
+        metrics.evaluate(RUN, {"q1": ["d1"]}, ["map"])
+    with pytest.raises(MetricError, match="must be a mapping"):
+        metrics.evaluate([("q1", "d1", 1.0)], QRELS, ["map"])
+
+
+@pytest.mark.parametrize("label", [1.5, "1", float("nan"), None, [1]])
+def test_non_integer_labels_name_query_and_doc(label: object) -> None:
+    with pytest.raises(MetricError, match=r"query 'q1', doc 'd2' must be an integer"):
+        metrics.evaluate(RUN, {"q1": {"d1": 1, "d2": label}}, ["map"])
+
+
+def test_duplicate_docs_in_columns_and_in_string_converted_dicts() -> None:
+    with pytest.raises(MetricError, match=r"query 'q': doc id '7' appears more than once"):
+        metrics.evaluate({"q": {7: 0.1, "7": 0.9}}, {"q": {"7": 1}}, ["map"])
+    kept = metrics.evaluate({"q": {7: 0.1, "7": 0.9, "8": 0.5}}, {"q": {"8": 1}}, ["mrr"], on_duplicate="max")
+    assert kept == {"mrr": 0.5}  # "7" kept at 0.9, so "8" is second
+    with pytest.raises(MetricError, match="more than once"):
+        metrics.Run(np.array(["q", "q"]), np.array(["a", "a"]), np.array([1.0, 2.0])).to_dict()
+    assert metrics.Run(np.array(["q", "q"]), np.array(["a", "a"]), np.array([1.0, 2.0])).to_dict("max") == {
+        "q": {"a": 2.0}
+    }
+    with pytest.raises(MetricError, match="differ in length"):
+        metrics.Run(np.array(["q"]), np.array(["a", "b"]), np.array([1.0]))
+
+
+def test_trec_eval_compares_scores_in_single_precision() -> None:
+    # 0.5 and 0.5 + 1e-9 are the same 32-bit float: a tie, so doc id decides ("b" > "a").
+    out = metrics.evaluate({"q": {"a": 0.5 + 1e-9, "b": 0.5}}, {"q": {"a": 1}}, ["mrr"])
+    assert out == {"mrr": 0.5}
+    out = metrics.evaluate({"q": {"a": 0.5 + 1e-6, "b": 0.5}}, {"q": {"a": 1}}, ["mrr"])
+    assert out == {"mrr": 1.0}
+
+
+# ---------------------------------------------------------------------------------------------
+# score_ranking: the per-turn function
+
+
+def test_score_ranking_matches_evaluate_on_random_rankings() -> None:
+    rng = np.random.default_rng(3)
+    names = ["P@3", "recall@5", "f1@3", "hit_rate@2", "mrr@4", "mrr", "map@5", "map", "ndcg@3", "ndcg", "P"]
+    for _ in range(200):
+        n = int(rng.integers(0, 12))
+        ranked = [f"d{int(x)}" for x in rng.choice(20, n, replace=False)]
+        judged = {f"d{int(x)}": int(lab) for x, lab in zip(rng.choice(20, 6, replace=False), rng.integers(-1, 4, 6))}
+        level = int(rng.integers(1, 3))
+        got = metrics.score_ranking(ranked, judged, names, relevance_level=level)
+        if not ranked:
+            assert got == dict.fromkeys(names, 0.0)
+            continue
+        run = {"q": {doc: float(n - i) for i, doc in enumerate(ranked)}}
+        want = metrics.evaluate(run, {"q": judged}, names, relevance_level=level)
+        assert got == pytest.approx(want, abs=1e-12)
+
+
+def test_score_ranking_keeps_first_occurrence_of_a_repeated_id() -> None:
+    got = metrics.score_ranking(["a", "b", "a", "c"], {"a": 1, "c": 1}, ["P@3", "recall@3", "mrr@1"])
+    assert got == {"P@3": pytest.approx(2 / 3), "recall@3": 1.0, "mrr@1": 1.0}
+
+
+def test_score_ranking_errors() -> None:
+    with pytest.raises(MetricError, match="unknown metric"):
+        metrics.score_ranking(["a"], {"a": 1}, ["recal@3"])
+    with pytest.raises(MetricError, match="must be an integer"):
+        metrics.score_ranking(["a"], {"a": 0.5}, ["recall@1"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_trec_files_round_trip(tmp_path: Path) -> None:
+    run_lines = [
+        f"{q} Q0 {d} {rank} {s} mytag"
+        for q, docs in RUN.items()
+        for rank, (d, s) in enumerate(sorted(docs.items(), key=lambda x: -x[1]), 1)
+    ]
+    run_path = _write(tmp_path / "run.trec", ["# a comment", "", *run_lines])
+    qrels_path = _write(
+        tmp_path / "qrels.txt", [f"{q} 0 {d} {lab}" for q, docs in QRELS.items() for d, lab in docs.items()]
+    )
+    run = metrics.read_run(run_path)
+    assert isinstance(run, metrics.Run)
+    assert run.to_dict() == RUN
+    assert metrics.read_qrels(qrels_path) == QRELS
+    names = ["ndcg@3", "map", "P@2"]
+    assert metrics.evaluate(run, metrics.read_qrels(qrels_path), names) == metrics.evaluate(RUN, QRELS, names)
+
+
+def test_jsonl_files_round_trip(tmp_path: Path) -> None:
+    run_path = _write(
+        tmp_path / "run.jsonl",
+        [json.dumps({"qid": q, "docid": d, "score": s}) for q, docs in RUN.items() for d, s in docs.items()],
+    )
+    qrels_path = _write(
+        tmp_path / "qrels.jsonl",
+        [
+            json.dumps({"query_id": q, "doc_id": d, "relevance": lab})
+            for q, docs in QRELS.items()
+            for d, lab in docs.items()
+        ],
+    )
+    assert metrics.read_run(run_path).to_dict() == RUN
+    assert metrics.read_qrels(qrels_path) == QRELS
+    per_query = _write(
+        tmp_path / "qrels-per-query.jsonl",
+        [json.dumps({"qid": "q1", "qrels": QRELS["q1"]}), json.dumps({"qid": "q2", "relevant_ids": ["d6"]})],
+    )
+    assert metrics.read_qrels(per_query) == QRELS
+
+
+def test_file_errors_name_file_and_line(tmp_path: Path) -> None:
+    bad_run = _write(tmp_path / "bad.trec", ["q1 Q0 d1 1 0.5 tag", "q1 Q0 d2 2"])
+    with pytest.raises(MetricError, match=r"bad\.trec:2: expected 'qid Q0 docid rank score tag'"):
+        metrics.read_run(bad_run)
+    qrels_as_run = _write(tmp_path / "qrels.txt", ["q1 0 d1 1"])
+    with pytest.raises(MetricError, match="looks like a qrels file"):
+        metrics.read_run(qrels_as_run)
+    run_as_qrels = _write(tmp_path / "run.trec", ["q1 Q0 d1 1 0.5 tag"])
+    with pytest.raises(MetricError, match="looks like a run file"):
+        metrics.read_qrels(run_as_qrels)
+    nan_run = _write(tmp_path / "nan.trec", ["q1 Q0 d1 1 0.5 t", "q1 Q0 d2 2 nan t"])
+    with pytest.raises(MetricError, match=r"nan\.trec:2: score is NaN"):
+        metrics.read_run(nan_run)
+    text_score = _write(tmp_path / "text.trec", ["q1 Q0 d1 1 high t"])
+    with pytest.raises(MetricError, match=r"text\.trec:1: score 'high' is not a number"):
+        metrics.read_run(text_score)
+    conflict = _write(tmp_path / "conflict.txt", ["q1 0 d1 1", "q1 0 d1 2"])
+    with pytest.raises(MetricError, match=r"conflict\.txt:2: .*judged twice"):
+        metrics.read_qrels(conflict)
+    bad_label = _write(tmp_path / "label.txt", ["q1 0 d1 high"])
+    with pytest.raises(MetricError, match=r"label\.txt:1: relevance must be an integer"):
+        metrics.read_qrels(bad_label)
+    bad_json = _write(tmp_path / "bad.jsonl", ['{"qid": "q1", "docid": "d1", "score": 1}', "{oops"])
+    with pytest.raises(MetricError, match=r"bad\.jsonl:2: not valid JSON"):
+        metrics.read_run(bad_json)
+    jsonl_qrels_as_run = _write(tmp_path / "q.jsonl", ['{"qid": "q1", "docid": "d1", "relevance": 1}'])
+    with pytest.raises(MetricError, match="looks like a qrels file"):
+        metrics.read_run(jsonl_qrels_as_run)
+    with pytest.raises(MetricError, match="cannot read run file"):
+        metrics.read_run(tmp_path / "missing.trec")
+    with pytest.raises(MetricError, match="is empty"):
+        metrics.read_qrels(_write(tmp_path / "empty.txt", ["", "# nothing"]))
+
+
+def test_duplicates_in_a_run_file_are_refused_at_evaluation(tmp_path: Path) -> None:
+    run_path = _write(tmp_path / "dup.trec", ["q1 Q0 d2 1 0.9 t", "q1 Q0 d2 2 0.1 t"])
+    run = metrics.read_run(run_path)
+    with pytest.raises(MetricError, match="more than once"):
+        metrics.evaluate(run, QRELS, ["map"])
+    assert metrics.evaluate(run, QRELS, ["mrr"], on_duplicate="max") == {"mrr": 1.0}
+
+
+# ---------------------------------------------------------------------------------------------
+# metrics_command (what the CLI prints)
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    run_lines = [f"{q} Q0 {d} 0 {s} t" for q, docs in {**RUN, "extra": {"d1": 1.0}}.items() for d, s in docs.items()]
+    qrels = {**QRELS, "missing": {"d1": 1}}
+    qrels_lines = [f"{q} 0 {d} {lab}" for q, docs in qrels.items() for d, lab in docs.items()]
+    return _write(tmp_path / "run.trec", run_lines), _write(tmp_path / "qrels.txt", qrels_lines)
+
+
+def test_metrics_command_table(files: tuple[Path, Path]) -> None:
+    run_path, qrels_path = files
+    text = metrics.metrics_command(run_path, qrels_path, ["ndcg@10", "recall@5"])
+    lines = text.splitlines()
+    assert lines[0].split() == ["query", "ndcg@10", "recall@5"]
+    means = metrics.evaluate(RUN, QRELS, ["ndcg@10", "recall@5"])
+    assert lines[2].split() == ["all", f"{means['ndcg@10']:.4f}", f"{means['recall@5']:.4f}"]
+    assert "2 queries evaluated" in lines[-1]
+    assert "1 qrels queries missing from the run" in lines[-1]
+    assert "1 run queries not in the qrels" in lines[-1]
+    detailed = metrics.metrics_command(run_path, qrels_path, ["ndcg@10"], per_query=True)
+    assert [line.split()[0] for line in detailed.splitlines()[2:-1]] == ["q1", "q2", "all"]
+
+
+def test_metrics_command_json(files: tuple[Path, Path]) -> None:
+    run_path, qrels_path = files
+    doc = json.loads(metrics.metrics_command(run_path, qrels_path, ["map", "P@2"], per_query=True, fmt="json"))
+    assert doc["means"] == pytest.approx(metrics.evaluate(RUN, QRELS, ["map", "P@2"]))
+    assert doc["queries"] == {"evaluated": 2, "run": 3, "qrels": 3, "missing_from_run": 1, "not_in_qrels": 1}
+    assert set(doc["per_query"]) == {"q1", "q2"}
+    assert doc["judged_only"] is True and doc["relevance_level"] == 1
+    complete = json.loads(metrics.metrics_command(run_path, qrels_path, ["map"], fmt="json", judged_only=False))
+    assert complete["queries"]["evaluated"] == 3
+    assert "per_query" not in complete
+
+
+def test_metrics_command_errors(files: tuple[Path, Path]) -> None:
+    run_path, qrels_path = files
+    with pytest.raises(MetricError, match="unknown metric"):
+        metrics.metrics_command(run_path, qrels_path, ["ndcg@10", "nope"])
+    with pytest.raises(MetricError, match="fmt"):
+        metrics.metrics_command(run_path, qrels_path, ["map"], fmt="xml")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# Import cost
+
+
+def test_importing_metrics_loads_no_dataframe_library_or_jit() -> None:
+    code = (
+        "import sys, ragaudit.metrics; "
+        "print(sorted(m for m in ('pandas', 'pyarrow', 'numba', 'scipy', 'ranx') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]"

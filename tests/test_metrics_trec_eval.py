@@ -1,0 +1,378 @@
+"""ragaudit.metrics against pytrec_eval (trec_eval's own code), metric by metric, to 1e-9.
+
+Every case is checked three ways: nested dicts, shuffled numpy columns (the vectorised columnar
+path, rows in random order), and, where the run has ties, the dict path falling back to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ragaudit import metrics
+from ragaudit.errors import MetricError
+from ragaudit.metrics import retrieval
+
+pytrec_eval = pytest.importorskip("pytrec_eval")
+
+TOL = 1e-9
+
+# Our name -> how to read it from pytrec_eval's per-query dict.
+MEASURES = [
+    "P@1",
+    "P@5",
+    "P@20",
+    "P",
+    "recall@5",
+    "recall@100",
+    "recall",
+    "f1@5",
+    "f1",
+    "hit_rate@1",
+    "hit_rate@5",
+    "hit_rate",
+    "mrr",
+    "mrr@3",
+    "mrr@10",
+    "map",
+    "map@5",
+    "map@100",
+    "ndcg",
+    "ndcg@3",
+    "ndcg@10",
+    "ndcg_burges@5",
+]
+TREC_NAMES = {
+    "P_1",
+    "P_5",
+    "P_20",
+    "set_P",
+    "recall_5",
+    "recall_100",
+    "set_recall",
+    "set_F",
+    "success_1",
+    "success_5",
+    "num_rel_ret",
+    "recip_rank",
+    "map",
+    "map_cut_5",
+    "map_cut_100",
+    "ndcg",
+    "ndcg_cut_3",
+    "ndcg_cut_10",
+}
+
+
+def _expected(per_query: dict[str, float], name: str) -> float:
+    """The trec_eval value for one of our metric names (derived where trec_eval has no cut-off)."""
+    m = metrics.parse_measure(name)
+    k = m.cutoff
+    direct = {
+        ("P", None): "set_P",
+        ("recall", None): "set_recall",
+        ("f1", None): "set_F",
+        ("mrr", None): "recip_rank",
+        ("map", None): "map",
+        ("ndcg", None): "ndcg",
+    }
+    if (m.name, k) in direct:
+        return per_query[direct[(m.name, k)]]
+    if m.name == "P":
+        return per_query[f"P_{k}"]
+    if m.name == "recall":
+        return per_query[f"recall_{k}"]
+    if m.name == "f1":
+        p, r = per_query[f"P_{k}"], per_query[f"recall_{k}"]
+        return 2 * p * r / (p + r) if p + r else 0.0
+    if m.name == "hit_rate":
+        return per_query[f"success_{k}"] if k is not None else float(per_query["num_rel_ret"] > 0)
+    if m.name == "mrr":
+        # trec_eval's recip_rank has no cut-off: keep it when the first relevant rank is within K.
+        rr = per_query["recip_rank"]
+        return rr if rr > 0 and round(1 / rr) <= k else 0.0
+    if m.name == "map":
+        return per_query[f"map_cut_{k}"]
+    if m.name == "ndcg":
+        return per_query[f"ndcg_cut_{k}"]
+    raise AssertionError(name)
+
+
+def _burges_reference(run: dict[str, float], qrels: dict[str, int], k: int) -> float:
+    """ndcg with 2^rel - 1 gains, written out plainly (trec_eval's ranking, no pytrec measure).
+
+    trec_eval keeps scores as 32-bit floats: rank by those, ties by doc id descending.
+    """
+    with np.errstate(over="ignore"):
+        ranked = sorted(run, key=lambda d: (float(np.float32(run[d])), d), reverse=True)[:k]
+    dcg = sum((2 ** max(qrels.get(d, 0), 0) - 1) / math.log2(i + 2) for i, d in enumerate(ranked))
+    ideal = sorted((lab for lab in qrels.values() if lab > 0), reverse=True)[:k]
+    idcg = sum((2**lab - 1) / math.log2(i + 2) for i, lab in enumerate(ideal))
+    return dcg / idcg if idcg > 0 else 0.0
+
+
+def _columns(run: dict[str, dict[str, float]], seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rows = [(q, d, s) for q, docs in run.items() for d, s in docs.items()]
+    random.Random(seed).shuffle(rows)
+    qids, docids, scores = zip(*rows)
+    return np.array(qids), np.array(docids), np.array(scores, dtype=np.float64)
+
+
+def _compare(
+    ours: dict[str, dict[str, float]],
+    reference: dict[str, dict[str, float]],
+    run: dict[str, dict[str, float]],
+    qrels: dict[str, dict[str, int]],
+    label: str,
+) -> None:
+    assert set(ours) == set(reference), f"{label}: evaluated queries differ"
+    for qid, values in reference.items():
+        for name in MEASURES:
+            if name.startswith("ndcg_burges"):
+                k = metrics.parse_measure(name).cutoff
+                assert k is not None
+                want = _burges_reference(run[qid], qrels[qid], k)
+            else:
+                want = _expected(values, name)
+            got = ours[qid][name]
+            assert abs(got - want) <= TOL, f"{label}: query {qid!r} {name}: ours {got!r}, trec_eval {want!r}"
+
+
+def _check_all(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]], level: int = 1) -> None:
+    evaluator = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES, relevance_level=level)
+    reference = evaluator.evaluate(run)
+    by_dict = metrics.evaluate(run, qrels, MEASURES, per_query=True, relevance_level=level)
+    _compare(by_dict, reference, run, qrels, "dict input")
+    nonempty = {q: docs for q, docs in run.items() if docs}
+    if nonempty:
+        qids, docids, scores = _columns(nonempty)
+        by_columns = metrics.evaluate_columns(
+            qids, docids, scores, qrels, MEASURES, per_query=True, relevance_level=level
+        )
+        expected = {q: v for q, v in reference.items() if q in nonempty}
+        _compare(by_columns, expected, run, qrels, "columnar input")
+    # Means are plain averages of the per-query values, over the queries trec_eval evaluates.
+    means = metrics.evaluate(run, qrels, MEASURES, relevance_level=level)
+    for name in MEASURES:
+        assert means[name] == pytest.approx(np.mean([by_dict[q][name] for q in by_dict]), abs=TOL)
+
+
+TRICKY: dict[str, tuple[dict[str, dict[str, float]], dict[str, dict[str, int]]]] = {
+    "all scores tied: doc id descending decides, d9 above d10": (
+        {"q": {"d10": 1.0, "d9": 1.0, "d1": 1.0, "d100": 1.0, "d2": 1.0}},
+        {"q": {"d10": 1, "d2": 2}},
+    ),
+    "numeric-looking ids compare as strings": (
+        {"q": {"10": 0.5, "9": 0.5, "100": 0.5, "11": 0.2, "1": 0.2}},
+        {"q": {"9": 1, "100": 1, "1": 3}},
+    ),
+    "ties inside a ranking, input order reversed": (
+        {"q": {"a": 0.1, "b": 0.9, "c": 0.5, "d": 0.5, "e": 0.5, "f": 0.9}},
+        {"q": {"c": 1, "e": 2, "f": 1}},
+    ),
+    "no relevant document in the qrels": (
+        {"q": {"a": 0.3, "b": 0.2}, "r": {"a": 0.5}},
+        {"q": {"a": 0, "b": -1}, "r": {"a": 1}},
+    ),
+    "graded and negative labels, negative retrieved first": (
+        {"q": {"neg": 0.99, "a": 0.9, "b": 0.8, "c": 0.7, "zero": 0.6, "x": 0.1}},
+        {"q": {"neg": -2, "a": 1, "b": 3, "c": 2, "zero": 0, "unret": 3, "unret2": -1}},
+    ),
+    "K beyond the list": (
+        {"q": {"a": 2.0, "b": 1.0}},
+        {"q": {"b": 1, "c": 1}},
+    ),
+    "relevant docs never retrieved": (
+        {"q": {"a": 2.0, "b": 1.0, "c": 0.5}},
+        {"q": {"y": 2, "z": 1}},
+    ),
+    "negative, zero, -0.0 and infinite scores": (
+        {"q": {"a": -0.0, "b": 0.0, "c": -1.5, "d": float("inf"), "e": float("-inf"), "f": -1e300}},
+        {"q": {"a": 1, "c": 2, "e": 1, "f": 1}},
+    ),
+    "scores one ulp apart (near-ties ranked exactly)": (
+        {
+            "q": {
+                "a": 0.5,
+                "b": float(np.nextafter(0.5, 1.0)),
+                "c": float(np.nextafter(0.5, 0.0)),
+                "d": 0.5,
+                "e": 1e-300,
+                "f": float(np.nextafter(1e-300, 1.0)),
+            }
+        },
+        {"q": {"c": 1, "d": 2, "f": 1}},
+    ),
+    "unicode ids tie by code point": (
+        {"q": {"dz": 1.0, "d\u00e9": 1.0, "dZ": 1.0, "d\u4e2d": 1.0, "d": 1.0}},
+        {"q": {"dz": 1, "d\u4e2d": 1}},
+    ),
+    "queries only in the run, only in the qrels, and empty in the run": (
+        {"q": {"a": 1.0, "b": 0.5}, "run-only": {"a": 1.0}, "empty": {}},
+        {"q": {"b": 1}, "qrels-only": {"a": 1}, "empty": {"a": 1}},
+    ),
+    "one deep query among shallow ones (padding)": (
+        {
+            "deep": {f"d{i}": float((i * 7919) % 613) for i in range(400)},
+            "shallow": {"a": 0.2, "b": 0.1},
+            "one": {"x": 3.0},
+        },
+        {
+            "deep": {f"d{i}": (i % 4) for i in range(0, 400, 13)},
+            "shallow": {"b": 1},
+            "one": {"x": 1, "y": 2},
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+@pytest.mark.parametrize("case", list(TRICKY), ids=list(TRICKY))
+def test_tricky_cases_match_trec_eval(case: str, level: int) -> None:
+    run, qrels = TRICKY[case]
+    _check_all(run, qrels, level)
+
+
+def test_duplicate_ids_refused_or_max_kept_as_trec_eval_would_see_them() -> None:
+    qids = np.array(["q", "q", "q", "q", "r"])
+    docids = np.array(["a", "b", "a", "c", "a"])
+    scores = np.array([0.1, 0.5, 0.9, 0.7, 0.3])
+    qrels = {"q": {"a": 1, "c": 2}, "r": {"a": 1}}
+    with pytest.raises(MetricError, match=r"query 'q'.*'a'.*more than once"):
+        metrics.evaluate_columns(qids, docids, scores, qrels, ["ndcg@10"])
+    kept = metrics.evaluate_columns(qids, docids, scores, qrels, MEASURES, per_query=True, on_duplicate="max")
+    deduped = {"q": {"a": 0.9, "b": 0.5, "c": 0.7}, "r": {"a": 0.3}}
+    reference = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES).evaluate(deduped)
+    _compare(kept, reference, deduped, qrels, "on_duplicate='max'")
+
+
+def _random_case(seed: int, n_queries: int = 1000) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, int]]]:
+    rng = np.random.default_rng(seed)
+    run: dict[str, dict[str, float]] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    for q in range(n_queries):
+        qid = f"q{q}"
+        depth = int(rng.integers(0, 120))
+        pool = rng.choice(400, size=depth + 30, replace=False)
+        docs = [f"d{int(x)}" for x in pool[:depth]]
+        kind = q % 4
+        if kind == 0:
+            scores = rng.integers(0, 6, depth).astype(float)  # heavy ties
+        elif kind == 1:
+            scores = np.round(rng.normal(size=depth), 2)  # some ties, negatives
+        else:
+            scores = rng.random(depth)
+        if q % 50 != 7:  # a few qrels-only queries
+            run[qid] = dict(zip(docs, scores.tolist()))
+        if q % 50 != 13:  # a few run-only queries
+            judged = rng.choice(pool, size=int(rng.integers(1, 25)), replace=False)
+            labels = rng.integers(-1, 4, len(judged))
+            qrels[qid] = {f"d{int(d)}": int(lab) for d, lab in zip(judged, labels)}
+    return run, qrels
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_thousand_random_queries_match_trec_eval(level: int) -> None:
+    run, qrels = _random_case(seed=20240 + level)
+    _check_all(run, qrels, level)
+
+
+def test_thousand_random_queries_without_ties_take_the_dict_fast_path() -> None:
+    rng = np.random.default_rng(7)
+    run = {f"q{q}": {f"d{i}": float(s) for i, s in enumerate(rng.random(60))} for q in range(1000)}
+    qrels = {
+        f"q{q}": {f"d{int(i)}": int(rng.integers(1, 4)) for i in rng.choice(80, 6, replace=False)} for q in range(1000)
+    }
+    _check_all(run, qrels)
+
+
+def test_result_does_not_depend_on_chunk_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    run, qrels = _random_case(seed=5, n_queries=300)
+    whole = metrics.evaluate(run, qrels, MEASURES, per_query=True)
+    monkeypatch.setattr(retrieval, "_CHUNK_CELLS", 37)
+    small = metrics.evaluate(run, qrels, MEASURES, per_query=True)
+    qids, docids, scores = _columns({q: d for q, d in run.items() if d})
+    small_columns = metrics.evaluate_columns(qids, docids, scores, qrels, MEASURES, per_query=True)
+    for qid, values in whole.items():
+        for name, value in values.items():
+            assert small[qid][name] == pytest.approx(value, abs=TOL)
+            if qid in small_columns:
+                assert small_columns[qid][name] == pytest.approx(value, abs=TOL)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _CollidingIds(retrieval._DocIds):
+    """Doc ids whose hash function maps everything to two values: collisions everywhere."""
+
+    def hash(self, encoded: np.ndarray) -> np.ndarray:
+        return (retrieval._hash_fixed(encoded) & np.uint64(1)) << np.uint64(62)
+
+
+def test_hash_collisions_are_settled_by_comparing_ids() -> None:
+    # With a hash that collides for half of all ids, duplicate detection and the qrels join must
+    # fall back to comparing the strings and still agree with trec_eval.
+    run, qrels = _random_case(seed=11, n_queries=200)
+    nonempty = {q: d for q, d in run.items() if d}
+    qids, docids, scores = _columns(nonempty)
+    prepared_qrels = retrieval._prepare_qrels(qrels)
+    prepared, n_run = retrieval._prepare_columns(qids, docids, scores, prepared_qrels)
+    assert prepared.docs is not None
+    ids = prepared.docs.ids
+    colliding = dataclasses.replace(prepared, docs=_CollidingIds(ids, _CollidingIds(ids, ids).hash(ids)))
+    keys = [(name, metrics.parse_measure(name)) for name in MEASURES]
+    plan = retrieval._Plan([m for _, m in keys], 1, "error")
+    ours = retrieval._finish(colliding, prepared_qrels, keys, plan, True, True, n_run)
+    reference = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES).evaluate(nonempty)
+    _compare(ours, reference, nonempty, qrels, "colliding hashes")  # type: ignore[arg-type]
+    dup_ids = ids.copy()
+    first = int(prepared.offsets[0])
+    dup_ids[first + 1] = dup_ids[first]
+    duplicated = dataclasses.replace(
+        prepared, docs=_CollidingIds(dup_ids, _CollidingIds(dup_ids, dup_ids).hash(dup_ids))
+    )
+    with pytest.raises(MetricError, match="more than once"):
+        retrieval._finish(duplicated, prepared_qrels, keys, plan, True, True, n_run)
+
+
+@pytest.mark.parametrize("kind", ["object", "bytes", "int"])
+def test_other_id_dtypes_match_trec_eval(kind: str) -> None:
+    run, qrels = _random_case(seed=3, n_queries=150)
+    if kind == "int":
+        run = {q: {d[1:]: s for d, s in docs.items()} for q, docs in run.items()}
+        qrels = {q: {d[1:]: lab for d, lab in docs.items()} for q, docs in qrels.items()}
+    nonempty = {q: d for q, d in run.items() if d}
+    qids, docids, scores = _columns(nonempty)
+    converted: Any = {
+        "object": lambda: docids.astype(object),
+        "bytes": lambda: np.char.encode(docids, "utf-8"),
+        "int": lambda: docids.astype(np.int64),
+    }[kind]()
+    ours = metrics.evaluate_columns(qids.astype(object), converted, scores, qrels, MEASURES, per_query=True)
+    reference = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES).evaluate(nonempty)
+    _compare(ours, reference, nonempty, qrels, f"{kind} doc ids")
+
+
+def test_tables_match_trec_eval() -> None:
+    pd = pytest.importorskip("pandas")
+    pa = pytest.importorskip("pyarrow")
+    run, qrels = _random_case(seed=9, n_queries=200)
+    nonempty = {q: d for q, d in run.items() if d}
+    qids, docids, scores = _columns(nonempty)
+    frame = pd.DataFrame({"qid": qids, "docid": docids, "score": scores})
+    qrels_frame = pd.DataFrame(
+        [(q, d, lab) for q, docs in qrels.items() for d, lab in docs.items()], columns=["qid", "docid", "relevance"]
+    )
+    reference = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES).evaluate(nonempty)
+    for run_table, qrels_table in [
+        (frame, qrels),
+        (frame, qrels_frame),
+        (pa.Table.from_pandas(frame), pa.Table.from_pandas(qrels_frame)),
+        (frame.astype({"qid": object, "docid": object}), qrels),
+    ]:
+        ours = metrics.evaluate(run_table, qrels_table, MEASURES, per_query=True)
+        _compare(ours, reference, nonempty, qrels, type(run_table).__name__)  # type: ignore[arg-type]
