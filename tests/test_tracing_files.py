@@ -26,6 +26,7 @@ from ragaudit.tracing import (
 
 AUDIT_KEYS = {
     "ts",
+    "details",
     "turn_id",
     "trace_id",
     "span_id",

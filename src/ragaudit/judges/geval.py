@@ -42,7 +42,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GEVAL_PROTOCOL_VERSION",
+    "GEVAL_SYSTEM_PROMPT",
     "GEvalJudge",
+    "build_geval_messages",
     "expected_score",
     "score_distribution",
 ]
@@ -483,6 +485,7 @@ GEVAL_SYSTEM_PROMPT = (
     "You are a strict RAG evaluator. For each criterion, follow its evaluation steps, then give an "
     "integer score from 1 (worst) to 5 (best). Return only the JSON object you are asked for."
 )
+"""The system prompt of every G-Eval request."""
 
 _CRITERIA: dict[str, tuple[str, tuple[str, ...], str]] = {
     "faithfulness": (

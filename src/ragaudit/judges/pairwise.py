@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PAIRWISE_PROTOCOL_VERSION",
+    "PAIRWISE_SYSTEM_PROMPT",
     "Match",
     "PairwiseJudge",
     "PairwiseResult",
@@ -61,6 +62,7 @@ PAIRWISE_SYSTEM_PROMPT = (
     "You are a strict, impartial judge comparing two answers of a RAG system. Return only JSON with "
     'winner and reason; winner is "A", "B" or "tie".'
 )
+"""The system prompt of every pairwise request."""
 
 _PROMPT = """\
 Compare two answers to one question asked of a retrieval-augmented generation (RAG) system.

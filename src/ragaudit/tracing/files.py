@@ -290,6 +290,16 @@ class AuditLog:
     def _content(self, value: str | None) -> str | None:
         return self._text(value) if self.capture_content else None
 
+    def _deep(self, value: Any) -> Any:
+        """*value* with every string in it redacted (judge details nest text in lists and dicts)."""
+        if isinstance(value, str):
+            return self._text(value)
+        if isinstance(value, Mapping):
+            return {str(k): self._deep(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self._deep(v) for v in value]
+        return value
+
     def record(
         self,
         turn: RagTurn,
@@ -347,6 +357,9 @@ class AuditLog:
             "error": self._text(judgement.error),
             "latency_s": judgement.latency_s,
             "usage": dict(judgement.usage),
+            # judge-specific extras (rule results, rubric criteria, distributions) quote the answer
+            # and documents, so they follow content capture
+            "details": self._deep(judgement.details) if capture else None,
         }
         if not capture:
             line["query_chars"] = len(turn.query)
