@@ -1,12 +1,53 @@
-"""Judges: the :class:`RagJudge` protocol and its implementations."""
+"""Judges: the :class:`RagJudge` protocol and its implementations.
+
+Every judge is imported on first use, so ``import ragaudit.judges`` stays light.
+"""
 
 from __future__ import annotations
 
+import importlib
 import os
+from typing import TYPE_CHECKING, Any
 
 from .base import BaseRagJudge, FakeJudge, JudgeError, RagJudge
 
-__all__ = ["BaseRagJudge", "FakeJudge", "JudgeError", "RagJudge", "default_judge"]
+if TYPE_CHECKING:
+    from .cache import CachedJudge, MemoryCache, SqliteCache
+    from .calibration import ZScoreNormalizer, calibrate, consistency
+    from .chat import ChatRagJudge
+    from .correctness import CorrectnessJudge
+    from .cost import CostEstimate, estimate_cost
+    from .ensemble import ConsensusJudge, JuryJudge
+    from .geval import GEvalJudge
+    from .lexical import LexicalJudge
+    from .pairwise import PairwiseJudge, PairwiseResult, TournamentResult
+    from .rubric import Criterion, RubricJudge
+    from .rules import RuleJudge, TieredJudge
+
+_LAZY = {
+    "CachedJudge": ".cache", "MemoryCache": ".cache", "SqliteCache": ".cache",
+    "ZScoreNormalizer": ".calibration", "calibrate": ".calibration", "consistency": ".calibration",
+    "ChatRagJudge": ".chat",
+    "CorrectnessJudge": ".correctness",
+    "CostEstimate": ".cost", "estimate_cost": ".cost",
+    "ConsensusJudge": ".ensemble", "JuryJudge": ".ensemble",
+    "GEvalJudge": ".geval",
+    "LexicalJudge": ".lexical",
+    "PairwiseJudge": ".pairwise", "PairwiseResult": ".pairwise", "TournamentResult": ".pairwise",
+    "Criterion": ".rubric", "RubricJudge": ".rubric",
+    "RuleJudge": ".rules", "TieredJudge": ".rules",
+}
+
+__all__ = sorted(["BaseRagJudge", "FakeJudge", "JudgeError", "RagJudge", "default_judge", *_LAZY])
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
 
 
 def default_judge() -> RagJudge:
