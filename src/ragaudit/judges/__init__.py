@@ -38,7 +38,34 @@ _LAZY = {
     "RuleJudge": ".rules", "TieredJudge": ".rules",
 }
 
-__all__ = sorted(["BaseRagJudge", "FakeJudge", "JudgeError", "RagJudge", "default_judge", *_LAZY])
+__all__ = [
+    "BaseRagJudge",
+    "CachedJudge",
+    "ChatRagJudge",
+    "ConsensusJudge",
+    "CorrectnessJudge",
+    "CostEstimate",
+    "Criterion",
+    "FakeJudge",
+    "GEvalJudge",
+    "JudgeError",
+    "JuryJudge",
+    "LexicalJudge",
+    "MemoryCache",
+    "PairwiseJudge",
+    "PairwiseResult",
+    "RagJudge",
+    "RubricJudge",
+    "RuleJudge",
+    "SqliteCache",
+    "TieredJudge",
+    "TournamentResult",
+    "ZScoreNormalizer",
+    "calibrate",
+    "consistency",
+    "default_judge",
+    "estimate_cost",
+]
 
 
 def __getattr__(name: str) -> Any:
