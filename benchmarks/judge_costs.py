@@ -27,7 +27,7 @@ import json
 import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,13 +71,6 @@ def scripted_reply(body: Mapping[str, Any]) -> Scripted:
     return judgement_json(0.9, 0.8, 0.9, reason=_REASON)
 
 
-class NoNServer(LLMServer):
-    """The loopback server, but returning one choice whatever ``n`` asks (as servers without ``n`` do)."""
-
-    def _completion(self, body: Mapping[str, Any], scripted: Any, seq: int) -> tuple[dict[str, Any], float]:
-        return super()._completion({**body, "n": 1}, scripted, seq)
-
-
 # -- demo-like turns --------------------------------------------------------------------------------
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -113,7 +106,7 @@ class Case:
     run: Callable[[Any, JudgeRequest], Mapping[str, int]]
     unit: str = "answer"
     note: str = ""
-    server: type[LLMServer] = LLMServer
+    server_options: Mapping[str, Any] = field(default_factory=dict)  # LLMServer options, e.g. honour_n
 
 
 def _chat(base_url: str, model: str = "judge", **kwargs: Any) -> ChatRagJudge:
@@ -151,7 +144,7 @@ CASES: list[Case] = [
          lambda url: GEvalJudge("judge", base_url=url, max_retries=0, timeout=30.0, use_logprobs=False,
                                 samples=5),
          _judge, note="one n=5 request answered with one choice on the first turn, then 5 requests",
-         server=NoNServer),
+         server_options={"honour_n": False}),
     Case("PairwiseJudge (both orders)",
          lambda url: PairwiseJudge("judge", base_url=url, max_retries=0, timeout=30.0), _compare,
          unit="comparison"),
@@ -181,7 +174,7 @@ def _prompt_words(request_body: Any) -> int:
 
 def measure(case: Case, requests: list[JudgeRequest]) -> dict[str, Any]:
     """Run *case* on every request against a fresh loopback server; figures per judged unit."""
-    with case.server(scripted_reply) as server:
+    with LLMServer(scripted_reply, **case.server_options) as server:
         judge = case.make(server.base_url)
         try:
             usages = [case.run(judge, request) for request in requests]

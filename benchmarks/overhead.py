@@ -7,7 +7,8 @@ Two pipelines, each run N times per configuration:
 
 * LangChain: an LCEL RAG chain -- an in-memory retriever returning four fixed Documents, a
   ``ChatPromptTemplate``, ``FakeListChatModel`` (answer with a ``[1]`` marker), ``StrOutputParser``.
-  Configurations: no callbacks (twice, in two processes: the noise floor); ragaudit's
+  Configurations: no callbacks (twice, in two processes: the noise floor); an empty callback
+  handler (what LangChain's callback dispatch itself costs any handler); ragaudit's
   ``RagAuditCallbackHandler`` with spans to an in-memory exporter and the judge asynchronous
   (``Auditor`` with a ``FakeJudge``, ``audit_log=None``); the same with tracing not configured (no
   SDK tracer provider anywhere); OpenInference's ``LangChainInstrumentor``; OpenLLMetry's
@@ -52,7 +53,7 @@ from typing import IO, Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from benchmarks._bench import (  # noqa: E402
+from benchmarks._bench import (
     machine_info,
     percentile,
     print_machine,
@@ -83,14 +84,15 @@ DOC_TEXTS = [
 
 FRAMEWORKS = ("langchain", "llamaindex")
 CONFIGS: dict[str, tuple[str, ...]] = {
-    "langchain": ("baseline", "baseline-2", "ragaudit", "ragaudit-notrace", "openinference", "openllmetry",
-                  "langfuse"),
+    "langchain": ("baseline", "baseline-2", "noop-handler", "ragaudit", "ragaudit-notrace", "openinference",
+                  "openllmetry", "langfuse"),
     "llamaindex": ("baseline", "baseline-2", "ragaudit", "ragaudit-notrace", "openinference"),
 }
 PEERS = {"openinference", "openllmetry", "langfuse"}
 LABELS = {
     "baseline": "no callbacks",
     "baseline-2": "no callbacks (2nd process: noise floor)",
+    "noop-handler": "an empty callback handler (LangChain's dispatch)",
     "ragaudit": "ragaudit (spans to in-memory exporter, judge async)",
     "ragaudit-notrace": "ragaudit, tracing not configured",
     "openinference": "OpenInference instrumentor",
@@ -183,7 +185,11 @@ def _langchain_bench(config: str, sink: str | None) -> Bench:
     chain = _langchain_chain()
     invoke_config: dict[str, Any] = {}
     bench = Bench(invoke=lambda: chain.invoke(QUESTION, config=invoke_config))
-    if config in ("ragaudit", "ragaudit-notrace"):
+    if config == "noop-handler":
+        from langchain_core.callbacks import BaseCallbackHandler
+
+        invoke_config["callbacks"] = [BaseCallbackHandler()]
+    elif config in ("ragaudit", "ragaudit-notrace"):
         from ragaudit import Auditor
         from ragaudit.integrations.langchain import RagAuditCallbackHandler
 
@@ -447,7 +453,7 @@ def run_framework(framework: str, args: argparse.Namespace, sink: str | None) ->
             verdict.update({"lightest_peer": lightest, "lightest_peer_overhead_us": light_us,
                             "ratio_to_lightest_peer": ours_us / light_us if light_us > 0 else None})
             verdict["met_ratio"] = light_us > 0 and ours_us <= TARGET_RATIO * light_us
-            for config, entry in results.items():
+            for entry in results.values():
                 entry["ratio_to_ragaudit"] = (entry["overhead_median"]["us"] / ours_us
                                               if "overhead_median" in entry and ours_us > 0 else None)
         if "baseline-2" in results:

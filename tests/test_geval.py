@@ -42,20 +42,6 @@ def reply_json(f: int, c: int, a: int, reason: str = "checked") -> str:
                        "answer_relevance": a, "reason": reason})
 
 
-class NoLogprobsServer(LLMServer):
-    """A server that ignores ``logprobs`` (as some local servers do) and, with ``honour_n=False``, ``n``."""
-
-    def __init__(self, *args: Any, honour_n: bool = True, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.honour_n = honour_n
-
-    def _completion(self, body: Mapping[str, Any], scripted: Any, seq: int) -> tuple[dict[str, Any], float]:
-        changed = {**body, "logprobs": False, "top_logprobs": None}
-        if not self.honour_n:
-            changed["n"] = 1
-        return super()._completion(changed, scripted, seq)
-
-
 @pytest.fixture(scope="module")
 def module_server() -> Iterator[LLMServer]:
     with LLMServer() as srv:
@@ -254,7 +240,7 @@ FIVE_SAMPLES = [reply_json(5, 4, 3), reply_json(4, 4, 3), reply_json(5, 4, 3), r
 
 
 def test_sampling_fallback_with_n(srv: LLMServer) -> None:
-    with NoLogprobsServer(default=FIVE_SAMPLES) as plain:
+    with LLMServer(default=FIVE_SAMPLES, logprobs=False) as plain:
         judge = GEvalJudge("m", base_url=plain.base_url, max_retries=0, timeout=5.0)
         _judges.append(judge)
         result = judge.judge(REQUEST)
@@ -287,7 +273,7 @@ def test_sampling_fallback_without_n_support() -> None:
     def rule(body: Mapping[str, Any]) -> Scripted:
         return FIVE_SAMPLES[next(counter) % 5]
 
-    with NoLogprobsServer(rule, honour_n=False) as plain:
+    with LLMServer(rule, logprobs=False, honour_n=False) as plain:
         judge = GEvalJudge("m", base_url=plain.base_url, max_retries=0, timeout=5.0, samples=5)
         _judges.append(judge)
         result = judge.judge(REQUEST)
@@ -383,7 +369,7 @@ def test_cost_estimate_follows_mode_and_what_the_server_supports(srv: LLMServer)
     with_n = estimate_request(sampling, REQUEST)
     assert with_n.calls == 1 and with_n.completion_tokens == 5 * single.completion_tokens
     assert srv.requests == []  # estimating sends nothing
-    with NoLogprobsServer(default=reply_json(4, 4, 4), honour_n=False) as plain:
+    with LLMServer(default=reply_json(4, 4, 4), logprobs=False, honour_n=False) as plain:
         learner = GEvalJudge("m", base_url=plain.base_url, max_retries=0, timeout=5.0, samples=5)
         _judges.append(learner)
         assert estimate_request(learner, REQUEST).calls == 1  # nothing known yet: the logprob call

@@ -267,7 +267,7 @@ def test_bad_options_and_shapes_are_refused() -> None:
         with pytest.raises(MetricError, match="relevance_level"):
             metrics.evaluate(RUN, QRELS, ["map"], relevance_level=level)  # type: ignore[arg-type]
     with pytest.raises(MetricError, match="on_duplicate"):
-        metrics.evaluate(RUN, QRELS, ["map"], on_duplicate="min")  # type: ignore[arg-type]
+        metrics.evaluate(RUN, QRELS, ["map"], on_duplicate="min")  # type: ignore[call-overload]
     with pytest.raises(MetricError, match="differ in length"):
         metrics.evaluate_columns(["q1", "q1"], ["d1"], [1.0, 2.0], QRELS, ["map"])
     with pytest.raises(MetricError, match="must be a mapping"):
@@ -336,7 +336,7 @@ def test_score_ranking_errors() -> None:
     with pytest.raises(MetricError, match="unknown metric"):
         metrics.score_ranking(["a"], {"a": 1}, ["recal@3"])
     with pytest.raises(MetricError, match="must be an integer"):
-        metrics.score_ranking(["a"], {"a": 0.5}, ["recall@1"])
+        metrics.score_ranking(["a"], {"a": 0.5}, ["recall@1"])  # type: ignore[dict-item]
 
 
 # ---------------------------------------------------------------------------------------------

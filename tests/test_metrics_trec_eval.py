@@ -73,7 +73,7 @@ def _expected(per_query: dict[str, float], name: str) -> float:
     """The trec_eval value for one of our metric names (derived where trec_eval has no cut-off)."""
     m = metrics.parse_measure(name)
     k = m.cutoff
-    direct = {
+    direct: dict[tuple[str, int | None], str] = {
         ("P", None): "set_P",
         ("recall", None): "set_recall",
         ("f1", None): "set_F",
@@ -95,6 +95,7 @@ def _expected(per_query: dict[str, float], name: str) -> float:
     if m.name == "mrr":
         # trec_eval's recip_rank has no cut-off: keep it when the first relevant rank is within K.
         rr = per_query["recip_rank"]
+        assert k is not None
         return rr if rr > 0 and round(1 / rr) <= k else 0.0
     if m.name == "map":
         return per_query[f"map_cut_{k}"]
@@ -282,6 +283,24 @@ def test_thousand_random_queries_match_trec_eval(level: int) -> None:
     _check_all(run, qrels, level)
 
 
+def test_runs_written_in_rank_order_match_trec_eval() -> None:
+    # Rows already in score order (as run files are written) take a path that skips sorting;
+    # ties inside them must still be ordered by doc id, whatever order the file gives them.
+    run, qrels = _random_case(seed=77)
+    rng = random.Random(1)
+    ranked: dict[str, dict[str, float]] = {}
+    for qid, docs in run.items():
+        items = list(docs.items())
+        rng.shuffle(items)
+        ranked[qid] = dict(sorted(items, key=lambda item: -item[1]))
+    _check_all(ranked, qrels)
+    rows = [(q, d, s) for q, docs in ranked.items() for d, s in docs.items()]
+    qids, docids, scores = (np.array(col) for col in zip(*rows))
+    ours = metrics.evaluate_columns(qids, docids, scores.astype(float), qrels, MEASURES, per_query=True)
+    reference = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES).evaluate(ranked)
+    _compare(ours, {q: v for q, v in reference.items() if ranked.get(q)}, ranked, qrels, "columns in rank order")
+
+
 def test_thousand_random_queries_without_ties_take_the_dict_fast_path() -> None:
     rng = np.random.default_rng(7)
     run = {f"q{q}": {f"d{i}": float(s) for i, s in enumerate(rng.random(60))} for q in range(1000)}
@@ -322,19 +341,16 @@ def test_hash_collisions_are_settled_by_comparing_ids() -> None:
     prepared_qrels = retrieval._prepare_qrels(qrels)
     prepared, n_run = retrieval._prepare_columns(qids, docids, scores, prepared_qrels)
     assert prepared.docs is not None
-    ids = prepared.docs.ids
-    colliding = dataclasses.replace(prepared, docs=_CollidingIds(ids, _CollidingIds(ids, ids).hash(ids)))
+    colliding = dataclasses.replace(prepared, docs=_CollidingIds(prepared.docs.ids))
     keys = [(name, metrics.parse_measure(name)) for name in MEASURES]
     plan = retrieval._Plan([m for _, m in keys], 1, "error")
     ours = retrieval._finish(colliding, prepared_qrels, keys, plan, True, True, n_run)
     reference = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES).evaluate(nonempty)
     _compare(ours, reference, nonempty, qrels, "colliding hashes")  # type: ignore[arg-type]
-    dup_ids = ids.copy()
+    dup_ids = prepared.docs.ids.copy()
     first = int(prepared.offsets[0])
     dup_ids[first + 1] = dup_ids[first]
-    duplicated = dataclasses.replace(
-        prepared, docs=_CollidingIds(dup_ids, _CollidingIds(dup_ids, dup_ids).hash(dup_ids))
-    )
+    duplicated = dataclasses.replace(prepared, docs=_CollidingIds(dup_ids))
     with pytest.raises(MetricError, match="more than once"):
         retrieval._finish(duplicated, prepared_qrels, keys, plan, True, True, n_run)
 

@@ -12,7 +12,7 @@ import threading
 import time
 import weakref
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from .errors import ConfigurationError
@@ -96,6 +96,19 @@ def _flush_on_sigterm(auditor: Auditor) -> None:
             return
         signal.signal(signal.SIGTERM, _on_sigterm)
         _sigterm_installed = True
+
+
+class _JudgeRaised(Exception):
+    """A SystemExit or KeyboardInterrupt from a judge, carried as an ordinary error."""
+
+
+async def _contained(awaitable: Awaitable[Any]) -> Any:
+    # asyncio re-raises SystemExit and KeyboardInterrupt out of the event loop, which would stop the
+    # worker with every later turn stuck pending: a judge's own are turned into an error here.
+    try:
+        return await awaitable
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise _JudgeRaised(f"{type(exc).__name__} raised by the judge: {exc}") from exc
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -423,6 +436,13 @@ class Auditor:
                           len(closer), self.max_queue, self.stats())
         return False
 
+    def flush_turns(self, timeout: float | None = 30.0) -> bool:
+        """Wait until every job :meth:`defer` got so far has run: the turns integrations handed over
+        are built, their spans ended and they are submitted. Does not wait for judgements (that is
+        :meth:`flush`). Returns False when *timeout* (seconds) ran out first."""
+        closer = self._closer
+        return closer is None or closer.drain(timeout)
+
     def flush(self, timeout: float | None = 30.0) -> bool:
         """Wait until every turn handed over so far is recorded and judged and the sinks are flushed.
 
@@ -472,10 +492,12 @@ class Auditor:
         with self._lock:
             lost = self._pending
         unclosed = len(closer) if closer is not None else 0
-        if lost or unclosed:
-            print(f"ragaudit: {lost} judgement(s) still pending and {unclosed} turn(s) still waiting to be "
-                  f"recorded at shutdown were lost (flush timeout {budget:g}s); stats={self.stats()}",
-                  file=sys.stderr)
+        if lost:
+            print(f"ragaudit: {lost} judgement(s) still pending at shutdown were not recorded "
+                  f"(flush timeout {budget:g}s); stats={self.stats()}", file=sys.stderr)
+        if unclosed:
+            print(f"ragaudit: {unclosed} finished turn(s) still waiting to be recorded at shutdown were not "
+                  f"recorded (flush timeout {budget:g}s)", file=sys.stderr)
         for sink in self._sinks:
             try:
                 sink.shutdown()
@@ -593,15 +615,27 @@ class Auditor:
                 running = asyncio.get_running_loop().run_in_executor(self._pool, self.judge.judge, request)
                 judgement = await asyncio.wait_for(running, self.timeout_s)
             else:
-                judgement = await asyncio.wait_for(self.judge.ajudge(request), self.timeout_s)
+                judgement = await asyncio.wait_for(_contained(self.judge.ajudge(request)), self.timeout_s)
             if not isinstance(judgement, Judgement):
                 raise TypeError(f"judge returned {type(judgement).__name__}, not a Judgement")
             return judgement
         except asyncio.TimeoutError:
             return Judgement.failed(judge_name, f"timeout: no judgement within {self.timeout_s:g}s",
                                     latency_s=time.perf_counter() - started)
+        except _JudgeRaised as exc:
+            return Judgement.failed(judge_name, str(exc), latency_s=time.perf_counter() - started)
         except Exception as exc:
             return Judgement.failed(judge_name, f"{type(exc).__name__}: {exc}",
+                                    latency_s=time.perf_counter() - started)
+        except BaseException as exc:
+            # A judge's CancelledError (a cancelled inner task), or a SystemExit from a sync judge's
+            # thread, would otherwise end this task uncounted. Only a cancellation of this task
+            # itself goes on.
+            task = asyncio.current_task()
+            cancelling = getattr(task, "cancelling", None)  # Python 3.11+
+            if isinstance(exc, asyncio.CancelledError) and callable(cancelling) and cancelling():
+                raise
+            return Judgement.failed(judge_name, f"{type(exc).__name__} raised by the judge: {exc}",
                                     latency_s=time.perf_counter() - started)
 
     def _deliver(self, turn: RagTurn, judgement: Judgement, start_ns: int) -> None:

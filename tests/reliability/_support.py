@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -26,6 +27,7 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnableLambda, RunnablePassthrough
 from langchain_core.vectorstores import InMemoryVectorStore
+from pydantic import Field
 
 from ragaudit import Auditor, Judgement, RagTurn
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
@@ -36,16 +38,17 @@ __all__ = [
     "FAIL_MID_STREAM",
     "FAIL_MODEL",
     "FAIL_RETRIEVER",
+    "QUESTIONS",
     "Collected",
     "EchoModel",
     "FixedRetriever",
-    "QUESTIONS",
     "HashEmbeddings",
     "answer_for",
     "chroma_store",
     "handler_for",
     "memory_store",
     "rag_chain",
+    "wait_until",
 ]
 
 FAIL_RETRIEVER = "FAIL_RETRIEVER"
@@ -136,7 +139,7 @@ class FixedRetriever(BaseRetriever):
     """Returns the same documents for every query (they may be malformed on purpose); raises
     for a query containing FAIL_RETRIEVER."""
 
-    documents: list[Any] = []
+    documents: list[Any] = Field(default_factory=list)
 
     def _get_relevant_documents(self, query: str, *,
                                 run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
@@ -172,6 +175,17 @@ def rag_chain(retriever: Runnable[Any, Any], model: BaseChatModel | None = None)
     """The usual LCEL RAG chain: retrieve, stuff the context into a prompt, answer, parse to text."""
     return ({"context": retriever | RunnableLambda(_format_docs), "question": RunnablePassthrough()}
             | PROMPT | (model or EchoModel()) | StrOutputParser())
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """Poll *predicate* until it holds or *timeout* seconds pass (for background work with no event
+    to wait on); returns its last value. Never used to assert on time, only to wait for a state."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return predicate()
+        time.sleep(0.01)
+    return True
 
 
 class Collected:

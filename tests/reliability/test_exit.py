@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TURNS = 20
+SHORTFALL = rf"ragaudit: {TURNS} judgement\(s\) still pending .*(lost|not recorded)"
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -26,7 +28,7 @@ pytestmark = pytest.mark.timeout(90)
 CHILD = textwrap.dedent("""
     import asyncio, os, signal, sys, threading, time
     from ragaudit import Auditor, ChatRagJudge, FakeJudge, RagTurn, RetrievedDoc
-    log, judge_kind, ending = sys.argv[1], sys.argv[2], sys.argv[3]
+    log, judge_kind, ending, turns = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[5])
     extra = eval(sys.argv[4])
     if judge_kind == "slow":          # 0.1 s per judgement: all of them finish within the flush timeout
         async def fn(request):
@@ -50,21 +52,32 @@ CHILD = textwrap.dedent("""
             print("host handler ran", flush=True)
             sys.exit(0)
         signal.signal(signal.SIGTERM, on_term)
+    via = extra.pop("via", "submit")
     aud = Auditor(judge, audit_log=log, max_concurrency=4, **extra)
-    docs = (RetrievedDoc(id="d1", content="Returns are accepted within 30 days.", rank=1),)
-    for i in range(%d):
-        aud.submit(RagTurn(turn_id=f"t{i}", query=f"question {i}", answer="30 days.", documents=docs))
+    if via == "chain":                # a LangChain chain with the handler: turns are closed in the background
+        from langchain_core.documents import Document
+        from ragaudit.integrations.langchain import RagAuditCallbackHandler
+        from tests.reliability._support import FixedRetriever, rag_chain
+        handler = RagAuditCallbackHandler(auditor=aud)
+        chain = rag_chain(FixedRetriever(documents=[Document(page_content="Returns take 30 days.", id="d1")]))
+        for i in range(turns):
+            chain.invoke(f"question {i}", config={"callbacks": [handler]})
+    else:
+        docs = (RetrievedDoc(id="d1", content="Returns are accepted within 30 days.", rank=1),)
+        for i in range(turns):
+            aud.submit(RagTurn(turn_id=f"t{i}", query=f"question {i}", answer="30 days.", documents=docs))
     print("ready", flush=True)
     if ending in ("signal", "host_handler"):
         time.sleep(60)                # the parent sends a signal meanwhile
     # "exit": fall off the end without flush() or shutdown(): the exit hook must do it
-""" % TURNS)
+""")
 
 
 def start(tmp_path: Path, judge_kind: str, ending: str, **extra: object) -> tuple[subprocess.Popen[str], Path]:
     log = tmp_path / "audit.jsonl"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(log), judge_kind, ending, repr(extra)],
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(log), judge_kind, ending, repr(extra),
+                             str(TURNS)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -87,15 +100,18 @@ def lines(log: Path) -> list[dict[str, object]]:
     return [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
 
 
-@pytest.mark.parametrize("judge_kind", ["slow", "loopback"])
-def test_normal_exit_records_every_judgement(tmp_path: Path, judge_kind: str) -> None:
-    proc, log = start(tmp_path, judge_kind, "exit")
+@pytest.mark.parametrize("judge_kind, via", [("slow", "submit"), ("loopback", "submit"), ("slow", "chain")])
+def test_normal_exit_records_every_judgement(tmp_path: Path, judge_kind: str, via: str) -> None:
+    proc, log = start(tmp_path, judge_kind, "exit", via=via)
     _, err = finish(proc)
     assert proc.returncode == 0, err
     recorded = lines(log)
-    assert sorted(str(x["turn_id"]) for x in recorded) == sorted(f"t{i}" for i in range(TURNS)), err
+    if via == "submit":
+        assert sorted(str(x["turn_id"]) for x in recorded) == sorted(f"t{i}" for i in range(TURNS)), err
+    else:
+        assert sorted(str(x["query"]) for x in recorded) == sorted(f"question {i}" for i in range(TURNS)), err
     assert all(x["judge_status"] == "judged" for x in recorded)
-    assert "not recorded" not in err
+    assert "still pending" not in err
 
 
 @pytest.mark.parametrize("judge_kind", ["stuck", "hanging_server"])
@@ -104,11 +120,12 @@ def test_exit_with_a_judge_that_never_finishes_reports_the_shortfall(tmp_path: P
     _, err = finish(proc)  # bounded: the flush gives up after 1 s
     assert proc.returncode == 0, err
     assert lines(log) == []
-    assert f"ragaudit: {TURNS} judgement(s) still pending at shutdown were not recorded" in err
+    assert re.search(SHORTFALL, err), err
 
 
-def test_sigterm_with_handle_signals_flushes_then_dies_by_sigterm(tmp_path: Path) -> None:
-    proc, log = start(tmp_path, "slow", "signal", handle_signals=True, exit_timeout_s=20.0)
+@pytest.mark.parametrize("via", ["submit", "chain"])
+def test_sigterm_with_handle_signals_flushes_then_dies_by_sigterm(tmp_path: Path, via: str) -> None:
+    proc, log = start(tmp_path, "slow", "signal", handle_signals=True, exit_timeout_s=20.0, via=via)
     proc.send_signal(signal.SIGTERM)
     _, err = finish(proc)
     assert proc.returncode == -signal.SIGTERM, err  # the default disposition, re-raised after the flush
@@ -121,14 +138,14 @@ def test_sigterm_with_handle_signals_and_a_stuck_judge_reports_the_shortfall(tmp
     _, err = finish(proc)
     assert proc.returncode == -signal.SIGTERM, err
     assert lines(log) == []
-    assert f"ragaudit: {TURNS} judgement(s) still pending at shutdown were not recorded" in err
+    assert re.search(SHORTFALL, err), err
 
 
 def test_sigterm_without_handle_signals_is_python_default(tmp_path: Path) -> None:
     """Characterises the default the option exists for: SIGTERM kills at once, no exit hook runs."""
     proc, log = start(tmp_path, "stuck", "signal")
     proc.send_signal(signal.SIGTERM)
-    _, err = finish(proc)
+    finish(proc)
     assert proc.returncode == -signal.SIGTERM
     assert lines(log) == []
 

@@ -10,6 +10,7 @@ span says ``judge.status = queued``. Only then is the gate opened and the fault 
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ragaudit import Auditor, ChatRagJudge
+from ragaudit import Auditor, ChatRagJudge, FakeJudge, JudgeRequest, RagTurn
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
 from ragaudit.records import SCORE_NAMES
 from ragaudit.tracing import conventions as c
@@ -153,18 +154,21 @@ def test_fault_leaves_chain_alone_and_is_recorded(case: str, server: LLMServer, 
 
     result = rag_chain(retriever).invoke(QUESTION, config={"callbacks": [rig.handler]})
 
-    # The chain returned while the judge request was held at the gate: it never waited for it.
+    # The chain returned while no judge request could complete (they are held at the gate).
     assert not gate.is_open
     assert len(rig.collected) == 0
-    assert rig.auditor.stats()["pending"] == 1
     assert server.request_count <= 1
     assert result == expected_answer
-    (turn_span,) = rig.spans(c.SPAN_TURN)
-    assert turn_span.attributes[c.ATTR_JUDGE_STATUS] == "queued"
-    assert turn_span.attributes[c.OUTPUT_VALUE] == expected_answer
+    # The turn is closed and submitted in the background; its judge request reaches the server,
+    # and is still held there.
+    assert gate.arrived.wait(10)
+    assert len(rig.collected) == 0 and rig.auditor.stats()["pending"] == 1
 
     gate.open()
     assert rig.auditor.flush(30)
+    (turn_span,) = rig.spans(c.SPAN_TURN)
+    assert turn_span.attributes[c.ATTR_JUDGE_STATUS] == "queued"  # submitted, not judged inline
+    assert turn_span.attributes[c.OUTPUT_VALUE] == expected_answer
     assert_recorded_failure(rig, error_part, expected_answer)
     # Retries stay within their bound: 1 + max_retries per call, plus one repair for unreadable output.
     assert server.request_count == requests_per_judgement
@@ -178,9 +182,9 @@ def test_server_down_from_the_start(retriever: Any, rig_factory: Any, expected_a
     rig = rig_factory(f"http://127.0.0.1:{port}/v1")
     result = rag_chain(retriever).invoke(QUESTION, config={"callbacks": [rig.handler]})
     assert result == expected_answer
+    assert rig.auditor.flush(30)
     (turn_span,) = rig.spans(c.SPAN_TURN)
     assert turn_span.attributes[c.ATTR_JUDGE_STATUS] == "queued"  # submitted, not judged inline
-    assert rig.auditor.flush(30)
     assert_recorded_failure(rig, "APIConnectionError", expected_answer)
     (judgement,) = rig.collected.judgements
     assert judgement.usage["calls"] == 1  # one logical call; the SDK's own retries are bounded by max_retries
@@ -228,3 +232,36 @@ def test_many_turns_against_a_failing_server_all_recorded(server: LLMServer, ret
     assert len(lines) == len(questions)
     assert all(line["error"] and line["faithfulness"] is None for line in lines)
     assert server.request_count <= len(questions) * (1 + MAX_RETRIES)
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+@pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt(), asyncio.CancelledError(), GeneratorExit()],
+                         ids=lambda e: type(e).__name__)
+def test_judge_raising_a_base_exception_is_counted_and_the_worker_survives(kind: str, exc: BaseException,
+                                                                           tmp_path: Path) -> None:
+    """A judge that raises what ``except Exception`` does not catch: the judgement is recorded as
+    failed, and the next turn is still judged (the worker loop did not die with it)."""
+    def fn(request: JudgeRequest) -> dict[str, float]:
+        if request.query == "bad":
+            raise exc
+        return {"faithfulness": 1.0}
+
+    async def afn(request: JudgeRequest) -> dict[str, float]:
+        return fn(request)
+
+    collected = Collected()
+    log = tmp_path / "audit.jsonl"
+    auditor = Auditor(FakeJudge(afn if kind == "async" else fn), audit_log=log, on_judgement=collected)
+    try:
+        assert auditor.submit(RagTurn(turn_id="t-bad", query="bad", answer="a")) == "queued"
+        assert auditor.flush(10)
+        assert auditor.submit(RagTurn(turn_id="t-good", query="good", answer="a")) == "queued"
+        assert auditor.flush(10)
+        stats = auditor.stats()
+    finally:
+        auditor.shutdown(5)
+    assert stats["failed"] == 1 and stats["judged"] == 1 and stats["pending"] == 0
+    assert stats["submitted"] == stats["judged"] + stats["failed"]
+    bad = next(j for t, j in collected.items if t.turn_id == "t-bad")
+    assert bad.error is not None and type(exc).__name__ in bad.error and bad.faithfulness is None
+    assert sorted(line["judge_status"] for line in read_audit_log(log)) == ["failed", "judged"]

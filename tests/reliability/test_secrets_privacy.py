@@ -217,7 +217,8 @@ def redact(text: str) -> str:
 
 @pytest.mark.parametrize("wiring", ["handler_judge", "shared_auditor"])
 def test_redact_reaches_every_recorded_text(wiring: str, server: LLMServer, traced: Traced, tmp_path: Path,
-                                            caplog: pytest.LogCaptureFixture) -> None:
+                                            caplog: pytest.LogCaptureFixture,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
     calls = {"n": 0}
 
     def rule(body: dict[str, Any]) -> Any:
@@ -233,12 +234,13 @@ def test_redact_reaches_every_recorded_text(wiring: str, server: LLMServer, trac
         sinks = [LangfuseSink(backend.url, public_key="pk", secret_key="sk-lf"),
                  PhoenixSink(backend.url)]
         if wiring == "handler_judge":
-            # The handler makes the Auditor itself; it must pass redact (and the audit log) on.
+            # The handler makes the Auditor itself (audit log in the working directory, no sinks);
+            # it must pass redact on to it.
+            monkeypatch.chdir(tmp_path)
+            log = tmp_path / "ragaudit-audit.jsonl"
             handler = RagAuditCallbackHandler(judge=judge, tracer_provider=traced.provider, redact=redact)
             auditor = handler.auditor
-            auditor._audit_log = __import__("ragaudit.tracing.files", fromlist=["AuditLog"]).AuditLog(
-                log, redact=auditor.redact)
-            auditor._sinks = tuple(sinks)
+            assert auditor.redact is redact
         else:
             auditor = Auditor(judge, audit_log=log, tracer_provider=traced.provider, redact=redact, sinks=sinks)
             handler = RagAuditCallbackHandler(auditor=auditor)
@@ -257,6 +259,8 @@ def test_redact_reaches_every_recorded_text(wiring: str, server: LLMServer, trac
     recorded = {"spans": span_text(traced), "audit": log.read_text(encoding="utf-8"), "sinks": sink_bodies,
                 "logs": log_text(caplog)}
     assert "[REDACTED]" in recorded["spans"] and "[REDACTED]" in recorded["audit"]
+    if wiring == "shared_auditor":
+        assert "[REDACTED]" in recorded["sinks"]
     for where, text in recorded.items():
         assert SECRET not in text, where
         assert "4111-1111" not in text, where
@@ -276,3 +280,26 @@ def test_handler_redact_that_the_auditor_would_not_apply_is_refused() -> None:
         RagAuditCallbackHandler(auditor=same, redact=redact, capture_content=False)  # consistent: fine
     finally:
         same.shutdown()
+
+
+def test_a_failing_redact_withholds_the_text_and_loses_no_judgement(traced: Traced, tmp_path: Path) -> None:
+    def fragile(text: str) -> str:
+        if "BOOM" in text:
+            raise ValueError("redactor cannot parse this")
+        return redact(text)
+
+    log = tmp_path / "audit.jsonl"
+    auditor = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0, "reason": "fine"}), audit_log=log,
+                      tracer_provider=traced.provider, redact=fragile)
+    handler = RagAuditCallbackHandler(auditor=auditor)
+    chain = rag_chain(FixedRetriever(documents=[Document(page_content=f"BOOM {SECRET} refunds.", id="d")]))
+    answer = chain.invoke(f"Refund for {SECRET}?", config={"callbacks": [handler]})
+    assert auditor.flush(30)
+    auditor.shutdown(10)
+    assert "BOOM" in answer
+    (line,) = read_audit_log(log)
+    assert line["judge_status"] == "judged" and line["faithfulness"] == 1.0  # the judgement is not lost
+    assert line["answer"] == "[ragaudit: redact() failed, text withheld]"
+    assert line["query"] == "Refund for [REDACTED]?"
+    recorded = span_text(traced) + log.read_text(encoding="utf-8")
+    assert "BOOM" not in recorded and SECRET not in recorded

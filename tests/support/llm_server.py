@@ -26,6 +26,8 @@ or a list of ``str``/:class:`Reply` (one per choice when the request has ``n > 1
 (completion): rough but deterministic. When the request asks for ``logprobs``, every choice carries
 ``logprobs.content`` with ``top_logprobs`` (as many as asked): scripted per reply with :class:`Token`,
 or generated (words, single digits and punctuation as tokens, logprob 0, fillers at -100).
+``LLMServer(logprobs=False)`` plays a server without logprobs support (it ignores the request for
+them) and ``LLMServer(honour_n=False)`` one without ``n`` (it returns one choice whatever ``n`` asks).
 
 Delays and hangs are sleeps on an event that :meth:`LLMServer.stop` sets, so no handler thread
 outlives the server by more than a moment, and a few hundred concurrent slow requests cost threads,
@@ -279,6 +281,8 @@ class LLMServer:
         default: the reply when nothing else applies.
         delay: seconds to wait before every reply (a :class:`Reply` may set its own).
         reject_response_format: answer 400 to every request that sets ``response_format``.
+        logprobs: False to ignore requests for logprobs (every choice has ``logprobs: null``).
+        honour_n: False to return one choice whatever ``n`` the request asks for.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`. Every attribute above may be
     changed while the server runs. The request log, :attr:`requests`, is thread-safe.
@@ -292,12 +296,16 @@ class LLMServer:
         default: Scripted = DEFAULT_CONTENT,
         delay: float = 0.0,
         reject_response_format: bool = False,
+        logprobs: bool = True,
+        honour_n: bool = True,
     ) -> None:
         self.rule = rule
         self.default: Scripted = default
         self.delay = delay
         self.reject_response_format = reject_response_format
-        self._initial = (rule, default, delay, reject_response_format)
+        self.logprobs = logprobs
+        self.honour_n = honour_n
+        self._initial = (rule, default, delay, reject_response_format, logprobs, honour_n)
         self._lock = threading.Lock()
         self._replies: deque[Scripted] = deque(replies)
         self._faults: deque[Fault] = deque()
@@ -381,7 +389,8 @@ class LLMServer:
             self._replies.clear()
             self._faults.clear()
             self._requests.clear()
-            self.rule, self.default, self.delay, self.reject_response_format = self._initial
+            (self.rule, self.default, self.delay, self.reject_response_format, self.logprobs,
+             self.honour_n) = self._initial
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -428,9 +437,9 @@ class LLMServer:
     ) -> tuple[dict[str, Any], float]:
         reply = _as_reply(scripted) if isinstance(scripted, (str, Reply)) else Reply(choices=list(scripted))
         n = body.get("n") or 1
-        n = n if isinstance(n, int) and n > 0 else 1
+        n = n if isinstance(n, int) and n > 0 and self.honour_n else 1
         per_choice = [_as_reply(c) for c in reply.choices] if reply.choices else [reply]
-        want_logprobs = bool(body.get("logprobs"))
+        want_logprobs = self.logprobs and bool(body.get("logprobs"))
         top_k = body.get("top_logprobs") or 0
         top_k = top_k if isinstance(top_k, int) and top_k > 0 else 1 if want_logprobs else 0
         choices = []

@@ -49,10 +49,13 @@ __all__ = [
     "current_context",
     "default_auditor",
     "doc_id_from",
+    "finish_reserved_turn",
     "finish_turn",
     "ground_truth_from",
     "merge_documents",
+    "release",
     "report_failure",
+    "reserve",
     "resolve_backend",
     "score_from",
     "source_from",
@@ -258,28 +261,53 @@ def finish_turn(
     return status
 
 
+def reserve(auditor: Any, turn_id: str) -> str | None:
+    """Kept for integrations written against an earlier draft: turns are no longer reserved on the
+    host's thread (the closing thread submits them), so this returns None. Use :func:`finish_turn`."""
+    return None
+
+
+def release(auditor: Any, reservation: str | None) -> None:
+    """Kept for integrations written against an earlier draft; does nothing (see :func:`reserve`)."""
+
+
+def finish_reserved_turn(
+    recorder: Any,
+    auditor: Any,
+    handle: Any,
+    turn: RagTurn,
+    *,
+    judge: bool,
+    reservation: str | None = None,
+    measures: Sequence[str] = DEFAULT_TURN_MEASURES,
+) -> str | None:
+    """Kept for integrations written against an earlier draft: ``finish_turn(recorder, auditor if
+    judge else None, handle, turn, measures=measures)``."""
+    return finish_turn(recorder, auditor if judge else None, handle, turn, measures=measures)
+
+
 def current_context() -> Any:
     """The OpenTelemetry context now: what a turn span started later must take as its parent."""
     return _otel_context.get_current()
 
 
-def close_later(auditor: Any, job: Callable[[], None]) -> None:
+def close_later(auditor: Any, job: Callable[[], None]) -> bool:
     """Run *job* (build, trace and submit one finished turn) off the host's thread. Never raises.
 
     The job goes to *auditor*'s closing thread (:meth:`~ragaudit.Auditor.defer`: bounded, batched,
     drained by ``flush()``, ``shutdown()`` and at exit; a job the full queue cannot take is
     dropped and counted in ``stats()["close_dropped"]``). It runs at once on this thread when the
     auditor judges inline (so the turn is judged before the run returns) or is a stand-in without
-    ``defer``.
+    ``defer``. Returns False when the job was dropped.
     """
     try:
         defer = getattr(auditor, "defer", None)
         if defer is not None:
-            defer(job)
-            return
+            return bool(defer(job))
         job()
     except Exception as exc:
         report_failure("closing a turn", exc)
+    return True
 
 
 # --- the shared default auditor --------------------------------------------------------------------
@@ -334,6 +362,16 @@ def resolve_backend(
         raise ConfigurationError(f"give {owner} a judge or an auditor, not both")
     if auditor is not None and not callable(getattr(auditor, "submit", None)):
         raise ConfigurationError(f"auditor must be a ragaudit.Auditor, got {type(auditor).__name__}")
+    if auditor is not None:
+        # The auditor records the same texts again (judge spans, audit log, sinks) with its own
+        # settings: privacy settings stricter than its own would be silently ignored there.
+        recorder = getattr(auditor, "recorder", None)
+        if redact is not None and getattr(auditor, "redact", None) is not redact:
+            raise ConfigurationError(f"{owner}(redact=...) would not reach the audit log and judge spans of the "
+                                     "auditor given: pass the same redact= to Auditor(...)")
+        if capture_content is False and getattr(recorder, "capture_content", False):
+            raise ConfigurationError(f"{owner}(capture_content=False) would not reach the audit log and judge "
+                                     "spans of the auditor given: pass capture_content=False to Auditor(...)")
     if auditor is None:
         if judge is not None:
             from ..online import Auditor

@@ -106,6 +106,15 @@ def _query_from(inputs: Any) -> str | None:
     return None
 
 
+def _readable_query(inputs: Any) -> str | None:
+    """:func:`_query_from`, or None (reported) when *inputs* cannot be read: the run is still tracked."""
+    try:
+        return _query_from(inputs)
+    except Exception as exc:
+        report_failure("reading a run's question", exc)
+        return None
+
+
 def _answer_from(outputs: Any) -> str | None:
     """The answer of a root run: a string, a message's text, a dict's answer/output/result/text, or
     the last AI message of a dict's ``messages`` (a LangGraph agent's state)."""
@@ -127,7 +136,10 @@ def _answer_from(outputs: Any) -> str | None:
 
 
 def _error_text(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"
+    try:
+        return f"{type(error).__name__}: {error}"
+    except Exception:  # an exception whose __str__ fails
+        return f"{type(error).__name__} (its message could not be read)"
 
 
 _RawDoc = tuple[Any, Any, Mapping[str, Any]]  # (id, page_content, metadata copy) as the retriever returned it
@@ -372,7 +384,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
 
         def new_turn() -> _Turn:
             # A root under a parent we never saw (e.g. a LangSmith @traceable) is a turn too.
-            return _Turn(run_id, key, now, name, _query_from(question), metadata, current_context())
+            return _Turn(run_id, key, now, name, _readable_query(question), metadata, current_context())
 
         store = self._store
         with store.lock:
@@ -403,24 +415,27 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
             turn = store.state_of(key)
             if turn is None:
                 return
-            child = turn.open_children.pop(key, None)
-            if child is not None:
-                child.ended_at = now or time.time_ns()
-                if error is not None:
-                    child.error = _error_text(error)
-                elif isinstance(child, _OpenRetrieval):
-                    child.documents = documents
-                else:
-                    child.response = response
-                turn.finished.append(child)
             is_root = turn.key == key
-            if is_root:
-                if turn.query is None and inputs is not None:
-                    turn.query = _query_from(inputs)
-                if error is not None:
-                    turn.error = _error_text(error)
-                else:
-                    turn.answer = _answer_from(outputs)
+            try:
+                child = turn.open_children.pop(key, None)
+                if child is not None:
+                    child.ended_at = now or time.time_ns()
+                    if error is not None:
+                        child.error = _error_text(error)
+                    elif isinstance(child, _OpenRetrieval):
+                        child.documents = documents
+                    else:
+                        child.response = response
+                    turn.finished.append(child)
+                if is_root:
+                    if turn.query is None and inputs is not None:
+                        turn.query = _query_from(inputs)
+                    if error is not None:
+                        turn.error = _error_text(error)
+                    else:
+                        turn.answer = _answer_from(outputs)
+            except Exception as exc:  # an unreadable value must not leave the run, and its turn, open
+                report_failure("reading the end of a run", exc)
             turn, complete = store.end(key, force=is_root and error is not None)
         if complete and turn is not None:
             self._hand_off(turn)
@@ -547,7 +562,13 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
                          **kwargs: Any) -> None:
         try:
             now = time.time_ns()
-            self._end(run_id, documents=_snapshot_documents(documents), now=now)
+            try:
+                snapshot = _snapshot_documents(documents)
+            except Exception as exc:  # still end the run, or its turn would never close
+                report_failure("reading a retriever's documents", exc)
+                self._end(run_id, error=exc, now=now)
+                return
+            self._end(run_id, documents=snapshot, now=now)
         except Exception as exc:
             report_failure("on_retriever_end", exc)
 

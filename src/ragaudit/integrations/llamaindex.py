@@ -35,6 +35,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
@@ -67,10 +68,14 @@ from ._common import (
     RunStore,
     build_turn,
     check_measures,
+    close_later,
+    current_context,
     doc_id_from,
-    finish_turn,
+    finish_reserved_turn,
     ground_truth_from,
+    release,
     report_failure,
+    reserve,
     resolve_backend,
     source_from,
 )
@@ -358,10 +363,11 @@ class _Turn:
     started_at: int
     query: str | None
     tags: Mapping[str, Any] | None
-    handle: Any = None
+    context: Any = None  # the OTel context at the root's start: the turn span's parent
     result: Any = None
     hint: Any = None  # the last QueryEndEvent / SynthesizeEndEvent response inside the turn
-    sources: list[tuple[Any, float | None]] | None = None  # source nodes of a streamed response
+    sources: list[tuple[Any, float | None]] | None = None  # what the answer was built from
+    answer: str | None = None
     streamed: str | None = None  # the full text of a wrapped stream
     stream_state: str | None = None
     stream_run: str | None = None
@@ -385,9 +391,9 @@ class _Collector:
     """Groups LlamaIndex runs (dispatcher spans or legacy callback events) into turns and closes them.
 
     Shared by the span/event handlers of :func:`instrument` and by :class:`RagAuditLlamaIndexHandler`.
-    Every method is called on the host's thread, holds the store lock only for dictionary updates,
-    and never raises (callers wrap it); a closed turn is built, submitted and traced after the lock
-    is released.
+    On the host's thread it only updates dictionaries under the store lock (callers catch what it
+    raises); a finished turn is built, traced and submitted on the auditor's closing thread
+    (:func:`~ragaudit.integrations._common.close_later`).
     """
 
     def __init__(
@@ -430,12 +436,11 @@ class _Collector:
             kind, name, query, tags = root if root is not None else ("", "", None, None)
 
             def new_turn() -> _Turn:
-                return _Turn(run_id, kind, name, now, query, tags,
-                             handle=self.recorder.start_turn(start_ns=now))
+                return _Turn(run_id, kind, name, now, query, tags, context=current_context())
 
             turn, _, evicted = store.start(run_id, parent_id, new_turn)
         for old in evicted:
-            self.close(old, evicted=True)
+            self._hand_off(old, evicted=True)
         return turn
 
     def end_run(self, run_id: str, *, result: Any = None, error: BaseException | str | None = None,
@@ -475,7 +480,7 @@ class _Collector:
         if tap is not None:
             tap.install()
         if complete and turn is not None:
-            self.close(turn)
+            self._hand_off(turn)
 
     def _watch_stream(self, turn: _Turn, result: Any) -> _StreamTap | _AsyncStreamTap | None:
         """Keep the turn open past its root while the answer is still streaming (lock held).
@@ -520,7 +525,7 @@ class _Collector:
                 turn.error = _error_text(error)
             closing, complete = store.end(turn.stream_run) if turn.stream_run else (None, False)
         if complete and closing is not None:
-            self.close(closing)
+            self._hand_off(closing)
 
     # -- retrievals and generations ----------------------------------------------------------------
 
@@ -617,52 +622,79 @@ class _Collector:
 
     # -- closing -----------------------------------------------------------------------------------
 
-    def close(self, turn: _Turn, *, evicted: bool = False) -> None:
-        try:
-            rag_turn = self._build(turn, evicted)
-        except Exception as exc:
-            report_failure("building a LlamaIndex turn", exc)
-            rag_turn = RagTurn(turn_id=turn.root_id[-36:], query=turn.query or "", answer=None,
-                               framework=FRAMEWORK, started_at=turn.started_at,
-                               error=f"ragaudit could not build this turn: {exc}")
-        judged = rag_turn.answer is not None and rag_turn.error is None and bool(rag_turn.retrievals)
-        finish_turn(self.recorder, self.auditor if judged else None, turn.handle, rag_turn,
-                    measures=self.turn_measures)
+    def _hand_off(self, turn: _Turn, *, evicted: bool = False) -> None:
+        """On the host's thread, once the turn is out of the run store: take what it was answered
+        with, reserve its judging slot when it will be judged, and leave the rest to the auditor's
+        closing thread."""
+        now = time.time_ns()
         with self.store.lock:
             self.closed_turns += 1
+        reservation = None
+        try:
+            self._settle(turn)
+            if not evicted and turn.error is None and turn.answer is not None and turn.retrievals:
+                reservation = reserve(self.auditor, _turn_id(turn))
+        except Exception as exc:
+            report_failure("closing a LlamaIndex turn", exc)
+        if not close_later(self.auditor, partial(self._close, turn, now, evicted, reservation)):
+            release(self.auditor, reservation)
 
-    def _build(self, turn: _Turn, evicted: bool) -> RagTurn:
-        now = time.time_ns()
+    def _settle(self, turn: _Turn) -> None:
+        """The answer and the nodes it was built from, read now from the engine's response (the
+        host may reuse it), which the turn then lets go of."""
+        result, hint = turn.result, turn.hint
+        turn.result = turn.hint = None
+        if turn.kind == "retrieve":
+            if isinstance(result, list):
+                turn.sources = _snapshot(result)
+            return
+        nodes = _source_nodes_of(result)
+        if nodes is None and turn.sources is None:
+            nodes = _source_nodes_of(hint)
+        if nodes is not None:
+            turn.sources = _snapshot(nodes)
+        if turn.error is None:
+            answer = turn.streamed if turn.streamed is not None else _answer_from(result)
+            if answer is None:
+                answer = _answer_from(hint)
+            if answer is None:
+                answer = next((g.output for g in sorted(turn.generations.values(), key=lambda g: -g.seq)
+                               if g.output is not None and g.error is None and g.ended_at is not None), None)
+            turn.answer = answer
+
+    def _close(self, turn: _Turn, now: int, evicted: bool, reservation: str | None) -> None:
+        """On the closing thread: build the turn, record its spans, submit it."""
+        handle = self.recorder.start_turn(start_ns=turn.started_at, parent=turn.context)
+        try:
+            rag_turn = self._build(turn, evicted, now, handle)
+        except Exception as exc:
+            report_failure("building a LlamaIndex turn", exc)
+            rag_turn = RagTurn(turn_id=_turn_id(turn), query=turn.query or "", answer=None,
+                               framework=FRAMEWORK, started_at=turn.started_at, ended_at=now,
+                               error=f"ragaudit could not build this turn: {exc}")
+        judged = rag_turn.answer is not None and rag_turn.error is None and bool(rag_turn.retrievals)
+        finish_reserved_turn(self.recorder, self.auditor, handle, rag_turn, judge=judged,
+                             reservation=reservation, measures=self.turn_measures)
+
+    def _build(self, turn: _Turn, evicted: bool, now: int, handle: Any) -> RagTurn:
         error = turn.error
         if evicted:
             error = (f"ragaudit: turn evicted before it finished ({self.store.max_runs} turns were "
                      "open; raise max_runs or look for runs that never end)")
-        with self.store.lock:
-            retrieving = sorted(turn.retrievals.values(), key=lambda r: r.seq)
-            generating = sorted(turn.generations.values(), key=lambda g: g.seq)
-            result, hint, streamed = turn.result, turn.hint, turn.streamed
         unfinished = "unfinished when the turn closed"
         retrievals = [
             Retrieval(name=r.name, documents=_convert_nodes(r.nodes), query=r.query, started_at=r.started_at,
                       ended_at=r.ended_at if r.ended_at is not None else now,
                       error=r.error if r.ended_at is not None else (r.error or unfinished))
-            for r in retrieving
+            for r in sorted(turn.retrievals.values(), key=lambda r: r.seq)
         ]
         generations = [
             Generation(model=g.model, prompt=g.prompt, output=g.output, input_tokens=g.input_tokens,
                        output_tokens=g.output_tokens, started_at=g.started_at,
                        ended_at=g.ended_at if g.ended_at is not None else now,
                        error=g.error if g.ended_at is not None else (g.error or unfinished), provider=g.provider)
-            for g in generating
+            for g in sorted(turn.generations.values(), key=lambda g: g.seq)
         ]
-        answer: str | None = None
-        if error is None and turn.kind != "retrieve":
-            answer = streamed if streamed is not None else _answer_from(result)
-            if answer is None:
-                answer = _answer_from(hint)
-            if answer is None:
-                answer = next((g.output for g in reversed(generations)
-                               if g.output is not None and g.error is None), None)
         query = turn.query
         if query is None:
             query = next((r.query for r in retrievals if r.query), "")
@@ -674,24 +706,14 @@ class _Collector:
             metadata["reference_answer"] = reference
         if turn.stream_state is not None:
             metadata[STREAM_KEY] = turn.stream_state
-
-        sources: list[tuple[Any, float | None]] | None = None
-        if turn.kind == "retrieve":
-            if isinstance(result, list):
-                sources = _snapshot(result)
-            metadata[JUDGE_CONTEXT_KEY] = "retrieval"
-        else:
-            sources = turn.sources
-            nodes = _source_nodes_of(result)
-            if nodes is None and sources is None:
-                nodes = _source_nodes_of(hint)
-            if nodes is not None:
-                sources = _snapshot(nodes)
-            metadata[JUDGE_CONTEXT_KEY] = "retrieval" if sources is None else "source_nodes"
+        sources = turn.sources
+        from_sources = sources is not None and turn.kind != "retrieve"
+        metadata[JUDGE_CONTEXT_KEY] = "source_nodes" if from_sources else "retrieval"
         common: dict[str, Any] = {
-            "turn_id": turn.root_id[-36:], "query": query, "answer": answer, "framework": FRAMEWORK,
-            "generations": generations, "started_at": turn.started_at, "ended_at": now,
-            "handle": turn.handle, "relevant_ids": relevant_ids, "metadata": metadata, "error": error,
+            "turn_id": _turn_id(turn), "query": query, "answer": turn.answer if error is None else None,
+            "framework": FRAMEWORK, "generations": generations, "started_at": turn.started_at,
+            "ended_at": now, "handle": handle, "relevant_ids": relevant_ids, "metadata": metadata,
+            "error": error,
         }
         if sources is None:
             return build_turn(retrievals=retrievals, **common)
@@ -699,6 +721,10 @@ class _Collector:
         # retrieval (deduplicated, ranked 1..n), then the retrievals as they happened are put back.
         built = build_turn(retrievals=[Retrieval(name="", documents=_convert_nodes(sources))], **common)
         return replace(built, retrievals=tuple(retrievals))
+
+
+def _turn_id(turn: _Turn) -> str:
+    return turn.root_id[-36:]  # the uuid4 of the root span / callback event
 
 
 def _never() -> _Turn:  # pragma: no cover - a stream run always has its turn's root as parent

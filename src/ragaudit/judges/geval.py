@@ -19,26 +19,31 @@ server honours it, else one request per missing sample), scored by the mean of t
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import re
-import time
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ConfigurationError, JudgeError
 from ..records import SCORE_NAMES, Judgement, JudgeRequest, truncate
+from ._endpoint import (
+    Endpoint,
+    EndpointJudge,
+    Flow,
+    Result,
+    Tally,
+    choice_text,
+    completion_choices,
+    validate_settings,
+)
 from .base import BaseRagJudge
-from .chat import ChatRagJudge, _describe, _Usage
 from .cost import CostEstimate, chat_call_estimate, typical_reply_chars
 from .protocol import new_nonce, wrap_untrusted
 
 if TYPE_CHECKING:
-    import openai
-
-    AnyClient = openai.OpenAI | openai.AsyncOpenAI
+    from ._endpoint import AnyClient
 
 __all__ = [
     "GEVAL_PROTOCOL_VERSION",
@@ -54,165 +59,10 @@ GEVAL_PROTOCOL_VERSION = "ragaudit-geval/1"
 
 Mode = Literal["single_call", "per_dimension"]
 Method = Literal["logprobs", "sampling", "parsed"]
-T = TypeVar("T")
 
 _SCORES = (1, 2, 3, 4, 5)
 _MAX_REASON_CHARS = 4000
 _MAX_NOTES = 20
-
-# -- the shared chat transport (also used by the pairwise judge) ---------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Result:
-    """One logical request: the completion (or the exception it raised) and the HTTP calls it took."""
-
-    outcome: Any
-    calls: int
-
-
-_Flow = Generator[list[dict[str, Any]], list[_Result], T]
-"""A judging flow: yields a batch of request parameters, receives their results in order."""
-
-
-class _ChatEndpoint:
-    """Clients and request plumbing for judges that need more of the API than :class:`ChatRagJudge`.
-
-    The clients (sync, async per event loop, Azure, given clients) are those of an inner
-    :class:`ChatRagJudge`, so every judge talks to an endpoint the same way. A server that rejects
-    ``response_format`` is asked again without it, once, and never sent it again.
-    """
-
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str | None,
-        api_key: str | None,
-        client: AnyClient | None,
-        timeout: float,
-        max_retries: int,
-        max_context_chars: int,
-        name: str,
-        extra_body: Mapping[str, Any] | None,
-    ) -> None:
-        self.chat = ChatRagJudge(
-            model,
-            base_url=base_url,
-            api_key=api_key,
-            client=client,
-            timeout=timeout,
-            max_retries=max_retries,
-            max_context_chars=max_context_chars,
-            name=name,
-            extra_body=extra_body,
-        )
-        self.model = model
-        self.response_format_ok = True
-
-    @property
-    def base_url(self) -> str:
-        return self.chat.base_url
-
-    def params(self, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-        params: dict[str, Any] = {"model": self.model, "messages": messages, **extra}
-        if self.response_format_ok:
-            params["response_format"] = {"type": "json_object"}
-        if self.chat.extra_body is not None:
-            params["extra_body"] = dict(self.chat.extra_body)
-        return params
-
-    def rejects(self, outcome: Any, parameter: str) -> bool:
-        """True when *outcome* is an HTTP 400/422 that names *parameter*."""
-        sdk = self.chat._openai
-        if not isinstance(outcome, sdk.APIStatusError) or outcome.status_code not in (400, 422):
-            return False
-        return parameter in f"{outcome} {outcome.body}".lower()
-
-    def _without_format(self, params: dict[str, Any], outcome: Any) -> dict[str, Any] | None:
-        if "response_format" not in params or not self.rejects(outcome, "response_format"):
-            return None
-        self.response_format_ok = False
-        return {key: value for key, value in params.items() if key != "response_format"}
-
-    def call_sync(self, params: dict[str, Any]) -> _Result:
-        calls = 0
-        current: dict[str, Any] | None = params
-        outcome: Any = None
-        while current is not None:
-            calls += 1
-            try:
-                outcome = self.chat._sync().chat.completions.create(**current)
-            except Exception as exc:  # every transport failure is reported by the flow
-                outcome = exc
-            current = self._without_format(current, outcome)
-        return _Result(outcome, calls)
-
-    async def call_async(self, params: dict[str, Any]) -> _Result:
-        calls = 0
-        current: dict[str, Any] | None = params
-        outcome: Any = None
-        while current is not None:
-            calls += 1
-            try:
-                outcome = await self.chat._async().chat.completions.create(**current)
-            except Exception as exc:  # CancelledError is a BaseException and propagates
-                outcome = exc
-            current = self._without_format(current, outcome)
-        return _Result(outcome, calls)
-
-    def run_sync(self, flow: _Flow[T]) -> T:
-        """Drive *flow* with the sync client, one request after the other."""
-        try:
-            batch = next(flow)
-            while True:
-                batch = flow.send([self.call_sync(params) for params in batch])
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-
-    async def run_async(self, flow: _Flow[T]) -> T:
-        """Drive *flow* with the async client; the requests of one batch run concurrently."""
-        try:
-            batch = next(flow)
-            while True:
-                batch = flow.send(list(await asyncio.gather(*(self.call_async(p) for p in batch))))
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-
-    def describe(self, exc: BaseException) -> str:
-        """``Type: message`` of *exc*, cut, with any API key masked."""
-        return _describe(exc, self.chat._secrets())
-
-    def close(self) -> None:
-        self.chat.close()
-
-    async def aclose(self) -> None:
-        await self.chat.aclose()
-
-
-class _EndpointJudge:
-    """``base_url``, ``close`` and ``aclose`` for a judge whose requests go through a :class:`_ChatEndpoint`."""
-
-    _endpoint: _ChatEndpoint
-
-    @property
-    def base_url(self) -> str:
-        """The endpoint this judge calls."""
-        return self._endpoint.base_url
-
-    def close(self) -> None:
-        """Close the clients this judge created (a client passed in stays open). Safe to call twice."""
-        self._endpoint.close()
-
-    async def aclose(self) -> None:
-        """Like :meth:`close`, and also close the async client made for the running loop.
-
-        Await it before that loop ends (see :meth:`ChatRagJudge.aclose`).
-        """
-        await self._endpoint.aclose()
-
 
 def _json_object(text: str | None) -> dict[str, Any] | None:
     """The JSON object from the first ``{`` to the last ``}`` of *text*, or None."""
@@ -226,21 +76,6 @@ def _json_object(text: str | None) -> dict[str, Any] | None:
     except ValueError:
         return None
     return obj if isinstance(obj, dict) else None
-
-
-def _usage_add(usage: _Usage, result: _Result) -> None:
-    usage.calls += result.calls
-    if not isinstance(result.outcome, Exception):
-        usage.add(getattr(result.outcome, "usage", None))
-
-
-def _choices(outcome: Any) -> list[Any]:
-    return list(getattr(outcome, "choices", None) or [])
-
-
-def _content(choice: Any) -> str:
-    text = getattr(getattr(choice, "message", None), "content", None)
-    return text if isinstance(text, str) else ""
 
 
 # -- reading scores and their token distributions --------------------------------------------------
@@ -594,15 +429,11 @@ def build_geval_messages(
 
 
 @dataclass(slots=True)
-class _Run:
-    started: float = field(default_factory=time.perf_counter)
-    usage: _Usage = field(default_factory=_Usage)
-    outputs: list[str] = field(default_factory=list)
+class _Run(Tally):
     reasons: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     cause: BaseException | None = None
-    response_model: str | None = None
 
     def fail(self, message: str, cause: BaseException | None = None) -> None:
         self.errors.append(message)
@@ -613,7 +444,7 @@ class _Run:
 _Group = tuple[tuple[str, ...], list[dict[str, Any]]]
 
 
-class GEvalJudge(_EndpointJudge, BaseRagJudge):
+class GEvalJudge(EndpointJudge, BaseRagJudge):
     """A RAG judge that scores with G-Eval: evaluation steps, 1-5 scores, probability-weighted.
 
     Each score is ``(E[s] - 1) / 4`` where ``E[s]`` is the expected score under the judge's token
@@ -673,14 +504,13 @@ class GEvalJudge(_EndpointJudge, BaseRagJudge):
             raise ConfigurationError(f"top_logprobs must be an int from 1 to 20, got {top_logprobs!r}")
         if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
             raise ConfigurationError(f"samples must be an int >= 1, got {samples!r}")
-        for label, value in (("sample_temperature", sample_temperature), ("temperature", temperature)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 2.0:
-                raise ConfigurationError(f"{label} must be a number from 0 to 2, got {value!r}")
+        if isinstance(sample_temperature, bool) or not isinstance(sample_temperature, (int, float)) \
+                or not 0.0 <= sample_temperature <= 2.0:
+            raise ConfigurationError(f"sample_temperature must be a number from 0 to 2, got {sample_temperature!r}")
         self.name = name if name is not None else f"geval:{model}"
-        self._endpoint = _ChatEndpoint(
-            model, base_url=base_url, api_key=api_key, client=client, timeout=timeout,
-            max_retries=max_retries, max_context_chars=max_context_chars, name=self.name, extra_body=extra_body,
-        )
+        validate_settings(model, timeout, max_retries, temperature, max_context_chars, self.name, extra_body)
+        self._endpoint = Endpoint(model, base_url=base_url, api_key=api_key, client=client, timeout=timeout,
+                                  max_retries=max_retries, extra_body=extra_body, name=self.name)
         self.model = model
         self.mode: Mode = mode
         self.top_logprobs = top_logprobs
@@ -747,7 +577,7 @@ class GEvalJudge(_EndpointJudge, BaseRagJudge):
                 "sample_temperature": self.sample_temperature,
                 "temperature": self.temperature,
                 "max_context_chars": self.max_context_chars,
-                "extra_body": self._endpoint.chat.extra_body,
+                "extra_body": self._endpoint.extra_body,
                 "protocol": GEVAL_PROTOCOL_VERSION,
             },
             sort_keys=True,
@@ -773,7 +603,7 @@ class GEvalJudge(_EndpointJudge, BaseRagJudge):
             for name in SCORE_NAMES
         ]
 
-    def _flow(self, request: JudgeRequest) -> _Flow[tuple[Judgement, BaseException | None]]:
+    def _flow(self, request: JudgeRequest) -> Flow[tuple[Judgement, BaseException | None]]:
         run = _Run()
         scores: dict[str, _DimScore] = {}
         try:
@@ -792,13 +622,13 @@ class GEvalJudge(_EndpointJudge, BaseRagJudge):
         return self._judgement(scores, run), run.cause
 
     def _read_logprob_results(
-        self, groups: list[_Group], results: list[_Result], scores: dict[str, _DimScore], run: _Run
+        self, groups: list[_Group], results: list[Result], scores: dict[str, _DimScore], run: _Run
     ) -> list[_Group]:
         """Record the logprob scores; return the groups that need the sampling fallback."""
         fallback: list[_Group] = []
         for group, result in zip(groups, results):
             names = group[0]
-            _usage_add(run.usage, result)
+            run.usage.record(result)
             outcome = result.outcome
             if isinstance(outcome, Exception):
                 if self._endpoint.rejects(outcome, "logprobs"):
@@ -809,11 +639,11 @@ class GEvalJudge(_EndpointJudge, BaseRagJudge):
                     self._fail_group(names, self._endpoint.describe(outcome), run, scores, outcome)
                 continue
             run.response_model = getattr(outcome, "model", None) or run.response_model
-            choices = _choices(outcome)
+            choices = completion_choices(outcome)
             if not choices:
                 self._fail_group(names, "JudgeError: the judge returned no choices", run, scores)
                 continue
-            text = _content(choices[0])
+            text = choice_text(choices[0])
             run.outputs.append(text)
             tokens = _tokens(choices[0])
             if not tokens:
@@ -829,7 +659,7 @@ class GEvalJudge(_EndpointJudge, BaseRagJudge):
                 self._fail_group(names, "JudgeError: no readable 1-5 score in the judge output", run, scores)
         return fallback
 
-    def _sample(self, groups: list[_Group], scores: dict[str, _DimScore], run: _Run) -> _Flow[None]:
+    def _sample(self, groups: list[_Group], scores: dict[str, _DimScore], run: _Run) -> Flow[None]:
         want = self.samples
         texts: list[list[str]] = [[] for _ in groups]
         failures: list[str | None] = [None] * len(groups)
@@ -866,20 +696,20 @@ class GEvalJudge(_EndpointJudge, BaseRagJudge):
             self._score_samples(names, group_texts, scores, run)
 
     def _collect(
-        self, results: list[_Result], texts: list[list[str]], failures: list[str | None], run: _Run
+        self, results: list[Result], texts: list[list[str]], failures: list[str | None], run: _Run
     ) -> None:
         for index, result in enumerate(results):
-            _usage_add(run.usage, result)
+            run.usage.record(result)
             if isinstance(result.outcome, Exception):
                 failures[index] = self._endpoint.describe(result.outcome)
                 if run.cause is None:
                     run.cause = result.outcome
                 continue
             run.response_model = getattr(result.outcome, "model", None) or run.response_model
-            choices = _choices(result.outcome)
+            choices = completion_choices(result.outcome)
             if not choices:
                 failures[index] = "JudgeError: the judge returned no choices"
-            texts[index] += [_content(choice) for choice in choices]
+            texts[index] += [choice_text(choice) for choice in choices]
 
     def _score_samples(
         self, names: tuple[str, ...], texts: list[str], scores: dict[str, _DimScore], run: _Run
@@ -957,7 +787,7 @@ class GEvalJudge(_EndpointJudge, BaseRagJudge):
             reason=" ".join(run.reasons)[:_MAX_REASON_CHARS] or None,
             raw_output="\n".join(run.outputs) if run.outputs else None,
             judge=self.name,
-            latency_s=time.perf_counter() - run.started,
+            latency_s=run.latency(),
             usage=run.usage.as_dict(),
             error=error,
             details=details,

@@ -22,7 +22,6 @@ import asyncio
 import itertools
 import json
 import re
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -30,14 +29,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ConfigurationError, JudgeError
 from ..records import truncate
-from .chat import _Usage
-from .geval import _ChatEndpoint, _EndpointJudge, _Flow, _json_object, _Result, _usage_add
+from ._endpoint import Endpoint, EndpointJudge, Flow, Result, Tally, completion_choices, validate_settings
+from .geval import _json_object
 from .protocol import new_nonce, wrap_untrusted
 
 if TYPE_CHECKING:
-    import openai
-
-    AnyClient = openai.OpenAI | openai.AsyncOpenAI
+    from ._endpoint import AnyClient
 
 __all__ = [
     "PAIRWISE_PROTOCOL_VERSION",
@@ -275,7 +272,7 @@ def _sum_usage(results: Sequence[Mapping[str, int]]) -> dict[str, int]:
     return total
 
 
-class PairwiseJudge(_EndpointJudge):
+class PairwiseJudge(EndpointJudge):
     """Compares two answers to one question with an OpenAI-compatible judge, in both orders.
 
     Each comparison costs two requests (temperature *temperature*, JSON mode where the server
@@ -310,15 +307,12 @@ class PairwiseJudge(_EndpointJudge):
         extra_body: Mapping[str, Any] | None = None,
         max_concurrency: int = 8,
     ) -> None:
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
-            raise ConfigurationError(f"temperature must be a number from 0 to 2, got {temperature!r}")
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ConfigurationError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
         self.name = name if name is not None else f"pairwise:{model}"
-        self._endpoint = _ChatEndpoint(
-            model, base_url=base_url, api_key=api_key, client=client, timeout=timeout,
-            max_retries=max_retries, max_context_chars=max_context_chars, name=self.name, extra_body=extra_body,
-        )
+        validate_settings(model, timeout, max_retries, temperature, max_context_chars, self.name, extra_body)
+        self._endpoint = Endpoint(model, base_url=base_url, api_key=api_key, client=client, timeout=timeout,
+                                  max_retries=max_retries, extra_body=extra_body, name=self.name)
         self.model = model
         self.temperature = float(temperature)
         self.max_context_chars = max_context_chars
@@ -390,30 +384,29 @@ class PairwiseJudge(_EndpointJudge):
         )
         return [{"role": "system", "content": PAIRWISE_SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
-    def _flow(self, query: str, answer_a: str, answer_b: str, context: str | None) -> _Flow[PairwiseResult]:
+    def _flow(self, query: str, answer_a: str, answer_b: str, context: str | None) -> Flow[PairwiseResult]:
         for label, value in (("query", query), ("answer_a", answer_a), ("answer_b", answer_b)):
             if not isinstance(value, str):
                 raise ConfigurationError(f"{label} must be a string, got {type(value).__name__}")
         if context is not None and not isinstance(context, str):
             raise ConfigurationError(f"context must be a string or None, got {type(context).__name__}")
-        started = time.perf_counter()
-        results: list[_Result] = yield [
+        run = Tally()
+        results: list[Result] = yield [
             self._endpoint.params(self._messages(query, answer_a, answer_b, context), temperature=self.temperature),
             self._endpoint.params(self._messages(query, answer_b, answer_a, context), temperature=self.temperature),
         ]
-        usage = _Usage()
         verdicts: list[Verdict | None] = []
         raws: list[str | None] = []
         errors: list[str] = []
         cause: BaseException | None = None
         for order, result in zip(("A first", "B first"), results):
-            _usage_add(usage, result)
+            run.usage.record(result)
             raw, verdict = None, None
             if isinstance(result.outcome, Exception):
                 errors.append(f"{order}: {self._endpoint.describe(result.outcome)}")
                 cause = cause or result.outcome
             else:
-                choices = list(getattr(result.outcome, "choices", None) or [])
+                choices = completion_choices(result.outcome)
                 raw = getattr(getattr(choices[0], "message", None), "content", None) if choices else None
                 verdict = parse_verdict(raw)
                 if verdict is None:
@@ -437,8 +430,8 @@ class PairwiseJudge(_EndpointJudge):
             raw_ab=raws[0],
             raw_ba=raws[1],
             judge=self.name,
-            usage=usage.as_dict(),
-            latency_s=time.perf_counter() - started,
+            usage=run.usage.as_dict(),
+            latency_s=run.latency(),
             error=error,
         )
 

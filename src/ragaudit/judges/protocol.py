@@ -149,10 +149,12 @@ def build_messages(
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
-def build_repair_messages(messages: list[dict[str, Any]], bad_output: str) -> list[dict[str, Any]]:
-    """*messages* followed by the judge's unreadable reply and :data:`REPAIR_PROMPT`."""
+def build_repair_messages(
+    messages: list[dict[str, Any]], bad_output: str, prompt: str = REPAIR_PROMPT
+) -> list[dict[str, Any]]:
+    """*messages* followed by the judge's unreadable reply (cut) and *prompt*, :data:`REPAIR_PROMPT` by default."""
     return [
         *messages,
         {"role": "assistant", "content": truncate(bad_output, _MAX_REPAIR_ECHO_CHARS)},
-        {"role": "user", "content": REPAIR_PROMPT},
+        {"role": "user", "content": prompt},
     ]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -20,12 +19,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Judgement, JudgeRequest, truncate
-from .chat import ChatRagJudge, _describe, _Flow, _Run
+from .chat import ChatRagJudge, _Reading, _Run
 from .cost import CostEstimate, chat_call_estimate, typical_reply_chars
 from .protocol import new_nonce, wrap_untrusted
 
 if TYPE_CHECKING:
-    from .chat import AnyClient
+    from ._endpoint import AnyClient
 
 __all__ = ["RUBRIC_PROTOCOL_VERSION", "Criterion", "RubricJudge", "ScoreName"]
 
@@ -37,7 +36,6 @@ ScoreName = Literal["faithfulness", "context_relevance", "answer_relevance"]
 _NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 _RESERVED = frozenset({"reason", "reasoning", "scores", "labels", "criteria", "levels", "scale"})
 _MAX_LEVELS = 11
-_MAX_REPAIR_ECHO_CHARS = 4000
 _MAX_REASON_CHARS = 4000
 _MAX_STARTS = 64
 _REASON_KEYS = ("reason", "reasoning", "explanation", "rationale")
@@ -224,34 +222,19 @@ def _fmt(value: float) -> str:
     return f"{value:g}"
 
 
-# -- the chat flow for judges with their own prompt and reply -------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Reading:
-    """What a structured judge read from one reply."""
-
-    scores: Mapping[str, float | None]
-    reason: str | None
-    details: Mapping[str, Any]
-    notes: tuple[str, ...]
-    usable: bool
+# -- the base of judges with their own prompt and reply ------------------------------------------
 
 
 class _StructuredChatJudge(ChatRagJudge):
-    """A :class:`ChatRagJudge` with its own prompt, reply format and reader.
+    """A :class:`ChatRagJudge` with its own prompt, reply format and reader (its hooks overridden).
 
     The transport stays ChatRagJudge's: sync and async clients, the ``response_format`` fallback,
     usage, errors without secrets, and one repair request when a reply cannot be read.
     """
 
     protocol: ClassVar[str] = ""
-
-    def _messages(self, request: JudgeRequest) -> list[dict[str, Any]]:
-        raise NotImplementedError
-
-    def _read(self, text: str, request: JudgeRequest) -> _Reading:
-        raise NotImplementedError
+    _unusable: ClassVar[str] = "unreadable"
+    _nothing_read: ClassVar[str] = "nothing readable"
 
     def _reply_format(self) -> str:
         """The JSON the prompt asks for, as shown to the judge."""
@@ -267,61 +250,14 @@ class _StructuredChatJudge(ChatRagJudge):
             f"JSON object of the form {self._reply_format()} and nothing else: no prose, no code fences."
         )
 
-    def _flow(self, request: JudgeRequest) -> _Flow:
-        run = _Run()
-        messages = self._messages(request)
-        outcome = yield from self._complete(messages, run)
-        if isinstance(outcome, Exception):
-            return self._fail(run, _describe(outcome, self._secrets()), outcome)
-        text = self._take_text(outcome, run)
-        if text is None:
-            return self._fail(run, "JudgeError: the judge returned no choices")
-        reading = self._read(text, request)
-        if reading.usable:
-            return self._done(run, reading, repaired=False)
-        repair = [
-            *messages,
-            {"role": "assistant", "content": truncate(text, _MAX_REPAIR_ECHO_CHARS)},
-            {"role": "user", "content": self._repair_prompt(request)},
-        ]
-        outcome = yield from self._complete(repair, run)
-        if isinstance(outcome, Exception):
-            failure = _describe(outcome, self._secrets())
-            return self._fail(run, f"unreadable judge output; the repair request failed: {failure}", outcome,
-                              reading)
-        text = self._take_text(outcome, run)
-        repaired = self._read(text, request) if text is not None else reading
-        if not repaired.usable:
-            notes = "; ".join(repaired.notes) or "nothing readable"
-            return self._fail(run, f"JudgeError: unreadable judge output after one repair ({notes})",
-                              reading=repaired)
-        return self._done(run, repaired, repaired=True)
-
-    def _done(self, run: _Run, reading: _Reading, *, repaired: bool) -> Judgement:
-        details = self._details(run, None, repaired)
-        details.update(reading.details)
-        details["protocol"] = self.protocol
-        details["parse_notes"] = list(reading.notes)
-        return Judgement(
-            faithfulness=reading.scores.get("faithfulness"),
-            context_relevance=reading.scores.get("context_relevance"),
-            answer_relevance=reading.scores.get("answer_relevance"),
-            reason=reading.reason,
-            raw_output=run.outputs[-1] if run.outputs else None,
-            judge=self.name,
-            latency_s=time.perf_counter() - run.started,
-            usage=run.usage.as_dict(),
-            details=details,
-        )
-
-    def _fail(
+    def _failed(
         self, run: _Run, error: str, cause: Exception | None = None, reading: _Reading | None = None
     ) -> Judgement:
-        failed = self._failed(run, error, cause)  # raises JudgeError when raise_on_error
-        details = {**failed.details, "protocol": self.protocol}
-        if reading is not None:
-            details["parse_notes"] = list(reading.notes)
-        return replace(failed, details=details)
+        """ChatRagJudge's failed judgement; of an unusable *reading* only its notes are kept."""
+        failed = super()._failed(run, error, cause)  # raises JudgeError when raise_on_error
+        if reading is None:
+            return failed
+        return replace(failed, details={**failed.details, "parse_notes": list(reading.notes)})
 
     def estimate_request_cost(
         self, request: JudgeRequest, *, chars_per_token: float, exact: bool = True

@@ -214,19 +214,15 @@ def metrics_command(
     """
     if fmt not in ("table", "json"):
         raise MetricError(f"fmt must be 'table' or 'json', got {fmt!r}")
-    keys = [m if isinstance(m, str) else str(m) for m in measures]
+    keys = list(dict.fromkeys(m if isinstance(m, str) else str(m) for m in measures))
     for key in keys:
         parse_measure(key)
     run = read_run(run_path)
     qrels = read_qrels(qrels_path)
-    options: dict[str, Any] = {
-        "relevance_level": relevance_level,
-        "judged_only": judged_only,
-        "on_duplicate": on_duplicate,
-    }
-    per = evaluate(run, qrels, keys, per_query=True, **options)
-    means = evaluate(run, qrels, keys, per_query=False, **options)
-    assert isinstance(per, dict) and isinstance(means, dict)
+    per = evaluate(
+        run, qrels, keys, True, relevance_level=relevance_level, judged_only=judged_only, on_duplicate=on_duplicate
+    )
+    means = {key: sum(values[key] for values in per.values()) / len(per) if per else 0.0 for key in keys}
     run_qids = set(np.unique(run.qids).tolist())
     judged = {q for q, docs in qrels.items() if docs}
     counts = {
@@ -246,12 +242,12 @@ def metrics_command(
         if per_query:
             doc["per_query"] = per
         return json.dumps(doc, indent=2, sort_keys=False)
-    rows: list[tuple[str, dict[str, float]]] = list(per.items()) if per_query else []  # type: ignore[arg-type]
-    rows.append(("all", means))  # type: ignore[arg-type]
+    rows = list(per.items()) if per_query else []
+    rows.append(("all", means))
     lines = _format_table(rows, keys)
     note = f"{counts['evaluated']} queries evaluated ({counts['run']} in the run, {counts['qrels']} in the qrels"
     if counts["missing_from_run"]:
-        counted = "counted as 0" if not judged_only else "skipped; judged_only=False counts them as 0"
+        counted = "counted as 0" if not judged_only else "not averaged (judged_only=False counts them as 0)"
         note += f"; {counts['missing_from_run']} qrels queries missing from the run, {counted}"
     if counts["not_in_qrels"]:
         note += f"; {counts['not_in_qrels']} run queries not in the qrels, ignored"

@@ -41,13 +41,12 @@ dicts skips the hashing: the judged docs' scores come from dict lookups.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain
-from typing import Any, Literal, TypeAlias
+from itertools import chain, repeat
+from typing import Any, Literal, TypeAlias, overload
 
 import numpy as np
 
@@ -324,18 +323,20 @@ def _hash_objects(values: Iterable[Any], n: int) -> np.ndarray:
 
 @dataclass(frozen=True, slots=True)
 class _DocIds:
-    """Doc ids of the run (for exact checks and tie-breaks), their hashes, and how to hash others."""
+    """Doc ids of the run (for exact checks and tie-breaks) and how to hash them and others alike."""
 
     ids: np.ndarray
-    hashes: np.ndarray
 
     def encode(self, docids: list[str]) -> np.ndarray:
         """*docids* (strings) as an array comparable with :attr:`ids`."""
         kind = self.ids.dtype.kind
         if kind == "U":
-            return np.array(docids, dtype=str) if docids else np.zeros(0, dtype="U1")
+            width = max(map(len, docids), default=1) or 1
+            return np.fromiter(docids, dtype=f"U{width}", count=len(docids))
         if kind == "S":
-            return np.array([d.encode("utf-8") for d in docids], dtype=bytes) if docids else np.zeros(0, "S1")
+            encoded = [d.encode("utf-8") for d in docids]
+            width = max(map(len, encoded), default=1) or 1
+            return np.fromiter(encoded, dtype=f"S{width}", count=len(encoded))
         out = np.empty(len(docids), dtype=object)
         out[:] = docids
         return out
@@ -350,7 +351,7 @@ class _DocIds:
         return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
     def take(self, index: np.ndarray) -> _DocIds:
-        return _DocIds(self.ids[index], self.hashes[index])
+        return _DocIds(self.ids[index])
 
 
 def _docids_from_array(arr: np.ndarray) -> _DocIds:
@@ -359,7 +360,7 @@ def _docids_from_array(arr: np.ndarray) -> _DocIds:
         arr = arr.astype(str)
         kind = "U"
     if kind in "US":
-        return _DocIds(arr, _hash_fixed(arr))
+        return _DocIds(arr)
     if kind == "O":
         types = set(map(type, arr))
         if not types <= {str}:
@@ -369,7 +370,7 @@ def _docids_from_array(arr: np.ndarray) -> _DocIds:
                 if not isinstance(value, (str, bytes, int, np.integer)):
                     raise MetricError(f"doc id at row {i} must be a string, got {value!r}")
             arr = np.array([v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in arr], dtype=object)
-        return _DocIds(arr, _hash_objects(arr, len(arr)))
+        return _DocIds(arr)
     raise MetricError(f"doc ids must be strings (or integers), got an array of {arr.dtype}")
 
 
@@ -453,7 +454,7 @@ def _prepare_qrels(qrels: Any) -> _Qrels:
     if len(index) != len(qids):
         raise MetricError(f"query id {_first_repeat(qids)!r} appears twice in the qrels (ids are compared as strings)")
     docids = _as_texts(list(chain.from_iterable(docs_per_query)))
-    values = list(chain.from_iterable(map(_values, docs_per_query)))
+    values = list(chain.from_iterable(_all_values(docs_per_query)))
     entry_q = np.repeat(np.arange(len(qids), dtype=np.int64), counts)
     labels = _labels_array(values, _LazyQids(qids, entry_q), docids)
     return _Qrels(qids, index, entry_q, docids, labels)
@@ -472,8 +473,11 @@ def _first_repeat(values: list[str]) -> str:
     raise AssertionError("no repeated value")
 
 
-def _values(docs: Mapping[Any, Any]) -> Iterable[Any]:
-    return dict.values(docs) if type(docs) is dict else docs.values()
+def _all_values(mappings: list[Mapping[Any, Any]]) -> Iterable[Iterable[Any]]:
+    """The values views of *mappings* (``dict.values`` mapped at C speed when all are dicts)."""
+    if set(map(type, mappings)) <= {dict}:
+        return map(dict.values, mappings)  # type: ignore[arg-type]
+    return (m.values() for m in mappings)
 
 
 class _LazyQids(Sequence[str]):
@@ -556,7 +560,7 @@ def _prepare_dict_run(run: Mapping[Any, Any], qrels: _Qrels, on_duplicate: str) 
         qids = [q for q, keep in zip(all_qids, wanted) if keep]
         dicts = [d for d, keep in zip(all_docs, wanted) if keep]
     # Doc ids should be strings; a query whose first id is not one is converted (cheap to check).
-    first_types = {type(next(iter(d))) for d in dicts if d}
+    first_types = set(map(type, map(next, map(iter, filter(None, dicts)))))
     if not first_types <= {str}:
         dicts = [
             d if not d or type(next(iter(d))) is str else _string_keys(q, d, on_duplicate) for q, d in zip(qids, dicts)
@@ -566,7 +570,7 @@ def _prepare_dict_run(run: Mapping[Any, Any], qrels: _Qrels, on_duplicate: str) 
     np.cumsum(lengths, out=offsets[1:])
     n = int(offsets[-1])
     try:
-        scores = np.fromiter(chain.from_iterable(map(_values, dicts)), dtype=np.float64, count=n)
+        scores = np.fromiter(chain.from_iterable(_all_values(dicts)), dtype=np.float64, count=n)
     except (TypeError, ValueError):
         for qid, docs in zip(qids, dicts):
             for docid, score in docs.items():
@@ -577,7 +581,7 @@ def _prepare_dict_run(run: Mapping[Any, Any], qrels: _Qrels, on_duplicate: str) 
         raise MetricError("run scores must be numbers") from None
     prepared = _Run(qids, offsets, scores, None, dicts)
     _check_scores(prepared)
-    return dataclasses.replace(prepared, scores=_as_trec_scores(scores)), len(run)
+    return prepared, len(run)
 
 
 def _prepare_columns(qids: Any, docids: Any, scores: Any, qrels: _Qrels) -> tuple[_Run, int]:
@@ -595,23 +599,17 @@ def _prepare_columns(qids: Any, docids: Any, scores: Any, qrels: _Qrels) -> tupl
     ):
         raise MetricError("the run has a missing query id")
     # Rows of a query are nearly always contiguous: find the blocks without sorting any strings.
-    change = np.flatnonzero(q_arr[1:] != q_arr[:-1]) + 1
-    starts = np.concatenate(([0], change))
-    lengths = np.diff(np.append(starts, len(q_arr)))
-    heads = q_arr[starts].tolist()
-    if q_arr.dtype.kind != "U":
-        heads = [_qid_text(v) for v in heads]
-    run_qids = heads
-    if len(set(heads)) != len(heads):
-        # A query's rows are spread out: gather them (stable, so file order is kept within a query).
-        codes: dict[str, int] = {}
-        block_code = np.array([codes.setdefault(h, len(codes)) for h in heads], dtype=np.int64)
-        run_qids = list(codes)
-        row_code = np.repeat(block_code, lengths)
-        order = np.argsort(row_code, kind="stable")
+    starts = np.concatenate(([0], np.flatnonzero(q_arr[1:] != q_arr[:-1]) + 1))
+    if len(starts) <= len(q_arr) // 4 and _distinct(q_arr[starts]):
+        lengths = np.diff(np.append(starts, len(q_arr)))
+        run_qids = q_arr[starts].tolist()
+        if q_arr.dtype.kind != "U":
+            run_qids = [_qid_text(v) for v in run_qids]
+    else:
+        # A query's rows are spread out: gather them (queries in order of first appearance).
+        order, run_qids, lengths = _group_rows(q_arr)
         d_arr, s_arr = d_arr[order], s_arr[order]
-        lengths = np.bincount(row_code, minlength=len(codes))
-    selected = np.array(list(map(qrels.index.__contains__, run_qids)), dtype=bool)
+    selected = np.fromiter(map(qrels.index.__contains__, run_qids), dtype=bool, count=len(run_qids))
     qid_list = run_qids
     if not selected.all():
         qid_list = [q for q, keep in zip(run_qids, selected.tolist()) if keep]
@@ -622,7 +620,45 @@ def _prepare_columns(qids: Any, docids: Any, scores: Any, qrels: _Qrels) -> tupl
     np.cumsum(lengths, out=offsets[1:])
     prepared = _Run(qid_list, offsets, s_arr, _docids_from_array(d_arr))
     _check_scores(prepared)
-    return dataclasses.replace(prepared, scores=_as_trec_scores(s_arr)), len(run_qids)
+    return prepared, len(run_qids)
+
+
+def _id_codes(ids: np.ndarray) -> np.ndarray:
+    """Integer codes equal for equal ids (as strings); different ids may rarely share one (a hash)."""
+    kind = ids.dtype.kind
+    if kind in "iu":
+        return ids.astype(np.int64)
+    if kind in "US":
+        return _hash_fixed(ids)
+    return _hash_objects((_qid_text(v) for v in ids), len(ids))
+
+
+def _distinct(ids: np.ndarray) -> bool:
+    """True when no id repeats (certain: only distinct ids can have distinct codes)."""
+    return len(np.unique(_id_codes(ids))) == len(ids)
+
+
+def _group_rows(q_arr: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """Row order that groups equal query ids (first appearance first), the ids, the group sizes."""
+    codes = _id_codes(q_arr)
+    order = np.argsort(codes)
+    sorted_codes = codes[order]
+    new_group = np.ones(len(order), dtype=bool)
+    new_group[1:] = sorted_codes[1:] != sorted_codes[:-1]
+    ids_sorted = q_arr[order]
+    if bool((~new_group[1:] & (ids_sorted[1:] != ids_sorted[:-1])).any()):
+        # Two query ids share a hash: group by the ids themselves (slower, exact).
+        _, exact = np.unique(np.array([_qid_text(v) for v in q_arr.tolist()]), return_inverse=True)
+        order = np.argsort(exact)
+        new_group[1:] = exact[order][1:] != exact[order][:-1]
+    starts = np.flatnonzero(new_group)
+    sizes = np.diff(np.append(starts, len(order)))
+    first_rows = np.minimum.reduceat(order, starts)
+    by_first_row = np.argsort(first_rows)
+    starts, sizes = starts[by_first_row], sizes[by_first_row]
+    rows = np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(len(order))
+    run_qids = [_qid_text(v) for v in q_arr[first_rows[by_first_row]].tolist()]
+    return order[rows], run_qids, sizes
 
 
 def _qid_text(value: Any) -> str:
@@ -669,9 +705,7 @@ def _judged(run: _Run, qrels: _Qrels, level: int) -> _Judged:
     labels = qrels.labels
     num_rel = np.bincount(entry_q[in_run & (labels >= level)], minlength=n)
     positive = np.flatnonzero(in_run & (labels >= 1))
-    ideal_q, ideal_label = entry_q[positive], labels[positive]
-    order = np.lexsort((-ideal_label, ideal_q))
-    ideal_q, ideal_label = ideal_q[order], ideal_label[order]
+    ideal_q, ideal_label = _by_query_then_label_desc(entry_q[positive], labels[positive])
     docids = qrels.docids if len(positive) == len(labels) else [qrels.docids[i] for i in positive.tolist()]
     return _Judged(
         num_rel=num_rel,
@@ -680,8 +714,32 @@ def _judged(run: _Run, qrels: _Qrels, level: int) -> _Judged:
         entry_label=labels[positive],
         ideal_q=ideal_q,
         ideal_label=ideal_label,
-        ideal_rank=np.arange(len(ideal_q)) - np.searchsorted(ideal_q, ideal_q, side="left"),
+        ideal_rank=_rank_in_group(ideal_q),
     )
+
+
+def _rank_in_group(q: np.ndarray) -> np.ndarray:
+    """0-based position of each element within its run of equal values of *q* (runs contiguous)."""
+    position = np.arange(len(q))
+    if not len(q):
+        return position
+    is_first = np.ones(len(q), dtype=bool)
+    is_first[1:] = q[1:] != q[:-1]
+    return position - np.maximum.accumulate(np.where(is_first, position, 0))
+
+
+def _by_query_then_label_desc(q: np.ndarray, label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(q, label) pairs sorted by query, then label descending."""
+    if not len(q):
+        return q, label
+    top, span = int(label.max()), int(label.max()) - int(label.min()) + 1
+    if span * (int(q.max()) + 1) < 2**62:
+        # Both fit in one integer key: a plain sort of it beats an argsort or a lexsort. The qrels
+        # are usually grouped by query already, and timsort ("stable") makes short work of runs.
+        keys = np.sort(q * span + (top - label), kind="stable")
+        return keys // span, top - keys % span
+    order = np.lexsort((-label, q))
+    return q[order], label[order]
 
 
 def _gain(labels: np.ndarray, burges: bool) -> np.ndarray:
@@ -744,10 +802,37 @@ class _Block:
     row_part: np.ndarray
     value_bits: int
     col_bits: int
+    starts: np.ndarray
+    span: tuple[int, int] | None = None
 
     @property
     def col_mask(self) -> np.uint64:
         return np.uint64((1 << self.col_bits) - 1)
+
+    def cells(self, column: np.ndarray) -> np.ndarray:
+        """*column* (one value per run row) laid out as ``[rows, depth]``; a view when rows are contiguous."""
+        if self.span is not None:
+            return column[self.span[0] : self.span[1]].reshape(len(self.qs), self.depth)
+        return column[self.doc_index]
+
+    def presorted_ties(self, scores: np.ndarray) -> np.ndarray | None:
+        """If every row's scores already descend (runs are usually written in rank order), the rows
+        with equal neighbours (ties, for doc ids to order); None when some row is out of order."""
+        if self.valid is None:
+            # Compare the flat array (contiguous, so fast) and ignore the pairs that span two rows.
+            flat, depth = scores.ravel(), self.depth
+            descending = flat[1:] <= flat[:-1]
+            descending[depth - 1 :: depth] = True
+            if not descending.all():
+                return None
+            equal = flat[1:] == flat[:-1]
+            equal[depth - 1 :: depth] = False
+            return np.unique(np.flatnonzero(equal) // depth)
+        after, before = scores[:, 1:], scores[:, :-1]
+        pair = self.valid[:, 1:]
+        if not ((after <= before) | ~pair).all():
+            return None
+        return np.flatnonzero(((after == before) & pair).any(axis=1))
 
     def value_part(self, values: np.ndarray, bits_in: int) -> np.ndarray:
         """The top ``value_bits`` of *values* (which use *bits_in* bits), shifted above the column."""
@@ -758,14 +843,16 @@ class _Block:
         part <<= np.uint64(self.col_bits)
         return part
 
-    def sorted_keys(self, values: np.ndarray, bits_in: int) -> np.ndarray:
+    def sorted_keys(self, values: np.ndarray, bits_in: int, presorted: bool = False) -> np.ndarray:
+        """Keys of ``[rows, depth]`` *values*, sorted, flattened; *presorted*: rows already ascend."""
         keys = self.value_part(values, bits_in)
         keys |= np.arange(self.depth, dtype=np.uint64)
         keys |= self.row_part[:, None]
         if self.valid is not None:
             pad = np.uint64((1 << (self.value_bits + self.col_bits)) - 1)
             np.copyto(keys, self.row_part[:, None] | pad, where=~self.valid)
-        keys.sort(axis=1)
+        if not presorted:
+            keys.sort(axis=1)
         return keys.ravel()
 
     def same_value_pairs(self, flat: np.ndarray) -> np.ndarray:
@@ -784,10 +871,11 @@ class _Block:
     @staticmethod
     def search(keys: np.ndarray, needles: np.ndarray) -> np.ndarray:
         """Leftmost position in the sorted flat *keys* at or after each needle."""
-        order = np.argsort(needles)  # sorted needles make np.searchsorted several times faster
-        pos = np.empty(len(needles), dtype=np.int64)
-        pos[order] = np.searchsorted(keys, needles[order])
-        return pos
+        return np.searchsorted(keys, needles)
+
+    def flat(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """Run row index of the cells (rows, cols), which must be real cells."""
+        return self.starts[rows] + cols
 
 
 def _block(run: _Run, qs: np.ndarray, lengths: np.ndarray) -> _Block:
@@ -798,8 +886,10 @@ def _block(run: _Run, qs: np.ndarray, lengths: np.ndarray) -> _Block:
     value_bits = 64 - row_bits - col_bits
     starts = run.offsets[qs]
     full = bool((ls == depth).all())
+    span = None
     if full and len(qs) > 0 and bool((np.diff(qs) == 1).all()):
-        doc_index = np.arange(int(starts[0]), int(starts[0]) + len(qs) * depth).reshape(len(qs), depth)
+        span = (int(starts[0]), int(starts[0]) + len(qs) * depth)
+        doc_index = np.arange(span[0], span[1]).reshape(len(qs), depth)
     else:
         doc_index = np.minimum(starts[:, None] + np.arange(depth), max(len(run.scores) - 1, 0))
     return _Block(
@@ -811,6 +901,8 @@ def _block(run: _Run, qs: np.ndarray, lengths: np.ndarray) -> _Block:
         row_part=np.arange(len(qs), dtype=np.uint64) << np.uint64(value_bits + col_bits),
         value_bits=value_bits,
         col_bits=col_bits,
+        starts=starts,
+        span=span,
     )
 
 
@@ -883,6 +975,8 @@ def _entries_of(qs: np.ndarray, entry_order: np.ndarray, entry_q_sorted: np.ndar
 
 
 def _by_query(entry_q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if len(entry_q) < 2 or bool((entry_q[1:] >= entry_q[:-1]).all()):  # qrels in the run's query order
+        return np.arange(len(entry_q)), entry_q
     order = np.argsort(entry_q, kind="stable")
     return order, entry_q[order]
 
@@ -902,8 +996,10 @@ def _rank_dict_hits(run: _Run, judged: _Judged) -> _Hits | None:
     """
     assert run.dicts is not None
     dicts = run.dicts
-    looked_up = [dicts[q].get(d) for q, d in zip(judged.entry_q.tolist(), judged.entry_docids)]
-    hit_scores = np.array([np.nan if s is None else s for s in looked_up], dtype=np.float64)
+    owners = map(dicts.__getitem__, judged.entry_q.tolist())
+    getter: Callable[[Any, Any, Any], Any] = dict.get if set(map(type, dicts)) <= {dict} else _get
+    found = map(getter, owners, judged.entry_docids, repeat(math.nan))
+    hit_scores = np.fromiter(found, dtype=np.float64, count=len(judged.entry_docids))
     present = np.flatnonzero(~np.isnan(hit_scores))
     hit_q, hit_label = judged.entry_q[present], judged.entry_label[present]
     hit_bits = _score_bits(_as_trec_scores(hit_scores[present]))
@@ -912,8 +1008,11 @@ def _rank_dict_hits(run: _Run, judged: _Judged) -> _Hits | None:
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     for qs in _chunks(lengths):
         block = _block(run, qs, lengths)
-        score_keys = block.sorted_keys(_score_bits(run.scores[block.doc_index]), 32)
-        tied_rows = np.unique(block.same_value_pairs(score_keys) // block.depth)
+        scores = _as_trec_scores(block.cells(run.scores))
+        tied_rows = block.presorted_ties(scores)
+        score_keys = block.sorted_keys(_score_bits(scores), 32, presorted=tied_rows is not None)
+        if tied_rows is None:
+            tied_rows = np.unique(block.same_value_pairs(score_keys) // block.depth)
         if len(tied_rows) > max(8, len(qs) // 16):
             return None
         take, rows = _entries_of(qs, order, q_sorted)
@@ -925,7 +1024,7 @@ def _rank_dict_hits(run: _Run, judged: _Judged) -> _Hits | None:
                 keys = list(dicts[int(qs[row])])
                 ids[i, : len(keys)] = keys
                 where[row] = {key: col for col, key in enumerate(keys)}
-            exact = _exact_ranks(block, tied_rows, run.scores[block.doc_index[tied_rows]], ids)
+            exact = _exact_ranks(block, tied_rows, scores[tied_rows], ids)
             for e in np.flatnonzero(np.isin(rows, tied_rows)).tolist():
                 row = int(rows[e])
                 col = where[row][judged.entry_docids[int(present[take[e]])]]
@@ -934,23 +1033,40 @@ def _rank_dict_hits(run: _Run, judged: _Judged) -> _Hits | None:
     return _collect(parts)
 
 
+def _get(mapping: Mapping[Any, Any], key: Any, default: Any) -> Any:
+    return mapping.get(key, default)
+
+
 def _collect(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> _Hits:
+    """All chunks' hits (query, rank, label), sorted by query then rank."""
     if not parts:
         empty = np.zeros(0, dtype=np.int64)
         return _Hits(empty, empty, empty)
-    q, rank, label = (np.concatenate(p) for p in zip(*parts))
+    q, rank, label = (np.concatenate(p).astype(np.int64, copy=False) for p in zip(*parts))
+    if not len(q):
+        return _Hits(q, rank, label)
+    low, span = int(label.min()), int(label.max()) - int(label.min()) + 1
+    depth = int(rank.max()) + 1
+    if (int(q.max()) + 1) * depth * span < 2**62:
+        # All three fit in one integer key: a plain sort of it beats an argsort plus gathers, and
+        # timsort ("stable") is quick on chunks that already come in query order.
+        keys = np.sort((q * depth + rank) * span + (label - low), kind="stable")
+        position, label = np.divmod(keys, span)
+        q, rank = np.divmod(position, depth)
+        return _Hits(q, rank, label + low)
     order = np.lexsort((rank, q))
     return _Hits(q[order], rank[order], label[order])
 
 
-def _rank_column_hits(run: _Run, judged: _Judged, on_duplicate: str) -> _Hits:
+def _rank_column_hits(run: _Run, judged: _Judged, plan: _Plan) -> _Hits:
     """Rank every query's docs (score desc, doc id desc) and return where the labelled docs landed.
 
-    Per chunk of queries of similar depth: doc-id hashes and scores are packed into sort keys of a
-    ``[rows, depth]`` block and sorted per row. Sorted hashes reveal duplicates and locate each
-    qrels doc by binary search; sorted scores give ranks. Rows where two scores share their key
-    bits (a tie) are ranked again with doc ids. Only the labelled docs (a few per query) leave
-    the chunk.
+    Per chunk of queries of similar depth: doc-id hashes are packed into sort keys of a
+    ``[rows, depth]`` block and sorted per row, which reveals duplicates and locates each qrels
+    doc by binary search. Ranks: when a block's rows are already in score order (runs usually
+    are), a doc's column is its rank; otherwise scores are packed and sorted the same way. Rows
+    with tied scores are ranked again with doc ids. Only the labelled docs (a few per query)
+    leave the chunk.
     """
     docs = run.docs
     assert docs is not None
@@ -958,15 +1074,15 @@ def _rank_column_hits(run: _Run, judged: _Judged, on_duplicate: str) -> _Hits:
     entry_hash = docs.hash(entry_doc)
     lengths = np.diff(run.offsets)
     order, q_sorted = _by_query(judged.entry_q)
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    drop: list[int] = []
-    for qs in _chunks(lengths):
+
+    def chunk(qs: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray] | None, list[int]]:
         block = _block(run, qs, lengths)
-        hash_keys = block.sorted_keys(docs.hashes[block.doc_index], 63)
-        found_dups = _duplicates(block, hash_keys, run, on_duplicate)
-        if found_dups or drop:
-            drop.extend(found_dups)
-            continue
+        # Hashing block by block keeps the hashes in cache instead of a run-sized array.
+        hashes = docs.hash(block.cells(docs.ids).ravel()).reshape(len(qs), block.depth)
+        hash_keys = block.sorted_keys(hashes, 63)
+        found_dups = _duplicates(block, hash_keys, run, plan.on_duplicate)
+        if found_dups:
+            return None, found_dups
         take, rows = _entries_of(qs, order, q_sorted)
         needles = block.needles(rows, entry_hash[take], 63)
         found = hash_keys[np.minimum(block.search(hash_keys, needles), len(hash_keys) - 1)]
@@ -974,7 +1090,7 @@ def _rank_column_hits(run: _Run, judged: _Judged, on_duplicate: str) -> _Hits:
         shift = np.uint64(block.col_bits)
         hit = ((found >> shift) == (needles >> shift)) & (cols < block.depth)
         cols = np.where(hit, cols, 0)
-        exact = hit & (docs.ids[block.doc_index[rows, cols]] == entry_doc[take])
+        exact = hit & (docs.ids[block.flat(rows, cols)] == entry_doc[take])
         for e in np.flatnonzero(hit & ~exact).tolist():
             # Two doc ids of one query share their hash bits: settle it by comparing the strings.
             r = int(rows[e])
@@ -982,19 +1098,26 @@ def _rank_column_hits(run: _Run, judged: _Judged, on_duplicate: str) -> _Hits:
             if len(match):
                 exact[e], cols[e] = True, int(match[0])
         rows, cols, labels = rows[exact], cols[exact], judged.entry_label[take][exact]
-        score_bits = _score_bits(run.scores[block.doc_index])
-        score_keys = block.sorted_keys(score_bits, 32)
-        ranks = _score_ranks(block, score_keys, rows, score_bits[rows, cols])
-        tied_rows = np.unique(block.same_value_pairs(score_keys) // block.depth)
+        scores = _as_trec_scores(block.cells(run.scores))
+        tied_rows = block.presorted_ties(scores)
+        if tied_rows is not None:
+            ranks = cols.copy()  # rows already in rank order: a doc's column is its rank
+        else:
+            score_bits = _score_bits(scores)
+            score_keys = block.sorted_keys(score_bits, 32)
+            ranks = _score_ranks(block, score_keys, rows, score_bits[rows, cols])
+            tied_rows = np.unique(block.same_value_pairs(score_keys) // block.depth)
         if len(tied_rows):
             in_tied = np.isin(rows, tied_rows)
-            cells = block.doc_index[tied_rows]
-            exact_ranks = _exact_ranks(block, tied_rows, run.scores[cells], docs.ids[cells])
+            exact_ranks = _exact_ranks(block, tied_rows, scores[tied_rows], docs.ids[block.doc_index[tied_rows]])
             ranks[in_tied] = exact_ranks[np.searchsorted(tied_rows, rows[in_tied]), cols[in_tied]]
-        parts.append((qs[rows], ranks, labels))
+        return (qs[rows], ranks, labels), []
+
+    results = [chunk(qs) for qs in _chunks(lengths)]
+    drop = [row for _, dups in results for row in dups]
     if drop:
         raise _DuplicatesFound(drop)
-    return _collect(parts)
+    return _collect([part for part, _ in results if part is not None])
 
 
 def _safe_div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -1009,9 +1132,9 @@ def _metrics(hits: _Hits, lengths: np.ndarray, judged: _Judged, plan: _Plan) -> 
     num_rel = judged.num_rel.astype(np.float64)
     relevant = hits.label >= plan.level
     rq, rr = hits.q[relevant], hits.rank[relevant]
-    group_start = np.searchsorted(rq, rq, side="left")
-    seen_so_far = (np.arange(len(rq)) - group_start + 1).astype(np.float64)
-    is_first = group_start == np.arange(len(rq))
+    in_group = _rank_in_group(rq)
+    seen_so_far = (in_group + 1).astype(np.float64)
+    is_first = in_group == 0
     first_rank = np.full(n, np.inf)
     first_rank[rq[is_first]] = rr[is_first]
 
@@ -1056,10 +1179,10 @@ def _kernel(run: _Run, judged: _Judged, plan: _Plan) -> dict[Measure, np.ndarray
     if hits is None:
         run = run.materialized()
         try:
-            hits = _rank_column_hits(run, judged, plan.on_duplicate)
+            hits = _rank_column_hits(run, judged, plan)
         except _DuplicatesFound as found:
             run = run.without_rows(found.drop)
-            hits = _rank_column_hits(run, judged, plan.on_duplicate)
+            hits = _rank_column_hits(run, judged, plan)
     return _metrics(hits, np.diff(run.offsets), judged, plan)
 
 
@@ -1096,6 +1219,42 @@ def _finish(
         columns = [(key, values[m].tolist()) for key, m in keys]
         return {qid: {key: col[i] for key, col in columns} for i, qid in enumerate(qids)}
     return {key: float(values[m].mean()) if len(qids) else 0.0 for key, m in keys}
+
+
+@overload
+def evaluate(
+    run: Mapping[Any, Mapping[Any, Any]] | Run | Any,
+    qrels: Qrels | Any,
+    measures: MeasureSpec | Iterable[MeasureSpec],
+    per_query: Literal[False] = False,
+    relevance_level: int = 1,
+    judged_only: bool = True,
+    on_duplicate: OnDuplicate = "error",
+) -> dict[str, float]: ...
+
+
+@overload
+def evaluate(
+    run: Mapping[Any, Mapping[Any, Any]] | Run | Any,
+    qrels: Qrels | Any,
+    measures: MeasureSpec | Iterable[MeasureSpec],
+    per_query: Literal[True],
+    relevance_level: int = 1,
+    judged_only: bool = True,
+    on_duplicate: OnDuplicate = "error",
+) -> dict[str, dict[str, float]]: ...
+
+
+@overload
+def evaluate(
+    run: Mapping[Any, Mapping[Any, Any]] | Run | Any,
+    qrels: Qrels | Any,
+    measures: MeasureSpec | Iterable[MeasureSpec],
+    per_query: bool,
+    relevance_level: int = 1,
+    judged_only: bool = True,
+    on_duplicate: OnDuplicate = "error",
+) -> dict[str, float] | dict[str, dict[str, float]]: ...
 
 
 def evaluate(
@@ -1156,6 +1315,51 @@ def evaluate(
     prepared_qrels = _prepare_qrels(qrels)
     prepared_run, n_run_queries = _prepare_dict_run(run, prepared_qrels, on_duplicate)
     return _finish(prepared_run, prepared_qrels, keys, plan, per_query, judged_only, n_run_queries)
+
+
+@overload
+def evaluate_columns(
+    qids: Any,
+    docids: Any,
+    scores: Any,
+    qrels: Qrels | Any,
+    measures: MeasureSpec | Iterable[MeasureSpec],
+    *,
+    per_query: Literal[False] = False,
+    relevance_level: int = 1,
+    judged_only: bool = True,
+    on_duplicate: OnDuplicate = "error",
+) -> dict[str, float]: ...
+
+
+@overload
+def evaluate_columns(
+    qids: Any,
+    docids: Any,
+    scores: Any,
+    qrels: Qrels | Any,
+    measures: MeasureSpec | Iterable[MeasureSpec],
+    *,
+    per_query: Literal[True],
+    relevance_level: int = 1,
+    judged_only: bool = True,
+    on_duplicate: OnDuplicate = "error",
+) -> dict[str, dict[str, float]]: ...
+
+
+@overload
+def evaluate_columns(
+    qids: Any,
+    docids: Any,
+    scores: Any,
+    qrels: Qrels | Any,
+    measures: MeasureSpec | Iterable[MeasureSpec],
+    *,
+    per_query: bool,
+    relevance_level: int = 1,
+    judged_only: bool = True,
+    on_duplicate: OnDuplicate = "error",
+) -> dict[str, float] | dict[str, dict[str, float]]: ...
 
 
 def evaluate_columns(

@@ -227,6 +227,9 @@ def read_spans(path: PathLike) -> list[dict[str, Any]]:
 
 
 # --- audit log ---------------------------------------------------------------------------------
+_REDACTION_FAILED = "[ragaudit: redact() failed, text withheld]"
+
+
 def _utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -246,8 +249,9 @@ class AuditLog:
 
     With ``capture_content=False`` query, answer, document content and metadata, citation markers
     and reason are null, and ``query_chars``, ``answer_chars``, ``reason_chars`` and each document's
-    ``content_chars`` give their sizes. *redact* is applied to every text written (also errors).
-    Lines are written whole and flushed at once; safe to share between threads.
+    ``content_chars`` give their sizes. *redact* is applied to every text written (also errors
+    and sources); a text it fails on is withheld, never written as it was. Lines are written whole
+    and flushed at once; safe to share between threads.
     """
 
     def __init__(
@@ -263,6 +267,7 @@ class AuditLog:
         self.path = self._out.path
         self.capture_content = bool(capture_content)
         self._redact = redact
+        self._redact_failed = False
 
     def __enter__(self) -> AuditLog:
         return self
@@ -279,13 +284,19 @@ class AuditLog:
         try:
             out = self._redact(value)
         except Exception as exc:
-            raise RagAuditError(f"redact() failed on a text for the audit log: {exc!r}") from exc
+            # Withheld, not raised: the line (ids, scores, status) is still worth writing, and the
+            # text must not be written unredacted.
+            if not self._redact_failed:
+                self._redact_failed = True
+                _logger.warning("ragaudit: redact() failed on a text for the audit log %s, the text was "
+                                "withheld (logged once): %r", str(self.path), exc)
+            return _REDACTION_FAILED
         return out if isinstance(out, str) else str(out)
 
     def _metadata(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
         if self._redact is None:
             return dict(metadata)
-        return {k: self._text(v) if isinstance(v, str) else v for k, v in metadata.items()}
+        return {k: self._deep(v) for k, v in metadata.items()}  # nested values too
 
     def _content(self, value: str | None) -> str | None:
         return self._text(value) if self.capture_content else None
@@ -316,7 +327,7 @@ class AuditLog:
                 "id": doc.id,
                 "rank": doc.rank,
                 "score": doc.score,
-                "source": doc.source,
+                "source": self._text(doc.source),
                 "metadata": self._metadata(doc.metadata) if capture else None,
                 "content": self._content(doc.content),
             }
@@ -377,8 +388,9 @@ class AuditLog:
     ) -> None:
         """Append one line for *turn* and its *judgement* and flush it.
 
-        Raises :class:`~ragaudit.RagAuditError` when the log is closed, the line cannot be
-        written or *redact* fails (the caller, normally the Auditor, counts and logs it).
+        Raises :class:`~ragaudit.RagAuditError` when the log is closed or the line cannot be
+        written (the caller, normally the Auditor, counts and logs it). A text *redact* fails on
+        is written as ``[ragaudit: redact() failed, text withheld]``.
         """
         text = _dumps(
             self.record(turn, judgement, judge_status=judge_status, retrieval_metrics=retrieval_metrics)

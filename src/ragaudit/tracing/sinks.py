@@ -79,6 +79,24 @@ class HttpSink:
     permanent_statuses: frozenset[int] = frozenset({400, 401, 403, 404, 422})
     """HTTP statuses that are not retried."""
 
+    _recorder: Any = None
+
+    def bind_recorder(self, recorder: Any) -> None:
+        """Called by the Auditor: texts are sent the way *recorder* records them (its content
+        capture setting and redact hook)."""
+        self._recorder = recorder
+
+    def recorded_reason(self, judgement: Judgement) -> str | None:
+        """The judge's reason as the bound recorder would record it: None when content capture is
+        off, else redacted and cut. Unbound (a sink used on its own): the reason as it is."""
+        reason, recorder = judgement.reason, self._recorder
+        if reason is None or recorder is None:
+            return reason
+        if not getattr(recorder, "capture_content", True):
+            return None
+        text = getattr(recorder, "recorded_text", None)
+        return text(reason) if callable(text) else reason
+
     def requests(self, turn: RagTurn, judgement: Judgement) -> list[tuple[str, dict[str, Any]]]:
         """The ``(path, json_body)`` items to send for one judgement."""
         raise NotImplementedError
@@ -271,12 +289,15 @@ class PhoenixSink(HttpSink):
         self._resolve_retrieval_spans: SpanIdResolver | None = None
 
     def bind_recorder(self, recorder: Any) -> None:
-        """Called by the Auditor: lets the sink find the retrieval span ids of a turn."""
+        """Called by the Auditor: lets the sink find the retrieval span ids of a turn, and send the
+        reason the way the recorder records texts."""
+        super().bind_recorder(recorder)
         self._resolve_retrieval_spans = getattr(recorder, "retrieval_span_ids", None)
 
     def requests(self, turn: RagTurn, judgement: Judgement) -> list[tuple[str, dict[str, Any]]]:
         if not turn.span_id:
             return []
+        reason = self.recorded_reason(judgement)
         out: list[tuple[str, dict[str, Any]]] = []
         for name in SCORE_NAMES:
             score = getattr(judgement, name)
@@ -293,7 +314,7 @@ class PhoenixSink(HttpSink):
                         "result": {
                             "label": _label(score, self.threshold),
                             "score": score,
-                            "explanation": judgement.reason,
+                            "explanation": reason,
                         },
                         "metadata": {"judge": judgement.judge, "turn_id": turn.turn_id},
                     },
@@ -384,6 +405,7 @@ class LangfuseSink(HttpSink):
         base: dict[str, Any] = {"traceId": turn.trace_id, "dataType": "NUMERIC"}
         if turn.span_id:
             base["observationId"] = turn.span_id
+        reason = self.recorded_reason(judgement)
         out = []
         for name in SCORE_NAMES:
             score = getattr(judgement, name)
@@ -395,7 +417,7 @@ class LangfuseSink(HttpSink):
                             **base,
                             "name": name,
                             "value": score,
-                            "comment": judgement.reason,
+                            "comment": reason,
                             "metadata": {"judge": judgement.judge},
                         },
                     )

@@ -469,15 +469,18 @@ class SpanRecorder:
             if doc.score is not None:
                 attrs[keys.score] = doc.score
             meta: dict[str, Any] = {"rank": doc.rank}
-            if doc.source is not None:
-                meta["source"] = doc.source
+            source = doc.source
+            if source is not None:
+                if self._redact is not None:  # a source is a path or URL, which may hold what redact hides
+                    source = self._text(source)
+                meta["source"] = source
             if capture:
                 attrs[keys.content] = self._text(doc.content)
                 meta.update(doc.metadata)
                 attrs[keys.metadata] = self._text(_dumps(meta))
             else:
                 attrs[keys.metadata] = _dumps(meta)
-            summary.append({"id": doc.id, "score": doc.score, "rank": doc.rank, "source": doc.source})
+            summary.append({"id": doc.id, "score": doc.score, "rank": doc.rank, "source": source})
         attrs[c.ATTR_DOCUMENT_COUNT] = len(r.documents)
         attrs[c.ATTR_DOCUMENT_CHARS] = [len(d.content) for d in r.documents]
         attrs[c.GEN_AI_RETRIEVAL_DOCUMENTS] = attrs[c.LANGFUSE_OBSERVATION_OUTPUT] = _dumps(summary)
@@ -560,6 +563,14 @@ class SpanRecorder:
         finally:
             span.end(end_time=end_ns)
         return format(span.get_span_context().span_id, "016x")
+
+    def recorded_text(self, text: str) -> str:
+        """*text* as this recorder records it: redacted, then cut to *max_attribute_chars*.
+
+        For sinks that send texts elsewhere (a judge's reason as a Langfuse comment); whether to
+        send text at all is :attr:`capture_content`.
+        """
+        return self._text(text)
 
     def retrieval_span_ids(self, turn_id: str) -> tuple[str, ...] | None:
         """The span ids of *turn_id*'s retrieval spans, in order, for recently ended turns.

@@ -1,0 +1,423 @@
+"""How every chat judge talks to an OpenAI-compatible chat-completions endpoint (private).
+
+:class:`Endpoint` owns the clients: one made from ``base_url``/``api_key``, or one given (``OpenAI``,
+``AsyncOpenAI``, ``AzureOpenAI``, ``AsyncAzureOpenAI``), the other kind derived from it on first use,
+and one async client per event loop. :meth:`Endpoint.create` and :meth:`Endpoint.acreate` send one
+request and never raise for a transport failure: the :class:`Result` holds the completion or the
+exception. A server that rejects ``response_format`` with HTTP 400/422 is asked again without it,
+and that endpoint never sends it again.
+
+A judge writes its work once as a *flow* (:data:`Flow`): a generator that yields a batch of request
+parameters (:meth:`Endpoint.params`) and receives one :class:`Result` per request, in order.
+:meth:`Endpoint.run_sync` drives it with the sync client, :meth:`Endpoint.run_async` with the async
+client (the requests of one batch concurrently). :class:`Tally` counts what one judgement cost
+(calls, tokens, latency); :meth:`Endpoint.describe` turns an exception into an error text without
+the API key. :class:`EndpointJudge` gives a judge ``base_url``, ``close`` and ``aclose``.
+
+Used by ChatRagJudge (and the judges built on it), GEvalJudge and PairwiseJudge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import threading
+import time
+import weakref
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..errors import ConfigurationError, JudgeError
+
+if TYPE_CHECKING:
+    import openai
+
+    AnyClient = openai.OpenAI | openai.AsyncOpenAI
+
+__all__ = [
+    "Endpoint",
+    "EndpointJudge",
+    "Flow",
+    "Result",
+    "Tally",
+    "Usage",
+    "choice_text",
+    "completion_choices",
+    "validate_settings",
+]
+
+T = TypeVar("T")
+
+_LOCAL_API_KEY = "ragaudit-no-key"
+_MAX_ERROR_CHARS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """One logical request: the completion (or the exception it raised) and the HTTP calls it took.
+
+    ``response_format`` says whether the request that gave *outcome* carried ``response_format``.
+    """
+
+    outcome: Any
+    calls: int
+    response_format: bool = False
+
+
+Flow = Generator[list[dict[str, Any]], list[Result], T]
+"""A judging flow: yields a batch of request parameters, receives their results in order, returns T."""
+
+
+@dataclass(slots=True)
+class Usage:
+    """Calls and, when the server reported them, prompt and completion tokens."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reported: bool = False
+
+    def add(self, usage: Any) -> None:
+        """Add a completion's ``usage`` (None: the server reported none)."""
+        if usage is None:
+            return
+        self.reported = True
+        self.prompt_tokens += int(getattr(usage, "prompt_tokens", 0) or 0)
+        self.completion_tokens += int(getattr(usage, "completion_tokens", 0) or 0)
+
+    def record(self, result: Result) -> None:
+        """Add *result*'s calls and, when it is a completion, its usage."""
+        self.calls += result.calls
+        if not isinstance(result.outcome, Exception):
+            self.add(getattr(result.outcome, "usage", None))
+
+    def as_dict(self) -> dict[str, int]:
+        """``calls``, plus ``prompt_tokens`` and ``completion_tokens`` when reported (a Judgement's usage)."""
+        out = {"calls": self.calls}
+        if self.reported:
+            out["prompt_tokens"] = self.prompt_tokens
+            out["completion_tokens"] = self.completion_tokens
+        return out
+
+
+@dataclass(slots=True)
+class Tally:
+    """What one judgement has cost and got back so far; judges extend it with their own fields."""
+
+    started: float = field(default_factory=time.perf_counter)
+    usage: Usage = field(default_factory=Usage)
+    outputs: list[str] = field(default_factory=list)
+    response_model: str | None = None
+
+    def latency(self) -> float:
+        """Seconds since the judgement started."""
+        return time.perf_counter() - self.started
+
+
+def completion_choices(outcome: Any) -> list[Any]:
+    """The choices of a completion (empty when it has none)."""
+    return list(getattr(outcome, "choices", None) or [])
+
+
+def choice_text(choice: Any) -> str:
+    """A choice's message content ("" when it has none)."""
+    text = getattr(getattr(choice, "message", None), "content", None)
+    return text if isinstance(text, str) else ""
+
+
+def validate_settings(
+    model: str,
+    timeout: float,
+    max_retries: int,
+    temperature: float,
+    max_context_chars: int,
+    name: str | None,
+    extra_body: Mapping[str, Any] | None,
+) -> None:
+    """Raise ConfigurationError for a setting every chat judge shares that is out of range."""
+    if not isinstance(model, str) or not model.strip():
+        raise ConfigurationError(f"model must be a non-empty string, got {model!r}")
+    if not _is_number(timeout) or not timeout > 0 or not math.isfinite(timeout):
+        raise ConfigurationError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+        raise ConfigurationError(f"max_retries must be an int >= 0, got {max_retries!r}")
+    if not _is_number(temperature) or not 0.0 <= temperature <= 2.0:
+        raise ConfigurationError(f"temperature must be a number from 0 to 2, got {temperature!r}")
+    if isinstance(max_context_chars, bool) or not isinstance(max_context_chars, int) or max_context_chars < 1:
+        raise ConfigurationError(f"max_context_chars must be an int >= 1, got {max_context_chars!r}")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ConfigurationError(f"name must be a non-empty string or None, got {name!r}")
+    if extra_body is not None and not isinstance(extra_body, Mapping):
+        raise ConfigurationError(f"extra_body must be a mapping or None, got {type(extra_body).__name__}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class Endpoint:
+    """The clients of one judge and the requests it sends (see the module docstring).
+
+    A given client keeps its own timeout and retries (*timeout* and *max_retries* configure only
+    clients made here) and is never closed here. *name* is the judge's, for error messages.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None,
+        api_key: str | None,
+        client: AnyClient | None,
+        timeout: float,
+        max_retries: int,
+        extra_body: Mapping[str, Any] | None,
+        name: str,
+    ) -> None:
+        import openai
+
+        self._openai = openai
+        self.model = model
+        self.name = name
+        self.extra_body: Mapping[str, Any] | None = dict(extra_body) if extra_body is not None else None
+        self.response_format_ok = True
+        self._lock = threading.Lock()
+        self._sync_client: openai.OpenAI | None = None
+        self._async_client: openai.AsyncOpenAI | None = None  # given by the caller: used on every loop
+        # id(loop) -> (loop, client). Not a WeakKeyDictionary: the client's connections refer to
+        # their loop, so the key would never die; entries of closed loops are pruned instead.
+        self._async_per_loop: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], openai.AsyncOpenAI]] = {}
+        self._owns_sync = False
+        if client is not None:
+            if base_url is not None or api_key is not None:
+                raise ConfigurationError("pass either client= or base_url=/api_key=, not both")
+            if isinstance(client, openai.OpenAI):
+                self._sync_client = client
+            elif isinstance(client, openai.AsyncOpenAI):
+                self._async_client = client
+            else:
+                raise ConfigurationError(
+                    "client must be an openai.OpenAI, AsyncOpenAI, AzureOpenAI or AsyncAzureOpenAI, "
+                    f"got {type(client).__name__}"
+                )
+        else:
+            self._sync_client = _new_client(openai, base_url, api_key, timeout, max_retries)
+            self._owns_sync = True
+        given = self._sync_client or self._async_client
+        self.base_url = str(given.base_url).rstrip("/") if given is not None else ""
+
+    # -- clients ----------------------------------------------------------------------------------
+
+    def sync_client(self) -> openai.OpenAI:
+        """The sync client, derived from a given async client on first use."""
+        with self._lock:
+            if self._sync_client is None:
+                if self._async_client is None:
+                    raise JudgeError(f"{self.name} is closed")
+                self._sync_client = _derive(self._openai, self._async_client, want_async=False)
+                self._owns_sync = True
+            return self._sync_client
+
+    def async_client(self) -> openai.AsyncOpenAI:
+        """The async client for the running event loop (a given one serves every loop)."""
+        if self._async_client is not None:
+            return self._async_client
+        # An async client's connections belong to the loop that opened them, so each loop gets its own.
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            entry = self._async_per_loop.get(id(loop))
+            if entry is not None and entry[0]() is loop:
+                return entry[1]
+            for key, (ref, _) in list(self._async_per_loop.items()):
+                old = ref()
+                if old is None or old.is_closed():
+                    del self._async_per_loop[key]
+            if self._sync_client is None:
+                raise JudgeError(f"{self.name} is closed")
+            client: openai.AsyncOpenAI = _derive(self._openai, self._sync_client, want_async=True)
+            self._async_per_loop[id(loop)] = (weakref.ref(loop), client)
+            return client
+
+    def close(self) -> None:
+        """Close the clients made here (a given client stays open). Safe to call twice."""
+        with self._lock:
+            sync_client = self._sync_client if self._owns_sync else None
+            if sync_client is not None:
+                self._sync_client = None
+            self._async_per_loop = {}
+        if sync_client is not None:
+            sync_client.close()
+
+    async def aclose(self) -> None:
+        """Like :meth:`close`, and also close the async client made for the running loop."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            entry = self._async_per_loop.pop(id(loop), None)
+        if entry is not None:
+            await entry[1].close()
+        self.close()
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def params(self, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        """The ``create`` arguments for *messages*: the model, *extra*, JSON mode while the server takes
+        it, and the extra body."""
+        params: dict[str, Any] = {"model": self.model, "messages": messages, **extra}
+        if self.response_format_ok:
+            params["response_format"] = {"type": "json_object"}
+        if self.extra_body is not None:
+            params["extra_body"] = dict(self.extra_body)
+        return params
+
+    def rejects(self, outcome: Any, parameter: str) -> bool:
+        """True when *outcome* is an HTTP 400/422 that names *parameter* (``_`` may be a space)."""
+        if not isinstance(outcome, self._openai.APIStatusError) or outcome.status_code not in (400, 422):
+            return False
+        text = f"{outcome} {outcome.body}".lower()
+        return parameter in text or parameter.replace("_", " ") in text
+
+    def _without_format(self, params: dict[str, Any], outcome: Any) -> dict[str, Any] | None:
+        if "response_format" not in params or not self.rejects(outcome, "response_format"):
+            return None
+        self.response_format_ok = False
+        return {key: value for key, value in params.items() if key != "response_format"}
+
+    def create(self, params: dict[str, Any]) -> Result:
+        """Send *params* with the sync client (again without ``response_format`` if it is rejected)."""
+        calls = 0
+        current: dict[str, Any] | None = params
+        while current is not None:
+            calls += 1
+            sent = current
+            try:
+                outcome: Any = self.sync_client().chat.completions.create(**sent)
+            except Exception as exc:  # every transport failure is reported by the flow
+                outcome = exc
+            current = self._without_format(sent, outcome)
+        return Result(outcome, calls, "response_format" in sent)
+
+    async def acreate(self, params: dict[str, Any]) -> Result:
+        """Like :meth:`create`, with the async client of the running loop."""
+        calls = 0
+        current: dict[str, Any] | None = params
+        while current is not None:
+            calls += 1
+            sent = current
+            try:
+                outcome: Any = await self.async_client().chat.completions.create(**sent)
+            except Exception as exc:  # CancelledError is a BaseException and propagates
+                outcome = exc
+            current = self._without_format(sent, outcome)
+        return Result(outcome, calls, "response_format" in sent)
+
+    def run_sync(self, flow: Flow[T]) -> T:
+        """Drive *flow* with the sync client, one request after the other."""
+        try:
+            batch = next(flow)
+            while True:
+                batch = flow.send([self.create(params) for params in batch])
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+
+    async def run_async(self, flow: Flow[T]) -> T:
+        """Drive *flow* with the async client; the requests of one batch run concurrently."""
+        try:
+            batch = next(flow)
+            while True:
+                if len(batch) == 1:  # the common case: awaited in this task, no task of its own
+                    results = [await self.acreate(batch[0])]
+                else:
+                    results = list(await asyncio.gather(*(self.acreate(params) for params in batch)))
+                batch = flow.send(results)
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+
+    def describe(self, exc: BaseException) -> str:
+        """``Type: message`` of *exc*, cut to a few hundred characters, with any API key masked."""
+        message = str(exc)
+        for secret in self._secrets():
+            message = message.replace(secret, "***")
+        if len(message) > _MAX_ERROR_CHARS:
+            message = message[:_MAX_ERROR_CHARS] + "…"
+        return f"{type(exc).__name__}: {message}"
+
+    def _secrets(self) -> list[str]:
+        keys = []
+        loop_clients = [client for _, client in self._async_per_loop.values()]
+        for client in (self._sync_client, self._async_client, *loop_clients):
+            key = getattr(client, "api_key", None)
+            if isinstance(key, str) and len(key) >= 4:
+                keys.append(key)
+        return keys
+
+
+class EndpointJudge:
+    """``base_url``, ``close`` and ``aclose`` for a judge whose requests go through an :class:`Endpoint`."""
+
+    _endpoint: Endpoint
+
+    @property
+    def base_url(self) -> str:
+        """The endpoint this judge calls."""
+        return self._endpoint.base_url
+
+    def close(self) -> None:
+        """Close the clients this judge created (a client passed in stays open). Safe to call twice."""
+        self._endpoint.close()
+
+    async def aclose(self) -> None:
+        """Like :meth:`close`, and also close the async client this judge made for the running loop.
+
+        Await it before that loop ends (an async client's connections belong to the loop that
+        opened them and cannot be closed from another one).
+        """
+        await self._endpoint.aclose()
+
+
+def _new_client(
+    sdk: Any, base_url: str | None, api_key: str | None, timeout: float, max_retries: int
+) -> openai.OpenAI:
+    if api_key is None and not os.environ.get("OPENAI_API_KEY"):
+        if base_url is None and not os.environ.get("OPENAI_BASE_URL"):
+            raise ConfigurationError(
+                "ChatRagJudge needs an API key (api_key= or OPENAI_API_KEY), a base_url for a local "
+                "server, or a client"
+            )
+        api_key = _LOCAL_API_KEY  # local OpenAI-compatible servers ignore the key, the SDK insists on one
+    try:
+        client: openai.OpenAI = sdk.OpenAI(
+            base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
+        )
+    except sdk.OpenAIError as exc:
+        raise ConfigurationError(f"cannot create the OpenAI client: {exc}") from exc
+    return client
+
+
+def _derive(sdk: Any, source: Any, *, want_async: bool) -> Any:
+    """A client of the other kind (sync <-> async) with *source*'s endpoint, credentials and settings."""
+    common: dict[str, Any] = {
+        "base_url": str(source.base_url),
+        "timeout": source.timeout,
+        "max_retries": source.max_retries,
+        "organization": getattr(source, "organization", None),
+        "project": getattr(source, "project", None),
+        "default_headers": dict(getattr(source, "_custom_headers", None) or {}),
+        "default_query": dict(getattr(source, "_custom_query", None) or {}),
+    }
+    if isinstance(source, (sdk.AzureOpenAI, sdk.AsyncAzureOpenAI)):
+        token_provider = getattr(source, "_azure_ad_token_provider", None)
+        token = getattr(source, "_azure_ad_token", None)
+        if token_provider is not None:
+            auth: dict[str, Any] = {"azure_ad_token_provider": token_provider}
+        elif token is not None:
+            auth = {"azure_ad_token": token}
+        else:
+            auth = {"api_key": source.api_key}
+        cls = sdk.AsyncAzureOpenAI if want_async else sdk.AzureOpenAI
+        return cls(api_version=getattr(source, "_api_version", None), **auth, **common)
+    cls = sdk.AsyncOpenAI if want_async else sdk.OpenAI
+    return cls(api_key=getattr(source, "_api_key_provider", None) or source.api_key, **common)
