@@ -5,9 +5,9 @@
 
 Data: Q queries x D retrieved docs ("d<int>" ids from a 1M-doc corpus, random scores, rows in rank
 order as a retriever writes them, or in random order with ``--shuffle``), ~5 judged relevant docs
-per query with graded labels 1-3, about 60 % of them retrieved. Measures: ndcg@10, recall@10, mrr@10, map@100 (pytrec_eval: ndcg_cut_10,
-recall_10, recip_rank cut at rank 10 afterwards -- trec_eval's recip_rank has no cut-off --,
-map_cut_100). Every tool returns the four means.
+per query with graded labels 1-3, about 60 % of them retrieved. Measures: ndcg@10, recall@10,
+mrr@10, map@100 (pytrec_eval: ndcg_cut_10, recall_10, recip_rank cut at rank 10 afterwards --
+trec_eval's recip_rank has no cut-off --, map_cut_100). Every tool returns the four means.
 
 Method. Each tool runs in a process of its own (so peak memory is its own and no tool warms
 another's caches): the process loads the data, builds the tool's natural input outside the clock

@@ -15,7 +15,8 @@ Two pipelines, each run N times per configuration:
   ``LangchainInstrumentor``; Langfuse's ``CallbackHandler`` (its client exports over OTLP/HTTP to a
   loopback sink in the parent process, so nothing leaves the machine).
 * LlamaIndex: a ``VectorStoreIndex`` query engine over six documents, ``MockLLM`` (echoes its
-  prompt) and a deterministic hashing embedding. Configurations: none (twice); ragaudit's
+  prompt) and a deterministic hashing embedding. Configurations: none (twice); an empty span and
+  event handler (the dispatcher's own cost of having one); ragaudit's
   ``instrument()`` (with and without tracing); OpenInference's ``LlamaIndexInstrumentor``.
 
 Method. Every configuration runs in a process of its own: an instrumentor patches the framework for
@@ -28,6 +29,10 @@ processor and OTLP exporter). After each block a worker flushes its background w
 span processor, Langfuse client) *outside* the timed region: the per-invocation time is the latency
 the host's thread sees, including any contention from the tracer's background threads during the
 block; ``cpu_us`` is the process CPU time (all threads, the flush included) per invocation.
+On a shared machine other processes' load shows in the wall-clock times; the host thread's own CPU
+time per invocation (``host_cpu``: ``time.thread_time_ns`` around the call) does not, so its
+overhead is reported as a cross-check. It leaves out time spent waiting for the GIL while a
+background thread runs, which the wall-clock figure includes.
 
 Overhead = median (p90) of a configuration minus median (p90) of the no-callbacks process; the
 95 % interval comes from resampling rounds. The difference between the two no-callbacks processes
@@ -86,13 +91,13 @@ FRAMEWORKS = ("langchain", "llamaindex")
 CONFIGS: dict[str, tuple[str, ...]] = {
     "langchain": ("baseline", "baseline-2", "noop-handler", "ragaudit", "ragaudit-notrace", "openinference",
                   "openllmetry", "langfuse"),
-    "llamaindex": ("baseline", "baseline-2", "ragaudit", "ragaudit-notrace", "openinference"),
+    "llamaindex": ("baseline", "baseline-2", "noop-handler", "ragaudit", "ragaudit-notrace", "openinference"),
 }
 PEERS = {"openinference", "openllmetry", "langfuse"}
 LABELS = {
     "baseline": "no callbacks",
     "baseline-2": "no callbacks (2nd process: noise floor)",
-    "noop-handler": "an empty callback handler (LangChain's dispatch)",
+    "noop-handler": "an empty handler (the framework's own dispatch cost)",
     "ragaudit": "ragaudit (spans to in-memory exporter, judge async)",
     "ragaudit-notrace": "ragaudit, tracing not configured",
     "openinference": "OpenInference instrumentor",
@@ -256,7 +261,29 @@ def _llamaindex_bench(config: str, sink: str | None) -> Bench:
             return embed(text)
 
     bench = Bench(invoke=lambda: None)
-    if config in ("ragaudit", "ragaudit-notrace"):
+    if config == "noop-handler":
+        from llama_index.core.instrumentation import get_dispatcher
+        from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+        from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
+
+        class NoopSpans(BaseSpanHandler[Any]):
+            def new_span(self, *args: Any, **kwargs: Any) -> None:
+                return None
+
+            def prepare_to_exit_span(self, *args: Any, **kwargs: Any) -> None:
+                return None
+
+            def prepare_to_drop_span(self, *args: Any, **kwargs: Any) -> None:
+                return None
+
+        class NoopEvents(BaseEventHandler):
+            def handle(self, event: Any, **kwargs: Any) -> None:
+                return None
+
+        dispatcher = get_dispatcher()
+        dispatcher.add_span_handler(NoopSpans())
+        dispatcher.add_event_handler(NoopEvents())
+    elif config in ("ragaudit", "ragaudit-notrace"):
         from ragaudit import Auditor
         from ragaudit.integrations import llamaindex
 
@@ -303,7 +330,7 @@ def worker(framework: str, config: str, sink: str | None, warmup: int) -> None:
     bench.spans = 0
     bench.extra["sample_answer"] = str(answer)[:120]
     out.write(json.dumps({"ready": True}) + "\n")
-    perf = time.perf_counter_ns
+    perf, thread_cpu = time.perf_counter_ns, time.thread_time_ns
     for line in sys.stdin:
         command = line.split()
         if not command:
@@ -312,13 +339,15 @@ def worker(framework: str, config: str, sink: str | None, warmup: int) -> None:
             count = int(command[1])
             gc.collect()
             times = [0] * count
+            host = [0] * count
             cpu0 = time.process_time_ns()
             for i in range(count):
-                t0 = perf()
+                t0, c0 = perf(), thread_cpu()
                 bench.invoke()
-                times[i] = perf() - t0
+                host[i], times[i] = thread_cpu() - c0, perf() - t0
             bench.after_block()
-            out.write(json.dumps({"ns": times, "cpu_ns": time.process_time_ns() - cpu0}) + "\n")
+            out.write(json.dumps({"ns": times, "host_cpu_ns": host,
+                                  "cpu_ns": time.process_time_ns() - cpu0}) + "\n")
         elif command[0] == "stop":
             out.write(json.dumps({"checks": bench.checks()}) + "\n")
             break
@@ -355,8 +384,10 @@ class Worker:
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                                      cwd=str(Path(__file__).resolve().parent.parent))
         self.times: list[int] = []
+        self.host_cpu: list[int] = []
         self.cpu_ns = 0
         self.rounds: list[list[int]] = []
+        self.host_rounds: list[list[int]] = []
 
     def _send(self, command: str) -> dict[str, Any]:
         stdin, stdout = self.proc.stdin, self.proc.stdout
@@ -380,6 +411,8 @@ class Worker:
         reply = self._send(f"run {count}")
         self.times.extend(reply["ns"])
         self.rounds.append(reply["ns"])
+        self.host_cpu.extend(reply["host_cpu_ns"])
+        self.host_rounds.append(reply["host_cpu_ns"])
         self.cpu_ns += reply["cpu_ns"]
 
     def stop(self) -> dict[str, Any]:
@@ -392,15 +425,18 @@ def _median(values: list[int]) -> float:
     return percentile(values, 50) / 1000.0
 
 
-def _overhead(worker: Worker, base: Worker, q: float, rng: random.Random, resamples: int) -> dict[str, float]:
+def _overhead(worker: Worker, base: Worker, q: float, rng: random.Random, resamples: int,
+              host_cpu: bool = False) -> dict[str, float]:
     """Overhead at percentile *q* in us, and a 95 % interval from resampling whole rounds."""
-    point = (percentile(worker.times, q) - percentile(base.times, q)) / 1000.0
-    n = len(worker.rounds)
+    mine_all, theirs_all = (worker.host_cpu, base.host_cpu) if host_cpu else (worker.times, base.times)
+    mine_rounds, theirs_rounds = (worker.host_rounds, base.host_rounds) if host_cpu else (worker.rounds, base.rounds)
+    point = (percentile(mine_all, q) - percentile(theirs_all, q)) / 1000.0
+    n = len(mine_rounds)
     estimates = []
     for _ in range(resamples):
         picks = [rng.randrange(n) for _ in range(n)]
-        mine = [t for i in picks for t in worker.rounds[i]]
-        theirs = [t for i in picks for t in base.rounds[i]]
+        mine = [t for i in picks for t in mine_rounds[i]]
+        theirs = [t for i in picks for t in theirs_rounds[i]]
         estimates.append((percentile(mine, q) - percentile(theirs, q)) / 1000.0)
     return {"us": point, "ci95_low": percentile(estimates, 2.5), "ci95_high": percentile(estimates, 97.5)}
 
@@ -434,10 +470,12 @@ def run_framework(framework: str, args: argparse.Namespace, sink: str | None) ->
     results: dict[str, Any] = {}
     for w in workers:
         entry: dict[str, Any] = {"label": LABELS[w.config], **summary_ns(w.times),
+                                 "host_cpu_median_us": percentile(w.host_cpu, 50) / 1000.0,
                                  "cpu_us": w.cpu_ns / len(w.times) / 1000.0, "checks": checks[w.config]}
         if w is not base:
             entry["overhead_median"] = _overhead(w, base, 50, rng, args.resamples)
             entry["overhead_p90"] = _overhead(w, base, 90, rng, args.resamples)
+            entry["overhead_host_cpu_median"] = _overhead(w, base, 50, rng, args.resamples, host_cpu=True)
             entry["overhead_cpu_us"] = entry["cpu_us"] - base.cpu_ns / len(base.times) / 1000.0
         results[w.config] = entry
     peers = {c: e for c, e in results.items() if c in PEERS}
@@ -453,6 +491,10 @@ def run_framework(framework: str, args: argparse.Namespace, sink: str | None) ->
             verdict.update({"lightest_peer": lightest, "lightest_peer_overhead_us": light_us,
                             "ratio_to_lightest_peer": ours_us / light_us if light_us > 0 else None})
             verdict["met_ratio"] = light_us > 0 and ours_us <= TARGET_RATIO * light_us
+            ours_cpu = ours["overhead_host_cpu_median"]["us"]
+            light_cpu = peers[lightest]["overhead_host_cpu_median"]["us"]
+            verdict.update({"ragaudit_host_cpu_overhead_us": ours_cpu, "lightest_peer_host_cpu_overhead_us": light_cpu,
+                            "ratio_to_lightest_peer_host_cpu": ours_cpu / light_cpu if light_cpu > 0 else None})
             for entry in results.values():
                 entry["ratio_to_ragaudit"] = (entry["overhead_median"]["us"] / ours_us
                                               if "overhead_median" in entry and ours_us > 0 else None)
@@ -466,16 +508,16 @@ def print_table(framework: str, result: dict[str, Any]) -> None:
     print(f"\n{framework}: {result['n_per_config']} invocations per configuration "
           f"({result['rounds']} rounds of {result['block']})")
     header = f"  {'configuration':<54} {'median':>9} {'p90':>9} {'overhead':>9} {'95% CI':>17} " \
-             f"{'p90 ovh':>9} {'cpu':>9} {'x ours':>7}"
+             f"{'p90 ovh':>9} {'host cpu ovh':>12} {'cpu':>9} {'x ours':>7}"
     print(header)
     for entry in result["configs"].values():
         ovh = entry.get("overhead_median")
         cells = [f"{entry['median_us']:9.0f}", f"{entry['p90_us']:9.0f}"]
         if ovh is None:
-            cells += [f"{'-':>9}", f"{'':>17}", f"{'-':>9}"]
+            cells += [f"{'-':>9}", f"{'':>17}", f"{'-':>9}", f"{'-':>12}"]
         else:
             cells += [f"{ovh['us']:9.0f}", f"[{ovh['ci95_low']:6.0f}, {ovh['ci95_high']:6.0f}]",
-                      f"{entry['overhead_p90']['us']:9.0f}"]
+                      f"{entry['overhead_p90']['us']:9.0f}", f"{entry['overhead_host_cpu_median']['us']:12.0f}"]
         cells.append(f"{entry['cpu_us']:9.0f}")
         ratio = entry.get("ratio_to_ragaudit")
         cells.append(f"{ratio:7.1f}" if ratio is not None else f"{'':>7}")
@@ -516,6 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     args.resamples = args.resamples or (50 if args.quick else 500)
     info = machine_info()
     print_machine(info)
+    load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
     frameworks = FRAMEWORKS if args.framework == "both" else (args.framework,)
     from tests.support.http_recorder import HttpRecorder
 
@@ -527,7 +570,9 @@ def main(argv: list[str] | None = None) -> int:
         langfuse_requests = len(sink.requests)
     if "langchain" in results and "langfuse" in results["langchain"]["configs"]:
         results["langchain"]["configs"]["langfuse"]["checks"]["sink_requests"] = langfuse_requests
-    write_result("overhead", {"machine": info, "method": {
+    load_after = os.getloadavg() if hasattr(os, "getloadavg") else None
+    write_result("overhead", {"machine": info, "load_average": {"before": load_before, "after": load_after},
+                              "method": {
         "processes": "one per configuration, driven round-robin in blocks, order rotated each round",
         "span_pipeline": "SDK TracerProvider + BatchSpanProcessor + InMemorySpanExporter for every OTel-based "
                          "configuration (Langfuse: its own batch processor + OTLP/HTTP to a loopback sink)",

@@ -388,38 +388,31 @@ def test_jsonl_files_round_trip(tmp_path: Path) -> None:
     assert metrics.read_qrels(per_query) == QRELS
 
 
-def test_file_errors_name_file_and_line(tmp_path: Path) -> None:
-    bad_run = _write(tmp_path / "bad.trec", ["q1 Q0 d1 1 0.5 tag", "q1 Q0 d2 2"])
-    with pytest.raises(MetricError, match=r"bad\.trec:2: expected 'qid Q0 docid rank score tag'"):
-        metrics.read_run(bad_run)
-    qrels_as_run = _write(tmp_path / "qrels.txt", ["q1 0 d1 1"])
-    with pytest.raises(MetricError, match="looks like a qrels file"):
-        metrics.read_run(qrels_as_run)
-    run_as_qrels = _write(tmp_path / "run.trec", ["q1 Q0 d1 1 0.5 tag"])
-    with pytest.raises(MetricError, match="looks like a run file"):
-        metrics.read_qrels(run_as_qrels)
-    nan_run = _write(tmp_path / "nan.trec", ["q1 Q0 d1 1 0.5 t", "q1 Q0 d2 2 nan t"])
-    with pytest.raises(MetricError, match=r"nan\.trec:2: score is NaN"):
-        metrics.read_run(nan_run)
-    text_score = _write(tmp_path / "text.trec", ["q1 Q0 d1 1 high t"])
-    with pytest.raises(MetricError, match=r"text\.trec:1: score 'high' is not a number"):
-        metrics.read_run(text_score)
-    conflict = _write(tmp_path / "conflict.txt", ["q1 0 d1 1", "q1 0 d1 2"])
-    with pytest.raises(MetricError, match=r"conflict\.txt:2: .*judged twice"):
-        metrics.read_qrels(conflict)
-    bad_label = _write(tmp_path / "label.txt", ["q1 0 d1 high"])
-    with pytest.raises(MetricError, match=r"label\.txt:1: relevance must be an integer"):
-        metrics.read_qrels(bad_label)
-    bad_json = _write(tmp_path / "bad.jsonl", ['{"qid": "q1", "docid": "d1", "score": 1}', "{oops"])
-    with pytest.raises(MetricError, match=r"bad\.jsonl:2: not valid JSON"):
-        metrics.read_run(bad_json)
-    jsonl_qrels_as_run = _write(tmp_path / "q.jsonl", ['{"qid": "q1", "docid": "d1", "relevance": 1}'])
-    with pytest.raises(MetricError, match="looks like a qrels file"):
-        metrics.read_run(jsonl_qrels_as_run)
+FILE_ERRORS = [
+    ("run", "bad.trec", ["q1 Q0 d1 1 0.5 tag", "q1 Q0 d2 2"], r"bad\.trec:2: expected 'qid Q0 docid rank score tag'"),
+    ("run", "qrels.txt", ["q1 0 d1 1"], r"qrels\.txt:1: .*looks like a qrels file"),
+    ("qrels", "run.trec", ["q1 Q0 d1 1 0.5 tag"], r"run\.trec:1: .*looks like a run file"),
+    ("run", "nan.trec", ["q1 Q0 d1 1 0.5 t", "q1 Q0 d2 2 nan t"], r"nan\.trec:2: score is NaN"),
+    ("run", "text.trec", ["q1 Q0 d1 1 high t"], r"text\.trec:1: score 'high' is not a number"),
+    ("qrels", "conflict.txt", ["q1 0 d1 1", "q1 0 d1 2"], r"conflict\.txt:2: .*judged twice"),
+    ("qrels", "label.txt", ["q1 0 d1 high"], r"label\.txt:1: relevance must be an integer"),
+    ("run", "bad.jsonl", ['{"qid": "q1", "docid": "d1", "score": 1}', "{oops"], r"bad\.jsonl:2: not valid JSON"),
+    ("run", "q.jsonl", ['{"qid": "q1", "docid": "d1", "relevance": 1}'], r"q\.jsonl:1: .*looks like a qrels file"),
+    ("run", "noscore.jsonl", ['{"qid": "q1", "docid": "d1"}'], r"noscore\.jsonl:1: no score"),
+    ("qrels", "empty.txt", ["", "# nothing"], r"qrels file .*empty\.txt' is empty"),
+]
+
+
+@pytest.mark.parametrize(("reader", "name", "lines", "message"), FILE_ERRORS, ids=[e[1] for e in FILE_ERRORS])
+def test_file_errors_name_file_and_line(tmp_path: Path, reader: str, name: str, lines: list[str], message: str) -> None:
+    path = _write(tmp_path / name, lines)
+    with pytest.raises(MetricError, match=message):
+        (metrics.read_run if reader == "run" else metrics.read_qrels)(path)
+
+
+def test_missing_file_is_a_metric_error(tmp_path: Path) -> None:
     with pytest.raises(MetricError, match="cannot read run file"):
         metrics.read_run(tmp_path / "missing.trec")
-    with pytest.raises(MetricError, match="is empty"):
-        metrics.read_qrels(_write(tmp_path / "empty.txt", ["", "# nothing"]))
 
 
 def test_duplicates_in_a_run_file_are_refused_at_evaluation(tmp_path: Path) -> None:

@@ -156,3 +156,14 @@ FRAGMENTS = ["<<<", "end", "ragaudit", ":", " ", "\n", "<", "END", "x", ">>>"]
 def test_marker_fragments_never_reassemble(parts: list[str]) -> None:
     cleaned = sanitize_untrusted("".join(parts))
     assert not re.search(r"<<<\s*(?:ragaudit|end)\s*:", cleaned, flags=re.IGNORECASE)
+
+
+def test_question_and_answer_are_capped_with_a_marker() -> None:
+    from ragaudit import JudgeRequest
+    from ragaudit.judges.protocol import MAX_ANSWER_CHARS, MAX_QUESTION_CHARS, build_messages
+
+    request = JudgeRequest(query="q" * (MAX_QUESTION_CHARS + 10), answer="a" * (MAX_ANSWER_CHARS + 5), context="c")
+    user = build_messages(request, nonce="n0nce123")[1]["content"]
+    assert "q" * MAX_QUESTION_CHARS + "…[truncated 10 chars]" in user
+    assert "a" * MAX_ANSWER_CHARS + "…[truncated 5 chars]" in user
+    assert "q" * (MAX_QUESTION_CHARS + 1) not in user

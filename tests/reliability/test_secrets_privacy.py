@@ -56,20 +56,19 @@ def log_text(caplog: pytest.LogCaptureFixture) -> str:
 # --- API keys ----------------------------------------------------------------------------------------
 
 
-def key_echoing_rule(key_holder: dict[str, str]) -> Any:
-    """Replies in turn: OK, 401 echoing the key, 500 echoing the key, OK with the key in its reason."""
-    calls = {"n": 0}
+def key_echoing_rule(key: str) -> Any:
+    """By the question's number (so a retry gets the same answer): OK, then errors that echo the key
+    in full: 401, 500 (retried by the SDK), 400."""
 
     def rule(body: dict[str, Any]) -> Any:
-        calls["n"] += 1
-        key = key_holder["key"]
-        kind = calls["n"] % 4
-        if kind == 1:
+        text = json.dumps(body.get("messages"))
+        kind = next((i for i in range(4) if f"({i})" in text), 0) % 4
+        if kind == 0:
             return judgement_json(0.9, 0.8, 0.7)
-        if kind == 2:
+        if kind == 1:
             return Fault.bad_request(f"Incorrect API key provided: {key}. You can find your API key at ...",
                                      status=401)
-        if kind == 3:
+        if kind == 2:
             return Fault("status", status=500, message=f"upstream rejected Authorization: Bearer {key}")
         return Fault.bad_request(f"Bad request from key {key}: messages[1] too long")
 
@@ -86,7 +85,7 @@ def server() -> Iterator[LLMServer]:
 def test_api_key_never_recorded(source: str, server: LLMServer, traced: Traced, tmp_path: Path,
                                 monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     key = ENV_KEY if source == "env" else CLIENT_KEY
-    server.rule = key_echoing_rule({"key": key})
+    server.rule = key_echoing_rule(key)
     if source == "env":
         monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
@@ -100,7 +99,6 @@ def test_api_key_never_recorded(source: str, server: LLMServer, traced: Traced, 
     auditor = Auditor(judge, audit_log=log, tracer_provider=traced.provider)
     if source == "env":
         assert isinstance(auditor.judge, ChatRagJudge) and auditor.judge.base_url == server.base_url
-        auditor.judge._sync_client.max_retries = 0  # type: ignore[attr-defined,union-attr]
     handler = RagAuditCallbackHandler(auditor=auditor)
     chain = rag_chain(FixedRetriever(documents=[Document(page_content="Refunds take 14 days.", id="r")]))
     with caplog.at_level(logging.DEBUG):
@@ -123,7 +121,7 @@ def test_api_key_never_in_evaluation_reports(server: LLMServer, tmp_path: Path,
                                              caplog: pytest.LogCaptureFixture) -> None:
     from ragaudit.evaluation import evaluate
 
-    server.rule = key_echoing_rule({"key": CLIENT_KEY})
+    server.rule = key_echoing_rule(CLIENT_KEY)
     judge = ChatRagJudge(client=openai.OpenAI(base_url=server.base_url, api_key=CLIENT_KEY, max_retries=0))
     chain = rag_chain(FixedRetriever(documents=[Document(page_content="Refunds take 14 days.", id="r")]))
     dataset = [{"id": f"q{i}", "question": f"How long do refunds take? ({i})", "relevant_ids": ["r"]}

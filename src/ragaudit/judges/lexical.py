@@ -369,8 +369,13 @@ def _claims(answer: str) -> list[_Claim]:
     return claims
 
 
+_MAX_DOCUMENT_CHARS = 24_000
+
+
 def _document_texts(documents: Sequence[RetrievedDoc], context: str) -> list[str]:
-    texts = [d.content for d in documents if isinstance(getattr(d, "content", None), str) and d.content.strip()]
+    # Each document is read up to the judge's context cap: a 5 MB page must not cost seconds of CPU.
+    texts = [d.content[:_MAX_DOCUMENT_CHARS] for d in documents
+             if isinstance(getattr(d, "content", None), str) and d.content.strip()]
     return texts or _passages(context)
 
 

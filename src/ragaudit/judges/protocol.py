@@ -18,6 +18,8 @@ from ..errors import ConfigurationError
 from ..records import JudgeRequest, truncate
 
 __all__ = [
+    "MAX_ANSWER_CHARS",
+    "MAX_QUESTION_CHARS",
     "PROTOCOL_VERSION",
     "REPAIR_PROMPT",
     "SYSTEM_PROMPT",
@@ -28,7 +30,7 @@ __all__ = [
     "wrap_untrusted",
 ]
 
-PROTOCOL_VERSION = "ragaudit-judge/1"
+PROTOCOL_VERSION = "ragaudit-judge/2"
 """Changes whenever the prompts change, so cached judgements from another protocol are not reused."""
 
 SYSTEM_PROMPT = (
@@ -131,19 +133,27 @@ def wrap_untrusted(label: str, text: str, nonce: str | None = None) -> str:
     )
 
 
+MAX_QUESTION_CHARS = 8_000
+"""The question is cut here (with a visible marker) before it reaches a judge."""
+
+MAX_ANSWER_CHARS = 16_000
+"""The answer is cut here (with a visible marker) before it reaches a judge."""
+
+
 def build_messages(
     request: JudgeRequest, *, nonce: str | None = None, max_context_chars: int | None = None
 ) -> list[dict[str, Any]]:
     """The chat messages (system, user) that ask a judge for the three scores of *request*.
 
-    The context is cut to *max_context_chars* (with a visible marker) when given.
+    The context is cut to *max_context_chars* (with a visible marker) when given; the question and
+    the answer are always cut at :data:`MAX_QUESTION_CHARS` and :data:`MAX_ANSWER_CHARS`.
     """
     nonce = new_nonce() if nonce is None else nonce
     context = request.context if max_context_chars is None else truncate(request.context, max_context_chars)
     user = _INSTRUCTIONS.format(
         nonce=nonce,
-        question=wrap_untrusted("question", request.query, nonce),
-        answer=wrap_untrusted("answer", request.answer, nonce),
+        question=wrap_untrusted("question", truncate(request.query, MAX_QUESTION_CHARS), nonce),
+        answer=wrap_untrusted("answer", truncate(request.answer, MAX_ANSWER_CHARS), nonce),
         context=wrap_untrusted("context", context, nonce),
     )
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]

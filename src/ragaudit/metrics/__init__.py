@@ -9,9 +9,10 @@ metrics.score_ranking(["d3", "d1", "d7"], {"d1": 1}, ["recall@3", "mrr@3"])  # o
 metrics.evaluate(metrics.read_run("run.trec"), metrics.read_qrels("qrels.txt"), ["P@5"])
 ```
 
-Numbers match ``trec_eval``/``pytrec_eval`` (ties broken by doc id descending, P@K divides by K,
-NDCG with the raw label as gain ...); :mod:`ragaudit.metrics.retrieval` documents every rule.
-Imports numpy only: no JIT, no pandas.
+Numbers match ``trec_eval``/``pytrec_eval`` (scores compared as 32-bit floats, ties broken by doc
+id descending, P@K divides by K, NDCG with the raw label as gain ...);
+:mod:`ragaudit.metrics.retrieval` documents every rule. Imports numpy only: no JIT, no pandas
+(pandas and pyarrow tables are accepted when the caller has them).
 """
 
 from __future__ import annotations

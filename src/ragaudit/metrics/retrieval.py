@@ -31,12 +31,14 @@ Every function here computes what ``trec_eval`` (and so ``pytrec_eval``) compute
   occurrence with the highest score.
 
 Implementation: a vectorised numpy path with no Python loop per query or per document. Queries
-are padded into ``[queries, depth]`` blocks (in chunks of similar depth); each cell's score and
-doc-id hash is packed with its row and column into a 64-bit key, and one ``np.sort`` per block
-orders every row at once. Sorted hashes expose duplicates and locate the judged docs; sorted
-scores give their ranks (rows with equal scores are re-ranked exactly, ties by doc id). The
-metrics then need only the ranks of the docs labelled >= 1, a few per query. A run given as
-dicts skips the hashing: the judged docs' scores come from dict lookups.
+are padded into ``[queries, depth]`` blocks (in chunks of similar depth); each cell's doc-id hash
+(and, unless the rows already come in score order, its score) is packed with its row and column
+into a 64-bit key, and one ``np.sort`` per block orders every row at once. Sorted hashes expose
+duplicates and locate the judged docs; sorted scores give their ranks (rows with equal scores
+are re-ranked exactly, ties by doc id). The metrics then need only the ranks of the docs
+labelled >= 1, a few per query. A run given as dicts skips the hashing (dict keys cannot repeat):
+the judged docs' scores come from dict lookups. Every hash match is confirmed by comparing the
+ids themselves, so a collision costs time, never a wrong number.
 """
 
 from __future__ import annotations
@@ -827,7 +829,8 @@ class _Block:
                 return None
             equal = flat[1:] == flat[:-1]
             equal[depth - 1 :: depth] = False
-            return np.unique(np.flatnonzero(equal) // depth)
+            tied = np.flatnonzero(equal)
+            return np.unique(tied // depth) if len(tied) else tied
         after, before = scores[:, 1:], scores[:, :-1]
         pair = self.valid[:, 1:]
         if not ((after <= before) | ~pair).all():
