@@ -7,7 +7,7 @@ PHOENIX_VENV := .venv-phoenix
 PHOENIX_VERSION ?= 20.26.1
 PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
 
-.PHONY: test demo bench lint typecheck system-deps clean
+.PHONY: test demo bench bench-peers lint typecheck system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py $(BENCH_ARGS)
+
+# RAGAS, DeepEval and TruLens for the judge-cost comparison, kept out of our own virtualenv.
+bench-peers:
+	$(PYTHON) -m venv .venv-peers
+	.venv-peers/bin/python -m pip install -q ragas deepeval trulens trulens-providers-openai "langchain-community<0.4"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from ragaudit import Auditor, Judgement, LexicalJudge, RagTurn
-from ragaudit.demo.kb import QUESTIONS, QRELS
+from ragaudit.demo.kb import QRELS, QUESTIONS
 from ragaudit.demo.pipelines import build_langchain_chain
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
 from ragaudit.tracing import PhoenixSink
@@ -59,7 +59,7 @@ def test_traces_and_judgements_read_back_from_phoenix(phoenix: PhoenixServer, tr
     n = traced_run["n"]
     spans = phoenix.wait_for_spans(
         traced_run["project"],
-        lambda s: sum(x["name"] == "ragaudit.judge" for x in s) >= n and sum(x["name"] == "ragaudit.turn" for x in s) >= n,
+        lambda s: min(sum(x["name"] == name for x in s) for name in ("ragaudit.judge", "ragaudit.turn")) >= n,
     )
     by_name: dict[str, list[dict[str, Any]]] = {}
     for span in spans:

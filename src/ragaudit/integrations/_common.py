@@ -49,13 +49,10 @@ __all__ = [
     "current_context",
     "default_auditor",
     "doc_id_from",
-    "finish_reserved_turn",
     "finish_turn",
     "ground_truth_from",
     "merge_documents",
-    "release",
     "report_failure",
-    "reserve",
     "resolve_backend",
     "score_from",
     "source_from",
@@ -259,31 +256,6 @@ def finish_turn(
     except Exception as exc:
         report_failure("ending a turn span", exc)
     return status
-
-
-def reserve(auditor: Any, turn_id: str) -> str | None:
-    """Kept for integrations written against an earlier draft: turns are no longer reserved on the
-    host's thread (the closing thread submits them), so this returns None. Use :func:`finish_turn`."""
-    return None
-
-
-def release(auditor: Any, reservation: str | None) -> None:
-    """Kept for integrations written against an earlier draft; does nothing (see :func:`reserve`)."""
-
-
-def finish_reserved_turn(
-    recorder: Any,
-    auditor: Any,
-    handle: Any,
-    turn: RagTurn,
-    *,
-    judge: bool,
-    reservation: str | None = None,
-    measures: Sequence[str] = DEFAULT_TURN_MEASURES,
-) -> str | None:
-    """Kept for integrations written against an earlier draft: ``finish_turn(recorder, auditor if
-    judge else None, handle, turn, measures=measures)``."""
-    return finish_turn(recorder, auditor if judge else None, handle, turn, measures=measures)
 
 
 def current_context() -> Any:

@@ -71,11 +71,9 @@ from ._common import (
     close_later,
     current_context,
     doc_id_from,
-    finish_reserved_turn,
+    finish_turn,
     ground_truth_from,
-    release,
     report_failure,
-    reserve,
     resolve_backend,
     source_from,
 )
@@ -624,20 +622,15 @@ class _Collector:
 
     def _hand_off(self, turn: _Turn, *, evicted: bool = False) -> None:
         """On the host's thread, once the turn is out of the run store: take what it was answered
-        with, reserve its judging slot when it will be judged, and leave the rest to the auditor's
-        closing thread."""
+        with, and leave the rest to the auditor's closing thread."""
         now = time.time_ns()
         with self.store.lock:
             self.closed_turns += 1
-        reservation = None
         try:
             self._settle(turn)
-            if not evicted and turn.error is None and turn.answer is not None and turn.retrievals:
-                reservation = reserve(self.auditor, _turn_id(turn))
         except Exception as exc:
             report_failure("closing a LlamaIndex turn", exc)
-        if not close_later(self.auditor, partial(self._close, turn, now, evicted, reservation)):
-            release(self.auditor, reservation)
+        close_later(self.auditor, partial(self._close, turn, now, evicted))
 
     def _settle(self, turn: _Turn) -> None:
         """The answer and the nodes it was built from, read now from the engine's response (the
@@ -662,7 +655,7 @@ class _Collector:
                                if g.output is not None and g.error is None and g.ended_at is not None), None)
             turn.answer = answer
 
-    def _close(self, turn: _Turn, now: int, evicted: bool, reservation: str | None) -> None:
+    def _close(self, turn: _Turn, now: int, evicted: bool) -> None:
         """On the closing thread: build the turn, record its spans, submit it."""
         handle = self.recorder.start_turn(start_ns=turn.started_at, parent=turn.context)
         try:
@@ -673,8 +666,8 @@ class _Collector:
                                framework=FRAMEWORK, started_at=turn.started_at, ended_at=now,
                                error=f"ragaudit could not build this turn: {exc}")
         judged = rag_turn.answer is not None and rag_turn.error is None and bool(rag_turn.retrievals)
-        finish_reserved_turn(self.recorder, self.auditor, handle, rag_turn, judge=judged,
-                             reservation=reservation, measures=self.turn_measures)
+        finish_turn(self.recorder, self.auditor if judged else None, handle, rag_turn,
+                    measures=self.turn_measures)
 
     def _build(self, turn: _Turn, evicted: bool, now: int, handle: Any) -> RagTurn:
         error = turn.error

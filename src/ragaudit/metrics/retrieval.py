@@ -817,25 +817,15 @@ class _Block:
             return column[self.span[0] : self.span[1]].reshape(len(self.qs), self.depth)
         return column[self.doc_index]
 
-    def presorted_ties(self, scores: np.ndarray) -> np.ndarray | None:
-        """If every row's scores already descend (runs are usually written in rank order), the rows
-        with equal neighbours (ties, for doc ids to order); None when some row is out of order."""
+    def is_descending(self, scores: np.ndarray) -> bool:
+        """Whether every row's scores already descend (runs are usually written in rank order)."""
         if self.valid is None:
             # Compare the flat array (contiguous, so fast) and ignore the pairs that span two rows.
-            flat, depth = scores.ravel(), self.depth
+            flat = scores.ravel()
             descending = flat[1:] <= flat[:-1]
-            descending[depth - 1 :: depth] = True
-            if not descending.all():
-                return None
-            equal = flat[1:] == flat[:-1]
-            equal[depth - 1 :: depth] = False
-            tied = np.flatnonzero(equal)
-            return np.unique(tied // depth) if len(tied) else tied
-        after, before = scores[:, 1:], scores[:, :-1]
-        pair = self.valid[:, 1:]
-        if not ((after <= before) | ~pair).all():
-            return None
-        return np.flatnonzero(((after == before) & pair).any(axis=1))
+            descending[self.depth - 1 :: self.depth] = True
+            return bool(descending.all())
+        return bool(((scores[:, 1:] <= scores[:, :-1]) | ~self.valid[:, 1:]).all())
 
     def value_part(self, values: np.ndarray, bits_in: int) -> np.ndarray:
         """The top ``value_bits`` of *values* (which use *bits_in* bits), shifted above the column."""
@@ -920,25 +910,61 @@ def _score_bits(scores: np.ndarray) -> np.ndarray:
     return flip
 
 
-def _exact_ranks(block: _Block, rows: np.ndarray, scores: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Ranks ``[len(rows), depth]`` of the cells of *rows*: score desc, then doc id desc (trec_eval).
+def _tie_ranks(
+    block: _Block,
+    ranked_values: np.ndarray,
+    ranked_cols: np.ndarray | None,
+    ids_of: Callable[[np.ndarray, np.ndarray], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Ranks of the cells whose scores tie, with ties ordered by doc id descending (trec_eval).
 
-    *scores* and *ids* are the rows' cells (``[len(rows), depth]``); padding cells rank last.
+    *ranked_values* holds, for each (row, rank) position of the block (flattened), the score key
+    of the cell ranked there; *ranked_cols* its column (None: the rank is the column, rows being
+    in score order already). Only cells in runs of equal scores are touched: the ranks a run
+    occupies are dealt out again by doc id. *ids_of(rows, cols)* gives those cells' doc ids.
+    Returns the tied cells' keys (``row * depth + col``, sorted) and their ranks.
     """
-    width = block.depth
-    neg_scores = np.where(_valid_rows(block, rows), -scores, np.nan)
-    _, doc_rank = np.unique(ids.ravel(), return_inverse=True)
-    row_key = np.repeat(np.arange(len(rows)), width)
-    order = (np.lexsort((-doc_rank.ravel(), neg_scores.ravel(), row_key)) % width).reshape(len(rows), width)
-    ranks = np.empty_like(order)
-    ranks[np.arange(len(rows))[:, None], order] = np.arange(width)
-    return ranks
+    depth = block.depth
+    position = np.arange(len(ranked_values) - 1)
+    equal = ranked_values[1:] == ranked_values[:-1]
+    rank = position % depth
+    equal &= rank != depth - 1  # never across two rows
+    if block.valid is not None:
+        equal &= rank + 1 < block.lengths[position // depth]  # both cells real, not padding
+    if not equal.any():
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    tied = np.zeros(len(ranked_values), dtype=bool)
+    tied[:-1] |= equal
+    tied[1:] |= equal
+    cells = np.flatnonzero(tied)
+    first = np.ones(len(cells), dtype=bool)
+    first[1:] = ~equal[cells[1:] - 1]
+    group = np.cumsum(first) - 1
+    group_start = np.flatnonzero(first)
+    group_size = np.diff(np.append(group_start, len(cells)))
+    rows = cells // depth
+    cols = cells % depth if ranked_cols is None else ranked_cols[cells].astype(np.int64)
+    order = np.lexsort((ids_of(rows, cols), group))  # by group, doc id ascending within a group
+    in_group = np.arange(len(cells)) - group_start[group[order]]
+    # The largest doc id takes the group's first rank: deal the ranks out in reverse.
+    new_rank = cells[group_start[group[order]] + group_size[group[order]] - 1 - in_group] % depth
+    keys = rows[order] * depth + cols[order]
+    by_key = np.argsort(keys)
+    return keys[by_key], new_rank[by_key]
 
 
-def _valid_rows(block: _Block, rows: np.ndarray) -> np.ndarray:
-    if block.valid is None:
-        return np.ones((len(rows), block.depth), dtype=bool)
-    return block.valid[rows]
+def _apply_tie_ranks(
+    ranks: np.ndarray, rows: np.ndarray, cols: np.ndarray, depth: int, tied: tuple[np.ndarray, np.ndarray]
+) -> None:
+    """Overwrite, in place, the ranks of the cells (rows, cols) that are among the *tied* cells."""
+    keys, tie_ranks = tied
+    if not len(keys) or not len(rows):
+        return
+    wanted = rows * depth + cols
+    pos = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+    match = keys[pos] == wanted
+    ranks[match] = tie_ranks[pos[match]]
 
 
 def _duplicates(block: _Block, hash_keys: np.ndarray, run: _Run, on_duplicate: str) -> list[int]:
@@ -1012,26 +1038,32 @@ def _rank_dict_hits(run: _Run, judged: _Judged) -> _Hits | None:
     for qs in _chunks(lengths):
         block = _block(run, qs, lengths)
         scores = _as_trec_scores(block.cells(run.scores))
-        tied_rows = block.presorted_ties(scores)
-        score_keys = block.sorted_keys(_score_bits(scores), 32, presorted=tied_rows is not None)
-        if tied_rows is None:
-            tied_rows = np.unique(block.same_value_pairs(score_keys) // block.depth)
+        descending = block.is_descending(scores)
+        score_keys = block.sorted_keys(_score_bits(scores), 32, presorted=descending)
+        tied_rows = np.unique(block.same_value_pairs(score_keys) // block.depth)
         if len(tied_rows) > max(8, len(qs) // 16):
             return None
         take, rows = _entries_of(qs, order, q_sorted)
         ranks = _score_ranks(block, score_keys, rows, hit_bits[take])
         if len(tied_rows):
-            ids = np.full((len(tied_rows), block.depth), "", dtype=object)
-            where: dict[int, dict[Any, int]] = {}
-            for i, row in enumerate(tied_rows.tolist()):
-                keys = list(dicts[int(qs[row])])
-                ids[i, : len(keys)] = keys
-                where[row] = {key: col for col, key in enumerate(keys)}
-            exact = _exact_ranks(block, tied_rows, scores[tied_rows], ids)
-            for e in np.flatnonzero(np.isin(rows, tied_rows)).tolist():
-                row = int(rows[e])
-                col = where[row][judged.entry_docids[int(present[take[e]])]]
-                ranks[e] = exact[int(np.searchsorted(tied_rows, row)), col]
+            # A few queries with tied scores: their doc ids come from their dicts.
+            keys_of = {row: list(dicts[int(qs[row])]) for row in tied_rows.tolist()}
+
+            def ids_of(
+                tie_rows: np.ndarray, tie_cols: np.ndarray, keys_of: dict[int, list[Any]] = keys_of
+            ) -> np.ndarray:
+                out = np.empty(len(tie_rows), dtype=object)
+                out[:] = [keys_of[r][c] for r, c in zip(tie_rows.tolist(), tie_cols.tolist())]
+                return out
+
+            col_bits = np.uint64(block.col_bits)
+            tied = _tie_ranks(block, score_keys >> col_bits, score_keys & block.col_mask, ids_of)
+            in_tied = np.flatnonzero(np.isin(rows, tied_rows))
+            hit_docs = [judged.entry_docids[int(present[take[e]])] for e in in_tied.tolist()]
+            hit_cols = np.array([keys_of[int(rows[e])].index(d) for e, d in zip(in_tied.tolist(), hit_docs)])
+            sub = ranks[in_tied]
+            _apply_tie_ranks(sub, rows[in_tied], hit_cols.astype(np.int64), block.depth, tied)
+            ranks[in_tied] = sub
         parts.append((qs[rows], ranks, hit_label[take]))
     return _collect(parts)
 
@@ -1102,18 +1134,20 @@ def _rank_column_hits(run: _Run, judged: _Judged, plan: _Plan) -> _Hits:
                 exact[e], cols[e] = True, int(match[0])
         rows, cols, labels = rows[exact], cols[exact], judged.entry_label[take][exact]
         scores = _as_trec_scores(block.cells(run.scores))
-        tied_rows = block.presorted_ties(scores)
-        if tied_rows is not None:
+
+        def ids_of(tie_rows: np.ndarray, tie_cols: np.ndarray) -> np.ndarray:
+            return docs.ids[block.flat(tie_rows, tie_cols)]
+
+        if block.is_descending(scores):
             ranks = cols.copy()  # rows already in rank order: a doc's column is its rank
+            tied = _tie_ranks(block, scores.ravel(), None, ids_of)
         else:
             score_bits = _score_bits(scores)
             score_keys = block.sorted_keys(score_bits, 32)
             ranks = _score_ranks(block, score_keys, rows, score_bits[rows, cols])
-            tied_rows = np.unique(block.same_value_pairs(score_keys) // block.depth)
-        if len(tied_rows):
-            in_tied = np.isin(rows, tied_rows)
-            exact_ranks = _exact_ranks(block, tied_rows, scores[tied_rows], docs.ids[block.doc_index[tied_rows]])
-            ranks[in_tied] = exact_ranks[np.searchsorted(tied_rows, rows[in_tied]), cols[in_tied]]
+            col_bits = np.uint64(block.col_bits)
+            tied = _tie_ranks(block, score_keys >> col_bits, score_keys & block.col_mask, ids_of)
+        _apply_tie_ranks(ranks, rows, cols, block.depth, tied)
         return (qs[rows], ranks, labels), []
 
     results = [chunk(qs) for qs in _chunks(lengths)]
