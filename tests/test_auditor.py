@@ -148,6 +148,7 @@ def test_flush_times_out_and_reports_false() -> None:
     ({"sample_rate": 1.5}, "sample_rate"),
     ({"max_queue": 0}, "max_queue"),
     ({"max_concurrency": 0}, "max_concurrency"),
+    ({"max_closing": 0}, "max_closing"),
     ({"timeout_s": 0}, "timeout_s"),
     ({"on_judgement": 3}, "on_judgement"),
 ])

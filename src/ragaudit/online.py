@@ -261,7 +261,10 @@ class Auditor:
     without raising. At most *max_queue* turns wait or are being judged; past that a turn is
     **dropped and counted**, never lost silently. At most *max_concurrency* judgements run at once,
     each bounded by *timeout_s*. *sample_rate* keeps a deterministic share of turns (by turn id).
-    ``mode="inline"`` judges before :meth:`submit` returns (for scripts and tests).
+    ``mode="inline"`` judges before :meth:`submit` returns (for scripts and tests). Integrations
+    hand finished turns over with :meth:`defer`; at most *max_closing* wait to be recorded (a burst
+    past that drops whole turns, spans included, counted in ``stats()["close_dropped"]``), a bound
+    separate from *max_queue* so that a small judging queue never costs traces.
 
     Each judgement goes to: the OTel judge span (a child of the turn's span, through
     *tracer_provider* or the global one), the JSONL *audit_log* (``None`` to disable), every
@@ -298,6 +301,7 @@ class Auditor:
         max_context_chars: int = 24_000,
         exit_timeout_s: float = 30.0,
         handle_signals: bool = False,
+        max_closing: int = 10_000,
     ) -> None:
         if mode not in ("background", "inline"):
             raise ConfigurationError(f"mode must be 'background' or 'inline', got {mode!r}")
@@ -305,6 +309,8 @@ class Auditor:
             raise ConfigurationError(f"sample_rate must be in [0, 1], got {sample_rate!r}")
         if not isinstance(max_queue, int) or max_queue < 1:
             raise ConfigurationError(f"max_queue must be an int >= 1, got {max_queue!r}")
+        if not isinstance(max_closing, int) or max_closing < 1:
+            raise ConfigurationError(f"max_closing must be an int >= 1, got {max_closing!r}")
         if not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ConfigurationError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
         if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
@@ -330,6 +336,8 @@ class Auditor:
         self.mode = mode
         self.sample_rate = float(sample_rate)
         self.max_queue = max_queue
+        self.max_closing = max_closing
+        self._turn_sources: weakref.WeakSet[Any] = weakref.WeakSet()
         self.max_concurrency = max_concurrency
         self.timeout_s = float(timeout_s)
         self.max_context_chars = max_context_chars
@@ -402,6 +410,14 @@ class Auditor:
                 self._counts["dropped"] += 1
             return "dropped"
 
+    def attach_source(self, source: Any) -> None:
+        """Register an integration handler whose half-finished turns :meth:`shutdown` should close.
+
+        *source* has a ``close_ended_turns()`` method; it is held weakly (a handler made per call
+        costs nothing once it is gone).
+        """
+        self._turn_sources.add(source)
+
     def defer(self, job: Callable[[], None]) -> bool:
         """Run *job* soon on the auditor's closing thread, never on the caller's. Never blocks or raises.
 
@@ -411,7 +427,7 @@ class Auditor:
         Jobs run in order, in batches (one gathers for up to 0.1 s); :meth:`flush`,
         :meth:`shutdown` and the exit hook run every job deferred before them. In inline mode, and
         after :meth:`shutdown`, *job* runs at once on the caller's thread. Returns False when
-        *max_queue* jobs are already waiting: *job* is dropped and counted in
+        *max_closing* jobs are already waiting: *job* is dropped and counted in
         ``stats()["close_dropped"]``. *job* should not raise; if it does, the error is logged.
         """
         try:
@@ -422,7 +438,7 @@ class Auditor:
             if closer is None:
                 with self._lock:
                     if self._closer is None:
-                        self._closer = _Closer(self.max_queue, self._job_failed)
+                        self._closer = _Closer(self.max_closing, self._job_failed)
                     closer = self._closer
             if closer.put(job):
                 return True
@@ -432,8 +448,8 @@ class Auditor:
         with self._lock:
             self._counts["close_dropped"] += 1
         self._log.warning("close_dropped", "ragaudit: a finished turn was dropped before it was recorded "
-                          "(%d turns already waiting to be closed, max_queue=%d); stats=%s",
-                          len(closer), self.max_queue, self.stats())
+                          "(%d turns already waiting to be closed, max_closing=%d); stats=%s",
+                          len(closer), self.max_closing, self.stats())
         return False
 
     def flush_turns(self, timeout: float | None = 30.0) -> bool:
@@ -480,6 +496,13 @@ class Auditor:
         with self._lock:
             if self._closed:
                 return self._pending == 0
+        # Turns whose root ended but a child run never did (a hung tool, a lost callback) are closed
+        # now, their open children marked unfinished, so that exit records them too.
+        for source in list(self._turn_sources):
+            try:
+                source.close_ended_turns()
+            except Exception as exc:
+                self._job_failed(exc)
         # Turns still being closed are submitted before the auditor stops accepting them.
         closer = self._closer
         if closer is not None:
@@ -517,7 +540,7 @@ class Auditor:
 
         ``sink_errors`` adds the sinks' own delivery failures (items a sink gave up on).
         ``closing`` is how many finished turns wait to be recorded (:meth:`defer`) and
-        ``close_dropped`` how many were dropped because *max_queue* were waiting already.
+        ``close_dropped`` how many were dropped because *max_closing* were waiting already.
         """
         sink_errors = sum(int(getattr(sink, "errors", 0) or 0) for sink in self._sinks)
         closer = self._closer

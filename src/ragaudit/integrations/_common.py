@@ -473,6 +473,16 @@ class RunStore(Generic[S]):
         self._forget(entry)
         return entry.state, True
 
+    def pop_ended(self) -> list[S]:
+        """Remove and return the turns whose root has ended while some of their runs are still open."""
+        ended = [root_id for root_id, entry in self._roots.items() if entry.ended]
+        states = []
+        for root_id in ended:
+            entry = self._roots.pop(root_id)
+            self._forget(entry)
+            states.append(entry.state)
+        return states
+
     def _forget(self, entry: _Root[S]) -> None:
         owner = self._owner
         for run_id in entry.runs:

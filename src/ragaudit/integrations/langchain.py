@@ -351,12 +351,25 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
         self.auditor, self.recorder = resolve_backend(judge, auditor, tracer_provider, capture_content, redact,
                                                       owner="RagAuditCallbackHandler")
         self._closed_turns = 0
+        self.auditor.attach_source(self)
 
     # -- public helpers -------------------------------------------------------------------------
 
     def flush(self, timeout: float | None = 30.0) -> bool:
-        """Wait until the turns closed so far are recorded and judged (see :meth:`Auditor.flush`)."""
+        """Close the turns whose root run has ended (see :meth:`close_ended_turns`), then wait until
+        the turns closed so far are recorded and judged (see :meth:`Auditor.flush`)."""
+        self.close_ended_turns()
         return self.auditor.flush(timeout)
+
+    def close_ended_turns(self) -> int:
+        """Close every turn whose root run has ended but a child run has not (a hung tool thread, a
+        lost callback); the open children are recorded as unfinished. Also run at the auditor's
+        shutdown and at exit. Returns how many turns were closed."""
+        with self._store.lock:
+            ended = self._store.pop_ended()
+        for turn in ended:
+            self._hand_off(turn)
+        return len(ended)
 
     def stats(self) -> dict[str, int]:
         """``open_turns`` (in flight now), ``closed_turns`` and ``evicted`` (ended early at *max_runs*)."""
