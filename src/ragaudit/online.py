@@ -527,12 +527,28 @@ class Auditor:
             except Exception as exc:
                 self._sink_failed(sink, exc)
         if self._loop is not None:
+            self._release_loop_clients()
             self._loop.call_soon_threadsafe(self._loop.stop)
+            if self._thread is not None and self._thread is not threading.current_thread():
+                self._thread.join(5)
+                if not self._loop.is_running():
+                    self._loop.close()
         if self._pool is not None:
             self._pool.shutdown(wait=False)
         if self._audit_log is not None:
             self._audit_log.close()
         return ok and not lost and not unclosed
+
+    def _release_loop_clients(self) -> None:
+        # A judge's async HTTP client belongs to our loop: close it while the loop still runs, or
+        # its connections can never be closed ("Event loop is closed" later).
+        release = getattr(self.judge, "aclose_loop", None)
+        if self._loop is None or not callable(release) or self._pending:
+            return  # with judgements still in flight (reported lost), leave their connections alone
+        try:
+            asyncio.run_coroutine_threadsafe(release(), self._loop).result(timeout=5)
+        except Exception as exc:
+            logger.debug("ragaudit: closing the judge's client for the auditor loop failed: %r", exc)
 
     def stats(self) -> dict[str, int]:
         """Counts: submitted, judged, failed, dropped, sampled_out, pending, sink_errors, close_dropped,

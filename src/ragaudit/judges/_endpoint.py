@@ -252,12 +252,16 @@ class Endpoint:
 
     async def aclose(self) -> None:
         """Like :meth:`close`, and also close the async client made for the running loop."""
+        await self.aclose_loop()
+        self.close()
+
+    async def aclose_loop(self) -> None:
+        """Close only the async client made for the running loop (before that loop ends)."""
         loop = asyncio.get_running_loop()
         with self._lock:
             entry = self._async_per_loop.pop(id(loop), None)
         if entry is not None:
             await entry[1].close()
-        self.close()
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -376,6 +380,13 @@ class EndpointJudge:
         opened them and cannot be closed from another one).
         """
         await self._endpoint.aclose()
+
+    async def aclose_loop(self) -> None:
+        """Close only the async client this judge made for the running loop; everything else stays open.
+
+        The :class:`~ragaudit.Auditor` awaits it before it stops its event loop.
+        """
+        await self._endpoint.aclose_loop()
 
 
 def _new_client(

@@ -914,14 +914,15 @@ def _tie_ranks(
     block: _Block,
     ranked_values: np.ndarray,
     ranked_cols: np.ndarray | None,
-    ids_of: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    row_ids: Callable[[np.ndarray], np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray]:
     """Ranks of the cells whose scores tie, with ties ordered by doc id descending (trec_eval).
 
     *ranked_values* holds, for each (row, rank) position of the block (flattened), the score key
     of the cell ranked there; *ranked_cols* its column (None: the rank is the column, rows being
     in score order already). Only cells in runs of equal scores are touched: the ranks a run
-    occupies are dealt out again by doc id. *ids_of(rows, cols)* gives those cells' doc ids.
+    occupies are dealt out again by doc id. *row_ids(rows)* gives those rows' doc ids
+    (``[len(rows), depth]``), which are ordered row by row (many small sorts beat one big one).
     Returns the tied cells' keys (``row * depth + col``, sorted) and their ranks.
     """
     depth = block.depth
@@ -942,13 +943,15 @@ def _tie_ranks(
     first[1:] = ~equal[cells[1:] - 1]
     group = np.cumsum(first) - 1
     group_start = np.flatnonzero(first)
-    group_size = np.diff(np.append(group_start, len(cells)))
     rows = cells // depth
     cols = cells % depth if ranked_cols is None else ranked_cols[cells].astype(np.int64)
-    order = np.lexsort((ids_of(rows, cols), group))  # by group, doc id ascending within a group
-    in_group = np.arange(len(cells)) - group_start[group[order]]
-    # The largest doc id takes the group's first rank: deal the ranks out in reverse.
-    new_rank = cells[group_start[group[order]] + group_size[group[order]] - 1 - in_group] % depth
+    tied_rows, row_of_cell = np.unique(rows, return_inverse=True)
+    by_id = np.argsort(row_ids(tied_rows), axis=1)
+    id_rank = np.empty_like(by_id)
+    id_rank[np.arange(len(tied_rows))[:, None], by_id] = np.arange(depth)
+    # Within a group the largest doc id comes first: sort by (group, descending id rank).
+    order = np.argsort(group * depth + (depth - 1 - id_rank[row_of_cell.ravel(), cols]))
+    new_rank = cells[group_start[group[order]] + (np.arange(len(cells)) - group_start[group[order]])] % depth
     keys = rows[order] * depth + cols[order]
     by_key = np.argsort(keys)
     return keys[by_key], new_rank[by_key]
@@ -1049,11 +1052,10 @@ def _rank_dict_hits(run: _Run, judged: _Judged) -> _Hits | None:
             # A few queries with tied scores: their doc ids come from their dicts.
             keys_of = {row: list(dicts[int(qs[row])]) for row in tied_rows.tolist()}
 
-            def ids_of(
-                tie_rows: np.ndarray, tie_cols: np.ndarray, keys_of: dict[int, list[Any]] = keys_of
-            ) -> np.ndarray:
-                out = np.empty(len(tie_rows), dtype=object)
-                out[:] = [keys_of[r][c] for r, c in zip(tie_rows.tolist(), tie_cols.tolist())]
+            def ids_of(tie_rows: np.ndarray, keys_of: dict[int, list[Any]] = keys_of) -> np.ndarray:
+                out = np.full((len(tie_rows), block.depth), "", dtype=object)
+                for i, row in enumerate(tie_rows.tolist()):
+                    out[i, : len(keys_of[row])] = keys_of[row]
                 return out
 
             col_bits = np.uint64(block.col_bits)
@@ -1135,8 +1137,8 @@ def _rank_column_hits(run: _Run, judged: _Judged, plan: _Plan) -> _Hits:
         rows, cols, labels = rows[exact], cols[exact], judged.entry_label[take][exact]
         scores = _as_trec_scores(block.cells(run.scores))
 
-        def ids_of(tie_rows: np.ndarray, tie_cols: np.ndarray) -> np.ndarray:
-            return docs.ids[block.flat(tie_rows, tie_cols)]
+        def ids_of(tie_rows: np.ndarray) -> np.ndarray:
+            return docs.ids[block.doc_index[tie_rows]]
 
         if block.is_descending(scores):
             ranks = cols.copy()  # rows already in rank order: a doc's column is its rank
