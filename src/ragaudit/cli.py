@@ -61,7 +61,12 @@ def _add_metrics(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
                    help="e.g. ndcg@10, recall@5, mrr@10, map (repeatable)")
     p.add_argument("--per-query", action="store_true")
     p.add_argument("--format", choices=["table", "json"], default="table")
-    p.set_defaults(handler=("ragaudit.metrics.io", "cli_command"))
+    p.add_argument("--relevance-level", type=int, default=1, help="minimum label that counts as relevant")
+    p.add_argument("--all-queries", action="store_true",
+                   help="count qrels queries missing from the run as 0 (trec_eval -c)")
+    p.add_argument("--keep-duplicates", action="store_true",
+                   help="keep the highest score of a doc listed twice for a query (default: refuse, as trec_eval)")
+    p.set_defaults(handler=("ragaudit.cli", "_metrics_command"))
 
 
 def _add_report(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -81,6 +86,15 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     p.add_argument("--threshold", type=float, default=0.5, help="pass threshold on [0, 1] scores")
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.set_defaults(handler=("ragaudit.judges.calibration", "cli_command"))
+
+
+def _metrics_command(args: argparse.Namespace) -> int:
+    from .metrics.io import metrics_command
+
+    print(metrics_command(args.run, args.qrels, args.metrics, args.per_query, args.format,
+                          relevance_level=args.relevance_level, judged_only=not args.all_queries,
+                          on_duplicate="max" if args.keep_duplicates else "error"))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
