@@ -40,7 +40,7 @@ td.none { color: var(--muted); text-align: center; }
 .low { background: #ffebe9; } .mid { background: #fff8c5; } .high { background: #dafbe1; }
 .charts { display: flex; flex-wrap: wrap; gap: 14px; align-items: flex-start; }
 #summary, #diagnosis { width: auto; min-width: 560px; }
-td.more { white-space: nowrap; min-width: 90px; }
+td.more { min-width: 300px; max-width: 440px; }
 figure { margin: 0; padding: 8px; border: 1px solid var(--line); border-radius: 6px;
   background: var(--panel); }
 figcaption { font-size: 12px; color: var(--muted); margin-top: 2px; }
@@ -51,7 +51,7 @@ figcaption { font-size: 12px; color: var(--muted); margin-top: 2px; }
 .d-error { background: var(--error); } .d-unknown { background: var(--unknown); }
 .share { display: inline-block; height: 10px; background: var(--bar); vertical-align: middle; }
 details summary { cursor: pointer; color: var(--muted); }
-.cell-text { max-width: 360px; overflow-wrap: anywhere; }
+.cell-text { min-width: 180px; max-width: 360px; overflow-wrap: anywhere; }
 pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 4px 0; font-size: 12px; }
 ul.cites { margin: 2px 0; padding-left: 16px; }
 .err { color: var(--retrieval); }
