@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.judges import close_all
+from tests.support.llm_server import LLMServer
+
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset(
     ["a", "an", "the", "of", "to", "and", "or", "in", "on", "for", "is", "are", "what", "about", "how", "do",
@@ -62,3 +65,24 @@ def memory_provider(memory_exporter: object) -> Iterator[object]:
 def audit_log_path(tmp_path: Path) -> Path:
     """Where a test's Auditor writes its JSONL audit log."""
     return tmp_path / "ragaudit-audit.jsonl"
+
+
+@pytest.fixture(scope="module")
+def module_server() -> Iterator[LLMServer]:
+    """One loopback :class:`LLMServer` per test module (override it in a module to give the server a rule)."""
+    with LLMServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+def srv(module_server: LLMServer) -> LLMServer:
+    """:func:`module_server`, reset to its constructor's settings (no queued replies, faults or requests)."""
+    module_server.reset()
+    return module_server
+
+
+@pytest.fixture(autouse=True)
+def _close_opened_judges() -> Iterator[None]:
+    """Close the judges a test made with ``tests.support.judges.open_judge`` / ``closing``."""
+    yield
+    close_all()

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import weakref
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import openai
@@ -20,6 +20,7 @@ from ragaudit.judges.base import BaseRagJudge, RagJudge
 from ragaudit.judges.chat import ChatRagJudge
 from ragaudit.judges.protocol import PROTOCOL_VERSION, REPAIR_PROMPT, SYSTEM_PROMPT
 from ragaudit.records import Judgement, JudgeRequest, RetrievedDoc
+from tests.support.judges import open_judge
 from tests.support.llm_server import Fault, LLMServer, RecordedRequest, Reply, judgement_json
 
 pytestmark = pytest.mark.timeout(60)
@@ -39,34 +40,8 @@ REQUEST = JudgeRequest(
 )
 
 
-@pytest.fixture(scope="module")
-def module_server() -> Iterator[LLMServer]:
-    with LLMServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def srv(module_server: LLMServer) -> LLMServer:
-    module_server.reset()
-    return module_server
-
-
-_judges: list[ChatRagJudge] = []
-
-
-@pytest.fixture(autouse=True)
-def close_judges() -> Iterator[None]:
-    yield
-    while _judges:
-        _judges.pop().close()
-
-
 def make_judge(srv: LLMServer, **kwargs: Any) -> ChatRagJudge:
-    kwargs.setdefault("timeout", 5.0)
-    kwargs.setdefault("max_retries", 0)
-    judge = ChatRagJudge("judge-model", base_url=srv.base_url, api_key=SECRET, **kwargs)
-    _judges.append(judge)
-    return judge
+    return open_judge(ChatRagJudge, srv, api_key=SECRET, **kwargs)
 
 
 def run_async(judge: ChatRagJudge, coro: Coroutine[Any, Any, T]) -> T:

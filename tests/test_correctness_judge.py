@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from ragaudit.errors import ConfigurationError
 from ragaudit.judges.correctness import CORRECTNESS_PROTOCOL_VERSION, NO_REFERENCE, CorrectnessJudge
 from ragaudit.judges.protocol import PROTOCOL_VERSION, REPAIR_PROMPT, SYSTEM_PROMPT, build_messages
 from ragaudit.records import JudgeRequest, RagTurn, RetrievedDoc
+from tests.support.judges import open_judge
 from tests.support.llm_server import LLMServer, RecordedRequest, judgement_json
 
 pytestmark = pytest.mark.timeout(60)
@@ -31,30 +33,9 @@ WITHOUT_REFERENCE = JudgeRequest(query=WITH_REFERENCE.query, answer=WITH_REFEREN
                                  context=WITH_REFERENCE.context, documents=DOCS)
 
 
-@pytest.fixture(scope="module")
-def module_server() -> Iterator[LLMServer]:
-    with LLMServer() as srv:
-        yield srv
-
-
 @pytest.fixture
-def srv(module_server: LLMServer) -> LLMServer:
-    module_server.reset()
-    return module_server
-
-
-@pytest.fixture
-def make(srv: LLMServer) -> Iterator[Any]:
-    made: list[CorrectnessJudge] = []
-
-    def factory(**kwargs: Any) -> CorrectnessJudge:
-        judge = CorrectnessJudge("judge-model", base_url=srv.base_url, timeout=5.0, max_retries=0, **kwargs)
-        made.append(judge)
-        return judge
-
-    yield factory
-    for judge in made:
-        judge.close()
+def make(srv: LLMServer) -> Callable[..., CorrectnessJudge]:
+    return functools.partial(open_judge, CorrectnessJudge, srv)
 
 
 def prompt_of(request: RecordedRequest) -> str:

@@ -16,6 +16,7 @@ from ragaudit.judges.base import FakeJudge, RagJudge
 from ragaudit.judges.chat import ChatRagJudge
 from ragaudit.judges.ensemble import ConsensusJudge, JuryJudge, trimmed_mean
 from ragaudit.records import SCORE_NAMES, Judgement, JudgeRequest
+from tests.support.judges import open_judge
 from tests.support.llm_server import Fault, LLMServer, Scripted, judgement_json
 
 pytestmark = pytest.mark.timeout(60)
@@ -36,27 +37,8 @@ def module_server() -> Iterator[LLMServer]:
         yield srv
 
 
-@pytest.fixture
-def srv(module_server: LLMServer) -> LLMServer:
-    module_server.reset()
-    module_server.rule = chat_rule
-    return module_server
-
-
-_closers: list[Any] = []
-
-
-@pytest.fixture(autouse=True)
-def close_judges() -> Iterator[None]:
-    yield
-    while _closers:
-        _closers.pop().close()
-
-
 def chat(srv: LLMServer, model: str) -> ChatRagJudge:
-    judge = ChatRagJudge(model, base_url=srv.base_url, timeout=5.0, max_retries=0, name=f"chat:{model}")
-    _closers.append(judge)
-    return judge
+    return open_judge(ChatRagJudge, srv, model, name=f"chat:{model}")
 
 
 def fake(name: str, f: float | None, c: float | None = 0.5, a: float | None = 0.5, calls: int = 0) -> FakeJudge:
@@ -235,8 +217,7 @@ def test_consensus_leaves_failed_runs_out() -> None:
 def test_consensus_with_a_sampling_chat_judge(srv: LLMServer) -> None:
     replies = iter([judgement_json(0.9, 0.5, 0.7), judgement_json(0.7, 0.5, 0.7), judgement_json(0.8, 0.5, 0.7)])
     srv.rule = lambda body: next(replies)
-    inner = ChatRagJudge("sampler", base_url=srv.base_url, temperature=0.7, timeout=5.0, max_retries=0)
-    _closers.append(inner)
+    inner = open_judge(ChatRagJudge, srv, "sampler", temperature=0.7)
     consensus = ConsensusJudge(inner, n=3)
 
     async def main() -> Judgement:

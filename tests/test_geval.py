@@ -7,7 +7,7 @@ import asyncio
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -16,6 +16,7 @@ from ragaudit.errors import ConfigurationError, JudgeError
 from ragaudit.judges.base import RagJudge
 from ragaudit.judges.geval import GEvalJudge, expected_score, score_distribution
 from ragaudit.records import SCORE_NAMES, Judgement, JudgeRequest, RetrievedDoc
+from tests.support.judges import open_judge
 from tests.support.llm_server import Fault, LLMServer, Reply, Scripted, Token
 
 pytestmark = pytest.mark.timeout(60)
@@ -42,34 +43,8 @@ def reply_json(f: int, c: int, a: int, reason: str = "checked") -> str:
                        "answer_relevance": a, "reason": reason})
 
 
-@pytest.fixture(scope="module")
-def module_server() -> Iterator[LLMServer]:
-    with LLMServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def srv(module_server: LLMServer) -> LLMServer:
-    module_server.reset()
-    return module_server
-
-
-_judges: list[GEvalJudge] = []
-
-
-@pytest.fixture(autouse=True)
-def close_judges() -> Iterator[None]:
-    yield
-    while _judges:
-        _judges.pop().close()
-
-
 def make_judge(srv: LLMServer, **kwargs: Any) -> GEvalJudge:
-    kwargs.setdefault("timeout", 5.0)
-    kwargs.setdefault("max_retries", 0)
-    judge = GEvalJudge("judge-model", base_url=srv.base_url, api_key="sk-test-0123456789", **kwargs)
-    _judges.append(judge)
-    return judge
+    return open_judge(GEvalJudge, srv, api_key="sk-test-0123456789", **kwargs)
 
 
 def run_async(judge: GEvalJudge, request: JudgeRequest) -> Judgement:
@@ -241,8 +216,7 @@ FIVE_SAMPLES = [reply_json(5, 4, 3), reply_json(4, 4, 3), reply_json(5, 4, 3), r
 
 def test_sampling_fallback_with_n(srv: LLMServer) -> None:
     with LLMServer(default=FIVE_SAMPLES, logprobs=False) as plain:
-        judge = GEvalJudge("m", base_url=plain.base_url, max_retries=0, timeout=5.0)
-        _judges.append(judge)
+        judge = open_judge(GEvalJudge, plain, "m")
         result = judge.judge(REQUEST)
         assert result.error is None, result.error
         # logprob probe (answered without logprobs), then one request for five samples
@@ -274,8 +248,7 @@ def test_sampling_fallback_without_n_support() -> None:
         return FIVE_SAMPLES[next(counter) % 5]
 
     with LLMServer(rule, logprobs=False, honour_n=False) as plain:
-        judge = GEvalJudge("m", base_url=plain.base_url, max_retries=0, timeout=5.0, samples=5)
-        _judges.append(judge)
+        judge = open_judge(GEvalJudge, plain, "m", samples=5)
         result = judge.judge(REQUEST)
         assert judge.n_supported is False
         # probe + one n=5 request that came back with one choice + four single requests
@@ -370,8 +343,7 @@ def test_cost_estimate_follows_mode_and_what_the_server_supports(srv: LLMServer)
     assert with_n.calls == 1 and with_n.completion_tokens == 5 * single.completion_tokens
     assert srv.requests == []  # estimating sends nothing
     with LLMServer(default=reply_json(4, 4, 4), logprobs=False, honour_n=False) as plain:
-        learner = GEvalJudge("m", base_url=plain.base_url, max_retries=0, timeout=5.0, samples=5)
-        _judges.append(learner)
+        learner = open_judge(GEvalJudge, plain, "m", samples=5)
         assert estimate_request(learner, REQUEST).calls == 1  # nothing known yet: the logprob call
         learner.judge(REQUEST)  # learns: no logprobs, no n
         without_n = estimate_request(learner, REQUEST)

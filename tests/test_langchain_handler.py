@@ -1,6 +1,6 @@
 """RagAuditCallbackHandler with real LangChain runnables, real Chroma and the real OTel SDK.
 
-The knowledge base has 20 topics with two documents each and a question per topic whose words
+The knowledge base (tests/support/topics.py) has 20 topics with two documents each and a question per topic whose words
 occur only in that topic's documents, so every question retrieves its own two documents and the
 stand-in model (which answers with the first sentence of its context) gives an answer tied to
 them. Each test checks that every turn got exactly its own question, documents and answer, and
@@ -16,25 +16,18 @@ import logging
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-import chromadb
 import pytest
-from langchain_chroma import Chroma
-from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.documents import Document
-from langchain_core.embeddings import Embeddings
-from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.messages import AIMessage
 from langchain_core.output_parsers import StrOutputParser
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from langchain_core.prompts import ChatPromptTemplate
-from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel, RunnablePassthrough
+from langchain_core.runnables import RunnableLambda, RunnableParallel, RunnablePassthrough
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
@@ -42,171 +35,30 @@ from ragaudit import Auditor, BaseRagJudge, FakeJudge, Judgement, JudgeRequest
 from ragaudit.integrations.langchain import RagAuditCallbackHandler, instrument, uninstrument
 from ragaudit.tracing import conventions as c
 from ragaudit.tracing.files import read_audit_log
-from tests.conftest import hash_embedding
+from tests.support.langchain_support import KB, PROMPT, ContextEchoModel, format_docs, rag_chain
+from tests.support.topics import QUESTIONS, WORDS, check_own_documents
+from tests.support.turns import AuditedRun, children, doc_ids_judge
 
 pytestmark = pytest.mark.timeout(60)
 
-WORDS = [
-    "warranty", "shipping", "returns", "giftcards", "loyalty", "pricematch", "hours", "repairs",
-    "students", "rentals", "tradeins", "installation", "recycling", "layaway", "subscriptions",
-    "giftwrap", "bulkorders", "lockers", "privacy", "accessibility",
-]
-QUESTIONS = [f"What about {w}?" for w in WORDS]
-
-
-def _docs() -> list[tuple[str, str, dict[str, Any]]]:
-    out = []
-    for i, w in enumerate(WORDS):
-        out.append((f"{w}-rule", f"{w.capitalize()} policy: {w} requests are answered within {i + 2} days. "
-                    f"Every {w} case gets a ticket.", {"source": f"{w}.md", "section": "rule"}))
-        out.append((f"{w}-desk", f"For {w} questions, call extension {100 + i} or visit the {w} desk.",
-                    {"source": f"{w}.md", "section": "desk"}))
-    return out
-
-
-class HashEmbeddings(Embeddings):
-    """Deterministic bag-of-words embeddings; a query containing FAIL_RETRIEVER makes the search fail."""
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return [hash_embedding(t) for t in texts]
-
-    def embed_query(self, text: str) -> list[float]:
-        if "FAIL_RETRIEVER" in text:
-            raise RuntimeError("vector index unavailable")
-        return hash_embedding(text)
-
-
-class ContextEchoModel(BaseChatModel):
-    """A stand-in chat model: answers with the first sentence of the context in its prompt.
-
-    Deterministic and tied to the documents it was given; streams word by word; reports token
-    usage; raises for a prompt containing FAIL_MODEL.
-    """
-
-    model_name: str = "context-echo-1"
-
-    @property
-    def _llm_type(self) -> str:
-        return "context-echo"
-
-    @property
-    def _identifying_params(self) -> dict[str, Any]:
-        return {"model_name": self.model_name}
-
-    def _answer(self, messages: list[BaseMessage]) -> tuple[str, int]:
-        prompt = str(messages[-1].content)
-        if "FAIL_MODEL" in prompt:
-            raise RuntimeError("model overloaded")
-        context = prompt.split("Context:\n", 1)[-1].split("\n\nQuestion:", 1)[0]
-        return context.split(". ", 1)[0].rstrip(".") + ".", len(prompt.split())
-
-    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                  run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
-        answer, prompt_words = self._answer(messages)
-        usage = {"input_tokens": prompt_words, "output_tokens": len(answer.split()),
-                 "total_tokens": prompt_words + len(answer.split())}
-        message = AIMessage(content=answer, usage_metadata=usage)  # type: ignore[arg-type]
-        return ChatResult(generations=[ChatGeneration(message=message)])
-
-    def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                run_manager: CallbackManagerForLLMRun | None = None,
-                **kwargs: Any) -> Iterator[ChatGenerationChunk]:
-        answer, _ = self._answer(messages)
-        for i, word in enumerate(answer.split(" ")):
-            chunk = ChatGenerationChunk(message=AIMessageChunk(content=word if i == 0 else " " + word))
-            if run_manager is not None:
-                run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-            yield chunk
-
-
-def answer_for(doc_text: str) -> str:
-    return doc_text.split(". ", 1)[0].rstrip(".") + "."
-
-
 # --- fixtures ----------------------------------------------------------------------------------------
-
-
-class KB:
-    def __init__(self) -> None:
-        client = chromadb.EphemeralClient()
-        self.store = Chroma(collection_name=f"lc-{uuid.uuid4().hex[:8]}", embedding_function=HashEmbeddings(),
-                            client=client)
-        docs = _docs()
-        self.store.add_texts([t for _, t, _ in docs], metadatas=[m for _, _, m in docs],
-                             ids=[i for i, _, _ in docs])
-        self.retriever = self.store.as_retriever(search_kwargs={"k": 2})
-        self.expected: dict[str, list[str]] = {}
-        self.answers: dict[str, str] = {}
-        for q in QUESTIONS:
-            found = self.store.similarity_search(q, k=2)
-            self.expected[q] = [str(d.id) for d in found]
-            self.answers[q] = answer_for(found[0].page_content)
 
 
 @pytest.fixture(scope="module")
 def kb() -> KB:
     kb = KB()
-    # Each question must retrieve a document set of its own, or a swapped pairing could go unseen.
-    assert len({tuple(sorted(v)) for v in kb.expected.values()}) == len(QUESTIONS)
-    assert all(ids[0].split("-")[0] in q for q, ids in kb.expected.items())
+    check_own_documents(kb.expected)
     return kb
 
 
-PROMPT = ChatPromptTemplate.from_messages([("human", "Context:\n{context}\n\nQuestion: {question}")])
-format_docs = RunnableLambda(lambda docs: "\n\n".join(d.page_content for d in docs))
+class Setup(AuditedRun):
+    framework = "langchain"
 
-
-def rag_chain(retriever: Runnable[Any, Any]) -> Runnable[Any, str]:
-    return ({"context": retriever | format_docs, "question": RunnablePassthrough()}
-            | PROMPT | ContextEchoModel() | StrOutputParser())
-
-
-def doc_ids_judge(request: JudgeRequest) -> dict[str, Any]:
-    return {"faithfulness": 1.0, "context_relevance": 0.5, "answer_relevance": 0.75,
-            "reason": ",".join(d.id for d in request.documents)}
-
-
-class Setup:
     def __init__(self, exporter: InMemorySpanExporter, provider: TracerProvider, log: Path,
                  **kw: Any) -> None:
-        self.exporter = exporter
-        self.log = log
-        self.auditor = Auditor(kw.pop("judge", None) or FakeJudge(doc_ids_judge), audit_log=log,
-                               tracer_provider=provider, **kw)
+        super().__init__(exporter, provider, log, **kw)
         self.handler = RagAuditCallbackHandler(auditor=self.auditor)
         self.config: dict[str, Any] = {"callbacks": [self.handler]}
-
-    def spans(self, name: str | None = None) -> list[ReadableSpan]:
-        assert self.auditor.flush(15)
-        spans = list(self.exporter.get_finished_spans())
-        return spans if name is None else [s for s in spans if s.name == name]
-
-    def check(self, kb: KB, questions: Sequence[str], answers: dict[str, str] | None = None,
-              expected: dict[str, list[str]] | None = None) -> list[ReadableSpan]:
-        """Each question has one turn with exactly its own documents and answer, and one judgement."""
-        answers = answers or kb.answers
-        expected = expected or kb.expected
-        spans = self.spans()
-        turns = [s for s in spans if s.name == c.SPAN_TURN]
-        assert sorted(str(t.attributes[c.INPUT_VALUE]) for t in turns) == sorted(questions)
-        judges = Counter(s.parent.span_id for s in spans if s.name == c.SPAN_JUDGE and s.parent)
-        audit = {line["turn_id"]: line for line in read_audit_log(self.log)}
-        assert len(audit) == len(questions)
-        for turn in turns:
-            q = str(turn.attributes[c.INPUT_VALUE])
-            assert list(turn.attributes[c.ATTR_DOCUMENT_IDS]) == expected[q], q
-            assert turn.attributes[c.OUTPUT_VALUE] == answers[q]
-            assert turn.attributes[c.ATTR_FRAMEWORK] == "langchain"
-            assert turn.status.status_code != StatusCode.ERROR
-            assert judges[turn.context.span_id] == 1, q
-            line = audit[turn.attributes[c.ATTR_TURN_ID]]
-            assert line["query"] == q and line["answer"] == answers[q]
-            assert [d["id"] for d in line["documents"]] == expected[q]
-            assert line["reason"] == ",".join(expected[q])  # what the judge was shown
-            assert line["trace_id"] == f"{turn.context.trace_id:032x}"
-            assert line["span_id"] == f"{turn.context.span_id:016x}"
-        assert sum(judges.values()) == len(questions)
-        return turns
 
 
 @pytest.fixture
@@ -215,10 +67,6 @@ def setup(memory_exporter: InMemorySpanExporter, memory_provider: TracerProvider
     s = Setup(memory_exporter, memory_provider, audit_log_path)
     yield s
     s.auditor.shutdown()
-
-
-def children(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
-    return [s for s in spans if s.parent is not None and s.parent.span_id == parent.context.span_id]
 
 
 # --- the run modes ------------------------------------------------------------------------------------

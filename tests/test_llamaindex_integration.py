@@ -1,6 +1,6 @@
 """ragaudit.integrations.llamaindex with real LlamaIndex engines, real Chroma and the real OTel SDK.
 
-The knowledge base (tests/support/llamaindex_support.py) has 20 topics with two nodes each and a
+The knowledge base (tests/support/topics.py, llamaindex_support.py) has 20 topics with two nodes each and a
 question per topic whose words occur only in that topic's nodes, so every question retrieves its
 own two nodes, and the stand-in LLM (first sentence of its context) gives an answer tied to them.
 Each test checks that every turn got exactly its own question, nodes and answer, and one judge
@@ -45,16 +45,9 @@ from ragaudit.integrations.llamaindex import (
 )
 from ragaudit.tracing import conventions as c
 from ragaudit.tracing.files import read_audit_log
-from tests.support.llamaindex_support import (
-    QUESTIONS,
-    WORDS,
-    ContextEchoLLM,
-    HashEmbedding,
-    ReverseReranker,
-    answer_for,
-    build_index,
-    make_nodes,
-)
+from tests.support.llamaindex_support import ContextEchoLLM, HashEmbedding, ReverseReranker, build_index, make_nodes
+from tests.support.topics import QUESTIONS, WORDS, answer_for, check_own_documents
+from tests.support.turns import AuditedRun, children, doc_ids_judge
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -96,57 +89,16 @@ class KB:
 @pytest.fixture(scope="module")
 def kb() -> KB:
     kb = KB()
-    # Each question must retrieve nodes of its own, or a swapped pairing could go unseen.
-    assert len({tuple(sorted(v)) for v in kb.expected.values()}) == len(QUESTIONS)
-    assert all(ids[0].split("-")[0] in q for q, ids in kb.expected.items())
+    check_own_documents(kb.expected)
     return kb
 
 
-def doc_ids_judge(request: JudgeRequest) -> dict[str, Any]:
-    return {"faithfulness": 1.0, "context_relevance": 0.5, "answer_relevance": 0.75,
-            "reason": ",".join(d.id for d in request.documents)}
+class Setup(AuditedRun):
+    framework = "llamaindex"
 
-
-class Setup:
-    def __init__(self, exporter: InMemorySpanExporter, provider: TracerProvider, log: Path, **kw: Any) -> None:
-        self.exporter = exporter
-        self.log = log
-        self.auditor = Auditor(kw.pop("judge", None) or FakeJudge(doc_ids_judge), audit_log=log,
-                               tracer_provider=provider, **kw)
-
-    def spans(self, name: str | None = None) -> list[ReadableSpan]:
-        assert self.auditor.flush(15)
-        spans = list(self.exporter.get_finished_spans())
-        return spans if name is None else [s for s in spans if s.name == name]
-
-    def check(self, kb: KB, questions: Sequence[str], answers: dict[str, str] | None = None,
-              expected: dict[str, list[str]] | None = None) -> list[ReadableSpan]:
-        """Each question has one turn with exactly its own nodes and answer, and one judgement."""
-        answers = answers if answers is not None else kb.answers
-        expected = expected or kb.expected
-        spans = self.spans()
-        turns = [s for s in spans if s.name == c.SPAN_TURN]
-        assert sorted(str(t.attributes[c.INPUT_VALUE]) for t in turns) == sorted(questions)
-        judges = Counter(s.parent.span_id for s in spans if s.name == c.SPAN_JUDGE and s.parent)
-        audit = {line["turn_id"]: line for line in read_audit_log(self.log)}
-        assert len(audit) == len(questions)
-        for turn in turns:
-            q = str(turn.attributes[c.INPUT_VALUE])
-            assert list(turn.attributes[c.ATTR_DOCUMENT_IDS]) == expected[q], q
-            assert turn.attributes[c.OUTPUT_VALUE] == answers[q]
-            assert turn.attributes[c.ATTR_FRAMEWORK] == "llamaindex"
-            assert turn.status.status_code != StatusCode.ERROR
-            assert judges[turn.context.span_id] == 1, q
-            line = audit[turn.attributes[c.ATTR_TURN_ID]]
-            assert line["query"] == q and line["answer"] == answers[q]
-            assert [d["id"] for d in line["documents"]] == expected[q]
-            assert line["reason"] == ",".join(expected[q])  # what the judge was shown
-            assert line["trace_id"] == f"{turn.context.trace_id:032x}"
-            assert line["span_id"] == f"{turn.context.span_id:016x}"
-            retrieval = [s for s in children(spans, turn) if s.name.startswith("retrieval")]
-            assert retrieval, q
-        assert sum(judges.values()) == len(questions)
-        return turns
+    def check_turn(self, turn: ReadableSpan, spans: list[ReadableSpan]) -> None:
+        retrieval = [s for s in children(spans, turn) if s.name.startswith("retrieval")]
+        assert retrieval, str(turn.attributes[c.INPUT_VALUE])
 
 
 @pytest.fixture
@@ -162,10 +114,6 @@ def inst(setup: Setup) -> Iterator[LlamaIndexInstrumentation]:
     installed = llamaindex.instrument(auditor=setup.auditor)
     yield installed
     llamaindex.uninstrument()
-
-
-def children(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
-    return [s for s in spans if s.parent is not None and s.parent.span_id == parent.context.span_id]
 
 
 def metadata_of(turn: ReadableSpan) -> dict[str, Any]:
@@ -679,7 +627,8 @@ def test_same_spans_and_audit_line_as_langchain_for_the_same_question(
     """The same knowledge base, question, answer and judge through both integrations give the same
     turn: the same spans with the same attributes and the same audit line, apart from ids, times
     and the framework's own names."""
-    from tests import test_langchain_handler as lc
+    from ragaudit.integrations.langchain import RagAuditCallbackHandler
+    from tests.support import langchain_support as lc
 
     q = QUESTIONS[4]
     relevant = {kb.expected[q][1]: 1}
@@ -699,7 +648,7 @@ def test_same_spans_and_audit_line_as_langchain_for_the_same_question(
     lc_kb = lc.KB()
     assert lc_kb.expected[q] == kb.expected[q]
     record("langchain", lambda auditor: lc.rag_chain(lc_kb.retriever).invoke(q, config={
-        "callbacks": [lc.RagAuditCallbackHandler(auditor=auditor)],
+        "callbacks": [RagAuditCallbackHandler(auditor=auditor)],
         "metadata": {"ragaudit_relevant_ids": relevant}}))
 
     def llama(auditor: Auditor) -> str:

@@ -6,7 +6,6 @@ import json
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -24,18 +23,6 @@ from tests.support.llm_server import (
 pytestmark = pytest.mark.timeout(60)
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello big world"}]
-
-
-@pytest.fixture(scope="module")
-def module_server() -> Iterator[LLMServer]:
-    with LLMServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def srv(module_server: LLMServer) -> LLMServer:
-    module_server.reset()
-    return module_server
 
 
 def client(srv: LLMServer, *, timeout: float = 5.0, max_retries: int = 0) -> openai.OpenAI:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -18,6 +18,7 @@ from ragaudit.judges.pairwise import (
     combine_verdicts,
     parse_verdict,
 )
+from tests.support.judges import open_judge
 from tests.support.llm_server import Fault, LLMServer, Scripted
 
 pytestmark = pytest.mark.timeout(60)
@@ -28,34 +29,8 @@ GOOD = "Within 30 days of delivery [1]."
 BAD = "You can return anything at any time, no questions asked, and we will also pay the shipping."
 
 
-@pytest.fixture(scope="module")
-def module_server() -> Iterator[LLMServer]:
-    with LLMServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def srv(module_server: LLMServer) -> LLMServer:
-    module_server.reset()
-    return module_server
-
-
-_judges: list[PairwiseJudge] = []
-
-
-@pytest.fixture(autouse=True)
-def close_judges() -> Iterator[None]:
-    yield
-    while _judges:
-        _judges.pop().close()
-
-
 def make_judge(srv: LLMServer, **kwargs: Any) -> PairwiseJudge:
-    kwargs.setdefault("timeout", 5.0)
-    kwargs.setdefault("max_retries", 0)
-    judge = PairwiseJudge("judge-model", base_url=srv.base_url, **kwargs)
-    _judges.append(judge)
-    return judge
+    return open_judge(PairwiseJudge, srv, **kwargs)
 
 
 def shown(body: Mapping[str, Any], label: str) -> str:

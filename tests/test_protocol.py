@@ -167,3 +167,11 @@ def test_question_and_answer_are_capped_with_a_marker() -> None:
     assert "q" * MAX_QUESTION_CHARS + "…[truncated 10 chars]" in user
     assert "a" * MAX_ANSWER_CHARS + "…[truncated 5 chars]" in user
     assert "q" * (MAX_QUESTION_CHARS + 1) not in user
+
+
+def test_every_judge_prompt_caps_question_and_answers() -> None:
+    from ragaudit.judges.protocol import MAX_ANSWER_CHARS, MAX_QUESTION_CHARS, wrap_untrusted
+
+    assert "…[truncated 1 chars]" in wrap_untrusted("question", "q" * (MAX_QUESTION_CHARS + 1), "n0nce123")
+    assert "…[truncated 2 chars]" in wrap_untrusted("answer_b", "a" * (MAX_ANSWER_CHARS + 2), "n0nce123")
+    assert "truncated" not in wrap_untrusted("context", "c" * (MAX_ANSWER_CHARS + 2), "n0nce123")

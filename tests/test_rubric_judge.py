@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,6 +13,7 @@ import pytest
 from ragaudit.errors import ConfigurationError, JudgeError
 from ragaudit.judges.rubric import RUBRIC_PROTOCOL_VERSION, Criterion, RubricJudge
 from ragaudit.records import Judgement, JudgeRequest, RetrievedDoc
+from tests.support.judges import open_judge
 from tests.support.llm_server import Fault, LLMServer, RecordedRequest
 
 pytestmark = pytest.mark.timeout(60)
@@ -50,32 +51,12 @@ def reply(scores: dict[str, Any] | None = None, reason: str = "scripted", key: s
                        "reason": reason})
 
 
-@pytest.fixture(scope="module")
-def module_server() -> Iterator[LLMServer]:
-    with LLMServer() as srv:
-        yield srv
-
-
 @pytest.fixture
-def srv(module_server: LLMServer) -> LLMServer:
-    module_server.reset()
-    return module_server
-
-
-@pytest.fixture
-def make(srv: LLMServer) -> Iterator[Any]:
-    made: list[RubricJudge] = []
-
+def make(srv: LLMServer) -> Callable[..., RubricJudge]:
     def factory(criteria: list[Criterion] | None = None, **kwargs: Any) -> RubricJudge:
-        kwargs.setdefault("timeout", 5.0)
-        kwargs.setdefault("max_retries", 0)
-        judge = RubricJudge("judge-model", criteria=criteria or CRITERIA, base_url=srv.base_url, **kwargs)
-        made.append(judge)
-        return judge
+        return open_judge(RubricJudge, srv, criteria=criteria or CRITERIA, **kwargs)
 
-    yield factory
-    for judge in made:
-        judge.close()
+    return factory
 
 
 def user_prompt(request: RecordedRequest) -> str:

@@ -23,48 +23,20 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from llama_index.vector_stores.chroma import ChromaVectorStore
 
 from tests.conftest import hash_embedding
+from tests.support.topics import answer_for, topic_documents
 
-__all__ = [
-    "QUESTIONS",
-    "WORDS",
-    "ContextEchoLLM",
-    "HashEmbedding",
-    "ReverseReranker",
-    "answer_for",
-    "build_index",
-    "make_nodes",
-]
+__all__ = ["ContextEchoLLM", "HashEmbedding", "ReverseReranker", "build_index", "make_nodes"]
 
-WORDS = [
-    "warranty", "shipping", "returns", "giftcards", "loyalty", "pricematch", "hours", "repairs",
-    "students", "rentals", "tradeins", "installation", "recycling", "layaway", "subscriptions",
-    "giftwrap", "bulkorders", "lockers", "privacy", "accessibility",
-]
-QUESTIONS = [f"What about {w}?" for w in WORDS]
 _CONTEXT_START = "---------------------\n"
 _FOLLOW_UP = "<Follow Up Message>\n"
 
 
 def make_nodes() -> list[TextNode]:
-    """Two nodes per topic word; only that topic's nodes contain the word. Metadata stays out of the
-    LLM prompt and the embedding, so the context is the node texts alone."""
-    nodes = []
-    for i, w in enumerate(WORDS):
-        for suffix, text, section in (
-            ("rule", f"{w.capitalize()} policy: {w} requests are answered within {i + 2} days. "
-                     f"Every {w} case gets a ticket.", "rule"),
-            ("desk", f"For {w} questions, call extension {100 + i} or visit the {w} desk.", "desk"),
-        ):
-            metadata = {"source": f"{w}.md", "section": section}
-            nodes.append(TextNode(id_=f"{w}-{suffix}", text=text, metadata=metadata,
-                                  excluded_llm_metadata_keys=list(metadata),
-                                  excluded_embed_metadata_keys=list(metadata)))
-    return nodes
-
-
-def answer_for(text: str) -> str:
-    """What :class:`ContextEchoLLM` answers when *text* is the first node of its context."""
-    return text.split(". ", 1)[0].rstrip(".") + "."
+    """The topic documents of :mod:`tests.support.topics` as nodes. Metadata stays out of the LLM
+    prompt and the embedding, so the context is the node texts alone."""
+    return [TextNode(id_=node_id, text=text, metadata=metadata, excluded_llm_metadata_keys=list(metadata),
+                     excluded_embed_metadata_keys=list(metadata))
+            for node_id, text, metadata in topic_documents()]
 
 
 class HashEmbedding(BaseEmbedding):

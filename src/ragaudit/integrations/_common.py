@@ -3,7 +3,8 @@
 An integration sees a tree of runs (LangChain run ids, LlamaIndex span ids) and must turn each
 root run into one :class:`~ragaudit.RagTurn`. :class:`RunStore` does the grouping (bounded, so a
 long-running process cannot leak), :func:`doc_id_from` / :func:`source_from` / :func:`score_from`
-read documents the way DESIGN.md says, :func:`build_turn` assembles the turn and
+read documents the way DESIGN.md says and :func:`retrieved_doc` makes one into a
+:class:`~ragaudit.RetrievedDoc`, :func:`build_turn` assembles the turn and
 :func:`finish_turn` hands it to the :class:`~ragaudit.Auditor` and the span recorder. Nothing here
 imports a framework.
 
@@ -54,6 +55,7 @@ __all__ = [
     "merge_documents",
     "report_failure",
     "resolve_backend",
+    "retrieved_doc",
     "score_from",
     "source_from",
 ]
@@ -126,6 +128,19 @@ def score_from(metadata: Mapping[str, Any] | None) -> float | None:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             return float(value)
     return None
+
+
+def retrieved_doc(
+    rank: int, obj_id: Any, content: Any, metadata: Mapping[str, Any], score: float | None
+) -> RetrievedDoc:
+    """The :class:`~ragaudit.RetrievedDoc` at *rank* of a framework's document or node: *content* as
+    text ("" for None), the source from *metadata* and the id from *obj_id*, *metadata* or the text
+    (:func:`source_from`, :func:`doc_id_from`)."""
+    if not isinstance(content, str):
+        content = "" if content is None else str(content)
+    source = source_from(metadata)
+    return RetrievedDoc(id=doc_id_from(obj_id, metadata, content, source), content=content, score=score,
+                        rank=rank, source=source, metadata=metadata)
 
 
 def ground_truth_from(metadata: Mapping[str, Any] | None) -> tuple[Mapping[str, int] | None, str | None]:

@@ -31,13 +31,12 @@ from ._common import (
     check_measures,
     close_later,
     current_context,
-    doc_id_from,
     finish_turn,
     ground_truth_from,
     report_failure,
     resolve_backend,
+    retrieved_doc,
     score_from,
-    source_from,
 )
 
 __all__ = ["RagAuditCallbackHandler", "instrument", "uninstrument"]
@@ -157,20 +156,8 @@ def _snapshot_documents(documents: Sequence[Any] | None) -> tuple[_RawDoc, ...]:
 
 
 def _convert_documents(documents: Sequence[_RawDoc]) -> tuple[RetrievedDoc, ...]:
-    out = []
-    for rank, (doc_id, content, metadata) in enumerate(documents, 1):
-        if not isinstance(content, str):
-            content = "" if content is None else str(content)
-        source = source_from(metadata)
-        out.append(RetrievedDoc(
-            id=doc_id_from(doc_id, metadata, content, source),
-            content=content,
-            score=score_from(metadata),
-            rank=rank,
-            source=source,
-            metadata=metadata,
-        ))
-    return tuple(out)
+    return tuple(retrieved_doc(rank, doc_id, content, metadata, score_from(metadata))
+                 for rank, (doc_id, content, metadata) in enumerate(documents, 1))
 
 
 def _int_or_none(value: Any) -> int | None:

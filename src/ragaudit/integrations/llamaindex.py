@@ -70,12 +70,11 @@ from ._common import (
     check_measures,
     close_later,
     current_context,
-    doc_id_from,
     finish_turn,
     ground_truth_from,
     report_failure,
     resolve_backend,
-    source_from,
+    retrieved_doc,
 )
 
 __all__ = [
@@ -249,20 +248,9 @@ def _convert_nodes(pairs: Sequence[tuple[Any, float | None]]) -> tuple[Retrieved
             content = node.get_content()
         except Exception:
             content = getattr(node, "text", None)
-        if not isinstance(content, str):
-            content = "" if content is None else str(content)
         metadata = getattr(node, "metadata", None)
-        if not isinstance(metadata, Mapping):
-            metadata = {}
-        source = source_from(metadata)
-        out.append(RetrievedDoc(
-            id=doc_id_from(getattr(node, "node_id", None), metadata, content, source),
-            content=content,
-            score=score,
-            rank=rank,
-            source=source,
-            metadata=metadata,
-        ))
+        out.append(retrieved_doc(rank, getattr(node, "node_id", None), content,
+                                 metadata if isinstance(metadata, Mapping) else {}, score))
     return tuple(out)
 
 

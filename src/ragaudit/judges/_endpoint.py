@@ -12,7 +12,8 @@ parameters (:meth:`Endpoint.params`) and receives one :class:`Result` per reques
 :meth:`Endpoint.run_sync` drives it with the sync client, :meth:`Endpoint.run_async` with the async
 client (the requests of one batch concurrently). :class:`Tally` counts what one judgement cost
 (calls, tokens, latency); :meth:`Endpoint.describe` turns an exception into an error text without
-the API key. :class:`EndpointJudge` gives a judge ``base_url``, ``close`` and ``aclose``.
+the API key. :class:`EndpointJudge` checks and keeps the settings every chat judge shares
+(:class:`ChatJudgeSettings`) and gives a judge ``base_url``, ``config_key`` JSON, ``close`` and ``aclose``.
 
 Used by ChatRagJudge (and the judges built on it), GEvalJudge and PairwiseJudge.
 """
@@ -20,6 +21,7 @@ Used by ChatRagJudge (and the judges built on it), GEvalJudge and PairwiseJudge.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 import threading
@@ -27,7 +29,7 @@ import time
 import weakref
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, TypeVar
 
 from ..errors import ConfigurationError, JudgeError
 
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     AnyClient = openai.OpenAI | openai.AsyncOpenAI
 
 __all__ = [
+    "ChatJudgeSettings",
     "Endpoint",
     "EndpointJudge",
     "Flow",
@@ -359,10 +362,67 @@ class Endpoint:
         return keys
 
 
-class EndpointJudge:
-    """``base_url``, ``close`` and ``aclose`` for a judge whose requests go through an :class:`Endpoint`."""
+class ChatJudgeSettings(TypedDict, total=False):
+    """The keyword arguments of :class:`~ragaudit.ChatRagJudge` after *model*, for judges that pass
+    them on unchanged (``**settings: Unpack[ChatJudgeSettings]``); their defaults are ChatRagJudge's."""
 
+    base_url: str | None
+    api_key: str | None
+    client: AnyClient | None
+    timeout: float
+    max_retries: int
+    temperature: float
+    max_context_chars: int
+    raise_on_error: bool
+    name: str | None
+    extra_body: Mapping[str, Any] | None
+
+
+class EndpointJudge:
+    """The settings every chat judge shares, ``base_url``, ``close`` and ``aclose`` for a judge whose
+    requests go through an :class:`Endpoint`."""
+
+    _name_prefix: ClassVar[str]  # the default name is "<prefix>:<model>"
+
+    model: str
+    name: str
+    temperature: float
+    max_context_chars: int
+    raise_on_error: bool
     _endpoint: Endpoint
+
+    def _connect(
+        self,
+        model: str,
+        *,
+        base_url: str | None,
+        api_key: str | None,
+        client: AnyClient | None,
+        timeout: float,
+        max_retries: int,
+        temperature: float,
+        max_context_chars: int,
+        raise_on_error: bool,
+        name: str | None,
+        extra_body: Mapping[str, Any] | None,
+    ) -> None:
+        """Check the shared settings (ConfigurationError when one is out of range), keep them and
+        make the :class:`Endpoint`; *name* None means ``"<_name_prefix>:<model>"``."""
+        name = name if name is not None else f"{self._name_prefix}:{model}"
+        validate_settings(model, timeout, max_retries, temperature, max_context_chars, name, extra_body)
+        self.model = model
+        self.name = name
+        self.temperature = float(temperature)
+        self.max_context_chars = max_context_chars
+        self.raise_on_error = raise_on_error
+        self._endpoint = Endpoint(model, base_url=base_url, api_key=api_key, client=client, timeout=timeout,
+                                  max_retries=max_retries, extra_body=extra_body, name=name)
+
+    def _config_json(self, judge: str, protocol: str, **settings: Any) -> str:
+        """A ``config_key``: *judge*, the model, the endpoint, *settings* and the *protocol* version, as
+        JSON with sorted keys (values JSON cannot hold are written as ``str``)."""
+        config = {"judge": judge, "model": self.model, "base_url": self.base_url, **settings, "protocol": protocol}
+        return json.dumps(config, sort_keys=True, default=str)
 
     @property
     def base_url(self) -> str:

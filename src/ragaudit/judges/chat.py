@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import JudgeError
 from ..records import Judgement, JudgeRequest
-from ._endpoint import Endpoint, EndpointJudge, Flow, Tally, choice_text, completion_choices, validate_settings
+from ._endpoint import EndpointJudge, Flow, Tally, choice_text, completion_choices
 from .base import BaseRagJudge
 from .parsing import parse_judgement
 from .protocol import PROTOCOL_VERSION, REPAIR_PROMPT, build_messages, build_repair_messages
@@ -95,6 +94,7 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
 
     protocol: ClassVar[str] = PROTOCOL_VERSION
     """The prompt version, in every judgement's ``details["protocol"]``."""
+    _name_prefix: ClassVar[str] = "chat"
     _unusable: ClassVar[str] = "unparseable"  # how error messages call a reply with nothing usable
     _nothing_read: ClassVar[str] = "no scores"  # the notes of such a reply when there are none
 
@@ -113,14 +113,9 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         name: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
     ) -> None:
-        validate_settings(model, timeout, max_retries, temperature, max_context_chars, name, extra_body)
-        self.model = model
-        self.name = name if name is not None else f"chat:{model}"
-        self.temperature = float(temperature)
-        self.max_context_chars = max_context_chars
-        self.raise_on_error = raise_on_error
-        self._endpoint = Endpoint(model, base_url=base_url, api_key=api_key, client=client, timeout=timeout,
-                                  max_retries=max_retries, extra_body=extra_body, name=self.name)
+        self._connect(model, base_url=base_url, api_key=api_key, client=client, timeout=timeout,
+                      max_retries=max_retries, temperature=temperature, max_context_chars=max_context_chars,
+                      raise_on_error=raise_on_error, name=name, extra_body=extra_body)
         self.extra_body = self._endpoint.extra_body
 
     # -- public API -------------------------------------------------------------------------------
@@ -135,19 +130,8 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
 
     def config_key(self) -> str:
         """Model, endpoint, temperature, context limit, extra body and protocol version, as JSON."""
-        return json.dumps(
-            {
-                "judge": "chat",
-                "model": self.model,
-                "base_url": self.base_url,
-                "temperature": self.temperature,
-                "max_context_chars": self.max_context_chars,
-                "extra_body": self.extra_body,
-                "protocol": PROTOCOL_VERSION,
-            },
-            sort_keys=True,
-            default=str,
-        )
+        return self._config_json("chat", PROTOCOL_VERSION, temperature=self.temperature,
+                                 max_context_chars=self.max_context_chars, extra_body=self.extra_body)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, base_url={self.base_url!r})"

@@ -25,7 +25,9 @@ from .protocol import PROTOCOL_VERSION, REPAIR_PROMPT, build_messages, new_nonce
 from .rubric import ScoreName, _find_object, _normalised, _number, _StructuredChatJudge
 
 if TYPE_CHECKING:
-    from ._endpoint import AnyClient
+    from typing_extensions import Unpack
+
+    from ._endpoint import ChatJudgeSettings
 
 __all__ = ["CORRECTNESS_PROTOCOL_VERSION", "CorrectnessJudge"]
 
@@ -87,31 +89,19 @@ class CorrectnessJudge(_StructuredChatJudge):
     """
 
     protocol: ClassVar[str] = CORRECTNESS_PROTOCOL_VERSION
+    _name_prefix: ClassVar[str] = "correctness"
 
     def __init__(
         self,
         model: str = "gpt-4o-mini",
         *,
         maps_to: ScoreName | None = None,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        client: AnyClient | None = None,
-        timeout: float = 60.0,
-        max_retries: int = 2,
-        temperature: float = 0.0,
-        max_context_chars: int = 24_000,
-        raise_on_error: bool = False,
-        name: str | None = None,
-        extra_body: Mapping[str, Any] | None = None,
+        **settings: Unpack[ChatJudgeSettings],
     ) -> None:
         if maps_to is not None and maps_to not in SCORE_NAMES:
             raise ConfigurationError(f"maps_to must be one of {', '.join(SCORE_NAMES)} or None, got {maps_to!r}")
         self.maps_to = maps_to
-        super().__init__(
-            model, base_url=base_url, api_key=api_key, client=client, timeout=timeout, max_retries=max_retries,
-            temperature=temperature, max_context_chars=max_context_chars, raise_on_error=raise_on_error,
-            name=name if name is not None else f"correctness:{model}", extra_body=extra_body,
-        )
+        super().__init__(model, **settings)
 
     def config_key(self) -> str:
         """ChatRagJudge's settings plus ``maps_to`` and both protocol versions."""

@@ -24,19 +24,17 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ..errors import ConfigurationError, JudgeError
 from ..records import SCORE_NAMES, Judgement, JudgeRequest, truncate
 from ._endpoint import (
-    Endpoint,
     EndpointJudge,
     Flow,
     Result,
     Tally,
     choice_text,
     completion_choices,
-    validate_settings,
 )
 from .base import BaseRagJudge
 from .cost import CostEstimate, chat_call_estimate, typical_reply_chars
@@ -478,6 +476,8 @@ class GEvalJudge(EndpointJudge, BaseRagJudge):
         use_logprobs: False to go straight to sampling.
     """
 
+    _name_prefix: ClassVar[str] = "geval"
+
     def __init__(
         self,
         model: str = "gpt-4o-mini",
@@ -507,18 +507,13 @@ class GEvalJudge(EndpointJudge, BaseRagJudge):
         if isinstance(sample_temperature, bool) or not isinstance(sample_temperature, (int, float)) \
                 or not 0.0 <= sample_temperature <= 2.0:
             raise ConfigurationError(f"sample_temperature must be a number from 0 to 2, got {sample_temperature!r}")
-        self.name = name if name is not None else f"geval:{model}"
-        validate_settings(model, timeout, max_retries, temperature, max_context_chars, self.name, extra_body)
-        self._endpoint = Endpoint(model, base_url=base_url, api_key=api_key, client=client, timeout=timeout,
-                                  max_retries=max_retries, extra_body=extra_body, name=self.name)
-        self.model = model
+        self._connect(model, base_url=base_url, api_key=api_key, client=client, timeout=timeout,
+                      max_retries=max_retries, temperature=temperature, max_context_chars=max_context_chars,
+                      raise_on_error=raise_on_error, name=name, extra_body=extra_body)
         self.mode: Mode = mode
         self.top_logprobs = top_logprobs
         self.samples = samples
         self.sample_temperature = float(sample_temperature)
-        self.temperature = float(temperature)
-        self.max_context_chars = max_context_chars
-        self.raise_on_error = raise_on_error
         self._logprobs_supported: bool | None = None if use_logprobs else False
         self._n_supported: bool | None = None
 
@@ -566,22 +561,10 @@ class GEvalJudge(EndpointJudge, BaseRagJudge):
 
     def config_key(self) -> str:
         """Model, endpoint, mode, logprob and sampling settings and prompt version, as JSON."""
-        return json.dumps(
-            {
-                "judge": "geval",
-                "model": self.model,
-                "base_url": self.base_url,
-                "mode": self.mode,
-                "top_logprobs": self.top_logprobs,
-                "samples": self.samples,
-                "sample_temperature": self.sample_temperature,
-                "temperature": self.temperature,
-                "max_context_chars": self.max_context_chars,
-                "extra_body": self._endpoint.extra_body,
-                "protocol": GEVAL_PROTOCOL_VERSION,
-            },
-            sort_keys=True,
-            default=str,
+        return self._config_json(
+            "geval", GEVAL_PROTOCOL_VERSION, mode=self.mode, top_logprobs=self.top_logprobs, samples=self.samples,
+            sample_temperature=self.sample_temperature, temperature=self.temperature,
+            max_context_chars=self.max_context_chars, extra_body=self._endpoint.extra_body,
         )
 
     def __repr__(self) -> str:

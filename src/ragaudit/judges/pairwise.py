@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ..errors import ConfigurationError, JudgeError
 from ..records import truncate
-from ._endpoint import Endpoint, EndpointJudge, Flow, Result, Tally, completion_choices, validate_settings
+from ._endpoint import EndpointJudge, Flow, Result, Tally, completion_choices
 from .geval import _json_object
 from .protocol import new_nonce, wrap_untrusted
 
@@ -291,6 +290,8 @@ class PairwiseJudge(EndpointJudge):
     :meth:`atournament` in flight.
     """
 
+    _name_prefix: ClassVar[str] = "pairwise"
+
     def __init__(
         self,
         model: str = "gpt-4o-mini",
@@ -309,14 +310,9 @@ class PairwiseJudge(EndpointJudge):
     ) -> None:
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ConfigurationError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
-        self.name = name if name is not None else f"pairwise:{model}"
-        validate_settings(model, timeout, max_retries, temperature, max_context_chars, self.name, extra_body)
-        self._endpoint = Endpoint(model, base_url=base_url, api_key=api_key, client=client, timeout=timeout,
-                                  max_retries=max_retries, extra_body=extra_body, name=self.name)
-        self.model = model
-        self.temperature = float(temperature)
-        self.max_context_chars = max_context_chars
-        self.raise_on_error = raise_on_error
+        self._connect(model, base_url=base_url, api_key=api_key, client=client, timeout=timeout,
+                      max_retries=max_retries, temperature=temperature, max_context_chars=max_context_chars,
+                      raise_on_error=raise_on_error, name=name, extra_body=extra_body)
         self.max_concurrency = max_concurrency
 
     def compare(self, query: str, answer_a: str, answer_b: str, context: str | None = None) -> PairwiseResult:
@@ -353,17 +349,8 @@ class PairwiseJudge(EndpointJudge):
 
     def config_key(self) -> str:
         """Model, endpoint, temperature, context limit and prompt version, as JSON."""
-        return json.dumps(
-            {
-                "judge": "pairwise",
-                "model": self.model,
-                "base_url": self.base_url,
-                "temperature": self.temperature,
-                "max_context_chars": self.max_context_chars,
-                "protocol": PAIRWISE_PROTOCOL_VERSION,
-            },
-            sort_keys=True,
-        )
+        return self._config_json("pairwise", PAIRWISE_PROTOCOL_VERSION, temperature=self.temperature,
+                                 max_context_chars=self.max_context_chars)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, model={self.model!r})"

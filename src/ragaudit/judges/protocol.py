@@ -119,8 +119,15 @@ def wrap_untrusted(label: str, text: str, nonce: str | None = None) -> str:
     """*text*, sanitised, between the opening and closing markers for *label* and *nonce*.
 
     *label* is lower-case letters and underscores (``question``, ``answer``, ``context``); *nonce*
-    defaults to :func:`new_nonce`. Use one nonce for all parts of one prompt.
+    defaults to :func:`new_nonce`. Use one nonce for all parts of one prompt. A question is cut at
+    :data:`MAX_QUESTION_CHARS` and an answer (any label starting ``answer``) at
+    :data:`MAX_ANSWER_CHARS`, with a visible marker, so every judge sends bounded prompts; the
+    context is capped by each judge's ``max_context_chars``.
     """
+    if label == "question":
+        text = truncate(text, MAX_QUESTION_CHARS)
+    elif isinstance(label, str) and label.startswith("answer"):
+        text = truncate(text, MAX_ANSWER_CHARS)
     if not isinstance(label, str) or not _LABEL_RE.fullmatch(label):
         raise ConfigurationError(f"marker label must be lower-case letters and underscores, got {label!r}")
     nonce = new_nonce() if nonce is None else nonce
@@ -146,14 +153,14 @@ def build_messages(
     """The chat messages (system, user) that ask a judge for the three scores of *request*.
 
     The context is cut to *max_context_chars* (with a visible marker) when given; the question and
-    the answer are always cut at :data:`MAX_QUESTION_CHARS` and :data:`MAX_ANSWER_CHARS`.
+    the answer are always cut (see :func:`wrap_untrusted`).
     """
     nonce = new_nonce() if nonce is None else nonce
     context = request.context if max_context_chars is None else truncate(request.context, max_context_chars)
     user = _INSTRUCTIONS.format(
         nonce=nonce,
-        question=wrap_untrusted("question", truncate(request.query, MAX_QUESTION_CHARS), nonce),
-        answer=wrap_untrusted("answer", truncate(request.answer, MAX_ANSWER_CHARS), nonce),
+        question=wrap_untrusted("question", request.query, nonce),
+        answer=wrap_untrusted("answer", request.answer, nonce),
         context=wrap_untrusted("context", context, nonce),
     )
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]

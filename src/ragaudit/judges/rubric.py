@@ -24,7 +24,9 @@ from .cost import CostEstimate, chat_call_estimate, typical_reply_chars
 from .protocol import new_nonce, wrap_untrusted
 
 if TYPE_CHECKING:
-    from ._endpoint import AnyClient
+    from typing_extensions import Unpack
+
+    from ._endpoint import ChatJudgeSettings
 
 __all__ = ["RUBRIC_PROTOCOL_VERSION", "Criterion", "RubricJudge", "ScoreName"]
 
@@ -337,6 +339,7 @@ class RubricJudge(_StructuredChatJudge):
     """
 
     protocol: ClassVar[str] = RUBRIC_PROTOCOL_VERSION
+    _name_prefix: ClassVar[str] = "rubric"
 
     def __init__(
         self,
@@ -346,16 +349,7 @@ class RubricJudge(_StructuredChatJudge):
         binary: bool = False,
         threshold: float | None = None,
         full_scale: bool = False,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        client: AnyClient | None = None,
-        timeout: float = 60.0,
-        max_retries: int = 2,
-        temperature: float = 0.0,
-        max_context_chars: int = 24_000,
-        raise_on_error: bool = False,
-        name: str | None = None,
-        extra_body: Mapping[str, Any] | None = None,
+        **settings: Unpack[ChatJudgeSettings],
     ) -> None:
         self.criteria: tuple[Criterion, ...] = _check_criteria(criteria)
         if not isinstance(binary, bool) or not isinstance(full_scale, bool):
@@ -372,11 +366,7 @@ class RubricJudge(_StructuredChatJudge):
         self.binary = binary
         self.threshold = float(threshold) if threshold is not None else None
         self.full_scale = full_scale
-        super().__init__(
-            model, base_url=base_url, api_key=api_key, client=client, timeout=timeout, max_retries=max_retries,
-            temperature=temperature, max_context_chars=max_context_chars, raise_on_error=raise_on_error,
-            name=name if name is not None else f"rubric:{model}", extra_body=extra_body,
-        )
+        super().__init__(model, **settings)
         self._criteria_text = self._describe_criteria()
 
     def config_key(self) -> str:
