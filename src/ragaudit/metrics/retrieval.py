@@ -311,10 +311,10 @@ def _hash_fixed(arr: np.ndarray) -> np.ndarray:
         )
     for start in range(0, n, _HASH_ROWS):
         block = view[start : start + _HASH_ROWS]
-        h: np.ndarray = block[:, 0] * weights[0]
+        h = out[start : start + _HASH_ROWS]
+        np.multiply(block[:, 0], weights[0], out=h, casting="unsafe")
         for k in range(1, block.shape[1]):
             h += block[:, k] * weights[k]
-        out[start : start + _HASH_ROWS] = h
     out &= _HASH_MASK
     return out
 
@@ -404,11 +404,14 @@ class _Run:
     dicts: list[Mapping[Any, Any]] | None = None
 
     def materialized(self) -> _Run:
+        """The same run with its doc ids in one numpy string array (sorted and hashed fast)."""
         if self.docs is not None or self.dicts is None:
             return self
-        keys = np.empty(len(self.scores), dtype=object)
-        keys[:] = list(chain.from_iterable(self.dicts))
-        return _Run(self.qids, self.offsets, self.scores, _docids_from_array(keys))
+        keys = list(chain.from_iterable(self.dicts))
+        width = max(map(len, keys), default=1) or 1
+        return _Run(
+            self.qids, self.offsets, self.scores, _DocIds(np.fromiter(keys, dtype=f"U{width}", count=len(keys)))
+        )
 
     def without_rows(self, drop: list[int]) -> _Run:
         """The run without the rows *drop* (query order kept)."""
@@ -926,12 +929,10 @@ def _tie_ranks(
     Returns the tied cells' keys (``row * depth + col``, sorted) and their ranks.
     """
     depth = block.depth
-    position = np.arange(len(ranked_values) - 1)
     equal = ranked_values[1:] == ranked_values[:-1]
-    rank = position % depth
-    equal &= rank != depth - 1  # never across two rows
+    equal[depth - 1 :: depth] = False  # never across two rows
     if block.valid is not None:
-        equal &= rank + 1 < block.lengths[position // depth]  # both cells real, not padding
+        equal &= block.valid.ravel()[1:]  # the second cell is real (so the first one is too)
     if not equal.any():
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty
@@ -1052,8 +1053,10 @@ def _rank_dict_hits(run: _Run, judged: _Judged) -> _Hits | None:
             # A few queries with tied scores: their doc ids come from their dicts.
             keys_of = {row: list(dicts[int(qs[row])]) for row in tied_rows.tolist()}
 
-            def ids_of(tie_rows: np.ndarray, keys_of: dict[int, list[Any]] = keys_of) -> np.ndarray:
-                out = np.full((len(tie_rows), block.depth), "", dtype=object)
+            def ids_of(
+                tie_rows: np.ndarray, keys_of: dict[int, list[Any]] = keys_of, depth: int = block.depth
+            ) -> np.ndarray:
+                out = np.full((len(tie_rows), depth), "", dtype=object)
                 for i, row in enumerate(tie_rows.tolist()):
                     out[i, : len(keys_of[row])] = keys_of[row]
                 return out
