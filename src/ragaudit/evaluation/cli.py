@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError, MetricError
-from ..records import SCORE_NAMES, JudgeRequest
+from ..records import SCORE_NAMES
 from .report import DIAGNOSES, EvaluationReport, RowResult, diagnose
 from .runner import DEFAULT_METRICS, is_pipeline, load_dataset
 
@@ -30,7 +30,6 @@ __all__ = [
     "resolve_pipeline",
 ]
 
-_MAX_CONTEXT_CHARS = 24_000  # the Auditor's default max_context_chars: what one judge call may carry
 _MAX_PRINTED_ROWS = 50  # a bigger report prints its summary only; the files have every row
 
 
@@ -107,8 +106,11 @@ def resolve_pipeline(spec: str) -> Any:
                              "a LlamaIndex query engine or a factory of one")
 
 
-def resolve_judge(spec: str | None) -> Any:
-    """``None`` -> the default judge; ``lexical``; ``chat:<model>``; ``module:attr`` (judge or factory)."""
+def resolve_judge(spec: str | None, *, dry_run: bool = False) -> Any:
+    """``None`` -> the default judge; ``lexical``; ``chat:<model>``; ``module:attr`` (judge or factory).
+
+    With *dry_run*, a ``chat:`` judge is built even without an API key (it is never called).
+    """
     if spec is None:
         from ..judges import default_judge
 
@@ -123,6 +125,8 @@ def resolve_judge(spec: str | None) -> Any:
             raise ConfigurationError("--judge chat:<model> needs a model name, e.g. chat:gpt-4o-mini")
         from ..judges.chat import ChatRagJudge
 
+        if dry_run and not os.environ.get("OPENAI_API_KEY"):
+            return ChatRagJudge(model=model, api_key="dry-run")
         return ChatRagJudge(model=model)
     obj = load_object(spec, "--judge")
     if isinstance(obj, type) or not callable(getattr(obj, "judge", None)):
@@ -146,41 +150,21 @@ def _print_summary(report: EvaluationReport) -> None:
         print(f"\n({len(report.rows)} rows: see --markdown, --html or --json for each row)")
 
 
-def _describe_judge(spec: str | None) -> tuple[str, bool]:
-    """``(judge name, calls a model)`` for *spec*, without building a chat client (no key needed)."""
-    if spec is None:
-        uses_model = bool(os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"))
-        if uses_model:
-            return f"chat:{os.environ.get('RAGAUDIT_JUDGE_MODEL', 'gpt-4o-mini')} (default)", True
-        return "lexical (default)", False
-    if spec == "lexical":
-        return "lexical", False
-    if spec.startswith("chat:"):
-        return spec, True
-    judge = resolve_judge(spec)
-    return str(getattr(judge, "name", type(judge).__name__)), not type(judge).__module__.endswith(".lexical")
-
-
 def _dry_run(dataset: Any, judge_spec: str | None, out: Any = None) -> None:
     out = out or sys.stdout
-    from ..judges.protocol import build_messages
+    from ..judges.cost import estimate_cost
 
     rows = load_dataset(dataset)
-    name, uses_model = _describe_judge(judge_spec)
-    prompt_chars = 0
-    for row in rows:
-        request = JudgeRequest(query=row.question, answer="", context="", reference=row.reference_answer)
-        prompt_chars += sum(len(str(m.get("content", ""))) for m in build_messages(request))
-    per_call_context = _MAX_CONTEXT_CHARS // 4
-    print(f"dry run: {len(rows)} rows, judge {name}", file=out)
-    if uses_model:
-        print(f"  judge calls: {len(rows)} (one per row, plus a repair call for any unreadable reply)",
-              file=out)
-    else:
-        print(f"  judge calls: {len(rows)} (computed locally, no model calls)", file=out)
-    print(f"  prompt tokens (chars/4): ~{prompt_chars // 4} for prompts and questions, plus up to "
-          f"{per_call_context} per call for the retrieved context and the answer "
-          f"(at most ~{prompt_chars // 4 + per_call_context * len(rows)} in all)", file=out)
+    judge = resolve_judge(judge_spec, dry_run=True)
+    name = str(getattr(judge, "name", type(judge).__name__))
+    estimate = estimate_cost(judge, rows)
+    print(f"dry run: {estimate.rows} rows, judge {name}", file=out)
+    print(f"  judge calls: {estimate.calls}"
+          + (f" ({estimate.cached_rows} rows already cached)" if estimate.cached_rows else ""), file=out)
+    print(f"  tokens (estimated): {estimate.prompt_tokens} prompt + {estimate.completion_tokens} completion "
+          f"= {estimate.total_tokens}", file=out)
+    for assumption in estimate.assumptions:
+        print(f"  assumed: {assumption}", file=out)
     print("  nothing was run", file=out)
 
 
