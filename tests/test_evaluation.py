@@ -445,8 +445,6 @@ def test_cli_eval_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert "judge calls: 8\n" in out  # one call per row for all three scores
     prompt_tokens = int(re.search(r"tokens \(estimated\): (\d+) prompt", out).group(1))  # type: ignore[union-attr]
     assert prompt_tokens > 8 * 500  # the protocol's prompt alone is several hundred tokens per row
-    tokens = int(re.search(r"prompt tokens \(chars/4\): ~(\d+)", out).group(1))  # type: ignore[union-attr]
-    assert tokens > 8 * 100  # the rubric alone is hundreds of tokens per call
 
 
 # --- ragaudit report -----------------------------------------------------------------------------
