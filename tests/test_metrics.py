@@ -480,3 +480,34 @@ def test_importing_metrics_loads_no_dataframe_library_or_jit() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+def _table_cases() -> list[tuple[str, object]]:
+    pa = pytest.importorskip("pyarrow")
+    pd = pytest.importorskip("pandas")
+    rows = [("q1", "dé-1", 0.5), ("q1", "d2", 0.5), ("q1", "d10", 0.9), ("q2", "d9", 0.1), ("q2", "ü", 0.7),
+            ("q3", "d1", 0.3)]
+    qids, docids, scores = (list(col) for col in zip(*rows))
+    table = pa.table({"qid": qids, "docid": docids, "score": scores})
+    chunked = pa.Table.from_batches(table.to_batches(max_chunksize=2))
+    dictionary = pa.table({"qid": pa.array(qids).dictionary_encode(), "docid": docids, "score": scores})
+    large = pa.table({"qid": pa.array(qids, pa.large_string()), "docid": pa.array(docids, pa.large_string()),
+                      "score": scores})
+    shuffled = table.take([5, 0, 3, 1, 4, 2])
+    frame = pd.DataFrame({"qid": qids, "docid": docids, "score": scores})
+    categorical = frame.assign(qid=frame["qid"].astype("category"))
+    objects = frame.astype({"qid": object, "docid": object})
+    return [("arrow", table), ("arrow-chunked", chunked), ("arrow-dictionary", dictionary), ("arrow-large", large),
+            ("arrow-shuffled", shuffled), ("pandas", frame), ("pandas-categorical", categorical),
+            ("pandas-object", objects), ("pandas-shuffled", frame.sample(frac=1.0, random_state=1))]
+
+
+def test_table_inputs_of_every_layout_match_the_dict_path() -> None:
+    from ragaudit.metrics import evaluate
+
+    run = {"q1": {"dé-1": 0.5, "d2": 0.5, "d10": 0.9}, "q2": {"d9": 0.1, "ü": 0.7}, "q3": {"d1": 0.3}}
+    qrels = {"q1": {"dé-1": 1, "d2": 2}, "q2": {"ü": 1}, "q3": {"d7": 1}}
+    measures = ["ndcg@2", "mrr@10", "map", "P@1", "recall@2"]
+    expected = evaluate(run, qrels, measures, per_query=True)
+    for name, table in _table_cases():
+        assert evaluate(table, qrels, measures, per_query=True) == expected, name

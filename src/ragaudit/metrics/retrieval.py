@@ -199,9 +199,19 @@ def _table_column(table: Any, names: Sequence[str], what: str) -> Any:
 
 
 def _to_numpy(column: Any, what: str) -> np.ndarray:
-    fixed = _arrow_strings(column, what)
-    if fixed is not None:
-        return fixed
+    categories = getattr(getattr(column, "cat", None), "categories", None)
+    if categories is not None and hasattr(column, "iloc"):
+        codes = np.asarray(column.cat.codes.to_numpy(), dtype=np.intp)
+        if len(codes) and int(codes.min()) < 0:
+            raise MetricError(f"{what} has {int((codes < 0).sum())} missing values")
+        values = _to_numpy(categories, what)
+        return values[codes] if len(values) else values[:0]
+    arrow = _as_arrow(column, combine=False)
+    if arrow is not None:
+        fixed = _arrow_strings(arrow, what)
+        if fixed is not None:
+            return fixed
+        column = arrow  # chunks combined once, not again by to_numpy
     if isinstance(column, np.ndarray):
         arr = column
     elif hasattr(column, "to_numpy"):
@@ -217,12 +227,10 @@ def _to_numpy(column: Any, what: str) -> np.ndarray:
     return arr
 
 
-def _arrow_strings(column: Any, what: str) -> np.ndarray | None:
-    """An Arrow string column (pyarrow, or pandas' pyarrow-backed strings) as a fixed-width bytes array.
-
-    Read straight from Arrow's offsets and data buffers, so no Python string is made per row.
-    Returns None for anything else. pyarrow is never imported here unless the caller already did.
-    """
+def _as_arrow(column: Any, combine: bool = True) -> Any:
+    """*column* as a pyarrow Array (a ChunkedArray unless *combine*) when it is Arrow data
+    (pyarrow, or pandas' pyarrow-backed strings), else None. pyarrow is never imported here
+    unless the caller already did."""
     pa = sys.modules.get("pyarrow")
     if pa is None:
         return None
@@ -234,34 +242,189 @@ def _arrow_strings(column: Any, what: str) -> np.ndarray | None:
             column = pa.array(column)
         except (TypeError, ValueError, pa.ArrowException):
             return None
-    if isinstance(column, pa.ChunkedArray):
+    if combine and isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
+    return column
+
+
+def _arrow_strings(column: Any, what: str) -> np.ndarray | None:
+    """An Arrow string column (pyarrow, or pandas' pyarrow-backed strings) as a fixed-width bytes array.
+
+    Read straight from Arrow's buffers, so no Python string is made per row. Returns None for
+    anything else.
+    """
+    column = _as_arrow(column, combine=False)
+    if column is None:
+        return None
+    pa = sys.modules["pyarrow"]
+    kind = column.type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_dictionary(kind)):
+        return None
+    if isinstance(column, pa.ChunkedArray):
+        if column.num_chunks != 1:
+            # Chunk by chunk: combining the chunks first would copy every string once more.
+            parts = [_arrow_strings(chunk, what) for chunk in column.chunks]
+            fixed = [part for part in parts if part is not None]
+            if not parts or len(fixed) != len(parts):
+                return _arrow_strings(column.combine_chunks(), what)
+            return np.concatenate(fixed)
+        column = column.chunk(0)
     if pa.types.is_dictionary(column.type):
-        column = column.dictionary_decode()
+        if column.null_count:
+            raise MetricError(f"{what} has {column.null_count} missing values")
+        values = _arrow_strings(column.dictionary, what)
+        if values is None:
+            return None
+        return values[column.indices.to_numpy(zero_copy_only=False).astype(np.intp, copy=False)]
     if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
         return None
     if column.null_count:
         raise MetricError(f"{what} has {column.null_count} missing values")
     n = len(column)
-    _, offset_buffer, data_buffer = column.buffers()
-    offset_type = np.int64 if pa.types.is_large_string(column.type) else np.int32
-    offsets = np.frombuffer(
-        offset_buffer, dtype=offset_type, count=n + 1, offset=column.offset * np.dtype(offset_type).itemsize
-    )
-    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(1, np.uint8)
-    starts = offsets[:-1].astype(np.int64)
+    offsets = _arrow_offsets(column)
     lengths = np.diff(offsets)
     width = max(int(lengths.max()) if n else 0, 1)
-    out = np.zeros((n, width), dtype=np.uint8)
-    last = max(len(data) - 1, 0)
-    index = np.empty(n, dtype=np.int64)
-    for j in range(width):
-        np.add(starts, j, out=index)
-        np.minimum(index, last, out=index)
-        byte = data[index]
-        byte[lengths <= j] = 0
-        out[:, j] = byte
-    return out.view(f"S{width}").ravel()
+    data_buffer = column.buffers()[2]
+    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
+    start = int(offsets[0]) if n else 0
+    if n and int(lengths.min()) == width:
+        return data[start : start + n * width].view(f"S{width}")  # equal lengths: the bytes as they are
+    pc = _arrow_compute()
+    if pc is not None:
+        # Padding with NULs in C is fastest (numpy's S strips them again). ascii_rpad counts bytes,
+        # so UTF-8 ids pad right too; the length check guards against any other behaviour.
+        padded = pc.ascii_rpad(column, width=width, padding="\x00")
+        extremes = pc.min_max(pc.binary_length(padded))
+        if extremes["min"].as_py() == extremes["max"].as_py() == width:
+            start = int(_arrow_offsets(padded)[0])
+            return np.frombuffer(padded.buffers()[2], dtype=np.uint8)[start : start + n * width].view(f"S{width}")
+    return _padded_strings(data, offsets[:-1], lengths, width)
+
+
+def _padded_strings(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int) -> np.ndarray:
+    """The byte strings ``data[starts[i] : starts[i] + lengths[i]]`` NUL-padded into an ``S{width}`` array.
+
+    Eight bytes per gather: each string is read as 64-bit words (from a copy of *data* with
+    room past its end) and the bytes past its length are masked off.
+    """
+    n = len(starts)
+    words = -(-width // 8)
+    room = np.zeros(len(data) + 8, dtype=np.uint8)
+    room[: len(data)] = data
+    if sys.byteorder == "little":
+        unaligned = np.ndarray(shape=(len(room) - 7,), dtype=np.uint64, buffer=room, strides=(1,))
+        masks = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
+        out = np.empty((n, words), dtype=np.uint64)
+        index = starts.astype(np.int64)
+        left = lengths.astype(np.int64)
+        for j in range(words):
+            np.bitwise_and(unaligned[index], masks[np.clip(left, 0, 8)], out=out[:, j])
+            index += 8
+            np.minimum(index, len(unaligned) - 1, out=index)
+            left -= 8
+        fixed = out.view(np.uint8)
+    else:
+        fixed = np.zeros((n, words * 8), dtype=np.uint8)
+        index = starts.astype(np.int64)
+        for j in range(width):
+            byte = room[np.minimum(index + j, len(room) - 1)]
+            byte[lengths <= j] = 0
+            fixed[:, j] = byte
+    if words * 8 != width:
+        fixed = np.ascontiguousarray(fixed[:, :width])
+    return fixed.view(f"S{width}").ravel()
+
+
+def _arrow_offsets(column: Any) -> np.ndarray:
+    pa = sys.modules["pyarrow"]
+    offset_type = np.int64 if pa.types.is_large_string(column.type) else np.int32
+    return np.frombuffer(
+        column.buffers()[1],
+        dtype=offset_type,
+        count=len(column) + 1,
+        offset=column.offset * np.dtype(offset_type).itemsize,
+    )
+
+
+def _arrow_compute() -> Any:
+    try:
+        import pyarrow.compute as pc
+    except ImportError:  # pragma: no cover - part of every pyarrow
+        return None
+    return pc
+
+
+@dataclass(frozen=True, slots=True)
+class _QidRuns:
+    """Query ids whose rows are contiguous, each id once: the number of rows and the id of each run."""
+
+    lengths: np.ndarray
+    qids: list[str]
+
+
+def _coded_ids(column: Any, what: str) -> _QidRuns | tuple[np.ndarray, list[str]] | None:
+    """Query ids as integer codes and the distinct ids (as strings) they index, without a
+    Python object per row: Arrow string columns are dictionary-encoded in C, pandas categoricals
+    give their codes. None for any other column (numpy arrays take the generic path)."""
+    categories = getattr(getattr(column, "cat", None), "categories", None)
+    if categories is not None and hasattr(column, "iloc"):
+        codes = np.asarray(column.cat.codes.to_numpy(), dtype=np.int64)
+        if len(codes) and int(codes.min()) < 0:
+            raise MetricError(f"{what} has {int((codes < 0).sum())} missing values")
+        names = [_qid_text(v) for v in categories.tolist()]
+        if len(set(names)) != len(names):
+            return None  # two categories print alike: compare them as strings the slow way
+        return codes, names
+    arrow = _as_arrow(column, combine=False)
+    if arrow is None:
+        return None
+    pa = sys.modules["pyarrow"]
+    if pa.types.is_dictionary(arrow.type):
+        if isinstance(arrow, pa.ChunkedArray):
+            arrow = arrow.combine_chunks()
+        arrow = arrow.dictionary_decode()
+    if not (pa.types.is_string(arrow.type) or pa.types.is_large_string(arrow.type)):
+        return None
+    if arrow.null_count:
+        raise MetricError(f"{what} has {arrow.null_count} missing values")
+    pc = _arrow_compute()
+    if pc is None:
+        return None
+    runs = _arrow_runs(pc, arrow)
+    if runs is not None:
+        return runs
+    if isinstance(arrow, pa.ChunkedArray):
+        arrow = arrow.combine_chunks()
+    encoded = pc.dictionary_encode(arrow)
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    return codes, encoded.dictionary.to_pylist()
+
+
+def _arrow_runs(pc: Any, arrow: Any) -> _QidRuns | None:
+    """The runs of equal ids of an Arrow string column (chunked or not) when each id makes one
+    run and runs average 4 rows or more (a query's rows are nearly always contiguous), else None.
+    The ids are then never looked at row by row."""
+    n = len(arrow)
+    if not n or not hasattr(pc, "run_end_encode"):
+        return None
+    chunks = [c for c in getattr(arrow, "chunks", [arrow]) if len(c)]
+    encoded = [pc.run_end_encode(c) for c in chunks]
+    if sum(len(e.values) for e in encoded) - (len(encoded) - 1) > n // 4:
+        return None
+    qids: list[str] = []
+    sizes: list[np.ndarray] = []
+    for e in encoded:
+        values = e.values.to_pylist()
+        part = np.diff(e.run_ends.to_numpy(zero_copy_only=False), prepend=0).astype(np.int64)
+        if qids and values[0] == qids[-1]:  # a run split across two chunks
+            sizes[-1][-1] += part[0]
+            values, part = values[1:], part[1:]
+        if len(part):
+            qids.extend(values)
+            sizes.append(part)
+    if len(set(qids)) != len(qids):
+        return None
+    return _QidRuns(np.concatenate(sizes), qids)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,6 +499,11 @@ class _DocIds:
             width = max(map(len, docids), default=1) or 1
             return np.fromiter(docids, dtype=f"U{width}", count=len(docids))
         if kind == "S":
+            pa = sys.modules.get("pyarrow")
+            if pa is not None and docids:
+                fixed = _arrow_strings(pa.array(docids, pa.string()), "doc ids")
+                if fixed is not None:
+                    return fixed
             encoded = [d.encode("utf-8") for d in docids]
             width = max(map(len, encoded), default=1) or 1
             return np.fromiter(encoded, dtype=f"S{width}", count=len(encoded))
@@ -590,30 +758,32 @@ def _prepare_dict_run(run: Mapping[Any, Any], qrels: _Qrels, on_duplicate: str) 
 
 
 def _prepare_columns(qids: Any, docids: Any, scores: Any, qrels: _Qrels) -> tuple[_Run, int]:
-    q_arr = _to_numpy(qids, "qids")
+    coded = _coded_ids(qids, "qids")
+    q_names = None
+    q_runs = None
+    if coded is None:
+        q_arr = _to_numpy(qids, "qids")
+    elif isinstance(coded, _QidRuns):
+        q_runs = coded
+    else:
+        q_arr, q_names = coded
     d_arr = _to_numpy(docids, "docids")
     s_arr = _scores_array(_to_numpy(scores, "scores"), "run")
-    if not len(q_arr) == len(d_arr) == len(s_arr):
-        raise MetricError(f"run columns differ in length: {len(q_arr)} qids, {len(d_arr)} docids, {len(s_arr)} scores")
-    if len(q_arr) == 0:
+    n_rows = int(q_runs.lengths.sum()) if q_runs is not None else len(q_arr)
+    if not n_rows == len(d_arr) == len(s_arr):
+        raise MetricError(f"run columns differ in length: {n_rows} qids, {len(d_arr)} docids, {len(s_arr)} scores")
+    if n_rows == 0:
         raise MetricError("the run is empty: no row")
-    if (
+    if q_runs is not None:
+        lengths, run_qids = q_runs.lengths, q_runs.qids
+    elif (
         q_arr.dtype.kind == "O"
         and not set(map(type, q_arr)) <= {str}
         and any(v is None or (isinstance(v, float) and math.isnan(v)) for v in q_arr)
     ):
         raise MetricError("the run has a missing query id")
-    # Rows of a query are nearly always contiguous: find the blocks without sorting any strings.
-    starts = np.concatenate(([0], np.flatnonzero(q_arr[1:] != q_arr[:-1]) + 1))
-    if len(starts) <= len(q_arr) // 4 and _distinct(q_arr[starts]):
-        lengths = np.diff(np.append(starts, len(q_arr)))
-        run_qids = q_arr[starts].tolist()
-        if q_arr.dtype.kind != "U":
-            run_qids = [_qid_text(v) for v in run_qids]
     else:
-        # A query's rows are spread out: gather them (queries in order of first appearance).
-        order, run_qids, lengths = _group_rows(q_arr)
-        d_arr, s_arr = d_arr[order], s_arr[order]
+        lengths, run_qids, d_arr, s_arr = _group_columns(q_arr, q_names, d_arr, s_arr)
     selected = np.fromiter(map(qrels.index.__contains__, run_qids), dtype=bool, count=len(run_qids))
     qid_list = run_qids
     if not selected.all():
@@ -626,6 +796,29 @@ def _prepare_columns(qids: Any, docids: Any, scores: Any, qrels: _Qrels) -> tupl
     prepared = _Run(qid_list, offsets, s_arr, _docids_from_array(d_arr))
     _check_scores(prepared)
     return prepared, len(run_qids)
+
+
+def _group_columns(
+    q_arr: np.ndarray, q_names: list[str] | None, d_arr: np.ndarray, s_arr: np.ndarray
+) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+    """Rows grouped by query: rows per query, the query ids, doc ids and scores in that order.
+
+    *q_names*: *q_arr* holds exact integer codes of these ids.
+    """
+    # Rows of a query are nearly always contiguous: find the blocks without sorting any strings.
+    starts = np.concatenate(([0], np.flatnonzero(q_arr[1:] != q_arr[:-1]) + 1))
+    if len(starts) <= len(q_arr) // 4 and _distinct(q_arr[starts]):
+        lengths = np.diff(np.append(starts, len(q_arr)))
+        run_qids = q_arr[starts].tolist()
+        if q_names is not None:
+            run_qids = [q_names[c] for c in run_qids]
+        elif q_arr.dtype.kind != "U":
+            run_qids = [_qid_text(v) for v in run_qids]
+    else:
+        # A query's rows are spread out: gather them (queries in order of first appearance).
+        order, run_qids, lengths = _group_rows(q_arr, q_names)
+        d_arr, s_arr = d_arr[order], s_arr[order]
+    return lengths, run_qids, d_arr, s_arr
 
 
 def _id_codes(ids: np.ndarray) -> np.ndarray:
@@ -643,8 +836,11 @@ def _distinct(ids: np.ndarray) -> bool:
     return len(np.unique(_id_codes(ids))) == len(ids)
 
 
-def _group_rows(q_arr: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
-    """Row order that groups equal query ids (first appearance first), the ids, the group sizes."""
+def _group_rows(q_arr: np.ndarray, names: list[str] | None = None) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """Row order that groups equal query ids (first appearance first), the ids, the group sizes.
+
+    *names*: *q_arr* holds exact integer codes of these ids.
+    """
     codes = _id_codes(q_arr)
     order = np.argsort(codes)
     sorted_codes = codes[order]
@@ -662,7 +858,8 @@ def _group_rows(q_arr: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
     by_first_row = np.argsort(first_rows)
     starts, sizes = starts[by_first_row], sizes[by_first_row]
     rows = np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(len(order))
-    run_qids = [_qid_text(v) for v in q_arr[first_rows[by_first_row]].tolist()]
+    first_ids = q_arr[first_rows[by_first_row]].tolist()
+    run_qids = [names[c] for c in first_ids] if names is not None else [_qid_text(v) for v in first_ids]
     return order[rows], run_qids, sizes
 
 
