@@ -15,6 +15,7 @@ import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from ._log import RateLimitedLog
 from .errors import ConfigurationError
 from .judges.base import RagJudge
 from .records import Judgement, JudgeRequest, RagTurn
@@ -130,28 +131,6 @@ def _on_sigterm(signum: int, frame: Any) -> None:
                   "not recorded", file=sys.stderr)
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
-
-
-class _RateLimitedLog:
-    """Log a kind of problem once, then at most every *interval* seconds, with a count."""
-
-    def __init__(self, interval: float = 60.0) -> None:
-        self._interval = interval
-        self._last: dict[str, float] = {}
-        self._suppressed: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def warning(self, kind: str, message: str, *args: Any) -> None:
-        now = time.monotonic()
-        with self._lock:
-            last = self._last.get(kind)
-            if last is not None and now - last < self._interval:
-                self._suppressed[kind] = self._suppressed.get(kind, 0) + 1
-                return
-            suppressed = self._suppressed.pop(kind, 0)
-            self._last[kind] = now
-        suffix = f" ({suppressed} more since the last message)" if suppressed else ""
-        logger.warning(message + suffix, *args)
 
 
 _CLOSE_BATCH = 64
@@ -372,7 +351,7 @@ class Auditor:
         self._thread: threading.Thread | None = None
         self._semaphore: asyncio.Semaphore | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._log = _RateLimitedLog()
+        self._log = RateLimitedLog()
         self_ref = weakref.ref(self)
 
         def _at_exit() -> None:

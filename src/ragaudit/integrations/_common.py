@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from opentelemetry import context as _otel_context
 
+from .._log import RateLimitedLog
 from ..errors import ConfigurationError
-from ..online import DEFAULT_TURN_MEASURES, _RateLimitedLog, turn_metrics
+from ..online import DEFAULT_TURN_MEASURES, turn_metrics
 from ..records import (
     Citation,
     Generation,
@@ -71,7 +72,7 @@ _ID_KEYS = ("id", "doc_id")
 _SOURCE_KEYS = ("source", "file_name", "file_path", "url")
 _SCORE_KEYS = ("score", "relevance_score", "_distance")
 
-_log = _RateLimitedLog()
+_log = RateLimitedLog()
 
 
 def report_failure(where: str, exc: BaseException) -> None:

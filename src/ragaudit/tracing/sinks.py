@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .._log import RateLimitedLog
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Judgement, RagTurn, Retrieval
 
@@ -66,7 +67,7 @@ class HttpSink:
         self._batch_size = batch_size
         self._lock = threading.Lock()
         self._counts = {"sent": 0, "failed": 0, "dropped": 0, "retries": 0}
-        self._logged: dict[str, float] = {}
+        self._log = RateLimitedLog(interval=300.0)
         self._busy = 0
         self._idle = threading.Condition(self._lock)
         self._closed = False
@@ -121,7 +122,7 @@ class HttpSink:
                 with self._idle:
                     self._busy -= 1
                     self._counts["dropped"] += 1
-                self._log_once(
+                self._log.warning(
                     "queue-full", "ragaudit: %s queue full; judgement dropped", type(self).__name__
                 )
 
@@ -189,7 +190,7 @@ class HttpSink:
                 try:
                     delivered = self.send(path, bodies)
                 except Exception as exc:
-                    self._log_once(f"send:{type(exc).__name__}", "ragaudit: %s failed to send: %s",
+                    self._log.warning(f"send:{type(exc).__name__}", "ragaudit: %s failed to send: %s",
                                    type(self).__name__, exc)
                     delivered = 0
                 with self._idle:
@@ -210,7 +211,7 @@ class HttpSink:
             try:
                 response = self._client.post(self.endpoint + path, json=body)
             except Exception as exc:  # connection refused, timeout, ...
-                self._log_once(
+                self._log.warning(
                     f"transport:{type(exc).__name__}",
                     "ragaudit: %s cannot reach %s: %s: %s",
                     type(self).__name__,
@@ -221,7 +222,7 @@ class HttpSink:
                 continue
             if response.status_code < 300:
                 return True
-            self._log_once(
+            self._log.warning(
                 f"http:{response.status_code}",
                 "ragaudit: %s got HTTP %d from %s%s: %s",
                 type(self).__name__,
@@ -237,13 +238,6 @@ class HttpSink:
     def _count(self, key: str) -> None:
         with self._lock:
             self._counts[key] += 1
-
-    def _log_once(self, kind: str, message: str, *args: Any) -> None:
-        now = time.monotonic()
-        last = self._logged.get(kind)
-        if last is None or now - last > 300:
-            self._logged[kind] = now
-            logger.warning(message, *args)
 
 
 def _label(score: float | None, threshold: float) -> str:
@@ -356,7 +350,7 @@ class PhoenixSink(HttpSink):
                 return None
             if time.monotonic() >= deadline or self._stop.wait(0.05):
                 break
-        self._log_once("no-span-ids", "ragaudit: PhoenixSink found no retrieval span for turn %s; "
+        self._log.warning("no-span-ids", "ragaudit: PhoenixSink found no retrieval span for turn %s; "
                        "its document annotations are dropped", item["turn_id"])
         return None
 
