@@ -38,6 +38,7 @@ from ._endpoint import (
 )
 from .base import BaseRagJudge
 from .cost import CostEstimate, chat_call_estimate, typical_reply_chars
+from .parsing import find_json_object
 from .protocol import new_nonce, wrap_untrusted
 
 if TYPE_CHECKING:
@@ -63,17 +64,8 @@ _MAX_REASON_CHARS = 4000
 _MAX_NOTES = 20
 
 def _json_object(text: str | None) -> dict[str, Any] | None:
-    """The JSON object from the first ``{`` to the last ``}`` of *text*, or None."""
-    if not isinstance(text, str):
-        return None
-    first, last = text.find("{"), text.rfind("}")
-    if first < 0 or last <= first:
-        return None
-    try:
-        obj = json.loads(text[first : last + 1], strict=False)
-    except ValueError:
-        return None
-    return obj if isinstance(obj, dict) else None
+    """The judge's JSON object (the protocol's tolerant rule, any object accepted), or None."""
+    return find_json_object(text, wanted=lambda obj: True) if isinstance(text, str) else None
 
 
 # -- reading scores and their token distributions --------------------------------------------------

@@ -34,13 +34,13 @@ import ast
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..records import SCORE_NAMES
 
-__all__ = ["ParsedScores", "parse_judgement"]
+__all__ = ["ParsedScores", "find_json_object", "norm_key", "parse_judgement"]
 
 _KEYS: dict[str, str] = {
     "faithfulnessscore": "faithfulness",
@@ -132,7 +132,7 @@ def _parse(text: Any, notes: list[str]) -> ParsedScores:
     if first < 0:
         notes.append("no JSON object in the judge output")
         return ParsedScores(notes=tuple(notes))
-    obj = _find_object(text, first, notes)
+    obj = find_json_object(text, notes=notes)
     if obj is None:
         pattern = _scores_by_pattern(text[first:])
         if pattern:
@@ -144,8 +144,22 @@ def _parse(text: Any, notes: list[str]) -> ParsedScores:
     return _build(values, reason, scale_hint, notes)
 
 
-def _find_object(text: str, first: int, notes: list[str]) -> dict[str, Any] | None:
-    last = text.rfind("}")
+def find_json_object(
+    text: str, wanted: Callable[[dict[str, Any]], bool] | None = None, notes: list[str] | None = None
+) -> dict[str, Any] | None:
+    """The JSON object a judge replied with, by the protocol's tolerant rule.
+
+    The text from the first ``{`` to the last ``}``, parsed as JSON or repaired (trailing commas,
+    Python-style quotes and literals); when that is not an object *wanted* accepts (by default: one
+    with a score key), the first object inside the text that it accepts. Never raises; None when
+    there is no object. Repairs are described in *notes* when given. Judges with their own reply
+    formats (rubric, correctness, G-Eval, pairwise) pass their own *wanted*.
+    """
+    wanted = _has_score_key if wanted is None else wanted
+    notes = [] if notes is None else notes
+    first, last = text.find("{"), text.rfind("}")
+    if first < 0:
+        return None
     whole: dict[str, Any] | None = None
     if last > first:
         candidate = text[first : last + 1]
@@ -154,7 +168,7 @@ def _find_object(text: str, first: int, notes: list[str]) -> dict[str, Any] | No
             whole = _loads_repaired(candidate)
             if whole is not None:
                 notes.append("JSON repaired (trailing commas or quotes)")
-        if _has_score_key(whole):
+        if whole is not None and wanted(whole):
             return whole
     decoder = json.JSONDecoder(strict=False)
     start, tries = first, 0
@@ -165,7 +179,7 @@ def _find_object(text: str, first: int, notes: list[str]) -> dict[str, Any] | No
         except (ValueError, RecursionError):
             value = None
         obj = _as_object(value)
-        if _has_score_key(obj):
+        if obj is not None and wanted(obj):
             notes.append("JSON object found after other braces")
             return obj
         start = text.find("{", start + 1)
@@ -201,7 +215,8 @@ def _as_object(value: Any) -> dict[str, Any] | None:
     return None
 
 
-def _norm_key(key: Any) -> str:
+def norm_key(key: Any) -> str:
+    """*key* without spaces, underscores and dashes, lower-cased: ``Faithfulness_Score`` -> ``faithfulnessscore``."""
     return re.sub(r"[\s_\-]", "", str(key)).lower()
 
 
@@ -209,9 +224,9 @@ def _has_score_key(obj: dict[str, Any] | None) -> bool:
     if obj is None:
         return False
     for key, value in obj.items():
-        if _norm_key(key) in _KEYS:
+        if norm_key(key) in _KEYS:
             return True
-        if isinstance(value, dict) and any(_norm_key(k) in _KEYS for k in value):
+        if isinstance(value, dict) and any(norm_key(k) in _KEYS for k in value):
             return True
     return False
 
@@ -219,11 +234,11 @@ def _has_score_key(obj: dict[str, Any] | None) -> bool:
 def _flatten(obj: Mapping[Any, Any]) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in obj.items():
-        if isinstance(value, Mapping) and _norm_key(key) not in _KEYS:
+        if isinstance(value, Mapping) and norm_key(key) not in _KEYS:
             for inner_key, inner in value.items():
-                flat.setdefault(_norm_key(inner_key), inner)
+                flat.setdefault(norm_key(inner_key), inner)
     for key, value in obj.items():
-        flat[_norm_key(key)] = value
+        flat[norm_key(key)] = value
     return flat
 
 
@@ -295,7 +310,7 @@ def _read_string(raw: str) -> _Value | None:
 def _scores_by_pattern(text: str) -> dict[str, _Value | None]:
     found: dict[str, _Value | None] = {}
     for match in _PATTERN_RE.finditer(text):
-        name = _KEYS.get(_norm_key(match.group(1)))
+        name = _KEYS.get(norm_key(match.group(1)))
         if name is None or found.get(name) is not None:
             continue
         value = _read_string(match.group(2))

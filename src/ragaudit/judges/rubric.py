@@ -21,6 +21,7 @@ from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Judgement, JudgeRequest, truncate
 from .chat import ChatRagJudge, _Reading, _Run
 from .cost import CostEstimate, chat_call_estimate, typical_reply_chars
+from .parsing import find_json_object, norm_key
 from .protocol import new_nonce, wrap_untrusted
 
 if TYPE_CHECKING:
@@ -39,14 +40,12 @@ _NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 _RESERVED = frozenset({"reason", "reasoning", "scores", "labels", "criteria", "levels", "scale"})
 _MAX_LEVELS = 11
 _MAX_REASON_CHARS = 4000
-_MAX_STARTS = 64
 _REASON_KEYS = ("reason", "reasoning", "explanation", "rationale")
 _LEVEL_KEYS = ("level", "score", "value")
 _LABEL_KEYS = ("label", "verdict", "result")
 _PASS_WORDS = frozenset({"pass", "passed", "passes", "yes", "true", "ok"})
 _FAIL_WORDS = frozenset({"fail", "failed", "fails", "no", "false"})
 _NUMBER_RE = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(%?)\s*")
-_TRAILING_COMMA_RE = re.compile(r",\s*([}\]])")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +82,7 @@ class Criterion:
                 f"criterion name must be a letter then letters, digits, '_' or '-' (at most 64), got {self.name!r}"
             )
         where = f"criterion {self.name!r}"
-        if _norm(self.name) in _RESERVED:
+        if norm_key(self.name) in _RESERVED:
             raise ConfigurationError(f"{where}: the name is reserved for the reply format; choose another")
         if not isinstance(self.description, str) or not self.description.strip():
             raise ConfigurationError(f"{where}: description must be a non-empty string")
@@ -124,7 +123,7 @@ class Criterion:
     @property
     def key(self) -> str:
         """The name as replies are matched against it (case, ``_`` and ``-`` ignored)."""
-        return _norm(self.name)
+        return norm_key(self.name)
 
     def normalise(self, level: float) -> float:
         """*level* on this criterion's scale mapped to [0, 1]."""
@@ -150,54 +149,19 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _norm(key: Any) -> str:
-    return re.sub(r"[\s_\-]", "", str(key)).lower()
-
-
 def _normalised(obj: Mapping[Any, Any]) -> dict[str, Any]:
-    return {_norm(k): v for k, v in obj.items()}
+    return {norm_key(k): v for k, v in obj.items()}
 
 
 def _find_object(text: str, wanted: Callable[[dict[str, Any]], bool]) -> tuple[dict[str, Any] | None, list[str]]:
-    """The JSON object in *text*: first ``{`` to last ``}``, repaired, or the first wanted one inside."""
-    notes: list[str] = []
-    first, last = text.find("{"), text.rfind("}")
-    if first < 0:
+    """The JSON object in *text* that *wanted* accepts (see :func:`~ragaudit.judges.parsing.find_json_object`)."""
+    if "{" not in text:
         return None, ["no JSON object in the judge output"]
-    whole = None
-    if last > first:
-        candidate = text[first : last + 1]
-        whole = _loads(candidate)
-        if whole is None:
-            whole = _loads(_TRAILING_COMMA_RE.sub(r"\1", candidate))
-            if whole is not None:
-                notes.append("JSON repaired (trailing commas)")
-        if whole is not None and wanted(whole):
-            return whole, notes
-    decoder = json.JSONDecoder(strict=False)
-    start = first
-    for _ in range(_MAX_STARTS):
-        if start < 0:
-            break
-        try:
-            value, _end = decoder.raw_decode(text, start)
-        except (ValueError, RecursionError):
-            value = None
-        if isinstance(value, dict) and wanted(value):
-            notes.append("JSON object found after other braces")
-            return value, notes
-        start = text.find("{", start + 1)
-    if whole is None:
+    notes: list[str] = []
+    obj = find_json_object(text, wanted, notes)
+    if obj is None:
         notes.append("no readable JSON object in the judge output")
-    return whole, notes
-
-
-def _loads(candidate: str) -> dict[str, Any] | None:
-    try:
-        value = json.loads(candidate, strict=False)
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
+    return obj, notes
 
 
 def _reason(flat: Mapping[str, Any]) -> str | None:
