@@ -136,3 +136,38 @@ def test_configure_langfuse_points_otlp_at_langfuse(tmp_path: Path) -> None:
     assert path == "/api/public/otel/v1/traces"
     assert auth == ["Basic", base64.b64encode(b"pk-lf:sk-lf").decode()]
     assert obs_type == "span"
+
+
+@pytest.mark.timeout(120)
+def test_host_chain_unchanged_while_the_sink_answers_500_slowly() -> None:
+    """A LangChain chain with the handler returns the same answers while the Langfuse backend answers
+    500 after a delay: the chains return while the sink is still failing (nothing waits on it), and
+    every failure is counted afterwards."""
+    from ragaudit.integrations.langchain import RagAuditCallbackHandler
+    from tests.support.langchain_support import KB, rag_chain
+    from tests.support.topics import QUESTIONS
+
+    kb = KB()
+    chain = rag_chain(kb.retriever)
+    questions = list(QUESTIONS)[:4]
+    baseline = [chain.invoke(q) for q in questions]
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    with HttpRecorder() as rec:
+        rec.status, rec.delay_s = 500, 0.3
+        sink = LangfuseSink(rec.url, public_key="pk", secret_key="sk", max_retries=1, backoff_s=0.01)
+        auditor = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0, "context_relevance": 1.0,
+                                               "answer_relevance": 1.0}),
+                          audit_log=None, sinks=[sink], tracer_provider=provider)
+        handler = RagAuditCallbackHandler(auditor=auditor)
+        answers = [chain.invoke(q, config={"callbacks": [handler]}) for q in questions]
+        in_flight = sink.stats()
+        assert handler.flush(60)
+        stats = auditor.stats()
+        auditor.shutdown()
+    assert answers == baseline == [kb.answers[q] for q in questions]
+    # when the last chain returned, the slow failing backend had not finished with the scores
+    assert in_flight["failed"] < 3 * len(questions)
+    assert stats["judged"] == len(questions)
+    assert stats["sink_errors"] == 3 * len(questions)  # three scores per judgement, each given up on
+    assert sink.stats()["retries"] == 3 * len(questions)
