@@ -1,32 +1,44 @@
-"""Retrieval-metric speed: ragaudit against pytrec_eval (and ranx when installed), same data, same run.
+"""Retrieval-metric speed and memory: ragaudit's input paths against pytrec_eval, over a grid of runs.
 
-    python benchmarks/metrics_speed.py            # 100,000 queries x 100 docs (~2-4 min on 2 cores)
-    python benchmarks/metrics_speed.py --quick    # 2,000 queries: a smoke run of a few seconds
+    python benchmarks/metrics_speed.py           # 100,000 queries x 100 docs, the full grid (~6-10 min)
+    python benchmarks/metrics_speed.py --quick   # 2,000 queries: a smoke run of a few seconds
 
-Data: Q queries x D retrieved docs ("d<int>" ids from a 1M-doc corpus, random scores, rows in rank
-order as a retriever writes them, or in random order with ``--shuffle``), ~5 judged relevant docs
-per query with graded labels 1-3, about 60 % of them retrieved. Measures: ndcg@10, recall@10,
-mrr@10, map@100 (pytrec_eval: ndcg_cut_10, recall_10, recip_rank cut at rank 10 afterwards --
-trec_eval's recip_rank has no cut-off --, map_cut_100). Every tool returns the four means.
+The grid: ties in none / 5 % / 60 % of the queries x rows in rank order / shuffled. Each cell is
+one run of Q queries x D retrieved docs with 13-character doc ids ("doc-" and 9 digits, from a
+1,000,003-doc corpus) and ~5 judged docs per query (graded 1-3, about 60 % of them retrieved).
+Scores are uniform in [0, 1); a tied cell rounds every score to the grid of M levels at which the
+given share of queries has at least one tie (the share measured in 32-bit floats is reported:
+trec_eval compares scores so). "rank": each query's rows best first, as a retriever writes them;
+"shuffled": each query's rows in random order (queries stay contiguous, as in a run file).
+Measures: ndcg@10, recall@10, mrr@10, map@100 (pytrec_eval: ndcg_cut_10, recall_10, recip_rank
+cut at rank 10 afterwards -- trec_eval's recip_rank has no cut-off --, map_cut_100).
 
-Method. Each tool runs in a process of its own (so peak memory is its own and no tool warms
-another's caches): the process loads the data, builds the tool's natural input outside the clock
-(nested dicts; numpy columns; a pandas DataFrame; a pyarrow Table), then times the whole
-evaluation from that input -- qrels and run conversion included -- once (``first_s``: includes any
-JIT compilation, e.g. ranx's numba kernels) and then ``--repeat`` more times (``best_s`` is the
-fastest). For ranx the conversion to its Qrels/Run objects and the kernels are also timed apart.
-Peak memory: Linux's per-process high-water mark, reset just before the timed calls
-(``/proc/self/clear_refs``), minus the resident size at that moment (``peak_added_mb``); the whole
-process peak, input data included, is ``peak_rss_mb``. Import time is the best of three fresh
-interpreters, the bytecode cache written. Every tool's means are checked against pytrec_eval's
-(``max_abs_diff``).
+Speed. In ONE process per cell, every input is built once outside the clock -- nested dicts (the
+same object for pytrec_eval and ragaudit), numpy columns, a pandas DataFrame, a pyarrow Table --
+then ``--rounds`` rounds time each tool once, in an order rotated every round (so machine load,
+which 7 other engineers share on 2 cores, falls on every tool alike), after one untimed warm-up
+call each. A tool's time is its whole evaluation from its input, qrels and run conversion
+included. Reported: the median and min-max of each tool's times, and its speed-up against
+pytrec_eval = median of the per-round ratios (pytrec_eval's time in that round / the tool's), with
+their min-max.
+
+Memory. Each (cell, tool) runs again in a process of its own that loads the cell, builds the
+tool's input, resets Linux's high-water mark (``/proc/self/clear_refs``) and evaluates once:
+``peak_mb`` is that process's peak resident size during the evaluation (its input included),
+``added_mb`` the part above what was resident just before.
+
+Exactness. Every tool's four means are compared with pytrec_eval's (``max_abs_diff``), and
+ragaudit's per-query values from numpy columns with pytrec_eval's per-query values
+(``max_abs_diff_per_query``).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,21 +55,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from benchmarks._bench import machine_info, print_machine, write_result
 
 MEASURES = ["ndcg@10", "recall@10", "mrr@10", "map@100"]
+TREC_MEASURES = {"ndcg_cut_10", "recall_10", "recip_rank", "map_cut_100"}
 TOOLS = {
-    "ragaudit-columnar": "ragaudit, numpy columns (evaluate_columns)",
-    "ragaudit-dict": "ragaudit, nested dicts (evaluate)",
-    "ragaudit-pandas": "ragaudit, pandas DataFrame (evaluate)",
-    "ragaudit-arrow": "ragaudit, pyarrow Table (evaluate)",
     "pytrec_eval": "pytrec_eval, nested dicts",
-    "ranx": "ranx, nested dicts -> Qrels/Run -> evaluate",
+    "dicts": "ragaudit, nested dicts (evaluate)",
+    "numpy": "ragaudit, numpy columns (evaluate_columns)",
+    "pandas": "ragaudit, pandas DataFrame (evaluate)",
+    "pyarrow": "ragaudit, pyarrow Table (evaluate)",
 }
-OPTIONAL_MODULE = {
-    "ragaudit-pandas": "pandas",
-    "ragaudit-arrow": "pyarrow",
-    "pytrec_eval": "pytrec_eval",
-    "ranx": "ranx",
-}
-IMPORTS = {"ragaudit.metrics": "ragaudit.metrics", "pytrec_eval": "pytrec_eval", "ranx": "ranx"}
+OPTIONAL_MODULE = {"pytrec_eval": "pytrec_eval", "pandas": "pandas", "pyarrow": "pyarrow"}
+COLUMN_TOOLS = ("numpy", "pandas", "pyarrow")
 CORPUS = 1_000_003  # prime: (a + j*b) mod CORPUS gives distinct docs for j < CORPUS
 
 
@@ -65,33 +72,50 @@ CORPUS = 1_000_003  # prime: (a + j*b) mod CORPUS gives distinct docs for j < CO
 # Data
 
 
-def make_data(path: Path, queries: int, depth: int, relevant: int, seed: int, shuffle: bool = False) -> None:
-    """Write the run and qrels as numpy arrays to *path* (.npz); *shuffle*: rows in random order."""
+def levels_for(tied_share: float, depth: int) -> int | None:
+    """Score levels at which *tied_share* of queries of *depth* docs have a tie (birthday bound)."""
+    if tied_share <= 0:
+        return None
+    pairs = depth * (depth - 1) / 2
+    return max(2, round(pairs / -np.log1p(-min(tied_share, 0.999))))
+
+
+def make_cell(queries: int, depth: int, relevant: int, tied_share: float, order: str, seed: int) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     start = rng.integers(0, CORPUS, queries)
     step = rng.integers(1, CORPUS, queries)
     docs = (start[:, None] + np.arange(depth)[None, :] * step[:, None]) % CORPUS
-    scores = -np.sort(-rng.random((queries, depth)), axis=1)  # rank order, best first
+    scores = rng.random((queries, depth))
+    levels = levels_for(tied_share, depth)
+    if levels is not None:
+        scores = np.floor(scores * levels) / levels
+    if order == "rank":
+        by_score = np.argsort(-scores, axis=1, kind="stable")
+    else:
+        by_score = np.argsort(rng.random((queries, depth)), axis=1)
+    docs = np.take_along_axis(docs, by_score, axis=1)
+    scores = np.take_along_axis(scores, by_score, axis=1)
+    as32 = np.sort(scores.astype(np.float32), axis=1)
+    tied_measured = float((as32[:, 1:] == as32[:, :-1]).any(axis=1).mean())
     qid_names = np.char.add("q", np.arange(queries).astype("U7"))
     retrieved = rng.random((queries, relevant)) < 0.6
     at_rank = rng.integers(0, depth, (queries, relevant))
     outside = rng.integers(0, CORPUS, (queries, relevant))
     rel_docs = np.where(retrieved, np.take_along_axis(docs, at_rank, axis=1), outside)
-    rows = rng.permutation(queries * depth) if shuffle else np.arange(queries * depth)
-    np.savez(
-        path,
-        qids=np.repeat(qid_names, depth)[rows],
-        docids=np.char.add("d", docs.ravel().astype("U7"))[rows],
-        scores=scores.ravel()[rows],
-        qrels_qids=np.repeat(qid_names, relevant),
-        qrels_docids=np.char.add("d", rel_docs.ravel().astype("U7")),
-        qrels_labels=rng.integers(1, 4, queries * relevant),
-    )
 
+    def ids(numbers: np.ndarray) -> np.ndarray:
+        return np.char.add("doc-", np.char.zfill(numbers.ravel().astype("U9"), 9))
 
-def load_data(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path) as data:
-        return {name: data[name] for name in data.files}
+    return {
+        "qids": np.repeat(qid_names, depth),
+        "docids": ids(docs),
+        "scores": scores.ravel(),
+        "qrels_qids": np.repeat(qid_names, relevant),
+        "qrels_docids": ids(rel_docs),
+        "qrels_labels": rng.integers(1, 4, queries * relevant),
+        "levels": levels,
+        "tied_share_measured": tied_measured,
+    }
 
 
 def nested(qids: np.ndarray, docids: np.ndarray, values: np.ndarray) -> dict[str, dict[str, Any]]:
@@ -101,17 +125,111 @@ def nested(qids: np.ndarray, docids: np.ndarray, values: np.ndarray) -> dict[str
     return out
 
 
+def build_inputs(data: dict[str, Any], tools: list[str]) -> dict[str, Any]:
+    """Each tool's natural input, built from the cell's arrays."""
+    inputs: dict[str, Any] = {"qrels": nested(data["qrels_qids"], data["qrels_docids"], data["qrels_labels"])}
+    if "dicts" in tools or "pytrec_eval" in tools:
+        inputs["run"] = nested(data["qids"], data["docids"], data["scores"])
+    if "numpy" in tools:
+        inputs["columns"] = (data["qids"], data["docids"], data["scores"])
+    if "pandas" in tools:
+        import pandas as pd
+
+        inputs["frame"] = pd.DataFrame({"qid": data["qids"], "docid": data["docids"], "score": data["scores"]})
+    if "pyarrow" in tools:
+        import pyarrow as pa
+
+        inputs["table"] = pa.table({"qid": data["qids"], "docid": data["docids"], "score": data["scores"]})
+    return inputs
+
+
+def pytrec_means(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]]) -> dict[str, float]:
+    per_query = pytrec_per_query(run, qrels)
+    return {name: sum(values[name] for values in per_query.values()) / len(per_query) for name in MEASURES}
+
+
+def pytrec_per_query(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]]) -> dict[str, dict[str, float]]:
+    import pytrec_eval
+
+    evaluator = pytrec_eval.RelevanceEvaluator(qrels, TREC_MEASURES)
+    out: dict[str, dict[str, float]] = {}
+    for qid, values in evaluator.evaluate(run).items():
+        rr = values["recip_rank"]
+        out[qid] = {
+            "ndcg@10": values["ndcg_cut_10"],
+            "recall@10": values["recall_10"],
+            "mrr@10": rr if rr >= 0.1 - 1e-12 else 0.0,
+            "map@100": values["map_cut_100"],
+        }
+    return out
+
+
+def calls(inputs: dict[str, Any], tools: list[str]) -> dict[str, Callable[[], dict[str, float]]]:
+    from ragaudit import metrics
+
+    qrels = inputs["qrels"]
+    out: dict[str, Callable[[], dict[str, float]]] = {}
+    for tool in tools:
+        if tool == "pytrec_eval":
+            out[tool] = lambda: pytrec_means(inputs["run"], qrels)
+        elif tool == "dicts":
+            out[tool] = lambda: metrics.evaluate(inputs["run"], qrels, MEASURES)
+        elif tool == "numpy":
+            out[tool] = lambda: metrics.evaluate_columns(*inputs["columns"], qrels, MEASURES)
+        elif tool == "pandas":
+            out[tool] = lambda: metrics.evaluate(inputs["frame"], qrels, MEASURES)
+        elif tool == "pyarrow":
+            out[tool] = lambda: metrics.evaluate(inputs["table"], qrels, MEASURES)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
-# Workers: one tool per process
+# Speed: one process, interleaved rounds
 
 
-def _peak_reset() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
+def time_cell(inputs: dict[str, Any], tools: list[str], rounds: int) -> dict[str, Any]:
+    call = calls(inputs, tools)
+    means = {tool: fn() for tool, fn in call.items()}  # warm-up, untimed; also the values checked
+    times: dict[str, list[float]] = {tool: [] for tool in tools}
+    for r in range(rounds):
+        rotated = tools[r % len(tools) :] + tools[: r % len(tools)]
+        for tool in rotated:
+            gc.collect()
+            started = time.perf_counter()
+            call[tool]()
+            times[tool].append(time.perf_counter() - started)
+    out: dict[str, Any] = {}
+    reference = times.get("pytrec_eval")
+    for tool in tools:
+        entry: dict[str, Any] = {
+            "times_s": times[tool],
+            "median_s": statistics.median(times[tool]),
+            "min_s": min(times[tool]),
+            "max_s": max(times[tool]),
+            "means": means[tool],
+        }
+        if reference is not None:
+            ratios = [ref / mine for ref, mine in zip(reference, times[tool])]
+            entry["vs_pytrec_eval"] = statistics.median(ratios)
+            entry["vs_pytrec_eval_min"] = min(ratios)
+            entry["vs_pytrec_eval_max"] = max(ratios)
+            entry["max_abs_diff"] = max(abs(means[tool][m] - means["pytrec_eval"][m]) for m in MEASURES)
+        out[tool] = entry
+    return out
+
+
+def per_query_diff(inputs: dict[str, Any]) -> float:
+    from ragaudit import metrics
+
+    reference = pytrec_per_query(inputs["run"], inputs["qrels"])
+    ours = metrics.evaluate_columns(*inputs["columns"], inputs["qrels"], MEASURES, per_query=True)
+    if set(ours) != set(reference):
+        return float("inf")
+    return max(abs(ours[q][m] - reference[q][m]) for q in reference for m in MEASURES)
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory: one process per (cell, tool)
 
 
 def _status_kb(field: str) -> int | None:
@@ -124,127 +242,58 @@ def _status_kb(field: str) -> int | None:
     return None
 
 
-def _maxrss_kb() -> int:
-    import resource
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak // 1024 if sys.platform == "darwin" else peak
-
-
-def _pytrec_means(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]]) -> dict[str, float]:
-    import pytrec_eval
-
-    evaluator = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut_10", "recall_10", "recip_rank", "map_cut_100"})
-    per_query = evaluator.evaluate(run)
-    n = len(per_query)
-    totals = dict.fromkeys(MEASURES, 0.0)
-    for values in per_query.values():
-        totals["ndcg@10"] += values["ndcg_cut_10"]
-        totals["recall@10"] += values["recall_10"]
-        rr = values["recip_rank"]
-        totals["mrr@10"] += rr if rr >= 0.1 - 1e-12 else 0.0
-        totals["map@100"] += values["map_cut_100"]
-    return {name: total / n for name, total in totals.items()}
-
-
-def _worker(tool: str, data_path: Path, repeat: int) -> dict[str, Any]:
-    data = load_data(data_path)
-    qrels = nested(data["qrels_qids"], data["qrels_docids"], data["qrels_labels"])
-    extra: dict[str, Any] = {}
-    call: Callable[[], dict[str, float]]
-    if tool.startswith("ragaudit"):
-        from ragaudit import metrics
-
-        if tool == "ragaudit-columnar":
-            qids, docids, scores = data["qids"], data["docids"], data["scores"]
-
-            def call() -> dict[str, float]:
-                return metrics.evaluate_columns(qids, docids, scores, qrels, MEASURES)  # type: ignore[return-value]
-
-        elif tool == "ragaudit-dict":
-            run = nested(data["qids"], data["docids"], data["scores"])
-
-            def call() -> dict[str, float]:
-                return metrics.evaluate(run, qrels, MEASURES)  # type: ignore[return-value]
-
-        else:
-            if tool == "ragaudit-pandas":
-                import pandas as pd
-
-                table: Any = pd.DataFrame({"qid": data["qids"], "docid": data["docids"], "score": data["scores"]})
-                extra["column_dtypes"] = {k: str(v) for k, v in table.dtypes.items()}
-            else:
-                import pyarrow as pa
-
-                table = pa.table({"qid": data["qids"], "docid": data["docids"], "score": data["scores"]})
-
-            def call() -> dict[str, float]:
-                return metrics.evaluate(table, qrels, MEASURES)  # type: ignore[return-value]
-
-    elif tool == "pytrec_eval":
-        run = nested(data["qids"], data["docids"], data["scores"])
-
-        def call() -> dict[str, float]:
-            return _pytrec_means(run, qrels)
-
-    elif tool == "ranx":
-        import ranx
-
-        run = nested(data["qids"], data["docids"], data["scores"])
-
-        def call() -> dict[str, float]:
-            started = time.perf_counter()
-            ranx_qrels, ranx_run = ranx.Qrels(qrels), ranx.Run(run)
-            converted = time.perf_counter()
-            means = ranx.evaluate(ranx_qrels, ranx_run, MEASURES)
-            extra.setdefault("convert_s", []).append(converted - started)
-            extra.setdefault("kernels_s", []).append(time.perf_counter() - converted)
-            return {name: float(value) for name, value in means.items()}  # type: ignore[union-attr]
-
-    else:
-        raise SystemExit(f"unknown tool {tool!r}")
-    del data
-    import gc
-
+def memory_worker(tool: str, data_path: Path) -> dict[str, Any]:
+    with np.load(data_path) as stored:
+        data: dict[str, Any] = {name: stored[name] for name in stored.files}
+    inputs = build_inputs(data, [tool])
+    del data, stored
+    call = calls(inputs, [tool])[tool]
     gc.collect()
-    rss_before_kb = _status_kb("VmRSS") or 0
-    reset = _peak_reset()
-    times: list[float] = []
-    means: dict[str, float] = {}
-    for _ in range(1 + repeat):
-        started = time.perf_counter()
-        means = call()
-        times.append(time.perf_counter() - started)
-    peak_kb = (_status_kb("VmHWM") if reset else None) or _maxrss_kb()
+    before_kb = _status_kb("VmRSS") or 0
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS
+        reset = True
+    except OSError:
+        reset = False
+    call()
+    if reset:
+        peak_kb = _status_kb("VmHWM") or 0
+    else:
+        import resource
+
+        peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
         "tool": tool,
-        "first_s": times[0],
-        "best_s": min(times[1:]) if len(times) > 1 else times[0],
-        "times_s": times,
-        "means": means,
-        "rss_before_mb": rss_before_kb / 1024,
-        "peak_rss_mb": peak_kb / 1024,
-        "peak_added_mb": (peak_kb - rss_before_kb) / 1024 if reset else None,
-        "peak_method": "VmHWM after clear_refs" if reset else "ru_maxrss (whole process)",
-        **extra,
+        "rss_before_mb": before_kb / 1024,
+        "peak_mb": peak_kb / 1024,
+        "added_mb": (peak_kb - before_kb) / 1024,
+        "method": "VmHWM after clear_refs" if reset else "ru_maxrss (whole process)",
     }
 
 
-def _import_seconds(module: str) -> float | None:
-    """Best of three fresh interpreters, after one that writes the bytecode cache (as an install has)."""
-    code = f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
-    env = _child_env()
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    best = None
-    for attempt in range(4):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-        if attempt == 0:
-            continue
-        if out.returncode != 0:
-            return None
-        value = float(out.stdout.strip().splitlines()[-1])
-        best = value if best is None else min(best, value)
-    return best
+def measure_memory(data: dict[str, Any], tools: list[str], tmp: Path) -> dict[str, Any]:
+    path = tmp / "cell.npz"
+    np.savez(path, **{k: v for k, v in data.items() if isinstance(v, np.ndarray)})
+    out: dict[str, Any] = {}
+    try:
+        for tool in tools:
+            result = tmp / f"{tool}.json"
+            done = subprocess.run(
+                [sys.executable, __file__, "--memory-worker", tool, "--data", str(path), "--result", str(result)],
+                env=_child_env(),
+                capture_output=True,
+                text=True,
+                timeout=1800,
+            )
+            if done.returncode != 0:
+                tail = done.stderr.strip().splitlines()
+                out[tool] = {"error": tail[-1] if tail else f"exit {done.returncode}"}
+                continue
+            out[tool] = json.loads(result.read_text())
+    finally:
+        path.unlink(missing_ok=True)
+    return out
 
 
 def _child_env() -> dict[str, str]:
@@ -259,163 +308,169 @@ def _available(module: str) -> bool:
     return subprocess.run([sys.executable, "-c", code], env=_child_env()).returncode == 0
 
 
+def _import_seconds(module: str) -> float | None:
+    """Best of three fresh interpreters, after one that writes the bytecode cache (as an install has)."""
+    code = f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
+    best = None
+    for attempt in range(4):
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_child_env())
+        if done.returncode != 0:
+            return None
+        if attempt:
+            value = float(done.stdout.strip().splitlines()[-1])
+            best = value if best is None else min(best, value)
+    return best
+
+
 # ---------------------------------------------------------------------------------------------
-# Driver
+# Targets and report
+
+
+def cell_targets(speed: dict[str, Any], memory: dict[str, Any]) -> dict[str, bool]:
+    targets: dict[str, bool] = {}
+    for tool in COLUMN_TOOLS:
+        if tool in speed and "vs_pytrec_eval" in speed[tool]:
+            targets[f"{tool}_at_least_5x"] = speed[tool]["vs_pytrec_eval"] >= 5
+    if "dicts" in speed and "vs_pytrec_eval" in speed["dicts"]:
+        targets["dicts_at_least_3x"] = speed["dicts"]["vs_pytrec_eval"] >= 3
+    if "numpy" in speed and "pyarrow" in speed:
+        targets["numpy_no_slower_than_pyarrow"] = speed["numpy"]["median_s"] <= speed["pyarrow"]["median_s"]
+    reference = memory.get("pytrec_eval", {}).get("peak_mb")
+    if reference is not None:
+        for tool, result in memory.items():
+            if tool != "pytrec_eval" and "peak_mb" in result:
+                targets[f"{tool}_peak_at_most_pytrec_eval"] = result["peak_mb"] <= reference
+    targets["agrees_with_pytrec_eval_1e-9"] = all(
+        r.get("max_abs_diff", 0.0) <= 1e-9 for t, r in speed.items() if t != "pytrec_eval"
+    )
+    return targets
+
+
+def print_cell(cell: dict[str, Any]) -> None:
+    head = f"ties {cell['ties']:.0%} (measured {cell['tied_share_measured']:.1%}), rows {cell['order']}"
+    print(f"\n{head}")
+    print(f"  {'tool':<44} {'median s':>9} {'min-max s':>13} {'x pytrec':>9} {'ratio min-max':>14} {'peak MB':>8}")
+    for tool, r in cell["speed"].items():
+        mem = cell["memory"].get(tool, {})
+        ratio = r.get("vs_pytrec_eval")
+        spread = f"{r['min_s']:.2f}-{r['max_s']:.2f}"
+        ratio_spread = "" if ratio is None else f"{r['vs_pytrec_eval_min']:.2f}-{r['vs_pytrec_eval_max']:.2f}"
+        print(
+            f"  {TOOLS[tool]:<44} {r['median_s']:>9.3f} {spread:>13} "
+            f"{'' if ratio is None else f'{ratio:.2f}':>9} {ratio_spread:>14} "
+            f"{mem.get('peak_mb', float('nan')):>8.0f}"
+        )
+    failed = [name for name, ok in cell["targets"].items() if not ok]
+    print(f"  targets missed: {', '.join(failed) if failed else 'none'}")
+
+
+def _uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="2,000 queries, one repeat, no ranx unless --ranx")
+    parser.add_argument("--quick", action="store_true", help="2,000 queries, 3 rounds, memory of one cell")
     parser.add_argument("--queries", type=int, default=None)
     parser.add_argument("--depth", type=int, default=100)
     parser.add_argument("--relevant", type=int, default=5)
-    parser.add_argument("--repeat", type=int, default=None, help="timed runs after the first (default 3; quick 1)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--shuffle",
-        action="store_true",
-        help="rows in random order (columns: queries interleaved) instead of rank order",
-    )
+    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per cell (default 5; quick 3)")
+    parser.add_argument("--ties", default="0,0.05,0.6", help="shares of queries with a tie, comma-separated")
+    parser.add_argument("--orders", default="rank,shuffled", help="row orders: rank, shuffled")
+    parser.add_argument("--memory", choices=("all", "first", "none"), default=None, help="cells whose memory to measure")
     parser.add_argument("--tools", default=",".join(TOOLS), help="comma-separated subset of: " + ", ".join(TOOLS))
-    parser.add_argument("--ranx", action="store_true", help="include ranx in a --quick run")
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="result JSON (default benchmarks/results/metrics_speed.json)")
-    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--memory-worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--data", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--result", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
-    if args.worker:
-        result = _worker(args.worker, Path(args.data), args.repeat)
-        Path(args.result).write_text(json.dumps(result))
+    if args.memory_worker:
+        Path(args.result).write_text(json.dumps(memory_worker(args.memory_worker, Path(args.data))))
         return 0
 
     queries = args.queries or (2_000 if args.quick else 100_000)
-    repeat = args.repeat if args.repeat is not None else (1 if args.quick else 3)
+    rounds = args.rounds or (3 if args.quick else 5)
+    memory_cells = args.memory or ("first" if args.quick else "all")
+    ties = [float(t) for t in args.ties.split(",") if t.strip()]
+    orders = [o.strip() for o in args.orders.split(",") if o.strip()]
+    if not set(orders) <= {"rank", "shuffled"}:
+        parser.error(f"unknown row orders: {orders}")
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
-    unknown = [t for t in tools if t not in TOOLS]
-    if unknown:
-        parser.error(f"unknown tools: {unknown}")
-    if args.quick and not args.ranx and "ranx" in tools:
-        tools.remove("ranx")
-    info = machine_info(("pytrec-eval-terrier", "ranx", "numba", "pandas", "pyarrow", "numpy"))
+    if not set(tools) <= set(TOOLS):
+        parser.error(f"unknown tools: {sorted(set(tools) - set(TOOLS))}")
+    skipped = {t: f"{OPTIONAL_MODULE[t]} not installed" for t in tools if t in OPTIONAL_MODULE}
+    skipped = {t: why for t, why in skipped.items() if not _available(OPTIONAL_MODULE[t])}
+    tools = [t for t in tools if t not in skipped]
+
+    info = machine_info(("pytrec-eval-terrier", "pandas", "pyarrow", "numpy"))
     print_machine(info)
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    print(f"load average at start: {load}")
-    order = "random order" if args.shuffle else "rank order"
-    print(f"data: {queries:,} queries x {args.depth} docs ({order}), ~{args.relevant} relevant each; {MEASURES}")
-
-    results: list[dict[str, Any]] = []
-    skipped: dict[str, str] = {}
+    uptime_start = _uptime()
+    print(f"uptime at start: {uptime_start}")
+    print(f"data: {queries:,} queries x {args.depth} docs, ~{args.relevant} judged each; {MEASURES}; {rounds} rounds")
+    started = time.perf_counter()
+    cells: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="ragaudit-metrics-bench-") as tmp:
-        data_path = Path(tmp) / "data.npz"
-        started = time.perf_counter()
-        make_data(data_path, queries, args.depth, args.relevant, args.seed, args.shuffle)
-        print(f"generated in {time.perf_counter() - started:.1f} s")
-        for tool in tools:
-            module = OPTIONAL_MODULE.get(tool)
-            if module and not _available(module):
-                skipped[tool] = f"{module} not installed"
-                print(f"{tool:18s} skipped: {skipped[tool]}")
-                continue
-            result_path = Path(tmp) / f"{tool}.json"
-            command = [
-                sys.executable, __file__, "--worker", tool, "--data", str(data_path),
-                "--result", str(result_path), "--repeat", str(repeat),
-            ]  # fmt: skip
-            done = subprocess.run(command, env=_child_env(), capture_output=True, text=True, timeout=1800)
-            if done.returncode != 0:
-                skipped[tool] = (
-                    f"failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}"
-                )
-                print(f"{tool:18s} {skipped[tool]}")
-                continue
-            result = json.loads(result_path.read_text())
-            results.append(result)
-            print(f"{tool:18s} first {result['first_s']:.3f} s, best {result['best_s']:.3f} s")
-
-    imports = {name: _import_seconds(module) for name, module in IMPORTS.items() if _available(module)}
-    by_tool = {r["tool"]: r for r in results}
-    reference = by_tool.get("pytrec_eval")
-    for result in results:
-        if reference is not None:
-            result["vs_pytrec_eval"] = reference["best_s"] / result["best_s"]
-            result["max_abs_diff"] = max(abs(result["means"][m] - reference["means"][m]) for m in MEASURES)
-    _print_table(results, imports, repeat)
-    targets = _targets(by_tool, imports)
-    for name, value in targets.items():
-        print(f"target {name}: {value}")
-    load_end = os.getloadavg() if hasattr(os, "getloadavg") else None
-    print(f"load average at end: {load_end}")
+        for i, (tie, order) in enumerate((t, o) for t in ties for o in orders):
+            data = make_cell(queries, args.depth, args.relevant, tie, order, args.seed + i)
+            inputs = build_inputs(data, tools)
+            speed = time_cell(inputs, tools, rounds)
+            diff = per_query_diff(inputs) if {"numpy", "pytrec_eval"} <= set(tools) else None
+            del inputs
+            gc.collect()
+            memory = measure_memory(data, tools, Path(tmp)) if memory_cells == "all" or (memory_cells == "first" and i == 0) else {}
+            cell = {
+                "ties": tie,
+                "order": order,
+                "score_levels": data["levels"],
+                "tied_share_measured": data["tied_share_measured"],
+                "speed": speed,
+                "memory": memory,
+                "max_abs_diff_per_query": diff,
+            }
+            cell["targets"] = cell_targets(speed, memory)
+            cells.append(cell)
+            print_cell(cell)
+            del data
+            gc.collect()
+    elapsed = time.perf_counter() - started
+    imports = {name: _import_seconds(name) for name in ("ragaudit.metrics", "pytrec_eval") if _available(name)}
+    uptime_end = _uptime()
+    print(f"\nimport: {imports}")
+    print(f"uptime at end: {uptime_end}; grid took {elapsed:.0f} s")
+    missed = sorted({name for c in cells for name, ok in c["targets"].items() if not ok})
+    print(f"targets missed in some cell: {', '.join(missed) if missed else 'none'}")
     write_result(
-        "metrics_speed_shuffled" if args.shuffle and not args.out else "metrics_speed",
+        "metrics_speed",
         {
             "machine": info,
-            "load_average": {"start": load, "end": load_end},
+            "uptime": {"start": uptime_start, "end": uptime_end},
             "config": {
                 "queries": queries,
                 "depth": args.depth,
                 "relevant_per_query": args.relevant,
                 "rows": queries * args.depth,
                 "measures": MEASURES,
-                "repeat": repeat,
+                "rounds": rounds,
                 "seed": args.seed,
-                "row_order": "random" if args.shuffle else "rank",
+                "ties": ties,
+                "orders": orders,
+                "doc_id_chars": 13,
             },
-            "results": results,
+            "tools": {t: TOOLS[t] for t in tools},
+            "cells": cells,
             "skipped": skipped,
             "import_s": imports,
-            "targets": targets,
+            "elapsed_s": elapsed,
         },
         quick=args.quick,
         out=args.out,
     )
     return 0
-
-
-def _print_table(results: list[dict[str, Any]], imports: dict[str, float | None], repeat: int) -> None:
-    best = f"best of {repeat}"
-    header = f"{'tool':<46} {'first':>8} {best:>10} {'vs pytrec':>10} {'peak +MB':>9} {'peak MB':>8}  max|diff|"
-    print()
-    print(header)
-    print("-" * len(header))
-    for r in results:
-        ratio = r.get("vs_pytrec_eval")
-        ratio_text = "" if ratio is None else (f"{ratio:.2f}x" if ratio >= 1 else f"1/{1 / ratio:.2f}x")
-        added = "" if r.get("peak_added_mb") is None else f"{r['peak_added_mb']:.0f}"
-        diff = "" if r.get("max_abs_diff") is None else f"{r['max_abs_diff']:.1e}"
-        print(
-            f"{TOOLS[r['tool']]:<46} {r['first_s']:>7.3f}s {r['best_s']:>9.3f}s {ratio_text:>10} "
-            f"{added:>9} {r['peak_rss_mb']:>8.0f}  {diff}"
-        )
-        if "convert_s" in r:
-            kernels = r["kernels_s"]
-            print(f"{'  of which ranx Qrels/Run conversion (best)':<46} {min(r['convert_s']):>19.3f}s")
-            label = "  of which ranx kernels (first / best)"
-            print(f"{label:<46} {kernels[0]:>7.3f}s {min(kernels[1:] or kernels):>9.3f}s")
-    print()
-    for name, seconds in imports.items():
-        print(f"import {name}: {'n/a' if seconds is None else f'{seconds:.3f} s'}")
-
-
-def _targets(by_tool: dict[str, dict[str, Any]], imports: dict[str, float | None]) -> dict[str, Any]:
-    targets: dict[str, Any] = {}
-    columnar, as_dict = by_tool.get("ragaudit-columnar"), by_tool.get("ragaudit-dict")
-    if columnar and "vs_pytrec_eval" in columnar:
-        targets["columnar_at_least_5x_pytrec_eval"] = columnar["vs_pytrec_eval"] >= 5
-    if as_dict and "vs_pytrec_eval" in as_dict:
-        targets["dict_faster_than_pytrec_eval"] = as_dict["vs_pytrec_eval"] > 1
-    ours = [r for name, r in by_tool.items() if name.startswith("ragaudit")]
-    if columnar:
-        targets["columnar_process_peak_under_2gb"] = columnar["peak_rss_mb"] < 2048
-    if ours:
-        added = [r["peak_added_mb"] for r in ours if r.get("peak_added_mb") is not None]
-        if added:
-            targets["evaluation_memory_under_2gb"] = max(added) < 2048
-        targets["agrees_with_pytrec_eval_1e-9"] = all((r.get("max_abs_diff") or 0.0) <= 1e-9 for r in ours)
-    import_s = imports.get("ragaudit.metrics")
-    if import_s is not None:
-        targets["import_under_0.5s"] = import_s < 0.5
-    return targets
 
 
 if __name__ == "__main__":

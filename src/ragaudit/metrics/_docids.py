@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MetricError
-from ._tables import arrow_strings, qid_text
+from ._tables import arrow_strings, qid_text, take
 
 __all__ = ["DocIds", "docids_from_array", "hash_fixed", "id_codes"]
 
@@ -53,28 +53,61 @@ def hash_fixed(arr: np.ndarray) -> np.ndarray:
         arr = arr.astype(arr.dtype.newbyteorder("="))
     arr = np.ascontiguousarray(arr)
     unit = 4 if arr.dtype.kind == "U" else 1
-    # Wide dtypes (ids cast from ints are U21) are mostly padding: skip the columns no id uses.
-    used_bytes = int(_str_len(arr).max()) * unit if arr.itemsize > 32 else arr.itemsize
-    if used_bytes == 0:
+    width = arr.itemsize
+    # Wide dtypes (ids cast from ints are U21) are mostly padding: skip the bytes no id uses.
+    used = int(_str_len(arr).max()) * unit if width > 64 else width
+    if used == 0:
         return out
-    if arr.itemsize % 8 == 0 and sys.byteorder == "little":
-        view: np.ndarray = arr.view(np.uint64).reshape(n, -1)[:, : -(-used_bytes // 8)]
-        weights = _weights(view.shape[1])
+    if sys.byteorder == "little" and used >= 8:
+        _hash_words(arr, used, out)
     else:
-        view = arr.view(np.uint32 if unit == 4 else np.uint8).reshape(n, -1)[:, : used_bytes // unit]
-        per_word = 8 // unit
-        j = np.arange(view.shape[1], dtype=np.uint64)
-        weights = _weights(-(-view.shape[1] // per_word))[j // np.uint64(per_word)] << (
-            np.uint64(8 * unit) * (j % np.uint64(per_word))
-        )
+        _hash_units(arr, used, unit, out)
+    out &= _HASH_MASK
+    return out
+
+
+def _hash_words(arr: np.ndarray, used: int, out: np.ndarray) -> None:
+    """The hash read eight bytes at a time, straight from the array's buffer (no copy).
+
+    Rows of any width are read as unaligned 64-bit words; the last, partial word is read as the
+    word ending at byte *used* and shifted down, which equals the zero-padded word. Row blocks
+    of _HASH_ROWS keep every pass over a block in cache.
+    """
+    n, width = len(arr), arr.itemsize
+    full, rest = divmod(used, 8)
+    words = np.ndarray(shape=(n, full), dtype=np.uint64, buffer=arr, strides=(width, 8))
+    tail = np.ndarray(shape=(n,), dtype=np.uint64, buffer=arr, offset=used - 8, strides=(width,)) if rest else None
+    weights = _weights(full + (1 if rest else 0))
+    shift = np.uint64(8 * (8 - rest))
+    scratch = np.empty(min(n, _HASH_ROWS), dtype=np.uint64)
+    for start in range(0, n, _HASH_ROWS):
+        h = out[start : start + _HASH_ROWS]
+        tmp = scratch[: len(h)]
+        np.multiply(words[start : start + _HASH_ROWS, 0], weights[0], out=h)
+        for k in range(1, full):
+            np.multiply(words[start : start + _HASH_ROWS, k], weights[k], out=tmp)
+            h += tmp
+        if tail is not None:
+            np.right_shift(tail[start : start + _HASH_ROWS], shift, out=tmp)
+            tmp *= weights[full]
+            h += tmp
+
+
+def _hash_units(arr: np.ndarray, used: int, unit: int, out: np.ndarray) -> None:
+    """The same hash read one code unit at a time (ids shorter than 8 bytes, big-endian hosts)."""
+    n = len(arr)
+    view = arr.view(np.uint32 if unit == 4 else np.uint8).reshape(n, -1)[:, : used // unit]
+    per_word = 8 // unit
+    j = np.arange(view.shape[1], dtype=np.uint64)
+    weights = _weights(-(-view.shape[1] // per_word))[j // np.uint64(per_word)] << (
+        np.uint64(8 * unit) * (j % np.uint64(per_word))
+    )
     for start in range(0, n, _HASH_ROWS):
         block = view[start : start + _HASH_ROWS]
         h = out[start : start + _HASH_ROWS]
         np.multiply(block[:, 0], weights[0], out=h, casting="unsafe")
         for k in range(1, block.shape[1]):
             h += block[:, k] * weights[k]
-    out &= _HASH_MASK
-    return out
 
 
 def _hash_objects(values: Iterable[Any], n: int) -> np.ndarray:
@@ -115,8 +148,12 @@ class DocIds:
         value = self.ids[index]
         return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
+    def at(self, index: Any) -> np.ndarray:
+        """The ids at *index* (an integer array), comparable with each other and with :meth:`encode`'s."""
+        return take(self.ids, index)
+
     def take(self, index: np.ndarray) -> DocIds:
-        return DocIds(self.ids[index])
+        return DocIds(take(self.ids, index))
 
 
 def docids_from_array(arr: np.ndarray) -> DocIds:

@@ -19,7 +19,18 @@ import numpy as np
 
 from ..errors import MetricError
 from ._docids import DocIds, docids_from_array, id_codes
-from ._tables import DOCID_NAMES, LABEL_NAMES, QID_NAMES, QidRuns, coded_ids, is_table, qid_text, table_column, to_numpy
+from ._tables import (
+    DOCID_NAMES,
+    LABEL_NAMES,
+    QID_NAMES,
+    QidRuns,
+    coded_ids,
+    is_table,
+    qid_text,
+    table_column,
+    take,
+    to_numpy,
+)
 
 __all__ = [
     "PreparedQrels",
@@ -345,7 +356,7 @@ def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -
     if not selected.all():
         qid_list = [q for q, keep in zip(run_qids, selected.tolist()) if keep]
         row_keep = np.repeat(selected, lengths)
-        d_arr = d_arr[row_keep]
+        d_arr = take(d_arr, np.flatnonzero(row_keep))
         s_arr = None if s_arr is None else s_arr[row_keep]
         lengths = lengths[selected]
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
@@ -374,7 +385,7 @@ def _group_columns(
     else:
         # A query's rows are spread out: gather them (queries in order of first appearance).
         order, run_qids, lengths = _group_rows(q_arr, q_names)
-        d_arr = d_arr[order]
+        d_arr = take(d_arr, order)
         s_arr = None if s_arr is None else s_arr[order]
     return lengths, run_qids, d_arr, s_arr
 

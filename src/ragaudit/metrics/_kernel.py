@@ -290,6 +290,55 @@ def _count_ranks(
     return ranks, np.concatenate(tie_hit), np.concatenate(tie_col)
 
 
+def _descending_rows(block: _Block, scores: np.ndarray) -> np.ndarray:
+    """Per block row: are its scores non-increasing (rank order)? One comparison pass."""
+    values = block.cells(scores)
+    if block.depth < 2:
+        return np.ones(len(block.qs), dtype=bool)
+    if block.valid is None and values.flags.c_contiguous:
+        # Compare the flat array (contiguous, so fast) and ignore the pairs that span two rows.
+        flat = values.ravel()
+        ok = np.empty(values.size, dtype=bool)
+        np.less_equal(flat[1:], flat[:-1], out=ok[:-1])
+        ok[-1] = True
+        ok[block.depth - 1 :: block.depth] = True
+        return np.asarray(ok.reshape(values.shape).all(axis=1))
+    ok = values[:, 1:] <= values[:, :-1]
+    if block.valid is not None:
+        ok |= ~block.valid[:, 1:]
+    return np.asarray(ok.all(axis=1))
+
+
+def _bisect_descending(
+    block: _Block, scores: np.ndarray, rows: np.ndarray, own: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """For docs in rows whose scores descend: how many docs of the row score higher (a binary
+    search per doc, all docs at once), and whether another doc of the row has the same score."""
+    lo = np.zeros(len(rows), dtype=np.int64)
+    hi = block.lengths[rows].astype(np.int64)
+    starts = block.starts[rows]
+    for _ in range(int(block.depth).bit_length()):
+        mid = (lo + hi) // 2
+        higher = (scores[starts + np.minimum(mid, hi - 1)] > own) & (lo < hi)
+        lo = np.where(higher, mid + 1, lo)
+        hi = np.where(higher | (lo >= hi), hi, mid)
+    # The doc itself scores *own* at position lo or later; a second one means a tie.
+    last = len(scores) - 1
+    tied = (lo + 1 < block.lengths[rows]) & (scores[np.minimum(starts + lo + 1, last)] == own)
+    return lo, tied
+
+
+def _has_equal_neighbour(
+    block: _Block, scores: np.ndarray, rows: np.ndarray, cols: np.ndarray, own: np.ndarray
+) -> np.ndarray:
+    """Whether the cell before or after each (row, col) in its row has the same score."""
+    flat = block.flat(rows, cols)
+    last = len(scores) - 1
+    before = (cols > 0) & (scores[np.maximum(flat - 1, 0)] == own)
+    after = (cols < block.lengths[rows] - 1) & (scores[np.minimum(flat + 1, last)] == own)
+    return before | after
+
+
 def _entries_of(qs: np.ndarray, entry_order: np.ndarray, entry_q_sorted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The entries of the queries *qs*, and the row (position in *qs*) of each."""
     lo = np.searchsorted(entry_q_sorted, qs, side="left")
@@ -346,8 +395,8 @@ def _rank_dict_hits(run: PreparedRun, judged: Judged) -> Hits:
     dicts = run.dicts
     owners = map(dicts.__getitem__, judged.entry_q.tolist())
     getter: Callable[[Any, Any, Any], Any] = dict.get if set(map(type, dicts)) <= {dict} else _get
-    found = map(getter, owners, judged.entry_docids, repeat(math.nan))
-    hit_values = np.fromiter(found, dtype=np.float64, count=len(judged.entry_docids))
+    looked_up = map(getter, owners, judged.entry_docids, repeat(math.nan))
+    hit_values = np.fromiter(looked_up, dtype=np.float64, count=len(judged.entry_docids))
     present = np.flatnonzero(~np.isnan(hit_values))
     hit_q, hit_label = judged.entry_q[present], judged.entry_label[present]
     if run.scores is None:  # rank-only: the dicts hold positions, which are the ranks
@@ -360,18 +409,29 @@ def _rank_dict_hits(run: PreparedRun, judged: Judged) -> Hits:
     for qs in _chunks(lengths):
         block = _block(run.offsets, qs, lengths)
         take, rows = _entries_of(qs, order, q_sorted)
-        ranks, tie_hit, tie_col = _count_ranks(block, scores, rows, own[take])
-        if len(tie_hit):
-            # Tied scores: the doc ids decide, read from the few dicts concerned.
-            keys_of: dict[int, list[Any]] = {}
-            mine = [judged.entry_docids[int(present[take[h]])] for h in tie_hit.tolist()]
-            for h, col, docid in zip(tie_hit.tolist(), tie_col.tolist(), mine):
-                q = int(qs[int(rows[h])])
-                keys = keys_of.get(q)
-                if keys is None:
-                    keys = keys_of[q] = list(dicts[q])
-                if keys[col] > docid:
-                    ranks[h] += 1
+        mine = own[take]
+        # Rows in score order: a binary search ranks a doc; docs that tie, and rows in any other
+        # order, are counted.
+        ranks = np.zeros(len(rows), dtype=np.int64)
+        descending = _descending_rows(block, scores)[rows]
+        fast = np.flatnonzero(descending)
+        found, tied = _bisect_descending(block, scores, rows[fast], mine[fast])
+        ranks[fast] = found
+        count = np.sort(np.concatenate([np.flatnonzero(~descending), fast[tied]]))
+        if len(count):
+            counted, tie_hit, tie_col = _count_ranks(block, scores, rows[count], mine[count])
+            if len(tie_hit):
+                # Tied scores: the doc ids decide, read from the few dicts concerned.
+                keys_of: dict[int, list[Any]] = {}
+                ids = [judged.entry_docids[int(present[take[count[h]]])] for h in tie_hit.tolist()]
+                for h, col, docid in zip(tie_hit.tolist(), tie_col.tolist(), ids):
+                    q = int(qs[int(rows[count[h]])])
+                    keys = keys_of.get(q)
+                    if keys is None:
+                        keys = keys_of[q] = list(dicts[q])
+                    if keys[col] > docid:
+                        counted[h] += 1
+            ranks[count] = counted
         parts.append((qs[rows], ranks, hit_label[take]))
     return _collect(parts)
 
@@ -396,7 +456,7 @@ def _duplicates(block: _Block, hash_keys: np.ndarray, run: PreparedRun, on_dupli
     row = pairs // width
     a = block.doc_index[row, (hash_keys[pairs] & block.col_mask).astype(np.int64)]
     b = block.doc_index[row, (hash_keys[pairs + 1] & block.col_mask).astype(np.int64)]
-    real = docs.ids[a] == docs.ids[b]
+    real = docs.at(a) == docs.at(b)
     if not np.any(real):
         return []
     if on_duplicate == "error":
@@ -424,11 +484,12 @@ def _rank_column_hits(run: PreparedRun, judged: Judged, on_duplicate: str) -> Hi
     lengths = np.diff(run.offsets)
     order, q_sorted = _by_query(judged.entry_q)
     scores = None if run.scores is None else trec_scores(run.scores)
+    # Hashed once, in row order (sequential reads); blocks then gather hashes, not strings.
+    run_hashes = docs.hash(docs.ids)
 
     def chunk(qs: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray] | None, list[int]]:
         block = _block(run.offsets, qs, lengths)
-        # Hashing block by block keeps the hashes in cache instead of a run-sized array.
-        hashes = docs.hash(block.cells(docs.ids).ravel()).reshape(len(qs), block.depth)
+        hashes = block.cells(run_hashes)
         hash_keys = block.sorted_keys(hashes, 63)
         found_dups = _duplicates(block, hash_keys, run, on_duplicate)
         if found_dups:
@@ -440,22 +501,32 @@ def _rank_column_hits(run: PreparedRun, judged: Judged, on_duplicate: str) -> Hi
         shift = np.uint64(block.col_bits)
         hit = ((found >> shift) == (needles >> shift)) & (cols < block.depth)
         cols = np.where(hit, cols, 0)
-        exact = hit & (docs.ids[block.flat(rows, cols)] == entry_doc[take])
+        exact = hit & (docs.at(block.flat(rows, cols)) == entry_doc[take])
         for e in np.flatnonzero(hit & ~exact).tolist():
             # Two doc ids of one query share their hash bits: settle it by comparing the strings.
             r = int(rows[e])
-            match = np.flatnonzero(docs.ids[block.doc_index[r, : block.lengths[r]]] == entry_doc[take][e])
+            match = np.flatnonzero(docs.at(block.doc_index[r, : block.lengths[r]]) == entry_doc[take][e])
             if len(match):
                 exact[e], cols[e] = True, int(match[0])
         rows, cols, labels = rows[exact], cols[exact], judged.entry_label[take][exact]
         if scores is None:
             return (qs[rows], cols, labels), []  # rank-only: rows are in rank order
         own_rows = block.flat(rows, cols)
-        ranks, tie_hit, tie_col = _count_ranks(block, scores, rows, scores[own_rows])
-        if len(tie_hit):
-            # Tied scores: doc id descending decides (the doc itself is not greater than itself).
-            greater = docs.ids[block.flat(rows[tie_hit], tie_col)] > docs.ids[own_rows[tie_hit]]
-            ranks += np.bincount(tie_hit, weights=greater, minlength=len(ranks)).astype(np.int64)
+        own = scores[own_rows]
+        # Rows already in score order (as retrievers write them): a doc whose neighbours score
+        # differently ranks at its column; only the others are counted.
+        ranks = cols.copy()
+        count = np.flatnonzero(
+            ~_descending_rows(block, scores)[rows] | _has_equal_neighbour(block, scores, rows, cols, own)
+        )
+        if len(count):
+            sub = own_rows[count]
+            counted, tie_hit, tie_col = _count_ranks(block, scores, rows[count], own[count])
+            if len(tie_hit):
+                # Tied scores: doc id descending decides (the doc itself is not greater than itself).
+                greater = docs.at(block.flat(rows[count][tie_hit], tie_col)) > docs.at(sub[tie_hit])
+                counted += np.bincount(tie_hit, weights=greater, minlength=len(counted)).astype(np.int64)
+            ranks[count] = counted
         return (qs[rows], ranks, labels), []
 
     results = [chunk(qs) for qs in _chunks(lengths)]

@@ -30,6 +30,7 @@ __all__ = [
     "is_table",
     "qid_text",
     "table_column",
+    "take",
     "to_numpy",
 ]
 
@@ -38,6 +39,14 @@ DOCID_NAMES = ("docid", "doc_id", "docno", "document_id", "id")
 SCORE_NAMES = ("score", "sim", "similarity")
 RANK_NAMES = ("rank", "position")
 LABEL_NAMES = ("relevance", "rel", "label", "grade", "judgment", "judgement")
+
+
+def take(arr: np.ndarray, index: Any) -> np.ndarray:
+    """``arr[index]`` -- for fixed-width strings gathered as raw bytes (a void view), which numpy
+    copies several times faster than string items (4x for 'U')."""
+    if arr.dtype.kind in "US" and arr.itemsize and not isinstance(index, slice):
+        return arr.view(f"V{arr.itemsize}")[index].view(arr.dtype)
+    return arr[index]
 
 
 def is_table(obj: Any) -> bool:
@@ -73,7 +82,7 @@ def to_numpy(column: Any, what: str) -> np.ndarray:
         if len(codes) and int(codes.min()) < 0:
             raise MetricError(f"{what} has {int((codes < 0).sum())} missing values")
         values = to_numpy(categories, what)
-        return values[codes] if len(values) else values[:0]
+        return take(values, codes) if len(values) else values[:0]
     arrow = _as_arrow(column, combine=False)
     if arrow is not None:
         fixed = arrow_strings(arrow, what)
@@ -135,7 +144,10 @@ def arrow_strings(column: Any, what: str) -> np.ndarray | None:
             fixed = [part for part in parts if part is not None]
             if not parts or len(fixed) != len(parts):
                 return arrow_strings(column.combine_chunks(), what)
-            return np.concatenate(fixed)
+            # Joined as raw bytes: numpy copies string items one by one, far slower.
+            width = max(part.itemsize for part in fixed)
+            same = [part if part.itemsize == width else part.astype(f"S{width}") for part in fixed]
+            return np.concatenate([part.view(np.uint8) for part in same]).view(f"S{width}")
         column = column.chunk(0)
     if pa.types.is_dictionary(column.type):
         if column.null_count:
@@ -143,7 +155,7 @@ def arrow_strings(column: Any, what: str) -> np.ndarray | None:
         values = arrow_strings(column.dictionary, what)
         if values is None:
             return None
-        return values[column.indices.to_numpy(zero_copy_only=False).astype(np.intp, copy=False)]
+        return take(values, column.indices.to_numpy(zero_copy_only=False).astype(np.intp, copy=False))
     if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
         return None
     if column.null_count:
