@@ -248,8 +248,10 @@ def prepare_dict_run(run: Mapping[Any, Any], qrels: PreparedQrels, on_duplicate:
     """A run of nested dicts ``{qid: {docid: score}}``, or rank-only ``{qid: [docid, ...]}``."""
     if not run:
         raise MetricError("the run is empty: no query")
-    all_qids = _as_texts(list(run))
-    if len(set(all_qids)) != len(all_qids):
+    raw_qids = list(run)
+    all_qids = _as_texts(raw_qids)
+    # Keys of one mapping are distinct; only ids converted to strings can collide ("1" and 1).
+    if all_qids is not raw_qids and len(set(all_qids)) != len(all_qids):
         raise MetricError(
             f"query id {_first_repeat(all_qids)!r} appears twice in the run (ids are compared as strings)"
         )

@@ -309,23 +309,59 @@ def _descending_rows(block: _Block, scores: np.ndarray) -> np.ndarray:
     return np.asarray(ok.all(axis=1))
 
 
-def _bisect_descending(
-    block: _Block, scores: np.ndarray, rows: np.ndarray, own: np.ndarray
+def _search_ranks(
+    block: _Block, scores: np.ndarray, rows: np.ndarray, own: np.ndarray, descending: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """For docs in rows whose scores descend: how many docs of the row score higher (a binary
-    search per doc, all docs at once), and whether another doc of the row has the same score."""
-    lo = np.zeros(len(rows), dtype=np.int64)
-    hi = block.lengths[rows].astype(np.int64)
-    starts = block.starts[rows]
-    for _ in range(int(block.depth).bit_length()):
+    """For docs in block rows *rows* with 32-bit scores *own*: how many docs of their row score
+    higher, and whether another doc of the row has the same score (then doc ids must decide).
+
+    A binary search per doc, all docs at once: in the row itself when it is in score order
+    (*descending*, per block row), else in a sorted copy of the row. No [docs x depth] matrix.
+    """
+    higher = np.zeros(len(rows), dtype=np.int64)
+    tied = np.zeros(len(rows), dtype=bool)
+    in_order = descending[rows]
+    lengths = block.lengths[rows].astype(np.int64)
+    fast = np.flatnonzero(in_order)
+    if len(fast):
+        starts = block.starts[rows[fast]]
+        first = _first_index(scores, starts, lengths[fast], own[fast], ascending=False, depth=block.depth)
+        higher[fast] = first
+        nxt = np.minimum(starts + first + 1, len(scores) - 1)
+        tied[fast] = (first + 1 < lengths[fast]) & (scores[nxt] == own[fast])
+    slow = np.flatnonzero(~in_order)
+    if len(slow):
+        # Sort the rows (ascending; padding as +inf sorts after every real score) and search them.
+        need, where = np.unique(rows[slow], return_inverse=True)
+        values = block.cells(scores)[need]
+        if block.valid is not None:
+            values = np.where(block.valid[need], values, np.float32(np.inf))
+        values.sort(axis=1)
+        flat = values.ravel()
+        starts = where.ravel().astype(np.int64) * block.depth
+        above = _first_index(flat, starts, lengths[slow], own[slow], ascending=True, depth=block.depth)
+        higher[slow] = lengths[slow] - above
+        tied[slow] = (above >= 2) & (flat[np.maximum(starts + above - 2, 0)] == own[slow])
+    return higher, tied
+
+
+def _first_index(
+    flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, own: np.ndarray, ascending: bool, depth: int
+) -> np.ndarray:
+    """Per doc, the first index i < length of its row (``flat[start:start + length]``, sorted) where
+    the row's value is > *own* (*ascending*) or <= *own* (descending); the length if none."""
+    lo = np.zeros(len(starts), dtype=np.int64)
+    hi = lengths.copy()
+    last = len(flat) - 1
+    for _ in range(int(depth).bit_length()):
+        active = lo < hi
         mid = (lo + hi) // 2
-        higher = (scores[starts + np.minimum(mid, hi - 1)] > own) & (lo < hi)
-        lo = np.where(higher, mid + 1, lo)
-        hi = np.where(higher | (lo >= hi), hi, mid)
-    # The doc itself scores *own* at position lo or later; a second one means a tie.
-    last = len(scores) - 1
-    tied = (lo + 1 < block.lengths[rows]) & (scores[np.minimum(starts + lo + 1, last)] == own)
-    return lo, tied
+        value = flat[np.minimum(starts + mid, last)]
+        past = (value > own) if ascending else (value <= own)
+        go_right = active & ~past
+        lo = np.where(go_right, mid + 1, lo)
+        hi = np.where(active & past, mid, hi)
+    return lo
 
 
 def _has_equal_neighbour(
@@ -410,14 +446,9 @@ def _rank_dict_hits(run: PreparedRun, judged: Judged) -> Hits:
         block = _block(run.offsets, qs, lengths)
         take, rows = _entries_of(qs, order, q_sorted)
         mine = own[take]
-        # Rows in score order: a binary search ranks a doc; docs that tie, and rows in any other
-        # order, are counted.
-        ranks = np.zeros(len(rows), dtype=np.int64)
-        descending = _descending_rows(block, scores)[rows]
-        fast = np.flatnonzero(descending)
-        found, tied = _bisect_descending(block, scores, rows[fast], mine[fast])
-        ranks[fast] = found
-        count = np.sort(np.concatenate([np.flatnonzero(~descending), fast[tied]]))
+        ranks, tied = _search_ranks(block, scores, rows, mine, _descending_rows(block, scores))
+        # Docs whose score ties another's: counted, and the doc ids decide.
+        count = np.flatnonzero(tied)
         if len(count):
             counted, tie_hit, tie_col = _count_ranks(block, scores, rows[count], mine[count])
             if len(tie_hit):
@@ -513,20 +544,23 @@ def _rank_column_hits(run: PreparedRun, judged: Judged, on_duplicate: str) -> Hi
             return (qs[rows], cols, labels), []  # rank-only: rows are in rank order
         own_rows = block.flat(rows, cols)
         own = scores[own_rows]
-        # Rows already in score order (as retrievers write them): a doc whose neighbours score
-        # differently ranks at its column; only the others are counted.
+        descending = _descending_rows(block, scores)
+        # Rows in score order (as retrievers write them): a doc whose neighbours score
+        # differently ranks at its column. Other rows are searched; ties are counted.
         ranks = cols.copy()
-        count = np.flatnonzero(
-            ~_descending_rows(block, scores)[rows] | _has_equal_neighbour(block, scores, rows, cols, own)
-        )
-        if len(count):
-            sub = own_rows[count]
-            counted, tie_hit, tie_col = _count_ranks(block, scores, rows[count], own[count])
-            if len(tie_hit):
-                # Tied scores: doc id descending decides (the doc itself is not greater than itself).
-                greater = docs.at(block.flat(rows[count][tie_hit], tie_col)) > docs.at(sub[tie_hit])
-                counted += np.bincount(tie_hit, weights=greater, minlength=len(counted)).astype(np.int64)
-            ranks[count] = counted
+        search = np.flatnonzero(~descending[rows] | _has_equal_neighbour(block, scores, rows, cols, own))
+        if len(search):
+            found, tied = _search_ranks(block, scores, rows[search], own[search], descending)
+            ranks[search] = found
+            count = search[tied]
+            if len(count):
+                sub = own_rows[count]
+                counted, tie_hit, tie_col = _count_ranks(block, scores, rows[count], own[count])
+                if len(tie_hit):
+                    # Tied scores: doc id descending decides (the doc itself is not greater than itself).
+                    greater = docs.at(block.flat(rows[count][tie_hit], tie_col)) > docs.at(sub[tie_hit])
+                    counted += np.bincount(tie_hit, weights=greater, minlength=len(counted)).astype(np.int64)
+                ranks[count] = counted
         return (qs[rows], ranks, labels), []
 
     results = [chunk(qs) for qs in _chunks(lengths)]
