@@ -187,45 +187,58 @@ def calls(inputs: dict[str, Any], tools: list[str]) -> dict[str, Callable[[], di
 # Speed: one process, interleaved rounds
 
 
-def time_cell(inputs: dict[str, Any], tools: list[str], rounds: int) -> dict[str, Any]:
+def time_cell(inputs: dict[str, Any], tools: list[str], rounds: int) -> tuple[dict[str, Any], float | None]:
+    """Interleaved rounds; also the largest per-query difference between ragaudit's numpy path and
+    pytrec_eval, from the untimed warm-up calls."""
+    from ragaudit import metrics
+
     call = calls(inputs, tools)
-    means = {tool: fn() for tool, fn in call.items()}  # warm-up, untimed; also the values checked
+    means: dict[str, dict[str, float]] = {}
+    per_query: dict[str, dict[str, dict[str, float]]] = {}
+    for tool, fn in call.items():  # warm-up, untimed; also the values checked
+        if tool == "pytrec_eval":
+            per_query[tool] = pytrec_per_query(inputs["run"], inputs["qrels"])
+        elif tool == "numpy":
+            per_query[tool] = metrics.evaluate_columns(*inputs["columns"], inputs["qrels"], MEASURES, per_query=True)
+        else:
+            means[tool] = fn()
+            continue
+        values = per_query[tool].values()
+        means[tool] = {m: sum(v[m] for v in values) / len(values) for m in MEASURES}
+    diff = None
+    if len(per_query) == 2:
+        ours, reference = per_query["numpy"], per_query["pytrec_eval"]
+        same = set(ours) == set(reference)
+        diff = max(abs(ours[q][m] - reference[q][m]) for q in reference for m in MEASURES) if same else float("inf")
+    del per_query
     times: dict[str, list[float]] = {tool: [] for tool in tools}
+    cpu: dict[str, list[float]] = {tool: [] for tool in tools}
     for r in range(rounds):
         rotated = tools[r % len(tools) :] + tools[: r % len(tools)]
         for tool in rotated:
             gc.collect()
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.process_time()
             call[tool]()
             times[tool].append(time.perf_counter() - started)
+            cpu[tool].append(time.process_time() - started_cpu)
     out: dict[str, Any] = {}
-    reference = times.get("pytrec_eval")
     for tool in tools:
-        entry: dict[str, Any] = {
-            "times_s": times[tool],
-            "median_s": statistics.median(times[tool]),
-            "min_s": min(times[tool]),
-            "max_s": max(times[tool]),
-            "means": means[tool],
-        }
-        if reference is not None:
-            ratios = [ref / mine for ref, mine in zip(reference, times[tool])]
-            entry["vs_pytrec_eval"] = statistics.median(ratios)
-            entry["vs_pytrec_eval_min"] = min(ratios)
-            entry["vs_pytrec_eval_max"] = max(ratios)
+        entry: dict[str, Any] = {"means": means[tool]}
+        for key, values in (("", times[tool]), ("cpu_", cpu[tool])):
+            entry[f"{key}times_s"] = values
+            entry[f"{key}median_s"] = statistics.median(values)
+            entry[f"{key}min_s"] = min(values)
+            entry[f"{key}max_s"] = max(values)
+            reference = (times if not key else cpu).get("pytrec_eval")
+            if reference is not None:
+                ratios = [ref / max(mine, 1e-9) for ref, mine in zip(reference, values)]
+                entry[f"{key}vs_pytrec_eval"] = statistics.median(ratios)
+                entry[f"{key}vs_pytrec_eval_min"] = min(ratios)
+                entry[f"{key}vs_pytrec_eval_max"] = max(ratios)
+        if "pytrec_eval" in means:
             entry["max_abs_diff"] = max(abs(means[tool][m] - means["pytrec_eval"][m]) for m in MEASURES)
         out[tool] = entry
-    return out
-
-
-def per_query_diff(inputs: dict[str, Any]) -> float:
-    from ragaudit import metrics
-
-    reference = pytrec_per_query(inputs["run"], inputs["qrels"])
-    ours = metrics.evaluate_columns(*inputs["columns"], inputs["qrels"], MEASURES, per_query=True)
-    if set(ours) != set(reference):
-        return float("inf")
-    return max(abs(ours[q][m] - reference[q][m]) for q in reference for m in MEASURES)
+    return out, diff
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,14 +340,18 @@ def _import_seconds(module: str) -> float | None:
 
 
 def cell_targets(speed: dict[str, Any], memory: dict[str, Any]) -> dict[str, bool]:
+    """The issue's targets in one cell: on wall-clock ratios, and (``cpu_``) on CPU-time ratios."""
     targets: dict[str, bool] = {}
-    for tool in COLUMN_TOOLS:
-        if tool in speed and "vs_pytrec_eval" in speed[tool]:
-            targets[f"{tool}_at_least_5x"] = speed[tool]["vs_pytrec_eval"] >= 5
-    if "dicts" in speed and "vs_pytrec_eval" in speed["dicts"]:
-        targets["dicts_at_least_3x"] = speed["dicts"]["vs_pytrec_eval"] >= 3
-    if "numpy" in speed and "pyarrow" in speed:
-        targets["numpy_no_slower_than_pyarrow"] = speed["numpy"]["median_s"] <= speed["pyarrow"]["median_s"]
+    for key in ("", "cpu_"):
+        for tool in COLUMN_TOOLS:
+            if tool in speed and f"{key}vs_pytrec_eval" in speed[tool]:
+                targets[f"{key}{tool}_at_least_5x"] = speed[tool][f"{key}vs_pytrec_eval"] >= 5
+        if "dicts" in speed and f"{key}vs_pytrec_eval" in speed["dicts"]:
+            targets[f"{key}dicts_at_least_3x"] = speed["dicts"][f"{key}vs_pytrec_eval"] >= 3
+        if "numpy" in speed and "pyarrow" in speed:
+            targets[f"{key}numpy_no_slower_than_pyarrow"] = (
+                speed["numpy"][f"{key}median_s"] <= speed["pyarrow"][f"{key}median_s"]
+            )
     reference = memory.get("pytrec_eval", {}).get("peak_mb")
     if reference is not None:
         for tool, result in memory.items():
@@ -349,7 +366,10 @@ def cell_targets(speed: dict[str, Any], memory: dict[str, Any]) -> dict[str, boo
 def print_cell(cell: dict[str, Any]) -> None:
     head = f"ties {cell['ties']:.0%} (measured {cell['tied_share_measured']:.1%}), rows {cell['order']}"
     print(f"\n{head}")
-    print(f"  {'tool':<44} {'median s':>9} {'min-max s':>13} {'x pytrec':>9} {'ratio min-max':>14} {'peak MB':>8}")
+    print(
+        f"  {'tool':<44} {'median s':>9} {'min-max s':>13} {'x pytrec':>9} {'ratio min-max':>14} "
+        f"{'cpu x pytrec':>12} {'peak MB':>8}"
+    )
     for tool, r in cell["speed"].items():
         mem = cell["memory"].get(tool, {})
         ratio = r.get("vs_pytrec_eval")
@@ -358,10 +378,64 @@ def print_cell(cell: dict[str, Any]) -> None:
         print(
             f"  {TOOLS[tool]:<44} {r['median_s']:>9.3f} {spread:>13} "
             f"{'' if ratio is None else f'{ratio:.2f}':>9} {ratio_spread:>14} "
-            f"{mem.get('peak_mb', float('nan')):>8.0f}"
+            f"{r.get('cpu_vs_pytrec_eval', float('nan')):>12.2f} {mem.get('peak_mb', float('nan')):>8.0f}"
         )
     failed = [name for name, ok in cell["targets"].items() if not ok]
     print(f"  targets missed: {', '.join(failed) if failed else 'none'}")
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """BENCHMARKS.md's tables from a result file: speed-ups per cell, then times and peak memory."""
+    tools = [t for t in TOOLS if t in doc["tools"] and t != "pytrec_eval"]
+    cells = doc["cells"]
+    head = ["ties (measured)", "rows", "pytrec_eval s"] + [TOOLS[t].split(", ", 1)[1].split(" (")[0] for t in tools]
+    out = [
+        "Speed-up against pytrec_eval (median of the per-round ratios, min-max in brackets):",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * 2 + "--:|" * (len(head) - 2),
+    ]
+    for c in cells:
+        speed = c["speed"]
+        row = [
+            f"{c['ties']:.0%} ({c['tied_share_measured']:.1%})",
+            c["order"],
+            f"{speed['pytrec_eval']['median_s']:.2f}",
+        ]
+        for t in tools:
+            r = speed[t]
+            row.append(f"**{r['vs_pytrec_eval']:.2f}×** ({r['vs_pytrec_eval_min']:.1f}-{r['vs_pytrec_eval_max']:.1f})")
+        out.append("| " + " | ".join(row) + " |")
+    out += [
+        "",
+        "Median seconds (min-max):",
+        "",
+        "| ties | rows | " + " | ".join(TOOLS[t] for t in ["pytrec_eval", *tools]) + " |",
+    ]
+    out.append("|---|---|" + "--:|" * (len(tools) + 1))
+    for c in cells:
+        row = [f"{c['ties']:.0%}", c["order"]]
+        for t in ["pytrec_eval", *tools]:
+            r = c["speed"][t]
+            row.append(f"{r['median_s']:.2f} ({r['min_s']:.2f}-{r['max_s']:.2f})")
+        out.append("| " + " | ".join(row) + " |")
+    measured = [c for c in cells if c["memory"]]
+    if measured:
+        out += [
+            "",
+            "Peak memory, MB (the process's peak during the evaluation, its input included; in brackets, "
+            "the part above what was resident before):",
+            "",
+        ]
+        out.append("| ties | rows | " + " | ".join(TOOLS[t] for t in ["pytrec_eval", *tools]) + " |")
+        out.append("|---|---|" + "--:|" * (len(tools) + 1))
+        for c in measured:
+            row = [f"{c['ties']:.0%}", c["order"]]
+            for t in ["pytrec_eval", *tools]:
+                m = c["memory"].get(t, {})
+                row.append(f"{m['peak_mb']:,.0f} ({m['added_mb']:,.0f})" if "peak_mb" in m else "–")
+            out.append("| " + " | ".join(row) + " |")
+    return "\n".join(out)
 
 
 def _uptime() -> str:
@@ -377,25 +451,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=None)
     parser.add_argument("--depth", type=int, default=100)
     parser.add_argument("--relevant", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per cell (default 5; quick 3)")
+    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per cell (default 4; quick 3)")
     parser.add_argument("--ties", default="0,0.05,0.6", help="shares of queries with a tie, comma-separated")
     parser.add_argument("--orders", default="rank,shuffled", help="row orders: rank, shuffled")
-    parser.add_argument("--memory", choices=("all", "first", "none"), default=None, help="cells whose memory to measure")
+    parser.add_argument(
+        "--memory",
+        choices=("all", "corners", "first", "none"),
+        default=None,
+        help="cells whose peak memory to measure (default: corners = the first and the last cell; quick: first)",
+    )
     parser.add_argument("--tools", default=",".join(TOOLS), help="comma-separated subset of: " + ", ".join(TOOLS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="result JSON (default benchmarks/results/metrics_speed.json)")
+    parser.add_argument(
+        "--markdown", default=None, metavar="RESULT", help="print BENCHMARKS.md's tables of a result file"
+    )
     parser.add_argument("--memory-worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--data", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--result", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())))
+        return 0
     if args.memory_worker:
         Path(args.result).write_text(json.dumps(memory_worker(args.memory_worker, Path(args.data))))
         return 0
 
     queries = args.queries or (2_000 if args.quick else 100_000)
-    rounds = args.rounds or (3 if args.quick else 5)
-    memory_cells = args.memory or ("first" if args.quick else "all")
+    rounds = args.rounds or (3 if args.quick else 4)
+    memory_cells = args.memory or ("first" if args.quick else "corners")
     ties = [float(t) for t in args.ties.split(",") if t.strip()]
     orders = [o.strip() for o in args.orders.split(",") if o.strip()]
     if not set(orders) <= {"rank", "shuffled"}:
@@ -415,14 +500,15 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     cells: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="ragaudit-metrics-bench-") as tmp:
+        n_cells = len(ties) * len(orders)
         for i, (tie, order) in enumerate((t, o) for t in ties for o in orders):
             data = make_cell(queries, args.depth, args.relevant, tie, order, args.seed + i)
             inputs = build_inputs(data, tools)
-            speed = time_cell(inputs, tools, rounds)
-            diff = per_query_diff(inputs) if {"numpy", "pytrec_eval"} <= set(tools) else None
+            speed, diff = time_cell(inputs, tools, rounds)
             del inputs
             gc.collect()
-            memory = measure_memory(data, tools, Path(tmp)) if memory_cells == "all" or (memory_cells == "first" and i == 0) else {}
+            measured = memory_cells == "all" or (memory_cells == "corners" and i in (0, n_cells - 1))
+            memory = measure_memory(data, tools, Path(tmp)) if measured or (memory_cells == "first" and i == 0) else {}
             cell = {
                 "ties": tie,
                 "order": order,

@@ -1,8 +1,12 @@
-"""The metrics benchmark runs end to end in --quick mode and writes the result file it promises."""
+"""The metrics benchmark runs end to end in --quick mode and writes the result file it promises.
+
+Only shape and exactness are asserted -- never a speed or a ratio, so machine load cannot fail it.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -10,35 +14,51 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+MEASURES = ["ndcg@10", "recall@10", "mrr@10", "map@100"]
 
 
-@pytest.mark.timeout(300)
-def test_metrics_speed_quick_writes_its_json(tmp_path: Path) -> None:
+@pytest.mark.timeout(600)
+def test_metrics_speed_quick_writes_its_grid(tmp_path: Path) -> None:
     out = tmp_path / "metrics_speed.json"
     done = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "metrics_speed.py"), "--quick", "--out", str(out)],
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=580,
         cwd=REPO,
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     doc = json.loads(out.read_text())
     assert doc["benchmark"] == "metrics_speed" and doc["quick"] is True
-    assert {"machine", "config", "results", "skipped", "import_s", "targets", "load_average"} <= set(doc)
-    assert doc["machine"]["cores"] >= 1 and doc["machine"]["python"]
-    assert doc["config"]["queries"] == 2000 and doc["config"]["measures"] == [
-        "ndcg@10",
-        "recall@10",
-        "mrr@10",
-        "map@100",
+    assert {"machine", "config", "cells", "skipped", "import_s", "uptime", "tools"} <= set(doc)
+    assert doc["machine"]["cores"] >= 1 and doc["uptime"]["start"]
+    assert doc["config"]["queries"] == 2000 and doc["config"]["measures"] == MEASURES
+    assert doc["config"]["doc_id_chars"] == 13
+    cells = doc["cells"]
+    # The grid: ties none / 5 % / 60 % x rows in rank order / shuffled.
+    assert [(c["ties"], c["order"]) for c in cells] == [
+        (tie, order) for tie in (0.0, 0.05, 0.6) for order in ("rank", "shuffled")
     ]
-    tools = {r["tool"]: r for r in doc["results"]}
-    assert {"ragaudit-columnar", "ragaudit-dict", "pytrec_eval"} <= set(tools)
-    for result in tools.values():
-        assert {"first_s", "best_s", "means", "peak_rss_mb", "vs_pytrec_eval", "max_abs_diff"} <= set(result)
-        assert set(result["means"]) == {"ndcg@10", "recall@10", "mrr@10", "map@100"}
-        assert result["max_abs_diff"] <= 1e-9  # every tool agrees with pytrec_eval on the means
+    tools = set(doc["tools"])
+    assert {"pytrec_eval", "dicts", "numpy"} <= tools
+    for cell in cells:
+        if cell["ties"] == 0:
+            assert cell["tied_share_measured"] < 0.01
+        else:
+            assert abs(cell["tied_share_measured"] - cell["ties"]) < 0.05  # the data ties as promised
+        assert set(cell["speed"]) == tools
+        for tool, result in cell["speed"].items():
+            assert len(result["times_s"]) == doc["config"]["rounds"]
+            assert result["min_s"] <= result["median_s"] <= result["max_s"]
+            assert set(result["means"]) == set(MEASURES)
+            assert math.isfinite(result["vs_pytrec_eval"]), tool
+            assert result["max_abs_diff"] <= 1e-9, (cell["ties"], cell["order"], tool)
+        assert cell["max_abs_diff_per_query"] <= 1e-9  # per query, numpy columns against pytrec_eval
+        assert set(cell["targets"]) >= {"numpy_at_least_5x", "dicts_at_least_3x", "agrees_with_pytrec_eval_1e-9"}
+        assert cell["targets"]["agrees_with_pytrec_eval_1e-9"] is True
+    memory = cells[0]["memory"]
+    assert set(memory) == tools
+    for tool, result in memory.items():
+        assert result["peak_mb"] > 0 and result["added_mb"] >= 0, tool
     assert "ragaudit.metrics" in doc["import_s"]
-    assert set(doc["targets"]) >= {"agrees_with_pytrec_eval_1e-9", "columnar_process_peak_under_2gb"}
-    assert "pytrec_eval" in done.stdout and "vs pytrec" in done.stdout
+    assert "pytrec_eval" in done.stdout and "x pytrec" in done.stdout
