@@ -2,24 +2,24 @@
 
 trec_eval orders a query's documents by score, descending, then by doc id, descending (``strcmp``;
 scores compared as 32-bit floats). The metrics need only the ranks of the documents labelled
->= 1 -- a few per query -- so nothing is sorted: the rank of such a document is **counted**, as the
-number of documents of its query that come before it::
+>= 1 -- a few per query -- so the run is never sorted as a whole. The rank of such a document is::
 
     rank(d) = #{e : score(e) > score(d)} + #{e : score(e) == score(d) and id(e) > id(d)}
 
-The first term is one vectorised comparison of the judged document's score with its query's row of
-scores (queries are padded into ``[queries, depth]`` blocks of similar depth). The second term is
-only evaluated for the few judged documents whose score equals another one's: their tied
-neighbours' ids are compared with theirs. Ties therefore cost in proportion to how many judged
-documents tie, never a slower path for the whole run, and the row order of the input does not
-matter. A rank-only run (no scores; rows best first) needs no counting: a row's position is its
-rank.
+Queries are padded into ``[queries, depth]`` blocks of similar depth. The first term comes from a
+binary search per judged document, all of them at once: in the row itself when the row is in score
+order (as retrievers write runs; in a run of columns a judged document with no equal neighbour
+then simply ranks at its column), else in a sorted copy of the row. The second term is evaluated
+only for the judged documents whose score equals another one's: their tied neighbours' ids are
+compared with theirs. Ties therefore cost in proportion to how many judged documents tie -- never a
+slower path for the whole run. A rank-only run (no scores; rows best first) needs neither: a row's
+position is its rank.
 
 Finding the judged documents in the run: a run of dicts is looked up by key (the caller's dicts,
-never copied). A run of columns is hashed block by block: each cell's doc-id hash is packed with
-its row and column into a 64-bit key and every block row sorted at once, which exposes duplicate
-ids (trec_eval refuses them) and lets a binary search find each judged id; every match is then
-confirmed by comparing the ids themselves.
+never copied). A run of columns is hashed once; in each block every cell's doc-id hash is packed
+with its row and column into a 64-bit key and every block row sorted at once, which exposes
+duplicate ids (trec_eval refuses them) and lets a binary search find each judged id; every match is
+then confirmed by comparing the ids themselves.
 """
 
 from __future__ import annotations
