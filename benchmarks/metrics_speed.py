@@ -390,7 +390,8 @@ def markdown(doc: dict[str, Any]) -> str:
     cells = doc["cells"]
     head = ["ties (measured)", "rows", "pytrec_eval s"] + [TOOLS[t].split(", ", 1)[1].split(" (")[0] for t in tools]
     out = [
-        "Speed-up against pytrec_eval (median of the per-round ratios, min-max in brackets):",
+        "Speed-up against pytrec_eval: wall clock, median of the per-round ratios (min-max in brackets);"
+        " then CPU time, median of the per-round ratios:",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * 2 + "--:|" * (len(head) - 2),
@@ -404,11 +405,14 @@ def markdown(doc: dict[str, Any]) -> str:
         ]
         for t in tools:
             r = speed[t]
-            row.append(f"**{r['vs_pytrec_eval']:.2f}×** ({r['vs_pytrec_eval_min']:.1f}-{r['vs_pytrec_eval_max']:.1f})")
+            row.append(
+                f"**{r['vs_pytrec_eval']:.2f}×** ({r['vs_pytrec_eval_min']:.1f}-{r['vs_pytrec_eval_max']:.1f}); "
+                f"CPU **{r['cpu_vs_pytrec_eval']:.2f}×**"
+            )
         out.append("| " + " | ".join(row) + " |")
     out += [
         "",
-        "Median seconds (min-max):",
+        "Median seconds, wall clock (min-max) and CPU:",
         "",
         "| ties | rows | " + " | ".join(TOOLS[t] for t in ["pytrec_eval", *tools]) + " |",
     ]
@@ -417,7 +421,7 @@ def markdown(doc: dict[str, Any]) -> str:
         row = [f"{c['ties']:.0%}", c["order"]]
         for t in ["pytrec_eval", *tools]:
             r = c["speed"][t]
-            row.append(f"{r['median_s']:.2f} ({r['min_s']:.2f}-{r['max_s']:.2f})")
+            row.append(f"{r['median_s']:.2f} ({r['min_s']:.2f}-{r['max_s']:.2f}); CPU {r['cpu_median_s']:.2f}")
         out.append("| " + " | ".join(row) + " |")
     measured = [c for c in cells if c["memory"]]
     if measured:
