@@ -14,7 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigurationError, JudgeError, MetricError, RagAuditError
 from .judges.base import BaseRagJudge, FakeJudge, RagJudge
-from .records import Citation, Generation, Judgement, JudgeRequest, RagTurn, Retrieval, RetrievedDoc
+from .records import (
+    Citation,
+    DocumentGrade,
+    Generation,
+    Judgement,
+    JudgeRequest,
+    RagTurn,
+    Retrieval,
+    RetrievedDoc,
+    SentenceVerdict,
+)
 
 __version__ = "0.1.0"
 
@@ -29,6 +39,7 @@ __all__ = [
     "CorrectnessJudge",
     "CostEstimate",
     "Criterion",
+    "DocumentGrade",
     "EvaluationReport",
     "FakeJudge",
     "GEvalJudge",
@@ -48,6 +59,7 @@ __all__ = [
     "RetrievedDoc",
     "RubricJudge",
     "RuleJudge",
+    "SentenceVerdict",
     "SqliteCache",
     "TieredJudge",
     "__version__",

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ConfigurationError, RagAuditError
-from ..records import Judgement, JudgeRequest
+from ..records import DocumentGrade, Judgement, JudgeRequest, SentenceVerdict
 from .base import BaseRagJudge, RagJudge
 from .cost import CostEstimate, estimate_request
 
@@ -236,8 +236,11 @@ def _load(payload: str) -> Judgement:
     if not isinstance(data, dict):
         raise ValueError("stored judgement is not an object")
     try:
-        return Judgement(**{name: data[name] for name in _JUDGEMENT_FIELDS if name in data})
-    except ConfigurationError as exc:
+        fields = {name: data[name] for name in _JUDGEMENT_FIELDS if name in data}
+        fields["sentences"] = tuple(SentenceVerdict.from_dict(s) for s in data.get("sentences") or ())
+        fields["document_grades"] = tuple(DocumentGrade.from_dict(g) for g in data.get("document_grades") or ())
+        return Judgement(**fields)
+    except (ConfigurationError, AttributeError) as exc:
         raise ValueError(str(exc)) from exc
 
 

@@ -6,10 +6,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..errors import JudgeError
-from ..records import Judgement, JudgeRequest
+from ..errors import ConfigurationError, JudgeError
+from ..records import DocumentGrade, Judgement, JudgeRequest, SentenceVerdict
 from ._endpoint import EndpointJudge, Flow, Tally, choice_text, completion_choices
 from .base import BaseRagJudge
+from .fullaudit import (
+    FULL_AUDIT,
+    FULL_AUDIT_REPAIR_PROMPT,
+    FULL_AUDIT_VERSION,
+    PROTOCOL_NAMES,
+    THREE_SCORE,
+    build_full_audit_messages,
+    read_full_audit,
+)
 from .parsing import parse_judgement
 from .protocol import PROTOCOL_VERSION, REPAIR_PROMPT, build_messages, build_repair_messages
 
@@ -18,7 +27,7 @@ if TYPE_CHECKING:
 
     from ._endpoint import AnyClient
 
-__all__ = ["ChatRagJudge"]
+__all__ = ["DEFAULT_PROTOCOL", "ChatRagJudge"]
 
 
 @dataclass(slots=True)
@@ -41,6 +50,12 @@ class _Reading:
     details: Mapping[str, Any]
     notes: tuple[str, ...]
     usable: bool
+    sentences: tuple[SentenceVerdict, ...] = ()
+    document_grades: tuple[DocumentGrade, ...] = ()
+
+
+DEFAULT_PROTOCOL = THREE_SCORE
+"""The protocol ``ChatRagJudge`` uses unless told (see BENCHMARKS.md "Full audit cost")."""
 
 
 class ChatRagJudge(EndpointJudge, BaseRagJudge):
@@ -90,6 +105,10 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         raise_on_error: raise :class:`~ragaudit.JudgeError` instead of returning a failed judgement.
         name: the judge's name in records; default ``"chat:<model>"``.
         extra_body: extra JSON fields for the request body (e.g. vLLM's ``guided_json``).
+        protocol: ``"three-score"`` (the seed protocol: three scores and a reason) or
+            ``"full-audit"`` (the same one call also returns a verdict per answer sentence and a
+            0-3 grade per document, see :mod:`ragaudit.judges.fullaudit`); default
+            :data:`DEFAULT_PROTOCOL`.
     """
 
     protocol: ClassVar[str] = PROTOCOL_VERSION
@@ -112,7 +131,12 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         raise_on_error: bool = False,
         name: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        protocol: str | None = None,
     ) -> None:
+        protocol = DEFAULT_PROTOCOL if protocol is None else protocol
+        if protocol not in PROTOCOL_NAMES:
+            raise ConfigurationError(f"protocol must be one of {PROTOCOL_NAMES}, got {protocol!r}")
+        self.protocol_name = protocol
         self._connect(model, base_url=base_url, api_key=api_key, client=client, timeout=timeout,
                       max_retries=max_retries, temperature=temperature, max_context_chars=max_context_chars,
                       raise_on_error=raise_on_error, name=name, extra_body=extra_body)
@@ -130,7 +154,7 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
 
     def config_key(self) -> str:
         """Model, endpoint, temperature, context limit, extra body and protocol version, as JSON."""
-        return self._config_json("chat", PROTOCOL_VERSION, temperature=self.temperature,
+        return self._config_json("chat", self._protocol_version(), temperature=self.temperature,
                                  max_context_chars=self.max_context_chars, extra_body=self.extra_body)
 
     def __repr__(self) -> str:
@@ -142,18 +166,32 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
 
     # -- hooks for judges with their own prompt and reply -----------------------------------------
 
+    @property
+    def full_audit(self) -> bool:
+        """True when this judge runs the full-audit protocol (its own hooks, not a subclass's)."""
+        return getattr(self, "protocol_name", THREE_SCORE) == FULL_AUDIT and type(self)._read is ChatRagJudge._read
+
+    def _protocol_version(self) -> str:
+        return FULL_AUDIT_VERSION if self.full_audit else PROTOCOL_VERSION
+
     def _messages(self, request: JudgeRequest) -> list[dict[str, Any]]:
         """The chat messages asking for the judgement of *request*."""
+        if self.full_audit:
+            return build_full_audit_messages(request, max_context_chars=self.max_context_chars)
         return build_messages(request, max_context_chars=self.max_context_chars)
 
     def _read(self, text: str, request: JudgeRequest) -> _Reading:
         """What the reply *text* says; an unusable reading gets one repair request."""
+        if self.full_audit:
+            audit = read_full_audit(text, request)
+            return _Reading(audit.scores, audit.reason, audit.details, audit.notes, audit.usable,
+                            audit.sentences, audit.document_grades)
         parsed = parse_judgement(text)
         return _Reading(parsed.scores(), parsed.reason, {"scale": parsed.scale}, parsed.notes, parsed.has_scores)
 
     def _repair_prompt(self, request: JudgeRequest) -> str:
         """What the repair request asks, after the prompt and the unusable reply."""
-        return REPAIR_PROMPT
+        return FULL_AUDIT_REPAIR_PROMPT if self.full_audit else REPAIR_PROMPT
 
     def _judgement(self, run: _Run, reading: _Reading, *, repaired: bool) -> Judgement:
         """The judgement of a usable *reading*."""
@@ -167,6 +205,8 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
             latency_s=run.latency(),
             usage=run.usage.as_dict(),
             details=self._details(run, reading, repaired),
+            sentences=reading.sentences,
+            document_grades=reading.document_grades,
         )
 
     def _failed(
@@ -236,7 +276,7 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         details: dict[str, Any] = {
             "model": self.model,
             "response_model": run.response_model,
-            "protocol": self.protocol,
+            "protocol": FULL_AUDIT_VERSION if self.full_audit else self.protocol,
             "response_format": run.response_format,
             "finish_reason": run.finish_reason,
             "repaired": repaired,

@@ -43,6 +43,7 @@ from opentelemetry.trace import (
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Generation, Judgement, RagTurn, Retrieval, truncate
 from . import conventions as c
+from ._audit_spans import full_audit_attributes, sentence_events
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
@@ -641,6 +642,11 @@ class SpanRecorder:
                 attrs[c.judge_usage_key(key)] = value
         attrs[c.OUTPUT_VALUE] = _dumps(output)
         attrs[c.OUTPUT_MIME_TYPE] = c.MIME_JSON
+        # The full audit (sentence verdicts, grades, judged metrics, citation checks): see _audit_spans.
+        attrs.update(full_audit_attributes(turn, j, capture, self._text))
+        sentences, dropped = sentence_events(j, capture, self._text)
+        if dropped:
+            attrs[c.ATTR_SENTENCES_EVENTS_DROPPED] = dropped
 
         span = tracer.start_span(
             c.SPAN_JUDGE,
@@ -668,6 +674,8 @@ class SpanRecorder:
                     elif reason is not None:
                         event[c.GEN_AI_EVALUATION_EXPLANATION] = reason
                 span.add_event(c.GEN_AI_EVALUATION_RESULT, event, timestamp=end_ns)
+            for sentence_event in sentences:
+                span.add_event(c.EVENT_SENTENCE, sentence_event, timestamp=end_ns)
             if j.error:
                 extra: dict[str, Any] = {}
                 self._mark_error(span, extra, j.error, c.ERROR_TYPE_JUDGE_ERROR)
