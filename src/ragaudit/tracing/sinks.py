@@ -444,7 +444,6 @@ def _judged_document_annotations(turn: RagTurn, judgement: Judgement) -> list[tu
                 "document_position": position,
                 "name": "judged_relevance",
                 "annotator_kind": "LLM" if grade.method == "llm" else "CODE",
-                "identifier": f"ragaudit:{judgement.judge}",
                 "result": {"label": DOCUMENT_GRADES[grade.grade], "score": float(grade.grade)},
                 "metadata": {"doc_id": doc.id, "judge": judgement.judge, "method": grade.method},
             }
