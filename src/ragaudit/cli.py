@@ -28,6 +28,9 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     p.add_argument("--audit-log", default="ragaudit-audit.jsonl", help="JSONL audit log")
     p.add_argument("--offline", action="store_true",
                    help="ignore OPENAI_API_KEY / OPENAI_BASE_URL and use the offline stand-ins")
+    p.add_argument("--careless", action="store_true",
+                   help="the offline careless generator: scripted mistakes (a wrong number, a citation to the "
+                   "wrong document, an unsupported claim) for the audit to catch")
     p.set_defaults(handler=("ragaudit.demo.run", "demo_command"))
 
 
