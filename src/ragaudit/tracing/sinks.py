@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._log import RateLimitedLog
+from .._turn_metrics import turn_metrics
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Judgement, RagTurn, Retrieval
 from .spans import LANGFUSE_ENVIRONMENT_ENV
@@ -446,8 +447,6 @@ class LangfuseSink(HttpSink):
                         },
                     )
                 )
-        from ..online import turn_metrics
-
         for metric, value in (turn_metrics(turn) or {}).items():
             name = f"retrieval.{metric}"
             out.append(("/api/public/scores", {"id": score_id(trace_id, turn.span_id, "ragaudit", name),
