@@ -72,6 +72,16 @@ def setup(memory_exporter: InMemorySpanExporter, memory_provider: TracerProvider
 # --- the run modes ------------------------------------------------------------------------------------
 
 
+def test_session_and_user_from_config_metadata_reach_the_turn_span(setup: Setup, kb: KB) -> None:
+    config = {**setup.config, "metadata": {"langfuse_session_id": "sess-1", "session_id": "other",
+                                           "user_id": "user-1", "tier": "gold"}}
+    rag_chain(kb.retriever).invoke(QUESTIONS[2], config=config)
+    (turn,) = setup.spans(c.SPAN_TURN)
+    a = turn.attributes or {}
+    assert (a[c.SESSION_ID], a[c.USER_ID]) == ("sess-1", "user-1")  # Langfuse's own key first
+    assert a[c.langfuse_metadata_key(c.LANGFUSE_OBSERVATION_METADATA, "tier")] == "gold"
+
+
 def test_invoke_records_turn_with_retrieval_generation_citation_and_judgement(setup: Setup, kb: KB) -> None:
     q = QUESTIONS[3]
     result = rag_chain(kb.retriever).invoke(q, config=setup.config)

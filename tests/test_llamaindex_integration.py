@@ -476,6 +476,14 @@ def test_relevant_ids_from_instrument_tags_put_metrics_on_the_turn(
     assert "ragaudit_relevant_ids" not in metadata
 
 
+def test_session_and_user_from_instrument_tags_reach_the_turn_span(
+        setup: Setup, inst: LlamaIndexInstrumentation, kb: KB) -> None:
+    with instrument_tags({"session_id": "sess-9", "user_id": "user-3"}):
+        kb.engine().query(QUESTIONS[1])
+    (turn,) = setup.spans(c.SPAN_TURN)
+    assert (turn.attributes[c.SESSION_ID], turn.attributes[c.USER_ID]) == ("sess-9", "user-3")
+
+
 def test_instrument_replaces_and_uninstrument_detaches(setup: Setup, kb: KB) -> None:
     assert llamaindex.uninstrument() is None
     first = llamaindex.instrument(auditor=setup.auditor)

@@ -676,3 +676,45 @@ def test_span_limits_keep_kind_and_top_documents_under_the_sdks_default() -> Non
         assert span.dropped_attributes == 0, span.name
         for key, value in (span.attributes or {}).items():
             assert not isinstance(value, str) or len(value) <= 2000 + 48, (span.name, key)
+
+
+@pytest.mark.parametrize(("metadata", "session", "user"), [
+    ({"session_id": "s", "user_id": "u"}, "s", "u"),
+    ({"langfuse_session_id": "lf", "session_id": "s", "langfuse_user_id": "lu", "user_id": "u"}, "lf", "lu"),
+    ({"thread_id": "t-1"}, "t-1", None),
+    ({"conversation_id": 17}, "17", None),
+    ({"session_id": {"not": "an id"}, "user_id": True}, None, None),
+])
+def test_session_and_user_ids_from_turn_metadata(
+        provider: TracerProvider, exporter: InMemorySpanExporter, metadata: dict[str, Any], session: str | None,
+        user: str | None) -> None:
+    SpanRecorder(provider, capture_content=False).record_turn(make_turn(metadata=metadata))
+    a = by_name(exporter.get_finished_spans())["ragaudit.turn"].attributes or {}
+    assert a.get(c.SESSION_ID) == session and a.get(c.GEN_AI_CONVERSATION_ID) == session
+    assert a.get(c.USER_ID) == user
+    assert not any(k.startswith(c.LANGFUSE_OBSERVATION_METADATA) for k in a)  # metadata is content
+
+
+def test_judge_trace_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert SpanRecorder(trace.NoOpTracerProvider()).judge_trace == "turn"
+    monkeypatch.setenv("RAGAUDIT_JUDGE_TRACE", "separate")
+    assert SpanRecorder(trace.NoOpTracerProvider()).judge_trace == "separate"
+    assert SpanRecorder(trace.NoOpTracerProvider(), judge_trace="turn").judge_trace == "turn"
+    with pytest.raises(ConfigurationError, match="judge_trace"):
+        SpanRecorder(trace.NoOpTracerProvider(), judge_trace="elsewhere")  # type: ignore[arg-type]
+
+
+def test_auditor_separate_judge_trace(provider: TracerProvider, exporter: InMemorySpanExporter) -> None:
+    from ragaudit import Auditor, FakeJudge
+
+    with Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log=None, tracer_provider=provider,
+                 judge_trace="separate") as auditor:
+        turn = auditor.recorder.record_turn(make_turn())
+        auditor.submit(turn)
+        assert auditor.flush(10)
+    spans = by_name(exporter.get_finished_spans())
+    judge, root = spans["ragaudit.judge"], spans["ragaudit.turn"]
+    assert judge.parent is None and judge.context.trace_id != root.context.trace_id
+    assert [(link.context.span_id, (link.attributes or {})[c.LINK_TYPE]) for link in judge.links] == [
+        (root.context.span_id, c.LINK_TYPE_JUDGED_TURN)]
+    assert (judge.attributes or {})[c.LANGFUSE_TRACE_NAME] == "ragaudit.judge"
