@@ -93,13 +93,13 @@ if TYPE_CHECKING:
     from . import metrics, tracing
     from .auditor import Auditor
     from .evaluation import EvaluationReport, assert_rag_quality, evaluate
+    from .evaluation.calibration import calibrate
     from .judges import default_judge
-    from .judges.cache import CachedJudge, MemoryCache, SqliteCache
-    from .judges.calibration import calibrate
     from .judges.chat import ChatRagJudge
+    from .judges.combinators.cache import CachedJudge, MemoryCache, SqliteCache
+    from .judges.combinators.ensemble import ConsensusJudge, JuryJudge
     from .judges.correctness import CorrectnessJudge
     from .judges.cost import CostEstimate, estimate_cost
-    from .judges.ensemble import ConsensusJudge, JuryJudge
     from .judges.geval import GEvalJudge
     from .judges.lexical import LexicalJudge
     from .judges.pairwise import PairwiseJudge
