@@ -21,7 +21,6 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
@@ -75,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = {p: {"calls_per_answer": t["calls"] / n, "prompt_tokens_per_answer": t["prompt"] / n,
                 "completion_tokens_per_answer": t["completion"] / n,
                 "total_tokens_per_answer": (t["prompt"] + t["completion"]) / n,
-                "prompt_chars_per_answer": t["prompt_chars"] / n, "completion_chars_per_answer": t["completion_chars"] / n,
+                "prompt_chars_per_answer": t["prompt_chars"] / n,
+                "completion_chars_per_answer": t["completion_chars"] / n,
                 "total_chars_per_answer": (t["prompt_chars"] + t["completion_chars"]) / n, "errors": errors[p]}
             for p, t in totals.items()}
     ratio = rows["full-audit"]["total_tokens_per_answer"] / rows["three-score"]["total_tokens_per_answer"]
@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     for protocol, row in rows.items():
         print(f"{protocol:<12} calls {row['calls_per_answer']:.2f}  prompt {row['prompt_tokens_per_answer']:6.1f}"
               f"  completion {row['completion_tokens_per_answer']:5.1f}  total {row['total_tokens_per_answer']:6.1f}"
-              f"  | chars prompt {row['prompt_chars_per_answer']:6.0f} completion {row['completion_chars_per_answer']:5.0f}"
+              f"  | chars prompt {row['prompt_chars_per_answer']:6.0f}"
+              f" completion {row['completion_chars_per_answer']:5.0f}"
               + (f"  errors: {row['errors'][:2]}" if row["errors"] else ""))
     print(f"full audit / three-score characters: {char_ratio:.3f}")
     print(f"full audit / three-score tokens: {ratio:.3f} -> default protocol: {default} "

@@ -12,7 +12,7 @@ from ragaudit import metrics
 from ragaudit.errors import ConfigurationError
 from ragaudit.judged import audit_turn, check_citations, citation_scores, judged_metrics
 from ragaudit.judges.chat import ChatRagJudge
-from ragaudit.judges.fullaudit import FULL_AUDIT_VERSION, read_full_audit
+from ragaudit.judges.llm.fullaudit import FULL_AUDIT_VERSION, read_full_audit
 from ragaudit.records import DocumentGrade, Judgement, JudgeRequest, RagTurn, RetrievedDoc, SentenceVerdict
 from tests.support.judges import open_judge
 from tests.support.llm_server import LLMServer
@@ -218,8 +218,8 @@ def test_records_validate() -> None:
 
 
 def test_lexical_judge_fills_the_same_records_labelled_lexical() -> None:
-    from ragaudit.judges.fullaudit import consistent_faithfulness
     from ragaudit.judges.lexical import LexicalJudge
+    from ragaudit.judges.llm.fullaudit import consistent_faithfulness
 
     answer = "Yes. You get a full refund within 30 days [1]. Gift cards can be refunded within 90 days [3]."
     request = JudgeRequest(query="What is the refund window?", answer=answer,

@@ -1,4 +1,4 @@
-"""``ragaudit qrels``: pooled judged qrels from the document grades of many audited turns.
+"""Pooled judged qrels from the document grades of many audited turns (``ragaudit qrels``).
 
 Every fully audited turn in an audit log carries the judge's UMBRELA grade (0-3) for each document
 it retrieved. Pooled over many turns — and over the audit logs of several retrievers — those grades
@@ -26,24 +26,18 @@ question, the documents of its first turn in the log, by rank), so::
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigurationError
-
 __all__ = [
     "GradeAgreement",
     "PooledQrels",
-    "calibrate_grades_command",
     "grade_agreement",
     "pool_qrels",
     "qid_for",
-    "qrels_command",
     "write_qrels",
     "write_run",
 ]
@@ -150,33 +144,6 @@ def write_run(run: Mapping[str, Sequence[str]], path: str | os.PathLike[str], ta
                 out.write(f"{qid} Q0 {doc_id} {rank} {len(docs) - rank + 1} {tag}\n")
 
 
-def qrels_command(args: argparse.Namespace) -> int:
-    """``ragaudit qrels AUDIT_LOG... -o judged.qrels [--runs DIR]``."""
-    from ..tracing.files import read_audit_log
-
-    names: dict[str, list[Mapping[str, Any]]] = {}
-    for path in args.audit_logs:
-        if not os.path.exists(path):
-            raise ConfigurationError(f"audit log {path!r} not found")
-        name = os.path.splitext(os.path.basename(path))[0] or "run"
-        while name in names:
-            name += "_"
-        names[name] = [e for e in read_audit_log(path) if isinstance(e, Mapping)]
-    pooled = pool_qrels(names)
-    if not pooled.qrels:
-        raise ConfigurationError("no document grades in the audit log(s): audit with a full-audit judge "
-                                 "(ChatRagJudge(protocol='full-audit') or LexicalJudge)")
-    write_qrels(pooled.qrels, args.output)
-    print(f"wrote {args.output}: {pooled.summary()}", file=sys.stdout)
-    if args.runs:
-        os.makedirs(args.runs, exist_ok=True)
-        for name, run in pooled.runs.items():
-            path = os.path.join(args.runs, f"{name}.run")
-            write_run(run, path, name)
-            print(f"wrote {path}: {len(run)} questions", file=sys.stdout)
-    return 0
-
-
 @dataclass(frozen=True)
 class GradeAgreement:
     """Human graded qrels against judged grades on the (question, document) pairs both have.
@@ -243,24 +210,3 @@ def grade_agreement(human: Mapping[str, Mapping[str, int]], judged: Mapping[str,
     expected = sum((i - k) ** 2 * rows[i] * cols[k] for i in range(4) for k in range(4))
     kappa = 1.0 - observed / expected if expected > 0 else None
     return GradeAgreement(n, agreement, kappa, binary, tuple(tuple(r) for r in confusion), human_only, judged_only)
-
-
-def calibrate_grades_command(args: argparse.Namespace) -> int:
-    """``ragaudit calibrate --grades HUMAN.qrels AUDIT_LOG...``: human graded qrels vs judged grades."""
-    import json
-
-    from ..metrics import read_qrels
-    from ..tracing.files import read_audit_log
-
-    logs = [args.judgements, *(args.more or [])]
-    entries: dict[str, list[Mapping[str, Any]]] = {}
-    for i, path in enumerate(logs):
-        if not os.path.exists(path):
-            raise ConfigurationError(f"audit log {path!r} not found")
-        entries[f"{i}"] = [e for e in read_audit_log(path) if isinstance(e, Mapping)]
-    result = grade_agreement(read_qrels(args.labels), pool_qrels(entries).qrels)
-    if result.n == 0:
-        raise ConfigurationError(f"no (question, document) pair is graded in both {args.labels!r} and the audit "
-                                 "log(s): the human qrels must use the query ids `ragaudit qrels` writes")
-    print(json.dumps(result.to_dict(), indent=2) if args.format == "json" else result.to_table())
-    return 0

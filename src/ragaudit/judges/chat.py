@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ConfigurationError, JudgeError
 from ..records import DocumentGrade, Judgement, JudgeRequest, SentenceVerdict
-from ._endpoint import EndpointJudge, Flow, Tally, choice_text, completion_choices
 from .base import BaseRagJudge
-from .fullaudit import (
+from .llm.endpoint import EndpointJudge, Flow, Tally, choice_text, completion_choices
+from .llm.fullaudit import (
     FULL_AUDIT,
     FULL_AUDIT_REPAIR_PROMPT,
     FULL_AUDIT_VERSION,
@@ -19,13 +19,13 @@ from .fullaudit import (
     build_full_audit_messages,
     read_full_audit,
 )
-from .parsing import parse_judgement
-from .protocol import PROTOCOL_VERSION, REPAIR_PROMPT, build_messages, build_repair_messages
+from .llm.parsing import parse_judgement
+from .llm.prompt import PROTOCOL_VERSION, REPAIR_PROMPT, build_messages, build_repair_messages
 
 if TYPE_CHECKING:
     import openai
 
-    from ._endpoint import AnyClient
+    from .llm.endpoint import AnyClient
 
 __all__ = ["DEFAULT_PROTOCOL", "ChatRagJudge"]
 
@@ -62,10 +62,10 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
     """A RAG judge backed by any OpenAI-compatible chat-completions endpoint.
 
     One call per answer returns all three scores, with the fixed protocol of
-    :mod:`ragaudit.judges.protocol`: the system prompt, temperature *temperature* (0 by default),
+    :mod:`ragaudit.judges.llm.prompt`: the system prompt, temperature *temperature* (0 by default),
     ``response_format={"type": "json_object"}``, the question, answer and context inside
     delimiters they cannot close, and a rubric with anchors. The reply is read by
-    :func:`~ragaudit.judges.parsing.parse_judgement`.
+    :func:`~ragaudit.judges.llm.parsing.parse_judgement`.
 
     Endpoints: OpenAI by default; ``base_url`` for vLLM, Ollama, LM Studio and other compatible
     servers (no key needed there); or a ready ``client``: an ``openai.OpenAI``, ``AsyncOpenAI``,
@@ -107,7 +107,7 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         extra_body: extra JSON fields for the request body (e.g. vLLM's ``guided_json``).
         protocol: ``"three-score"`` (the seed protocol: three scores and a reason) or
             ``"full-audit"`` (the same one call also returns a verdict per answer sentence and a
-            0-3 grade per document, see :mod:`ragaudit.judges.fullaudit`); default
+            0-3 grade per document, see :mod:`ragaudit.judges.llm.fullaudit`); default
             :data:`DEFAULT_PROTOCOL`.
     """
 

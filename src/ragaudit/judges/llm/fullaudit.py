@@ -34,10 +34,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..judged import answer_sentences
-from ..records import DocumentGrade, JudgeRequest, SentenceVerdict, truncate
+from ...judged import answer_sentences
+from ...records import DocumentGrade, JudgeRequest, SentenceVerdict, truncate
 from .parsing import find_json_object, norm_key, parse_judgement
-from .protocol import MAX_ANSWER_CHARS, new_nonce, wrap_untrusted
+from .prompt import MAX_ANSWER_CHARS, new_nonce, wrap_untrusted
 
 __all__ = [
     "FULL_AUDIT",

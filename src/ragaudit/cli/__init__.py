@@ -11,8 +11,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from . import __version__
-from .errors import RagAuditError
+from .. import __version__
+from ..errors import RagAuditError
 
 __all__ = ["build_parser", "main"]
 
@@ -53,7 +53,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
                    help="CI gate: exit 1 when the mean of NAME is below VALUE (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="estimate judge calls and tokens, run nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(handler=("ragaudit.evaluation.cli", "eval_command"))
+    p.set_defaults(handler=("ragaudit.cli.eval", "eval_command"))
 
 
 def _add_metrics(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -79,7 +79,7 @@ def _add_report(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     p.add_argument("--json", dest="json_out", default=None)
     p.add_argument("--limit", type=int, default=20, help="how many turns to show")
     p.add_argument("--fail-under", action="append", default=[], metavar="NAME=VALUE")
-    p.set_defaults(handler=("ragaudit.evaluation.cli", "report_command"))
+    p.set_defaults(handler=("ragaudit.cli.eval", "report_command"))
 
 
 def _add_calibrate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -105,23 +105,23 @@ def _add_qrels(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("-o", "--output", required=True, help="the qrels file to write")
     p.add_argument("--runs", default=None, metavar="DIR",
                    help="also write each audit log as a TREC run DIR/<log name>.run (same query ids)")
-    p.set_defaults(handler=("ragaudit.evaluation.pooling", "qrels_command"))
+    p.set_defaults(handler=("ragaudit.cli.qrels", "qrels_command"))
 
 
 def _calibrate_command(args: argparse.Namespace) -> int:
     if args.grades:
-        from .evaluation.pooling import calibrate_grades_command
+        from .qrels import calibrate_grades_command
 
         return calibrate_grades_command(args)
     if args.more:
         raise RagAuditError("more than one judgements file is only read with --grades")
-    from .judges.calibration import cli_command
+    from ..evaluation.calibration import cli_command
 
     return cli_command(args)
 
 
 def _metrics_command(args: argparse.Namespace) -> int:
-    from .metrics.io import metrics_command
+    from ..metrics.io import metrics_command
 
     print(metrics_command(args.run, args.qrels, args.metrics, args.per_query, args.format,
                           relevance_level=args.relevance_level, judged_only=not args.all_queries,
@@ -160,7 +160,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
