@@ -54,7 +54,7 @@ class _Reading:
     document_grades: tuple[DocumentGrade, ...] = ()
 
 
-DEFAULT_PROTOCOL = THREE_SCORE
+DEFAULT_PROTOCOL = FULL_AUDIT
 """The protocol ``ChatRagJudge`` uses unless told (see BENCHMARKS.md "Full audit cost")."""
 
 
