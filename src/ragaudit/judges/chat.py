@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ConfigurationError, JudgeError
 from ..records import JudgeIdentity, Judgement, JudgeRequest, truncate
-from ._endpoint import EndpointJudge, Flow, Tally, choice_text, completion_choices, endpoint_host
 from .base import BaseRagJudge
-from .parsing import DEFAULT_MAX_REPLY_CHARS, Quoted, parse_judgement
-from .protocol import (
+from .llm.endpoint import EndpointJudge, Flow, Tally, choice_text, completion_choices, endpoint_host
+from .llm.parsing import DEFAULT_MAX_REPLY_CHARS, Quoted, parse_judgement
+from .llm.prompt import (
     MAX_ANSWER_CHARS,
     MAX_QUESTION_CHARS,
     PROTOCOL_VERSION,
@@ -26,7 +26,7 @@ from .protocol import (
 if TYPE_CHECKING:
     import openai
 
-    from ._endpoint import AnyClient
+    from .llm.endpoint import AnyClient
 
 __all__ = ["ChatRagJudge"]
 
@@ -62,11 +62,11 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
     """A RAG judge backed by any OpenAI-compatible chat-completions endpoint.
 
     One call per answer returns all three scores, with the fixed protocol of
-    :mod:`ragaudit.judges.protocol`: the system prompt, temperature *temperature* (0 by default),
+    :mod:`ragaudit.judges.llm.prompt`: the system prompt, temperature *temperature* (0 by default),
     structured output (``response_format`` ``json_schema`` with the verdict's schema, else
     ``json_object``, else none: the first kind the server takes, remembered), the question, answer
     and context inside delimiters they cannot close, and a rubric with anchors. The reply is read
-    by :func:`~ragaudit.judges.parsing.parse_judgement` (at most *max_reply_chars* of it): the
+    by :func:`~ragaudit.judges.llm.parsing.parse_judgement` (at most *max_reply_chars* of it): the
     reply's own verdict object, never one quoted from the judged content, scores never clamped.
 
     Endpoints: OpenAI by default; ``base_url`` for vLLM, Ollama, LM Studio and other compatible

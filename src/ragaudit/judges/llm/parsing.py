@@ -57,7 +57,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..records import SCORE_NAMES
+from ...records import SCORE_NAMES
 
 __all__ = [
     "DEFAULT_MAX_REPLY_CHARS",

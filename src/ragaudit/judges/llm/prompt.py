@@ -17,8 +17,8 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import ConfigurationError
-from ..records import JudgeRequest, truncate
+from ...errors import ConfigurationError
+from ...records import JudgeRequest, truncate
 
 __all__ = [
     "MAX_ANSWER_CHARS",

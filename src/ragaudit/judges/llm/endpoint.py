@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, TypeVar
 from urllib.parse import urlsplit
 
-from ..errors import ConfigurationError, JudgeError
+from ...errors import ConfigurationError, JudgeError
 
 if TYPE_CHECKING:
     import openai
