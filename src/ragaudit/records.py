@@ -23,9 +23,11 @@ __all__ = [
     "Generation",
     "JudgeRequest",
     "Judgement",
+    "Message",
     "RagTurn",
     "Retrieval",
     "RetrievedDoc",
+    "ToolCall",
     "normalize_relevance",
     "stable_doc_id",
     "truncate",
@@ -38,6 +40,21 @@ TRUNCATION_MARKER = "…[truncated {n} chars]"
 """Appended where text was cut; ``{n}`` is the number of characters removed."""
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+Message = tuple[str, str]
+"""One earlier message of a conversation: ``(role, text)``, role ``"user"`` or ``"assistant"``."""
+
+_ROLES = frozenset({"user", "assistant"})
+
+
+def _check_history(owner: str, history: Any) -> tuple[Message, ...]:
+    out = tuple(tuple(m) if isinstance(m, (list, tuple)) else m for m in history)
+    for message in out:
+        if not (isinstance(message, tuple) and len(message) == 2 and message[0] in _ROLES
+                and isinstance(message[1], str)):
+            raise ConfigurationError(f"{owner}.history must hold (role, text) pairs with role 'user' or "
+                                     f"'assistant', got {message!r}")
+    return out  # type: ignore[return-value]
 
 
 def truncate(text: str, limit: int) -> str:
@@ -176,6 +193,24 @@ class Generation:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call of an agent inside a turn: the tool's *name*, the model's *call_id* for it, its
+    input and output text (for the trace; what it returned as evidence is in ``RagTurn.documents``)."""
+
+    name: str
+    call_id: str | None = None
+    input: str | None = None
+    output: str | None = None
+    started_at: int | None = None
+    ended_at: int | None = None
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_time("ToolCall.started_at", self.started_at)
+        _check_time("ToolCall.ended_at", self.ended_at)
+
+
+@dataclass(frozen=True, slots=True)
 class RagTurn:
     """One question through one pipeline run: what was asked, retrieved, answered and cited.
 
@@ -183,6 +218,9 @@ class RagTurn:
     ``retrievals`` and ``generations`` keep each retriever and LLM call as it happened, for the
     trace. ``relevant_ids`` is the ground truth when known: a sequence of relevant ids (binary) or a
     mapping id -> graded label. ``trace_id``/``span_id`` (hex) point at the turn's span once traced.
+    ``tool_calls`` are an agent's tool calls (for the trace); ``history`` the earlier user and
+    assistant messages of a conversation (capped) and ``standalone_query`` the app's rewrite of
+    ``query`` that retrieval used, when it made one.
     """
 
     turn_id: str
@@ -201,6 +239,9 @@ class RagTurn:
     error: str | None = None
     retrievals: tuple[Retrieval, ...] = ()
     generations: tuple[Generation, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
+    history: tuple[Message, ...] = ()
+    standalone_query: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.turn_id, str) or not self.turn_id:
@@ -215,6 +256,10 @@ class RagTurn:
         object.__setattr__(self, "citations", tuple(self.citations))
         object.__setattr__(self, "retrievals", tuple(self.retrievals))
         object.__setattr__(self, "generations", tuple(self.generations))
+        object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        object.__setattr__(self, "history", _check_history("RagTurn", self.history))
+        if self.standalone_query is not None and not isinstance(self.standalone_query, str):
+            raise ConfigurationError("RagTurn.standalone_query must be a string or None")
         for doc in self.documents:
             if not isinstance(doc, RetrievedDoc):
                 raise ConfigurationError(f"RagTurn.documents must hold RetrievedDoc, got {type(doc).__name__}")
@@ -251,7 +296,8 @@ class JudgeRequest:
     """What a judge is asked to assess. ``context`` is the exact text the judge sees as evidence.
 
     ``reference`` is an optional reference answer (for correctness judges); it is never the
-    evidence for faithfulness.
+    evidence for faithfulness. ``history`` (earlier ``(role, text)`` messages) and
+    ``standalone_query`` (the app's rewrite of the question) are set for follow-up questions.
     """
 
     query: str
@@ -260,6 +306,8 @@ class JudgeRequest:
     documents: tuple[RetrievedDoc, ...] = ()
     reference: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    history: tuple[Message, ...] = ()
+    standalone_query: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("query", "answer", "context"):
@@ -269,6 +317,9 @@ class JudgeRequest:
                 )
         object.__setattr__(self, "documents", tuple(self.documents))
         object.__setattr__(self, "metadata", _frozen_mapping(self.metadata, "JudgeRequest.metadata"))
+        object.__setattr__(self, "history", _check_history("JudgeRequest", self.history))
+        if self.standalone_query is not None and not isinstance(self.standalone_query, str):
+            raise ConfigurationError("JudgeRequest.standalone_query must be a string or None")
 
     @staticmethod
     def build_context(documents: Sequence[RetrievedDoc], max_context_chars: int = 24_000) -> str:
@@ -290,6 +341,8 @@ class JudgeRequest:
             context=cls.build_context(turn.documents, max_context_chars),
             documents=turn.documents,
             reference=turn.metadata.get("reference_answer") if turn.metadata else None,
+            history=turn.history,
+            standalone_query=turn.standalone_query,
         )
 
 

@@ -56,6 +56,7 @@ __all__ = [
     "GEN_AI_EVALUATION_SCORE_LABEL",
     "GEN_AI_EVALUATION_SCORE_VALUE",
     "GEN_AI_OPERATION_CHAT",
+    "GEN_AI_OPERATION_EXECUTE_TOOL",
     "GEN_AI_OPERATION_NAME",
     "GEN_AI_OPERATION_RETRIEVAL",
     "GEN_AI_PROVIDER_NAME",
@@ -63,6 +64,8 @@ __all__ = [
     "GEN_AI_RESPONSE_MODEL",
     "GEN_AI_RETRIEVAL_DOCUMENTS",
     "GEN_AI_RETRIEVAL_QUERY_TEXT",
+    "GEN_AI_TOOL_CALL_ID",
+    "GEN_AI_TOOL_NAME",
     "GEN_AI_USAGE_INPUT_TOKENS",
     "GEN_AI_USAGE_OUTPUT_TOKENS",
     "INPUT_MIME_TYPE",
@@ -81,6 +84,7 @@ __all__ = [
     "LANGFUSE_TYPE_GENERATION",
     "LANGFUSE_TYPE_RETRIEVER",
     "LANGFUSE_TYPE_SPAN",
+    "LANGFUSE_TYPE_TOOL",
     "LINK_TYPE",
     "LINK_TYPE_JUDGED_TURN",
     "LLM_INPUT_MESSAGES",
@@ -104,8 +108,11 @@ __all__ = [
     "SPAN_KIND_EVALUATOR",
     "SPAN_KIND_LLM",
     "SPAN_KIND_RETRIEVER",
+    "SPAN_KIND_TOOL",
     "SPAN_RETRIEVAL",
+    "SPAN_TOOL",
     "SPAN_TURN",
+    "TOOL_NAME",
     "TRACER_NAME",
     "DocumentKeys",
     "chat_span_name",
@@ -116,6 +123,7 @@ __all__ = [
     "output_message_keys",
     "retrieval_metric_key",
     "retrieval_span_name",
+    "tool_span_name",
 ]
 
 TRACER_NAME: Final = "ragaudit"
@@ -130,11 +138,18 @@ SPAN_CHAT: Final = "chat"
 """GenAI semconv: an inference span is named ``{gen_ai.operation.name} {gen_ai.request.model}``."""
 SPAN_JUDGE: Final = "ragaudit.judge"
 """The judgement of one turn (OpenInference EVALUATOR, Langfuse evaluator)."""
+SPAN_TOOL: Final = "tool"
+"""An agent's tool call: ``tool {name}`` (OpenInference TOOL, Langfuse tool)."""
 
 
 def retrieval_span_name(source: str | None) -> str:
     """``retrieval {source}``, or ``retrieval`` when the retriever has no name."""
     return f"{SPAN_RETRIEVAL} {source}" if source else SPAN_RETRIEVAL
+
+
+def tool_span_name(name: str | None) -> str:
+    """``tool {name}``, or ``tool`` when the tool has no name."""
+    return f"{SPAN_TOOL} {name}" if name else SPAN_TOOL
 
 
 def chat_span_name(model: str | None) -> str:
@@ -148,6 +163,8 @@ SPAN_KIND_CHAIN: Final = "CHAIN"
 SPAN_KIND_RETRIEVER: Final = "RETRIEVER"
 SPAN_KIND_LLM: Final = "LLM"
 SPAN_KIND_EVALUATOR: Final = "EVALUATOR"
+SPAN_KIND_TOOL: Final = "TOOL"
+TOOL_NAME: Final = "tool.name"
 INPUT_VALUE: Final = "input.value"
 """*content* The span's input: the question (turn, retrieval), the prompt (LLM)."""
 INPUT_MIME_TYPE: Final = "input.mime_type"
@@ -207,6 +224,9 @@ def output_message_keys(i: int) -> tuple[str, str]:
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
 GEN_AI_OPERATION_RETRIEVAL: Final = "retrieval"
 GEN_AI_OPERATION_CHAT: Final = "chat"
+GEN_AI_OPERATION_EXECUTE_TOOL: Final = "execute_tool"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
 GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
 GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
 GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
@@ -246,6 +266,7 @@ LANGFUSE_TYPE_SPAN: Final = "span"
 LANGFUSE_TYPE_RETRIEVER: Final = "retriever"
 LANGFUSE_TYPE_GENERATION: Final = "generation"
 LANGFUSE_TYPE_EVALUATOR: Final = "evaluator"
+LANGFUSE_TYPE_TOOL: Final = "tool"
 LANGFUSE_OBSERVATION_INPUT: Final = "langfuse.observation.input"
 LANGFUSE_OBSERVATION_OUTPUT: Final = "langfuse.observation.output"
 """On retrieval spans: the document list (ids, scores, sources) as the observation's output."""

@@ -1,8 +1,8 @@
 """Turn :class:`~ragaudit.RagTurn` and :class:`~ragaudit.Judgement` records into OpenTelemetry spans.
 
-Per turn: a ``ragaudit.turn`` span with one child per retrieval (``retrieval {name}``) and per LLM
-call (``chat {model}``), and later, when the judgement arrives, a ``ragaudit.judge`` span in the
-same trace, parented to the turn span and linked to it. Attribute names are in
+Per turn: a ``ragaudit.turn`` span with one child per retrieval (``retrieval {name}``), per LLM
+call (``chat {model}``) and per agent tool call (``tool {name}``), and later, when the judgement
+arrives, a ``ragaudit.judge`` span in the same trace, parented to the turn span and linked to it. Attribute names are in
 :mod:`ragaudit.tracing.conventions`.
 
 Only the OpenTelemetry *API* is used here: with no SDK tracer provider installed every call
@@ -41,7 +41,7 @@ from opentelemetry.trace import (
 )
 
 from ..errors import ConfigurationError
-from ..records import SCORE_NAMES, Generation, Judgement, RagTurn, Retrieval, truncate
+from ..records import SCORE_NAMES, Generation, Judgement, RagTurn, Retrieval, ToolCall, truncate
 from . import conventions as c
 
 __all__ = [
@@ -205,6 +205,12 @@ class SpanRecorder:
             c.OPENINFERENCE_SPAN_KIND: c.SPAN_KIND_LLM,
             c.GEN_AI_OPERATION_NAME: c.GEN_AI_OPERATION_CHAT,
             c.LANGFUSE_OBSERVATION_TYPE: c.LANGFUSE_TYPE_GENERATION,
+            c.ATTR_CONTENT_CAPTURED: self.capture_content,
+        }
+        self._tool_attrs: dict[str, Any] = {
+            c.OPENINFERENCE_SPAN_KIND: c.SPAN_KIND_TOOL,
+            c.GEN_AI_OPERATION_NAME: c.GEN_AI_OPERATION_EXECUTE_TOOL,
+            c.LANGFUSE_OBSERVATION_TYPE: c.LANGFUSE_TYPE_TOOL,
             c.ATTR_CONTENT_CAPTURED: self.capture_content,
         }
         self._judge_attrs: dict[str, Any] = {
@@ -447,6 +453,25 @@ class SpanRecorder:
                 _retrieval_span_ids.popitem(last=False)
         for generation in turn.generations:
             self._generation_span(tracer, parent, generation, start_ns, end_ns)
+        for tool in turn.tool_calls:
+            self._tool_span(tracer, parent, tool, start_ns, end_ns)
+
+    def _tool_span(self, tracer: Tracer, parent: Context, t: ToolCall, start_ns: int, end_ns: int) -> None:
+        attrs = dict(self._tool_attrs)
+        if t.name:
+            attrs[c.GEN_AI_TOOL_NAME] = attrs[c.TOOL_NAME] = t.name
+        if t.call_id:
+            attrs[c.GEN_AI_TOOL_CALL_ID] = t.call_id
+        if self.capture_content:
+            if t.input is not None:
+                attrs[c.INPUT_VALUE] = self._text(t.input)
+                attrs[c.INPUT_MIME_TYPE] = c.MIME_TEXT
+            if t.output is not None:
+                attrs[c.OUTPUT_VALUE] = self._text(t.output)
+                attrs[c.OUTPUT_MIME_TYPE] = c.MIME_TEXT
+        start = t.started_at if t.started_at is not None else start_ns
+        end = t.ended_at if t.ended_at is not None else end_ns
+        self._child(tracer, parent, c.tool_span_name(t.name), SpanKind.INTERNAL, attrs, start, end, t.error)
 
     def _retrieval_span(
         self, tracer: Tracer, parent: Context, r: Retrieval, start_ns: int, end_ns: int, turn_query: str
