@@ -39,7 +39,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..online import DEFAULT_TURN_MEASURES, turn_metrics
+from .._turn_metrics import DEFAULT_TURN_MEASURES, turn_metrics
 from ..records import (
     Citation,
     Generation,
@@ -55,7 +55,7 @@ from ..records import (
 from ._common import ground_truth_from, report_failure
 
 if TYPE_CHECKING:
-    from ..online import Auditor
+    from ..auditor import Auditor
 
 __all__ = [
     "EMPTY_ANSWERS",

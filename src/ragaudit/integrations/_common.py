@@ -28,7 +28,7 @@ from ..errors import ConfigurationError
 from ..records import RetrievedDoc, normalize_relevance, stable_doc_id
 
 if TYPE_CHECKING:
-    from ..online import Auditor
+    from ..auditor import Auditor
 
 __all__ = [
     "REFERENCE_ANSWER_KEY",
@@ -192,7 +192,7 @@ def default_auditor(
     with _defaults_lock:
         found = _defaults.get(key)
         if found is None:
-            from ..online import Auditor
+            from ..auditor import Auditor
 
             auditor = Auditor(None, tracer_provider=tracer_provider, capture_content=capture_content,
                               redact=redact)
@@ -234,7 +234,7 @@ def resolve_backend(
                                      "spans of the auditor given: pass capture_content=False to Auditor(...)")
     if auditor is None:
         if judge is not None:
-            from ..online import Auditor
+            from ..auditor import Auditor
 
             auditor = Auditor(judge, tracer_provider=tracer_provider, capture_content=capture_content,
                               redact=redact)

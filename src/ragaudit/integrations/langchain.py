@@ -24,7 +24,7 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage, ToolMessage
 
-from ..online import DEFAULT_TURN_MEASURES, Auditor
+from ..auditor import DEFAULT_TURN_MEASURES, Auditor
 from ..records import Generation, Retrieval, RetrievedDoc, ToolCall
 from ._assembler import Step, TurnParts, close_turn, step_end
 from ._common import (

@@ -64,7 +64,7 @@ from llama_index.core.instrumentation.span import BaseSpan
 from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 from pydantic import Field
 
-from ..online import DEFAULT_TURN_MEASURES, Auditor
+from ..auditor import DEFAULT_TURN_MEASURES, Auditor
 from ..records import Generation, Retrieval, RetrievedDoc, ToolCall
 from ._assembler import Step, TurnParts, close_turn, step_end
 from ._common import (

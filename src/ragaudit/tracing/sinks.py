@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._log import RateLimitedLog
+from .._turn_metrics import turn_metrics
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Judgement, RagTurn, Retrieval
 
@@ -416,8 +417,6 @@ class LangfuseSink(HttpSink):
                         },
                     )
                 )
-        from ..online import turn_metrics
-
         for metric, value in (turn_metrics(turn) or {}).items():
             out.append(("/api/public/scores", {**base, "name": f"retrieval.{metric}", "value": value}))
         return out
