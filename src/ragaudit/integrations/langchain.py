@@ -166,12 +166,12 @@ def _history_of(inputs: Any) -> Any:
     return None
 
 
-def _readable_query(inputs: Any) -> str | None:
-    """:func:`_query_from`, or None (reported) when *inputs* cannot be read: the run is still tracked."""
+def _readable(read: Callable[[Any], Any], inputs: Any, what: str) -> Any:
+    """``read(inputs)``, or None (reported) when *inputs* cannot be read: the run is still tracked."""
     try:
-        return _query_from(inputs)
+        return read(inputs)
     except Exception as exc:
-        report_failure("reading a run's question", exc)
+        report_failure(f"reading a run's {what}", exc)
         return None
 
 
@@ -513,8 +513,9 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
 
         def new_turn() -> _Turn:
             # A root under a parent we never saw (e.g. a LangSmith @traceable) is a turn too.
-            return _Turn(run_id, key, kind or "chain", now, name, _readable_query(question), metadata,
-                         current_context(), _conversation_of(question) if kind == "chain" else None)
+            return _Turn(run_id, key, kind or "chain", now, name, _readable(_query_from, question, "question"),
+                         metadata, current_context(),
+                         _readable(_conversation_of, question, "messages") if kind == "chain" else None)
 
         store = self._store
         with store.lock:
@@ -532,7 +533,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
                             and turn.conversation is not None:
                         turn.prompt = child.prompt
                 if kind == "chain" and turn.history is None:
-                    turn.history = _history_of(question)
+                    turn.history = _readable(_history_of, question, "chat history")
         for old in evicted:
             self._hand_off(old, evicted=True)
 
