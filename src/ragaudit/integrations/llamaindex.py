@@ -193,18 +193,6 @@ def _query_text(value: Any) -> str | None:
     return content if isinstance(content, str) else None
 
 
-def _chat_messages(messages: Any) -> list[tuple[str, str]]:
-    """``(role, text)`` of LlamaIndex ``ChatMessage`` s (roles user, assistant, system, tool)."""
-    out = []
-    for message in messages or ():
-        role = getattr(message, "role", None)
-        role = getattr(role, "value", role)
-        content = getattr(message, "content", None)
-        if isinstance(role, str):
-            out.append((role, content if isinstance(content, str) else ""))
-    return out
-
-
 def _user_message_of(start_event: Any) -> str | None:
     """The user's message of an agent's start event: ``user_msg`` (a string or a ``ChatMessage``),
     else the last user message of ``chat_history``."""
@@ -212,7 +200,7 @@ def _user_message_of(start_event: Any) -> str | None:
     text = _query_text(user_msg)
     if text:
         return text
-    for role, content in reversed(_chat_messages(getattr(start_event, "chat_history", None))):
+    for role, content in reversed(_messages_of(getattr(start_event, "chat_history", None))):
         if role == "user":
             return content
     return None
@@ -315,6 +303,22 @@ def _model_from(model_dict: Any) -> str | None:
     return None
 
 
+_ROLES = {"chatbot": "assistant", "model": "assistant", "function": "tool", "developer": "system"}
+
+
+def _messages_of(messages: Any) -> tuple[tuple[str, str], ...]:
+    """Chat messages as ``(role, content)`` pairs (user, assistant, system, tool)."""
+    if not isinstance(messages, (list, tuple)):
+        return ()
+    out = []
+    for message in messages:
+        role = getattr(message, "role", "")
+        role = str(getattr(role, "value", role))
+        content = getattr(message, "content", None)
+        out.append((_ROLES.get(role, role), content if isinstance(content, str) else ""))
+    return tuple(out)
+
+
 def _messages_text(messages: Any) -> str | None:
     if not isinstance(messages, (list, tuple)):
         return None
@@ -390,6 +394,7 @@ class _Generating:
     error: str | None = None
     caller: int = 0  # id() of the LLM object, to match a stream's lazily made inner call
     provider: str | None = None
+    messages: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(slots=True)
@@ -653,7 +658,8 @@ class _Collector:
             turn.generations[key] = _Generating(turn.next_seq(), now, caller=caller_id,
                                                 provider=_provider_of(caller) if caller is not None else None)
 
-    def model_called(self, run_id: str, model: str | None, prompt: str | None, now: int) -> None:
+    def model_called(self, run_id: str, model: str | None, prompt: str | None, now: int,
+                     messages: tuple[tuple[str, str], ...] = ()) -> None:
         with self.store.lock:
             turn = self.store.state_of(run_id)
             if turn is None:
@@ -663,6 +669,7 @@ class _Collector:
                 generating.model = model
             if generating.prompt is None and self.recorder.capture_content:
                 generating.prompt = prompt
+                generating.messages = messages
 
     def model_answered(self, run_id: str, response: Any, now: int, error: Any = None) -> None:
         output = _output_of(response)
@@ -772,18 +779,18 @@ class _Collector:
             steps.append(Step(run_id, turn.parents.get(run_id), g.seq, Generation(
                 model=g.model, prompt=g.prompt, output=g.output, input_tokens=g.input_tokens,
                 output_tokens=g.output_tokens, started_at=g.started_at, ended_at=ended_at, error=error,
-                provider=g.provider)))
+                provider=g.provider, messages=g.messages)))
         capture = self.recorder.capture_content
         for run_id, t in turn.tools.items():
             ended_at, error = step_end(t.ended_at, t.error, now)
             text, documents, tool_error = _read_tool_output(t.output)
             steps.append(Step(run_id, turn.parents.get(run_id), t.seq, ToolCall(
-                name=t.name, call_id=t.call_id, input=_json_text(t.input) if capture else None, output=text,
+                name=t.name, call_id=t.call_id, arguments=_json_text(t.input) if capture else None, output=text,
                 started_at=t.started_at, ended_at=ended_at, error=error or tool_error), documents))
         parts.steps = steps
         parts.parents = turn.parents
-        parts.history = _chat_messages(turn.history)
-        parts.prompt_messages = _chat_messages(turn.prompt)
+        parts.history = _messages_of(turn.history)
+        parts.prompt_messages = _messages_of(turn.prompt)
         if turn.stream_state is not None:
             parts.metadata[STREAM_KEY] = turn.stream_state
         from_sources = turn.sources is not None and turn.kind not in ("retrieve", "agent")
@@ -1094,7 +1101,7 @@ def _on_response(c: _Collector, e: Any, span_id: str, now: int) -> None:
 
 
 def _on_chat_start(c: _Collector, e: Any, span_id: str, now: int) -> None:
-    c.model_called(span_id, _model_from(e.model_dict), _messages_text(e.messages), now)
+    c.model_called(span_id, _model_from(e.model_dict), _messages_text(e.messages), now, _messages_of(e.messages))
     c.conversation_seen(span_id, e.messages)
 
 
@@ -1392,9 +1399,11 @@ class RagAuditLlamaIndexHandler(_Audited, BaseCallbackHandler):
             _LEGACY_LLM.set((collector, event_id))
             serialized = payload.get(EventPayload.SERIALIZED)
             prompt = payload.get(EventPayload.PROMPT)
+            messages: tuple[tuple[str, str], ...] = ()
             if not isinstance(prompt, str):
                 prompt = _messages_text(payload.get(EventPayload.MESSAGES))
-            collector.model_called(event_id, _model_from(serialized), prompt, now)
+                messages = _messages_of(payload.get(EventPayload.MESSAGES))
+            collector.model_called(event_id, _model_from(serialized), prompt, now, messages)
 
     def on_event_end(self, event_type: CBEventType, payload: dict[str, Any] | None = None,
                      event_id: str = "", **kwargs: Any) -> None:

@@ -31,7 +31,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, TypeVar
 
-from ..errors import ConfigurationError, JudgeError
+from ...errors import ConfigurationError, JudgeError
 
 if TYPE_CHECKING:
     import openai
