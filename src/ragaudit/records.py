@@ -24,6 +24,7 @@ __all__ = [
     "JudgeIdentity",
     "JudgeRequest",
     "Judgement",
+    "Message",
     "RagTurn",
     "Retrieval",
     "RetrievedDoc",
@@ -40,6 +41,21 @@ TRUNCATION_MARKER = "…[truncated {n} chars]"
 """Appended where text was cut; ``{n}`` is the number of characters removed."""
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+Message = tuple[str, str]
+"""One earlier message of a conversation: ``(role, text)``, role ``"user"`` or ``"assistant"``."""
+
+_ROLES = frozenset({"user", "assistant"})
+
+
+def _check_history(owner: str, history: Any) -> tuple[Message, ...]:
+    out = tuple(tuple(m) if isinstance(m, (list, tuple)) else m for m in history)
+    for message in out:
+        if not (isinstance(message, tuple) and len(message) == 2 and message[0] in _ROLES
+                and isinstance(message[1], str)):
+            raise ConfigurationError(f"{owner}.history must hold (role, text) pairs with role 'user' or "
+                                     f"'assistant', got {message!r}")
+    return out  # type: ignore[return-value]
 
 
 def truncate(text: str, limit: int) -> str:
@@ -218,6 +234,9 @@ class RagTurn:
     ``retrievals``, ``generations`` and ``tool_calls`` keep each retriever, LLM and tool call as it
     happened, for the trace. ``relevant_ids`` is the ground truth when known: a sequence of relevant ids (binary) or a
     mapping id -> graded label. ``trace_id``/``span_id`` (hex) point at the turn's span once traced.
+    ``tool_calls`` are an agent's tool calls (for the trace); ``history`` the earlier user and
+    assistant messages of a conversation (capped) and ``standalone_query`` the app's rewrite of
+    ``query`` that retrieval used, when it made one.
     """
 
     turn_id: str
@@ -237,6 +256,8 @@ class RagTurn:
     retrievals: tuple[Retrieval, ...] = ()
     generations: tuple[Generation, ...] = ()
     tool_calls: tuple[ToolCall, ...] = ()
+    history: tuple[Message, ...] = ()
+    standalone_query: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.turn_id, str) or not self.turn_id:
@@ -252,6 +273,9 @@ class RagTurn:
         object.__setattr__(self, "retrievals", tuple(self.retrievals))
         object.__setattr__(self, "generations", tuple(self.generations))
         object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        object.__setattr__(self, "history", _check_history("RagTurn", self.history))
+        if self.standalone_query is not None and not isinstance(self.standalone_query, str):
+            raise ConfigurationError("RagTurn.standalone_query must be a string or None")
         for doc in self.documents:
             if not isinstance(doc, RetrievedDoc):
                 raise ConfigurationError(f"RagTurn.documents must hold RetrievedDoc, got {type(doc).__name__}")
@@ -288,7 +312,8 @@ class JudgeRequest:
     """What a judge is asked to assess. ``context`` is the exact text the judge sees as evidence.
 
     ``reference`` is an optional reference answer (for correctness judges); it is never the
-    evidence for faithfulness.
+    evidence for faithfulness. ``history`` (earlier ``(role, text)`` messages) and
+    ``standalone_query`` (the app's rewrite of the question) are set for follow-up questions.
     """
 
     query: str
@@ -297,6 +322,8 @@ class JudgeRequest:
     documents: tuple[RetrievedDoc, ...] = ()
     reference: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    history: tuple[Message, ...] = ()
+    standalone_query: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("query", "answer", "context"):
@@ -315,6 +342,9 @@ class JudgeRequest:
                 raise ConfigurationError(f"JudgeRequest.documents must hold RetrievedDoc, got {type(doc).__name__}")
         object.__setattr__(self, "documents", documents)
         object.__setattr__(self, "metadata", _frozen_mapping(self.metadata, "JudgeRequest.metadata"))
+        object.__setattr__(self, "history", _check_history("JudgeRequest", self.history))
+        if self.standalone_query is not None and not isinstance(self.standalone_query, str):
+            raise ConfigurationError("JudgeRequest.standalone_query must be a string or None")
 
     @staticmethod
     def build_context(documents: Sequence[RetrievedDoc], max_context_chars: int = 24_000) -> str:
@@ -336,6 +366,8 @@ class JudgeRequest:
             context=cls.build_context(turn.documents, max_context_chars),
             documents=turn.documents,
             reference=turn.metadata.get("reference_answer") if turn.metadata else None,
+            history=turn.history,
+            standalone_query=turn.standalone_query,
         )
 
 

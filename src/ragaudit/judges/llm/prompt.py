@@ -22,6 +22,7 @@ from ...records import JudgeRequest, truncate
 
 __all__ = [
     "MAX_ANSWER_CHARS",
+    "MAX_HISTORY_CHARS",
     "MAX_QUESTION_CHARS",
     "PROTOCOL_VERSION",
     "REPAIR_PROMPT",
@@ -29,6 +30,7 @@ __all__ = [
     "VERDICT_SCHEMA",
     "build_messages",
     "build_repair_messages",
+    "conversation_block",
     "new_nonce",
     "prompt_hash",
     "sanitize_untrusted",
@@ -158,7 +160,7 @@ def wrap_untrusted(label: str, text: str, nonce: str | None = None) -> str:
     :data:`MAX_ANSWER_CHARS`, with a visible marker, so every judge sends bounded prompts; the
     context is capped by each judge's ``max_context_chars``.
     """
-    if label == "question":
+    if label in ("question", "standalone_question"):
         text = truncate(text, MAX_QUESTION_CHARS)
     elif isinstance(label, str) and label.startswith("answer"):
         text = truncate(text, MAX_ANSWER_CHARS)
@@ -193,11 +195,38 @@ def build_messages(
     context = request.context if max_context_chars is None else truncate(request.context, max_context_chars)
     user = _INSTRUCTIONS.format(
         nonce=nonce,
-        question=wrap_untrusted("question", request.query, nonce),
+        question=wrap_untrusted("question", request.query, nonce) + conversation_block(request, nonce),
         answer=wrap_untrusted("answer", request.answer, nonce),
         context=wrap_untrusted("context", context, nonce),
     )
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+MAX_HISTORY_CHARS = 8_000
+"""The conversation history shown to a judge is cut here (oldest text first goes)."""
+
+_CONVERSATION = """
+
+This question is a follow-up in a conversation. Read it in the light of the earlier messages below; \
+judge answer relevance and context relevance against what the user meant, which the standalone \
+question (the application's own rewrite, used for retrieval) states when it is given."""
+
+
+def conversation_block(request: JudgeRequest, nonce: str) -> str:
+    """The text that follows the question when *request* has ``history`` or ``standalone_query``:
+    each in its own delimited block; "" when it has neither, so the prompt is then unchanged."""
+    if not request.history and request.standalone_query is None:
+        return ""
+    parts = [_CONVERSATION]
+    if request.history:
+        lines = "\n".join(f"{role}: {text}" for role, text in request.history)
+        if len(lines) > MAX_HISTORY_CHARS:  # keep the most recent messages, they matter most
+            lines = "[earlier messages cut]\n" + lines[-MAX_HISTORY_CHARS:]
+        parts.append(f"\n\nEarlier messages:\n{wrap_untrusted('history', lines, nonce)}")
+    if request.standalone_query is not None:
+        standalone = wrap_untrusted("standalone_question", request.standalone_query, nonce)
+        parts.append(f"\n\nStandalone question:\n{standalone}")
+    return "".join(parts)
 
 
 def build_repair_messages(
