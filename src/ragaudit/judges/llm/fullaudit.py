@@ -11,8 +11,10 @@ the documents keep their numbers ``[1]``, ``[2]``... (their ranks). The judge re
                    {"n": 2, "verdict": "unsupported", "docs": []}],
      "documents": [{"n": 1, "grade": 3}, {"n": 2, "grade": 0}]}
 
-Reading it (:func:`read_full_audit`) follows the rules of the three scores: the scores are read by
-:func:`~ragaudit.judges.parsing.parse_judgement`; a sentence or document the judge did not give
+Reading it (:func:`read_full_audit`) follows the rules of the three scores
+(:mod:`ragaudit.judges.llm.parsing`: bounded reply, echoed and quoted content set aside, the reply's own
+verdict object, two disagreeing objects ambiguous, no clamping, no guessed scale); the scores are read
+by :func:`~ragaudit.judges.llm.parsing.parse_judgement`; a sentence or document the judge did not give
 has verdict/grade **None, never guessed**; a sentence number or document number out of range is
 dropped (and noted), so is a grade that is not an integer from 0 to 3 (no clamping: 4 is not read
 as 3) and a verdict that is not one of the five.
@@ -29,6 +31,7 @@ own number. The judge's own number is always kept in ``details["judge_faithfulne
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,8 +39,16 @@ from typing import Any
 
 from ...judged import answer_sentences
 from ...records import DocumentGrade, JudgeRequest, SentenceVerdict, truncate
-from .parsing import find_json_object, norm_key, parse_judgement
-from .prompt import MAX_ANSWER_CHARS, new_nonce, wrap_untrusted
+from .parsing import (
+    _DATA_SECTION_RE,
+    DEFAULT_MAX_REPLY_CHARS,
+    Quoted,
+    bound_reply,
+    choose_verdict,
+    norm_key,
+    parse_judgement,
+)
+from .prompt import MAX_ANSWER_CHARS, conversation_block, new_nonce, wrap_untrusted
 
 __all__ = [
     "FULL_AUDIT",
@@ -87,9 +98,9 @@ FULL_AUDIT_SCHEMA: Mapping[str, Any] = {
         "required": ["faithfulnessScore", "contextRelevanceScore", "answerRelevanceScore", "reason",
                      "sentences", "documents"],
         "properties": {
-            "faithfulnessScore": {"type": "number"},
-            "contextRelevanceScore": {"type": "number"},
-            "answerRelevanceScore": {"type": "number"},
+            "faithfulnessScore": {"type": "number", "minimum": 0, "maximum": 1},
+            "contextRelevanceScore": {"type": "number", "minimum": 0, "maximum": 1},
+            "answerRelevanceScore": {"type": "number", "minimum": 0, "maximum": 1},
             "reason": {"type": "string"},
             "sentences": {"type": "array", "items": {
                 "type": "object", "additionalProperties": False, "required": ["n", "verdict", "docs"],
@@ -157,7 +168,7 @@ def build_full_audit_messages(
     numbered, spans = numbered_answer(request.answer)
     user = _INSTRUCTIONS.format(
         nonce=nonce,
-        question=wrap_untrusted("question", request.query, nonce),
+        question=wrap_untrusted("question", request.query, nonce) + conversation_block(request, nonce),
         answer=wrap_untrusted("answer", numbered, nonce),
         context=wrap_untrusted("context", context, nonce),
         n_sentences=len(spans),
@@ -170,7 +181,8 @@ def build_full_audit_messages(
 class FullAuditReading:
     """What :func:`read_full_audit` read: the scores (faithfulness already made consistent), reason,
     sentence verdicts, document grades, details and notes. ``usable`` is False when nothing at all
-    was read (no score, no verdict, no grade), which asks for the one repair request."""
+    was read (no score, no verdict, no grade) or the reply was ambiguous, which asks for the one
+    repair request; ``retry`` asks for it too when a score was given on no certain scale."""
 
     scores: Mapping[str, float | None]
     reason: str | None
@@ -179,6 +191,7 @@ class FullAuditReading:
     details: Mapping[str, Any]
     notes: tuple[str, ...]
     usable: bool
+    retry: bool = False
 
 
 _VERDICT_ALIASES = {
@@ -241,24 +254,92 @@ def _verdict(value: Any) -> str | None:
     return _VERDICT_ALIASES.get(norm_key(value))
 
 
-def read_full_audit(text: str, request: JudgeRequest) -> FullAuditReading:
-    """Read a full-audit reply for *request* (see the module rules). Never raises."""
+def read_full_audit(
+    text: str, request: JudgeRequest, *, quoted: Quoted | None = None, max_chars: int = DEFAULT_MAX_REPLY_CHARS
+) -> FullAuditReading:
+    """Read a full-audit reply for *request* (see the module rules). Never raises.
+
+    The rules of :mod:`ragaudit.judges.llm.parsing` apply: the reply is read up to *max_chars*; echoed
+    data sections and verbatim quotes of the judged content (*quoted*) are set aside; the verdict is
+    the reply's own object, chosen by :func:`~ragaudit.judges.llm.parsing.choose_verdict` (two that
+    disagree: ambiguous, no verdict); the three scores are read by
+    :func:`~ragaudit.judges.llm.parsing.parse_judgement` (no clamping, no guessed scale).
+    """
     notes: list[str] = []
     try:
-        return _read(text, request, notes)
+        return _read(text, request, notes, quoted if quoted is not None else Quoted(), max_chars)
     except Exception as exc:  # a parser bug must not take a judgement down with it
         notes.append(f"full-audit parser error: {type(exc).__name__}")
         return FullAuditReading({}, None, (), (), {}, tuple(notes), False)
 
 
-def _read(text: str, request: JudgeRequest, notes: list[str]) -> FullAuditReading:
-    parsed = parse_judgement(text)
+def _is_audit(obj: Mapping[str, Any]) -> bool:
+    return any(norm_key(k) in ("sentences", "documents") for k in obj)
+
+
+def _audit_key(obj: Mapping[str, Any]) -> str:
+    return json.dumps({norm_key(k): v for k, v in obj.items() if norm_key(k) not in ("reason", "reasoning")},
+                      sort_keys=True, default=str)
+
+
+_MIN_SHOWN_CHARS = 20
+_MAX_SHOWN_OBJECTS = 64
+
+
+def _shown_objects(texts: Sequence[str]) -> set[str]:
+    """The audit-shaped JSON objects written in the texts the judge was shown (canonical JSON)."""
+    decoder = json.JSONDecoder(strict=False)
+    found: set[str] = set()
+    for text in texts:
+        pos, tries = text.find("{"), 0
+        while pos >= 0 and tries < _MAX_SHOWN_OBJECTS:
+            tries += 1
+            try:
+                value, _ = decoder.raw_decode(text, pos)
+            except (ValueError, RecursionError):
+                value = None
+            if isinstance(value, dict) and _is_audit(value):
+                found.add(json.dumps(value, sort_keys=True, default=str))
+            pos = text.find("{", pos + 1)
+    return found
+
+
+def _audit_object(text: Any, request: JudgeRequest, quoted: Quoted, max_chars: int,
+                  notes: list[str]) -> tuple[dict[str, Any] | None, bool]:
+    """The reply's own object with the sentence verdicts and grades (rules A-C), and whether ambiguous.
+
+    Rule B for audit objects: the judged texts (question, answer, context) are removed from the reply
+    verbatim, and an object written in them is never read -- whether or not it mentions a score.
+    """
+    if not isinstance(text, str) or "{" not in text:
+        return None, False
+    text, _ = bound_reply(text, max_chars)
+    if "<<<" in text:
+        text = _DATA_SECTION_RE.sub(" ", text)
+    text, _ = quoted.remove_from(text)
+    shown = [t for t in (request.answer, request.query, request.context) if len(t) >= _MIN_SHOWN_CHARS]
+    for shown_text in sorted(shown, key=len, reverse=True):
+        if shown_text in text:
+            text = text.replace(shown_text, " ")
+            notes.append("a verbatim quote of the judged content ignored")
+    planted = _shown_objects(shown)
+    choice = choose_verdict(text, lambda o: _is_audit(o) and json.dumps(o, sort_keys=True, default=str)
+                            not in planted, _audit_key, quoted=quoted, notes=notes)
+    if choice.status == "ambiguous":
+        notes.append("sentences and documents: ambiguous, two audit objects disagree")
+        return None, True
+    return choice.verdict, False
+
+
+def _read(text: str, request: JudgeRequest, notes: list[str], quoted: Quoted, max_chars: int) -> FullAuditReading:
+    parsed = parse_judgement(text, quoted=quoted, max_chars=max_chars)
     notes.extend(parsed.notes)
     answer = request.answer[:MAX_ANSWER_CHARS]
     spans = answer_sentences(answer)
     docs_by_rank = {d.rank: d for d in request.documents}
-    obj = find_json_object(text, lambda o: any(norm_key(k) in ("sentences", "documents") for k in o)) \
-        if isinstance(text, str) and "{" in text else None
+    audit_notes: list[str] = []
+    obj, ambiguous = _audit_object(text, request, quoted, max_chars, audit_notes)
+    notes.extend(n for n in audit_notes if n not in notes)
 
     given: dict[int, tuple[str | None, tuple[int, ...]]] = {}
     grades: dict[int, int | None] = {}
@@ -290,12 +371,17 @@ def _read(text: str, request: JudgeRequest, notes: list[str]) -> FullAuditReadin
     details: dict[str, Any] = {"scale": parsed.scale, "judge_faithfulness": judge_faithfulness,
                                "faithfulness_from": "judge", "sentences_missing": missing_sentences,
                                "grades_missing": missing_grades}
+    if parsed.ambiguous or ambiguous:
+        details["ambiguous"] = True
+    if parsed.rejected:
+        details["rejected_scores"] = list(parsed.rejected)
     if derived is not None:
         scores["faithfulness"] = derived
         details["faithfulness_from"] = "sentences"
-    usable = parsed.has_scores or any(s.verdict is not None for s in sentences) or any(
-        g.grade is not None for g in document_grades)
-    return FullAuditReading(scores, parsed.reason, sentences, document_grades, details, tuple(notes), usable)
+    usable = (parsed.has_scores or any(s.verdict is not None for s in sentences) or any(
+        g.grade is not None for g in document_grades)) and not parsed.ambiguous and not ambiguous
+    return FullAuditReading(scores, parsed.reason, sentences, document_grades, details, tuple(notes), usable,
+                            retry=bool(parsed.rejected))
 
 
 def consistent_faithfulness(sentences: Sequence[SentenceVerdict]) -> float | None:
