@@ -80,8 +80,10 @@ class Auditor:
     past that drops whole turns, spans included, counted in ``stats()["close_dropped"]``), a bound
     separate from *max_queue* so that a small judging queue never costs traces.
 
-    Each judgement goes to: the OTel judge span (a child of the turn's span, through
-    *tracer_provider* or the global one), the JSONL *audit_log* (``None`` to disable), every
+    Each judgement goes to: the OTel judge span (through *tracer_provider* or the global one; a
+    child of the turn's span, or with ``judge_trace="separate"`` the root of its own trace linked
+    to the turn, so the turn's trace lasts as long as the answer did), the JSONL *audit_log*
+    (``None`` to disable), every
     *sinks* entry, and *on_judgement(turn, judgement)*. A judge or sink that fails is recorded
     (judgement ``error``, ``stats()["sink_errors"]``), never raised.
 
@@ -116,6 +118,7 @@ class Auditor:
         exit_timeout_s: float = 30.0,
         handle_signals: bool = False,
         max_closing: int = 10_000,
+        judge_trace: Literal["turn", "separate"] | None = None,
     ) -> None:
         if mode not in ("background", "inline"):
             raise ConfigurationError(f"mode must be 'background' or 'inline', got {mode!r}")
@@ -159,7 +162,8 @@ class Auditor:
         self._on_judgement = on_judgement
         self._sinks = sinks
         self._redact = redact
-        self._recorder = SpanRecorder(tracer_provider, capture_content=capture_content, redact=redact)
+        self._recorder = SpanRecorder(tracer_provider, capture_content=capture_content, redact=redact,
+                                      judge_trace=judge_trace)
         for sink in sinks:
             bind = getattr(sink, "bind_recorder", None)
             if callable(bind):
@@ -179,7 +183,8 @@ class Auditor:
 
         self._lock = threading.Lock()
         self._counts = {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0,
-                        "sink_errors": 0, "close_dropped": 0}
+                        "sink_errors": 0, "close_dropped": 0, "unjudged_no_evidence": 0,
+                        "unjudged_empty_answer": 0}
         self._pending = 0
         self._closed = False
         self._log = RateLimitedLog()
@@ -248,6 +253,17 @@ class Auditor:
         costs nothing once it is gone).
         """
         self._turn_sources.add(source)
+
+    def count_unjudged(self, reason: str) -> bool:
+        """Count a finished turn that was traced but not judged: *reason* ``"no_evidence"`` (an answer
+        with no evidence) or ``"empty_answer"``; ``stats()["unjudged_<reason>"]``. Returns True the
+        first time for *reason* (the caller logs the fix once per auditor)."""
+        key = f"unjudged_{reason}"
+        with self._lock:
+            if key not in self._counts:
+                return False
+            self._counts[key] += 1
+            return self._counts[key] == 1
 
     def defer(self, job: Callable[[], None]) -> bool:
         """Run *job* soon on the auditor's closing thread, never on the caller's. Never blocks or raises.
@@ -399,7 +415,11 @@ class Auditor:
 
     def stats(self) -> dict[str, int]:
         """Counts: submitted, judged, failed, dropped, sampled_out, pending, sink_errors, close_dropped,
-        closing.
+        closing, unjudged_no_evidence, unjudged_empty_answer.
+
+        ``unjudged_no_evidence`` counts turns with an answer and no evidence (a retriever outside the
+        callback tree) and ``unjudged_empty_answer`` turns whose answer was empty; both are traced,
+        never submitted (:meth:`count_unjudged`).
 
         One consistent snapshot (one lock): ``submitted == judged + failed + dropped + sampled_out
         + pending`` always holds, also while judgements are being delivered. ``sink_errors``
