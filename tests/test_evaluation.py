@@ -24,7 +24,7 @@ from ragaudit.evaluation import (
     RowResult,
     assert_rag_quality,
     diagnose,
-    evaluate,
+    evaluate_pipeline,
     load_dataset,
     summarize,
 )
@@ -273,12 +273,12 @@ def test_load_dataset_errors(tmp_path: Path, text: str, message: str) -> None:
         load_dataset(path)
 
 
-# --- evaluate() on real pipelines -----------------------------------------------------------------
+# --- evaluate_pipeline() on real pipelines ------------------------------------------------------------
 
 
 def test_evaluate_pairs_each_row_with_its_own_documents_under_concurrency() -> None:
     dataset = [{**item, "id": f"r{i}"} for i, item in enumerate(_dataset(8) * 3)]
-    report = evaluate(dataset, build_keyword_chain(), judge=FakeJudge(
+    report = evaluate_pipeline(dataset, build_keyword_chain(), judge=FakeJudge(
         lambda req: {"faithfulness": 1.0, "context_relevance": 1.0, "answer_relevance": 1.0, "reason": req.query}),
         metrics=["recall@1", "mrr@10"], concurrency=6, progress=False)
     assert len(report.rows) == 24 and report.errors == 0
@@ -302,7 +302,7 @@ def test_evaluate_keeps_rows_whose_pipeline_raised() -> None:
         ctx = None if "banana" in request.query else 0.8
         return {"faithfulness": 0.9, "context_relevance": ctx, "answer_relevance": 0.7}
 
-    report = evaluate(dataset, build_keyword_chain(), judge=FakeJudge(judge_fn), progress=False)
+    report = evaluate_pipeline(dataset, build_keyword_chain(), judge=FakeJudge(judge_fn), progress=False)
     assert [r.id for r in report.rows] == ["r0", "r1", "r2", "boom"]
     boom = report.rows[3]
     assert boom.error == "ValueError: generator exploded"
@@ -323,7 +323,7 @@ def test_evaluate_dict_input_and_graded_qrels() -> None:
     chain = ({"docs": itemgetter("question") | KeywordRetriever(k=3), "question": itemgetter("question")}
              | RunnableLambda(_generate))
     dataset = [{"question": "When does the cherry orchard open?", "qrels": {"d-cherry": 2, "d-apple": 1}}]
-    report = evaluate(dataset, chain, judge=FakeJudge(lambda r: {"faithfulness": 1.0}),
+    report = evaluate_pipeline(dataset, chain, judge=FakeJudge(lambda r: {"faithfulness": 1.0}),
                       metrics=["ndcg@3", "P@3"], progress=False)
     result = report.rows[0]
     assert result.doc_ids[0] == "d-cherry"
@@ -334,7 +334,7 @@ def test_evaluate_dict_input_and_graded_qrels() -> None:
 
 def test_evaluate_writes_an_audit_log_when_asked(tmp_path: Path) -> None:
     log = tmp_path / "audit.jsonl"
-    report = evaluate(_dataset(2), build_keyword_chain(), judge=FakeJudge(lambda r: {"faithfulness": 0.4}),
+    report = evaluate_pipeline(_dataset(2), build_keyword_chain(), judge=FakeJudge(lambda r: {"faithfulness": 0.4}),
                       progress=False, auditor_kwargs={"audit_log": log})
     assert len(report.rows) == 2
     lines = [json.loads(x) for x in log.read_text().splitlines()]
@@ -342,19 +342,20 @@ def test_evaluate_writes_an_audit_log_when_asked(tmp_path: Path) -> None:
 
 
 def test_no_progress_bar_when_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
-    evaluate(_dataset(2), build_keyword_chain(), judge=FakeJudge(lambda r: {"faithfulness": 1.0}), progress=True)
+    evaluate_pipeline(_dataset(2), build_keyword_chain(), judge=FakeJudge(lambda r: {"faithfulness": 1.0}),
+                      progress=True)
     assert capsys.readouterr().err == ""
 
 
 def test_evaluate_rejects_bad_arguments() -> None:
     with pytest.raises(ConfigurationError, match="LangChain Runnable or a LlamaIndex query engine"):
-        evaluate(_dataset(1), object(), progress=False)
+        evaluate_pipeline(_dataset(1), object(), progress=False)
     with pytest.raises(ConfigurationError, match="concurrency"):
-        evaluate(_dataset(1), build_keyword_chain(), concurrency=0, progress=False)
+        evaluate_pipeline(_dataset(1), build_keyword_chain(), concurrency=0, progress=False)
     with pytest.raises(ConfigurationError, match="metrics"):
-        evaluate(_dataset(1), build_keyword_chain(), metrics=["recall@five"], progress=False)
+        evaluate_pipeline(_dataset(1), build_keyword_chain(), metrics=["recall@five"], progress=False)
     with pytest.raises(ConfigurationError, match="on_judgement"):
-        evaluate(_dataset(1), build_keyword_chain(), auditor_kwargs={"on_judgement": print}, progress=False)
+        evaluate_pipeline(_dataset(1), build_keyword_chain(), auditor_kwargs={"on_judgement": print}, progress=False)
 
 
 def test_evaluate_llamaindex_demo_engine() -> None:
@@ -362,12 +363,12 @@ def test_evaluate_llamaindex_demo_engine() -> None:
     from ragaudit.demo.pipelines import build_llamaindex_engine
     from ragaudit.integrations import llamaindex
 
-    report = evaluate(str(dataset_path()), build_llamaindex_engine(), progress=False)
+    report = evaluate_pipeline(str(dataset_path()), build_llamaindex_engine(), progress=False)
     assert len(report.rows) == 8 and report.errors == 0
     assert report.aggregate["faithfulness"].n == 8
     assert report.aggregate["recall@5"].n == 6 and report.aggregate["recall@5"].missing == 2
     assert all(r.doc_ids for r in report.rows)
-    assert llamaindex.uninstrument() is None  # evaluate() left no instrumentation behind
+    assert llamaindex.uninstrument() is None  # evaluate_pipeline() left no instrumentation behind
 
 
 # --- the CLI --------------------------------------------------------------------------------------

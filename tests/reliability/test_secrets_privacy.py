@@ -119,7 +119,7 @@ def test_api_key_never_recorded(source: str, server: LLMServer, traced: Traced, 
 
 def test_api_key_never_in_evaluation_reports(server: LLMServer, tmp_path: Path,
                                              caplog: pytest.LogCaptureFixture) -> None:
-    from ragaudit.evaluation import evaluate
+    from ragaudit.evaluation import evaluate_pipeline
 
     server.rule = key_echoing_rule(CLIENT_KEY)
     judge = ChatRagJudge(client=openai.OpenAI(base_url=server.base_url, api_key=CLIENT_KEY, max_retries=0))
@@ -127,7 +127,7 @@ def test_api_key_never_in_evaluation_reports(server: LLMServer, tmp_path: Path,
     dataset = [{"id": f"q{i}", "question": f"How long do refunds take? ({i})", "relevant_ids": ["r"]}
                for i in range(8)]
     with caplog.at_level(logging.DEBUG):
-        report = evaluate(dataset, chain, judge=judge, progress=False,
+        report = evaluate_pipeline(dataset, chain, judge=judge, progress=False,
                           auditor_kwargs={"audit_log": tmp_path / "eval-audit.jsonl"})
     texts = [report.to_json(), report.to_markdown(), report.to_html(), log_text(caplog),
              (tmp_path / "eval-audit.jsonl").read_text(encoding="utf-8")]

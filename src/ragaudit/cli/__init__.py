@@ -11,7 +11,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from .. import __version__
+from .._version import __version__
 from ..errors import RagAuditError
 
 __all__ = ["build_parser", "main"]
@@ -28,7 +28,7 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     p.add_argument("--audit-log", default="ragaudit-audit.jsonl", help="JSONL audit log")
     p.add_argument("--offline", action="store_true",
                    help="ignore OPENAI_API_KEY / OPENAI_BASE_URL and use the offline stand-ins")
-    p.set_defaults(handler=("ragaudit.demo.run", "demo_command"))
+    p.set_defaults(handler=("ragaudit.cli.demo", "demo_command"))
 
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -66,7 +66,7 @@ def _add_metrics(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
                    help="count qrels queries missing from the run as 0 (trec_eval -c)")
     p.add_argument("--keep-duplicates", action="store_true",
                    help="keep the highest score of a doc listed twice for a query (default: refuse, as trec_eval)")
-    p.set_defaults(handler=("ragaudit.cli", "_metrics_command"))
+    p.set_defaults(handler=("ragaudit.cli.metrics", "metrics_command"))
 
 
 def _add_report(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -85,16 +85,7 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     p.add_argument("judgements", help="audit log or JSON report with judgements")
     p.add_argument("--threshold", type=float, default=0.5, help="pass threshold on [0, 1] scores")
     p.add_argument("--format", choices=["table", "json"], default="table")
-    p.set_defaults(handler=("ragaudit.evaluation.calibration", "cli_command"))
-
-
-def _metrics_command(args: argparse.Namespace) -> int:
-    from ..metrics.io import metrics_command
-
-    print(metrics_command(args.run, args.qrels, args.metrics, args.per_query, args.format,
-                          relevance_level=args.relevance_level, judged_only=not args.all_queries,
-                          on_duplicate="max" if args.keep_duplicates else "error"))
-    return 0
+    p.set_defaults(handler=("ragaudit.cli.calibrate", "calibrate_command"))
 
 
 def build_parser() -> argparse.ArgumentParser:
