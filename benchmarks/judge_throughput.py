@@ -232,7 +232,7 @@ def run_auditor(base_url: str, turns: list[Any], concurrency: int, *, trace_memo
 
     provider = TracerProvider(shutdown_on_exit=False)
     provider.add_span_processor(BatchSpanProcessor(_DiscardingExporter()))  # type: ignore[arg-type]
-    judge = ChatRagJudge(model=MODEL, base_url=base_url, api_key="dummy", max_retries=0, timeout=60)
+    judge = ChatRagJudge(model=MODEL, base_url=base_url, api_key="dummy", max_retries=0, timeout_s=60)
     done = {"n": 0}
     latencies: list[float] = []
     usage = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
@@ -317,7 +317,7 @@ def judge_same_turns(base_url: str, turns: list[Any]) -> dict[str, Any]:
     """ragaudit's ChatRagJudge on *turns*, one after the other (for the side-by-side with the peers)."""
     from ragaudit import ChatRagJudge, JudgeRequest
 
-    judge = ChatRagJudge(model=MODEL, base_url=base_url, api_key="dummy", max_retries=0, timeout=60)
+    judge = ChatRagJudge(model=MODEL, base_url=base_url, api_key="dummy", max_retries=0, timeout_s=60)
     results = [judge.judge(JudgeRequest.from_turn(turn)) for turn in turns]
     judge.close()
     return {"scores": [j.scores() for j in results], "errors": sorted({j.error for j in results if j.error})}

@@ -87,3 +87,38 @@ def test_calibration_names_in_judges_are_deprecated(name: str) -> None:
 def test_unknown_names_raise_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         ragaudit.nope  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_renamed_keyword_warns_and_is_passed_on() -> None:
+    from ragaudit._deprecation import renamed_kwargs
+
+    @renamed_kwargs(timeout="timeout_s")
+    def wait(timeout_s: float = 1.0) -> float:
+        return timeout_s
+
+    assert wait(2.0) == wait(timeout_s=2.0) == 2.0
+    with pytest.deprecated_call(match=r"wait\(timeout=...\) is deprecated.*use timeout_s="):
+        assert wait(timeout=3.0) == 3.0  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="both 'timeout' and 'timeout_s'"):
+        wait(timeout=3.0, timeout_s=4.0)  # type: ignore[call-arg]
+
+
+def test_timeout_is_a_deprecated_alias_of_timeout_s(tmp_path: Path) -> None:
+    from ragaudit import Auditor, ChatRagJudge, FakeJudge, GEvalJudge, PairwiseJudge, SqliteCache
+
+    for cls in (ChatRagJudge, GEvalJudge, PairwiseJudge):
+        with pytest.deprecated_call(match="use timeout_s="):
+            judge = cls("m", base_url="http://127.0.0.1:9/v1", api_key="k", timeout=7.0)  # type: ignore[call-arg]
+        try:
+            assert judge._endpoint._sync_client.timeout == 7.0
+        finally:
+            judge.close()
+    with pytest.deprecated_call(match="use timeout_s="):
+        SqliteCache(tmp_path / "c.sqlite", timeout=2.0).close()  # type: ignore[call-arg]
+    auditor = Auditor(FakeJudge(lambda request: {"faithfulness": 1.0}), audit_log=None)
+    try:
+        with pytest.deprecated_call(match=r"Auditor.flush\(timeout=...\)"):
+            assert auditor.flush(timeout=5.0)  # type: ignore[call-arg]
+    finally:
+        with pytest.deprecated_call(match=r"Auditor.shutdown\(timeout=...\)"):
+            auditor.shutdown(timeout=5.0)  # type: ignore[call-arg]

@@ -20,9 +20,10 @@ from ragaudit import BaseRagJudge, ChatRagJudge, FakeJudge, Judgement, JudgeRequ
 from ragaudit.errors import ConfigurationError, RagAuditError
 from ragaudit.evaluation.runner import load_dataset
 from ragaudit.judges.combinators.cache import CachedJudge, JudgementCache, MemoryCache, SqliteCache, cache_key
+from ragaudit.judges.combinators.tiered import TieredJudge
 from ragaudit.judges.cost import CostEstimate, estimate_cost
 from ragaudit.judges.rubric import Criterion, RubricJudge
-from ragaudit.judges.rules import RuleJudge, TieredJudge
+from ragaudit.judges.rules import RuleJudge
 from tests.support.llm_server import LLMServer, RecordedRequest, judgement_json
 
 pytestmark = pytest.mark.timeout(60)
@@ -116,7 +117,7 @@ def test_memory_cache_evicts_the_least_recently_used() -> None:
 
 
 def test_a_chat_judge_is_not_called_twice(srv: LLMServer) -> None:
-    chat = ChatRagJudge("judge-model", base_url=srv.base_url, timeout=5.0, max_retries=0)
+    chat = ChatRagJudge("judge-model", base_url=srv.base_url, timeout_s=5.0, max_retries=0)
     judge = CachedJudge(chat)
     assert judge.blocking is False
     first = judge.judge(REQUEST)
@@ -239,7 +240,7 @@ def test_sqlite_cache_configuration_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="cannot open the judgement cache"):
         SqliteCache(tmp_path / "dir")
     with pytest.raises(ConfigurationError, match="timeout"):
-        SqliteCache(tmp_path / "x.sqlite", timeout=0)
+        SqliteCache(tmp_path / "x.sqlite", timeout_s=0)
     with pytest.raises(ConfigurationError, match="cache must have"):
         CachedJudge(FakeJudge(scored), cache=object())  # type: ignore[arg-type]
     memory = SqliteCache(":memory:")
@@ -266,10 +267,10 @@ def prompt_chars(request: RecordedRequest) -> int:
 
 def test_estimate_matches_the_prompts_actually_sent(srv: LLMServer) -> None:
     srv.rule = lambda body: '{"scores": {"clarity": 4}}' if "criterion" in body["messages"][0]["content"] else None
-    chat = ChatRagJudge("judge-model", base_url=srv.base_url, timeout=5.0, max_retries=0)
+    chat = ChatRagJudge("judge-model", base_url=srv.base_url, timeout_s=5.0, max_retries=0)
     estimate = estimate_cost(chat, ROWS)
     rubric = RubricJudge("judge-model", criteria=[Criterion("clarity", "Easy to follow.")], base_url=srv.base_url,
-                         timeout=5.0, max_retries=0)
+                         timeout_s=5.0, max_retries=0)
     rubric_estimate = estimate_cost(rubric, ROWS)
     for row in ROWS:
         request = JudgeRequest(query=row["question"], answer=row["answer"], context=_context(row))

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import importlib
 import sys
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from ._deprecation import warn_deprecated
 
 __all__ = ["lazy_exports"]
 
@@ -55,8 +56,7 @@ def lazy_exports(
             return value
         if name in deprecated:
             spec, replacement = deprecated[name]
-            warnings.warn(f"{package}.{name} is deprecated and will be removed in the next release; "
-                          f"use {replacement}", DeprecationWarning, stacklevel=2)
+            warn_deprecated(f"{package}.{name}", replacement, stacklevel=2)
             return _resolve(package, name, spec)  # not cached: every use warns (once per call site)
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 

@@ -44,7 +44,7 @@ CHILD = textwrap.dedent("""
         srv = LLMServer(delay=0.05).start()
         if judge_kind == "hanging_server":
             srv.rule = lambda body: Fault.hang(3600)
-        judge = ChatRagJudge(base_url=srv.base_url, api_key="test", timeout=600, max_retries=0)
+        judge = ChatRagJudge(base_url=srv.base_url, api_key="test", timeout_s=600, max_retries=0)
     if ending == "host_handler":      # the application's own SIGTERM handler, installed first
         import logging
         logging.basicConfig(level=logging.WARNING)

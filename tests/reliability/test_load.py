@@ -150,7 +150,7 @@ def test_10k_turns_from_8_threads_never_block_and_add_up_exactly(tmp_path: Path,
 def test_loopback_judge_with_delay_under_load(tmp_path: Path) -> None:
     """The same with the real ChatRagJudge against a loopback server that takes 50 ms per reply."""
     with LLMServer(delay=0.05) as srv:
-        judge = ChatRagJudge(base_url=srv.base_url, api_key="test", timeout=10, max_retries=0)
+        judge = ChatRagJudge(base_url=srv.base_url, api_key="test", timeout_s=10, max_retries=0)
         auditor = Auditor(judge, max_queue=50, max_concurrency=8, audit_log=tmp_path / "audit.jsonl")
         try:
             statuses, _, threads = submit_from_threads(auditor, 250)

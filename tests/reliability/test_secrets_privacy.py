@@ -170,7 +170,7 @@ def test_capture_off_records_no_text(how: str, server: LLMServer, traced: Traced
     if how == "environment":
         monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "NO_CONTENT")
         capture = None
-    judge = ChatRagJudge(base_url=server.base_url, api_key="test", timeout=5, max_retries=0)
+    judge = ChatRagJudge(base_url=server.base_url, api_key="test", timeout_s=5, max_retries=0)
     log = tmp_path / "audit.jsonl"
     with OTLPReceiver() as receiver, HttpRecorder() as backend:
         traced.provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=receiver.traces_url)))
@@ -226,7 +226,7 @@ def test_redact_reaches_every_recorded_text(wiring: str, server: LLMServer, trac
         return Fault.bad_request(f"content policy: the prompt contains {SECRET}")
 
     server.rule = rule
-    judge = ChatRagJudge(base_url=server.base_url, api_key="test", timeout=5, max_retries=0)
+    judge = ChatRagJudge(base_url=server.base_url, api_key="test", timeout_s=5, max_retries=0)
     log = tmp_path / "audit.jsonl"
     with HttpRecorder() as backend:
         sinks = [LangfuseSink(backend.url, public_key="pk", secret_key="sk-lf"),

@@ -13,6 +13,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from .._deprecation import renamed_kwargs
 from .._log import RateLimitedLog
 from .._sampling import sampled
 from .._turn_metrics import turn_metrics
@@ -263,21 +264,23 @@ class Auditor:
                           len(closer), self.max_closing, self.stats())
         return False
 
-    def flush_turns(self, timeout: float | None = 30.0) -> bool:
+    @renamed_kwargs(timeout="timeout_s")
+    def flush_turns(self, timeout_s: float | None = 30.0) -> bool:
         """Wait until every job :meth:`defer` got so far has run: the turns integrations handed over
         are built, their spans ended and they are submitted. Does not wait for judgements (that is
-        :meth:`flush`). Returns False when *timeout* (seconds) ran out first."""
+        :meth:`flush`). Returns False when *timeout_s* (seconds) ran out first."""
         closer = self._closer
-        return closer is None or closer.drain(timeout)
+        return closer is None or closer.drain(timeout_s)
 
-    def flush(self, timeout: float | None = 30.0) -> bool:
+    @renamed_kwargs(timeout="timeout_s")
+    def flush(self, timeout_s: float | None = 30.0) -> bool:
         """Wait until every turn handed over so far is recorded and judged and the sinks are flushed.
 
-        Returns False when *timeout* (seconds) ran out first.
+        Returns False when *timeout_s* (seconds) ran out first.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         closer = self._closer
-        if closer is not None and not closer.drain(timeout):
+        if closer is not None and not closer.drain(timeout_s):
             return False
         with self._idle:
             while self._pending:
@@ -296,13 +299,14 @@ class Auditor:
                 ok = False
         return ok
 
-    def shutdown(self, timeout: float | None = None) -> bool:
-        """Flush (within *timeout*, default ``exit_timeout_s``), then stop the worker. Idempotent.
+    @renamed_kwargs(timeout="timeout_s")
+    def shutdown(self, timeout_s: float | None = None) -> bool:
+        """Flush (within *timeout_s*, default ``exit_timeout_s``), then stop the worker. Idempotent.
 
         Turns submitted afterwards are counted as dropped. Returns False when judgements were
         still pending at the deadline (they are reported as lost on stderr).
         """
-        budget = self.exit_timeout_s if timeout is None else timeout
+        budget = self.exit_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + budget
         with self._lock:
             if self._closed:

@@ -142,9 +142,9 @@ def run_demo(
     try:
         runner = _run_langchain if framework == "langchain" else _run_llamaindex
         runner(questions, auditor, provider, real, result)
-        auditor.flush(timeout=_FLUSH_TIMEOUT_S)
+        auditor.flush(timeout_s=_FLUSH_TIMEOUT_S)
     finally:
-        auditor.shutdown(timeout=_FLUSH_TIMEOUT_S)
+        auditor.shutdown(timeout_s=_FLUSH_TIMEOUT_S)
         provider.force_flush()
         provider.shutdown()
     result.stats = auditor.stats()

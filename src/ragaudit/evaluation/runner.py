@@ -454,7 +454,7 @@ def evaluate_pipeline(
                     bar.ran()
         finally:
             done()
-        auditor.flush(timeout=None)
+        auditor.flush(timeout_s=None)
     finally:
         bar.close()
         auditor.shutdown()

@@ -62,6 +62,7 @@ from llama_index.core.instrumentation.span import BaseSpan
 from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 from pydantic import Field
 
+from .._deprecation import renamed_kwargs
 from ..auditor import DEFAULT_TURN_MEASURES, Auditor
 from ..records import Generation, RagTurn, Retrieval, RetrievedDoc
 from ._common import (
@@ -1065,13 +1066,14 @@ class _Audited:
         """The :class:`~ragaudit.tracing.SpanRecorder` that writes the turn spans."""
         return self._collector.recorder
 
-    def flush(self, timeout: float | None = 30.0) -> bool:
+    @renamed_kwargs(timeout="timeout_s")
+    def flush(self, timeout_s: float | None = 30.0) -> bool:
         """Close the turns of streams dropped unfinished, then wait for every pending judgement.
 
-        Returns False when *timeout* (seconds) ran out first.
+        Returns False when *timeout_s* (seconds) ran out first.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        ok = _closer.wait(timeout)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        ok = _closer.wait(timeout_s)
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         return self._collector.auditor.flush(remaining) and ok
 
