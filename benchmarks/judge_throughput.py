@@ -354,6 +354,11 @@ def run_peer(peer: str, server: ServerProcess, turns: list[Any], timeout: float)
     return result
 
 
+def _percent(ratio: float | None) -> str:
+    """A ratio as a percentage, or "n/a" when there is none (nothing was judged)."""
+    return "n/a" if ratio is None else f"{100 * ratio:.1f} %"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: 200 turns, concurrency 16, 50 ms")
@@ -398,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
             run["ratio_to_ideal"] = run["judgements_per_s"] / ideal if run["judgements_per_s"] else None
             results["throughput"] = run
             print(f"\nthroughput: {judged} judged in {run['elapsed_s']:.2f} s = {run['judgements_per_s']:.1f}/s, "
-                  f"ideal {ideal:.0f}/s (C={concurrency} / {latency:g} s): {100 * run['ratio_to_ideal']:.1f} % "
+                  f"ideal {ideal:.0f}/s (C={concurrency} / {latency:g} s): {_percent(run['ratio_to_ideal'])} "
                   f"(target >= {100 * TARGET_RATIO:.0f} %)")
             rss = run["rss_mb"]
             print(f"RSS: peak {rss['peak']:.1f} MB; at 25/50/75/100 %: "

@@ -15,9 +15,9 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnableLambda, RunnablePassthrough
 
-from ragaudit import Auditor, Citation, ConfigurationError, FakeJudge, JudgeRequest, RagTurn, RetrievedDoc
+from ragaudit import ConfigurationError, FakeJudge, JudgeRequest
 from ragaudit.cli import main
-from ragaudit.cli.eval import parse_fail_under, report_from_audit_log
+from ragaudit.cli.eval import parse_fail_under
 from ragaudit.evaluation import (
     DIAGNOSES,
     EvaluationReport,
@@ -26,8 +26,10 @@ from ragaudit.evaluation import (
     diagnose,
     evaluate_pipeline,
     load_dataset,
+    report_from_audit_log,
     summarize,
 )
+from tests.support.audit_logs import write_audit_log
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -451,30 +453,9 @@ def test_cli_eval_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
 # --- ragaudit report -----------------------------------------------------------------------------
 
 
-def _write_audit_log(path: Path) -> None:
-    scores: dict[str, dict[str, Any]] = {
-        "good": {"faithfulness": 0.9, "context_relevance": 0.8, "answer_relevance": 0.95, "reason": "grounded"},
-        "bad": {"faithfulness": 0.1, "context_relevance": 0.9, "answer_relevance": 0.6, "reason": "invented 60 days"},
-        "meh": {"faithfulness": 0.7, "context_relevance": None, "answer_relevance": 0.4, "reason": "partial"},
-        "none": {"reason": "judge gave nothing"},
-    }
-
-    def judge_fn(request: JudgeRequest) -> dict[str, Any]:
-        return scores[request.query]
-
-    with Auditor(FakeJudge(judge_fn, name="fake-judge"), mode="inline", audit_log=path) as auditor:
-        for name in scores:
-            docs = (RetrievedDoc(id=f"{name}-1", content="text one", rank=1, source="policy.pdf"),
-                    RetrievedDoc(id=f"{name}-2", content="text two", rank=2, source="faq.md"))
-            cites = (Citation(doc_id=f"{name}-2", rank=2, marker="[2]", method="marker"),)
-            turn = RagTurn(turn_id=f"turn-{name}", query=name, answer=f"answer {name} [2]", documents=docs,
-                           citations=cites, relevant_ids={f"{name}-1": 1} if name == "good" else None)
-            auditor.submit(turn)
-
-
 def test_cli_report_lowest_scores_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "audit.jsonl"
-    _write_audit_log(log)
+    write_audit_log(log)
     html, out = tmp_path / "audit.html", tmp_path / "audit.json"
     assert main(["report", str(log), "--html", str(html), "--json", str(out)]) == 0
     text = capsys.readouterr().out
@@ -492,7 +473,7 @@ def test_cli_report_lowest_scores_first(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_cli_report_gate_and_limit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "audit.jsonl"
-    _write_audit_log(log)
+    write_audit_log(log)
     assert main(["report", str(log), "--limit", "1", "--fail-under", "faithfulness=0.3"]) == 0
     text = capsys.readouterr().out
     assert "showing 1" in text and "turn-meh" not in text
@@ -507,7 +488,7 @@ def test_cli_report_gate_and_limit(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_report_from_audit_log_diagnosis(tmp_path: Path) -> None:
     log = tmp_path / "audit.jsonl"
-    _write_audit_log(log)
+    write_audit_log(log)
     report = report_from_audit_log(log)
     diagnosis = {r.id: r.diagnosis for r in report.rows}
     assert diagnosis == {"turn-bad": "generation", "turn-meh": "prompt/question", "turn-good": "ok",

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TURNS = 20
 SHORTFALL = rf"ragaudit: {TURNS} judgement\(s\) still pending .*(lost|not recorded)"
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]  # a fresh interpreter per test
 
 # The child: a judge of the given kind, an Auditor with the given extra arguments, TURNS turns
 # submitted, "ready" printed, then the given ending.

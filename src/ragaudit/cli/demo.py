@@ -22,10 +22,9 @@ def demo_command(args: argparse.Namespace) -> int:
             offline=args.offline,
         )
     except ImportError as exc:
-        extra = "llamaindex" if args.framework == "llamaindex" else "langchain"
         raise ConfigurationError(
             f"the demo needs {exc.name or 'an optional dependency'}, which is not installed: "
-            f"pip install 'ragaudit[{extra},chroma,otlp]'"
+            "pip install 'ragaudit[demo]'"
         ) from exc
     print_report(result, traces=args.traces, audit_log=args.audit_log)
     return 0
