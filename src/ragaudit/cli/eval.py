@@ -8,9 +8,9 @@ naming each metric), 2 bad usage or input (raised as :class:`~ragaudit.RagAuditE
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import os
+import pkgutil
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -76,15 +76,11 @@ def load_object(spec: str, what: str) -> Any:
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        obj: Any = importlib.import_module(module_name)
+        return pkgutil.resolve_name(spec)  # the standard library's "module:attr.path" resolver
     except ImportError as exc:
         raise ConfigurationError(f"{what} {spec!r}: cannot import module {module_name!r}: {exc}") from exc
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ConfigurationError(f"{what} {spec!r}: {module_name!r} has no attribute {attr!r}") from None
-    return obj
+    except (AttributeError, ValueError):
+        raise ConfigurationError(f"{what} {spec!r}: {module_name!r} has no attribute {attr!r}") from None
 
 
 def resolve_pipeline(spec: str) -> Any:
