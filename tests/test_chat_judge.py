@@ -437,10 +437,10 @@ def test_close_then_judge_reports_instead_of_raising(srv: LLMServer) -> None:
 @pytest.mark.parametrize(
     "kwargs",
     [
-        {"timeout": 0},
-        {"timeout": -1.0},
-        {"timeout": float("nan")},
-        {"timeout": True},
+        {"timeout_s": 0},
+        {"timeout_s": -1.0},
+        {"timeout_s": float("nan")},
+        {"timeout_s": True},
         {"max_retries": -1},
         {"max_retries": 1.5},
         {"temperature": 3.0},
