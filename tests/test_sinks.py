@@ -117,8 +117,8 @@ def test_unreachable_backend_shutdown_returns_within_timeout() -> None:
         sink.shutdown(timeout_s=0.5)
         assert sink.stats() == {"sent": 0, "failed": items, "dropped": 0, "retries": 0}
         assert sink.errors == items
-        sink.emit(turn(), JUDGEMENT)  # after shutdown: dropped and counted, never queued
-        assert sink.stats()["dropped"] == 1 and sink.errors == items + 1
+        sink.emit(turn(), JUDGEMENT)  # after shutdown: dropped and counted per item, never queued
+        assert sink.stats()["dropped"] == items and sink.errors == 2 * items
 
 
 def test_configure_langfuse_points_otlp_at_langfuse(tmp_path: Path) -> None:
@@ -170,7 +170,8 @@ def test_host_chain_unchanged_while_the_sink_answers_500_slowly() -> None:
         handler = RagAuditCallbackHandler(auditor=auditor)
         answers = [chain.invoke(q, config={"callbacks": [handler]}) for q in questions]
         in_flight = sink.stats()
-        assert handler.flush(60)
+        # Everything was handled, but the scores never reached the backend: flush says so.
+        assert handler.flush(60) is False
         stats = auditor.stats()
         auditor.shutdown()
     assert answers == baseline == [kb.answers[q] for q in questions]

@@ -14,7 +14,18 @@ from typing import TYPE_CHECKING
 from ._exports import lazy_exports
 from .errors import ConfigurationError, JudgeError, MetricError, RagAuditError
 from .judges.base import BaseRagJudge, FakeJudge, RagJudge
-from .records import Citation, Generation, Judgement, JudgeRequest, RagTurn, Retrieval, RetrievedDoc, ToolCall
+from .records import (
+    Citation,
+    DocumentGrade,
+    Generation,
+    Judgement,
+    JudgeRequest,
+    RagTurn,
+    Retrieval,
+    RetrievedDoc,
+    SentenceVerdict,
+    ToolCall,
+)
 
 if TYPE_CHECKING:  # for type checkers; `X as X` marks a re-export (tests/test_exports.py checks it matches)
     from . import metrics as metrics
@@ -81,6 +92,7 @@ __all__ = [
     "BaseRagJudge",
     "Citation",
     "ConfigurationError",
+    "DocumentGrade",
     "FakeJudge",
     "Generation",
     "JudgeError",
@@ -92,6 +104,7 @@ __all__ = [
     "RagTurn",
     "Retrieval",
     "RetrievedDoc",
+    "SentenceVerdict",
     "ToolCall",
     *_EXPORTS,
 ]

@@ -14,11 +14,18 @@ __all__ = ["calibrate_command"]
 
 
 def calibrate_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """``ragaudit calibrate LABELS JUDGEMENTS [--threshold T] [--format table|json]``.
+    """``ragaudit calibrate LABELS JUDGEMENTS [--threshold T] [--format table|json]``; with ``--grades``,
+    graded human qrels against the judge's document grades (:func:`ragaudit.cli.qrels.calibrate_grades_command`).
 
     Prints the calibration table (or JSON) and returns 0. Bad input raises
     :class:`~ragaudit.RagAuditError`, which the command line reports with exit code 2.
     """
+    if getattr(args, "grades", False):
+        from .qrels import calibrate_grades_command
+
+        return calibrate_grades_command(args)
+    if getattr(args, "more", None):
+        raise RagAuditError("more than one judgements file is only read with --grades")
     out = out if out is not None else sys.stdout
     labels = read_labels(args.labels)
     judgements = read_judgements(args.judgements)

@@ -59,22 +59,43 @@ def _row_from_audit(entry: Mapping[str, Any], index: int, threshold: float) -> R
         judge_error=_str_or_none(entry.get("error")),
         trace_id=_str_or_none(entry.get("trace_id")),
         usage=usage,
+        **_full_audit_from_entry(entry),
     )
+
+
+def _full_audit_from_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The full-audit fields of an audit-log line (absent keys in older logs give empty values)."""
+    def dicts(key: str) -> tuple[Mapping[str, Any], ...]:
+        return tuple(x for x in entry.get(key) or () if isinstance(x, Mapping))
+
+    judged = entry.get("judged_metrics") or {}
+    return {
+        "sentences": dicts("sentences"),
+        "document_grades": dicts("document_grades"),
+        "citation_checks": dicts("citation_checks"),
+        "judged_metrics": {str(k): float(v) for k, v in judged.items() if isinstance(v, (int, float))
+                           and not isinstance(v, bool) and math.isfinite(float(v))},
+        "citation_precision": _float_or_none(entry.get("citation_precision")),
+        "citation_recall": _float_or_none(entry.get("citation_recall")),
+    }
 
 
 def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _lowest_first(row: RowResult) -> tuple[int, float]:
+def _lowest_first(row: RowResult) -> tuple[int, int, float]:
+    """Turns with an unsupported/contradicted sentence or a failing citation first, then lowest score."""
+    flagged = 0 if row.problem_sentences or row.failing_citations else 1
     low = row.min_score()
-    return (1, 0.0) if low is None else (0, low)
+    return (flagged, 1, 0.0) if low is None else (flagged, 0, low)
 
 
 def report_from_audit_log(path: str | os.PathLike[str], *, threshold: float = 0.5) -> EvaluationReport:
-    """An :class:`EvaluationReport` of the turns in an audit log, lowest judge score first.
+    """An :class:`EvaluationReport` of the turns in an audit log, flagged turns first, then lowest score.
 
-    A turn's order key is the minimum of its three scores; turns with no score at all come last.
+    Turns with an unsupported or contradicted sentence, or a citation that does not hold, come
+    first; then by the minimum of the three scores; turns with no score at all come last.
     """
     from ..tracing.files import read_audit_log
 
