@@ -27,6 +27,8 @@ from ragaudit.tracing import (
 AUDIT_KEYS = {
     "ts",
     "details",
+    "judge_identity",
+    "raw_output",
     "turn_id",
     "trace_id",
     "span_id",
