@@ -9,9 +9,14 @@ configuration:
   span events, which Jaeger shows as logs.
 * **OpenInference** (``openinference.span.kind``, ``input.value``, ``retrieval.documents.*``,
   ``llm.*``): what Arize Phoenix reads to draw retriever, LLM and evaluator spans.
-* **Langfuse** (``langfuse.*``): Langfuse maps ``input.value``/``output.value`` and ``gen_ai.*``
-  itself; ``langfuse.observation.type`` makes a span a retriever/generation/evaluator
-  observation and the ``langfuse.trace.*`` keys name the trace when the turn is its root.
+* **Langfuse** (``langfuse.*``): ``langfuse.observation.type`` makes a span a
+  span/retriever/generation/tool/evaluator observation; every span with an input or output sets
+  ``langfuse.observation.input``/``.output`` (once one is set Langfuse ignores ``input.value``),
+  generations and the judge set ``langfuse.observation.model.name`` and ``.usage_details``; the
+  turn's metadata goes out one key per ``langfuse.observation.metadata.<key>``; ``session.id`` and
+  ``user.id`` fill Langfuse's Sessions and Users views; the ``langfuse.trace.*`` keys name the
+  trace when the turn is its root. Span events (the evaluation results) are dropped by Langfuse:
+  scores reach it through :class:`~ragaudit.tracing.LangfuseSink`.
 
 Keys under ``ragaudit.*`` are ours. Text-bearing keys (marked *content*) are only written when
 content capture is on; with it off, ``ragaudit.*.chars`` sizes are written instead.
@@ -343,8 +348,10 @@ ATTR_PROMPT_CHARS: Final = "ragaudit.prompt.chars"
 ATTR_DOCUMENT_CHARS: Final = "ragaudit.document.chars"
 """Int array: the length of each document's content, in retrieval order."""
 ATTR_DOCUMENT_COUNT: Final = "ragaudit.document.count"
+"""All documents of the turn or retrieval, recorded or not (see :data:`ATTR_DOCUMENT_OMITTED`)."""
 ATTR_DOCUMENT_IDS: Final = "ragaudit.document.ids"
-"""String array of the turn's document ids in rank order (searchable as a tag)."""
+"""String array of the turn's document ids in rank order, the top ``max_documents`` (Jaeger shows
+an array as one JSON text: a tag search matches the whole list only)."""
 ATTR_CITATIONS: Final = "ragaudit.citations"
 """JSON list of ``{doc_id, rank, marker, method}``; ``marker`` is null with content capture off."""
 ATTR_CITATION_COUNT: Final = "ragaudit.citation.count"

@@ -77,8 +77,9 @@ _SESSION_KEYS = ("langfuse_session_id", "session_id", "thread_id", "conversation
 _USER_KEYS = ("langfuse_user_id", "user_id")
 _MAX_METADATA_KEYS = 16
 _MAX_MESSAGES = 32
-# Per retrieval span: 4 attributes per document plus ~24 others stay under the SDK's default limit of
-# 128 attributes, so the SDK never evicts the span kind or the top-ranked documents.
+# Per retrieval span: 4 attributes per document (5 with a grade) plus ~24 others stay under the
+# SDK's default limit of 128 attributes, so the SDK never evicts the span kind or the top-ranked
+# documents (the SDK drops the oldest attribute first). test_span_limits_... holds us to it.
 DEFAULT_MAX_DOCUMENTS = 20
 _MARKER_SLACK = 48
 _REDACTION_FAILED = "[ragaudit: redact() failed, text withheld]"
