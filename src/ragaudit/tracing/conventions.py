@@ -30,11 +30,15 @@ from typing import Any, Final, NamedTuple
 __all__ = [
     "ATTR_ANSWER_CHARS",
     "ATTR_CITATIONS",
+    "ATTR_CITATION_CHECKS",
     "ATTR_CITATION_COUNT",
     "ATTR_CITATION_DOC_IDS",
+    "ATTR_CITATION_PRECISION",
+    "ATTR_CITATION_RECALL",
     "ATTR_CONTENT_CAPTURED",
     "ATTR_DOCUMENT_CHARS",
     "ATTR_DOCUMENT_COUNT",
+    "ATTR_DOCUMENT_GRADES",
     "ATTR_DOCUMENT_IDS",
     "ATTR_DOCUMENT_OMITTED",
     "ATTR_ERROR_TYPE",
@@ -56,6 +60,13 @@ __all__ = [
     "ATTR_PROMPT_CHARS",
     "ATTR_QUERY_CHARS",
     "ATTR_RELEVANT_IDS",
+    "ATTR_SENTENCES_COUNT",
+    "ATTR_SENTENCES_EVENTS_DROPPED",
+    "ATTR_SENTENCES_UNSUPPORTED",
+    "ATTR_SENTENCE_INDEX",
+    "ATTR_SENTENCE_SUPPORTING_DOC_IDS",
+    "ATTR_SENTENCE_TEXT",
+    "ATTR_SENTENCE_VERDICT",
     "ATTR_TOOL_ARGUMENTS_CHARS",
     "ATTR_TOOL_OUTPUT_CHARS",
     "ATTR_TURN_ID",
@@ -64,6 +75,7 @@ __all__ = [
     "ERROR_TYPE_MISSING_SCORE",
     "ERROR_TYPE_TURN_ERROR",
     "EVENT_EXCEPTION",
+    "EVENT_SENTENCE",
     "GEN_AI_CONVERSATION_ID",
     "GEN_AI_DATA_SOURCE_ID",
     "GEN_AI_EVALUATION_EXPLANATION",
@@ -116,6 +128,7 @@ __all__ = [
     "LLM_TOKEN_COUNT_COMPLETION",
     "LLM_TOKEN_COUNT_PROMPT",
     "LLM_TOKEN_COUNT_TOTAL",
+    "MAX_SENTENCE_EVENTS",
     "METADATA",
     "MIME_JSON",
     "MIME_TEXT",
@@ -401,6 +414,32 @@ def retrieval_metric_key(metric: str) -> str:
     return _RETRIEVAL_METRIC_PREFIX + metric
 
 
+# --- the full audit (judge span) ---------------------------------------------------------------
+# The turn and retrieval spans have ended when a background judge answers (the judge never holds
+# the host's spans open), so the full audit's results go on the judge span, a child of the turn
+# span; judged metrics use retrieval_metric_key("judged_<metric>").
+ATTR_DOCUMENT_GRADES: Final = "ragaudit.judge.document_grades"
+"""JSON list of ``{rank, doc_id, grade, method}``; ``grade`` 0-3 (UMBRELA) or null when not given."""
+ATTR_CITATION_PRECISION: Final = "ragaudit.citation.precision"
+"""Citations that hold / citations checked (absent when the answer cites nothing)."""
+ATTR_CITATION_RECALL: Final = "ragaudit.citation.recall"
+"""Supported sentences with a citation that holds / supported sentences (absent when undefined)."""
+ATTR_CITATION_CHECKS: Final = "ragaudit.citation.checks"
+"""JSON list of ``{sentence, doc_id, rank, marker, holds, verdict}``; marker null without content."""
+ATTR_SENTENCES_COUNT: Final = "ragaudit.judge.sentences.count"
+ATTR_SENTENCES_UNSUPPORTED: Final = "ragaudit.judge.sentences.unsupported"
+"""Int: sentences judged ``unsupported`` or ``contradicted``."""
+ATTR_SENTENCES_EVENTS_DROPPED: Final = "ragaudit.judge.sentences.events_dropped"
+"""Int: sentence events left out above :data:`MAX_SENTENCE_EVENTS` (problem sentences go first)."""
+EVENT_SENTENCE: Final = "ragaudit.sentence"
+"""One event per answer sentence on the judge span."""
+ATTR_SENTENCE_INDEX: Final = "ragaudit.sentence.index"
+ATTR_SENTENCE_VERDICT: Final = "ragaudit.sentence.verdict"
+"""One of the five verdicts, or ``missing`` when the judge gave none."""
+ATTR_SENTENCE_SUPPORTING_DOC_IDS: Final = "ragaudit.sentence.supporting_doc_ids"
+ATTR_SENTENCE_TEXT: Final = "ragaudit.sentence.text"
+"""*content* The sentence."""
+MAX_SENTENCE_EVENTS: Final = 50
 def langfuse_metadata_key(prefix: str, key: str) -> str:
     """``{prefix}.{key}`` for :data:`LANGFUSE_OBSERVATION_METADATA` / :data:`LANGFUSE_TRACE_METADATA`."""
     return f"{prefix}.{key}"

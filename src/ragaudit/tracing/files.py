@@ -245,7 +245,11 @@ class AuditLog:
     (``[{id, rank, score, source, metadata, content}]``), citations
     (``[{doc_id, rank, marker, method}]``), relevant_ids, retrieval_metrics, judge, judge_status,
     faithfulness, context_relevance, answer_relevance (None when the judge gave none), reason,
-    error, latency_s, usage.
+    error, latency_s, usage; from a full audit: sentences (``[{index, text, verdict,
+    supporting_ranks, supporting_doc_ids, start, end, method}]``), document_grades
+    (``[{rank, doc_id, grade, method}]``), judged_metrics (``{"judged_ndcg@10": ...}`` or null),
+    citation_checks (``[{sentence, doc_id, rank, marker, holds, verdict}]``), citation_precision and
+    citation_recall (null when nothing is cited).
 
     With ``capture_content=False`` query, answer, document content and metadata, citation markers
     and reason are null, and ``query_chars``, ``answer_chars``, ``reason_chars`` and each document's
@@ -375,11 +379,37 @@ class AuditLog:
             # and documents, so they follow content capture
             "details": self._deep(judgement.details) if capture else None,
         }
+        line.update(self._full_audit(turn, judgement))
         if not capture:
             line["query_chars"] = len(turn.query)
             line["answer_chars"] = len(turn.answer) if turn.answer is not None else None
             line["reason_chars"] = len(judgement.reason) if judgement.reason is not None else None
         return line
+
+    def _full_audit(self, turn: RagTurn, judgement: Judgement) -> dict[str, Any]:
+        """The full audit's keys: sentence verdicts (text follows content capture), document grades,
+        judged retrieval metrics, citation checks and citation precision/recall."""
+        from ..judged import audit_turn
+
+        audit = audit_turn(turn, judgement)
+        sentences = []
+        for sentence in judgement.sentences:
+            entry = sentence.to_dict()
+            entry["text"] = self._content(sentence.text)
+            sentences.append(entry)
+        checks = []
+        for check in audit.citation_checks:
+            entry = check.to_dict()
+            entry["marker"] = self._content(check.marker)
+            checks.append(entry)
+        return {
+            "sentences": sentences,
+            "document_grades": [g.to_dict() for g in judgement.document_grades],
+            "judged_metrics": dict(audit.metrics) if audit.metrics is not None else None,
+            "citation_checks": checks,
+            "citation_precision": audit.citation_precision,
+            "citation_recall": audit.citation_recall,
+        }
 
     def write(
         self,

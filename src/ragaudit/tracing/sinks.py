@@ -335,6 +335,8 @@ class PhoenixSink(HttpSink):
                         "metadata": {"doc_id": doc.id},
                     }
                     out.append((_DOCUMENTS_PATH, {"body": body, "turn_id": turn.turn_id, "retrieval": index}))
+        if judgement.document_grades and self._resolve_retrieval_spans is not None:
+            out.extend(_judged_document_annotations(turn, judgement))
         return out
 
     def send(self, path: str, bodies: list[dict[str, Any]]) -> int:
@@ -451,4 +453,49 @@ class LangfuseSink(HttpSink):
             name = f"retrieval.{metric}"
             out.append(("/api/public/scores", {"id": score_id(trace_id, turn.span_id, "ragaudit", name),
                                                **base, "name": name, "value": value}))
+        for score in _judged_scores(turn, judgement):
+            out.append(("/api/public/scores", {"id": score_id(trace_id, turn.span_id, judgement.judge, score["name"]),
+                                               **base, **score}))
         return out
+
+
+def _judged_document_annotations(turn: RagTurn, judgement: Judgement) -> list[tuple[str, dict[str, Any]]]:
+    """Phoenix document annotations ``judged_relevance`` from the judge's grades (LLM annotator; the
+    ground-truth ``relevance`` annotations stay HUMAN). A document the judge did not grade gets none."""
+    from ..records import DOCUMENT_GRADES
+
+    grades = {g.doc_id: g for g in judgement.document_grades if g.grade is not None}
+    out: list[tuple[str, dict[str, Any]]] = []
+    retrievals = turn.retrievals or (Retrieval(name="", documents=turn.documents),)
+    for index, retrieval in enumerate(retrievals):
+        for position, doc in enumerate(retrieval.documents):
+            grade = grades.get(doc.id)
+            if grade is None or grade.grade is None:
+                continue
+            body = {
+                "span_id": None,
+                "document_position": position,
+                "name": "judged_relevance",
+                "annotator_kind": "LLM" if grade.method == "llm" else "CODE",
+                "result": {"label": DOCUMENT_GRADES[grade.grade], "score": float(grade.grade)},
+                "metadata": {"doc_id": doc.id, "judge": judgement.judge, "method": grade.method},
+            }
+            out.append((_DOCUMENTS_PATH, {"body": body, "turn_id": turn.turn_id, "retrieval": index}))
+    return out
+
+
+def _judged_scores(turn: RagTurn, judgement: Judgement) -> list[dict[str, Any]]:
+    """Langfuse scores for the judged retrieval metrics and citation precision/recall (absent ones are not sent)."""
+    if not judgement.sentences and not judgement.document_grades:
+        return []
+    from ..judged import audit_turn
+
+    audit = audit_turn(turn, judgement)
+    scores = [{"name": f"retrieval.{name}", "value": value} for name, value in (audit.metrics or {}).items()]
+    for name, value in (("citation_precision", audit.citation_precision),
+                        ("citation_recall", audit.citation_recall)):
+        if value is not None:
+            scores.append({"name": name, "value": value})
+    for score in scores:
+        score["metadata"] = {"judge": judgement.judge}
+    return scores

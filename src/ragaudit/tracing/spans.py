@@ -48,6 +48,7 @@ from opentelemetry.trace import (
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Generation, Judgement, RagTurn, Retrieval, ToolCall, truncate
 from . import conventions as c
+from ._audit_spans import full_audit_attributes, sentence_events
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
@@ -845,6 +846,11 @@ class SpanRecorder:
                  c.MIME_JSON)
         self._io(attrs, c.OUTPUT_VALUE, c.OUTPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_OUTPUT,
                  self._cap(_dumps(output)), c.MIME_JSON)
+        # The full audit (sentence verdicts, grades, judged metrics, citation checks): see _audit_spans.
+        attrs.update(full_audit_attributes(turn, j, capture, self._text))
+        sentences, dropped = sentence_events(j, capture, self._text)
+        if dropped:
+            attrs[c.ATTR_SENTENCES_EVENTS_DROPPED] = dropped
 
         span = tracer.start_span(
             c.SPAN_JUDGE,
@@ -872,6 +878,8 @@ class SpanRecorder:
                     elif reason is not None:
                         event[c.GEN_AI_EVALUATION_EXPLANATION] = reason
                 span.add_event(c.GEN_AI_EVALUATION_RESULT, event, timestamp=end_ns)
+            for sentence_event in sentences:
+                span.add_event(c.EVENT_SENTENCE, sentence_event, timestamp=end_ns)
             if j.error:
                 extra: dict[str, Any] = {}
                 self._mark_error(span, extra, j.error, c.ERROR_TYPE_JUDGE_ERROR)
