@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ragaudit import Auditor, ChatRagJudge, JudgeRequest, RagTurn, RetrievedDoc
+from ragaudit.judges.llm.fullaudit import PROTOCOL_NAMES, THREE_SCORE
 from ragaudit.judges.llm.parsing import _SCALE_RE, Quoted, choose_verdict, parse_judgement
 from ragaudit.records import SCORE_NAMES
 from ragaudit.tracing import conventions as c
@@ -170,10 +171,11 @@ def _rule(replies: list[Script]) -> Callable[[Mapping[str, Any]], str | None]:
     return rule
 
 
+@pytest.mark.parametrize("protocol", PROTOCOL_NAMES)
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
-def test_adversarial_reply_is_recorded_as_the_judge_gave_it(case: Case, srv: LLMServer) -> None:
+def test_adversarial_reply_is_recorded_as_the_judge_gave_it(case: Case, protocol: str, srv: LLMServer) -> None:
     srv.rule = _rule(list(case.replies))
-    judgement = open_judge(ChatRagJudge, srv).judge(REQUEST)
+    judgement = open_judge(ChatRagJudge, srv, protocol=protocol).judge(REQUEST)
     assert tuple(getattr(judgement, name) for name in SCORE_NAMES) == pytest.approx(case.scores), (
         judgement.details.get("parse_notes"), judgement.error)
     assert (judgement.error is not None) == case.failed, judgement.error
@@ -248,7 +250,7 @@ def test_judge_identity_on_the_judgement_span_events_and_audit_log(srv: LLMServe
     identity = line["judge_identity"]
     assert identity["model"] == "judge-model" and identity["response_model"] == "judge-model-2025-01"
     assert identity["endpoint"] == f"127.0.0.1:{srv.port}"  # no scheme, no credentials, no path
-    assert identity["protocol"] == ChatRagJudge.protocol
+    assert identity["protocol"] == judge._protocol_version()
     assert identity["response_id"].startswith("chatcmpl-loopback-") and len(identity["prompt_hash"]) == 16
     (span,) = [s for s in exporter.get_finished_spans() if s.name == c.SPAN_JUDGE]
     attrs = dict(span.attributes or {})
@@ -267,13 +269,18 @@ def test_judge_identity_on_the_judgement_span_events_and_audit_log(srv: LLMServe
     provider.shutdown()
 
 
-def test_the_prompt_hash_is_stable_and_follows_the_template(srv: LLMServer) -> None:
-    judge = open_judge(ChatRagJudge, srv)
+@pytest.mark.parametrize("protocol", PROTOCOL_NAMES)
+def test_the_prompt_hash_is_stable_and_follows_the_template(protocol: str, srv: LLMServer) -> None:
+    judge = open_judge(ChatRagJudge, srv, protocol=protocol)
     hashes = {judge.judge(REQUEST).identity.prompt_hash for _ in range(2)}  # type: ignore[union-attr]
-    other = judge.judge(JudgeRequest(query="another question", answer="another answer", context="ctx"))
-    assert len(hashes) == 1 and other.identity is not None and other.identity.prompt_hash in hashes
-    longer = open_judge(ChatRagJudge, srv, temperature=0.5)  # same template, other settings
-    assert longer.judge(REQUEST).identity.prompt_hash in hashes  # type: ignore[union-attr]
+    assert len(hashes) == 1  # a fresh nonce per request does not change it
+    warmer = open_judge(ChatRagJudge, srv, protocol=protocol, temperature=0.5)  # same template, other settings
+    assert warmer.judge(REQUEST).identity.prompt_hash in hashes  # type: ignore[union-attr]
+    if protocol == THREE_SCORE:  # its template does not depend on the request at all
+        other = judge.judge(JudgeRequest(query="another question", answer="another answer", context="ctx"))
+        assert other.identity is not None and other.identity.prompt_hash in hashes
+    other_protocol = open_judge(ChatRagJudge, srv, protocol=[p for p in PROTOCOL_NAMES if p != protocol][0])
+    assert other_protocol.judge(REQUEST).identity.prompt_hash not in hashes  # type: ignore[union-attr]
 
 
 # --- properties ---------------------------------------------------------------------------------------------
