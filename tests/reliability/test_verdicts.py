@@ -279,7 +279,7 @@ def test_the_prompt_hash_is_stable_and_follows_the_template(protocol: str, srv: 
     if protocol == THREE_SCORE:  # its template does not depend on the request at all
         other = judge.judge(JudgeRequest(query="another question", answer="another answer", context="ctx"))
         assert other.identity is not None and other.identity.prompt_hash in hashes
-    other_protocol = open_judge(ChatRagJudge, srv, protocol=[p for p in PROTOCOL_NAMES if p != protocol][0])
+    other_protocol = open_judge(ChatRagJudge, srv, protocol=next(p for p in PROTOCOL_NAMES if p != protocol))
     assert other_protocol.judge(REQUEST).identity.prompt_hash not in hashes  # type: ignore[union-attr]
 
 
