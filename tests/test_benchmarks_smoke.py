@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 MEASURES = ["ndcg@10", "recall@10", "mrr@10", "map@100"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_metrics_speed_quick_writes_its_grid(tmp_path: Path) -> None:
     out = tmp_path / "metrics_speed.json"

@@ -16,9 +16,7 @@ import scipy.stats
 
 from ragaudit.cli import main
 from ragaudit.errors import ConfigurationError
-from ragaudit.evaluation.report import EvaluationReport, RowResult
-from ragaudit.judges.base import FakeJudge
-from ragaudit.judges.calibration import (
+from ragaudit.evaluation.calibration import (
     ConfusionMatrix,
     ZScoreNormalizer,
     average_ranks,
@@ -32,6 +30,8 @@ from ragaudit.judges.calibration import (
     spearman,
     verdicts_for,
 )
+from ragaudit.evaluation.report import EvaluationReport, RowResult
+from ragaudit.judges.base import FakeJudge
 from ragaudit.judges.chat import ChatRagJudge
 from ragaudit.records import SCORE_NAMES, Judgement, JudgeRequest, RagTurn
 from ragaudit.tracing.files import AuditLog
@@ -328,7 +328,7 @@ def test_consistency_counts_changed_scores(server: LLMServer) -> None:
         return judgement_json(0.9, 0.8, 0.7, reason=question)
 
     server.rule = rule
-    judge = ChatRagJudge("m", base_url=server.base_url, timeout=5.0, max_retries=0)
+    judge = ChatRagJudge("m", base_url=server.base_url, timeout_s=5.0, max_retries=0)
     try:
         report = consistency(judge, REQUESTS, runs=2)
     finally:

@@ -18,7 +18,7 @@ import pytest
 from ragaudit.errors import ConfigurationError, JudgeError
 from ragaudit.judges.base import BaseRagJudge, RagJudge
 from ragaudit.judges.chat import ChatRagJudge
-from ragaudit.judges.protocol import PROTOCOL_VERSION, REPAIR_PROMPT, SYSTEM_PROMPT
+from ragaudit.judges.llm.prompt import PROTOCOL_VERSION, REPAIR_PROMPT, SYSTEM_PROMPT, VERDICT_SCHEMA
 from ragaudit.records import Judgement, JudgeRequest, RetrievedDoc
 from tests.support.judges import open_judge
 from tests.support.llm_server import Fault, LLMServer, RecordedRequest, Reply, judgement_json
@@ -41,6 +41,8 @@ REQUEST = JudgeRequest(
 
 
 def make_judge(srv: LLMServer, **kwargs: Any) -> ChatRagJudge:
+    # These tests are about the seed protocol (three scores); the full audit, the default, has its own.
+    kwargs.setdefault("protocol", "three-score")
     return open_judge(ChatRagJudge, srv, api_key=SECRET, **kwargs)
 
 
@@ -86,7 +88,7 @@ def test_one_call_with_the_fixed_protocol(srv: LLMServer) -> None:
     body = request.body
     assert body["model"] == "judge-model"
     assert body["temperature"] == 0
-    assert body["response_format"] == {"type": "json_object"}
+    assert body["response_format"] == {"type": "json_schema", "json_schema": VERDICT_SCHEMA}
     assert request.messages[0] == {"role": "system", "content": SYSTEM_PROMPT}
     prompt = request.messages[1]["content"]
     assert REQUEST.query in prompt and "return_policy.pdf" in prompt
@@ -113,7 +115,13 @@ def test_usage_latency_raw_output_and_details(srv: LLMServer) -> None:
     assert details["protocol"] == PROTOCOL_VERSION
     assert details["scale"] == "1-5"
     assert details["repaired"] is False
-    assert details["response_format"] is True
+    assert details["response_format"] == "json_schema"
+    identity = judgement.identity
+    assert identity is not None
+    assert identity.model == "judge-model" and identity.response_model == "judge-model-2024"
+    assert identity.endpoint == f"127.0.0.1:{srv.port}" and identity.protocol == PROTOCOL_VERSION
+    assert identity.response_id is not None and identity.response_id.startswith("chatcmpl-loopback-")
+    assert identity.prompt_hash is not None and len(identity.prompt_hash) == 16
 
 
 def test_prompt_injection_stays_inside_the_answer_delimiters(srv: LLMServer) -> None:
@@ -148,16 +156,20 @@ def test_extra_body_is_sent(srv: LLMServer) -> None:
 
 
 def test_strings_percentages_out_of_range_nan_and_missing(srv: LLMServer) -> None:
-    srv.enqueue('{"faithfulnessScore": "0.8", "contextRelevanceScore": "80%", "answerRelevanceScore": 1.7}')
-    srv.enqueue('{"faithfulnessScore": NaN, "contextRelevanceScore": -0.4, "reason": "partial"}')
+    first_reply = '{"faithfulnessScore": "0.8", "contextRelevanceScore": "80%", "answerRelevanceScore": 1.7}'
+    srv.enqueue(first_reply, "still no verdict")
+    srv.enqueue('{"faithfulnessScore": NaN, "contextRelevanceScore": 0.4, "reason": "partial"}')
     judge = make_judge(srv)
     first = judge.judge(REQUEST)
-    assert first.scores() == {"faithfulness": 0.8, "context_relevance": 0.8, "answer_relevance": 1.0}
+    # 1.7 is on no scale: None, never clamped to 1.0; the repair gave nothing, so the others stand
+    assert first.scores() == {"faithfulness": 0.8, "context_relevance": 0.8, "answer_relevance": None}
+    assert first.error is None and first.raw_output == first_reply and srv.request_count == 2
+    assert first.details["rejected_scores"] == ["answer_relevance"]
     second = judge.judge(REQUEST)
-    assert second.scores() == {"faithfulness": None, "context_relevance": 0.0, "answer_relevance": None}
+    assert second.scores() == {"faithfulness": None, "context_relevance": 0.4, "answer_relevance": None}
     assert second.error is None and not second.ok  # partial scores are not an error, and None is not 0
     assert any("missing" in n for n in second.details["parse_notes"])
-    assert srv.request_count == 2  # partial scores do not trigger a repair
+    assert srv.request_count == 3  # missing and non-finite scores do not trigger a repair
 
 
 def test_repair_request_recovers(srv: LLMServer) -> None:
@@ -224,7 +236,7 @@ def test_429_with_retry_after_exhausts_sdk_retries(srv: LLMServer) -> None:
 
 def test_hang_past_the_timeout(srv: LLMServer) -> None:
     srv.fail_next(Fault.hang(seconds=5.0))
-    assert_failed(make_judge(srv, timeout=0.3).judge(REQUEST), "APITimeoutError")
+    assert_failed(make_judge(srv, timeout_s=0.3).judge(REQUEST), "APITimeoutError")
 
 
 def test_malformed_body(srv: LLMServer) -> None:
@@ -249,7 +261,7 @@ def test_connection_refused() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}/v1"
-    judge = ChatRagJudge("m", base_url=url, api_key=SECRET, max_retries=0, timeout=2)
+    judge = ChatRagJudge("m", base_url=url, api_key=SECRET, max_retries=0, timeout_s=2)
     assert_failed(judge.judge(REQUEST), "APIConnectionError")
     judge.close()
 
@@ -282,18 +294,48 @@ def test_raise_on_error_chains_the_cause(srv: LLMServer) -> None:
 # --- response_format fallback ------------------------------------------------------------------------
 
 
+def _formats(requests: list[RecordedRequest]) -> list[str | None]:
+    return [r.body.get("response_format", {}).get("type") for r in requests]
+
+
 def test_response_format_rejected_then_retried_without_and_remembered(srv: LLMServer) -> None:
     srv.reject_response_format = True
     judge = make_judge(srv)
     first = judge.judge(REQUEST)
-    assert first.ok and first.usage["calls"] == 2
-    assert first.details["response_format"] is False
-    assert [("response_format" in r.body) for r in srv.requests] == [True, False]
+    assert first.ok and first.usage["calls"] == 3
+    assert first.details["response_format"] is None
+    assert _formats(srv.requests) == ["json_schema", "json_object", None]
     second = judge.judge(REQUEST)
     assert second.ok and second.usage["calls"] == 1
-    assert [("response_format" in r.body) for r in srv.requests] == [True, False, False]
-    make_judge(srv).judge(REQUEST)  # another instance starts again with response_format
-    assert [("response_format" in r.body) for r in srv.requests[3:]] == [True, False]
+    assert _formats(srv.requests) == ["json_schema", "json_object", None, None]
+    make_judge(srv).judge(REQUEST)  # another instance starts again with json_schema
+    assert _formats(srv.requests[4:]) == ["json_schema", "json_object", None]
+
+
+def test_structured_output_falls_back_json_schema_then_json_object_then_none(srv: LLMServer) -> None:
+    srv.response_formats = ("json_object",)  # a server with JSON mode but no structured outputs
+    judge = make_judge(srv)
+    assert judge.judge(REQUEST).details["response_format"] == "json_object"
+    assert _formats(srv.requests) == ["json_schema", "json_object"]
+    assert judge.judge(REQUEST).ok  # remembered
+    assert _formats(srv.requests) == ["json_schema", "json_object", "json_object"]
+    srv.response_formats = ()  # the server loses JSON mode too: one more step down
+    assert judge.judge(REQUEST).details["response_format"] is None
+    assert run_async(judge, judge.ajudge(REQUEST)).ok  # remembered for the async client too
+    assert _formats(srv.requests)[3:] == ["json_object", None, None]
+
+
+def test_a_strict_structured_output_server_takes_the_verdict_schema(srv: LLMServer) -> None:
+    srv.enforce_schema = True  # validates the schema as OpenAI does, and holds replies to it
+    srv.enqueue(judgement_json(0.2, 0.3, 0.4, reason="grounded"))
+    judgement = make_judge(srv).judge(REQUEST)
+    assert judgement.scores() == {"faithfulness": 0.2, "context_relevance": 0.3, "answer_relevance": 0.4}
+    assert judgement.details["response_format"] == "json_schema" and srv.request_count == 1
+    assert srv.schema_violations == []
+    srv.enqueue(judgement_json(30, 20, 10))  # what the model wanted to say cannot leave the decoder
+    constrained = make_judge(srv).judge(REQUEST)
+    assert constrained.scores() == {"faithfulness": 0.0, "context_relevance": 0.0, "answer_relevance": 0.0}
+    assert len(srv.schema_violations) == 1
 
 
 def test_other_400_is_not_taken_for_a_response_format_rejection(srv: LLMServer) -> None:
@@ -328,7 +370,7 @@ def test_async_path_concurrent_and_on_two_loops(srv: LLMServer) -> None:
 
 
 def test_async_faults_and_repair(srv: LLMServer) -> None:
-    judge = make_judge(srv, timeout=0.3)
+    judge = make_judge(srv, timeout_s=0.3)
 
     async def run() -> list[Judgement]:
         srv.fail_next(Fault.hang(seconds=3))
@@ -387,7 +429,7 @@ def test_azure_client_and_derived_async_azure_client(srv: LLMServer) -> None:
         assert request.path == "/openai/deployments/my-deployment/chat/completions"
         assert request.query["api-version"] == ["2024-06-01"]
         assert request.headers["api-key"] == "azure-key-123"
-        assert request.body["response_format"] == {"type": "json_object"}
+        assert request.body["response_format"]["type"] == "json_schema"
     assert len(srv.requests) == 2
 
 
@@ -423,10 +465,10 @@ def test_close_then_judge_reports_instead_of_raising(srv: LLMServer) -> None:
 @pytest.mark.parametrize(
     "kwargs",
     [
-        {"timeout": 0},
-        {"timeout": -1.0},
-        {"timeout": float("nan")},
-        {"timeout": True},
+        {"timeout_s": 0},
+        {"timeout_s": -1.0},
+        {"timeout_s": float("nan")},
+        {"timeout_s": True},
         {"max_retries": -1},
         {"max_retries": 1.5},
         {"temperature": 3.0},
@@ -471,3 +513,18 @@ def test_importing_the_judge_does_not_import_openai() -> None:
     code = "import sys, ragaudit, ragaudit.judges.chat; print('openai' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# --- usage the server garbles --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("garbage", [float("nan"), -5, 2.5, "many"])
+def test_garbled_usage_counts_become_none_and_keep_the_verdict(srv: LLMServer, garbage: Any) -> None:
+    judge = make_judge(srv)
+    srv.enqueue(Reply(content=judgement_json(0.2, 0.3, 0.4), usage={"prompt_tokens": garbage}),  # type: ignore[dict-item]
+                Reply(content=judgement_json(0.2, 0.3, 0.4), usage={"prompt_tokens": garbage}))  # type: ignore[dict-item]
+    for judgement in (judge.judge(REQUEST), run_async(judge, judge.ajudge(REQUEST))):
+        assert judgement.error is None
+        assert judgement.scores() == {"faithfulness": 0.2, "context_relevance": 0.3, "answer_relevance": 0.4}
+        assert judgement.usage["prompt_tokens"] is None and judgement.usage["calls"] == 1
+        assert isinstance(judgement.usage["completion_tokens"], int)

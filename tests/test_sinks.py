@@ -104,13 +104,21 @@ def test_failing_backend_never_blocks_and_is_counted(status: int, caplog: pytest
 
 
 def test_unreachable_backend_shutdown_returns_within_timeout() -> None:
-    sink = LangfuseSink("http://127.0.0.1:9", public_key="pk", secret_key="sk", max_retries=1, backoff_s=0.01,
-                        timeout_s=0.5)
-    sink.emit(turn(), JUDGEMENT)
-    sink.shutdown(timeout_s=5)
-    assert sink.errors >= 1
-    sink.emit(turn(), JUDGEMENT)
-    assert sink.stats()["dropped"] == 1
+    # The backend takes the request and holds it far longer than the shutdown budget (and the sink's
+    # own HTTP timeout is longer still), so only shutdown's deadline can bring it back. No clock is
+    # read here: "within the timeout" shows as shutdown returning with the request still unanswered,
+    # nothing counted sent and every item counted failed; waiting for the backend would have sent them.
+    with HttpRecorder() as rec:
+        rec.delay_s = 120.0
+        sink = LangfuseSink(rec.url, public_key="pk", secret_key="sk", max_retries=0, timeout_s=600.0)
+        items = len(sink.requests(turn(), JUDGEMENT))
+        sink.emit(turn(), JUDGEMENT)
+        assert len(rec.wait_for(1)) >= 1  # the request is at the backend, unanswered
+        sink.shutdown(timeout_s=0.5)
+        assert sink.stats() == {"sent": 0, "failed": items, "dropped": 0, "retries": 0}
+        assert sink.errors == items
+        sink.emit(turn(), JUDGEMENT)  # after shutdown: dropped and counted per item, never queued
+        assert sink.stats()["dropped"] == items and sink.errors == 2 * items
 
 
 def test_configure_langfuse_points_otlp_at_langfuse(tmp_path: Path) -> None:
@@ -162,7 +170,8 @@ def test_host_chain_unchanged_while_the_sink_answers_500_slowly() -> None:
         handler = RagAuditCallbackHandler(auditor=auditor)
         answers = [chain.invoke(q, config={"callbacks": [handler]}) for q in questions]
         in_flight = sink.stats()
-        assert handler.flush(60)
+        # Everything was handled, but the scores never reached the backend: flush says so.
+        assert handler.flush(60) is False
         stats = auditor.stats()
         auditor.shutdown()
     assert answers == baseline == [kb.answers[q] for q in questions]
@@ -171,3 +180,41 @@ def test_host_chain_unchanged_while_the_sink_answers_500_slowly() -> None:
     assert stats["judged"] == len(questions)
     assert stats["sink_errors"] == 3 * len(questions)  # three scores per judgement, each given up on
     assert sink.stats()["retries"] == 3 * len(questions)
+
+
+def test_langfuse_host_precedence_is_the_same_for_traces_and_scores(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ragaudit.tracing.setup import _langfuse_target
+
+    monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", "pk")
+    monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk")
+    monkeypatch.setenv("LANGFUSE_HOST", "http://old.example:3000")
+    monkeypatch.setenv("LANGFUSE_BASE_URL", "http://new.example:3000")
+    url, _ = _langfuse_target(None, None)
+    sink = LangfuseSink()
+    try:
+        assert url == "http://new.example:3000/api/public/otel/v1/traces"
+        assert sink.endpoint == "http://new.example:3000"
+    finally:
+        sink.shutdown(0.1)
+    monkeypatch.delenv("LANGFUSE_BASE_URL")
+    sink = LangfuseSink()
+    try:
+        assert sink.endpoint == "http://old.example:3000" and _langfuse_target(None, None)[0].startswith(
+            "http://old.example:3000/")
+    finally:
+        sink.shutdown(0.1)
+
+
+def test_score_ids_are_stable_and_distinct() -> None:
+    from ragaudit.tracing.sinks import score_id
+
+    ids = {score_id(TRACE, SPAN, judge, name) for judge in ("a", "b") for name in ("faithfulness", "answer_relevance")}
+    assert len(ids) == 4
+    assert score_id(TRACE, SPAN, "a", "faithfulness") == score_id(TRACE, SPAN, "a", "faithfulness")
+    sink = LangfuseSink("http://127.0.0.1:9", public_key="pk", secret_key="sk")
+    try:
+        first = [body["id"] for _, body in sink.requests(turn(), JUDGEMENT)]
+        assert first == [body["id"] for _, body in sink.requests(turn(), JUDGEMENT)]
+        assert len(set(first)) == len(first) == 6
+    finally:
+        sink.shutdown(0.1)

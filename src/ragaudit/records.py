@@ -17,15 +17,22 @@ from typing import Any, Literal
 from .errors import ConfigurationError
 
 __all__ = [
+    "DOCUMENT_GRADES",
     "SCORE_NAMES",
+    "SENTENCE_VERDICTS",
     "TRUNCATION_MARKER",
     "Citation",
+    "DocumentGrade",
     "Generation",
+    "JudgeIdentity",
     "JudgeRequest",
     "Judgement",
+    "Message",
     "RagTurn",
     "Retrieval",
     "RetrievedDoc",
+    "SentenceVerdict",
+    "ToolCall",
     "normalize_relevance",
     "stable_doc_id",
     "truncate",
@@ -38,6 +45,21 @@ TRUNCATION_MARKER = "…[truncated {n} chars]"
 """Appended where text was cut; ``{n}`` is the number of characters removed."""
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+Message = tuple[str, str]
+"""One earlier message of a conversation: ``(role, text)``, role ``"user"`` or ``"assistant"``."""
+
+_ROLES = frozenset({"user", "assistant"})
+
+
+def _check_history(owner: str, history: Any) -> tuple[Message, ...]:
+    out = tuple(tuple(m) if isinstance(m, (list, tuple)) else m for m in history)
+    for message in out:
+        if not (isinstance(message, tuple) and len(message) == 2 and message[0] in _ROLES
+                and isinstance(message[1], str)):
+            raise ConfigurationError(f"{owner}.history must hold (role, text) pairs with role 'user' or "
+                                     f"'assistant', got {message!r}")
+    return out  # type: ignore[return-value]
 
 
 def truncate(text: str, limit: int) -> str:
@@ -158,7 +180,12 @@ class Retrieval:
 
 @dataclass(frozen=True, slots=True)
 class Generation:
-    """One LLM call inside a turn. Token counts are None when the model did not report them."""
+    """One LLM call inside a turn. Token counts are None when the model did not report them.
+
+    ``messages`` are the chat messages sent, as ``(role, content)`` pairs (roles ``system``,
+    ``user``, ``assistant``, ``tool``), when the framework gave them; ``prompt`` is the prompt as
+    one text (for completion models, or when the messages are unknown).
+    """
 
     model: str | None = None
     prompt: str | None = None
@@ -169,10 +196,38 @@ class Generation:
     ended_at: int | None = None
     error: str | None = None
     provider: str | None = None
+    messages: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         _check_time("Generation.started_at", self.started_at)
         _check_time("Generation.ended_at", self.ended_at)
+        messages = tuple(tuple(m) for m in self.messages)
+        for message in messages:
+            if len(message) != 2 or not all(isinstance(part, str) for part in message):
+                raise ConfigurationError(
+                    f"Generation.messages must hold (role, content) string pairs, got {message!r}"
+                )
+        object.__setattr__(self, "messages", messages)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call inside a turn (agents): the tool's name, the arguments the model wrote, what
+    the tool returned, the model's call id."""
+
+    name: str
+    arguments: str | None = None
+    output: str | None = None
+    call_id: str | None = None
+    started_at: int | None = None
+    ended_at: int | None = None
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise ConfigurationError(f"ToolCall.name must be a string, got {type(self.name).__name__}")
+        _check_time("ToolCall.started_at", self.started_at)
+        _check_time("ToolCall.ended_at", self.ended_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,9 +235,13 @@ class RagTurn:
     """One question through one pipeline run: what was asked, retrieved, answered and cited.
 
     ``documents`` are the documents the answer was built from (after any reranking), ranked 1..n;
-    ``retrievals`` and ``generations`` keep each retriever and LLM call as it happened, for the
-    trace. ``relevant_ids`` is the ground truth when known: a sequence of relevant ids (binary) or a
+    ``retrievals``, ``generations`` and ``tool_calls`` keep each retriever, LLM and tool call as it
+    happened, for the trace. ``relevant_ids`` is the ground truth when known: a sequence of relevant ids (binary) or a
     mapping id -> graded label. ``trace_id``/``span_id`` (hex) point at the turn's span once traced.
+    ``tool_calls`` are an agent's tool calls (for the trace); ``history`` the earlier user and
+    assistant messages of a conversation (capped) and ``standalone_query`` the app's rewrite of
+    ``query`` that retrieval used, when it made one. ``sampled_out`` is True when the trace
+    sampler dropped the turn's span: there is no trace to put a judge span or scores in.
     """
 
     turn_id: str
@@ -201,6 +260,10 @@ class RagTurn:
     error: str | None = None
     retrievals: tuple[Retrieval, ...] = ()
     generations: tuple[Generation, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
+    history: tuple[Message, ...] = ()
+    standalone_query: str | None = None
+    sampled_out: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.turn_id, str) or not self.turn_id:
@@ -215,6 +278,10 @@ class RagTurn:
         object.__setattr__(self, "citations", tuple(self.citations))
         object.__setattr__(self, "retrievals", tuple(self.retrievals))
         object.__setattr__(self, "generations", tuple(self.generations))
+        object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        object.__setattr__(self, "history", _check_history("RagTurn", self.history))
+        if self.standalone_query is not None and not isinstance(self.standalone_query, str):
+            raise ConfigurationError("RagTurn.standalone_query must be a string or None")
         for doc in self.documents:
             if not isinstance(doc, RetrievedDoc):
                 raise ConfigurationError(f"RagTurn.documents must hold RetrievedDoc, got {type(doc).__name__}")
@@ -251,7 +318,8 @@ class JudgeRequest:
     """What a judge is asked to assess. ``context`` is the exact text the judge sees as evidence.
 
     ``reference`` is an optional reference answer (for correctness judges); it is never the
-    evidence for faithfulness.
+    evidence for faithfulness. ``history`` (earlier ``(role, text)`` messages) and
+    ``standalone_query`` (the app's rewrite of the question) are set for follow-up questions.
     """
 
     query: str
@@ -260,6 +328,8 @@ class JudgeRequest:
     documents: tuple[RetrievedDoc, ...] = ()
     reference: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    history: tuple[Message, ...] = ()
+    standalone_query: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("query", "answer", "context"):
@@ -267,8 +337,20 @@ class JudgeRequest:
                 raise ConfigurationError(
                     f"JudgeRequest.{name} must be a string, got {type(getattr(self, name)).__name__}"
                 )
-        object.__setattr__(self, "documents", tuple(self.documents))
+        _check_optional_str("JudgeRequest.reference", self.reference)
+        if isinstance(self.documents, (str, bytes)) or not isinstance(self.documents, Iterable):
+            raise ConfigurationError(
+                f"JudgeRequest.documents must be a sequence of RetrievedDoc, got {type(self.documents).__name__}"
+            )
+        documents = tuple(self.documents)
+        for doc in documents:
+            if not isinstance(doc, RetrievedDoc):
+                raise ConfigurationError(f"JudgeRequest.documents must hold RetrievedDoc, got {type(doc).__name__}")
+        object.__setattr__(self, "documents", documents)
         object.__setattr__(self, "metadata", _frozen_mapping(self.metadata, "JudgeRequest.metadata"))
+        object.__setattr__(self, "history", _check_history("JudgeRequest", self.history))
+        if self.standalone_query is not None and not isinstance(self.standalone_query, str):
+            raise ConfigurationError("JudgeRequest.standalone_query must be a string or None")
 
     @staticmethod
     def build_context(documents: Sequence[RetrievedDoc], max_context_chars: int = 24_000) -> str:
@@ -290,7 +372,210 @@ class JudgeRequest:
             context=cls.build_context(turn.documents, max_context_chars),
             documents=turn.documents,
             reference=turn.metadata.get("reference_answer") if turn.metadata else None,
+            history=turn.history,
+            standalone_query=turn.standalone_query,
         )
+
+
+SentenceVerdictName = Literal["supported", "partially_supported", "unsupported", "contradicted", "no_claim"]
+
+SENTENCE_VERDICTS: tuple[str, ...] = (
+    "supported", "partially_supported", "unsupported", "contradicted", "no_claim",
+)
+"""The support verdicts of one answer sentence, from best to worst, then "makes no claim"."""
+
+DOCUMENT_GRADES: Mapping[int, str] = MappingProxyType({
+    0: "unrelated", 1: "related but does not answer", 2: "partly answers", 3: "answers",
+})
+"""The UMBRELA relevance scale of one retrieved document for the question (0-3)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SentenceVerdict:
+    """Whether one sentence of the answer is supported by the retrieved documents.
+
+    ``index`` is the sentence's 1-based number in the answer as :func:`ragaudit.judged.answer_sentences`
+    splits it (the numbering the judge saw); ``start``/``end`` are its character offsets in the
+    answer. ``verdict`` is one of :data:`SENTENCE_VERDICTS`, or **None when the judge gave none**.
+    ``supporting_ranks`` are the numbers (ranks) of the documents the judge says support it and
+    ``supporting_doc_ids`` their ids, in the same order. ``method`` says who decided: ``"llm"`` or
+    ``"lexical"``.
+    """
+
+    index: int
+    text: str
+    verdict: SentenceVerdictName | None = None
+    supporting_ranks: tuple[int, ...] = ()
+    supporting_doc_ids: tuple[str, ...] = ()
+    start: int | None = None
+    end: int | None = None
+    method: str = "llm"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.index, bool) or not isinstance(self.index, int) or self.index < 1:
+            raise ConfigurationError(f"SentenceVerdict.index must be an int >= 1, got {self.index!r}")
+        if not isinstance(self.text, str):
+            raise ConfigurationError(f"SentenceVerdict.text must be a string, got {type(self.text).__name__}")
+        if self.verdict is not None and self.verdict not in SENTENCE_VERDICTS:
+            raise ConfigurationError(
+                f"SentenceVerdict.verdict must be one of {SENTENCE_VERDICTS} or None, got {self.verdict!r}")
+        ranks = tuple(self.supporting_ranks)
+        ids = tuple(self.supporting_doc_ids)
+        if any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in ranks):
+            raise ConfigurationError(f"SentenceVerdict.supporting_ranks must be ints >= 1, got {ranks!r}")
+        if any(not isinstance(i, str) or not i for i in ids) or len(ids) != len(ranks):
+            raise ConfigurationError(
+                "SentenceVerdict.supporting_doc_ids must be non-empty strings, one per supporting rank")
+        for name in ("start", "end"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ConfigurationError(f"SentenceVerdict.{name} must be an int >= 0 or None, got {value!r}")
+        if not isinstance(self.method, str) or not self.method:
+            raise ConfigurationError(f"SentenceVerdict.method must be a non-empty string, got {self.method!r}")
+        object.__setattr__(self, "supporting_ranks", ranks)
+        object.__setattr__(self, "supporting_doc_ids", ids)
+
+    @property
+    def has_claim(self) -> bool:
+        """True when the judge gave a verdict other than ``no_claim``."""
+        return self.verdict is not None and self.verdict != "no_claim"
+
+    @property
+    def problem(self) -> bool:
+        """True for an ``unsupported`` or ``contradicted`` sentence."""
+        return self.verdict in ("unsupported", "contradicted")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "index": self.index,
+            "text": self.text,
+            "verdict": self.verdict,
+            "supporting_ranks": list(self.supporting_ranks),
+            "supporting_doc_ids": list(self.supporting_doc_ids),
+            "start": self.start,
+            "end": self.end,
+            "method": self.method,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SentenceVerdict:
+        """The record :meth:`to_dict` wrote (lists back to tuples); raises ConfigurationError."""
+        return cls(
+            index=data.get("index"),  # type: ignore[arg-type]
+            text=data.get("text", ""),
+            verdict=data.get("verdict"),
+            supporting_ranks=tuple(data.get("supporting_ranks") or ()),
+            supporting_doc_ids=tuple(data.get("supporting_doc_ids") or ()),
+            start=data.get("start"),
+            end=data.get("end"),
+            method=data.get("method") or "llm",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentGrade:
+    """How relevant one retrieved document is to the question, on the UMBRELA 0-3 scale.
+
+    ``rank`` is the document's number in the judge's prompt (its rank), ``doc_id`` its id.
+    ``grade`` is 0 (unrelated), 1 (related but does not answer), 2 (partly answers) or 3
+    (answers), or **None when the judge gave none**. ``method`` is ``"llm"`` or ``"lexical"``.
+    """
+
+    rank: int
+    doc_id: str
+    grade: int | None = None
+    method: str = "llm"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
+            raise ConfigurationError(f"DocumentGrade.rank must be an int >= 1, got {self.rank!r}")
+        if not isinstance(self.doc_id, str) or not self.doc_id:
+            raise ConfigurationError(f"DocumentGrade.doc_id must be a non-empty string, got {self.doc_id!r}")
+        if self.grade is not None and (
+            isinstance(self.grade, bool) or not isinstance(self.grade, int) or self.grade not in DOCUMENT_GRADES
+        ):
+            raise ConfigurationError(f"DocumentGrade.grade must be 0, 1, 2, 3 or None, got {self.grade!r}")
+        if not isinstance(self.method, str) or not self.method:
+            raise ConfigurationError(f"DocumentGrade.method must be a non-empty string, got {self.method!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {"rank": self.rank, "doc_id": self.doc_id, "grade": self.grade, "method": self.method}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DocumentGrade:
+        """The record :meth:`to_dict` wrote; raises ConfigurationError."""
+        return cls(rank=data.get("rank"), doc_id=data.get("doc_id"),  # type: ignore[arg-type]
+                   grade=data.get("grade"), method=data.get("method") or "llm")
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeIdentity:
+    """Which judge made a judgement, so a score can always be traced to it.
+
+    ``model``: the model asked (``response_model``: the one the server said answered);
+    ``endpoint``: the endpoint's host and port, never credentials, path or query; ``protocol``: the
+    prompt protocol version; ``prompt_hash``: SHA-256 (hex, first 16) of the prompt template and
+    verdict schema; ``response_id``: the completion id of the reply the scores were read from.
+    """
+
+    model: str | None = None
+    endpoint: str | None = None
+    protocol: str | None = None
+    prompt_hash: str | None = None
+    response_id: str | None = None
+    response_model: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("model", "endpoint", "protocol", "prompt_hash", "response_id", "response_model"):
+            _check_optional_str(f"JudgeIdentity.{name}", getattr(self, name))
+
+    def to_dict(self) -> dict[str, str]:
+        """The fields that are set, by name."""
+        return {
+            name: value
+            for name in ("model", "endpoint", "protocol", "prompt_hash", "response_id", "response_model")
+            if (value := getattr(self, name)) is not None
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> JudgeIdentity | None:
+        """The identity :meth:`to_dict` wrote (None stays None; unknown keys are ignored)."""
+        if data is None:
+            return None
+        if not isinstance(data, Mapping):
+            raise ConfigurationError(f"judge identity must be a mapping, got {type(data).__name__}")
+        known = ("model", "endpoint", "protocol", "prompt_hash", "response_id", "response_model")
+        return cls(**{k: data[k] for k in known if k in data})
+
+
+def _check_optional_str(name: str, value: Any) -> None:
+    if value is not None and not isinstance(value, str):
+        raise ConfigurationError(f"{name} must be a string or None, got {type(value).__name__}")
+
+
+def _usage_counts(value: Mapping[str, Any] | None) -> Mapping[str, int | None]:
+    """*value* frozen, every count that is not a finite non-negative integer made None."""
+    if value is None:
+        return _EMPTY
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"Judgement.usage must be a mapping, got {type(value).__name__}")
+    counts: dict[str, int | None] = {}
+    for key, count in value.items():
+        if not isinstance(key, str):
+            raise ConfigurationError(f"Judgement.usage keys must be strings, got {key!r}")
+        counts[key] = _count(count)
+    return MappingProxyType(counts)
+
+
+def _count(value: Any) -> int | None:
+    """*value* as a non-negative int, or None when it is not a finite non-negative integer."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+        return None
+    return int(value) if value >= 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +586,16 @@ class Judgement:
     output, transport error). None is never turned into 0. ``error`` is set when the judgement
     could not be made in full; ``raw_output`` keeps the judge's text verbatim; ``usage`` holds
     token counts (``prompt_tokens``, ``completion_tokens``) and ``calls``; ``details`` holds
-    judge-specific extras (method per score, distributions, per-juror scores).
+    judge-specific extras (method per score, distributions, per-juror scores); ``identity`` says
+    which judge (model, endpoint, protocol, prompt, response) made it, when known.
+
+    Every field is checked at construction (:class:`~ragaudit.ConfigurationError` for a wrong type
+    or range); a usage count that is not a finite non-negative integer is recorded as None.
+
+    A full audit (``ChatRagJudge(protocol="full-audit")``, :class:`~ragaudit.LexicalJudge`) also
+    fills ``sentences`` (one :class:`SentenceVerdict` per answer sentence, verdict None where the
+    judge gave none) and ``document_grades`` (one :class:`DocumentGrade` per retrieved document,
+    grade None where the judge gave none); both are empty for a judge that does not audit them.
     """
 
     faithfulness: float | None = None
@@ -311,14 +605,37 @@ class Judgement:
     raw_output: str | None = None
     judge: str = "unknown"
     latency_s: float | None = None
-    usage: Mapping[str, int] = field(default_factory=dict)
+    usage: Mapping[str, int | None] = field(default_factory=dict)
     error: str | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
+    identity: JudgeIdentity | None = None
+    sentences: tuple[SentenceVerdict, ...] = ()
+    document_grades: tuple[DocumentGrade, ...] = ()
 
     def __post_init__(self) -> None:
         for name in SCORE_NAMES:
             object.__setattr__(self, name, _check_score(f"Judgement.{name}", getattr(self, name)))
-        object.__setattr__(self, "usage", _frozen_mapping(self.usage, "Judgement.usage"))
+        for name in ("reason", "raw_output", "error"):
+            _check_optional_str(f"Judgement.{name}", getattr(self, name))
+        if not isinstance(self.judge, str) or not self.judge:
+            raise ConfigurationError(f"Judgement.judge must be a non-empty string, got {self.judge!r}")
+        if self.latency_s is not None:
+            if isinstance(self.latency_s, bool) or not isinstance(self.latency_s, (int, float)):
+                raise ConfigurationError(f"Judgement.latency_s must be a number or None, got {self.latency_s!r}")
+            if not math.isfinite(self.latency_s) or self.latency_s < 0:
+                raise ConfigurationError(f"Judgement.latency_s must be finite and >= 0, got {self.latency_s!r}")
+            object.__setattr__(self, "latency_s", float(self.latency_s))
+        if self.identity is not None and not isinstance(self.identity, JudgeIdentity):
+            raise ConfigurationError(
+                f"Judgement.identity must be a JudgeIdentity or None, got {type(self.identity).__name__}"
+            )
+        object.__setattr__(self, "usage", _usage_counts(self.usage))
+        object.__setattr__(self, "sentences", tuple(self.sentences))
+        object.__setattr__(self, "document_grades", tuple(self.document_grades))
+        if any(not isinstance(s, SentenceVerdict) for s in self.sentences):
+            raise ConfigurationError("Judgement.sentences must hold SentenceVerdict records")
+        if any(not isinstance(g, DocumentGrade) for g in self.document_grades):
+            raise ConfigurationError("Judgement.document_grades must hold DocumentGrade records")
         object.__setattr__(self, "details", _frozen_mapping(self.details, "Judgement.details"))
 
     @property
@@ -346,4 +663,7 @@ class Judgement:
             "error": self.error,
             "details": dict(self.details),
             "raw_output": self.raw_output,
+            "identity": self.identity.to_dict() if self.identity is not None else None,
+            "sentences": [s.to_dict() for s in self.sentences],
+            "document_grades": [g.to_dict() for g in self.document_grades],
         }

@@ -97,7 +97,8 @@ class Rig:
 
     def audit(self) -> list[dict[str, Any]]:
         assert self.auditor.flush(30)
-        return read_audit_log(self.log)
+        # The audit log is opened with its first line: no judgement, no file.
+        return read_audit_log(self.log) if self.log.exists() else []
 
 
 @pytest.fixture
@@ -235,8 +236,10 @@ def test_odd_answers_are_recorded(case: str, rig: Rig, caplog: pytest.LogCapture
     span = rig.turn_span()
     assert span.attributes[c.INPUT_VALUE] == "How long is shipping?"
     if case == "empty_answer":
-        (line,) = rig.audit()
-        assert line["answer"] == "" and line["judge_status"] == "judged"
+        # An empty answer is traced and counted, never judged as an answer.
+        assert rig.audit() == [] and rig.requests == []
+        assert span.attributes[c.OUTPUT_VALUE] == ""
+        assert rig.auditor.stats()["unjudged_empty_answer"] == 1
     else:
         # No answer of the root run: the last model output is the answer (it was generated).
         (line,) = rig.audit()
@@ -295,7 +298,7 @@ def test_judges_take_bad_text_without_raising(case: str) -> None:
     for score in lexical.scores().values():
         assert score is None or 0.0 <= score <= 1.0
     with LLMServer() as srv:
-        judge = ChatRagJudge(base_url=srv.base_url, api_key="test", timeout=5, max_retries=0)
+        judge = ChatRagJudge(base_url=srv.base_url, api_key="test", timeout_s=5, max_retries=0)
         try:
             judgement = judge.judge(request)
         finally:

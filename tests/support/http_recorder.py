@@ -16,12 +16,17 @@ __all__ = ["HttpRecorder"]
 
 
 class HttpRecorder:
-    """``with HttpRecorder() as rec: rec.url`` — every request lands in ``rec.requests``."""
+    """``with HttpRecorder() as rec: rec.url`` — every request lands in ``rec.requests``.
+
+    ``status`` and ``delay_s`` apply to every request; ``delays`` (a list) scripts the delay of the
+    next requests, one entry each (a request is recorded before its delay: stored, then answered late).
+    """
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.status = 200
         self.delay_s = 0.0
+        self.delays: list[float] = []
         self._lock = threading.Lock()
         recorder = self
 
@@ -43,14 +48,19 @@ class HttpRecorder:
                                               "headers": {k.lower(): v for k, v in self.headers.items()},
                                               "body": body})
                     status, delay = recorder.status, recorder.delay_s
+                    if recorder.delays:
+                        delay = recorder.delays.pop(0)
                 if delay:
                     time.sleep(delay)
                 payload = b'{"ok": true}' if status < 300 else b'{"error": "scripted failure"}'
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up waiting (a scripted delay): what was received is recorded
 
             do_POST = do_GET = do_PUT = _handle
 

@@ -13,11 +13,25 @@ in a daemon thread, free port) that speaks ``POST /v1/chat/completions`` well en
 
 How the reply to a request is chosen, first match wins:
 
-1. ``reject_response_format`` is on and the request has ``response_format`` -> HTTP 400 naming it;
+1. the request's ``response_format`` is one the server does not take -> HTTP 400 naming it, as real
+   servers answer: ``reject_response_format`` takes none, ``response_formats`` lists the kinds taken
+   (``json_schema`` and ``json_object`` by default); a ``json_schema`` that is not a valid
+   structured-output schema (no ``name``, no ``schema``; with ``strict``: a root that is not an
+   object, an object without ``additionalProperties: false`` or without every property required)
+   -> HTTP 400 ``Invalid schema for response_format``;
 2. a queued fault (:meth:`LLMServer.fail_next`);
 3. the rule (``rule(request_json)``), unless it returns None;
 4. the reply queue (:meth:`LLMServer.enqueue`), FIFO;
 5. the default reply.
+
+With ``enforce_schema=True`` the server honours a ``json_schema`` like constrained decoding does: a
+scripted content that does not validate against the schema (JSON types, ``required``,
+``additionalProperties``, ``enum``, ``minimum``/``maximum``) is replaced by the smallest instance
+of the schema, and the scripted text is kept in :attr:`LLMServer.schema_violations`.
+
+A request with ``"stream": true`` gets the same reply as server-sent chunks (content token by
+token, tool calls, usage when ``stream_options.include_usage`` is set). A :class:`Reply` with
+``tool_calls`` makes the assistant call tools (:class:`ToolCall`).
 
 A rule, the queue and the default may give a ``str`` (the content), a :class:`Reply`, a :class:`Fault`,
 or a list of ``str``/:class:`Reply` (one per choice when the request has ``n > 1``).
@@ -37,6 +51,7 @@ not CPU.
 from __future__ import annotations
 
 import json
+import math
 import re
 import socket
 import threading
@@ -58,6 +73,7 @@ __all__ = [
     "Rule",
     "Scripted",
     "Token",
+    "ToolCall",
     "judgement_json",
 ]
 
@@ -99,6 +115,19 @@ class Token:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """A tool call the scripted assistant makes: the function *name*, its *arguments* (a mapping,
+    sent as JSON text, or the text itself) and the call's *id* (``call_<n>`` of the request when empty)."""
+
+    name: str
+    arguments: Mapping[str, Any] | str = field(default_factory=dict)
+    id: str = ""
+
+    def arguments_text(self) -> str:
+        return self.arguments if isinstance(self.arguments, str) else json.dumps(dict(self.arguments))
+
+
+@dataclass(frozen=True)
 class Reply:
     """A scripted reply.
 
@@ -106,6 +135,8 @@ class Reply:
     joined. ``choices`` gives one entry per choice for ``n > 1`` (cycled when shorter than ``n``);
     without it every choice repeats this reply. ``delay`` (seconds) replaces the server's delay for
     this request. ``usage`` replaces the counted usage; ``model`` replaces the echoed model name.
+    ``tool_calls`` makes the assistant call tools (content None unless given, ``finish_reason``
+    ``"tool_calls"`` unless given otherwise).
     """
 
     content: str | None = None
@@ -115,6 +146,7 @@ class Reply:
     finish_reason: str = "stop"
     usage: Mapping[str, int] | None = None
     model: str | None = None
+    tool_calls: Sequence[ToolCall] = ()
 
     def text(self) -> str:
         """The content this reply sends."""
@@ -283,6 +315,8 @@ class LLMServer:
         reject_response_format: answer 400 to every request that sets ``response_format``.
         logprobs: False to ignore requests for logprobs (every choice has ``logprobs: null``).
         honour_n: False to return one choice whatever ``n`` the request asks for.
+        response_formats: the ``response_format`` kinds the server takes (others: HTTP 400).
+        enforce_schema: replies to a ``json_schema`` request always validate against its schema.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`. Every attribute above may be
     changed while the server runs. The request log, :attr:`requests`, is thread-safe.
@@ -298,6 +332,8 @@ class LLMServer:
         reject_response_format: bool = False,
         logprobs: bool = True,
         honour_n: bool = True,
+        response_formats: Sequence[str] = ("json_schema", "json_object"),
+        enforce_schema: bool = False,
     ) -> None:
         self.rule = rule
         self.default: Scripted = default
@@ -305,7 +341,11 @@ class LLMServer:
         self.reject_response_format = reject_response_format
         self.logprobs = logprobs
         self.honour_n = honour_n
-        self._initial = (rule, default, delay, reject_response_format, logprobs, honour_n)
+        self.response_formats = tuple(response_formats)
+        self.enforce_schema = enforce_schema
+        self.schema_violations: list[str] = []
+        self._initial = (rule, default, delay, reject_response_format, logprobs, honour_n, self.response_formats,
+                         enforce_schema)
         self._lock = threading.Lock()
         self._replies: deque[Scripted] = deque(replies)
         self._faults: deque[Fault] = deque()
@@ -390,7 +430,8 @@ class LLMServer:
             self._faults.clear()
             self._requests.clear()
             (self.rule, self.default, self.delay, self.reject_response_format, self.logprobs,
-             self.honour_n) = self._initial
+             self.honour_n, self.response_formats, self.enforce_schema) = self._initial
+            self.schema_violations.clear()
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -413,8 +454,10 @@ class LLMServer:
             return self._counter
 
     def _choose(self, body: Mapping[str, Any]) -> Scripted:
-        if self.reject_response_format and "response_format" in body:
-            return Fault.reject_response_format()
+        if "response_format" in body:
+            refusal = self._refuse_format(body["response_format"])
+            if refusal is not None:
+                return refusal
         with self._lock:
             if self._faults:
                 return self._faults.popleft()
@@ -427,6 +470,35 @@ class LLMServer:
             if self._replies:
                 return self._replies.popleft()
         return self.default
+
+    def _refuse_format(self, fmt: Any) -> Fault | None:
+        kind = fmt.get("type") if isinstance(fmt, Mapping) else None
+        if self.reject_response_format or kind not in self.response_formats:
+            return Fault.bad_request(
+                f"Invalid parameter: 'response_format' of type {kind!r} is not supported with this model.",
+                param="response_format",
+            )
+        if kind == "json_schema":
+            problem = _json_schema_problem(fmt.get("json_schema"))
+            if problem is not None:
+                return Fault.bad_request(f"Invalid schema for response_format: {problem}", param="response_format")
+        return None
+
+    def _conform(self, body: Mapping[str, Any], text: str) -> str:
+        """*text*, or the smallest instance of the request's schema when it does not validate."""
+        fmt = body.get("response_format")
+        if not self.enforce_schema or not isinstance(fmt, Mapping) or fmt.get("type") != "json_schema":
+            return text
+        schema = fmt["json_schema"]["schema"]
+        try:
+            valid = _validates(json.loads(text), schema)
+        except ValueError:
+            valid = False
+        if valid:
+            return text
+        with self._lock:
+            self.schema_violations.append(text)
+        return json.dumps(_smallest(schema))
 
     def _sleep(self, seconds: float) -> None:
         if seconds > 0:
@@ -446,19 +518,24 @@ class LLMServer:
         completion_tokens = 0
         for index in range(n):
             choice_reply = per_choice[index % len(per_choice)]
-            text = choice_reply.text()
+            text = self._conform(body, choice_reply.text())
             completion_tokens += _words(text)
             logprobs = None
             if want_logprobs:
                 tokens = choice_reply.tokens if choice_reply.tokens is not None else _auto_tokens(text)
                 logprobs = {"content": [_token_json(t, top_k) for t in tokens], "refusal": None}
+            message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+            finish_reason = choice_reply.finish_reason
+            if choice_reply.tool_calls:
+                message["content"] = text or None
+                message["tool_calls"] = [
+                    {"id": call.id or f"call_{seq}_{i}", "type": "function",
+                     "function": {"name": call.name, "arguments": call.arguments_text()}}
+                    for i, call in enumerate(choice_reply.tool_calls)
+                ]
+                finish_reason = "tool_calls" if finish_reason == "stop" else finish_reason
             choices.append(
-                {
-                    "index": index,
-                    "message": {"role": "assistant", "content": text, "refusal": None},
-                    "logprobs": logprobs,
-                    "finish_reason": choice_reply.finish_reason,
-                }
+                {"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish_reason}
             )
         messages = body.get("messages")
         messages = messages if isinstance(messages, list) else []
@@ -481,6 +558,93 @@ class LLMServer:
         }
         delay = reply.delay if reply.delay is not None else self.delay
         return payload, delay
+
+
+_SCHEMA_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _json_schema_problem(spec: Any) -> str | None:
+    """Why *spec* (a request's ``response_format.json_schema``) is refused, as OpenAI does; None if valid."""
+    if not isinstance(spec, Mapping):
+        return "'json_schema' must be an object"
+    name = spec.get("name")
+    if not isinstance(name, str) or not _SCHEMA_NAME_RE.fullmatch(name):
+        return "'name' must be 1-64 letters, digits, '_' or '-'"
+    schema = spec.get("schema")
+    if not isinstance(schema, Mapping):
+        return "'schema' must be an object"
+    if spec.get("strict"):
+        if schema.get("type") != "object":
+            return "the root of a strict schema must be an object"
+        return _strict_problem(schema, "root")
+    return None
+
+
+def _strict_problem(schema: Mapping[str, Any], where: str) -> str | None:
+    if schema.get("type") == "object":
+        properties = schema.get("properties") or {}
+        if schema.get("additionalProperties") is not False:
+            return f"In context={where}, 'additionalProperties' is required to be supplied and to be false"
+        if sorted(schema.get("required") or []) != sorted(properties):
+            return f"In context={where}, 'required' must list every key in 'properties'"
+        for key, inner in properties.items():
+            if isinstance(inner, Mapping):
+                problem = _strict_problem(inner, f"{where}.{key}")
+                if problem is not None:
+                    return problem
+    if schema.get("type") == "array" and isinstance(schema.get("items"), Mapping):
+        return _strict_problem(schema["items"], f"{where}[]")
+    return None
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (dict,), "array": (list,), "string": (str,), "number": (int, float), "integer": (int,),
+    "boolean": (bool,), "null": (type(None),),
+}
+
+
+def _validates(value: Any, schema: Mapping[str, Any]) -> bool:
+    """*value* against the subset of JSON Schema structured outputs use."""
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
+    if kinds and not any(_is_type(value, k) for k in kinds):
+        return False
+    if "enum" in schema and value not in schema["enum"]:
+        return False
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    low, high = schema.get("minimum", -math.inf), schema.get("maximum", math.inf)
+    if number and (value != value or not low <= value <= high):
+        return False
+    if isinstance(value, dict):
+        properties = schema.get("properties") or {}
+        if any(key not in value for key in schema.get("required") or []):
+            return False
+        if schema.get("additionalProperties") is False and any(key not in properties for key in value):
+            return False
+        return all(_validates(value[key], inner) for key, inner in properties.items() if key in value)
+    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        return all(_validates(item, schema["items"]) for item in value)
+    return True
+
+
+def _is_type(value: Any, kind: str) -> bool:
+    if kind in ("number", "integer") and isinstance(value, bool):
+        return False
+    return isinstance(value, _JSON_TYPES.get(kind, (object,)))
+
+
+def _smallest(schema: Mapping[str, Any]) -> Any:
+    """The smallest instance of *schema*: what constrained decoding leaves a model that wanted otherwise."""
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    kind = kind[0] if isinstance(kind, list) else kind
+    if kind == "object":
+        properties = schema.get("properties") or {}
+        return {key: _smallest(properties[key]) for key in schema.get("required") or [] if key in properties}
+    if kind in ("number", "integer"):
+        return schema.get("minimum", 0)
+    return {"array": [], "string": "", "boolean": False}.get(str(kind))
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -529,9 +693,6 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(body, dict):
             self._send_error(400, "request body is not a JSON object", "invalid_request_error")
             return
-        if body.get("stream"):
-            self._send_error(400, "LLMServer does not stream", "invalid_request_error", param="stream")
-            return
         try:
             scripted = owner._choose(body)
         except Exception as exc:  # a broken test rule must show up at the client, not kill the thread
@@ -542,7 +703,57 @@ class _Handler(BaseHTTPRequestHandler):
             return
         payload, delay = owner._completion(body, scripted, seq)
         owner._sleep(delay)
-        self._send_json(200, payload)
+        if body.get("stream"):
+            options = body.get("stream_options")
+            self._send_stream(payload, isinstance(options, dict) and bool(options.get("include_usage")))
+        else:
+            self._send_json(200, payload)
+
+    def _send_stream(self, payload: Mapping[str, Any], include_usage: bool) -> None:
+        """*payload* as server-sent ``chat.completion.chunk`` events: per choice a role chunk, the
+        content a token per chunk, each tool call (id and name, then its arguments), the finish
+        reason; then the usage when asked for; then ``[DONE]``. One write per chunk, so a client
+        reads a real stream."""
+        head = {k: payload[k] for k in ("id", "created", "model", "system_fingerprint")}
+        head["object"] = "chat.completion.chunk"
+
+        def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+            return b"data: " + json.dumps({**head, "choices": choices, **extra}).encode("utf-8") + b"\n\n"
+
+        events: list[bytes] = []
+        for choice in payload["choices"]:
+            index, message = choice["index"], choice["message"]
+            events.append(chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
+                                  "logprobs": None, "finish_reason": None}]))
+            for piece in _TOKEN_RE.findall(message.get("content") or ""):
+                events.append(chunk([{"index": index, "delta": {"content": piece}, "logprobs": None,
+                                      "finish_reason": None}]))
+            for i, call in enumerate(message.get("tool_calls") or ()):
+                function = call["function"]
+                events.append(chunk([{"index": index, "delta": {"tool_calls": [
+                    {"index": i, "id": call["id"], "type": "function",
+                     "function": {"name": function["name"], "arguments": ""}}]},
+                    "logprobs": None, "finish_reason": None}]))
+                events.append(chunk([{"index": index, "delta": {"tool_calls": [
+                    {"index": i, "function": {"arguments": function["arguments"]}}]},
+                    "logprobs": None, "finish_reason": None}]))
+            events.append(chunk([{"index": index, "delta": {}, "logprobs": None,
+                                  "finish_reason": choice["finish_reason"]}]))
+        if include_usage:
+            events.append(chunk([], usage=payload["usage"]))
+        events.append(b"data: [DONE]\n\n")
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for event in events:
+                self.wfile.write(event)
+                self.wfile.flush()
+        except OSError:
+            pass
+        self.close_connection = True
 
     def _fault(self, fault: Fault, seq: int) -> None:
         owner = self.server.owner

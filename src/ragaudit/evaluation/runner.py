@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -26,9 +27,9 @@ from typing import Any
 from ..auditor import Auditor, SubmitStatus
 from ..errors import ConfigurationError, MetricError
 from ..records import SCORE_NAMES, Judgement, RagTurn, normalize_relevance
-from .report import EvaluationReport, RowResult, diagnose
+from .report import EvaluationReport, RowResult, diagnose, full_audit_fields
 
-__all__ = ["DEFAULT_METRICS", "ROW_KEY", "DatasetRow", "evaluate", "is_pipeline", "load_dataset"]
+__all__ = ["DEFAULT_METRICS", "ROW_KEY", "DatasetRow", "evaluate_pipeline", "is_pipeline", "load_dataset"]
 
 DEFAULT_METRICS: tuple[str, ...] = ("recall@5", "mrr@10", "ndcg@10")
 """Retrieval metrics computed when none are named."""
@@ -260,24 +261,19 @@ def _llamaindex_runner(pipeline: Any, auditor: Auditor, measures: Sequence[str]
 
     from ..integrations import llamaindex
 
-    previous = llamaindex.uninstrument()
-    installed = llamaindex.instrument(auditor=auditor, turn_measures=measures)
+    # The public seam: instrument for the run, then give back whatever instrumentation was there.
+    scope = ExitStack()
+    installed = scope.enter_context(llamaindex.instrumented(auditor=auditor, turn_measures=measures))
 
     def run(row: DatasetRow, key: str) -> None:
         with instrument_tags(_ground_truth_tags(row, key)):
             pipeline.query(row.question)
 
     def done() -> None:
-        installed.flush(None)
-        llamaindex.uninstrument()
-        if previous is not None:  # give back the process-wide instrumentation we replaced
-            from llama_index.core.instrumentation import get_dispatcher
-
-            dispatcher = get_dispatcher()
-            dispatcher.add_span_handler(previous.span_handler)
-            dispatcher.add_event_handler(previous.event_handler)
-            previous.attached = True
-            llamaindex._current = previous
+        try:
+            installed.flush(None)
+        finally:
+            scope.close()
 
     return run, done
 
@@ -350,15 +346,16 @@ def _row_result(
         reason=judgement.reason if judgement is not None and error is None else None,
         judge_error=judge_error,
         trace_id=turn.trace_id if turn is not None else None,
-        usage=dict(judgement.usage) if judgement is not None else {},
+        usage={k: v for k, v in judgement.usage.items() if v is not None} if judgement is not None else {},
         latency_s=latency_s,
         faithfulness=scores["faithfulness"],
         context_relevance=scores["context_relevance"],
         answer_relevance=scores["answer_relevance"],
+        **full_audit_fields(turn, judgement if error is None else None),
     )
 
 
-def evaluate(
+def evaluate_pipeline(
     dataset: str | os.PathLike[str] | Iterable[Mapping[str, Any]],
     pipeline: Any,
     *,
@@ -424,7 +421,7 @@ def evaluate(
     settings.update(auditor_kwargs or {})
     for reserved in ("judge", "on_judgement"):
         if reserved in settings:
-            raise ConfigurationError(f"auditor_kwargs must not set {reserved!r}; pass judge= to evaluate()")
+            raise ConfigurationError(f"auditor_kwargs must not set {reserved!r}; pass judge= to evaluate_pipeline()")
     auditor = _EvalAuditor(judge, on_judgement=on_judgement, **settings)
 
     keys = [f"{row.id}#{uuid.uuid4().hex[:8]}" for row in rows]
@@ -454,7 +451,7 @@ def evaluate(
                     bar.ran()
         finally:
             done()
-        auditor.flush(timeout=None)
+        auditor.flush(timeout_s=None)
     finally:
         bar.close()
         auditor.shutdown()

@@ -13,21 +13,20 @@ cover are neither right nor wrong.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, JudgeRequest, truncate
 from .chat import _Reading
-from .parsing import parse_judgement
-from .protocol import PROTOCOL_VERSION, REPAIR_PROMPT, build_messages, new_nonce, wrap_untrusted
-from .rubric import ScoreName, _find_object, _normalised, _number, _StructuredChatJudge
+from .llm.parsing import parse_judgement, read_unit_scores
+from .llm.prompt import PROTOCOL_VERSION, REPAIR_PROMPT, build_messages, new_nonce, wrap_untrusted
+from .rubric import ScoreName, _find_object, _normalised, _StructuredChatJudge
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from ._endpoint import ChatJudgeSettings
+    from .llm.endpoint import ChatJudgeSettings
 
 __all__ = ["CORRECTNESS_PROTOCOL_VERSION", "CorrectnessJudge"]
 
@@ -39,7 +38,6 @@ NO_REFERENCE = "no reference answer in the request"
 
 _CORRECTNESS_KEYS = ("correctnessscore", "correctness")
 _RETURN_LINE = "\n\nReturn only a JSON object"
-_SCALE_RE = re.compile(r"(-?\d+(?:\.\d+)?)-(-?\d+(?:\.\d+)?)")
 
 _SYSTEM_SUFFIX = "When a reference answer is given, also return correctnessScore, a number from 0 to 1."
 
@@ -137,14 +135,14 @@ class CorrectnessJudge(_StructuredChatJudge):
         ]
 
     def _read(self, text: str, request: JudgeRequest) -> _Reading:
-        parsed = parse_judgement(text)
+        parsed = parse_judgement(text, quoted=self._quoted(request), max_chars=self.max_reply_chars)
         notes = list(parsed.notes)
         correctness: float | None = None
         why: str | None = None
         if request.reference is None:
             why = NO_REFERENCE
         else:
-            correctness, why = self._correctness(text, parsed.scale, notes)
+            correctness, why = self._correctness(text, parsed.scale, notes, request)
         scores = parsed.scores()
         details: dict[str, Any] = {
             "correctness": correctness,
@@ -156,12 +154,15 @@ class CorrectnessJudge(_StructuredChatJudge):
         if self.maps_to is not None:
             details["replaced"] = {self.maps_to: scores[self.maps_to]}
             scores[self.maps_to] = correctness
-        usable = parsed.has_scores or correctness is not None
-        return _Reading(scores, parsed.reason, details, tuple(notes), usable)
+        usable = (parsed.has_scores and not parsed.ambiguous) or correctness is not None
+        return _Reading(scores, parsed.reason, details, tuple(notes), usable, retry=bool(parsed.rejected))
 
-    @staticmethod
-    def _correctness(text: str, scale: str | None, notes: list[str]) -> tuple[float | None, str | None]:
-        obj, _ = _find_object(text, lambda o: any(k in _CORRECTNESS_KEYS for k in _normalised(o)))
+    def _correctness(
+        self, text: str, scale: str | None, notes: list[str], request: JudgeRequest
+    ) -> tuple[float | None, str | None]:
+        obj, found = _find_object(text, lambda o: any(k in _CORRECTNESS_KEYS for k in _normalised(o)),
+                                  self._quoted(request), self.max_reply_chars)
+        notes.extend(n for n in found if n.startswith("ambiguous"))
         flat = _normalised(obj) if obj is not None else {}
         raw = next((flat[k] for k in _CORRECTNESS_KEYS if k in flat), None)
         if isinstance(raw, Mapping):
@@ -169,17 +170,9 @@ class CorrectnessJudge(_StructuredChatJudge):
         if raw is None:
             notes.append("correctness: missing")
             return None, "the judge gave no correctnessScore"
-        value = _number(raw)
+        # the same rules as the three scores: the scale they were read on, never a clamp
+        read = read_unit_scores({"correctness": raw}, scale, notes=notes)
+        value = read.scores["correctness"]
         if value is None:
-            notes.append(f"correctness: not a number ({str(raw)[:40]!r})")
-            return None, "the judge's correctnessScore is not a number"
-        match = _SCALE_RE.fullmatch(scale) if scale else None
-        if match is not None:
-            lo, hi = float(match.group(1)), float(match.group(2))
-            if lo <= value <= hi:
-                value = (value - lo) / (hi - lo)
-        if not 0.0 <= value <= 1.0:
-            clamped = min(1.0, max(0.0, value))
-            notes.append(f"correctness: {value:g} clamped to {clamped:g}")
-            value = clamped
+            return None, "the judge's correctnessScore is not a number from 0 to 1 on a certain scale"
         return value, None

@@ -45,7 +45,7 @@ class CostEstimate:
     """Judge calls and tokens, estimated.
 
     ``rows`` is how many rows were estimated and ``cached_rows`` how many of them a
-    :class:`~ragaudit.judges.cache.CachedJudge` already holds (they cost nothing).
+    :class:`~ragaudit.judges.combinators.cache.CachedJudge` already holds (they cost nothing).
     ``assumptions`` says which sizes were assumed for rows that lacked an answer or context.
     """
 
@@ -124,10 +124,21 @@ _STANDARD_REPLY = {"faithfulnessScore": 0.75, "contextRelevanceScore": 0.75, "an
 
 
 def _standard_call(request: JudgeRequest, chars_per_token: float, max_context_chars: int | None) -> CostEstimate:
-    from .protocol import build_messages
+    from .llm.prompt import build_messages
 
     messages = build_messages(request, max_context_chars=max_context_chars)
     return chat_call_estimate(messages, typical_reply_chars(_STANDARD_REPLY), chars_per_token)
+
+
+def _full_audit_call(request: JudgeRequest, chars_per_token: float, max_context_chars: int | None) -> CostEstimate:
+    from .llm.fullaudit import build_full_audit_messages, numbered_answer
+
+    messages = build_full_audit_messages(request, max_context_chars=max_context_chars)
+    _, spans = numbered_answer(request.answer)
+    reply = {**_STANDARD_REPLY,
+             "sentences": [{"n": i, "verdict": "partially_supported", "docs": [1]} for i in range(1, len(spans) + 1)],
+             "documents": [{"n": d.rank, "grade": 2} for d in request.documents]}
+    return chat_call_estimate(messages, typical_reply_chars(reply), chars_per_token)
 
 
 def _calls_per_judgement(judge: Any) -> int:
@@ -148,7 +159,7 @@ def estimate_request(
     """What judging one *request* with *judge* would cost (``rows`` is left at 0).
 
     Judges implementing :class:`CostAware` answer themselves (wrappers such as
-    :class:`~ragaudit.judges.cache.CachedJudge` call this function for the judge they wrap);
+    :class:`~ragaudit.judges.combinators.cache.CachedJudge` call this function for the judge they wrap);
     a :class:`~ragaudit.ChatRagJudge` counts its exact prompt; ``FakeJudge`` and
     ``LexicalJudge`` cost nothing; any other judge ``calls_per_judgement`` standard calls.
     """
@@ -157,6 +168,8 @@ def estimate_request(
     from .chat import ChatRagJudge
 
     if isinstance(judge, ChatRagJudge):
+        if judge.full_audit:
+            return _full_audit_call(request, chars_per_token, judge.max_context_chars)
         return _standard_call(request, chars_per_token, judge.max_context_chars)
     calls = _calls_per_judgement(judge)
     if calls == 0:

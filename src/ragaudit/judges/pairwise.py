@@ -26,14 +26,15 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from .._deprecation import renamed_kwargs
 from ..errors import ConfigurationError, JudgeError
 from ..records import truncate
-from ._endpoint import EndpointJudge, Flow, Result, Tally, completion_choices
 from .geval import _json_object
-from .protocol import new_nonce, wrap_untrusted
+from .llm.endpoint import EndpointJudge, Flow, Result, Tally, completion_choices
+from .llm.prompt import new_nonce, wrap_untrusted
 
 if TYPE_CHECKING:
-    from ._endpoint import AnyClient
+    from .llm.endpoint import AnyClient
 
 __all__ = [
     "PAIRWISE_PROTOCOL_VERSION",
@@ -182,7 +183,7 @@ class PairwiseResult:
     raw_ab: str | None = None
     raw_ba: str | None = None
     judge: str = "pairwise"
-    usage: Mapping[str, int] = field(default_factory=dict)
+    usage: Mapping[str, int | None] = field(default_factory=dict)
     latency_s: float | None = None
     error: str | None = None
 
@@ -263,11 +264,12 @@ def _reason(text: str | None) -> str | None:
     return None
 
 
-def _sum_usage(results: Sequence[Mapping[str, int]]) -> dict[str, int]:
+def _sum_usage(results: Sequence[Mapping[str, int | None]]) -> dict[str, int]:
     total: dict[str, int] = {}
     for usage in results:
         for key, value in usage.items():
-            total[key] = total.get(key, 0) + int(value)
+            if isinstance(value, int) and not isinstance(value, bool):  # None: a count the server garbled
+                total[key] = total.get(key, 0) + value
     return total
 
 
@@ -285,13 +287,14 @@ class PairwiseJudge(EndpointJudge):
     :class:`~ragaudit.JudgeError` instead whenever an order fails.
 
     Args: as for :class:`~ragaudit.ChatRagJudge` (``model``, ``base_url``, ``api_key``, ``client``,
-    ``timeout``, ``max_retries``, ``temperature``, ``max_context_chars``, ``raise_on_error``,
+    ``timeout_s``, ``max_retries``, ``temperature``, ``max_context_chars``, ``raise_on_error``,
     ``name``, ``extra_body``); *max_concurrency* bounds the comparisons of
     :meth:`atournament` in flight.
     """
 
     _name_prefix: ClassVar[str] = "pairwise"
 
+    @renamed_kwargs(timeout="timeout_s")
     def __init__(
         self,
         model: str = "gpt-4o-mini",
@@ -299,7 +302,7 @@ class PairwiseJudge(EndpointJudge):
         client: AnyClient | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
-        timeout: float = 60.0,
+        timeout_s: float = 60.0,
         max_retries: int = 2,
         temperature: float = 0.0,
         max_context_chars: int = 24_000,
@@ -310,7 +313,7 @@ class PairwiseJudge(EndpointJudge):
     ) -> None:
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ConfigurationError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
-        self._connect(model, base_url=base_url, api_key=api_key, client=client, timeout=timeout,
+        self._connect(model, base_url=base_url, api_key=api_key, client=client, timeout_s=timeout_s,
                       max_retries=max_retries, temperature=temperature, max_context_chars=max_context_chars,
                       raise_on_error=raise_on_error, name=name, extra_body=extra_body)
         self.max_concurrency = max_concurrency

@@ -9,9 +9,14 @@ configuration:
   span events, which Jaeger shows as logs.
 * **OpenInference** (``openinference.span.kind``, ``input.value``, ``retrieval.documents.*``,
   ``llm.*``): what Arize Phoenix reads to draw retriever, LLM and evaluator spans.
-* **Langfuse** (``langfuse.*``): Langfuse maps ``input.value``/``output.value`` and ``gen_ai.*``
-  itself; ``langfuse.observation.type`` makes a span a retriever/generation/evaluator
-  observation and the ``langfuse.trace.*`` keys name the trace when the turn is its root.
+* **Langfuse** (``langfuse.*``): ``langfuse.observation.type`` makes a span a
+  span/retriever/generation/tool/evaluator observation; every span with an input or output sets
+  ``langfuse.observation.input``/``.output`` (once one is set Langfuse ignores ``input.value``),
+  generations and the judge set ``langfuse.observation.model.name`` and ``.usage_details``; the
+  turn's metadata goes out one key per ``langfuse.observation.metadata.<key>``; ``session.id`` and
+  ``user.id`` fill Langfuse's Sessions and Users views; the ``langfuse.trace.*`` keys name the
+  trace when the turn is its root. Span events (the evaluation results) are dropped by Langfuse:
+  scores reach it through :class:`~ragaudit.tracing.LangfuseSink`.
 
 Keys under ``ragaudit.*`` are ours. Text-bearing keys (marked *content*) are only written when
 content capture is on; with it off, ``ragaudit.*.chars`` sizes are written instead.
@@ -19,36 +24,60 @@ content capture is on; with it off, ``ragaudit.*.chars`` sizes are written inste
 
 from __future__ import annotations
 
-from typing import Final, NamedTuple
+from collections.abc import Mapping
+from typing import Any, Final, NamedTuple
 
 __all__ = [
     "ATTR_ANSWER_CHARS",
     "ATTR_CITATIONS",
+    "ATTR_CITATION_CHECKS",
     "ATTR_CITATION_COUNT",
     "ATTR_CITATION_DOC_IDS",
+    "ATTR_CITATION_PRECISION",
+    "ATTR_CITATION_RECALL",
     "ATTR_CONTENT_CAPTURED",
     "ATTR_DOCUMENT_CHARS",
     "ATTR_DOCUMENT_COUNT",
+    "ATTR_DOCUMENT_GRADES",
     "ATTR_DOCUMENT_IDS",
+    "ATTR_DOCUMENT_OMITTED",
     "ATTR_ERROR_TYPE",
     "ATTR_EXCEPTION_MESSAGE",
     "ATTR_FRAMEWORK",
+    "ATTR_JUDGE_ENDPOINT",
     "ATTR_JUDGE_ERROR",
     "ATTR_JUDGE_LATENCY_S",
     "ATTR_JUDGE_MISSING_SCORES",
+    "ATTR_JUDGE_MODEL",
     "ATTR_JUDGE_NAME",
+    "ATTR_JUDGE_PROMPT_HASH",
+    "ATTR_JUDGE_PROTOCOL",
     "ATTR_JUDGE_REASON",
     "ATTR_JUDGE_REASON_CHARS",
+    "ATTR_JUDGE_RESPONSE_ID",
     "ATTR_JUDGE_STATUS",
     "ATTR_MODEL",
     "ATTR_PROMPT_CHARS",
     "ATTR_QUERY_CHARS",
     "ATTR_RELEVANT_IDS",
+    "ATTR_RETRIEVAL_DOCUMENT_GRADES",
+    "ATTR_SENTENCES_COUNT",
+    "ATTR_SENTENCES_EVENTS_DROPPED",
+    "ATTR_SENTENCES_UNSUPPORTED",
+    "ATTR_SENTENCE_INDEX",
+    "ATTR_SENTENCE_SUPPORTING_DOC_IDS",
+    "ATTR_SENTENCE_TEXT",
+    "ATTR_SENTENCE_VERDICT",
+    "ATTR_TOOL_ARGUMENTS_CHARS",
+    "ATTR_TOOL_OUTPUT_CHARS",
     "ATTR_TURN_ID",
+    "DEPLOYMENT_ENVIRONMENT_KEYS",
     "ERROR_TYPE_JUDGE_ERROR",
     "ERROR_TYPE_MISSING_SCORE",
     "ERROR_TYPE_TURN_ERROR",
     "EVENT_EXCEPTION",
+    "EVENT_SENTENCE",
+    "GEN_AI_CONVERSATION_ID",
     "GEN_AI_DATA_SOURCE_ID",
     "GEN_AI_EVALUATION_EXPLANATION",
     "GEN_AI_EVALUATION_NAME",
@@ -56,31 +85,41 @@ __all__ = [
     "GEN_AI_EVALUATION_SCORE_LABEL",
     "GEN_AI_EVALUATION_SCORE_VALUE",
     "GEN_AI_OPERATION_CHAT",
+    "GEN_AI_OPERATION_EXECUTE_TOOL",
     "GEN_AI_OPERATION_NAME",
     "GEN_AI_OPERATION_RETRIEVAL",
     "GEN_AI_PROVIDER_NAME",
     "GEN_AI_REQUEST_MODEL",
+    "GEN_AI_RESPONSE_ID",
     "GEN_AI_RESPONSE_MODEL",
     "GEN_AI_RETRIEVAL_DOCUMENTS",
     "GEN_AI_RETRIEVAL_QUERY_TEXT",
+    "GEN_AI_TOOL_CALL_ARGUMENTS",
+    "GEN_AI_TOOL_CALL_ID",
+    "GEN_AI_TOOL_CALL_RESULT",
+    "GEN_AI_TOOL_NAME",
     "GEN_AI_USAGE_INPUT_TOKENS",
     "GEN_AI_USAGE_OUTPUT_TOKENS",
     "INPUT_MIME_TYPE",
     "INPUT_VALUE",
+    "LANGFUSE_ENVIRONMENT",
     "LANGFUSE_OBSERVATION_INPUT",
     "LANGFUSE_OBSERVATION_LEVEL",
+    "LANGFUSE_OBSERVATION_METADATA",
     "LANGFUSE_OBSERVATION_MODEL_NAME",
     "LANGFUSE_OBSERVATION_OUTPUT",
     "LANGFUSE_OBSERVATION_STATUS_MESSAGE",
     "LANGFUSE_OBSERVATION_TYPE",
     "LANGFUSE_OBSERVATION_USAGE_DETAILS",
     "LANGFUSE_TRACE_INPUT",
+    "LANGFUSE_TRACE_METADATA",
     "LANGFUSE_TRACE_NAME",
     "LANGFUSE_TRACE_OUTPUT",
     "LANGFUSE_TYPE_EVALUATOR",
     "LANGFUSE_TYPE_GENERATION",
     "LANGFUSE_TYPE_RETRIEVER",
     "LANGFUSE_TYPE_SPAN",
+    "LANGFUSE_TYPE_TOOL",
     "LINK_TYPE",
     "LINK_TYPE_JUDGED_TURN",
     "LLM_INPUT_MESSAGES",
@@ -90,6 +129,7 @@ __all__ = [
     "LLM_TOKEN_COUNT_COMPLETION",
     "LLM_TOKEN_COUNT_PROMPT",
     "LLM_TOKEN_COUNT_TOTAL",
+    "MAX_SENTENCE_EVENTS",
     "METADATA",
     "MIME_JSON",
     "MIME_TEXT",
@@ -98,24 +138,32 @@ __all__ = [
     "OUTPUT_MIME_TYPE",
     "OUTPUT_VALUE",
     "RETRIEVAL_DOCUMENTS",
+    "SESSION_ID",
     "SPAN_CHAT",
     "SPAN_JUDGE",
     "SPAN_KIND_CHAIN",
     "SPAN_KIND_EVALUATOR",
     "SPAN_KIND_LLM",
     "SPAN_KIND_RETRIEVER",
+    "SPAN_KIND_TOOL",
     "SPAN_RETRIEVAL",
+    "SPAN_TOOL",
     "SPAN_TURN",
+    "TOOL_NAME",
     "TRACER_NAME",
+    "USER_ID",
     "DocumentKeys",
     "chat_span_name",
     "document_keys",
     "input_message_keys",
+    "judge_identity_attributes",
     "judge_score_key",
     "judge_usage_key",
+    "langfuse_metadata_key",
     "output_message_keys",
     "retrieval_metric_key",
     "retrieval_span_name",
+    "tool_span_name",
 ]
 
 TRACER_NAME: Final = "ragaudit"
@@ -130,6 +178,8 @@ SPAN_CHAT: Final = "chat"
 """GenAI semconv: an inference span is named ``{gen_ai.operation.name} {gen_ai.request.model}``."""
 SPAN_JUDGE: Final = "ragaudit.judge"
 """The judgement of one turn (OpenInference EVALUATOR, Langfuse evaluator)."""
+SPAN_TOOL: Final = "execute_tool"
+"""GenAI semconv: a tool call span is named ``execute_tool {gen_ai.tool.name}``."""
 
 
 def retrieval_span_name(source: str | None) -> str:
@@ -142,12 +192,19 @@ def chat_span_name(model: str | None) -> str:
     return f"{SPAN_CHAT} {model}" if model else SPAN_CHAT
 
 
+def tool_span_name(tool: str | None) -> str:
+    """``execute_tool {tool}``, or ``execute_tool`` when the tool has no name."""
+    return f"{SPAN_TOOL} {tool}" if tool else SPAN_TOOL
+
+
 # --- OpenInference (https://github.com/Arize-ai/openinference/blob/main/spec/semantic_conventions.md)
 OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
 SPAN_KIND_CHAIN: Final = "CHAIN"
 SPAN_KIND_RETRIEVER: Final = "RETRIEVER"
 SPAN_KIND_LLM: Final = "LLM"
 SPAN_KIND_EVALUATOR: Final = "EVALUATOR"
+SPAN_KIND_TOOL: Final = "TOOL"
+TOOL_NAME: Final = "tool.name"
 INPUT_VALUE: Final = "input.value"
 """*content* The span's input: the question (turn, retrieval), the prompt (LLM)."""
 INPUT_MIME_TYPE: Final = "input.mime_type"
@@ -207,6 +264,15 @@ def output_message_keys(i: int) -> tuple[str, str]:
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
 GEN_AI_OPERATION_RETRIEVAL: Final = "retrieval"
 GEN_AI_OPERATION_CHAT: Final = "chat"
+GEN_AI_OPERATION_EXECUTE_TOOL: Final = "execute_tool"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+"""*content* The tool call's arguments (as the model wrote them)."""
+GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
+"""*content* What the tool returned."""
+GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
+"""The conversation (session) the turn belongs to; also written as :data:`SESSION_ID`."""
 GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
 GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
 GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
@@ -240,15 +306,37 @@ ERROR_TYPE_MISSING_SCORE: Final = "ragaudit.missing_score"
 EVENT_EXCEPTION: Final = "exception"
 ATTR_EXCEPTION_MESSAGE: Final = "exception.message"
 
+# --- OTel general conventions: session, user, deployment -------------------------------------
+SESSION_ID: Final = "session.id"
+"""Turn span: the app's session / conversation id (Langfuse: the trace's session)."""
+USER_ID: Final = "user.id"
+"""Turn span: the app's user id (Langfuse: the trace's user)."""
+DEPLOYMENT_ENVIRONMENT_KEYS: Final = ("deployment.environment.name", "deployment.environment")
+"""Resource (or span) attributes naming the environment, in the order Langfuse reads them."""
+
 # --- Langfuse (https://langfuse.com/integrations/native/opentelemetry#property-mapping) ---------
+# Read against langfuse/langfuse v4.16 (packages/shared/src/server/otel/OtelIngestionProcessor.ts):
+# once ``langfuse.observation.input`` or ``.output`` is set, ``input.value``/``output.value`` are
+# ignored, so every span that has an input or output sets both Langfuse keys.
 LANGFUSE_OBSERVATION_TYPE: Final = "langfuse.observation.type"
 LANGFUSE_TYPE_SPAN: Final = "span"
+LANGFUSE_TYPE_TOOL: Final = "tool"
 LANGFUSE_TYPE_RETRIEVER: Final = "retriever"
 LANGFUSE_TYPE_GENERATION: Final = "generation"
 LANGFUSE_TYPE_EVALUATOR: Final = "evaluator"
 LANGFUSE_OBSERVATION_INPUT: Final = "langfuse.observation.input"
+"""*content* The observation's input: question (turn, retrieval), messages JSON (chat), arguments
+(tool), what the judge was shown (judge, JSON)."""
 LANGFUSE_OBSERVATION_OUTPUT: Final = "langfuse.observation.output"
-"""On retrieval spans: the document list (ids, scores, sources) as the observation's output."""
+"""The observation's output: answer (turn, chat; *content*), the document list (retrieval, ids,
+scores, sources), the tool result (*content*), scores and reason (judge, JSON)."""
+LANGFUSE_OBSERVATION_METADATA: Final = "langfuse.observation.metadata"
+"""Prefix: ``langfuse.observation.metadata.<key>``, one filterable metadata entry per key."""
+LANGFUSE_TRACE_METADATA: Final = "langfuse.trace.metadata"
+"""Prefix: ``langfuse.trace.metadata.<key>`` (turn span): the turn's metadata on its trace."""
+LANGFUSE_ENVIRONMENT: Final = "langfuse.environment"
+"""Every span, when ``LANGFUSE_TRACING_ENVIRONMENT`` is set (else Langfuse reads the resource's
+``deployment.environment[.name]``)."""
 LANGFUSE_OBSERVATION_LEVEL: Final = "langfuse.observation.level"
 """``ERROR`` on failed turns, retrievals, generations and judgements."""
 LANGFUSE_OBSERVATION_STATUS_MESSAGE: Final = "langfuse.observation.status_message"
@@ -274,8 +362,10 @@ ATTR_PROMPT_CHARS: Final = "ragaudit.prompt.chars"
 ATTR_DOCUMENT_CHARS: Final = "ragaudit.document.chars"
 """Int array: the length of each document's content, in retrieval order."""
 ATTR_DOCUMENT_COUNT: Final = "ragaudit.document.count"
+"""All documents of the turn or retrieval, recorded or not (see :data:`ATTR_DOCUMENT_OMITTED`)."""
 ATTR_DOCUMENT_IDS: Final = "ragaudit.document.ids"
-"""String array of the turn's document ids in rank order (searchable as a tag)."""
+"""String array of the turn's document ids in rank order, the top ``max_documents`` (Jaeger shows
+an array as one JSON text: a tag search matches the whole list only)."""
 ATTR_CITATIONS: Final = "ragaudit.citations"
 """JSON list of ``{doc_id, rank, marker, method}``; ``marker`` is null with content capture off."""
 ATTR_CITATION_COUNT: Final = "ragaudit.citation.count"
@@ -299,6 +389,11 @@ LINK_TYPE: Final = "ragaudit.link.type"
 LINK_TYPE_JUDGED_TURN: Final = "judged_turn"
 """Attribute value on the judge span's link to the turn span."""
 
+ATTR_DOCUMENT_OMITTED: Final = "ragaudit.document.omitted"
+"""Retrieval span: how many documents (the lowest ranked) were not recorded, beyond the cap."""
+ATTR_TOOL_ARGUMENTS_CHARS: Final = "ragaudit.tool.arguments.chars"
+ATTR_TOOL_OUTPUT_CHARS: Final = "ragaudit.tool.output.chars"
+
 _JUDGE_SCORE_KEYS: dict[str, str] = {
     name: _JUDGE_PREFIX + name for name in ("faithfulness", "context_relevance", "answer_relevance")
 }
@@ -318,3 +413,77 @@ def judge_usage_key(usage_name: str) -> str:
 def retrieval_metric_key(metric: str) -> str:
     """``ragaudit.retrieval.<metric>``, e.g. ``ragaudit.retrieval.ndcg@10``."""
     return _RETRIEVAL_METRIC_PREFIX + metric
+
+
+# --- the full audit (judge span) ---------------------------------------------------------------
+# The turn and retrieval spans have ended when a background judge answers (the judge never holds
+# the host's spans open), so the full audit's results go on the judge span, a child of the turn
+# span; a judgement made before the turn span ends (inline) also puts the judged metrics and the
+# citation scores on the turn span and the grades on the retrieval spans. Judged metrics use
+# retrieval_metric_key("judged_<metric>").
+ATTR_DOCUMENT_GRADES: Final = "ragaudit.judge.document_grades"
+"""JSON list of ``{rank, doc_id, grade, method}``; ``grade`` 0-3 (UMBRELA) or null when not given."""
+ATTR_RETRIEVAL_DOCUMENT_GRADES: Final = "ragaudit.document.grades"
+"""On a retrieval span, when the judgement came before the turn ended: JSON list of the recorded
+documents' grades (0-3, null where not graded), in order."""
+ATTR_CITATION_PRECISION: Final = "ragaudit.citation.precision"
+"""Citations that hold / citations checked (absent when the answer cites nothing)."""
+ATTR_CITATION_RECALL: Final = "ragaudit.citation.recall"
+"""Supported sentences with a citation that holds / supported sentences (absent when undefined)."""
+ATTR_CITATION_CHECKS: Final = "ragaudit.citation.checks"
+"""JSON list of ``{sentence, doc_id, rank, marker, holds, verdict}``; marker null without content."""
+ATTR_SENTENCES_COUNT: Final = "ragaudit.judge.sentences.count"
+ATTR_SENTENCES_UNSUPPORTED: Final = "ragaudit.judge.sentences.unsupported"
+"""Int: sentences judged ``unsupported`` or ``contradicted``."""
+ATTR_SENTENCES_EVENTS_DROPPED: Final = "ragaudit.judge.sentences.events_dropped"
+"""Int: sentence events left out above :data:`MAX_SENTENCE_EVENTS` (problem sentences go first)."""
+EVENT_SENTENCE: Final = "ragaudit.sentence"
+"""One event per answer sentence on the judge span."""
+ATTR_SENTENCE_INDEX: Final = "ragaudit.sentence.index"
+ATTR_SENTENCE_VERDICT: Final = "ragaudit.sentence.verdict"
+"""One of the five verdicts, or ``missing`` when the judge gave none."""
+ATTR_SENTENCE_SUPPORTING_DOC_IDS: Final = "ragaudit.sentence.supporting_doc_ids"
+ATTR_SENTENCE_TEXT: Final = "ragaudit.sentence.text"
+"""*content* The sentence."""
+MAX_SENTENCE_EVENTS: Final = 50
+def langfuse_metadata_key(prefix: str, key: str) -> str:
+    """``{prefix}.{key}`` for :data:`LANGFUSE_OBSERVATION_METADATA` / :data:`LANGFUSE_TRACE_METADATA`."""
+    return f"{prefix}.{key}"
+
+
+# --- judge identity ------------------------------------------------------------------------------
+# On the judge span and on each of its gen_ai.evaluation.result events, so a score can always be
+# traced to the judge that made it, and a change of judge model, endpoint or prompt shows as such.
+
+ATTR_JUDGE_MODEL: Final = "ragaudit.judge.model"
+"""The model the judge asked (``gen_ai.response.model`` holds the one that answered)."""
+ATTR_JUDGE_ENDPOINT: Final = "ragaudit.judge.endpoint"
+"""The judge endpoint's ``host[:port]``: never credentials, path or query."""
+ATTR_JUDGE_PROTOCOL: Final = "ragaudit.judge.protocol"
+"""The judge's prompt protocol version."""
+ATTR_JUDGE_PROMPT_HASH: Final = "ragaudit.judge.prompt_hash"
+"""First 16 hex digits of the SHA-256 of the judge's prompt template and verdict schema."""
+ATTR_JUDGE_RESPONSE_ID: Final = "ragaudit.judge.response_id"
+"""The completion id of the reply the scores were read from."""
+GEN_AI_RESPONSE_ID: Final = "gen_ai.response.id"
+"""OTel GenAI: the completion id (the same as ``ragaudit.judge.response_id`` on judge spans)."""
+
+_IDENTITY_KEYS: Final = {
+    "model": ATTR_JUDGE_MODEL,
+    "endpoint": ATTR_JUDGE_ENDPOINT,
+    "protocol": ATTR_JUDGE_PROTOCOL,
+    "prompt_hash": ATTR_JUDGE_PROMPT_HASH,
+    "response_id": ATTR_JUDGE_RESPONSE_ID,
+}
+
+
+def judge_identity_attributes(identity: Mapping[str, Any] | None) -> dict[str, str]:
+    """The span and event attributes of a judge identity (``JudgeIdentity.to_dict()``); {} for None."""
+    attrs: dict[str, str] = {}
+    for key, attr in _IDENTITY_KEYS.items():
+        value = identity.get(key) if identity is not None else None
+        if isinstance(value, str) and value:
+            attrs[attr] = value
+    if ATTR_JUDGE_RESPONSE_ID in attrs:
+        attrs[GEN_AI_RESPONSE_ID] = attrs[ATTR_JUDGE_RESPONSE_ID]
+    return attrs

@@ -4,8 +4,11 @@
 ``AsyncOpenAI``, ``AzureOpenAI``, ``AsyncAzureOpenAI``), the other kind derived from it on first use,
 and one async client per event loop. :meth:`Endpoint.create` and :meth:`Endpoint.acreate` send one
 request and never raise for a transport failure: the :class:`Result` holds the completion or the
-exception. A server that rejects ``response_format`` with HTTP 400/422 is asked again without it,
-and that endpoint never sends it again.
+exception. Structured output first: a request with a verdict schema asks for
+``response_format={"type": "json_schema", ...}``; a server that rejects it (HTTP 400/422 naming
+``response_format`` or ``json_schema``) is asked again with ``{"type": "json_object"}``, and one
+that rejects that too, without ``response_format``. The endpoint remembers the last kind that was
+not refused and starts there for every later request (:attr:`Endpoint.response_format`).
 
 A judge writes its work once as a *flow* (:data:`Flow`): a generator that yields a batch of request
 parameters (:meth:`Endpoint.params`) and receives one :class:`Result` per request, in order.
@@ -30,8 +33,9 @@ import weakref
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, TypeVar
+from urllib.parse import urlsplit
 
-from ..errors import ConfigurationError, JudgeError
+from ...errors import ConfigurationError, JudgeError
 
 if TYPE_CHECKING:
     import openai
@@ -48,6 +52,7 @@ __all__ = [
     "Usage",
     "choice_text",
     "completion_choices",
+    "endpoint_host",
     "validate_settings",
 ]
 
@@ -61,12 +66,13 @@ _MAX_ERROR_CHARS = 500
 class Result:
     """One logical request: the completion (or the exception it raised) and the HTTP calls it took.
 
-    ``response_format`` says whether the request that gave *outcome* carried ``response_format``.
+    ``response_format`` is the kind of ``response_format`` the request that gave *outcome* carried
+    (``"json_schema"``, ``"json_object"``) or None.
     """
 
     outcome: Any
     calls: int
-    response_format: bool = False
+    response_format: str | None = None
 
 
 Flow = Generator[list[dict[str, Any]], list[Result], T]
@@ -75,11 +81,16 @@ Flow = Generator[list[dict[str, Any]], list[Result], T]
 
 @dataclass(slots=True)
 class Usage:
-    """Calls and, when the server reported them, prompt and completion tokens."""
+    """Calls and, when the server reported them, prompt and completion tokens.
+
+    A count the server reported as something other than a finite non-negative integer (NaN, -1,
+    a string) makes that total None: unknown, never a guess, and never an exception that would
+    lose the verdict.
+    """
 
     calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    prompt_tokens: int | None = 0
+    completion_tokens: int | None = 0
     reported: bool = False
 
     def add(self, usage: Any) -> None:
@@ -87,8 +98,8 @@ class Usage:
         if usage is None:
             return
         self.reported = True
-        self.prompt_tokens += int(getattr(usage, "prompt_tokens", 0) or 0)
-        self.completion_tokens += int(getattr(usage, "completion_tokens", 0) or 0)
+        self.prompt_tokens = _add_count(self.prompt_tokens, getattr(usage, "prompt_tokens", 0))
+        self.completion_tokens = _add_count(self.completion_tokens, getattr(usage, "completion_tokens", 0))
 
     def record(self, result: Result) -> None:
         """Add *result*'s calls and, when it is a completion, its usage."""
@@ -96,13 +107,25 @@ class Usage:
         if not isinstance(result.outcome, Exception):
             self.add(getattr(result.outcome, "usage", None))
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, int | None]:
         """``calls``, plus ``prompt_tokens`` and ``completion_tokens`` when reported (a Judgement's usage)."""
-        out = {"calls": self.calls}
+        out: dict[str, int | None] = {"calls": self.calls}
         if self.reported:
             out["prompt_tokens"] = self.prompt_tokens
             out["completion_tokens"] = self.completion_tokens
         return out
+
+
+def _add_count(total: int | None, count: Any) -> int | None:
+    if count is None:  # not reported in this reply: adds nothing
+        return total
+    if isinstance(count, bool) or not isinstance(count, (int, float)):
+        return None
+    if isinstance(count, float) and (not math.isfinite(count) or not count.is_integer()):
+        return None
+    if count < 0 or total is None:
+        return None
+    return total + int(count)
 
 
 @dataclass(slots=True)
@@ -124,6 +147,19 @@ def completion_choices(outcome: Any) -> list[Any]:
     return list(getattr(outcome, "choices", None) or [])
 
 
+def endpoint_host(base_url: str) -> str | None:
+    """``host[:port]`` of *base_url*: no scheme, credentials, path or query (a judge's identity)."""
+    try:
+        parts = urlsplit(base_url)
+        host = parts.hostname
+        port = parts.port
+    except ValueError:
+        return None
+    if not host:
+        return None
+    return f"{host}:{port}" if port is not None else host
+
+
 def choice_text(choice: Any) -> str:
     """A choice's message content ("" when it has none)."""
     text = getattr(getattr(choice, "message", None), "content", None)
@@ -132,7 +168,7 @@ def choice_text(choice: Any) -> str:
 
 def validate_settings(
     model: str,
-    timeout: float,
+    timeout_s: float,
     max_retries: int,
     temperature: float,
     max_context_chars: int,
@@ -142,8 +178,8 @@ def validate_settings(
     """Raise ConfigurationError for a setting every chat judge shares that is out of range."""
     if not isinstance(model, str) or not model.strip():
         raise ConfigurationError(f"model must be a non-empty string, got {model!r}")
-    if not _is_number(timeout) or not timeout > 0 or not math.isfinite(timeout):
-        raise ConfigurationError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if not _is_number(timeout_s) or not timeout_s > 0 or not math.isfinite(timeout_s):
+        raise ConfigurationError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
         raise ConfigurationError(f"max_retries must be an int >= 0, got {max_retries!r}")
     if not _is_number(temperature) or not 0.0 <= temperature <= 2.0:
@@ -163,7 +199,7 @@ def _is_number(value: Any) -> bool:
 class Endpoint:
     """The clients of one judge and the requests it sends (see the module docstring).
 
-    A given client keeps its own timeout and retries (*timeout* and *max_retries* configure only
+    A given client keeps its own timeout and retries (*timeout_s* and *max_retries* configure only
     clients made here) and is never closed here. *name* is the judge's, for error messages.
     """
 
@@ -174,7 +210,7 @@ class Endpoint:
         base_url: str | None,
         api_key: str | None,
         client: AnyClient | None,
-        timeout: float,
+        timeout_s: float,
         max_retries: int,
         extra_body: Mapping[str, Any] | None,
         name: str,
@@ -185,7 +221,7 @@ class Endpoint:
         self.model = model
         self.name = name
         self.extra_body: Mapping[str, Any] | None = dict(extra_body) if extra_body is not None else None
-        self.response_format_ok = True
+        self.response_format: str | None = "json_schema"  # the best kind the server has not refused
         self._lock = threading.Lock()
         self._sync_client: openai.OpenAI | None = None
         self._async_client: openai.AsyncOpenAI | None = None  # given by the caller: used on every loop
@@ -206,7 +242,7 @@ class Endpoint:
                     f"got {type(client).__name__}"
                 )
         else:
-            self._sync_client = _new_client(openai, base_url, api_key, timeout, max_retries)
+            self._sync_client = _new_client(openai, base_url, api_key, timeout_s, max_retries)
             self._owns_sync = True
         given = self._sync_client or self._async_client
         self.base_url = str(given.base_url).rstrip("/") if given is not None else ""
@@ -268,11 +304,27 @@ class Endpoint:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def params(self, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-        """The ``create`` arguments for *messages*: the model, *extra*, JSON mode while the server takes
-        it, and the extra body."""
+    @property
+    def response_format_ok(self) -> bool:
+        """True while the server takes some ``response_format``."""
+        return self.response_format is not None
+
+    def params(
+        self, messages: list[dict[str, Any]], *, schema: Mapping[str, Any] | None = None, **extra: Any
+    ) -> dict[str, Any]:
+        """The ``create`` arguments for *messages*: the model, *extra*, structured output while the
+        server takes it, and the extra body.
+
+        *schema* is the ``json_schema`` object (``name``, ``schema``, ``strict``) of the verdict; without
+        one, JSON mode (``json_object``) is the best asked for.
+        """
         params: dict[str, Any] = {"model": self.model, "messages": messages, **extra}
-        if self.response_format_ok:
+        kind = self.response_format
+        if kind == "json_schema" and schema is None:
+            kind = "json_object"
+        if kind == "json_schema" and schema is not None:
+            params["response_format"] = {"type": "json_schema", "json_schema": dict(schema)}
+        elif kind == "json_object":
             params["response_format"] = {"type": "json_object"}
         if self.extra_body is not None:
             params["extra_body"] = dict(self.extra_body)
@@ -285,11 +337,21 @@ class Endpoint:
         text = f"{outcome} {outcome.body}".lower()
         return parameter in text or parameter.replace("_", " ") in text
 
-    def _without_format(self, params: dict[str, Any], outcome: Any) -> dict[str, Any] | None:
-        if "response_format" not in params or not self.rejects(outcome, "response_format"):
+    def _next_format(self, params: dict[str, Any], outcome: Any) -> dict[str, Any] | None:
+        """*params* with the next weaker ``response_format`` when *outcome* refused the one they carry."""
+        kind = _format_kind(params)
+        if kind is None:
             return None
-        self.response_format_ok = False
-        return {key: value for key, value in params.items() if key != "response_format"}
+        if not (self.rejects(outcome, "response_format") or self.rejects(outcome, "json_schema")):
+            return None
+        weaker = "json_object" if kind == "json_schema" else None
+        with self._lock:  # only ever step down, whatever order concurrent requests finish in
+            if _FORMAT_RANK[weaker] < _FORMAT_RANK[self.response_format]:
+                self.response_format = weaker
+        retry = {key: value for key, value in params.items() if key != "response_format"}
+        if weaker is not None:
+            retry["response_format"] = {"type": weaker}
+        return retry
 
     def create(self, params: dict[str, Any]) -> Result:
         """Send *params* with the sync client (again without ``response_format`` if it is rejected)."""
@@ -302,8 +364,8 @@ class Endpoint:
                 outcome: Any = self.sync_client().chat.completions.create(**sent)
             except Exception as exc:  # every transport failure is reported by the flow
                 outcome = exc
-            current = self._without_format(sent, outcome)
-        return Result(outcome, calls, "response_format" in sent)
+            current = self._next_format(sent, outcome)
+        return Result(outcome, calls, _format_kind(sent))
 
     async def acreate(self, params: dict[str, Any]) -> Result:
         """Like :meth:`create`, with the async client of the running loop."""
@@ -316,8 +378,8 @@ class Endpoint:
                 outcome: Any = await self.async_client().chat.completions.create(**sent)
             except Exception as exc:  # CancelledError is a BaseException and propagates
                 outcome = exc
-            current = self._without_format(sent, outcome)
-        return Result(outcome, calls, "response_format" in sent)
+            current = self._next_format(sent, outcome)
+        return Result(outcome, calls, _format_kind(sent))
 
     def run_sync(self, flow: Flow[T]) -> T:
         """Drive *flow* with the sync client, one request after the other."""
@@ -362,6 +424,15 @@ class Endpoint:
         return keys
 
 
+_FORMAT_RANK: dict[str | None, int] = {"json_schema": 2, "json_object": 1, None: 0}
+
+
+def _format_kind(params: Mapping[str, Any]) -> str | None:
+    fmt = params.get("response_format")
+    kind = fmt.get("type") if isinstance(fmt, Mapping) else None
+    return kind if isinstance(kind, str) else None
+
+
 class ChatJudgeSettings(TypedDict, total=False):
     """The keyword arguments of :class:`~ragaudit.ChatRagJudge` after *model*, for judges that pass
     them on unchanged (``**settings: Unpack[ChatJudgeSettings]``); their defaults are ChatRagJudge's."""
@@ -369,13 +440,14 @@ class ChatJudgeSettings(TypedDict, total=False):
     base_url: str | None
     api_key: str | None
     client: AnyClient | None
-    timeout: float
+    timeout_s: float
     max_retries: int
     temperature: float
     max_context_chars: int
     raise_on_error: bool
     name: str | None
     extra_body: Mapping[str, Any] | None
+    max_reply_chars: int
 
 
 class EndpointJudge:
@@ -398,7 +470,7 @@ class EndpointJudge:
         base_url: str | None,
         api_key: str | None,
         client: AnyClient | None,
-        timeout: float,
+        timeout_s: float,
         max_retries: int,
         temperature: float,
         max_context_chars: int,
@@ -409,13 +481,13 @@ class EndpointJudge:
         """Check the shared settings (ConfigurationError when one is out of range), keep them and
         make the :class:`Endpoint`; *name* None means ``"<_name_prefix>:<model>"``."""
         name = name if name is not None else f"{self._name_prefix}:{model}"
-        validate_settings(model, timeout, max_retries, temperature, max_context_chars, name, extra_body)
+        validate_settings(model, timeout_s, max_retries, temperature, max_context_chars, name, extra_body)
         self.model = model
         self.name = name
         self.temperature = float(temperature)
         self.max_context_chars = max_context_chars
         self.raise_on_error = raise_on_error
-        self._endpoint = Endpoint(model, base_url=base_url, api_key=api_key, client=client, timeout=timeout,
+        self._endpoint = Endpoint(model, base_url=base_url, api_key=api_key, client=client, timeout_s=timeout_s,
                                   max_retries=max_retries, extra_body=extra_body, name=name)
 
     def _config_json(self, judge: str, protocol: str, **settings: Any) -> str:
@@ -450,7 +522,7 @@ class EndpointJudge:
 
 
 def _new_client(
-    sdk: Any, base_url: str | None, api_key: str | None, timeout: float, max_retries: int
+    sdk: Any, base_url: str | None, api_key: str | None, timeout_s: float, max_retries: int
 ) -> openai.OpenAI:
     if api_key is None and not os.environ.get("OPENAI_API_KEY"):
         if base_url is None and not os.environ.get("OPENAI_BASE_URL"):
@@ -461,7 +533,7 @@ def _new_client(
         api_key = _LOCAL_API_KEY  # local OpenAI-compatible servers ignore the key, the SDK insists on one
     try:
         client: openai.OpenAI = sdk.OpenAI(
-            base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
+            base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries
         )
     except sdk.OpenAIError as exc:
         raise ConfigurationError(f"cannot create the OpenAI client: {exc}") from exc

@@ -1,4 +1,4 @@
-"""The ``ragaudit`` command: ``demo``, ``eval``, ``metrics``, ``report``, ``calibrate``.
+"""The ``ragaudit`` command: ``demo``, ``eval``, ``metrics``, ``report``, ``calibrate``, ``qrels``.
 
 Each subcommand's work lives in its own module and is imported only when that subcommand runs,
 so ``ragaudit --help`` needs no optional extra.
@@ -11,8 +11,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from . import __version__
-from .errors import RagAuditError
+from .._version import __version__
+from ..errors import RagAuditError
 
 __all__ = ["build_parser", "main"]
 
@@ -28,7 +28,10 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     p.add_argument("--audit-log", default="ragaudit-audit.jsonl", help="JSONL audit log")
     p.add_argument("--offline", action="store_true",
                    help="ignore OPENAI_API_KEY / OPENAI_BASE_URL and use the offline stand-ins")
-    p.set_defaults(handler=("ragaudit.demo.run", "demo_command"))
+    p.add_argument("--careless", action="store_true",
+                   help="the offline careless generator: scripted mistakes (a wrong number, a citation to the "
+                   "wrong document, an unsupported claim) for the audit to catch")
+    p.set_defaults(handler=("ragaudit.cli.demo", "demo_command"))
 
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -50,7 +53,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
                    help="CI gate: exit 1 when the mean of NAME is below VALUE (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="estimate judge calls and tokens, run nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(handler=("ragaudit.evaluation.cli", "eval_command"))
+    p.set_defaults(handler=("ragaudit.cli.eval", "eval_command"))
 
 
 def _add_metrics(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -66,7 +69,7 @@ def _add_metrics(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
                    help="count qrels queries missing from the run as 0 (trec_eval -c)")
     p.add_argument("--keep-duplicates", action="store_true",
                    help="keep the highest score of a doc listed twice for a query (default: refuse, as trec_eval)")
-    p.set_defaults(handler=("ragaudit.cli", "_metrics_command"))
+    p.set_defaults(handler=("ragaudit.cli.metrics", "metrics_command"))
 
 
 def _add_report(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -76,25 +79,33 @@ def _add_report(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     p.add_argument("--json", dest="json_out", default=None)
     p.add_argument("--limit", type=int, default=20, help="how many turns to show")
     p.add_argument("--fail-under", action="append", default=[], metavar="NAME=VALUE")
-    p.set_defaults(handler=("ragaudit.evaluation.cli", "report_command"))
+    p.set_defaults(handler=("ragaudit.cli.report", "report_command"))
 
 
 def _add_calibrate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("calibrate", help="agreement of judgements with human labels (kappa, correlations)")
-    p.add_argument("labels", help="JSONL human labels: id + per-dimension score or pass/fail")
+    p.add_argument("labels", help="JSONL human labels: id + per-dimension score or pass/fail; with --grades, "
+                   "graded human qrels (TREC or JSONL, 0-3) with the query ids `ragaudit qrels` writes")
     p.add_argument("judgements", help="audit log or JSON report with judgements")
+    p.add_argument("more", nargs="*", help="with --grades: more audit logs to pool")
+    p.add_argument("--grades", action="store_true",
+                   help="compare graded human qrels with the judge's document grades (agreement, weighted kappa, "
+                   "confusion table)")
     p.add_argument("--threshold", type=float, default=0.5, help="pass threshold on [0, 1] scores")
     p.add_argument("--format", choices=["table", "json"], default="table")
-    p.set_defaults(handler=("ragaudit.judges.calibration", "cli_command"))
+    p.set_defaults(handler=("ragaudit.cli.calibrate", "calibrate_command"))
 
 
-def _metrics_command(args: argparse.Namespace) -> int:
-    from .metrics.io import metrics_command
-
-    print(metrics_command(args.run, args.qrels, args.metrics, args.per_query, args.format,
-                          relevance_level=args.relevance_level, judged_only=not args.all_queries,
-                          on_duplicate="max" if args.keep_duplicates else "error"))
-    return 0
+def _add_qrels(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("qrels", help="pooled judged qrels from the document grades of audit logs",
+                       description="Write the judge's document grades (0-3) of many audited turns as TREC "
+                       "qrels: one query id per distinct question, disagreeing grades resolved to the lower "
+                       "median and counted. Compare retrievers with `ragaudit metrics` against them.")
+    p.add_argument("audit_logs", nargs="+", help="JSONL audit logs written with a full-audit judge")
+    p.add_argument("-o", "--output", required=True, help="the qrels file to write")
+    p.add_argument("--runs", default=None, metavar="DIR",
+                   help="also write each audit log as a TREC run DIR/<log name>.run (same query ids)")
+    p.set_defaults(handler=("ragaudit.cli.qrels", "qrels_command"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragaudit", description="Make every RAG answer auditable.")
     parser.add_argument("--version", action="version", version=f"ragaudit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_add_demo, _add_eval, _add_metrics, _add_report, _add_calibrate):
+    for add in (_add_demo, _add_eval, _add_metrics, _add_report, _add_calibrate, _add_qrels):
         add(sub)
     return parser
 
@@ -128,7 +139,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

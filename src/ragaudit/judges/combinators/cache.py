@@ -25,10 +25,11 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import ConfigurationError, RagAuditError
-from ..records import Judgement, JudgeRequest
-from .base import BaseRagJudge, RagJudge
-from .cost import CostEstimate, estimate_request
+from ..._deprecation import renamed_kwargs
+from ...errors import ConfigurationError, RagAuditError
+from ...records import DocumentGrade, JudgeIdentity, Judgement, JudgeRequest, SentenceVerdict
+from ..base import BaseRagJudge, RagJudge
+from ..cost import CostEstimate, estimate_request
 
 __all__ = ["CACHE_KEY_VERSION", "CachedJudge", "JudgementCache", "MemoryCache", "SqliteCache", "cache_key"]
 
@@ -59,13 +60,16 @@ def cache_key(judge: Any, request: JudgeRequest) -> str:
     """The cache key of *request* judged by *judge* (hex SHA-256).
 
     Made of :data:`CACHE_KEY_VERSION`, ``judge.config_key()`` (``judge.name`` for a judge without
-    one) and the request's query, answer, context and reference. Metadata and documents are not
+    one) and the request's query, answer, context and reference (and history and standalone question,
+    when set). Metadata and documents are not
     part of it: the context is what the judge sees.
     """
-    material = json.dumps(
-        [CACHE_KEY_VERSION, _config_of(judge), request.query, request.answer, request.context, request.reference],
-        ensure_ascii=False,
-    )
+    parts: list[Any] = [CACHE_KEY_VERSION, _config_of(judge), request.query, request.answer, request.context,
+                        request.reference]
+    if request.history or request.standalone_query is not None:
+        # The judge sees them too; only added when set, so the keys of single questions stay as they were.
+        parts.append([list(request.history), request.standalone_query])
+    material = json.dumps(parts, ensure_ascii=False)
     return hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -130,7 +134,7 @@ class SqliteCache:
     """Judgements in a SQLite file: kept across restarts, shared by threads and processes.
 
     One connection guarded by a lock serves all threads of a process; the database is in WAL mode
-    with a *timeout* (seconds) for locks held by other processes. The parent directory is created
+    with a *timeout_s* (seconds) for locks held by other processes. The parent directory is created
     when missing; ``":memory:"`` gives a private in-memory database. A stored judgement is its
     :meth:`~ragaudit.Judgement.to_dict` as JSON, so tuples in ``details`` come back as lists and
     values JSON cannot hold come back as strings.
@@ -138,16 +142,17 @@ class SqliteCache:
     Raises ConfigurationError when the file cannot be opened as a cache.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 5.0) -> None:
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ConfigurationError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    @renamed_kwargs(timeout="timeout_s")
+    def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 5.0) -> None:
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+            raise ConfigurationError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
         self.path = os.fspath(path)
         self._lock = threading.Lock()
         try:
             if self.path != ":memory:":
                 parent = os.path.dirname(os.path.abspath(self.path))
                 os.makedirs(parent, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=timeout, check_same_thread=False, isolation_level=None)
+            conn = sqlite3.connect(self.path, timeout=timeout_s, check_same_thread=False, isolation_level=None)
             try:
                 if self.path != ":memory:":
                     conn.execute("PRAGMA journal_mode=WAL")
@@ -236,8 +241,12 @@ def _load(payload: str) -> Judgement:
     if not isinstance(data, dict):
         raise ValueError("stored judgement is not an object")
     try:
-        return Judgement(**{name: data[name] for name in _JUDGEMENT_FIELDS if name in data})
-    except ConfigurationError as exc:
+        fields = {name: data[name] for name in _JUDGEMENT_FIELDS if name in data}
+        fields["identity"] = JudgeIdentity.from_dict(fields.get("identity"))
+        fields["sentences"] = tuple(SentenceVerdict.from_dict(s) for s in data.get("sentences") or ())
+        fields["document_grades"] = tuple(DocumentGrade.from_dict(g) for g in data.get("document_grades") or ())
+        return Judgement(**fields)
+    except (ConfigurationError, AttributeError) as exc:
         raise ValueError(str(exc)) from exc
 
 
