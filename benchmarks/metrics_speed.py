@@ -1,6 +1,6 @@
 """Retrieval-metric speed and memory: ragaudit's input paths against pytrec_eval, over a grid of runs.
 
-    python benchmarks/metrics_speed.py           # 100,000 queries x 100 docs, the full grid (~6-10 min)
+    python benchmarks/metrics_speed.py           # 100,000 queries x 100 docs, the full grid (21 min under load)
     python benchmarks/metrics_speed.py --quick   # 2,000 queries: a smoke run of a few seconds
 
 The grid: ties in none / 5 % / 60 % of the queries x rows in rank order / shuffled. Each cell is
