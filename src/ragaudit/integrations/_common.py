@@ -370,8 +370,16 @@ def resolve_backend(
             auditor = default_auditor(tracer_provider, capture_content=capture_content, redact=redact)
     if tracer_provider is None and capture_content is None and redact is None:
         return auditor, auditor.recorder
+    from ..content import ContentPolicy
     from ..tracing.spans import SpanRecorder
 
+    # Turn spans go through the auditor's own content policy whenever the handler's settings agree
+    # with it (always, unless the handler asked to capture what the auditor does not).
+    policy = getattr(auditor, "content", None)
+    if isinstance(policy, ContentPolicy) and (redact is None or redact is policy.redact) and (
+        capture_content is None or bool(capture_content) == policy.capture_content
+    ):
+        return auditor, SpanRecorder(tracer_provider, content=policy)
     return auditor, SpanRecorder(tracer_provider, capture_content=capture_content, redact=redact)
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from ..content import ContentPolicy
 from ..errors import ConfigurationError, RagAuditError
 from ..records import Judgement, RagTurn
 
@@ -227,8 +228,6 @@ def read_spans(path: PathLike) -> list[dict[str, Any]]:
 
 
 # --- audit log ---------------------------------------------------------------------------------
-_REDACTION_FAILED = "[ragaudit: redact() failed, text withheld]"
-
 
 def _utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -236,6 +235,11 @@ def _utc_now() -> str:
 
 def _finite(value: Any) -> Any:
     return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def _status(judgement: Judgement) -> int | None:
+    status = judgement.details.get("status_code")
+    return status if isinstance(status, int) and not isinstance(status, bool) else None
 
 
 class AuditLog:
@@ -247,11 +251,15 @@ class AuditLog:
     faithfulness, context_relevance, answer_relevance (None when the judge gave none), reason,
     error, latency_s, usage.
 
-    With ``capture_content=False`` query, answer, document content and metadata, citation markers
-    and reason are null, and ``query_chars``, ``answer_chars``, ``reason_chars`` and each document's
-    ``content_chars`` give their sizes. *redact* is applied to every text written (also errors
-    and sources); a text it fails on is withheld, never written as it was. Lines are written whole
-    and flushed at once; safe to share between threads.
+    Every text goes through a :class:`~ragaudit.content.ContentPolicy` (*content*, the Auditor's;
+    else one made of *capture_content* and *redact*). With content capture off query, answer,
+    document content and metadata, citation markers and reason are null (the reason is kept when the
+    policy keeps judge reasons), ``query_chars``, ``answer_chars``, ``reason_chars`` and each
+    document's ``content_chars`` give their sizes, an error is its type, HTTP status and a fixed
+    message, and ``details`` keeps only numbers and flags. Known secrets are scrubbed always; *redact*
+    is applied to every text written (also errors, sources and metadata keys); a text it fails on is
+    withheld, never written as it was. Lines are written whole and flushed at once; safe to share
+    between threads.
     """
 
     def __init__(
@@ -260,14 +268,13 @@ class AuditLog:
         *,
         capture_content: bool = True,
         redact: Callable[[str], str] | None = None,
+        content: ContentPolicy | None = None,
     ) -> None:
-        if redact is not None and not callable(redact):
-            raise ConfigurationError(f"redact must be a callable str -> str, got {type(redact).__name__}")
+        self.content = content if content is not None else ContentPolicy(capture_content=capture_content,
+                                                                        redact=redact)
         self._out = _AppendFile(path, "audit log")
         self.path = self._out.path
-        self.capture_content = bool(capture_content)
-        self._redact = redact
-        self._redact_failed = False
+        self.capture_content = self.content.capture_content
 
     def __enter__(self) -> AuditLog:
         return self
@@ -278,39 +285,6 @@ class AuditLog:
     def __repr__(self) -> str:
         return f"AuditLog({str(self.path)!r}, capture_content={self.capture_content})"
 
-    def _text(self, value: str | None) -> str | None:
-        if value is None or self._redact is None:
-            return value
-        try:
-            out = self._redact(value)
-        except Exception as exc:
-            # Withheld, not raised: the line (ids, scores, status) is still worth writing, and the
-            # text must not be written unredacted.
-            if not self._redact_failed:
-                self._redact_failed = True
-                _logger.warning("ragaudit: redact() failed on a text for the audit log %s, the text was "
-                                "withheld (logged once): %r", str(self.path), exc)
-            return _REDACTION_FAILED
-        return out if isinstance(out, str) else str(out)
-
-    def _metadata(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
-        if self._redact is None:
-            return dict(metadata)
-        return {k: self._deep(v) for k, v in metadata.items()}  # nested values too
-
-    def _content(self, value: str | None) -> str | None:
-        return self._text(value) if self.capture_content else None
-
-    def _deep(self, value: Any) -> Any:
-        """*value* with every string in it redacted (judge details nest text in lists and dicts)."""
-        if isinstance(value, str):
-            return self._text(value)
-        if isinstance(value, Mapping):
-            return {str(k): self._deep(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [self._deep(v) for v in value]
-        return value
-
     def record(
         self,
         turn: RagTurn,
@@ -320,16 +294,17 @@ class AuditLog:
         retrieval_metrics: Mapping[str, float] | None = None,
     ) -> dict[str, Any]:
         """The dict :meth:`write` would write for these arguments."""
-        capture = self.capture_content
+        policy = self.content
+        capture = policy.capture_content
         documents = []
         for doc in turn.documents:
             entry: dict[str, Any] = {
                 "id": doc.id,
                 "rank": doc.rank,
                 "score": doc.score,
-                "source": self._text(doc.source),
-                "metadata": self._metadata(doc.metadata) if capture else None,
-                "content": self._content(doc.content),
+                "source": policy.identifier(doc.source),
+                "metadata": policy.metadata(doc.metadata),
+                "content": policy.content(doc.content),
             }
             if not capture:
                 entry["content_chars"] = len(doc.content)
@@ -341,14 +316,14 @@ class AuditLog:
             "span_id": turn.span_id,
             "framework": turn.framework,
             "model": turn.model,
-            "query": self._content(turn.query),
-            "answer": self._content(turn.answer),
+            "query": policy.content(turn.query),
+            "answer": policy.content(turn.answer),
             "documents": documents,
             "citations": [
                 {
                     "doc_id": cit.doc_id,
                     "rank": cit.rank,
-                    "marker": self._content(cit.marker),
+                    "marker": policy.content(cit.marker),
                     "method": cit.method,
                 }
                 for cit in turn.citations
@@ -364,13 +339,13 @@ class AuditLog:
             "faithfulness": judgement.faithfulness,
             "context_relevance": judgement.context_relevance,
             "answer_relevance": judgement.answer_relevance,
-            "reason": self._content(judgement.reason),
-            "error": self._text(judgement.error),
+            "reason": policy.reason(judgement.reason),
+            "error": policy.error(judgement.error, status=_status(judgement)),
             "latency_s": judgement.latency_s,
             "usage": dict(judgement.usage),
             # judge-specific extras (rule results, rubric criteria, distributions) quote the answer
-            # and documents, so they follow content capture
-            "details": self._deep(judgement.details) if capture else None,
+            # and documents: with capture off only their numbers and flags are kept
+            "details": policy.details(judgement.details),
         }
         if not capture:
             line["query_chars"] = len(turn.query)

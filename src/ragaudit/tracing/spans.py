@@ -11,11 +11,9 @@ returns at once, and nothing here ever raises into the host pipeline or attaches
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
-import re
 import threading
 import time
 from collections import OrderedDict
@@ -40,8 +38,9 @@ from opentelemetry.trace import (
     TracerProvider,
 )
 
+from ..content import CAPTURE_CONTENT_ENV, ContentPolicy, content_capture_from_env
 from ..errors import ConfigurationError
-from ..records import SCORE_NAMES, Generation, Judgement, RagTurn, Retrieval, truncate
+from ..records import SCORE_NAMES, Generation, Judgement, RagTurn, Retrieval
 from . import conventions as c
 
 __all__ = [
@@ -53,34 +52,19 @@ __all__ = [
 
 _logger = logging.getLogger("ragaudit")
 
-CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
-"""The OTel GenAI variable that turns content capture off when set to NO_CONTENT, false or 0."""
-
-_CONTENT_OFF_VALUES = frozenset({"no_content", "false", "0"})
-_REDACTION_FAILED = "[ragaudit: redact() failed, text withheld]"
 _ENV_PROVIDER_SET = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 _UNKNOWN = object()
 _SPAN_ID_MEMORY = 4096
-_SURROGATE_RE = re.compile("[\ud800-\udfff]")
 # Shared by every recorder: the handler's recorder makes the retrieval spans, while sinks are bound
 # to the Auditor's recorder.
 _span_ids_lock = threading.Lock()
 _retrieval_span_ids: OrderedDict[str, tuple[str, ...]] = OrderedDict()
 
 
-def content_capture_from_env() -> bool:
-    """False when ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is NO_CONTENT, false or 0."""
-    return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() not in _CONTENT_OFF_VALUES
-
-
 def _version() -> str:
     from .. import __version__
 
     return __version__
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
 
 
 def _global_provider_maybe_set() -> bool:
@@ -154,6 +138,8 @@ class SpanRecorder:
             ``false`` or ``0``. Off, only ids, scores and sizes (``ragaudit.*.chars``) are kept.
         max_attribute_chars: longer text is cut and marked ``…[truncated N chars]``.
         redact: applied to every text before it is recorded (after it, the text is cut).
+        content: the :class:`~ragaudit.content.ContentPolicy` deciding every recorded text (the
+            Auditor passes its own); instead of *capture_content* and *redact*, not with them.
 
     ``enabled`` is False while the provider is the API's no-op one; then every method returns at
     once (:meth:`start_turn` gives a handle whose ids are None). No method raises: a failure is
@@ -167,23 +153,23 @@ class SpanRecorder:
         capture_content: bool | None = None,
         max_attribute_chars: int = 8192,
         redact: Callable[[str], str] | None = None,
+        content: ContentPolicy | None = None,
     ) -> None:
         if isinstance(max_attribute_chars, bool) or not isinstance(max_attribute_chars, int):
             raise ConfigurationError(f"max_attribute_chars must be an int, got {max_attribute_chars!r}")
         if max_attribute_chars < 0:
             raise ConfigurationError(f"max_attribute_chars must be >= 0, got {max_attribute_chars}")
-        if redact is not None and not callable(redact):
-            raise ConfigurationError(f"redact must be a callable str -> str, got {type(redact).__name__}")
+        if content is not None and (capture_content is not None or redact is not None):
+            raise ConfigurationError("give SpanRecorder a content policy or capture_content/redact, not both")
         if tracer_provider is not None and not hasattr(tracer_provider, "get_tracer"):
             raise ConfigurationError(
                 "tracer_provider must be an OpenTelemetry TracerProvider, "
                 f"got {type(tracer_provider).__name__}"
             )
-        self.capture_content: bool = (
-            content_capture_from_env() if capture_content is None else bool(capture_content)
-        )
+        self.content = content if content is not None else ContentPolicy(capture_content=capture_content,
+                                                                        redact=redact)
+        self.capture_content: bool = self.content.capture_content
         self.max_attribute_chars = max_attribute_chars
-        self._redact = redact
         self._reported: set[str] = set()
         self._tracer: Tracer | None = None
         explicit = None if isinstance(tracer_provider, ProxyTracerProvider) else tracer_provider
@@ -245,35 +231,33 @@ class SpanRecorder:
             return False
 
     def _report(self, where: str, exc: BaseException) -> None:
+        # The exception as the policy allows (its text may quote what failed to be recorded); the
+        # traceback only with content capture on.
+        described = self.content.exception(exc)
         if where in self._reported:
-            _logger.debug("ragaudit tracing: %s failed again: %r", where, exc)
+            _logger.debug("ragaudit tracing: %s failed again: %s", where, described)
             return
         self._reported.add(where)
         _logger.warning(
             "ragaudit tracing: %s failed, its span data was dropped (further failures of this kind "
-            "are logged at DEBUG)",
+            "are logged at DEBUG): %s",
             where,
-            exc_info=exc,
+            described,
+            exc_info=exc if self.content.capture_content else None,
         )
 
     def _text(self, value: str) -> str:
-        if self._redact is not None:
-            try:
-                value = self._redact(value)
-            except Exception as exc:
-                self._report("redact", exc)
-                return _REDACTION_FAILED
-            if not isinstance(value, str):
-                value = str(value)
-        if len(value) > self.max_attribute_chars:
-            value = truncate(value, self.max_attribute_chars)
-        if not value.isascii() and _SURROGATE_RE.search(value):
-            # OTLP exporters cannot encode a lone surrogate as UTF-8 and drop the attribute.
-            value = _SURROGATE_RE.sub("\ufffd", value)
-        return value
+        """*value* through the policy's text pipeline, cut to the attribute limit (callers decide
+        whether it is recorded at all: content only with ``capture``)."""
+        return self.content.text(value, self.max_attribute_chars)
 
-    def _mark_error(self, span: Span, attrs: dict[str, Any], error: str, error_type: str) -> None:
-        message = self._text(error)
+    def _dumps(self, value: Any) -> str:
+        return self.content.json(value, self.max_attribute_chars)
+
+    def _mark_error(
+        self, span: Span, attrs: dict[str, Any], error: str, error_type: str, status: int | None = None
+    ) -> None:
+        message = self.content.error(error, status=status, limit=self.max_attribute_chars) or ""
         attrs[c.ATTR_ERROR_TYPE] = error_type
         attrs[c.LANGFUSE_OBSERVATION_LEVEL] = "ERROR"
         attrs[c.LANGFUSE_OBSERVATION_STATUS_MESSAGE] = message
@@ -399,14 +383,14 @@ class SpanRecorder:
                 if handle._root:
                     attrs[c.LANGFUSE_TRACE_OUTPUT] = answer
             if turn.metadata:
-                attrs[c.METADATA] = self._text(_dumps(dict(turn.metadata)))
+                attrs[c.METADATA] = self._dumps(self.content.metadata(turn.metadata))
         docs = turn.documents
         attrs[c.ATTR_DOCUMENT_COUNT] = len(docs)
         if docs:
             attrs[c.ATTR_DOCUMENT_IDS] = [d.id for d in docs]
         cits = turn.citations
         attrs[c.ATTR_CITATION_COUNT] = len(cits)
-        attrs[c.ATTR_CITATIONS] = _dumps(
+        attrs[c.ATTR_CITATIONS] = self._dumps(
             [
                 {
                     "doc_id": cit.doc_id,
@@ -420,7 +404,7 @@ class SpanRecorder:
         if cits:
             attrs[c.ATTR_CITATION_DOC_IDS] = [cit.doc_id for cit in cits]
         if turn.relevant_ids is not None:
-            attrs[c.ATTR_RELEVANT_IDS] = _dumps(dict(turn.relevant_ids))
+            attrs[c.ATTR_RELEVANT_IDS] = self._dumps(dict(turn.relevant_ids))
         if retrieval_metrics:
             for metric, value in retrieval_metrics.items():
                 if value is not None and not math.isnan(value):
@@ -469,21 +453,19 @@ class SpanRecorder:
             if doc.score is not None:
                 attrs[keys.score] = doc.score
             meta: dict[str, Any] = {"rank": doc.rank}
-            source = doc.source
+            # A source is an identifier (kept with capture off), but a path or URL may hold what
+            # redact hides or a credential.
+            source = self.content.identifier(doc.source, self.max_attribute_chars)
             if source is not None:
-                if self._redact is not None:  # a source is a path or URL, which may hold what redact hides
-                    source = self._text(source)
                 meta["source"] = source
             if capture:
                 attrs[keys.content] = self._text(doc.content)
-                meta.update(doc.metadata)
-                attrs[keys.metadata] = self._text(_dumps(meta))
-            else:
-                attrs[keys.metadata] = _dumps(meta)
+                meta.update(self.content.metadata(doc.metadata) or {})
+            attrs[keys.metadata] = self._dumps(meta)
             summary.append({"id": doc.id, "score": doc.score, "rank": doc.rank, "source": source})
         attrs[c.ATTR_DOCUMENT_COUNT] = len(r.documents)
         attrs[c.ATTR_DOCUMENT_CHARS] = [len(d.content) for d in r.documents]
-        attrs[c.GEN_AI_RETRIEVAL_DOCUMENTS] = attrs[c.LANGFUSE_OBSERVATION_OUTPUT] = _dumps(summary)
+        attrs[c.GEN_AI_RETRIEVAL_DOCUMENTS] = attrs[c.LANGFUSE_OBSERVATION_OUTPUT] = self._dumps(summary)
         start = r.started_at if r.started_at is not None else start_ns
         end = r.ended_at if r.ended_at is not None else end_ns
         return self._child(
@@ -509,7 +491,7 @@ class SpanRecorder:
         if g.input_tokens is not None and g.output_tokens is not None:
             attrs[c.LLM_TOKEN_COUNT_TOTAL] = usage["total"] = g.input_tokens + g.output_tokens
         if usage:
-            attrs[c.LANGFUSE_OBSERVATION_USAGE_DETAILS] = _dumps(usage)
+            attrs[c.LANGFUSE_OBSERVATION_USAGE_DETAILS] = self._dumps(usage)
         if g.prompt is not None:
             attrs[c.ATTR_PROMPT_CHARS] = len(g.prompt)
         if g.output is not None:
@@ -564,14 +546,6 @@ class SpanRecorder:
             span.end(end_time=end_ns)
         return format(span.get_span_context().span_id, "016x")
 
-    def recorded_text(self, text: str) -> str:
-        """*text* as this recorder records it: redacted, then cut to *max_attribute_chars*.
-
-        For sinks that send texts elsewhere (a judge's reason as a Langfuse comment); whether to
-        send text at all is :attr:`capture_content`.
-        """
-        return self._text(text)
-
     def retrieval_span_ids(self, turn_id: str) -> tuple[str, ...] | None:
         """The span ids of *turn_id*'s retrieval spans, in order, for recently ended turns.
 
@@ -600,7 +574,6 @@ class SpanRecorder:
             self._report("record_judgement", exc)
 
     def _judge_span(self, tracer: Tracer, turn: RagTurn, j: Judgement, start_ns: int | None) -> None:
-        capture = self.capture_content
         end_ns = time.time_ns()
         if start_ns is None:
             latency = j.latency_s if j.latency_s is not None and j.latency_s >= 0 else 0.0
@@ -623,14 +596,15 @@ class SpanRecorder:
                 attrs[c.judge_score_key(name)] = value
         if missing:
             attrs[c.ATTR_JUDGE_MISSING_SCORES] = missing
-        reason: str | None = None
+        reason = self.content.reason(j.reason, self.max_attribute_chars)
         if j.reason is not None:
             attrs[c.ATTR_JUDGE_REASON_CHARS] = len(j.reason)
-            if capture:
-                reason = self._text(j.reason)
-                attrs[c.ATTR_JUDGE_REASON] = reason
-                output["reason"] = reason
-        error = self._text(j.error) if j.error else None
+        if reason is not None:
+            attrs[c.ATTR_JUDGE_REASON] = reason
+            output["reason"] = reason
+        status = j.details.get("status_code")
+        status = status if isinstance(status, int) and not isinstance(status, bool) else None
+        error = self.content.error(j.error, status=status, limit=self.max_attribute_chars) if j.error else None
         if error is not None:
             attrs[c.ATTR_JUDGE_ERROR] = error
             output["error"] = error
@@ -639,7 +613,7 @@ class SpanRecorder:
         for key, value in j.usage.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 attrs[c.judge_usage_key(key)] = value
-        attrs[c.OUTPUT_VALUE] = _dumps(output)
+        attrs[c.OUTPUT_VALUE] = self._dumps(output)
         attrs[c.OUTPUT_MIME_TYPE] = c.MIME_JSON
 
         span = tracer.start_span(
@@ -670,7 +644,7 @@ class SpanRecorder:
                 span.add_event(c.GEN_AI_EVALUATION_RESULT, event, timestamp=end_ns)
             if j.error:
                 extra: dict[str, Any] = {}
-                self._mark_error(span, extra, j.error, c.ERROR_TYPE_JUDGE_ERROR)
+                self._mark_error(span, extra, j.error, c.ERROR_TYPE_JUDGE_ERROR, status)
                 span.set_attributes(extra)
         finally:
             span.end(end_time=end_ns)
