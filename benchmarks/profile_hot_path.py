@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         bench.after_block()
     out = io.StringIO()
     stats = pstats.Stats(profile, stream=out)
-    stats.sort_stats("cumulative").print_stats(r"ragaudit/(integrations|online|tracing|citations)", args.top)
+    stats.sort_stats("cumulative").print_stats(r"ragaudit/(integrations|auditor|tracing|citations)", args.top)
     print(out.getvalue().replace(f"{root}/src/", ""))
     return 0
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ragaudit import Auditor, ConfigurationError, FakeJudge, Judgement, JudgeRequest, RagTurn, RetrievedDoc
-from ragaudit.online import sampled, turn_metrics
+from ragaudit.auditor import sampled, turn_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -212,3 +212,20 @@ def test_exit_with_small_queue_counts_drops(tmp_path: Path) -> None:
     dropped = int(proc.stdout.strip())
     assert dropped == 35
     assert len(log.read_text().splitlines()) + dropped == 40
+
+
+def test_ragaudit_online_is_a_deprecated_alias_of_the_auditor_package() -> None:
+    import importlib
+    import sys
+    import warnings
+
+    import ragaudit.auditor
+
+    sys.modules.pop("ragaudit.online", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        online = importlib.import_module("ragaudit.online")
+    assert any(issubclass(w.category, DeprecationWarning) and "ragaudit.auditor" in str(w.message) for w in caught)
+    for name in ragaudit.auditor.__all__:
+        assert getattr(online, name) is getattr(ragaudit.auditor, name)
+    assert ragaudit.Auditor is ragaudit.auditor.Auditor

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from ragaudit import Auditor, ChatRagJudge, FakeJudge, Judgement, JudgeRequest, RagTurn, RetrievedDoc
+from ragaudit.auditor import sampled
 from ragaudit.errors import ConfigurationError
 from ragaudit.judges.rules import RuleJudge, TieredJudge, sample_key
-from ragaudit.online import sampled
 from tests.support.llm_server import LLMServer, judgement_json
 
 pytestmark = pytest.mark.timeout(60)

@@ -63,7 +63,7 @@ __all__ = [
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 _LAZY = {
-    "Auditor": ("ragaudit.online", "Auditor"),
+    "Auditor": ("ragaudit.auditor", "Auditor"),
     "ChatRagJudge": ("ragaudit.judges.chat", "ChatRagJudge"),
     "LexicalJudge": ("ragaudit.judges.lexical", "LexicalJudge"),
     "default_judge": ("ragaudit.judges", "default_judge"),
@@ -91,6 +91,7 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from . import metrics, tracing
+    from .auditor import Auditor
     from .evaluation import EvaluationReport, assert_rag_quality, evaluate
     from .judges import default_judge
     from .judges.cache import CachedJudge, MemoryCache, SqliteCache
@@ -104,7 +105,6 @@ if TYPE_CHECKING:
     from .judges.pairwise import PairwiseJudge
     from .judges.rubric import Criterion, RubricJudge
     from .judges.rules import RuleJudge, TieredJudge
-    from .online import Auditor
 
 
 def __getattr__(name: str) -> Any:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from ragaudit import Auditor, ChatRagJudge, FakeJudge, JudgeRequest, RagTurn, RetrievedDoc
-from ragaudit.online import sampled
+from ragaudit.auditor import sampled
 from ragaudit.tracing.files import read_audit_log
 from tests.reliability._support import FixedRetriever, rag_chain, wait_until
 from tests.support.llm_server import LLMServer

@@ -133,8 +133,8 @@ def run_demo(
     """
     if framework not in ("langchain", "llamaindex"):
         raise ConfigurationError(f"framework must be 'langchain' or 'llamaindex', got {framework!r}")
+    from ..auditor import Auditor
     from ..judges.lexical import LexicalJudge
-    from ..online import Auditor
     from ..tracing import read_spans
 
     real = real_model_configured(offline)

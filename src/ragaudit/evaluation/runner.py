@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from ..auditor import Auditor, SubmitStatus
 from ..errors import ConfigurationError, MetricError
-from ..online import Auditor, SubmitStatus
 from ..records import SCORE_NAMES, Judgement, RagTurn, normalize_relevance
 from .report import EvaluationReport, RowResult, diagnose
 

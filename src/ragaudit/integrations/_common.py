@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from opentelemetry import context as _otel_context
 
 from .._log import RateLimitedLog
+from .._turn_metrics import DEFAULT_TURN_MEASURES, turn_metrics
 from ..errors import ConfigurationError
-from ..online import DEFAULT_TURN_MEASURES, turn_metrics
 from ..records import (
     Citation,
     Generation,
@@ -39,7 +39,7 @@ from ..records import (
 )
 
 if TYPE_CHECKING:
-    from ..online import Auditor
+    from ..auditor import Auditor
 
 __all__ = [
     "REFERENCE_ANSWER_KEY",
@@ -320,7 +320,7 @@ def default_auditor(
     with _defaults_lock:
         found = _defaults.get(key)
         if found is None:
-            from ..online import Auditor
+            from ..auditor import Auditor
 
             auditor = Auditor(None, tracer_provider=tracer_provider, capture_content=capture_content,
                               redact=redact)
@@ -362,7 +362,7 @@ def resolve_backend(
                                      "spans of the auditor given: pass capture_content=False to Auditor(...)")
     if auditor is None:
         if judge is not None:
-            from ..online import Auditor
+            from ..auditor import Auditor
 
             auditor = Auditor(judge, tracer_provider=tracer_provider, capture_content=capture_content,
                               redact=redact)

@@ -23,7 +23,7 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 
-from ..online import DEFAULT_TURN_MEASURES, Auditor
+from ..auditor import DEFAULT_TURN_MEASURES, Auditor
 from ..records import Generation, RagTurn, Retrieval, RetrievedDoc
 from ._common import (
     RunStore,

@@ -62,7 +62,7 @@ from llama_index.core.instrumentation.span import BaseSpan
 from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 from pydantic import Field
 
-from ..online import DEFAULT_TURN_MEASURES, Auditor
+from ..auditor import DEFAULT_TURN_MEASURES, Auditor
 from ..records import Generation, RagTurn, Retrieval, RetrievedDoc
 from ._common import (
     RunStore,

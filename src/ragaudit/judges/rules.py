@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .._sampling import sampled
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Judgement, JudgeRequest
 from .base import BaseRagJudge, RagJudge
@@ -263,7 +264,7 @@ class TieredJudge(BaseRagJudge):
     """A cheap judge on every answer, a detailed one on a deterministic share of them.
 
     *cheap* (typically a :class:`RuleJudge`) always runs. *detailed* (typically an LLM judge) runs
-    when the request falls in the sample: :func:`ragaudit.online.sampled` on :func:`sample_key`, so
+    when the request falls in the sample: :func:`ragaudit.auditor.sampled` on :func:`sample_key`, so
     about *detailed_rate* of distinct answers, and always the same ones.
 
     The judgement's scores, reason and raw output are the detailed judge's when it ran and the
@@ -289,8 +290,6 @@ class TieredJudge(BaseRagJudge):
 
     def in_sample(self, request: JudgeRequest) -> bool:
         """Whether the detailed judge runs for *request*."""
-        from ..online import sampled  # not at import time: ragaudit.online imports the judges package
-
         return sampled(sample_key(request), self.detailed_rate)
 
     @property

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._log import RateLimitedLog
+from .._turn_metrics import turn_metrics
 from ..content import ContentPolicy, register_headers, register_secret, register_url, scrub_url
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Judgement, RagTurn, Retrieval
@@ -436,8 +437,6 @@ class LangfuseSink(HttpSink):
                         },
                     )
                 )
-        from ..online import turn_metrics
-
         for metric, value in (turn_metrics(turn) or {}).items():
             out.append(("/api/public/scores", {**base, "name": f"retrieval.{metric}", "value": value}))
         return out

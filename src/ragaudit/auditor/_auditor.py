@@ -1,9 +1,8 @@
-"""Online judging: the :class:`Auditor` takes finished turns and judges them off the host's hot path."""
+"""The :class:`Auditor`: takes finished turns and judges them off the host's hot path."""
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures.thread
 import logging
 import os
@@ -11,17 +10,20 @@ import sys
 import threading
 import time
 import weakref
-import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from ._log import RateLimitedLog
-from .content import ContentPolicy
-from .errors import ConfigurationError
-from .judges.base import RagJudge
-from .records import Judgement, JudgeRequest, RagTurn
+from .._log import RateLimitedLog
+from .._sampling import sampled
+from .._turn_metrics import turn_metrics
+from ..content import ContentPolicy
+from ..errors import ConfigurationError
+from ..judges.base import RagJudge
+from ..records import Judgement, JudgeRequest, RagTurn
+from ._closer import Closer
+from ._lifecycle import flush_on_sigterm, register_exit
 
-__all__ = ["DEFAULT_TURN_MEASURES", "Auditor", "JudgementSink", "SubmitStatus", "sampled", "turn_metrics"]
+__all__ = ["Auditor", "JudgementSink", "OnJudgement", "SubmitStatus"]
 
 logger = logging.getLogger("ragaudit")
 
@@ -47,59 +49,6 @@ class JudgementSink(Protocol):
     def shutdown(self) -> None: ...
 
 
-def sampled(turn_id: str, sample_rate: float) -> bool:
-    """Whether *turn_id* falls in the sample: deterministic, so a rerun samples the same turns."""
-    if sample_rate >= 1.0:
-        return True
-    if sample_rate <= 0.0:
-        return False
-    return (zlib.crc32(turn_id.encode("utf-8", "replace")) & 0xFFFFFFFF) / 2**32 < sample_rate
-
-
-def _register_exit(callback: Callable[[], None]) -> None:
-    # threading's exit hooks run before interpreter shutdown stops thread pools (which is what makes
-    # asyncio.to_thread fail inside a plain atexit handler), and before non-daemon threads are joined.
-    register = getattr(threading, "_register_atexit", None)
-    if register is not None:
-        try:
-            register(callback)
-            return
-        except RuntimeError:  # already shutting down
-            pass
-    import atexit
-
-    atexit.register(callback)
-
-
-_sigterm_lock = threading.Lock()
-_sigterm_auditors: weakref.WeakSet[Auditor] = weakref.WeakSet()
-_sigterm_installed = False
-
-
-def _flush_on_sigterm(auditor: Auditor) -> None:
-    """Have SIGTERM flush *auditor* before the process dies (``Auditor(handle_signals=True)``)."""
-    global _sigterm_installed
-    import signal
-
-    with _sigterm_lock:
-        _sigterm_auditors.add(auditor)
-        if _sigterm_installed and signal.getsignal(signal.SIGTERM) is _on_sigterm:
-            return
-        _sigterm_installed = False
-        if threading.current_thread() is not threading.main_thread():
-            logger.warning("ragaudit: handle_signals=True needs the main thread (signal handlers can only be "
-                           "set there); SIGTERM will not flush pending judgements")
-            return
-        current = signal.getsignal(signal.SIGTERM)
-        if current is not signal.SIG_DFL:
-            logger.warning("ragaudit: the application has its own SIGTERM handler (%r); ragaudit leaves it in "
-                           "place, and pending judgements are flushed only if it exits the interpreter "
-                           "normally (sys.exit)", current)
-            return
-        signal.signal(signal.SIGTERM, _on_sigterm)
-        _sigterm_installed = True
-
-
 class _JudgeRaised(Exception):
     """A SystemExit or KeyboardInterrupt from a judge, carried as an ordinary error."""
 
@@ -111,127 +60,6 @@ async def _contained(awaitable: Awaitable[Any]) -> Any:
         return await awaitable
     except (SystemExit, KeyboardInterrupt) as exc:
         raise _JudgeRaised(f"{type(exc).__name__} raised by the judge: {exc}") from exc
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    import signal
-
-    auditors = list(_sigterm_auditors)
-    if auditors:
-        # Flushed from threads of their own, so a lock the interrupted main thread holds cannot
-        # deadlock it; the wait is bounded by the auditors' exit timeouts.
-        threads = [threading.Thread(target=auditor.shutdown, name="ragaudit-sigterm-flush", daemon=True)
-                   for auditor in auditors]
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + max(a.exit_timeout_s for a in auditors) + 1.0
-        for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        if any(thread.is_alive() for thread in threads):
-            print("ragaudit: SIGTERM: the flush did not finish in time; judgements still pending were "
-                  "not recorded", file=sys.stderr)
-    signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
-
-
-_CLOSE_BATCH = 64
-_CLOSE_DELAY_S = 0.1
-
-
-class _Closer:
-    """A bounded queue of jobs run in batches on one background thread (see :meth:`Auditor.defer`).
-
-    ``put`` never blocks: it appends to a deque and wakes the thread only when the queue was empty or
-    holds a full batch, so a busy host wakes it about once per batch, not once per turn. The thread
-    then waits up to *delay_s* for a batch to gather (a flush cuts the wait short) and runs the jobs
-    in order. ``drain`` waits until every job put so far has run.
-    """
-
-    def __init__(self, max_queue: int, on_error: Callable[[BaseException], None],
-                 batch: int = _CLOSE_BATCH, delay_s: float = _CLOSE_DELAY_S) -> None:
-        self.max_queue = max_queue
-        self._batch = batch
-        self._delay_s = delay_s
-        self._on_error = on_error
-        self._jobs: collections.deque[Callable[[], None]] = collections.deque()
-        self._cond = threading.Condition(threading.Lock())
-        self._running = False
-        self._urgent = 0
-        self._thread: threading.Thread | None = None
-
-    def put(self, job: Callable[[], None]) -> bool:
-        jobs = self._jobs
-        if len(jobs) >= self.max_queue:
-            return False
-        jobs.append(job)
-        if self._thread is None:
-            self._start()
-        queued = len(jobs)
-        if queued == 1 or queued == self._batch:
-            with self._cond:
-                self._cond.notify()
-        return True
-
-    def drain(self, timeout: float | None) -> bool:
-        """Run what is queued now and wait for it; False when *timeout* (seconds) ran out first."""
-        if threading.current_thread() is self._thread:
-            return True  # a job that flushes must not wait for itself
-        thread = self._thread
-        if thread is None or not thread.is_alive():
-            # No thread to run them (it could not start, or the process was forked): run them here.
-            self._run_jobs()
-            return True
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            self._urgent += 1
-            self._cond.notify_all()
-            try:
-                while self._jobs or self._running:
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        return False
-                    self._cond.wait(remaining)
-            finally:
-                self._urgent -= 1
-        return True
-
-    def __len__(self) -> int:
-        return len(self._jobs)
-
-    def _start(self) -> None:
-        with self._cond:
-            if self._thread is None:
-                thread = threading.Thread(target=self._loop, name="ragaudit-closer", daemon=True)
-                thread.start()
-                self._thread = thread
-
-    def _loop(self) -> None:
-        cond, jobs = self._cond, self._jobs
-        while True:
-            with cond:
-                while not jobs:
-                    cond.wait()
-                if not self._urgent and len(jobs) < self._batch:
-                    cond.wait(self._delay_s)  # let a batch gather; put() or drain() cut this short
-                self._running = True
-            try:
-                self._run_jobs()
-            finally:
-                with cond:
-                    self._running = False
-                    cond.notify_all()
-
-    def _run_jobs(self) -> None:
-        jobs = self._jobs
-        while jobs:
-            try:
-                job = jobs.popleft()
-            except IndexError:
-                return
-            try:
-                job()
-            except Exception as exc:
-                self._on_error(exc)
 
 
 class Auditor:
@@ -308,7 +136,7 @@ class Auditor:
         if redact is not None and not callable(redact):
             raise ConfigurationError("redact must be callable(text) -> text")
         if judge is None:
-            from .judges import default_judge
+            from ..judges import default_judge
 
             judge = default_judge()
         if not (callable(getattr(judge, "ajudge", None)) and callable(getattr(judge, "judge", None))):
@@ -318,7 +146,7 @@ class Auditor:
             if not callable(getattr(sink, "emit", None)):
                 raise ConfigurationError(f"sink {sink!r} has no emit(turn, judgement) method")
 
-        from .tracing.spans import SpanRecorder
+        from ..tracing.spans import SpanRecorder
 
         self.judge = judge
         self.mode = mode
@@ -342,7 +170,7 @@ class Auditor:
                 bind(self._recorder)
         self._audit_log = None
         if audit_log is not None:
-            from .tracing.files import AuditLog
+            from ..tracing.files import AuditLog
 
             self._audit_log = AuditLog(audit_log, content=self.content)
         # Sync-only judges (LexicalJudge, a user's BaseRagJudge with judge()) are called directly
@@ -354,7 +182,7 @@ class Auditor:
         self._idle = threading.Condition(self._lock)
         self._counts = {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0,
                         "sink_errors": 0, "close_dropped": 0}
-        self._closer: _Closer | None = None
+        self._closer: Closer | None = None
         self._pending = 0
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -369,9 +197,9 @@ class Auditor:
             if auditor is not None:
                 auditor._exit()
 
-        _register_exit(_at_exit)
+        register_exit(_at_exit)
         if handle_signals:
-            _flush_on_sigterm(self)
+            flush_on_sigterm(self)
 
     # -- public API -------------------------------------------------------------------------
 
@@ -428,7 +256,7 @@ class Auditor:
             if closer is None:
                 with self._lock:
                     if self._closer is None:
-                        self._closer = _Closer(self.max_closing, self._job_failed)
+                        self._closer = Closer(self.max_closing, self._job_failed)
                     closer = self._closer
             if closer.put(job):
                 return True
@@ -706,17 +534,3 @@ class Auditor:
             logger.info("ragaudit: flushing %d pending judgement(s) and %d turn(s) at exit", stats["pending"],
                         stats["closing"])
         self.shutdown(self.exit_timeout_s)
-
-
-DEFAULT_TURN_MEASURES: tuple[str, ...] = ("recall@5", "precision@5", "mrr@10", "ndcg@10")
-"""Retrieval metrics put on a turn's span and audit line when its ``relevant_ids`` are known."""
-
-
-def turn_metrics(turn: RagTurn, measures: Iterable[str] = DEFAULT_TURN_MEASURES) -> dict[str, float] | None:
-    """Retrieval metrics of *turn*'s documents against its ``relevant_ids``; None when unknown."""
-    if turn.relevant_ids is None:
-        return None
-    from .metrics import score_ranking
-
-    ranked = [doc.id for doc in sorted(turn.documents, key=lambda d: d.rank)]
-    return score_ranking(ranked, turn.relevant_ids, tuple(measures))

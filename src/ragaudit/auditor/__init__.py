@@ -1,0 +1,14 @@
+"""Online judging: the :class:`Auditor` takes finished turns and judges them off the host's hot path.
+
+Public names only; the worker, turn closing, lifecycle (exit, signals, fork) and sampling are private
+modules of this package (or of the floor below, where judges and tracing share them).
+"""
+
+from __future__ import annotations
+
+from .._sampling import sampled
+from .._turn_metrics import DEFAULT_TURN_MEASURES, turn_metrics
+from ._auditor import Auditor, JudgementSink, OnJudgement, SubmitStatus
+
+__all__ = ["DEFAULT_TURN_MEASURES", "Auditor", "JudgementSink", "OnJudgement", "SubmitStatus", "sampled",
+           "turn_metrics"]

@@ -1,0 +1,26 @@
+"""Deprecated alias of :mod:`ragaudit.auditor` (kept for one release).
+
+``ragaudit.online`` became the ``ragaudit.auditor`` package; import ``Auditor`` from ``ragaudit`` or
+``ragaudit.auditor`` instead. (A package rather than a module so that git follows the old file's
+history to ``auditor/_auditor.py``.)
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from ..auditor import (
+    DEFAULT_TURN_MEASURES,
+    Auditor,
+    JudgementSink,
+    OnJudgement,
+    SubmitStatus,
+    sampled,
+    turn_metrics,
+)
+
+__all__ = ["DEFAULT_TURN_MEASURES", "Auditor", "JudgementSink", "OnJudgement", "SubmitStatus", "sampled",
+           "turn_metrics"]
+
+warnings.warn("ragaudit.online is deprecated and will be removed in the next release; import from "
+              "ragaudit.auditor (or ragaudit) instead", DeprecationWarning, stacklevel=2)
