@@ -110,7 +110,8 @@ def test_truncation_and_surrogates() -> None:
     policy = ContentPolicy(capture_content=True)
     cut = policy.content("x" * 100, limit=10)
     assert cut is not None and cut.startswith("x" * 10) and "truncated 90 chars" in cut
-    assert policy.text("a\ud800b") == "a\ufffdb"
+    assert policy.text("a\ud800b") == "a\ud800b"  # kept: the audit log writes it escaped
+    assert content.otlp_safe("a\ud800b") == "a\ufffdb"
     assert policy.json({"k": "a\ud800"}) == '{"k":"a\ufffd"}'
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "content_capture_from_env",
     "error_status",
     "error_type",
+    "otlp_safe",
     "register_client",
     "register_headers",
     "register_secret",
@@ -366,7 +367,8 @@ class ContentPolicy:
 
     def text(self, value: str, limit: int | None = None) -> str:
         """*value* as it may be recorded whatever the capture setting: secrets scrubbed, redacted, cut
-        to *limit* characters (with a visible marker; None: whole), lone surrogates replaced."""
+        to *limit* characters (with a visible marker; None: whole). Lone surrogates are kept (the audit
+        log writes them escaped); :func:`otlp_safe` replaces them for span attributes."""
         if not isinstance(value, str):
             value = _safe_str(value)
         value = _SECRETS.scrub(value)
@@ -374,9 +376,6 @@ class ContentPolicy:
             value = self._redacted(value)
         if limit is not None and len(value) > limit:
             value = truncate(value, max(0, limit))
-        if not value.isascii() and _SURROGATE_RE.search(value):
-            # OTLP exporters cannot encode a lone surrogate as UTF-8 and drop the whole attribute.
-            value = _SURROGATE_RE.sub("\ufffd", value)
         return value
 
     def _redacted(self, value: str) -> str:
@@ -484,7 +483,8 @@ class ContentPolicy:
         return self.text(_safe_str(value))  # any other object would be written as its str()
 
     def json(self, value: Any, limit: int | None = None) -> str:
-        """*value* (already through this policy) as compact JSON, scrubbed once more and cut to *limit*."""
+        """*value* (already through this policy) as compact JSON for a span attribute: scrubbed once
+        more, cut to *limit*, lone surrogates replaced (:func:`otlp_safe`)."""
         try:
             text = json.dumps(value, ensure_ascii=False, default=_safe_str, separators=(",", ":"))
         except (TypeError, ValueError):
@@ -492,9 +492,15 @@ class ContentPolicy:
         text = _SECRETS.scrub(text)
         if limit is not None and len(text) > limit:
             text = truncate(text, limit)
-        if not text.isascii() and _SURROGATE_RE.search(text):
-            text = _SURROGATE_RE.sub("\ufffd", text)
-        return text
+        return otlp_safe(text)
+
+
+def otlp_safe(text: str) -> str:
+    """*text* with lone surrogates replaced by U+FFFD: OTLP exporters cannot encode them as UTF-8
+    and drop the whole attribute."""
+    if not text.isascii() and _SURROGATE_RE.search(text):
+        return _SURROGATE_RE.sub("\ufffd", text)
+    return text
 
 
 def _items(value: Mapping[Any, Any]) -> list[tuple[Any, Any]]:

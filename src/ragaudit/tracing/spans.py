@@ -38,7 +38,7 @@ from opentelemetry.trace import (
     TracerProvider,
 )
 
-from ..content import CAPTURE_CONTENT_ENV, ContentPolicy, content_capture_from_env
+from ..content import CAPTURE_CONTENT_ENV, ContentPolicy, content_capture_from_env, otlp_safe
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Generation, Judgement, RagTurn, Retrieval
 from . import conventions as c
@@ -249,7 +249,7 @@ class SpanRecorder:
     def _text(self, value: str) -> str:
         """*value* through the policy's text pipeline, cut to the attribute limit (callers decide
         whether it is recorded at all: content only with ``capture``)."""
-        return self.content.text(value, self.max_attribute_chars)
+        return otlp_safe(self.content.text(value, self.max_attribute_chars))
 
     def _dumps(self, value: Any) -> str:
         return self.content.json(value, self.max_attribute_chars)
@@ -257,7 +257,7 @@ class SpanRecorder:
     def _mark_error(
         self, span: Span, attrs: dict[str, Any], error: str, error_type: str, status: int | None = None
     ) -> None:
-        message = self.content.error(error, status=status, limit=self.max_attribute_chars) or ""
+        message = otlp_safe(self.content.error(error, status=status, limit=self.max_attribute_chars) or "")
         attrs[c.ATTR_ERROR_TYPE] = error_type
         attrs[c.LANGFUSE_OBSERVATION_LEVEL] = "ERROR"
         attrs[c.LANGFUSE_OBSERVATION_STATUS_MESSAGE] = message
@@ -456,6 +456,7 @@ class SpanRecorder:
             # A source is an identifier (kept with capture off), but a path or URL may hold what
             # redact hides or a credential.
             source = self.content.identifier(doc.source, self.max_attribute_chars)
+            source = otlp_safe(source) if source is not None else None
             if source is not None:
                 meta["source"] = source
             if capture:
@@ -597,6 +598,7 @@ class SpanRecorder:
         if missing:
             attrs[c.ATTR_JUDGE_MISSING_SCORES] = missing
         reason = self.content.reason(j.reason, self.max_attribute_chars)
+        reason = otlp_safe(reason) if reason is not None else None
         if j.reason is not None:
             attrs[c.ATTR_JUDGE_REASON_CHARS] = len(j.reason)
         if reason is not None:
@@ -604,7 +606,8 @@ class SpanRecorder:
             output["reason"] = reason
         status = j.details.get("status_code")
         status = status if isinstance(status, int) and not isinstance(status, bool) else None
-        error = self.content.error(j.error, status=status, limit=self.max_attribute_chars) if j.error else None
+        error = (otlp_safe(self.content.error(j.error, status=status, limit=self.max_attribute_chars) or "")
+                 if j.error else None)
         if error is not None:
             attrs[c.ATTR_JUDGE_ERROR] = error
             output["error"] = error
