@@ -39,7 +39,7 @@ from tests.support.llm_server import LLMServer, Scripted, judgement_json
 
 from ragaudit.demo.kb import DOCUMENTS, QUESTIONS
 from ragaudit.judges.chat import ChatRagJudge
-from ragaudit.judges.ensemble import ConsensusJudge, JuryJudge
+from ragaudit.judges.combinators.ensemble import ConsensusJudge, JuryJudge
 from ragaudit.judges.geval import GEVAL_SYSTEM_PROMPT, GEvalJudge
 from ragaudit.judges.pairwise import PAIRWISE_SYSTEM_PROMPT, PairwiseJudge
 from ragaudit.records import JudgeRequest, RetrievedDoc

@@ -16,9 +16,7 @@ import scipy.stats
 
 from ragaudit.cli import main
 from ragaudit.errors import ConfigurationError
-from ragaudit.evaluation.report import EvaluationReport, RowResult
-from ragaudit.judges.base import FakeJudge
-from ragaudit.judges.calibration import (
+from ragaudit.evaluation.calibration import (
     ConfusionMatrix,
     ZScoreNormalizer,
     average_ranks,
@@ -32,6 +30,8 @@ from ragaudit.judges.calibration import (
     spearman,
     verdicts_for,
 )
+from ragaudit.evaluation.report import EvaluationReport, RowResult
+from ragaudit.judges.base import FakeJudge
 from ragaudit.judges.chat import ChatRagJudge
 from ragaudit.records import SCORE_NAMES, Judgement, JudgeRequest, RagTurn
 from ragaudit.tracing.files import AuditLog

@@ -18,7 +18,7 @@ import pytest
 from ragaudit.errors import ConfigurationError, JudgeError
 from ragaudit.judges.base import BaseRagJudge, RagJudge
 from ragaudit.judges.chat import ChatRagJudge
-from ragaudit.judges.protocol import PROTOCOL_VERSION, REPAIR_PROMPT, SYSTEM_PROMPT
+from ragaudit.judges.llm.prompt import PROTOCOL_VERSION, REPAIR_PROMPT, SYSTEM_PROMPT
 from ragaudit.records import Judgement, JudgeRequest, RetrievedDoc
 from tests.support.judges import open_judge
 from tests.support.llm_server import Fault, LLMServer, RecordedRequest, Reply, judgement_json

@@ -12,7 +12,7 @@ import pytest
 
 from ragaudit.errors import ConfigurationError
 from ragaudit.judges.correctness import CORRECTNESS_PROTOCOL_VERSION, NO_REFERENCE, CorrectnessJudge
-from ragaudit.judges.protocol import PROTOCOL_VERSION, REPAIR_PROMPT, SYSTEM_PROMPT, build_messages
+from ragaudit.judges.llm.prompt import PROTOCOL_VERSION, REPAIR_PROMPT, SYSTEM_PROMPT, build_messages
 from ragaudit.records import JudgeRequest, RagTurn, RetrievedDoc
 from tests.support.judges import open_judge
 from tests.support.llm_server import LLMServer, RecordedRequest, judgement_json

@@ -14,7 +14,7 @@ import scipy.stats
 from ragaudit.errors import ConfigurationError
 from ragaudit.judges.base import FakeJudge, RagJudge
 from ragaudit.judges.chat import ChatRagJudge
-from ragaudit.judges.ensemble import ConsensusJudge, JuryJudge, trimmed_mean
+from ragaudit.judges.combinators.ensemble import ConsensusJudge, JuryJudge, trimmed_mean
 from ragaudit.records import SCORE_NAMES, Judgement, JudgeRequest
 from tests.support.judges import open_judge
 from tests.support.llm_server import Fault, LLMServer, Scripted, judgement_json

@@ -17,6 +17,7 @@ from langchain_core.runnables import Runnable, RunnableLambda, RunnablePassthrou
 
 from ragaudit import Auditor, Citation, ConfigurationError, FakeJudge, JudgeRequest, RagTurn, RetrievedDoc
 from ragaudit.cli import main
+from ragaudit.cli.eval import parse_fail_under, report_from_audit_log
 from ragaudit.evaluation import (
     DIAGNOSES,
     EvaluationReport,
@@ -27,7 +28,6 @@ from ragaudit.evaluation import (
     load_dataset,
     summarize,
 )
-from ragaudit.evaluation.cli import parse_fail_under, report_from_audit_log
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -19,7 +19,7 @@ import pytest
 from ragaudit import BaseRagJudge, ChatRagJudge, FakeJudge, Judgement, JudgeRequest, LexicalJudge
 from ragaudit.errors import ConfigurationError, RagAuditError
 from ragaudit.evaluation.runner import load_dataset
-from ragaudit.judges.cache import CachedJudge, JudgementCache, MemoryCache, SqliteCache, cache_key
+from ragaudit.judges.combinators.cache import CachedJudge, JudgementCache, MemoryCache, SqliteCache, cache_key
 from ragaudit.judges.cost import CostEstimate, estimate_cost
 from ragaudit.judges.rubric import Criterion, RubricJudge
 from ragaudit.judges.rules import RuleJudge, TieredJudge
@@ -157,7 +157,7 @@ def test_sqlite_round_trip_keeps_the_judgement(tmp_path: Path) -> None:
 _WRITER = """
 import sys
 from ragaudit import FakeJudge, Judgement, JudgeRequest
-from ragaudit.judges.cache import CachedJudge, SqliteCache
+from ragaudit.judges.combinators.cache import CachedJudge, SqliteCache
 
 cache = SqliteCache(sys.argv[1])
 judge = CachedJudge(FakeJudge(lambda r: Judgement(faithfulness=0.25, reason="made in the first process",

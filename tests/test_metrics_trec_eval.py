@@ -16,7 +16,7 @@ import pytest
 
 from ragaudit import metrics
 from ragaudit.errors import MetricError
-from ragaudit.metrics import retrieval
+from ragaudit.metrics import _docids, _inputs, _kernel, retrieval
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
 
@@ -313,7 +313,8 @@ def test_thousand_random_queries_without_ties_take_the_dict_fast_path() -> None:
 def test_result_does_not_depend_on_chunk_size(monkeypatch: pytest.MonkeyPatch) -> None:
     run, qrels = _random_case(seed=5, n_queries=300)
     whole = metrics.evaluate(run, qrels, MEASURES, per_query=True)
-    monkeypatch.setattr(retrieval, "_CHUNK_CELLS", 37)
+    monkeypatch.setattr(_kernel, "_CHUNK_CELLS", 37)
+    monkeypatch.setattr(_kernel, "_COUNT_CELLS", 50)
     small = metrics.evaluate(run, qrels, MEASURES, per_query=True)
     qids, docids, scores = _columns({q: d for q, d in run.items() if d})
     small_columns = metrics.evaluate_columns(qids, docids, scores, qrels, MEASURES, per_query=True)
@@ -325,11 +326,11 @@ def test_result_does_not_depend_on_chunk_size(monkeypatch: pytest.MonkeyPatch) -
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _CollidingIds(retrieval._DocIds):
+class _CollidingIds(_docids.DocIds):
     """Doc ids whose hash function maps everything to two values: collisions everywhere."""
 
     def hash(self, encoded: np.ndarray) -> np.ndarray:
-        return (retrieval._hash_fixed(encoded) & np.uint64(1)) << np.uint64(62)
+        return (_docids.hash_fixed(encoded) & np.uint64(1)) << np.uint64(62)
 
 
 def test_hash_collisions_are_settled_by_comparing_ids() -> None:
@@ -338,13 +339,12 @@ def test_hash_collisions_are_settled_by_comparing_ids() -> None:
     run, qrels = _random_case(seed=11, n_queries=200)
     nonempty = {q: d for q, d in run.items() if d}
     qids, docids, scores = _columns(nonempty)
-    prepared_qrels = retrieval._prepare_qrels(qrels)
-    prepared, n_run = retrieval._prepare_columns(qids, docids, scores, prepared_qrels)
+    prepared_qrels = _inputs.prepare_qrels(qrels)
+    prepared, n_run = _inputs.prepare_columns(qids, docids, scores, prepared_qrels)
     assert prepared.docs is not None
     colliding = dataclasses.replace(prepared, docs=_CollidingIds(prepared.docs.ids))
     keys = [(name, metrics.parse_measure(name)) for name in MEASURES]
-    plan = retrieval._Plan([m for _, m in keys], 1, "error")
-    ours = retrieval._finish(colliding, prepared_qrels, keys, plan, True, True, n_run)
+    ours = retrieval._finish(colliding, prepared_qrels, keys, 1, "error", True, True, n_run)
     reference = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES).evaluate(nonempty)
     _compare(ours, reference, nonempty, qrels, "colliding hashes")  # type: ignore[arg-type]
     dup_ids = prepared.docs.ids.copy()
@@ -352,7 +352,7 @@ def test_hash_collisions_are_settled_by_comparing_ids() -> None:
     dup_ids[first + 1] = dup_ids[first]
     duplicated = dataclasses.replace(prepared, docs=_CollidingIds(dup_ids))
     with pytest.raises(MetricError, match="more than once"):
-        retrieval._finish(duplicated, prepared_qrels, keys, plan, True, True, n_run)
+        retrieval._finish(duplicated, prepared_qrels, keys, 1, "error", True, True, n_run)
 
 
 @pytest.mark.parametrize("kind", ["object", "bytes", "int"])
@@ -392,3 +392,132 @@ def test_tables_match_trec_eval() -> None:
     ]:
         ours = metrics.evaluate(run_table, qrels_table, MEASURES, per_query=True)
         _compare(ours, reference, nonempty, qrels, type(run_table).__name__)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# Tie-heavy and rank-only runs, random, through every input path
+
+
+def _tied_case(
+    seed: int, n_queries: int = 400, tied_share: float = 0.6
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, int]]]:
+    """Runs as real retrievers write them: long doc ids sharing a prefix, BM25-like scores rounded
+    to one decimal in *tied_share* of the queries (many ties, some of them on judged docs), rows in
+    random order within each query."""
+    rng = np.random.default_rng(seed)
+    run: dict[str, dict[str, float]] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    for q in range(n_queries):
+        qid = f"query-{q:05d}"
+        depth = int(rng.integers(1, 60))
+        pool = rng.choice(5000, size=depth + 10, replace=False)
+        docs = [f"clueweb-{int(x):07d}" for x in pool[:depth]]
+        scores = rng.gamma(2.0, 3.0, depth)
+        scores = np.round(scores, 1) if rng.random() < tied_share else scores
+        run[qid] = dict(zip(docs, scores.tolist()))
+        judged = rng.choice(pool, size=int(rng.integers(1, 12)), replace=False)
+        qrels[qid] = {f"clueweb-{int(d):07d}": int(lab) for d, lab in zip(judged, rng.integers(-1, 4, len(judged)))}
+    return run, qrels
+
+
+def _rank_ordered(run: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    return {q: dict(sorted(docs.items(), key=lambda item: -item[1])) for q, docs in run.items()}
+
+
+def _assert_every_path_matches(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]], label: str) -> None:
+    pd = pytest.importorskip("pandas")
+    pa = pytest.importorskip("pyarrow")
+    reference = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES).evaluate(run)
+    _compare(metrics.evaluate(run, qrels, MEASURES, per_query=True), reference, run, qrels, f"{label}, dicts")
+    rows = [(q, d, s) for q, docs in run.items() for d, s in docs.items()]  # queries contiguous, as given
+    qids, docids, scores = (np.array(col) for col in zip(*rows))
+    scores = scores.astype(np.float64)
+    frame = pd.DataFrame({"qid": qids, "docid": docids, "score": scores})
+    inputs: dict[str, Any] = {
+        "numpy columns": (qids, docids, scores),
+        "numpy columns, queries interleaved": _columns(run, seed=3),
+        "object columns": (qids.astype(object), docids.astype(object), scores),
+        "pandas": frame,
+        "pyarrow": pa.Table.from_pandas(frame),
+    }
+    for name, given in inputs.items():
+        if isinstance(given, tuple):
+            ours = metrics.evaluate_columns(*given, qrels, MEASURES, per_query=True)
+        else:
+            ours = metrics.evaluate(given, qrels, MEASURES, per_query=True)
+        _compare(ours, reference, run, qrels, f"{label}, {name}")
+
+
+@pytest.mark.parametrize("tied_share", [0.05, 0.6, 1.0])
+def test_tie_heavy_runs_match_trec_eval_on_every_input_and_row_order(tied_share: float) -> None:
+    run, qrels = _tied_case(seed=int(tied_share * 100), tied_share=tied_share)
+    tied_queries = sum(len(set(np.float32(list(d.values())).tolist())) < len(d) for d in run.values())
+    assert tied_queries >= 0.02 * len(run)  # the data does tie
+    _assert_every_path_matches(run, qrels, f"{tied_share:.0%} rounded, shuffled rows")
+    _assert_every_path_matches(_rank_ordered(run), qrels, f"{tied_share:.0%} rounded, rank order")
+
+
+def test_every_doc_of_a_query_tied_matches_trec_eval() -> None:
+    rng = np.random.default_rng(4)
+    run = {f"q{q}": {f"doc-{int(d)}": 1.0 for d in rng.choice(300, 80, replace=False)} for q in range(50)}
+    qrels = {q: {d: int(rng.integers(0, 3)) for d in list(docs)[::7]} for q, docs in run.items()}
+    _assert_every_path_matches(run, qrels, "all tied")
+
+
+def _rank_only_case(seed: int) -> tuple[dict[str, list[str]], dict[str, dict[str, int]]]:
+    run, qrels = _tied_case(seed, n_queries=300)
+    rng = random.Random(seed)
+    ranked: dict[str, list[str]] = {}
+    for q, docs in run.items():
+        ids = list(docs)
+        rng.shuffle(ids)
+        ranked[q] = ids
+    return ranked, qrels
+
+
+def test_rank_only_runs_match_trec_eval_on_every_input() -> None:
+    pd = pytest.importorskip("pandas")
+    pa = pytest.importorskip("pyarrow")
+    ranked, qrels = _rank_only_case(seed=21)
+    # trec_eval needs scores: give it -rank, so its order is the list's own.
+    as_scores = {q: {d: -float(i) for i, d in enumerate(ids)} for q, ids in ranked.items()}
+    reference = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES).evaluate(as_scores)
+    _compare(metrics.evaluate(ranked, qrels, MEASURES, per_query=True), reference, as_scores, qrels, "lists")
+    rows = [(q, d, i + 1) for q, ids in ranked.items() for i, d in enumerate(ids)]
+    qids, docids, ranks = (np.array(col) for col in zip(*rows))
+    by_columns = metrics.evaluate_columns(qids, docids, None, qrels, MEASURES, per_query=True)
+    _compare(by_columns, reference, as_scores, qrels, "columns without scores")
+    frame = pd.DataFrame({"qid": qids, "docid": docids, "rank": ranks}).sample(frac=1.0, random_state=2)
+    for table in (frame, pa.Table.from_pandas(frame)):
+        ours = metrics.evaluate(table, qrels, MEASURES, per_query=True)
+        _compare(ours, reference, as_scores, qrels, f"{type(table).__name__} with a rank column")
+    # Queries interleaved: each query's rows keep their relative order, which is the ranking.
+    keys = np.random.default_rng(5).random(len(qids))
+    for q in ranked:
+        block = np.flatnonzero(qids == q)
+        keys[block] = np.sort(keys[block])
+    stable = np.argsort(keys)
+    interleaved = metrics.evaluate_columns(qids[stable], docids[stable], None, qrels, MEASURES, per_query=True)
+    _compare(interleaved, reference, as_scores, qrels, "columns without scores, interleaved")
+
+
+def test_rank_only_duplicates_are_refused_or_keep_their_best_rank() -> None:
+    qrels = {"q": {"a": 1, "c": 2, "e": 1}}
+    with pytest.raises(MetricError, match=r"query 'q'.*'a'.*more than once"):
+        metrics.evaluate({"q": ["b", "a", "c", "a"]}, qrels, ["ndcg@10"])
+    with pytest.raises(MetricError, match="more than once"):
+        metrics.evaluate_columns(["q"] * 4, ["b", "a", "c", "a"], None, qrels, ["ndcg@10"])
+    deduped = {"q": {"b": -0.0, "a": -1.0, "c": -2.0, "e": -3.0}}
+    reference = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES).evaluate(deduped)
+    given = ["b", "a", "c", "a", "b", "e"]
+    kept = metrics.evaluate({"q": given}, qrels, MEASURES, per_query=True, on_duplicate="max")
+    _compare(kept, reference, deduped, qrels, "lists, on_duplicate='max'")
+    kept_columns = metrics.evaluate_columns(
+        ["q"] * len(given), given, None, qrels, MEASURES, per_query=True, on_duplicate="max"
+    )
+    _compare(kept_columns, reference, deduped, qrels, "columns, on_duplicate='max'")
+
+
+def test_every_declared_measure_is_cross_checked_here() -> None:
+    # Adding a measure is one entry in measures.ENTRIES: this keeps its trec_eval check from being forgotten.
+    assert {metrics.parse_measure(name).name for name in MEASURES} == set(metrics.MEASURE_NAMES)

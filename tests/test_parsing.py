@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragaudit.judges.parsing import ParsedScores, parse_judgement
+from ragaudit.judges.llm.parsing import ParsedScores, parse_judgement
 
 
 def scores(text: str) -> tuple[float | None, float | None, float | None]:

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ragaudit.errors import ConfigurationError
-from ragaudit.judges.protocol import (
+from ragaudit.judges.llm.prompt import (
     REPAIR_PROMPT,
     SYSTEM_PROMPT,
     build_messages,
@@ -160,7 +160,7 @@ def test_marker_fragments_never_reassemble(parts: list[str]) -> None:
 
 def test_question_and_answer_are_capped_with_a_marker() -> None:
     from ragaudit import JudgeRequest
-    from ragaudit.judges.protocol import MAX_ANSWER_CHARS, MAX_QUESTION_CHARS, build_messages
+    from ragaudit.judges.llm.prompt import MAX_ANSWER_CHARS, MAX_QUESTION_CHARS, build_messages
 
     request = JudgeRequest(query="q" * (MAX_QUESTION_CHARS + 10), answer="a" * (MAX_ANSWER_CHARS + 5), context="c")
     user = build_messages(request, nonce="n0nce123")[1]["content"]
@@ -170,7 +170,7 @@ def test_question_and_answer_are_capped_with_a_marker() -> None:
 
 
 def test_every_judge_prompt_caps_question_and_answers() -> None:
-    from ragaudit.judges.protocol import MAX_ANSWER_CHARS, MAX_QUESTION_CHARS, wrap_untrusted
+    from ragaudit.judges.llm.prompt import MAX_ANSWER_CHARS, MAX_QUESTION_CHARS, wrap_untrusted
 
     assert "…[truncated 1 chars]" in wrap_untrusted("question", "q" * (MAX_QUESTION_CHARS + 1), "n0nce123")
     assert "…[truncated 2 chars]" in wrap_untrusted("answer_b", "a" * (MAX_ANSWER_CHARS + 2), "n0nce123")

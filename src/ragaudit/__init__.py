@@ -72,16 +72,16 @@ _LAZY = {
     "CorrectnessJudge": ("ragaudit.judges.correctness", "CorrectnessJudge"),
     "RuleJudge": ("ragaudit.judges.rules", "RuleJudge"),
     "TieredJudge": ("ragaudit.judges.rules", "TieredJudge"),
-    "CachedJudge": ("ragaudit.judges.cache", "CachedJudge"),
-    "MemoryCache": ("ragaudit.judges.cache", "MemoryCache"),
-    "SqliteCache": ("ragaudit.judges.cache", "SqliteCache"),
+    "CachedJudge": ("ragaudit.judges.combinators.cache", "CachedJudge"),
+    "MemoryCache": ("ragaudit.judges.combinators.cache", "MemoryCache"),
+    "SqliteCache": ("ragaudit.judges.combinators.cache", "SqliteCache"),
     "estimate_cost": ("ragaudit.judges.cost", "estimate_cost"),
     "CostEstimate": ("ragaudit.judges.cost", "CostEstimate"),
     "GEvalJudge": ("ragaudit.judges.geval", "GEvalJudge"),
     "PairwiseJudge": ("ragaudit.judges.pairwise", "PairwiseJudge"),
-    "JuryJudge": ("ragaudit.judges.ensemble", "JuryJudge"),
-    "ConsensusJudge": ("ragaudit.judges.ensemble", "ConsensusJudge"),
-    "calibrate": ("ragaudit.judges.calibration", "calibrate"),
+    "JuryJudge": ("ragaudit.judges.combinators.ensemble", "JuryJudge"),
+    "ConsensusJudge": ("ragaudit.judges.combinators.ensemble", "ConsensusJudge"),
+    "calibrate": ("ragaudit.evaluation.calibration", "calibrate"),
     "evaluate": ("ragaudit.evaluation", "evaluate"),
     "EvaluationReport": ("ragaudit.evaluation", "EvaluationReport"),
     "assert_rag_quality": ("ragaudit.evaluation", "assert_rag_quality"),
@@ -93,13 +93,13 @@ if TYPE_CHECKING:
     from . import metrics, tracing
     from .auditor import Auditor
     from .evaluation import EvaluationReport, assert_rag_quality, evaluate
+    from .evaluation.calibration import calibrate
     from .judges import default_judge
-    from .judges.cache import CachedJudge, MemoryCache, SqliteCache
-    from .judges.calibration import calibrate
     from .judges.chat import ChatRagJudge
+    from .judges.combinators.cache import CachedJudge, MemoryCache, SqliteCache
+    from .judges.combinators.ensemble import ConsensusJudge, JuryJudge
     from .judges.correctness import CorrectnessJudge
     from .judges.cost import CostEstimate, estimate_cost
-    from .judges.ensemble import ConsensusJudge, JuryJudge
     from .judges.geval import GEvalJudge
     from .judges.lexical import LexicalJudge
     from .judges.pairwise import PairwiseJudge

@@ -22,7 +22,7 @@ from langchain_core.documents import Document
 
 from ragaudit import Auditor, ChatRagJudge, JudgeRequest, RetrievedDoc
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
-from ragaudit.judges.protocol import SYSTEM_PROMPT, sanitize_untrusted
+from ragaudit.judges.llm.prompt import SYSTEM_PROMPT, sanitize_untrusted
 from ragaudit.records import SCORE_NAMES
 from ragaudit.tracing.files import read_audit_log
 from tests.reliability._support import Collected, FixedRetriever, rag_chain

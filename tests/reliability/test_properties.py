@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from ragaudit import ChatRagJudge, Judgement, JudgeRequest
-from ragaudit.judges.parsing import ParsedScores, parse_judgement
-from ragaudit.judges.protocol import wrap_untrusted
+from ragaudit.judges.llm.parsing import ParsedScores, parse_judgement
+from ragaudit.judges.llm.prompt import wrap_untrusted
 from ragaudit.metrics import evaluate, score_ranking
 from ragaudit.records import SCORE_NAMES
 from tests.support.llm_server import LLMServer
@@ -102,7 +102,7 @@ hostile = st.one_of(st.text(), st.lists(marker_pieces, max_size=30).map("".join)
 @SETTINGS
 @given(hostile, hostile, hostile)
 def test_any_content_stays_inside_intact_delimiters(question: str, answer: str, context: str) -> None:
-    from ragaudit.judges.protocol import build_messages
+    from ragaudit.judges.llm.prompt import build_messages
 
     user = build_messages(JudgeRequest(query=question, answer=answer, context=context), nonce="0f1e2d3c4b5a6978")[1]
     text = user["content"]

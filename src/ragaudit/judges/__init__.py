@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 from .base import BaseRagJudge, FakeJudge, JudgeError, RagJudge
 
 if TYPE_CHECKING:
-    from .cache import CachedJudge, MemoryCache, SqliteCache
-    from .calibration import ZScoreNormalizer, calibrate, consistency
+    from ..evaluation.calibration import ZScoreNormalizer, calibrate, consistency
     from .chat import ChatRagJudge
+    from .combinators.cache import CachedJudge, MemoryCache, SqliteCache
+    from .combinators.ensemble import ConsensusJudge, JuryJudge
     from .correctness import CorrectnessJudge
     from .cost import CostEstimate, estimate_cost
-    from .ensemble import ConsensusJudge, JuryJudge
     from .geval import GEvalJudge
     from .lexical import LexicalJudge
     from .pairwise import PairwiseJudge, PairwiseResult, TournamentResult
@@ -25,12 +25,13 @@ if TYPE_CHECKING:
     from .rules import RuleJudge, TieredJudge
 
 _LAZY = {
-    "CachedJudge": ".cache", "MemoryCache": ".cache", "SqliteCache": ".cache",
-    "ZScoreNormalizer": ".calibration", "calibrate": ".calibration", "consistency": ".calibration",
+    "CachedJudge": ".combinators.cache", "MemoryCache": ".combinators.cache", "SqliteCache": ".combinators.cache",
+    "ZScoreNormalizer": "..evaluation.calibration", "calibrate": "..evaluation.calibration",
+    "consistency": "..evaluation.calibration",
     "ChatRagJudge": ".chat",
     "CorrectnessJudge": ".correctness",
     "CostEstimate": ".cost", "estimate_cost": ".cost",
-    "ConsensusJudge": ".ensemble", "JuryJudge": ".ensemble",
+    "ConsensusJudge": ".combinators.ensemble", "JuryJudge": ".combinators.ensemble",
     "GEvalJudge": ".geval",
     "LexicalJudge": ".lexical",
     "PairwiseJudge": ".pairwise", "PairwiseResult": ".pairwise", "TournamentResult": ".pairwise",

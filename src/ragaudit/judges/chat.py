@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import JudgeError
 from ..records import Judgement, JudgeRequest
-from ._endpoint import EndpointJudge, Flow, Tally, choice_text, completion_choices
 from .base import BaseRagJudge
-from .parsing import parse_judgement
-from .protocol import PROTOCOL_VERSION, REPAIR_PROMPT, build_messages, build_repair_messages
+from .llm.endpoint import EndpointJudge, Flow, Tally, choice_text, completion_choices
+from .llm.parsing import parse_judgement
+from .llm.prompt import PROTOCOL_VERSION, REPAIR_PROMPT, build_messages, build_repair_messages
 
 if TYPE_CHECKING:
     import openai
 
-    from ._endpoint import AnyClient
+    from .llm.endpoint import AnyClient
 
 __all__ = ["ChatRagJudge"]
 
@@ -47,10 +47,10 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
     """A RAG judge backed by any OpenAI-compatible chat-completions endpoint.
 
     One call per answer returns all three scores, with the fixed protocol of
-    :mod:`ragaudit.judges.protocol`: the system prompt, temperature *temperature* (0 by default),
+    :mod:`ragaudit.judges.llm.prompt`: the system prompt, temperature *temperature* (0 by default),
     ``response_format={"type": "json_object"}``, the question, answer and context inside
     delimiters they cannot close, and a rubric with anchors. The reply is read by
-    :func:`~ragaudit.judges.parsing.parse_judgement`.
+    :func:`~ragaudit.judges.llm.parsing.parse_judgement`.
 
     Endpoints: OpenAI by default; ``base_url`` for vLLM, Ollama, LM Studio and other compatible
     servers (no key needed there); or a ready ``client``: an ``openai.OpenAI``, ``AsyncOpenAI``,

@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, JudgeRequest, truncate
 from .chat import _Reading
-from .parsing import parse_judgement
-from .protocol import PROTOCOL_VERSION, REPAIR_PROMPT, build_messages, new_nonce, wrap_untrusted
+from .llm.parsing import parse_judgement
+from .llm.prompt import PROTOCOL_VERSION, REPAIR_PROMPT, build_messages, new_nonce, wrap_untrusted
 from .rubric import ScoreName, _find_object, _normalised, _number, _StructuredChatJudge
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from ._endpoint import ChatJudgeSettings
+    from .llm.endpoint import ChatJudgeSettings
 
 __all__ = ["CORRECTNESS_PROTOCOL_VERSION", "CorrectnessJudge"]
 

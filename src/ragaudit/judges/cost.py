@@ -45,7 +45,7 @@ class CostEstimate:
     """Judge calls and tokens, estimated.
 
     ``rows`` is how many rows were estimated and ``cached_rows`` how many of them a
-    :class:`~ragaudit.judges.cache.CachedJudge` already holds (they cost nothing).
+    :class:`~ragaudit.judges.combinators.cache.CachedJudge` already holds (they cost nothing).
     ``assumptions`` says which sizes were assumed for rows that lacked an answer or context.
     """
 
@@ -124,7 +124,7 @@ _STANDARD_REPLY = {"faithfulnessScore": 0.75, "contextRelevanceScore": 0.75, "an
 
 
 def _standard_call(request: JudgeRequest, chars_per_token: float, max_context_chars: int | None) -> CostEstimate:
-    from .protocol import build_messages
+    from .llm.prompt import build_messages
 
     messages = build_messages(request, max_context_chars=max_context_chars)
     return chat_call_estimate(messages, typical_reply_chars(_STANDARD_REPLY), chars_per_token)
@@ -148,7 +148,7 @@ def estimate_request(
     """What judging one *request* with *judge* would cost (``rows`` is left at 0).
 
     Judges implementing :class:`CostAware` answer themselves (wrappers such as
-    :class:`~ragaudit.judges.cache.CachedJudge` call this function for the judge they wrap);
+    :class:`~ragaudit.judges.combinators.cache.CachedJudge` call this function for the judge they wrap);
     a :class:`~ragaudit.ChatRagJudge` counts its exact prompt; ``FakeJudge`` and
     ``LexicalJudge`` cost nothing; any other judge ``calls_per_judgement`` standard calls.
     """

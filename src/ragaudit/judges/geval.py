@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ..errors import ConfigurationError, JudgeError
 from ..records import SCORE_NAMES, Judgement, JudgeRequest, truncate
-from ._endpoint import (
+from .base import BaseRagJudge
+from .cost import CostEstimate, chat_call_estimate, typical_reply_chars
+from .llm.endpoint import (
     EndpointJudge,
     Flow,
     Result,
@@ -36,13 +38,11 @@ from ._endpoint import (
     choice_text,
     completion_choices,
 )
-from .base import BaseRagJudge
-from .cost import CostEstimate, chat_call_estimate, typical_reply_chars
-from .parsing import find_json_object
-from .protocol import new_nonce, wrap_untrusted
+from .llm.parsing import find_json_object
+from .llm.prompt import new_nonce, wrap_untrusted
 
 if TYPE_CHECKING:
-    from ._endpoint import AnyClient
+    from .llm.endpoint import AnyClient
 
 __all__ = [
     "GEVAL_PROTOCOL_VERSION",

@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ..errors import ConfigurationError, JudgeError
 from ..records import truncate
-from ._endpoint import EndpointJudge, Flow, Result, Tally, completion_choices
 from .geval import _json_object
-from .protocol import new_nonce, wrap_untrusted
+from .llm.endpoint import EndpointJudge, Flow, Result, Tally, completion_choices
+from .llm.prompt import new_nonce, wrap_untrusted
 
 if TYPE_CHECKING:
-    from ._endpoint import AnyClient
+    from .llm.endpoint import AnyClient
 
 __all__ = [
     "PAIRWISE_PROTOCOL_VERSION",

@@ -21,13 +21,13 @@ from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Judgement, JudgeRequest, truncate
 from .chat import ChatRagJudge, _Reading, _Run
 from .cost import CostEstimate, chat_call_estimate, typical_reply_chars
-from .parsing import find_json_object, norm_key
-from .protocol import new_nonce, wrap_untrusted
+from .llm.parsing import find_json_object, norm_key
+from .llm.prompt import new_nonce, wrap_untrusted
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from ._endpoint import ChatJudgeSettings
+    from .llm.endpoint import ChatJudgeSettings
 
 __all__ = ["RUBRIC_PROTOCOL_VERSION", "Criterion", "RubricJudge", "ScoreName"]
 
@@ -154,7 +154,7 @@ def _normalised(obj: Mapping[Any, Any]) -> dict[str, Any]:
 
 
 def _find_object(text: str, wanted: Callable[[dict[str, Any]], bool]) -> tuple[dict[str, Any] | None, list[str]]:
-    """The JSON object in *text* that *wanted* accepts (see :func:`~ragaudit.judges.parsing.find_json_object`)."""
+    """The JSON object in *text* that *wanted* accepts (see :func:`~ragaudit.judges.llm.parsing.find_json_object`)."""
     if "{" not in text:
         return None, ["no JSON object in the judge output"]
     notes: list[str] = []

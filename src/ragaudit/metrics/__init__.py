@@ -5,14 +5,17 @@ from ragaudit import metrics
 metrics.evaluate(run, qrels, ["ndcg@10", "recall@5", "mrr@10", "map"])
 # run: {qid: {docid: score}}, qrels: {qid: {docid: int}} -> {"ndcg@10": 0.61, ...}
 metrics.evaluate_columns(qids, docids, scores, qrels, ["ndcg@10"])   # numpy / pandas / pyarrow columns
+metrics.evaluate({"q1": ["d3", "d1", "d7"]}, qrels, ["P@3"])   # rank-only run: doc ids, best first
 metrics.score_ranking(["d3", "d1", "d7"], {"d1": 1}, ["recall@3", "mrr@3"])  # one turn, already ranked
 metrics.evaluate(metrics.read_run("run.trec"), metrics.read_qrels("qrels.txt"), ["P@5"])
 ```
 
 Numbers match ``trec_eval``/``pytrec_eval`` (scores compared as 32-bit floats, ties broken by doc
 id descending, P@K divides by K, NDCG with the raw label as gain ...);
-:mod:`ragaudit.metrics.retrieval` documents every rule. Imports numpy only: no JIT, no pandas
-(pandas and pyarrow tables are accepted when the caller has them).
+:mod:`ragaudit.metrics.retrieval` documents every rule, :mod:`ragaudit.metrics.measures` every
+measure (one declared entry each, its formula written once for both batch and single-query use).
+Imports numpy only: no JIT, no pandas (pandas and pyarrow tables are accepted when the caller has
+them).
 """
 
 from __future__ import annotations

@@ -17,10 +17,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..errors import ConfigurationError
-from ..records import SCORE_NAMES, Judgement, JudgeRequest
-from .base import BaseRagJudge, RagJudge
-from .cost import CostEstimate, estimate_request
+from ...errors import ConfigurationError
+from ...records import SCORE_NAMES, Judgement, JudgeRequest
+from ..base import BaseRagJudge, RagJudge
+from ..cost import CostEstimate, estimate_request
 
 __all__ = ["ConsensusJudge", "JuryJudge", "trimmed_mean"]
 

@@ -11,8 +11,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from . import __version__
-from .errors import RagAuditError
+from .. import __version__
+from ..errors import RagAuditError
 
 __all__ = ["build_parser", "main"]
 
@@ -50,7 +50,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
                    help="CI gate: exit 1 when the mean of NAME is below VALUE (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="estimate judge calls and tokens, run nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(handler=("ragaudit.evaluation.cli", "eval_command"))
+    p.set_defaults(handler=("ragaudit.cli.eval", "eval_command"))
 
 
 def _add_metrics(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -76,7 +76,7 @@ def _add_report(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     p.add_argument("--json", dest="json_out", default=None)
     p.add_argument("--limit", type=int, default=20, help="how many turns to show")
     p.add_argument("--fail-under", action="append", default=[], metavar="NAME=VALUE")
-    p.set_defaults(handler=("ragaudit.evaluation.cli", "report_command"))
+    p.set_defaults(handler=("ragaudit.cli.eval", "report_command"))
 
 
 def _add_calibrate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -85,11 +85,11 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     p.add_argument("judgements", help="audit log or JSON report with judgements")
     p.add_argument("--threshold", type=float, default=0.5, help="pass threshold on [0, 1] scores")
     p.add_argument("--format", choices=["table", "json"], default="table")
-    p.set_defaults(handler=("ragaudit.judges.calibration", "cli_command"))
+    p.set_defaults(handler=("ragaudit.evaluation.calibration", "cli_command"))
 
 
 def _metrics_command(args: argparse.Namespace) -> int:
-    from .metrics.io import metrics_command
+    from ..metrics.io import metrics_command
 
     print(metrics_command(args.run, args.qrels, args.metrics, args.per_query, args.format,
                           relevance_level=args.relevance_level, judged_only=not args.all_queries,
@@ -128,7 +128,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -25,10 +25,10 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import ConfigurationError, RagAuditError
-from ..records import Judgement, JudgeRequest
-from .base import BaseRagJudge, RagJudge
-from .cost import CostEstimate, estimate_request
+from ...errors import ConfigurationError, RagAuditError
+from ...records import Judgement, JudgeRequest
+from ..base import BaseRagJudge, RagJudge
+from ..cost import CostEstimate, estimate_request
 
 __all__ = ["CACHE_KEY_VERSION", "CachedJudge", "JudgementCache", "MemoryCache", "SqliteCache", "cache_key"]
 

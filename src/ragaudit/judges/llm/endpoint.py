@@ -31,8 +31,8 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, TypeVar
 
-from ..content import register_client, register_secret, scrub, scrub_url
-from ..errors import ConfigurationError, JudgeError
+from ...content import register_client, register_secret, scrub, scrub_url
+from ...errors import ConfigurationError, JudgeError
 
 if TYPE_CHECKING:
     import openai

@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError, MetricError
+from ..evaluation.report import DIAGNOSES, EvaluationReport, RowResult, diagnose
+from ..evaluation.runner import DEFAULT_METRICS, is_pipeline, load_dataset
 from ..records import SCORE_NAMES
-from .report import DIAGNOSES, EvaluationReport, RowResult, diagnose
-from .runner import DEFAULT_METRICS, is_pipeline, load_dataset
 
 __all__ = [
     "eval_command",
@@ -218,7 +218,7 @@ def eval_command(args: argparse.Namespace) -> int:
     else:
         pipeline = resolve_pipeline(pipeline_spec)
 
-    from .runner import evaluate
+    from ..evaluation.runner import evaluate
 
     report = evaluate(dataset, pipeline, judge=judge, metrics=metrics, concurrency=args.concurrency,
                       progress=not args.no_progress)

@@ -29,8 +29,8 @@ from typing import Any, TextIO
 import numpy as np
 
 from ..errors import ConfigurationError, RagAuditError
+from ..judges.base import RagJudge
 from ..records import SCORE_NAMES, Judgement, JudgeRequest
-from .base import RagJudge
 
 __all__ = [
     "AGREEMENT_FLOOR",

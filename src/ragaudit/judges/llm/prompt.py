@@ -14,8 +14,8 @@ import re
 import secrets
 from typing import Any
 
-from ..errors import ConfigurationError
-from ..records import JudgeRequest, truncate
+from ...errors import ConfigurationError
+from ...records import JudgeRequest, truncate
 
 __all__ = [
     "MAX_ANSWER_CHARS",

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..records import SCORE_NAMES
+from ...records import SCORE_NAMES
 
 __all__ = ["ParsedScores", "find_json_object", "norm_key", "parse_judgement"]
 

@@ -1,0 +1,3 @@
+"""Judges made of other judges: jury and consensus (``ensemble``), cached (``cache``) and tiered."""
+
+__all__: list[str] = []

@@ -1,0 +1,149 @@
+"""Doc ids: one array of them per run, and a 63-bit hash under which equal ids always agree.
+
+A string hashes alike whatever the width of the numpy array holding it (padding adds nothing) and
+whether its units are read one at a time or eight bytes at a time, so a run's ids and the qrels'
+ids pair up by hash. A hash is only ever a shortcut: every match found by hash is confirmed by
+comparing the ids themselves, so a collision costs time, never a wrong number.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import MetricError
+from ._tables import arrow_strings, qid_text
+
+__all__ = ["DocIds", "docids_from_array", "hash_fixed", "id_codes"]
+
+_HASH_MASK = np.uint64(0x7FFF_FFFF_FFFF_FFFF)
+# Rows hashed per step: the block's words stay in cache across the per-word passes.
+_HASH_ROWS = 1 << 14
+
+
+def _weights(width: int) -> np.ndarray:
+    z = (np.arange(1, width + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)) ^ np.uint64(0xD1B54A32D192ED03)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return (z ^ (z >> np.uint64(31))) | np.uint64(1)
+
+
+def _str_len(arr: np.ndarray) -> np.ndarray:
+    strings = getattr(np, "strings", None)
+    return strings.str_len(arr) if strings is not None else np.char.str_len(arr)
+
+
+def hash_fixed(arr: np.ndarray) -> np.ndarray:
+    """Hash a 'U' or 'S' array: a weighted sum (mod 2**64) of its code units.
+
+    The hash of a string does not depend on the array's width (padding adds nothing) nor on
+    whether the units are read one by one or eight bytes at a time (the weights of single units
+    are those of 64-bit words shifted into place), so a run and its qrels always hash alike.
+    """
+    n = len(arr)
+    out = np.zeros(n, dtype=np.uint64)
+    if n == 0 or arr.itemsize == 0:
+        return out
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    arr = np.ascontiguousarray(arr)
+    unit = 4 if arr.dtype.kind == "U" else 1
+    # Wide dtypes (ids cast from ints are U21) are mostly padding: skip the columns no id uses.
+    used_bytes = int(_str_len(arr).max()) * unit if arr.itemsize > 32 else arr.itemsize
+    if used_bytes == 0:
+        return out
+    if arr.itemsize % 8 == 0 and sys.byteorder == "little":
+        view: np.ndarray = arr.view(np.uint64).reshape(n, -1)[:, : -(-used_bytes // 8)]
+        weights = _weights(view.shape[1])
+    else:
+        view = arr.view(np.uint32 if unit == 4 else np.uint8).reshape(n, -1)[:, : used_bytes // unit]
+        per_word = 8 // unit
+        j = np.arange(view.shape[1], dtype=np.uint64)
+        weights = _weights(-(-view.shape[1] // per_word))[j // np.uint64(per_word)] << (
+            np.uint64(8 * unit) * (j % np.uint64(per_word))
+        )
+    for start in range(0, n, _HASH_ROWS):
+        block = view[start : start + _HASH_ROWS]
+        h = out[start : start + _HASH_ROWS]
+        np.multiply(block[:, 0], weights[0], out=h, casting="unsafe")
+        for k in range(1, block.shape[1]):
+            h += block[:, k] * weights[k]
+    out &= _HASH_MASK
+    return out
+
+
+def _hash_objects(values: Iterable[Any], n: int) -> np.ndarray:
+    return np.fromiter(map(hash, values), dtype=np.int64, count=n).view(np.uint64) & _HASH_MASK
+
+
+@dataclass(frozen=True, slots=True)
+class DocIds:
+    """Doc ids of the run (for exact checks and tie-breaks) and how to hash them and others alike."""
+
+    ids: np.ndarray
+
+    def encode(self, docids: list[str]) -> np.ndarray:
+        """*docids* (strings) as an array comparable with :attr:`ids`."""
+        kind = self.ids.dtype.kind
+        if kind == "U":
+            width = max(map(len, docids), default=1) or 1
+            return np.fromiter(docids, dtype=f"U{width}", count=len(docids))
+        if kind == "S":
+            pa = sys.modules.get("pyarrow")
+            if pa is not None and docids:
+                fixed = arrow_strings(pa.array(docids, pa.string()), "doc ids")
+                if fixed is not None:
+                    return fixed
+            encoded = [d.encode("utf-8") for d in docids]
+            width = max(map(len, encoded), default=1) or 1
+            return np.fromiter(encoded, dtype=f"S{width}", count=len(encoded))
+        out = np.empty(len(docids), dtype=object)
+        out[:] = docids
+        return out
+
+    def hash(self, encoded: np.ndarray) -> np.ndarray:
+        if self.ids.dtype.kind in "US":
+            return hash_fixed(encoded)
+        return _hash_objects(encoded, len(encoded))
+
+    def text(self, index: int) -> str:
+        value = self.ids[index]
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+    def take(self, index: np.ndarray) -> DocIds:
+        return DocIds(self.ids[index])
+
+
+def docids_from_array(arr: np.ndarray) -> DocIds:
+    kind = arr.dtype.kind
+    if kind in "iu":
+        arr = arr.astype(str)
+        kind = "U"
+    if kind in "US":
+        return DocIds(arr)
+    if kind == "O":
+        types = set(map(type, arr))
+        if not types <= {str}:
+            for i, value in enumerate(arr):
+                if value is None or (isinstance(value, float) and math.isnan(value)):
+                    raise MetricError(f"doc id at row {i} is missing ({value!r})")
+                if not isinstance(value, (str, bytes, int, np.integer)):
+                    raise MetricError(f"doc id at row {i} must be a string, got {value!r}")
+            arr = np.array([v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in arr], dtype=object)
+        return DocIds(arr)
+    raise MetricError(f"doc ids must be strings (or integers), got an array of {arr.dtype}")
+
+
+def id_codes(ids: np.ndarray) -> np.ndarray:
+    """Integer codes equal for equal ids (as strings); different ids may rarely share one (a hash)."""
+    kind = ids.dtype.kind
+    if kind in "iu":
+        return ids.astype(np.int64)
+    if kind in "US":
+        return hash_fixed(ids)
+    return _hash_objects((qid_text(v) for v in ids), len(ids))

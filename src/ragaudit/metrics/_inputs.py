@@ -1,0 +1,419 @@
+"""Preparing inputs: qrels and runs of every form, validated, as query-grouped arrays.
+
+Runs come as nested dicts ``{qid: {docid: score}}``, rank-only nested lists ``{qid: [docid, ...]}``
+(best first), three columns (numpy, lists, pandas, pyarrow; scores optional) or tables. Every form
+ends as a :class:`PreparedRun`: the evaluated queries (those in the qrels), their rows grouped by
+query, one score per row (or none: rank-only), and the doc ids (a numpy array, or the caller's
+own dicts, which are never copied row by row).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any
+
+import numpy as np
+
+from ..errors import MetricError
+from ._docids import DocIds, docids_from_array, id_codes
+from ._tables import DOCID_NAMES, LABEL_NAMES, QID_NAMES, QidRuns, coded_ids, is_table, qid_text, table_column, to_numpy
+
+__all__ = [
+    "PreparedQrels",
+    "PreparedRun",
+    "as_label",
+    "check_level",
+    "check_on_duplicate",
+    "duplicate_message",
+    "prepare_columns",
+    "prepare_dict_run",
+    "prepare_qrels",
+]
+
+
+def check_on_duplicate(on_duplicate: str) -> None:
+    if on_duplicate not in ("error", "max"):
+        raise MetricError(f"on_duplicate must be 'error' or 'max', got {on_duplicate!r}")
+
+
+def check_level(relevance_level: Any) -> int:
+    if isinstance(relevance_level, (bool, np.bool_)) or not isinstance(relevance_level, (int, np.integer)):
+        raise MetricError(f"relevance_level must be an integer >= 1, got {relevance_level!r}")
+    level = int(relevance_level)
+    if level < 1:
+        raise MetricError(f"relevance_level must be >= 1 (labels <= 0 are never relevant), got {relevance_level!r}")
+    return level
+
+
+def duplicate_message(qid: str, docid: str) -> str:
+    return (
+        f"query {qid!r}: doc id {docid!r} appears more than once in the run (trec_eval refuses "
+        "duplicates); pass on_duplicate='max' to keep its highest score"
+    )
+
+
+def as_label(value: Any, qid: str, docid: str) -> int:
+    if isinstance(value, (int, np.integer, np.bool_)):
+        return int(value)
+    if isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
+        return int(value)
+    raise MetricError(f"qrels label for query {qid!r}, doc {docid!r} must be an integer, got {value!r}")
+
+
+def _labels_array(values: list[Any], qids: Sequence[str], docids: list[str]) -> np.ndarray:
+    """Validate qrels labels in bulk; the slow per-value path only runs to name a bad one."""
+    try:
+        arr = np.asarray(values)
+    except (TypeError, ValueError):
+        arr = np.asarray(values, dtype=object)
+    if arr.dtype.kind in "iub":
+        return arr.astype(np.int64, copy=False)
+    if arr.dtype.kind == "f":
+        good = np.isfinite(arr)
+        good[good] = arr[good] == np.floor(arr[good])
+        if good.all():
+            return arr.astype(np.int64)
+        bad = int(np.flatnonzero(~good)[0])
+        as_label(values[bad], qids[bad], docids[bad])
+    for i, value in enumerate(values):
+        as_label(value, qids[i], docids[i])
+    return np.asarray([int(v) for v in values], dtype=np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedQrels:
+    qids: list[str]
+    index: dict[str, int]
+    entry_q: np.ndarray
+    docids: list[str]
+    labels: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRun:
+    """The evaluated queries' rows, grouped by query (rows of query i: ``offsets[i]:offsets[i+1]``).
+
+    ``scores`` holds one score per row, or is None for a rank-only run, whose rows come best first
+    within each query. ``docs`` holds the doc ids of a run given as columns. A run given as dicts
+    keeps the caller's dicts instead (``docs=None``): ``{docid: score}``, or ``{docid: 0-based
+    position}`` for a rank-only run; doc ids are then read from a dict only for the few queries
+    whose scores tie.
+    """
+
+    qids: list[str]
+    offsets: np.ndarray
+    scores: np.ndarray | None
+    docs: DocIds | None
+    dicts: list[Mapping[Any, Any]] | None = None
+
+    def without_rows(self, drop: list[int]) -> PreparedRun:
+        """The (column) run without the rows *drop*, query order and row order kept."""
+        assert self.docs is not None
+        keep = np.ones(len(self.docs.ids), dtype=bool)
+        keep[drop] = False
+        group = np.repeat(np.arange(len(self.qids)), np.diff(self.offsets))
+        counts = np.bincount(group[keep], minlength=len(self.qids))
+        offsets = np.zeros(len(self.qids) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        scores = None if self.scores is None else self.scores[keep]
+        return PreparedRun(self.qids, offsets, scores, self.docs.take(np.flatnonzero(keep)))
+
+    def qid_of_row(self, row: int) -> str:
+        return self.qids[int(np.searchsorted(self.offsets, row, side="right")) - 1]
+
+
+def prepare_qrels(qrels: Any) -> PreparedQrels:
+    if is_table(qrels):
+        q_col = to_numpy(table_column(qrels, QID_NAMES, "query id"), "qrels query ids")
+        d_col = to_numpy(table_column(qrels, DOCID_NAMES, "doc id"), "qrels doc ids")
+        l_col = to_numpy(table_column(qrels, LABEL_NAMES, "relevance"), "qrels labels")
+        nested: dict[str, dict[str, Any]] = {}
+        for q, d, lab in zip(q_col.tolist(), d_col.tolist(), l_col.tolist()):
+            nested.setdefault(qid_text(q), {})[qid_text(d)] = lab
+        qrels = nested
+    if not isinstance(qrels, Mapping):
+        raise MetricError(f"qrels must be a mapping {{qid: {{docid: label}}}} or a table, got {type(qrels).__name__}")
+    raw_qids = list(qrels)
+    docs_per_query: list[Mapping[Any, Any]] = list(qrels.values())
+    if not set(map(type, docs_per_query)) <= {dict}:
+        for raw_qid, docs in zip(raw_qids, docs_per_query):
+            if not isinstance(docs, Mapping):
+                raise MetricError(f"qrels for query {raw_qid!r} must be a mapping {{docid: label}}, got {docs!r}")
+    counts = list(map(len, docs_per_query))
+    if 0 in counts:
+        kept = [i for i, count in enumerate(counts) if count]
+        raw_qids = [raw_qids[i] for i in kept]
+        docs_per_query = [docs_per_query[i] for i in kept]
+        counts = [counts[i] for i in kept]
+    if not raw_qids:
+        raise MetricError("the qrels are empty: no query has a judged document")
+    qids = _as_texts(raw_qids)
+    index = dict(zip(qids, range(len(qids))))
+    if len(index) != len(qids):
+        raise MetricError(f"query id {_first_repeat(qids)!r} appears twice in the qrels (ids are compared as strings)")
+    docids = _as_texts(list(chain.from_iterable(docs_per_query)))
+    values = list(chain.from_iterable(_all_values(docs_per_query)))
+    entry_q = np.repeat(np.arange(len(qids), dtype=np.int64), counts)
+    labels = _labels_array(values, _LazyQids(qids, entry_q), docids)
+    return PreparedQrels(qids, index, entry_q, docids, labels)
+
+
+def _as_texts(values: list[Any]) -> list[str]:
+    return values if set(map(type, values)) <= {str} else [qid_text(v) for v in values]
+
+
+def _first_repeat(values: list[str]) -> str:
+    seen: set[str] = set()
+    for value in values:
+        if value in seen:
+            return value
+        seen.add(value)
+    raise AssertionError("no repeated value")
+
+
+def _all_values(mappings: list[Mapping[Any, Any]]) -> Iterable[Iterable[Any]]:
+    """The values views of *mappings* (``dict.values`` mapped at C speed when all are dicts)."""
+    if set(map(type, mappings)) <= {dict}:
+        return map(dict.values, mappings)  # type: ignore[arg-type]
+    return (m.values() for m in mappings)
+
+
+class _LazyQids(Sequence[str]):
+    """Query id per qrels entry, built only when an error message needs one."""
+
+    def __init__(self, qids: list[str], entry_q: np.ndarray) -> None:
+        self._qids, self._entry_q = qids, entry_q
+
+    def __len__(self) -> int:
+        return len(self._entry_q)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._qids[int(self._entry_q[i])]
+
+
+def _check_scores(run: PreparedRun) -> None:
+    if run.scores is None:
+        return
+    nan = np.isnan(run.scores)
+    if not nan.any():
+        return
+    row = int(np.flatnonzero(nan)[0])
+    qid = run.qid_of_row(row)
+    if run.docs is not None:
+        docid = run.docs.text(row)
+    else:
+        assert run.dicts is not None
+        docs = run.dicts[run.qids.index(qid)]
+        docid = next(str(d) for d, s in docs.items() if isinstance(s, (float, np.floating)) and math.isnan(s))
+    raise MetricError(f"score for query {qid!r}, doc {docid!r} is NaN")
+
+
+def _scores_array(values: Any, where: str) -> np.ndarray:
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise MetricError(f"{where}: scores must be numbers ({exc})") from exc
+    return arr
+
+
+def _string_keys(qid: str, docs: Mapping[Any, Any], on_duplicate: str) -> dict[str, Any]:
+    """A query's dict with its doc ids as strings (ids are compared as strings, as trec_eval's are)."""
+    out: dict[str, Any] = {}
+    for docid, score in docs.items():
+        key = docid if isinstance(docid, str) else qid_text(docid)
+        if key in out:
+            if on_duplicate == "error":
+                raise MetricError(duplicate_message(qid, key))
+            if score <= out[key]:
+                continue
+        out[key] = score
+    return out
+
+
+def prepare_dict_run(run: Mapping[Any, Any], qrels: PreparedQrels, on_duplicate: str) -> tuple[PreparedRun, int]:
+    """A run of nested dicts ``{qid: {docid: score}}``, or rank-only ``{qid: [docid, ...]}``."""
+    if not run:
+        raise MetricError("the run is empty: no query")
+    all_qids = _as_texts(list(run))
+    if len(set(all_qids)) != len(all_qids):
+        raise MetricError(
+            f"query id {_first_repeat(all_qids)!r} appears twice in the run (ids are compared as strings)"
+        )
+    all_docs: list[Any] = list(run.values())
+    kinds = set(map(type, all_docs))
+    ranked = bool(kinds) and kinds <= {list, tuple}
+    if not ranked and not kinds <= {dict}:
+        ranked = all(isinstance(d, (list, tuple)) for d in all_docs)
+        if not ranked:
+            for raw_qid, docs in zip(all_qids, all_docs):
+                if not isinstance(docs, Mapping):
+                    raise MetricError(
+                        f"run entry for query {raw_qid!r} must be a mapping {{docid: score}} (or, for a rank-only "
+                        f"run, every entry a list of doc ids, best first), got {docs!r}"
+                    )
+    wanted = list(map(qrels.index.__contains__, all_qids))
+    if all(wanted):
+        qids, dicts = all_qids, all_docs
+    else:
+        qids = [q for q, keep in zip(all_qids, wanted) if keep]
+        dicts = [d for d, keep in zip(all_docs, wanted) if keep]
+    if ranked:
+        dicts = [_positions(q, docs, on_duplicate) for q, docs in zip(qids, dicts)]
+    else:
+        # Doc ids should be strings; a query whose first id is not one is converted (cheap to check).
+        first_types = set(map(type, map(next, map(iter, filter(None, dicts)))))
+        if not first_types <= {str}:
+            dicts = [
+                d if not d or type(next(iter(d))) is str else _string_keys(q, d, on_duplicate)
+                for q, d in zip(qids, dicts)
+            ]
+    lengths = np.fromiter(map(len, dicts), dtype=np.int64, count=len(dicts))
+    offsets = np.zeros(len(dicts) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if ranked:
+        return PreparedRun(qids, offsets, None, None, dicts), len(run)
+    n = int(offsets[-1])
+    try:
+        scores = np.fromiter(chain.from_iterable(_all_values(dicts)), dtype=np.float64, count=n)
+    except (TypeError, ValueError):
+        for qid, docs in zip(qids, dicts):
+            for docid, score in docs.items():
+                if isinstance(score, (bool, np.bool_)) or not isinstance(score, (int, float, np.number)):
+                    raise MetricError(
+                        f"score for query {qid!r}, doc {docid!r} must be a number, got {score!r}"
+                    ) from None
+        raise MetricError("run scores must be numbers") from None
+    prepared = PreparedRun(qids, offsets, scores, None, dicts)
+    _check_scores(prepared)
+    return prepared, len(run)
+
+
+def _positions(qid: str, ranked: Sequence[Any], on_duplicate: str) -> dict[str, int]:
+    """A rank-only query's doc ids -> 0-based rank (the first occurrence of a repeated id counts)."""
+    if not set(map(type, ranked)) <= {str}:
+        for item in ranked:
+            if isinstance(item, bool) or not isinstance(item, (str, bytes, int, np.integer)):
+                raise MetricError(
+                    f"run entry for query {qid!r} must be a mapping {{docid: score}} or a list of doc ids "
+                    f"(best first); got the item {item!r}"
+                )
+    keys = ranked if set(map(type, ranked)) <= {str} else [qid_text(d) for d in ranked]
+    # Built back to front so a repeated id keeps its first (best) position.
+    out = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))
+    if len(out) != len(keys):
+        if on_duplicate == "error":
+            raise MetricError(duplicate_message(qid, _first_repeat(list(keys))))
+        # Drop the repeats; the docs after one move up a rank.
+        out = dict(zip(dict.fromkeys(keys), range(len(out))))
+    return out
+
+
+def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -> tuple[PreparedRun, int]:
+    """A run as aligned columns; *scores* None: rank-only, each query's rows in rank order."""
+    coded = coded_ids(qids, "qids")
+    q_names = None
+    q_runs = None
+    if coded is None:
+        q_arr = to_numpy(qids, "qids")
+    elif isinstance(coded, QidRuns):
+        q_runs = coded
+    else:
+        q_arr, q_names = coded
+    d_arr = to_numpy(docids, "docids")
+    s_arr = None if scores is None else _scores_array(to_numpy(scores, "scores"), "run")
+    n_rows = int(q_runs.lengths.sum()) if q_runs is not None else len(q_arr)
+    n_scores = len(d_arr) if s_arr is None else len(s_arr)
+    if not n_rows == len(d_arr) == n_scores:
+        raise MetricError(f"run columns differ in length: {n_rows} qids, {len(d_arr)} docids, {n_scores} scores")
+    if n_rows == 0:
+        raise MetricError("the run is empty: no row")
+    if q_runs is not None:
+        lengths, run_qids = q_runs.lengths, q_runs.qids
+    elif (
+        q_arr.dtype.kind == "O"
+        and not set(map(type, q_arr)) <= {str}
+        and any(v is None or (isinstance(v, float) and math.isnan(v)) for v in q_arr)
+    ):
+        raise MetricError("the run has a missing query id")
+    else:
+        lengths, run_qids, d_arr, s_arr = _group_columns(q_arr, q_names, d_arr, s_arr)
+    selected = np.fromiter(map(qrels.index.__contains__, run_qids), dtype=bool, count=len(run_qids))
+    qid_list = run_qids
+    if not selected.all():
+        qid_list = [q for q, keep in zip(run_qids, selected.tolist()) if keep]
+        row_keep = np.repeat(selected, lengths)
+        d_arr = d_arr[row_keep]
+        s_arr = None if s_arr is None else s_arr[row_keep]
+        lengths = lengths[selected]
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    prepared = PreparedRun(qid_list, offsets, s_arr, docids_from_array(d_arr))
+    _check_scores(prepared)
+    return prepared, len(run_qids)
+
+
+def _group_columns(
+    q_arr: np.ndarray, q_names: list[str] | None, d_arr: np.ndarray, s_arr: np.ndarray | None
+) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray | None]:
+    """Rows grouped by query: rows per query, the query ids, doc ids and scores in that order.
+
+    *q_names*: *q_arr* holds exact integer codes of these ids.
+    """
+    # Rows of a query are nearly always contiguous: find the blocks without sorting any strings.
+    starts = np.concatenate(([0], np.flatnonzero(q_arr[1:] != q_arr[:-1]) + 1))
+    if len(starts) <= len(q_arr) // 4 and _distinct(q_arr[starts]):
+        lengths = np.diff(np.append(starts, len(q_arr)))
+        run_qids = q_arr[starts].tolist()
+        if q_names is not None:
+            run_qids = [q_names[c] for c in run_qids]
+        elif q_arr.dtype.kind != "U":
+            run_qids = [qid_text(v) for v in run_qids]
+    else:
+        # A query's rows are spread out: gather them (queries in order of first appearance).
+        order, run_qids, lengths = _group_rows(q_arr, q_names)
+        d_arr = d_arr[order]
+        s_arr = None if s_arr is None else s_arr[order]
+    return lengths, run_qids, d_arr, s_arr
+
+
+def _distinct(ids: np.ndarray) -> bool:
+    """True when no id repeats (certain: only distinct ids can have distinct codes)."""
+    return len(np.unique(id_codes(ids))) == len(ids)
+
+
+def _group_rows(q_arr: np.ndarray, names: list[str] | None = None) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """Row order that groups equal query ids (first appearance first), the ids, the group sizes.
+
+    *names*: *q_arr* holds exact integer codes of these ids.
+    """
+    n = len(q_arr)
+    # One plain sort of 64-bit keys (a mixed id code above the row number) instead of an argsort,
+    # which is several times slower: rows of a query stay in their order (rank-only runs need it).
+    row_bits = max(n - 1, 1).bit_length()
+    mixed = id_codes(q_arr).astype(np.uint64, copy=False) * np.uint64(0x9E3779B97F4A7C15)  # a bijection
+    keys = (mixed >> np.uint64(row_bits)) << np.uint64(row_bits)
+    keys |= np.arange(n, dtype=np.uint64)
+    keys.sort()
+    order = (keys & np.uint64((1 << row_bits) - 1)).astype(np.intp)
+    keys >>= np.uint64(row_bits)
+    new_group = np.ones(n, dtype=bool)
+    new_group[1:] = keys[1:] != keys[:-1]
+    del keys
+    ids_sorted = q_arr[order]
+    if bool((~new_group[1:] & (ids_sorted[1:] != ids_sorted[:-1])).any()):
+        # Two query ids share the code's top bits: group by the ids themselves (slower, exact).
+        _, exact = np.unique(np.array([qid_text(v) for v in q_arr.tolist()]), return_inverse=True)
+        order = np.argsort(exact, kind="stable")
+        new_group[1:] = exact[order][1:] != exact[order][:-1]
+    starts = np.flatnonzero(new_group)
+    sizes = np.diff(np.append(starts, len(order)))
+    first_rows = np.minimum.reduceat(order, starts)
+    by_first_row = np.argsort(first_rows)
+    starts, sizes = starts[by_first_row], sizes[by_first_row]
+    rows = np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(len(order))
+    first_ids = q_arr[first_rows[by_first_row]].tolist()
+    run_qids = [names[c] for c in first_ids] if names is not None else [qid_text(v) for v in first_ids]
+    return order[rows], run_qids, sizes

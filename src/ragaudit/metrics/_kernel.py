@@ -1,0 +1,480 @@
+"""The ranking kernel: where each judged document landed in its query's ranking, in trec_eval's order.
+
+trec_eval orders a query's documents by score, descending, then by doc id, descending (``strcmp``;
+scores compared as 32-bit floats). The metrics need only the ranks of the documents labelled
+>= 1 -- a few per query -- so nothing is sorted: the rank of such a document is **counted**, as the
+number of documents of its query that come before it::
+
+    rank(d) = #{e : score(e) > score(d)} + #{e : score(e) == score(d) and id(e) > id(d)}
+
+The first term is one vectorised comparison of the judged document's score with its query's row of
+scores (queries are padded into ``[queries, depth]`` blocks of similar depth). The second term is
+only evaluated for the few judged documents whose score equals another one's: their tied
+neighbours' ids are compared with theirs. Ties therefore cost in proportion to how many judged
+documents tie, never a slower path for the whole run, and the row order of the input does not
+matter. A rank-only run (no scores; rows best first) needs no counting: a row's position is its
+rank.
+
+Finding the judged documents in the run: a run of dicts is looked up by key (the caller's dicts,
+never copied). A run of columns is hashed block by block: each cell's doc-id hash is packed with
+its row and column into a 64-bit key and every block row sorted at once, which exposes duplicate
+ids (trec_eval refuses them) and lets a binary search find each judged id; every match is then
+confirmed by comparing the ids themselves.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+
+from ..errors import MetricError
+from ._inputs import PreparedQrels, PreparedRun, duplicate_message
+
+__all__ = ["Hits", "Judged", "judged_of", "rank_judged", "trec_scores"]
+
+# Cells per padded block: big enough that numpy's per-call overhead vanishes, small enough to stay
+# in cache.
+_CHUNK_CELLS = 1 << 17
+# Cells compared per step when counting ranks (judged docs x depth).
+_COUNT_CELLS = 1 << 19
+
+
+def trec_scores(scores: np.ndarray) -> np.ndarray:
+    """Scores as 32-bit floats, which is how trec_eval stores them (``float sim``).
+
+    Two scores equal in single precision tie in trec_eval (and pytrec_eval), and are then
+    ordered by doc id; rounding the same way is what makes the rankings identical. ``-0.0``
+    becomes ``0.0`` (they compare equal anyway).
+    """
+    with np.errstate(over="ignore"):
+        out = scores.astype(np.float32)
+    out += np.float32(0.0)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """The qrels side for the evaluated queries (query index = position in the run's query list).
+
+    ``entry_*``: one per judged doc with a label >= 1 (the only docs that move a metric);
+    ``ideal_*``: the same docs ordered by label, descending, within each query (for ideal DCG).
+    """
+
+    num_rel: np.ndarray
+    entry_q: np.ndarray
+    entry_docids: list[str]
+    entry_label: np.ndarray
+    ideal_q: np.ndarray
+    ideal_label: np.ndarray
+    ideal_rank: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class Hits:
+    """The retrieved docs with a label >= 1: query index, 0-based rank, label; sorted by (query, rank)."""
+
+    q: np.ndarray
+    rank: np.ndarray
+    label: np.ndarray
+
+
+def judged_of(run: PreparedRun, qrels: PreparedQrels, level: int) -> Judged:
+    n = len(run.qids)
+    sel = np.full(len(qrels.qids), -1, dtype=np.int64)
+    sel[np.array(list(map(qrels.index.__getitem__, run.qids)), dtype=np.int64)] = np.arange(n)
+    entry_q = sel[qrels.entry_q]
+    in_run = entry_q >= 0
+    labels = qrels.labels
+    num_rel = np.bincount(entry_q[in_run & (labels >= level)], minlength=n)
+    positive = np.flatnonzero(in_run & (labels >= 1))
+    ideal_q, ideal_label = _by_query_then_label_desc(entry_q[positive], labels[positive])
+    docids = qrels.docids if len(positive) == len(labels) else [qrels.docids[i] for i in positive.tolist()]
+    return Judged(
+        num_rel=num_rel,
+        entry_q=entry_q[positive],
+        entry_docids=docids,
+        entry_label=labels[positive],
+        ideal_q=ideal_q,
+        ideal_label=ideal_label,
+        ideal_rank=rank_in_group(ideal_q),
+    )
+
+
+def rank_in_group(q: np.ndarray) -> np.ndarray:
+    """0-based position of each element within its run of equal values of *q* (runs contiguous)."""
+    position = np.arange(len(q))
+    if not len(q):
+        return position
+    is_first = np.ones(len(q), dtype=bool)
+    is_first[1:] = q[1:] != q[:-1]
+    return position - np.maximum.accumulate(np.where(is_first, position, 0))
+
+
+def _by_query_then_label_desc(q: np.ndarray, label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(q, label) pairs sorted by query, then label descending."""
+    if not len(q):
+        return q, label
+    top, span = int(label.max()), int(label.max()) - int(label.min()) + 1
+    if span * (int(q.max()) + 1) < 2**62:
+        # Both fit in one integer key: a plain sort of it beats an argsort or a lexsort. The qrels
+        # are usually grouped by query already, and timsort ("stable") makes short work of runs.
+        keys = np.sort(q * span + (top - label), kind="stable")
+        return keys // span, top - keys % span
+    order = np.lexsort((-label, q))
+    return q[order], label[order]
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocks of queries
+
+
+def _chunks(lengths: np.ndarray) -> list[np.ndarray]:
+    """Query indices grouped by similar depth so each padded block stays near _CHUNK_CELLS cells."""
+    if len(lengths) and int(lengths.max()) * len(lengths) <= _CHUNK_CELLS:
+        return [np.arange(len(lengths))]
+    order = np.argsort(lengths, kind="stable")
+    sorted_len = np.maximum(lengths[order], 1)
+    out: list[np.ndarray] = []
+    start, n = 0, len(order)
+    while start < n:
+        span = sorted_len[start : start + _CHUNK_CELLS]
+        cells = np.arange(1, len(span) + 1) * span
+        take = max(1, int(np.searchsorted(cells, _CHUNK_CELLS, side="right")))
+        # Runs are nearly always of one depth: keep a chunk's queries in run order (contiguous rows).
+        out.append(np.sort(order[start : start + take]))
+        start += take
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Block:
+    """One chunk of queries padded to ``[rows, depth]``, with the bit layout of its hash sort keys.
+
+    A sort key packs, from the top: the row (so one flat sort orders every row at once and
+    ``np.searchsorted`` finds any row's cells), the high bits of a doc-id hash, and the column. A
+    column field of all ones marks padding, which sorts after every real cell of its row.
+    """
+
+    qs: np.ndarray
+    lengths: np.ndarray
+    depth: int
+    doc_index: np.ndarray
+    valid: np.ndarray | None
+    starts: np.ndarray
+    span: tuple[int, int] | None
+
+    @property
+    def col_bits(self) -> int:
+        return self.depth.bit_length()
+
+    @property
+    def value_bits(self) -> int:
+        return 64 - (len(self.qs) - 1).bit_length() - self.col_bits
+
+    @property
+    def col_mask(self) -> np.uint64:
+        return np.uint64((1 << self.col_bits) - 1)
+
+    def row_part(self, rows: np.ndarray | None = None) -> np.ndarray:
+        index = np.arange(len(self.qs), dtype=np.uint64) if rows is None else rows.astype(np.uint64)
+        return index << np.uint64(self.value_bits + self.col_bits)
+
+    def cells(self, column: np.ndarray) -> np.ndarray:
+        """*column* (one value per run row) laid out as ``[rows, depth]``; a view when rows are contiguous.
+
+        Padding cells hold some other row's value: mask them with :attr:`valid`.
+        """
+        if self.span is not None:
+            return column[self.span[0] : self.span[1]].reshape(len(self.qs), self.depth)
+        return column[self.doc_index]
+
+    def value_part(self, values: np.ndarray, bits_in: int) -> np.ndarray:
+        """The top ``value_bits`` of *values* (which use *bits_in* bits), shifted above the column."""
+        if bits_in > self.value_bits:
+            part = values.astype(np.uint64, copy=False) >> np.uint64(bits_in - self.value_bits)
+        else:
+            part = values.astype(np.uint64)
+        part <<= np.uint64(self.col_bits)
+        return part
+
+    def sorted_keys(self, values: np.ndarray, bits_in: int) -> np.ndarray:
+        """Keys of ``[rows, depth]`` *values*, each row sorted, flattened."""
+        keys = self.value_part(values, bits_in)
+        keys |= np.arange(self.depth, dtype=np.uint64)
+        row_part = self.row_part()
+        keys |= row_part[:, None]
+        if self.valid is not None:
+            pad = np.uint64((1 << (self.value_bits + self.col_bits)) - 1)
+            np.copyto(keys, row_part[:, None] | pad, where=~self.valid)
+        keys.sort(axis=1)
+        return keys.ravel()
+
+    def same_value_pairs(self, flat: np.ndarray) -> np.ndarray:
+        """Flat positions i where cells i and i+1 are real, in one row, and share their value bits."""
+        high = flat >> np.uint64(self.col_bits)
+        same = high[1:] == high[:-1]
+        if self.valid is not None:
+            real = (flat & self.col_mask) != self.col_mask
+            same &= real[1:]
+        return np.flatnonzero(same)
+
+    def needles(self, rows: np.ndarray, values: np.ndarray, bits_in: int) -> np.ndarray:
+        """Keys for (row, value) with a zero column: they sort just before that value's cells."""
+        return self.value_part(values, bits_in) | self.row_part(rows)
+
+    def flat(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """Run row index of the cells (rows, cols), which must be real cells."""
+        return self.starts[rows] + cols
+
+
+def _block(offsets: np.ndarray, qs: np.ndarray, lengths: np.ndarray) -> _Block:
+    ls = lengths[qs]
+    depth = max(int(ls.max()), 1)
+    starts = offsets[qs]
+    full = bool((ls == depth).all())
+    span = None
+    n_rows = int(offsets[-1])
+    if full and len(qs) > 0 and bool((np.diff(qs) == 1).all()):
+        span = (int(starts[0]), int(starts[0]) + len(qs) * depth)
+        doc_index = np.arange(span[0], span[1]).reshape(len(qs), depth)
+    else:
+        doc_index = np.minimum(starts[:, None] + np.arange(depth), max(n_rows - 1, 0))
+    return _Block(
+        qs=qs,
+        lengths=ls,
+        depth=depth,
+        doc_index=doc_index,
+        valid=None if full else np.arange(depth) < ls[:, None],
+        starts=starts,
+        span=span,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Counting ranks
+
+
+def _count_ranks(
+    block: _Block, scores: np.ndarray, rows: np.ndarray, own: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For judged docs in block rows *rows* with 32-bit scores *own*: how many docs of their row
+    score higher, and the (judged doc, column) pairs of equal scores (each judged doc itself
+    included) whose doc ids decide the order."""
+    values = block.cells(scores) if block.span is not None else None
+    ranks = np.zeros(len(rows), dtype=np.int64)
+    tie_hit: list[np.ndarray] = []
+    tie_col: list[np.ndarray] = []
+    step = max(1, _COUNT_CELLS // block.depth)
+    for start in range(0, len(rows), step):
+        part = rows[start : start + step]
+        mine = own[start : start + step, None]
+        row_values = values[part] if values is not None else scores[block.doc_index[part]]
+        if block.valid is not None:
+            # NaN never compares: padding neither outranks nor ties (NaN scores are refused earlier).
+            row_values = np.where(block.valid[part], row_values, np.float32(np.nan))
+        ranks[start : start + step] = np.count_nonzero(row_values > mine, axis=1)
+        equal = row_values == mine
+        tied = np.flatnonzero(np.count_nonzero(equal, axis=1) > 1)
+        if len(tied):
+            hit, col = np.nonzero(equal[tied])
+            tie_hit.append(tied[hit] + start)
+            tie_col.append(col)
+    if not tie_hit:
+        empty = np.zeros(0, dtype=np.int64)
+        return ranks, empty, empty
+    return ranks, np.concatenate(tie_hit), np.concatenate(tie_col)
+
+
+def _entries_of(qs: np.ndarray, entry_order: np.ndarray, entry_q_sorted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The entries of the queries *qs*, and the row (position in *qs*) of each."""
+    lo = np.searchsorted(entry_q_sorted, qs, side="left")
+    counts = np.searchsorted(entry_q_sorted, qs, side="right") - lo
+    rows = np.repeat(np.arange(len(qs)), counts)
+    firsts = np.cumsum(counts) - counts
+    return entry_order[np.repeat(lo - firsts, counts) + np.arange(int(counts.sum()))], rows
+
+
+def _by_query(entry_q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if len(entry_q) < 2 or bool((entry_q[1:] >= entry_q[:-1]).all()):  # qrels in the run's query order
+        return np.arange(len(entry_q)), entry_q
+    order = np.argsort(entry_q, kind="stable")
+    return order, entry_q[order]
+
+
+def _collect(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> Hits:
+    """All chunks' hits (query, rank, label), sorted by query then rank."""
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return Hits(empty, empty, empty)
+    q, rank, label = (np.concatenate(p).astype(np.int64, copy=False) for p in zip(*parts))
+    if not len(q):
+        return Hits(q, rank, label)
+    low, span = int(label.min()), int(label.max()) - int(label.min()) + 1
+    depth = int(rank.max()) + 1
+    if (int(q.max()) + 1) * depth * span < 2**62:
+        # All three fit in one integer key: a plain sort of it beats an argsort plus gathers, and
+        # timsort ("stable") is quick on chunks that already come in query order.
+        keys = np.sort((q * depth + rank) * span + (label - low), kind="stable")
+        position, label = np.divmod(keys, span)
+        q, rank = np.divmod(position, depth)
+        return Hits(q, rank, label + low)
+    order = np.lexsort((rank, q))
+    return Hits(q[order], rank[order], label[order])
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs of dicts
+
+
+def _get(mapping: Mapping[Any, Any], key: Any, default: Any) -> Any:
+    return mapping.get(key, default)
+
+
+def _rank_dict_hits(run: PreparedRun, judged: Judged) -> Hits:
+    """Ranks for a run of dicts, found from the qrels side by dict lookups.
+
+    Each labelled doc's score (or, rank-only, its position) comes from its query's dict; its rank
+    is counted against the query's scores. Doc ids are read from a dict only for the queries
+    where a labelled doc's score ties with another doc's.
+    """
+    assert run.dicts is not None
+    dicts = run.dicts
+    owners = map(dicts.__getitem__, judged.entry_q.tolist())
+    getter: Callable[[Any, Any, Any], Any] = dict.get if set(map(type, dicts)) <= {dict} else _get
+    found = map(getter, owners, judged.entry_docids, repeat(math.nan))
+    hit_values = np.fromiter(found, dtype=np.float64, count=len(judged.entry_docids))
+    present = np.flatnonzero(~np.isnan(hit_values))
+    hit_q, hit_label = judged.entry_q[present], judged.entry_label[present]
+    if run.scores is None:  # rank-only: the dicts hold positions, which are the ranks
+        return _collect([(hit_q, hit_values[present].astype(np.int64), hit_label)])
+    own = trec_scores(hit_values[present])
+    scores = trec_scores(run.scores)
+    order, q_sorted = _by_query(hit_q)
+    lengths = np.diff(run.offsets)
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for qs in _chunks(lengths):
+        block = _block(run.offsets, qs, lengths)
+        take, rows = _entries_of(qs, order, q_sorted)
+        ranks, tie_hit, tie_col = _count_ranks(block, scores, rows, own[take])
+        if len(tie_hit):
+            # Tied scores: the doc ids decide, read from the few dicts concerned.
+            keys_of: dict[int, list[Any]] = {}
+            mine = [judged.entry_docids[int(present[take[h]])] for h in tie_hit.tolist()]
+            for h, col, docid in zip(tie_hit.tolist(), tie_col.tolist(), mine):
+                q = int(qs[int(rows[h])])
+                keys = keys_of.get(q)
+                if keys is None:
+                    keys = keys_of[q] = list(dicts[q])
+                if keys[col] > docid:
+                    ranks[h] += 1
+        parts.append((qs[rows], ranks, hit_label[take]))
+    return _collect(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs of columns
+
+
+class _DuplicatesFound(Exception):
+    def __init__(self, drop: list[int]) -> None:
+        super().__init__("duplicates")
+        self.drop = drop
+
+
+def _duplicates(block: _Block, hash_keys: np.ndarray, run: PreparedRun, on_duplicate: str) -> list[int]:
+    pairs = block.same_value_pairs(hash_keys)
+    if not len(pairs):
+        return []
+    docs = run.docs
+    assert docs is not None
+    width = block.depth
+    row = pairs // width
+    a = block.doc_index[row, (hash_keys[pairs] & block.col_mask).astype(np.int64)]
+    b = block.doc_index[row, (hash_keys[pairs + 1] & block.col_mask).astype(np.int64)]
+    real = docs.ids[a] == docs.ids[b]
+    if not np.any(real):
+        return []
+    if on_duplicate == "error":
+        first = int(np.flatnonzero(real)[0])
+        raise MetricError(duplicate_message(run.qids[int(block.qs[row[first]])], docs.text(int(a[first]))))
+    groups: dict[tuple[int, str], list[int]] = {}
+    for r, i, j in zip(row[real].tolist(), a[real].tolist(), b[real].tolist()):
+        members = groups.setdefault((r, docs.text(i)), [])
+        members.extend(k for k in (i, j) if k not in members)
+    drop: list[int] = []
+    scores = run.scores
+    for members in groups.values():
+        # Keep the highest score (the first row, i.e. the best rank, of a rank-only run).
+        best = min(members) if scores is None else max(members, key=lambda k: (scores[k], -k))
+        drop.extend(k for k in members if k != best)
+    return drop
+
+
+def _rank_column_hits(run: PreparedRun, judged: Judged, on_duplicate: str) -> Hits:
+    """Find the labelled docs in a run of columns (and any duplicate id), then count their ranks."""
+    docs = run.docs
+    assert docs is not None
+    entry_doc = docs.encode(judged.entry_docids)
+    entry_hash = docs.hash(entry_doc)
+    lengths = np.diff(run.offsets)
+    order, q_sorted = _by_query(judged.entry_q)
+    scores = None if run.scores is None else trec_scores(run.scores)
+
+    def chunk(qs: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray] | None, list[int]]:
+        block = _block(run.offsets, qs, lengths)
+        # Hashing block by block keeps the hashes in cache instead of a run-sized array.
+        hashes = docs.hash(block.cells(docs.ids).ravel()).reshape(len(qs), block.depth)
+        hash_keys = block.sorted_keys(hashes, 63)
+        found_dups = _duplicates(block, hash_keys, run, on_duplicate)
+        if found_dups:
+            return None, found_dups
+        take, rows = _entries_of(qs, order, q_sorted)
+        needles = block.needles(rows, entry_hash[take], 63)
+        found = hash_keys[np.minimum(np.searchsorted(hash_keys, needles), len(hash_keys) - 1)]
+        cols = (found & block.col_mask).astype(np.int64)
+        shift = np.uint64(block.col_bits)
+        hit = ((found >> shift) == (needles >> shift)) & (cols < block.depth)
+        cols = np.where(hit, cols, 0)
+        exact = hit & (docs.ids[block.flat(rows, cols)] == entry_doc[take])
+        for e in np.flatnonzero(hit & ~exact).tolist():
+            # Two doc ids of one query share their hash bits: settle it by comparing the strings.
+            r = int(rows[e])
+            match = np.flatnonzero(docs.ids[block.doc_index[r, : block.lengths[r]]] == entry_doc[take][e])
+            if len(match):
+                exact[e], cols[e] = True, int(match[0])
+        rows, cols, labels = rows[exact], cols[exact], judged.entry_label[take][exact]
+        if scores is None:
+            return (qs[rows], cols, labels), []  # rank-only: rows are in rank order
+        own_rows = block.flat(rows, cols)
+        ranks, tie_hit, tie_col = _count_ranks(block, scores, rows, scores[own_rows])
+        if len(tie_hit):
+            # Tied scores: doc id descending decides (the doc itself is not greater than itself).
+            greater = docs.ids[block.flat(rows[tie_hit], tie_col)] > docs.ids[own_rows[tie_hit]]
+            ranks += np.bincount(tie_hit, weights=greater, minlength=len(ranks)).astype(np.int64)
+        return (qs[rows], ranks, labels), []
+
+    results = [chunk(qs) for qs in _chunks(lengths)]
+    drop = [row for _, dups in results for row in dups]
+    if drop:
+        raise _DuplicatesFound(drop)
+    return _collect([part for part, _ in results if part is not None])
+
+
+def rank_judged(run: PreparedRun, judged: Judged, on_duplicate: str) -> tuple[Hits, np.ndarray]:
+    """The ranks of the labelled docs, and the number of docs each query retrieved (duplicates
+    dropped when ``on_duplicate="max"``)."""
+    if int(run.offsets[-1]) == 0:  # every evaluated query retrieved nothing
+        return _collect([]), np.diff(run.offsets)
+    if run.docs is None:
+        return _rank_dict_hits(run, judged), np.diff(run.offsets)
+    try:
+        hits = _rank_column_hits(run, judged, on_duplicate)
+    except _DuplicatesFound as found:
+        run = run.without_rows(found.drop)
+        hits = _rank_column_hits(run, judged, on_duplicate)
+    return hits, np.diff(run.offsets)

@@ -1,0 +1,303 @@
+"""Table adapters: pandas and pyarrow columns read as numpy arrays, without a Python object per row.
+
+Arrow string columns (pyarrow, and pandas 3's Arrow-backed strings) are read straight from their
+buffers as fixed-width bytes; pandas categoricals and Arrow dictionaries give their codes; query
+ids that come in contiguous runs are run-end encoded in C. pyarrow is never imported here unless
+the caller already did (``sys.modules``), so ``import ragaudit.metrics`` loads numpy only.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import MetricError
+
+__all__ = [
+    "DOCID_NAMES",
+    "LABEL_NAMES",
+    "QID_NAMES",
+    "RANK_NAMES",
+    "SCORE_NAMES",
+    "QidRuns",
+    "arrow_strings",
+    "coded_ids",
+    "find_column",
+    "is_table",
+    "qid_text",
+    "table_column",
+    "to_numpy",
+]
+
+QID_NAMES = ("qid", "query_id", "query", "q")
+DOCID_NAMES = ("docid", "doc_id", "docno", "document_id", "id")
+SCORE_NAMES = ("score", "sim", "similarity")
+RANK_NAMES = ("rank", "position")
+LABEL_NAMES = ("relevance", "rel", "label", "grade", "judgment", "judgement")
+
+
+def is_table(obj: Any) -> bool:
+    return hasattr(obj, "column_names") or (hasattr(obj, "columns") and hasattr(obj, "iloc"))
+
+
+def _columns(table: Any) -> list[Any]:
+    return list(table.column_names) if hasattr(table, "column_names") else list(table.columns)
+
+
+def find_column(table: Any, names: Sequence[str]) -> Any | None:
+    """The first column of *table* named one of *names* (case-insensitive), or None."""
+    lowered = {str(c).lower(): c for c in _columns(table)}
+    for name in names:
+        if name in lowered:
+            col = lowered[name]
+            return table.column(col) if hasattr(table, "column_names") else table[col]
+    return None
+
+
+def table_column(table: Any, names: Sequence[str], what: str) -> Any:
+    """The column of *table* named one of *names*; a :class:`MetricError` listing the columns if none."""
+    found = find_column(table, names)
+    if found is None:
+        raise MetricError(f"table has no {what} column (looked for {', '.join(names)}); columns: {_columns(table)}")
+    return found
+
+
+def to_numpy(column: Any, what: str) -> np.ndarray:
+    categories = getattr(getattr(column, "cat", None), "categories", None)
+    if categories is not None and hasattr(column, "iloc"):
+        codes = np.asarray(column.cat.codes.to_numpy(), dtype=np.intp)
+        if len(codes) and int(codes.min()) < 0:
+            raise MetricError(f"{what} has {int((codes < 0).sum())} missing values")
+        values = to_numpy(categories, what)
+        return values[codes] if len(values) else values[:0]
+    arrow = _as_arrow(column, combine=False)
+    if arrow is not None:
+        fixed = arrow_strings(arrow, what)
+        if fixed is not None:
+            return fixed
+        column = arrow  # chunks combined once, not again by to_numpy
+    if isinstance(column, np.ndarray):
+        arr = column
+    elif hasattr(column, "to_numpy"):
+        try:
+            arr = column.to_numpy(zero_copy_only=False)
+        except TypeError:
+            arr = column.to_numpy()
+        arr = np.asarray(arr)
+    else:
+        arr = np.asarray(list(column) if not isinstance(column, Sequence) else column)
+    if arr.ndim != 1:
+        raise MetricError(f"{what} must be one-dimensional, got shape {arr.shape}")
+    return arr
+
+
+def _as_arrow(column: Any, combine: bool = True) -> Any:
+    """*column* as a pyarrow Array (a ChunkedArray unless *combine*) when it is Arrow data
+    (pyarrow, or pandas' pyarrow-backed strings), else None. pyarrow is never imported here
+    unless the caller already did."""
+    pa = sys.modules.get("pyarrow")
+    if pa is None:
+        return None
+    if not isinstance(column, (pa.Array, pa.ChunkedArray)):
+        dtype = getattr(column, "dtype", None)
+        if getattr(dtype, "storage", None) not in ("pyarrow", "pyarrow_numpy"):
+            return None
+        try:
+            column = pa.array(column)
+        except (TypeError, ValueError, pa.ArrowException):
+            return None
+    if combine and isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    return column
+
+
+def arrow_strings(column: Any, what: str) -> np.ndarray | None:
+    """An Arrow string column (pyarrow, or pandas' pyarrow-backed strings) as a fixed-width bytes array.
+
+    Read straight from Arrow's buffers, so no Python string is made per row. Returns None for
+    anything else.
+    """
+    column = _as_arrow(column, combine=False)
+    if column is None:
+        return None
+    pa = sys.modules["pyarrow"]
+    kind = column.type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_dictionary(kind)):
+        return None
+    if isinstance(column, pa.ChunkedArray):
+        if column.num_chunks != 1:
+            # Chunk by chunk: combining the chunks first would copy every string once more.
+            parts = [arrow_strings(chunk, what) for chunk in column.chunks]
+            fixed = [part for part in parts if part is not None]
+            if not parts or len(fixed) != len(parts):
+                return arrow_strings(column.combine_chunks(), what)
+            return np.concatenate(fixed)
+        column = column.chunk(0)
+    if pa.types.is_dictionary(column.type):
+        if column.null_count:
+            raise MetricError(f"{what} has {column.null_count} missing values")
+        values = arrow_strings(column.dictionary, what)
+        if values is None:
+            return None
+        return values[column.indices.to_numpy(zero_copy_only=False).astype(np.intp, copy=False)]
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        return None
+    if column.null_count:
+        raise MetricError(f"{what} has {column.null_count} missing values")
+    n = len(column)
+    offsets = _arrow_offsets(column)
+    lengths = np.diff(offsets)
+    width = max(int(lengths.max()) if n else 0, 1)
+    data_buffer = column.buffers()[2]
+    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
+    start = int(offsets[0]) if n else 0
+    if n and int(lengths.min()) == width:
+        return data[start : start + n * width].view(f"S{width}")  # equal lengths: the bytes as they are
+    pc = _arrow_compute()
+    if pc is not None:
+        # Padding with NULs in C is fastest (numpy's S strips them again). ascii_rpad counts bytes,
+        # so UTF-8 ids pad right too; the length check guards against any other behaviour.
+        padded = pc.ascii_rpad(column, width=width, padding="\x00")
+        extremes = pc.min_max(pc.binary_length(padded))
+        if extremes["min"].as_py() == extremes["max"].as_py() == width:
+            start = int(_arrow_offsets(padded)[0])
+            return np.frombuffer(padded.buffers()[2], dtype=np.uint8)[start : start + n * width].view(f"S{width}")
+    return _padded_strings(data, offsets[:-1], lengths, width)
+
+
+def _padded_strings(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int) -> np.ndarray:
+    """The byte strings ``data[starts[i] : starts[i] + lengths[i]]`` NUL-padded into an ``S{width}`` array.
+
+    Eight bytes per gather: each string is read as 64-bit words (from a copy of *data* with
+    room past its end) and the bytes past its length are masked off.
+    """
+    n = len(starts)
+    words = -(-width // 8)
+    room = np.zeros(len(data) + 8, dtype=np.uint8)
+    room[: len(data)] = data
+    if sys.byteorder == "little":
+        unaligned = np.ndarray(shape=(len(room) - 7,), dtype=np.uint64, buffer=room, strides=(1,))
+        masks = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
+        out = np.empty((n, words), dtype=np.uint64)
+        index = starts.astype(np.int64)
+        left = lengths.astype(np.int64)
+        for j in range(words):
+            np.bitwise_and(unaligned[index], masks[np.clip(left, 0, 8)], out=out[:, j])
+            index += 8
+            np.minimum(index, len(unaligned) - 1, out=index)
+            left -= 8
+        fixed = out.view(np.uint8)
+    else:
+        fixed = np.zeros((n, words * 8), dtype=np.uint8)
+        index = starts.astype(np.int64)
+        for j in range(width):
+            byte = room[np.minimum(index + j, len(room) - 1)]
+            byte[lengths <= j] = 0
+            fixed[:, j] = byte
+    if words * 8 != width:
+        fixed = np.ascontiguousarray(fixed[:, :width])
+    return fixed.view(f"S{width}").ravel()
+
+
+def _arrow_offsets(column: Any) -> np.ndarray:
+    pa = sys.modules["pyarrow"]
+    offset_type = np.int64 if pa.types.is_large_string(column.type) else np.int32
+    return np.frombuffer(
+        column.buffers()[1],
+        dtype=offset_type,
+        count=len(column) + 1,
+        offset=column.offset * np.dtype(offset_type).itemsize,
+    )
+
+
+def _arrow_compute() -> Any:
+    try:
+        import pyarrow.compute as pc
+    except ImportError:  # pragma: no cover - part of every pyarrow
+        return None
+    return pc
+
+
+@dataclass(frozen=True, slots=True)
+class QidRuns:
+    """Query ids whose rows are contiguous, each id once: the number of rows and the id of each run."""
+
+    lengths: np.ndarray
+    qids: list[str]
+
+
+def coded_ids(column: Any, what: str) -> QidRuns | tuple[np.ndarray, list[str]] | None:
+    """Query ids as integer codes and the distinct ids (as strings) they index, without a
+    Python object per row: Arrow string columns are dictionary-encoded in C, pandas categoricals
+    give their codes. None for any other column (numpy arrays take the generic path)."""
+    categories = getattr(getattr(column, "cat", None), "categories", None)
+    if categories is not None and hasattr(column, "iloc"):
+        codes = np.asarray(column.cat.codes.to_numpy(), dtype=np.int64)
+        if len(codes) and int(codes.min()) < 0:
+            raise MetricError(f"{what} has {int((codes < 0).sum())} missing values")
+        names = [qid_text(v) for v in categories.tolist()]
+        if len(set(names)) != len(names):
+            return None  # two categories print alike: compare them as strings the slow way
+        return codes, names
+    arrow = _as_arrow(column, combine=False)
+    if arrow is None:
+        return None
+    pa = sys.modules["pyarrow"]
+    if pa.types.is_dictionary(arrow.type):
+        if isinstance(arrow, pa.ChunkedArray):
+            arrow = arrow.combine_chunks()
+        arrow = arrow.dictionary_decode()
+    if not (pa.types.is_string(arrow.type) or pa.types.is_large_string(arrow.type)):
+        return None
+    if arrow.null_count:
+        raise MetricError(f"{what} has {arrow.null_count} missing values")
+    pc = _arrow_compute()
+    if pc is None:
+        return None
+    runs = _arrow_runs(pc, arrow)
+    if runs is not None:
+        return runs
+    if isinstance(arrow, pa.ChunkedArray):
+        arrow = arrow.combine_chunks()
+    encoded = pc.dictionary_encode(arrow)
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    return codes, encoded.dictionary.to_pylist()
+
+
+def _arrow_runs(pc: Any, arrow: Any) -> QidRuns | None:
+    """The runs of equal ids of an Arrow string column (chunked or not) when each id makes one
+    run and runs average 4 rows or more (a query's rows are nearly always contiguous), else None.
+    The ids are then never looked at row by row."""
+    n = len(arrow)
+    if not n or not hasattr(pc, "run_end_encode"):
+        return None
+    chunks = [c for c in getattr(arrow, "chunks", [arrow]) if len(c)]
+    encoded = [pc.run_end_encode(c) for c in chunks]
+    if sum(len(e.values) for e in encoded) - (len(encoded) - 1) > n // 4:
+        return None
+    qids: list[str] = []
+    sizes: list[np.ndarray] = []
+    for e in encoded:
+        values = e.values.to_pylist()
+        part = np.diff(e.run_ends.to_numpy(zero_copy_only=False), prepend=0).astype(np.int64)
+        if qids and values[0] == qids[-1]:  # a run split across two chunks
+            sizes[-1][-1] += part[0]
+            values, part = values[1:], part[1:]
+        if len(part):
+            qids.extend(values)
+            sizes.append(part)
+    if len(set(qids)) != len(qids):
+        return None
+    return QidRuns(np.concatenate(sizes), qids)
+
+
+def qid_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
