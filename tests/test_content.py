@@ -278,3 +278,9 @@ def test_the_module_is_on_the_bottom_floor() -> None:
         tree = ast.parse(fh.read())
     ours = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level}
     assert ours == {"errors", "records"}
+
+
+def test_log_lines_without_a_policy_follow_the_strictest_one_in_the_process() -> None:
+    register_secret("sk-log-exc-6666")
+    ContentPolicy(capture_content=False)  # from now on, in this process
+    assert content.log_exception(ValueError("quoted question sk-log-exc-6666")) == f"ValueError: {ERROR_WITHHELD}"

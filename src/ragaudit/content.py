@@ -48,6 +48,7 @@ __all__ = [
     "content_capture_from_env",
     "error_status",
     "error_type",
+    "log_exception",
     "otlp_safe",
     "register_client",
     "register_headers",
@@ -310,6 +311,20 @@ def _exception_text(exc: BaseException) -> str:
     return f"{name}: {message}" if message else name
 
 
+# Set once any policy with content capture off is built. Log lines are process-wide, so code that logs
+# without a policy at hand follows the strictest one in the process (see log_exception).
+_capture_off_somewhere = False
+
+
+def log_exception(exc: BaseException) -> str:
+    """*exc* for a log line written where no policy is at hand (an integration callback): ``Type:
+    message`` scrubbed, or only its type and status once any policy in this process has content capture
+    off (the message may quote the host's text)."""
+    if _capture_off_somewhere:
+        return ContentPolicy._withheld_error(type(exc).__name__, _exception_status(exc))
+    return scrub(_exception_text(exc))
+
+
 # --- the policy --------------------------------------------------------------------------------------
 
 
@@ -349,6 +364,9 @@ class ContentPolicy:
         self.capture_reason: bool = self.capture_content if capture_reason is None else bool(capture_reason)
         self._redact = redact
         self._reported: set[str] = set()
+        if not self.capture_content:
+            global _capture_off_somewhere
+            _capture_off_somewhere = True
         for secret in secrets:
             register_secret(secret)
         _SECRETS.refresh_env(force=True)

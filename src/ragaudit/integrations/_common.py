@@ -27,6 +27,7 @@ from opentelemetry import context as _otel_context
 
 from .._log import RateLimitedLog
 from .._turn_metrics import DEFAULT_TURN_MEASURES, turn_metrics
+from ..content import log_exception
 from ..errors import ConfigurationError
 from ..records import (
     Citation,
@@ -78,8 +79,9 @@ _log = RateLimitedLog()
 def report_failure(where: str, exc: BaseException) -> None:
     """Log that an integration callback failed; once per kind, then at most once a minute with a count."""
     name = type(exc).__name__
-    _log.warning(f"{where}:{name}", "ragaudit: %s failed (the pipeline is unaffected): %s: %s",
-                 where, name, exc)
+    # No policy at hand here: log_exception withholds the message once any auditor has capture off.
+    _log.warning(f"{where}:{name}", "ragaudit: %s failed (the pipeline is unaffected): %s",
+                 where, log_exception(exc))
 
 
 # --- documents -------------------------------------------------------------------------------------
