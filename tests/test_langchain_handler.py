@@ -72,6 +72,16 @@ def setup(memory_exporter: InMemorySpanExporter, memory_provider: TracerProvider
 # --- the run modes ------------------------------------------------------------------------------------
 
 
+def test_session_and_user_from_config_metadata_reach_the_turn_span(setup: Setup, kb: KB) -> None:
+    config = {**setup.config, "metadata": {"langfuse_session_id": "sess-1", "session_id": "other",
+                                           "user_id": "user-1", "tier": "gold"}}
+    rag_chain(kb.retriever).invoke(QUESTIONS[2], config=config)
+    (turn,) = setup.spans(c.SPAN_TURN)
+    a = turn.attributes or {}
+    assert (a[c.SESSION_ID], a[c.USER_ID]) == ("sess-1", "user-1")  # Langfuse's own key first
+    assert a[c.langfuse_metadata_key(c.LANGFUSE_OBSERVATION_METADATA, "tier")] == "gold"
+
+
 def test_invoke_records_turn_with_retrieval_generation_citation_and_judgement(setup: Setup, kb: KB) -> None:
     q = QUESTIONS[3]
     result = rag_chain(kb.retriever).invoke(q, config=setup.config)
@@ -87,8 +97,10 @@ def test_invoke_records_turn_with_retrieval_generation_citation_and_judgement(se
     chat = next(s for s in kids if s.name.startswith("chat"))
     assert chat.attributes[c.GEN_AI_USAGE_OUTPUT_TOKENS] == len(kb.answers[q].split())
     assert "Context:" in str(chat.attributes[c.INPUT_VALUE])
+    messages = json.loads(str(chat.attributes[c.LANGFUSE_OBSERVATION_INPUT]))  # the real messages, with roles
+    assert messages[-1]["role"] == "user" and "Context:" in messages[-1]["content"]
     judge = next(s for s in kids if s.name == c.SPAN_JUDGE)
-    assert judge.links and judge.links[0].context.span_id == turn.context.span_id
+    assert not judge.links  # its parent is the turn (children() above): no link to the same span
     assert judge.attributes[c.judge_score_key("faithfulness")] == 1.0
     assert turn.attributes[c.ATTR_JUDGE_STATUS] == "queued"
     (line,) = read_audit_log(setup.log)
@@ -462,7 +474,7 @@ def test_spans_reach_a_real_otlp_http_receiver(kb: KB, audit_log_path: Path) -> 
         assert sorted(s["name"] for s in kids) == ["chat context-echo-1", c.SPAN_JUDGE, "retrieval Chroma"]
         (judge,) = [j for j in judges if j["parent_span_id"] == turn["span_id"]]
         assert judge["trace_id"] == turn["trace_id"]
-        assert judge["links"][0]["span_id"] == turn["span_id"]
+        assert judge["links"] == []  # a child of the turn, not also linked to it
         assert 0.0 <= judge["attributes"][c.judge_score_key("context_relevance")] <= 1.0
     assert len(judges) == len(questions)
 

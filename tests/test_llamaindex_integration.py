@@ -148,8 +148,10 @@ def test_query_engine_turn_has_retrieval_generation_citation_and_judgement(
     assert chat.attributes[c.OUTPUT_VALUE] == kb.answers[q]
     assert chat.attributes[c.GEN_AI_USAGE_OUTPUT_TOKENS] == len(kb.answers[q].split())
     assert "Context information is below." in str(chat.attributes[c.INPUT_VALUE])
+    # a completion model: its prompt is the input Langfuse shows too
+    assert chat.attributes[c.LANGFUSE_OBSERVATION_INPUT] == chat.attributes[c.INPUT_VALUE]
     judge = next(s for s in kids if s.name == c.SPAN_JUDGE)
-    assert judge.links and judge.links[0].context.span_id == turn.context.span_id
+    assert not judge.links  # its parent is the turn: no link to the same span
     assert judge.attributes[c.judge_score_key("faithfulness")] == 1.0
     assert turn.attributes[c.ATTR_JUDGE_STATUS] == "queued"
     assert metadata_of(turn) == {"run_name": "RetrieverQueryEngine.query", JUDGE_CONTEXT_KEY: "source_nodes"}
@@ -208,7 +210,10 @@ def test_chat_llm_over_completion_counts_one_generation(setup: Setup, inst: Llam
     chats = [s for s in children(setup.spans(), turn) if s.name.startswith("chat")]
     assert len(chats) == 1
     assert chats[0].attributes[c.OUTPUT_VALUE] == kb.answers[q]
-    assert str(chats[0].attributes[c.INPUT_VALUE]).startswith("system:")  # the chat messages, not the prompt
+    # the chat messages with their roles (Langfuse renders them as a conversation), not the prompt
+    messages = json.loads(str(chats[0].attributes[c.LANGFUSE_OBSERVATION_INPUT]))
+    assert messages[0]["role"] == "system" and "Query: " in messages[-1]["content"]
+    assert chats[0].attributes[c.INPUT_VALUE] == chats[0].attributes[c.LANGFUSE_OBSERVATION_INPUT]
 
 
 def test_post_processed_nodes_are_what_the_judge_sees(setup: Setup, inst: LlamaIndexInstrumentation,
@@ -471,6 +476,14 @@ def test_relevant_ids_from_instrument_tags_put_metrics_on_the_turn(
     assert "ragaudit_relevant_ids" not in metadata
 
 
+def test_session_and_user_from_instrument_tags_reach_the_turn_span(
+        setup: Setup, inst: LlamaIndexInstrumentation, kb: KB) -> None:
+    with instrument_tags({"session_id": "sess-9", "user_id": "user-3"}):
+        kb.engine().query(QUESTIONS[1])
+    (turn,) = setup.spans(c.SPAN_TURN)
+    assert (turn.attributes[c.SESSION_ID], turn.attributes[c.USER_ID]) == ("sess-9", "user-3")
+
+
 def test_instrument_replaces_and_uninstrument_detaches(setup: Setup, kb: KB) -> None:
     assert llamaindex.uninstrument() is None
     first = llamaindex.instrument(auditor=setup.auditor)
@@ -684,14 +697,19 @@ def test_same_spans_and_audit_line_as_langchain_for_the_same_question(
     differ = {c.ATTR_TURN_ID, c.ATTR_FRAMEWORK, c.METADATA, c.ATTR_JUDGE_LATENCY_S}
     # Each framework has its own prompt template: the prompt and what is counted from it differ.
     differ |= {c.INPUT_VALUE, c.input_message_keys(0)[1], c.ATTR_PROMPT_CHARS, c.GEN_AI_USAGE_INPUT_TOKENS,
-               c.LLM_TOKEN_COUNT_PROMPT, c.LLM_TOKEN_COUNT_TOTAL, c.LANGFUSE_OBSERVATION_USAGE_DETAILS}
+               c.LLM_TOKEN_COUNT_PROMPT, c.LLM_TOKEN_COUNT_TOTAL, c.LANGFUSE_OBSERVATION_USAGE_DETAILS,
+               c.LANGFUSE_OBSERVATION_INPUT, c.INPUT_MIME_TYPE}  # LangChain's are chat messages (JSON)
     # The stand-in models: LangChain's names its provider, ours is no llama_index.llms package.
     provider = {c.GEN_AI_PROVIDER_NAME, c.LLM_PROVIDER}
     assert provider <= set(lc_by[CHAT]) and not provider & set(li_by[CHAT])
+    # the per-key copies of the turn's metadata (Langfuse) differ as the metadata does
+    per_key = (c.LANGFUSE_OBSERVATION_METADATA + ".", c.LANGFUSE_TRACE_METADATA + ".")
     for name in lc_by:
         lc_attrs = {k: v for k, v in lc_by[name].items()
-                    if ("score" not in k or name == c.SPAN_JUDGE) and k not in provider}
-        li_attrs = {k: v for k, v in li_by[name].items() if "score" not in k or name == c.SPAN_JUDGE}
+                    if ("score" not in k or name == c.SPAN_JUDGE) and k not in provider
+                    and not k.startswith(per_key)}
+        li_attrs = {k: v for k, v in li_by[name].items()
+                    if ("score" not in k or name == c.SPAN_JUDGE) and not k.startswith(per_key)}
         assert set(lc_attrs) == set(li_attrs), name
         assert {k for k in set(lc_attrs) - differ if lc_attrs[k] != li_attrs[k]} == set(), name
     assert lc_by[c.SPAN_TURN][c.INPUT_VALUE] == li_by[c.SPAN_TURN][c.INPUT_VALUE] == q

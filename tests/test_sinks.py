@@ -171,3 +171,41 @@ def test_host_chain_unchanged_while_the_sink_answers_500_slowly() -> None:
     assert stats["judged"] == len(questions)
     assert stats["sink_errors"] == 3 * len(questions)  # three scores per judgement, each given up on
     assert sink.stats()["retries"] == 3 * len(questions)
+
+
+def test_langfuse_host_precedence_is_the_same_for_traces_and_scores(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ragaudit.tracing.setup import _langfuse_target
+
+    monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", "pk")
+    monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk")
+    monkeypatch.setenv("LANGFUSE_HOST", "http://old.example:3000")
+    monkeypatch.setenv("LANGFUSE_BASE_URL", "http://new.example:3000")
+    url, _ = _langfuse_target(None, None)
+    sink = LangfuseSink()
+    try:
+        assert url == "http://new.example:3000/api/public/otel/v1/traces"
+        assert sink.endpoint == "http://new.example:3000"
+    finally:
+        sink.shutdown(0.1)
+    monkeypatch.delenv("LANGFUSE_BASE_URL")
+    sink = LangfuseSink()
+    try:
+        assert sink.endpoint == "http://old.example:3000" and _langfuse_target(None, None)[0].startswith(
+            "http://old.example:3000/")
+    finally:
+        sink.shutdown(0.1)
+
+
+def test_score_ids_are_stable_and_distinct() -> None:
+    from ragaudit.tracing.sinks import score_id
+
+    ids = {score_id(TRACE, SPAN, judge, name) for judge in ("a", "b") for name in ("faithfulness", "answer_relevance")}
+    assert len(ids) == 4
+    assert score_id(TRACE, SPAN, "a", "faithfulness") == score_id(TRACE, SPAN, "a", "faithfulness")
+    sink = LangfuseSink("http://127.0.0.1:9", public_key="pk", secret_key="sk")
+    try:
+        first = [body["id"] for _, body in sink.requests(turn(), JUDGEMENT)]
+        assert first == [body["id"] for _, body in sink.requests(turn(), JUDGEMENT)]
+        assert len(set(first)) == len(first) == 6
+    finally:
+        sink.shutdown(0.1)

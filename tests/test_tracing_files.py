@@ -101,7 +101,7 @@ def test_span_file_round_trip(tmp_path: Path) -> None:
     assert isinstance(exporter, SpanExporter)
     provider = TracerProvider(shutdown_on_exit=False)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    recorder = SpanRecorder(provider)
+    recorder = SpanRecorder(provider, judge_trace="separate")  # the judge span links to the turn
     turn = recorder.record_turn(make_turn(), judge_status="queued", retrieval_metrics={"mrr@10": 1.0})
     recorder.record_judgement(turn, make_judgement())
     provider.shutdown()
@@ -112,7 +112,7 @@ def test_span_file_round_trip(tmp_path: Path) -> None:
     assert root["trace_id"] == turn.trace_id and root["span_id"] == turn.span_id
     assert root["parent_span_id"] is None
     assert spans["retrieval"]["parent_span_id"] == root["span_id"]
-    assert judge["parent_span_id"] == root["span_id"]
+    assert judge["parent_span_id"] is None and judge["trace_id"] != root["trace_id"]
     assert judge["links"] == [
         {
             "trace_id": root["trace_id"],

@@ -251,10 +251,10 @@ def test_judge_span_scores_events_and_link(provider: TracerProvider, exporter: I
     assert judge.end_time is not None and judge.start_time is not None
     assert judge.end_time - judge.start_time == 250 * MS  # start defaults to end - latency
 
-    assert len(judge.links) == 1
-    link = judge.links[0]
-    assert (link.context.trace_id, link.context.span_id) == (root.context.trace_id, root.context.span_id)
-    assert (link.attributes or {})[c.LINK_TYPE] == c.LINK_TYPE_JUDGED_TURN
+    # Child of the turn, and no link to it: Jaeger turns a link to the parent into FOLLOWS_FROM.
+    assert judge.parent is not None and judge.parent.span_id == root.context.span_id
+    assert judge.context.trace_id == root.context.trace_id
+    assert not judge.links
 
     events = [e for e in judge.events if e.name == "gen_ai.evaluation.result"]
     assert [(e.attributes or {})["gen_ai.evaluation.name"] for e in events] == [
@@ -601,7 +601,7 @@ def test_a_tracer_failing_midway_keeps_what_it_can(caplog: pytest.LogCaptureFixt
     memory = InMemorySpanExporter()
     inner = TracerProvider(shutdown_on_exit=False)
     inner.add_span_processor(SimpleSpanProcessor(memory))
-    recorder = SpanRecorder(_LinklessProvider(inner))
+    recorder = SpanRecorder(_LinklessProvider(inner), judge_trace="separate")  # the judge span has a link
     with caplog.at_level(logging.DEBUG, logger="ragaudit"):
         turn = recorder.record_turn(make_turn())
         recorder.record_judgement(turn, judgement())
@@ -645,3 +645,76 @@ def test_bad_arguments_fail_at_construction(kwargs: dict[str, Any]) -> None:
         SpanRecorder(trace.NoOpTracerProvider(), **kwargs)
     with pytest.raises(ConfigurationError, match="TracerProvider"):
         SpanRecorder(object())  # type: ignore[arg-type]
+
+
+def test_span_limits_keep_kind_and_top_documents_under_the_sdks_default() -> None:
+    """A retrieval of 50 documents under the SDK's default SpanLimits (128 attributes): the span kind
+    and the top-ranked documents are kept, the rest is counted, and every string is capped."""
+    from opentelemetry.sdk.trace import SpanLimits
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(span_limits=SpanLimits(), shutdown_on_exit=False)
+    assert provider._span_limits.max_span_attributes == 128  # the SDK default this test is about
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    many = tuple(RetrievedDoc(id=f"doc-{i}", content="c" * 50, score=1 - i / 100, rank=i,
+                              source=f"/data/{'deep/' * 400}{i}.md") for i in range(1, 51))
+    SpanRecorder(provider, max_attribute_chars=2000).record_turn(
+        make_turn(documents=many, retrievals=(Retrieval("chroma", many, "q"),), metadata={"k": "v" * 5000}))
+    spans = by_name(memory.get_finished_spans())
+    retrieval = spans["retrieval chroma"]
+    a = retrieval.attributes or {}
+    assert retrieval.dropped_attributes == 0
+    assert a[c.OPENINFERENCE_SPAN_KIND] == "RETRIEVER" and a[c.LANGFUSE_OBSERVATION_TYPE] == "retriever"
+    ids = [a[c.document_keys(i).id] for i in range(20)]
+    assert ids == [f"doc-{i}" for i in range(1, 21)]  # top ranks first
+    assert c.document_keys(20).id not in a
+    assert (a[c.ATTR_DOCUMENT_COUNT], a[c.ATTR_DOCUMENT_OMITTED]) == (50, 30)
+    for key in (c.GEN_AI_RETRIEVAL_DOCUMENTS, c.LANGFUSE_OBSERVATION_OUTPUT, c.document_keys(0).metadata):
+        assert len(str(a[key])) <= 2000 + 48, key
+        assert str(a[key]).endswith("chars]"), key
+    for span in spans.values():
+        assert span.dropped_attributes == 0, span.name
+        for key, value in (span.attributes or {}).items():
+            assert not isinstance(value, str) or len(value) <= 2000 + 48, (span.name, key)
+
+
+@pytest.mark.parametrize(("metadata", "session", "user"), [
+    ({"session_id": "s", "user_id": "u"}, "s", "u"),
+    ({"langfuse_session_id": "lf", "session_id": "s", "langfuse_user_id": "lu", "user_id": "u"}, "lf", "lu"),
+    ({"thread_id": "t-1"}, "t-1", None),
+    ({"conversation_id": 17}, "17", None),
+    ({"session_id": {"not": "an id"}, "user_id": True}, None, None),
+])
+def test_session_and_user_ids_from_turn_metadata(
+        provider: TracerProvider, exporter: InMemorySpanExporter, metadata: dict[str, Any], session: str | None,
+        user: str | None) -> None:
+    SpanRecorder(provider, capture_content=False).record_turn(make_turn(metadata=metadata))
+    a = by_name(exporter.get_finished_spans())["ragaudit.turn"].attributes or {}
+    assert a.get(c.SESSION_ID) == session and a.get(c.GEN_AI_CONVERSATION_ID) == session
+    assert a.get(c.USER_ID) == user
+    assert not any(k.startswith(c.LANGFUSE_OBSERVATION_METADATA) for k in a)  # metadata is content
+
+
+def test_judge_trace_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert SpanRecorder(trace.NoOpTracerProvider()).judge_trace == "turn"
+    monkeypatch.setenv("RAGAUDIT_JUDGE_TRACE", "separate")
+    assert SpanRecorder(trace.NoOpTracerProvider()).judge_trace == "separate"
+    assert SpanRecorder(trace.NoOpTracerProvider(), judge_trace="turn").judge_trace == "turn"
+    with pytest.raises(ConfigurationError, match="judge_trace"):
+        SpanRecorder(trace.NoOpTracerProvider(), judge_trace="elsewhere")  # type: ignore[arg-type]
+
+
+def test_auditor_separate_judge_trace(provider: TracerProvider, exporter: InMemorySpanExporter) -> None:
+    from ragaudit import Auditor, FakeJudge
+
+    with Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log=None, tracer_provider=provider,
+                 judge_trace="separate") as auditor:
+        turn = auditor.recorder.record_turn(make_turn())
+        auditor.submit(turn)
+        assert auditor.flush(10)
+    spans = by_name(exporter.get_finished_spans())
+    judge, root = spans["ragaudit.judge"], spans["ragaudit.turn"]
+    assert judge.parent is None and judge.context.trace_id != root.context.trace_id
+    assert [(link.context.span_id, (link.attributes or {})[c.LINK_TYPE]) for link in judge.links] == [
+        (root.context.span_id, c.LINK_TYPE_JUDGED_TURN)]
+    assert (judge.attributes or {})[c.LANGFUSE_TRACE_NAME] == "ragaudit.judge"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigurationError, JudgeError, MetricError, RagAuditError
 from .judges.base import BaseRagJudge, FakeJudge, RagJudge
-from .records import Citation, Generation, Judgement, JudgeRequest, RagTurn, Retrieval, RetrievedDoc
+from .records import Citation, Generation, Judgement, JudgeRequest, RagTurn, Retrieval, RetrievedDoc, ToolCall
 
 __version__ = "0.1.0"
 
@@ -50,6 +50,7 @@ __all__ = [
     "RuleJudge",
     "SqliteCache",
     "TieredJudge",
+    "ToolCall",
     "__version__",
     "assert_rag_quality",
     "calibrate",

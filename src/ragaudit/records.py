@@ -26,6 +26,7 @@ __all__ = [
     "RagTurn",
     "Retrieval",
     "RetrievedDoc",
+    "ToolCall",
     "normalize_relevance",
     "stable_doc_id",
     "truncate",
@@ -158,7 +159,12 @@ class Retrieval:
 
 @dataclass(frozen=True, slots=True)
 class Generation:
-    """One LLM call inside a turn. Token counts are None when the model did not report them."""
+    """One LLM call inside a turn. Token counts are None when the model did not report them.
+
+    ``messages`` are the chat messages sent, as ``(role, content)`` pairs (roles ``system``,
+    ``user``, ``assistant``, ``tool``), when the framework gave them; ``prompt`` is the prompt as
+    one text (for completion models, or when the messages are unknown).
+    """
 
     model: str | None = None
     prompt: str | None = None
@@ -169,10 +175,38 @@ class Generation:
     ended_at: int | None = None
     error: str | None = None
     provider: str | None = None
+    messages: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         _check_time("Generation.started_at", self.started_at)
         _check_time("Generation.ended_at", self.ended_at)
+        messages = tuple(tuple(m) for m in self.messages)
+        for message in messages:
+            if len(message) != 2 or not all(isinstance(part, str) for part in message):
+                raise ConfigurationError(
+                    f"Generation.messages must hold (role, content) string pairs, got {message!r}"
+                )
+        object.__setattr__(self, "messages", messages)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call inside a turn (agents): the tool's name, the arguments the model wrote, what
+    the tool returned, the model's call id."""
+
+    name: str
+    arguments: str | None = None
+    output: str | None = None
+    call_id: str | None = None
+    started_at: int | None = None
+    ended_at: int | None = None
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise ConfigurationError(f"ToolCall.name must be a string, got {type(self.name).__name__}")
+        _check_time("ToolCall.started_at", self.started_at)
+        _check_time("ToolCall.ended_at", self.ended_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +214,8 @@ class RagTurn:
     """One question through one pipeline run: what was asked, retrieved, answered and cited.
 
     ``documents`` are the documents the answer was built from (after any reranking), ranked 1..n;
-    ``retrievals`` and ``generations`` keep each retriever and LLM call as it happened, for the
-    trace. ``relevant_ids`` is the ground truth when known: a sequence of relevant ids (binary) or a
+    ``retrievals``, ``generations`` and ``tool_calls`` keep each retriever, LLM and tool call as it
+    happened, for the trace. ``relevant_ids`` is the ground truth when known: a sequence of relevant ids (binary) or a
     mapping id -> graded label. ``trace_id``/``span_id`` (hex) point at the turn's span once traced.
     """
 
@@ -201,6 +235,7 @@ class RagTurn:
     error: str | None = None
     retrievals: tuple[Retrieval, ...] = ()
     generations: tuple[Generation, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.turn_id, str) or not self.turn_id:
@@ -215,6 +250,7 @@ class RagTurn:
         object.__setattr__(self, "citations", tuple(self.citations))
         object.__setattr__(self, "retrievals", tuple(self.retrievals))
         object.__setattr__(self, "generations", tuple(self.generations))
+        object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
         for doc in self.documents:
             if not isinstance(doc, RetrievedDoc):
                 raise ConfigurationError(f"RagTurn.documents must hold RetrievedDoc, got {type(doc).__name__}")

@@ -17,12 +17,17 @@ __all__ = ["HttpRecorder"]
 
 
 class HttpRecorder:
-    """``with HttpRecorder() as rec: rec.url`` — every request lands in ``rec.requests``."""
+    """``with HttpRecorder() as rec: rec.url`` — every request lands in ``rec.requests``.
+
+    ``status`` and ``delay_s`` apply to every request; ``delays`` (a list) scripts the delay of the
+    next requests, one entry each (a request is recorded before its delay: stored, then answered late).
+    """
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.status = 200
         self.delay_s = 0.0
+        self.delays: list[float] = []
         # What an error reply says: bytes, or a function of the recorded request (a backend that
         # echoes what it was sent, e.g. the Authorization header, in its 401 body).
         self.error_body: bytes | Callable[[dict[str, Any]], bytes] = b'{"error": "scripted failure"}'
@@ -47,17 +52,22 @@ class HttpRecorder:
                 with recorder._lock:
                     recorder.requests.append(request)
                     status, delay, error_body = recorder.status, recorder.delay_s, recorder.error_body
+                    if recorder.delays:
+                        delay = recorder.delays.pop(0)
                 if delay:
                     time.sleep(delay)
                 if status < 300:
                     payload = b'{"ok": true}'
                 else:
                     payload = error_body(request) if callable(error_body) else error_body
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up waiting (a scripted delay): what was received is recorded
 
             do_POST = do_GET = do_PUT = _handle
 

@@ -74,8 +74,10 @@ class Auditor:
     past that drops whole turns, spans included, counted in ``stats()["close_dropped"]``), a bound
     separate from *max_queue* so that a small judging queue never costs traces.
 
-    Each judgement goes to: the OTel judge span (a child of the turn's span, through
-    *tracer_provider* or the global one), the JSONL *audit_log* (``None`` to disable), every
+    Each judgement goes to: the OTel judge span (through *tracer_provider* or the global one; a
+    child of the turn's span, or with ``judge_trace="separate"`` the root of its own trace linked
+    to the turn, so the turn's trace lasts as long as the answer did), the JSONL *audit_log*
+    (``None`` to disable), every
     *sinks* entry, and *on_judgement(turn, judgement)*. A judge or sink that fails is recorded
     (judgement ``error``, ``stats()["sink_errors"]``), never raised.
 
@@ -118,6 +120,7 @@ class Auditor:
         exit_timeout_s: float = 30.0,
         handle_signals: bool = False,
         max_closing: int = 10_000,
+        judge_trace: Literal["turn", "separate"] | None = None,
     ) -> None:
         if mode not in ("background", "inline"):
             raise ConfigurationError(f"mode must be 'background' or 'inline', got {mode!r}")
@@ -163,7 +166,7 @@ class Auditor:
         # The one policy for every text this auditor and its recorder, audit log and sinks record.
         self.content = ContentPolicy(capture_content=capture_content, capture_reason=capture_reason,
                                      redact=redact)
-        self._recorder = SpanRecorder(tracer_provider, content=self.content)
+        self._recorder = SpanRecorder(tracer_provider, content=self.content, judge_trace=judge_trace)
         for sink in sinks:
             bind = getattr(sink, "bind_recorder", None)
             if callable(bind):

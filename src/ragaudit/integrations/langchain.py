@@ -195,6 +195,18 @@ def _read_llm_result(response: Any) -> tuple[str | None, int | None, int | None,
         model if isinstance(model, str) and model else None)
 
 
+_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool", "function": "tool"}
+
+
+def _prompt_messages(prompt: Any) -> tuple[tuple[str, str], ...]:
+    """A chat model's input as ``(role, content)`` pairs (user, assistant, system, tool); () for a
+    plain-text prompt."""
+    if not isinstance(prompt, list):
+        return ()
+    return tuple((_ROLES.get(m.type, str(getattr(m, "role", m.type))), _text_of(m.content))
+                 for m in prompt if isinstance(m, BaseMessage))
+
+
 def _prompt_text(prompt: Any) -> str | None:
     if isinstance(prompt, list):
         if prompt and isinstance(prompt[0], str):
@@ -474,6 +486,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
             generations.append(Generation(
                 model=child.model or response_model,
                 prompt=_prompt_text(child.prompt) if capture and child.ended_at is not None else None,
+                messages=_prompt_messages(child.prompt) if capture and child.ended_at is not None else (),
                 output=text, input_tokens=input_tokens, output_tokens=output_tokens,
                 started_at=child.started_at, ended_at=ended_at, error=error, provider=child.provider,
             ))

@@ -264,6 +264,22 @@ def _model_from(model_dict: Any) -> str | None:
     return None
 
 
+_ROLES = {"chatbot": "assistant", "model": "assistant", "function": "tool", "developer": "system"}
+
+
+def _messages_of(messages: Any) -> tuple[tuple[str, str], ...]:
+    """Chat messages as ``(role, content)`` pairs (user, assistant, system, tool)."""
+    if not isinstance(messages, (list, tuple)):
+        return ()
+    out = []
+    for message in messages:
+        role = getattr(message, "role", "")
+        role = str(getattr(role, "value", role))
+        content = getattr(message, "content", None)
+        out.append((_ROLES.get(role, role), content if isinstance(content, str) else ""))
+    return tuple(out)
+
+
 def _messages_text(messages: Any) -> str | None:
     if not isinstance(messages, (list, tuple)):
         return None
@@ -339,6 +355,7 @@ class _Generating:
     error: str | None = None
     caller: int = 0  # id() of the LLM object, to match a stream's lazily made inner call
     provider: str | None = None
+    messages: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(slots=True)
@@ -555,7 +572,8 @@ class _Collector:
             turn.generations[key] = _Generating(turn.next_seq(), now, caller=caller_id,
                                                 provider=_provider_of(caller) if caller is not None else None)
 
-    def model_called(self, run_id: str, model: str | None, prompt: str | None, now: int) -> None:
+    def model_called(self, run_id: str, model: str | None, prompt: str | None, now: int,
+                     messages: tuple[tuple[str, str], ...] = ()) -> None:
         with self.store.lock:
             turn = self.store.state_of(run_id)
             if turn is None:
@@ -565,6 +583,7 @@ class _Collector:
                 generating.model = model
             if generating.prompt is None and self.recorder.capture_content:
                 generating.prompt = prompt
+                generating.messages = messages
 
     def model_answered(self, run_id: str, response: Any, now: int, error: Any = None) -> None:
         output = _output_of(response)
@@ -673,7 +692,8 @@ class _Collector:
             Generation(model=g.model, prompt=g.prompt, output=g.output, input_tokens=g.input_tokens,
                        output_tokens=g.output_tokens, started_at=g.started_at,
                        ended_at=g.ended_at if g.ended_at is not None else now,
-                       error=g.error if g.ended_at is not None else (g.error or unfinished), provider=g.provider)
+                       error=g.error if g.ended_at is not None else (g.error or unfinished), provider=g.provider,
+                       messages=g.messages)
             for g in sorted(turn.generations.values(), key=lambda g: g.seq)
         ]
         query = turn.query
@@ -963,7 +983,7 @@ def _on_response(c: _Collector, e: Any, span_id: str, now: int) -> None:
 
 
 def _on_chat_start(c: _Collector, e: Any, span_id: str, now: int) -> None:
-    c.model_called(span_id, _model_from(e.model_dict), _messages_text(e.messages), now)
+    c.model_called(span_id, _model_from(e.model_dict), _messages_text(e.messages), now, _messages_of(e.messages))
 
 
 def _on_completion_start(c: _Collector, e: Any, span_id: str, now: int) -> None:
@@ -1232,9 +1252,11 @@ class RagAuditLlamaIndexHandler(_Audited, BaseCallbackHandler):
             _LEGACY_LLM.set((collector, event_id))
             serialized = payload.get(EventPayload.SERIALIZED)
             prompt = payload.get(EventPayload.PROMPT)
+            messages: tuple[tuple[str, str], ...] = ()
             if not isinstance(prompt, str):
                 prompt = _messages_text(payload.get(EventPayload.MESSAGES))
-            collector.model_called(event_id, _model_from(serialized), prompt, now)
+                messages = _messages_of(payload.get(EventPayload.MESSAGES))
+            collector.model_called(event_id, _model_from(serialized), prompt, now, messages)
 
     def on_event_end(self, event_type: CBEventType, payload: dict[str, Any] | None = None,
                      event_id: str = "", **kwargs: Any) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "ATTR_DOCUMENT_CHARS",
     "ATTR_DOCUMENT_COUNT",
     "ATTR_DOCUMENT_IDS",
+    "ATTR_DOCUMENT_OMITTED",
     "ATTR_ERROR_TYPE",
     "ATTR_EXCEPTION_MESSAGE",
     "ATTR_FRAMEWORK",
@@ -44,11 +45,15 @@ __all__ = [
     "ATTR_PROMPT_CHARS",
     "ATTR_QUERY_CHARS",
     "ATTR_RELEVANT_IDS",
+    "ATTR_TOOL_ARGUMENTS_CHARS",
+    "ATTR_TOOL_OUTPUT_CHARS",
     "ATTR_TURN_ID",
+    "DEPLOYMENT_ENVIRONMENT_KEYS",
     "ERROR_TYPE_JUDGE_ERROR",
     "ERROR_TYPE_MISSING_SCORE",
     "ERROR_TYPE_TURN_ERROR",
     "EVENT_EXCEPTION",
+    "GEN_AI_CONVERSATION_ID",
     "GEN_AI_DATA_SOURCE_ID",
     "GEN_AI_EVALUATION_EXPLANATION",
     "GEN_AI_EVALUATION_NAME",
@@ -56,6 +61,7 @@ __all__ = [
     "GEN_AI_EVALUATION_SCORE_LABEL",
     "GEN_AI_EVALUATION_SCORE_VALUE",
     "GEN_AI_OPERATION_CHAT",
+    "GEN_AI_OPERATION_EXECUTE_TOOL",
     "GEN_AI_OPERATION_NAME",
     "GEN_AI_OPERATION_RETRIEVAL",
     "GEN_AI_PROVIDER_NAME",
@@ -63,24 +69,32 @@ __all__ = [
     "GEN_AI_RESPONSE_MODEL",
     "GEN_AI_RETRIEVAL_DOCUMENTS",
     "GEN_AI_RETRIEVAL_QUERY_TEXT",
+    "GEN_AI_TOOL_CALL_ARGUMENTS",
+    "GEN_AI_TOOL_CALL_ID",
+    "GEN_AI_TOOL_CALL_RESULT",
+    "GEN_AI_TOOL_NAME",
     "GEN_AI_USAGE_INPUT_TOKENS",
     "GEN_AI_USAGE_OUTPUT_TOKENS",
     "INPUT_MIME_TYPE",
     "INPUT_VALUE",
+    "LANGFUSE_ENVIRONMENT",
     "LANGFUSE_OBSERVATION_INPUT",
     "LANGFUSE_OBSERVATION_LEVEL",
+    "LANGFUSE_OBSERVATION_METADATA",
     "LANGFUSE_OBSERVATION_MODEL_NAME",
     "LANGFUSE_OBSERVATION_OUTPUT",
     "LANGFUSE_OBSERVATION_STATUS_MESSAGE",
     "LANGFUSE_OBSERVATION_TYPE",
     "LANGFUSE_OBSERVATION_USAGE_DETAILS",
     "LANGFUSE_TRACE_INPUT",
+    "LANGFUSE_TRACE_METADATA",
     "LANGFUSE_TRACE_NAME",
     "LANGFUSE_TRACE_OUTPUT",
     "LANGFUSE_TYPE_EVALUATOR",
     "LANGFUSE_TYPE_GENERATION",
     "LANGFUSE_TYPE_RETRIEVER",
     "LANGFUSE_TYPE_SPAN",
+    "LANGFUSE_TYPE_TOOL",
     "LINK_TYPE",
     "LINK_TYPE_JUDGED_TURN",
     "LLM_INPUT_MESSAGES",
@@ -98,24 +112,31 @@ __all__ = [
     "OUTPUT_MIME_TYPE",
     "OUTPUT_VALUE",
     "RETRIEVAL_DOCUMENTS",
+    "SESSION_ID",
     "SPAN_CHAT",
     "SPAN_JUDGE",
     "SPAN_KIND_CHAIN",
     "SPAN_KIND_EVALUATOR",
     "SPAN_KIND_LLM",
     "SPAN_KIND_RETRIEVER",
+    "SPAN_KIND_TOOL",
     "SPAN_RETRIEVAL",
+    "SPAN_TOOL",
     "SPAN_TURN",
+    "TOOL_NAME",
     "TRACER_NAME",
+    "USER_ID",
     "DocumentKeys",
     "chat_span_name",
     "document_keys",
     "input_message_keys",
     "judge_score_key",
     "judge_usage_key",
+    "langfuse_metadata_key",
     "output_message_keys",
     "retrieval_metric_key",
     "retrieval_span_name",
+    "tool_span_name",
 ]
 
 TRACER_NAME: Final = "ragaudit"
@@ -130,6 +151,8 @@ SPAN_CHAT: Final = "chat"
 """GenAI semconv: an inference span is named ``{gen_ai.operation.name} {gen_ai.request.model}``."""
 SPAN_JUDGE: Final = "ragaudit.judge"
 """The judgement of one turn (OpenInference EVALUATOR, Langfuse evaluator)."""
+SPAN_TOOL: Final = "execute_tool"
+"""GenAI semconv: a tool call span is named ``execute_tool {gen_ai.tool.name}``."""
 
 
 def retrieval_span_name(source: str | None) -> str:
@@ -142,12 +165,19 @@ def chat_span_name(model: str | None) -> str:
     return f"{SPAN_CHAT} {model}" if model else SPAN_CHAT
 
 
+def tool_span_name(tool: str | None) -> str:
+    """``execute_tool {tool}``, or ``execute_tool`` when the tool has no name."""
+    return f"{SPAN_TOOL} {tool}" if tool else SPAN_TOOL
+
+
 # --- OpenInference (https://github.com/Arize-ai/openinference/blob/main/spec/semantic_conventions.md)
 OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
 SPAN_KIND_CHAIN: Final = "CHAIN"
 SPAN_KIND_RETRIEVER: Final = "RETRIEVER"
 SPAN_KIND_LLM: Final = "LLM"
 SPAN_KIND_EVALUATOR: Final = "EVALUATOR"
+SPAN_KIND_TOOL: Final = "TOOL"
+TOOL_NAME: Final = "tool.name"
 INPUT_VALUE: Final = "input.value"
 """*content* The span's input: the question (turn, retrieval), the prompt (LLM)."""
 INPUT_MIME_TYPE: Final = "input.mime_type"
@@ -207,6 +237,15 @@ def output_message_keys(i: int) -> tuple[str, str]:
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
 GEN_AI_OPERATION_RETRIEVAL: Final = "retrieval"
 GEN_AI_OPERATION_CHAT: Final = "chat"
+GEN_AI_OPERATION_EXECUTE_TOOL: Final = "execute_tool"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+"""*content* The tool call's arguments (as the model wrote them)."""
+GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
+"""*content* What the tool returned."""
+GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
+"""The conversation (session) the turn belongs to; also written as :data:`SESSION_ID`."""
 GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
 GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
 GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
@@ -240,15 +279,37 @@ ERROR_TYPE_MISSING_SCORE: Final = "ragaudit.missing_score"
 EVENT_EXCEPTION: Final = "exception"
 ATTR_EXCEPTION_MESSAGE: Final = "exception.message"
 
+# --- OTel general conventions: session, user, deployment -------------------------------------
+SESSION_ID: Final = "session.id"
+"""Turn span: the app's session / conversation id (Langfuse: the trace's session)."""
+USER_ID: Final = "user.id"
+"""Turn span: the app's user id (Langfuse: the trace's user)."""
+DEPLOYMENT_ENVIRONMENT_KEYS: Final = ("deployment.environment.name", "deployment.environment")
+"""Resource (or span) attributes naming the environment, in the order Langfuse reads them."""
+
 # --- Langfuse (https://langfuse.com/integrations/native/opentelemetry#property-mapping) ---------
+# Read against langfuse/langfuse v4.16 (packages/shared/src/server/otel/OtelIngestionProcessor.ts):
+# once ``langfuse.observation.input`` or ``.output`` is set, ``input.value``/``output.value`` are
+# ignored, so every span that has an input or output sets both Langfuse keys.
 LANGFUSE_OBSERVATION_TYPE: Final = "langfuse.observation.type"
 LANGFUSE_TYPE_SPAN: Final = "span"
+LANGFUSE_TYPE_TOOL: Final = "tool"
 LANGFUSE_TYPE_RETRIEVER: Final = "retriever"
 LANGFUSE_TYPE_GENERATION: Final = "generation"
 LANGFUSE_TYPE_EVALUATOR: Final = "evaluator"
 LANGFUSE_OBSERVATION_INPUT: Final = "langfuse.observation.input"
+"""*content* The observation's input: question (turn, retrieval), messages JSON (chat), arguments
+(tool), what the judge was shown (judge, JSON)."""
 LANGFUSE_OBSERVATION_OUTPUT: Final = "langfuse.observation.output"
-"""On retrieval spans: the document list (ids, scores, sources) as the observation's output."""
+"""The observation's output: answer (turn, chat; *content*), the document list (retrieval, ids,
+scores, sources), the tool result (*content*), scores and reason (judge, JSON)."""
+LANGFUSE_OBSERVATION_METADATA: Final = "langfuse.observation.metadata"
+"""Prefix: ``langfuse.observation.metadata.<key>``, one filterable metadata entry per key."""
+LANGFUSE_TRACE_METADATA: Final = "langfuse.trace.metadata"
+"""Prefix: ``langfuse.trace.metadata.<key>`` (turn span): the turn's metadata on its trace."""
+LANGFUSE_ENVIRONMENT: Final = "langfuse.environment"
+"""Every span, when ``LANGFUSE_TRACING_ENVIRONMENT`` is set (else Langfuse reads the resource's
+``deployment.environment[.name]``)."""
 LANGFUSE_OBSERVATION_LEVEL: Final = "langfuse.observation.level"
 """``ERROR`` on failed turns, retrievals, generations and judgements."""
 LANGFUSE_OBSERVATION_STATUS_MESSAGE: Final = "langfuse.observation.status_message"
@@ -299,6 +360,11 @@ LINK_TYPE: Final = "ragaudit.link.type"
 LINK_TYPE_JUDGED_TURN: Final = "judged_turn"
 """Attribute value on the judge span's link to the turn span."""
 
+ATTR_DOCUMENT_OMITTED: Final = "ragaudit.document.omitted"
+"""Retrieval span: how many documents (the lowest ranked) were not recorded, beyond the cap."""
+ATTR_TOOL_ARGUMENTS_CHARS: Final = "ragaudit.tool.arguments.chars"
+ATTR_TOOL_OUTPUT_CHARS: Final = "ragaudit.tool.output.chars"
+
 _JUDGE_SCORE_KEYS: dict[str, str] = {
     name: _JUDGE_PREFIX + name for name in ("faithfulness", "context_relevance", "answer_relevance")
 }
@@ -318,3 +384,8 @@ def judge_usage_key(usage_name: str) -> str:
 def retrieval_metric_key(metric: str) -> str:
     """``ragaudit.retrieval.<metric>``, e.g. ``ragaudit.retrieval.ndcg@10``."""
     return _RETRIEVAL_METRIC_PREFIX + metric
+
+
+def langfuse_metadata_key(prefix: str, key: str) -> str:
+    """``{prefix}.{key}`` for :data:`LANGFUSE_OBSERVATION_METADATA` / :data:`LANGFUSE_TRACE_METADATA`."""
+    return f"{prefix}.{key}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import socket
 import threading
 import weakref
 from collections.abc import Callable, Mapping
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
 
-__all__ = ["LANGFUSE_DEFAULT_HOST", "PROTOCOLS", "configure"]
+__all__ = ["LANGFUSE_DEFAULT_HOST", "PROTOCOLS", "configure", "langfuse_host"]
 
 _logger = logging.getLogger("ragaudit")
 
@@ -35,6 +36,8 @@ LANGFUSE_DEFAULT_HOST = "https://cloud.langfuse.com"
 _LANGFUSE_OTEL_PATH = "/api/public/otel"
 _TRACES_PATH = "/v1/traces"
 _EXTRA_HINT = "pip install 'ragaudit[otlp]'"
+_HOST_KEYS = ("host.id", "host.ip", "host.name")
+"""Resource attributes Jaeger's clock-skew adjuster derives a span's host from, in its order."""
 
 # What configure() already attached to each provider, so calling it twice does not export twice.
 _attached: weakref.WeakKeyDictionary[Any, set[tuple[str, ...]]] = weakref.WeakKeyDictionary()
@@ -47,6 +50,16 @@ def _env(*names: str) -> str | None:
         if value:
             return value
     return None
+
+
+def langfuse_host(explicit: str | None = None) -> str:
+    """The Langfuse host traces and scores go to: *explicit*, else ``$LANGFUSE_BASE_URL`` (the
+    Langfuse SDK's current name), else ``$LANGFUSE_HOST`` (its older one), else Langfuse Cloud.
+
+    :func:`configure` and :class:`~ragaudit.tracing.LangfuseSink` both use it, so scores land in
+    the same project as their traces whichever variables are set.
+    """
+    return (explicit or _env("LANGFUSE_BASE_URL", "LANGFUSE_HOST") or LANGFUSE_DEFAULT_HOST).rstrip("/")
 
 
 def _resolve_protocol(protocol: str | None) -> str:
@@ -100,7 +113,7 @@ def _langfuse_target(endpoint: str | None, headers: dict[str, str] | None) -> tu
             f"configure(langfuse=True) needs {' and '.join(missing)} in the environment "
             "(the project's API keys from Langfuse's settings page)"
         )
-    host = (endpoint or _env("LANGFUSE_BASE_URL", "LANGFUSE_HOST") or LANGFUSE_DEFAULT_HOST).rstrip("/")
+    host = langfuse_host(endpoint)
     if _LANGFUSE_OTEL_PATH not in host:
         host += _LANGFUSE_OTEL_PATH
     token = base64.b64encode(f"{public_key}:{secret_key}".encode()).decode("ascii")
@@ -200,6 +213,17 @@ def _resource(service_name: str | None) -> Any:
     resource = Resource.create({SERVICE_NAME: service_name} if service_name else {})
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: "ragaudit"}))
+    if not any(key in resource.attributes for key in _HOST_KEYS):
+        # Jaeger's clock-skew adjuster treats spans whose resource names no host as coming from
+        # different hosts, and flags every child that does not fit inside its parent, as a judge
+        # span that runs after its turn ended never does. With host.name set it compares only
+        # spans of different hosts.
+        try:
+            hostname = socket.gethostname()
+        except OSError:
+            hostname = ""
+        if hostname:
+            resource = resource.merge(Resource({"host.name": hostname}))
     return resource
 
 

@@ -15,6 +15,7 @@ import os
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -23,12 +24,15 @@ from .._turn_metrics import turn_metrics
 from ..content import ContentPolicy, register_headers, register_secret, register_url, scrub_url
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Judgement, RagTurn, Retrieval
+from .spans import LANGFUSE_ENVIRONMENT_ENV
 
-__all__ = ["HttpSink", "LangfuseSink", "PhoenixSink"]
+__all__ = ["HttpSink", "LangfuseSink", "PhoenixSink", "score_id"]
 
 logger = logging.getLogger("ragaudit")
 
 _DOCUMENTS_PATH = "/v1/document_annotations?sync=true"
+_SCORE_ID_NAMESPACE = uuid.UUID("3f0c5a52-5b5e-4d0c-9a57-7261676175de")
+"""Fixed: the same (trace, span, judge, score) gives the same score id in every process."""
 
 SpanIdResolver = Callable[[str], "Sequence[str] | None"]
 
@@ -374,6 +378,13 @@ class PhoenixSink(HttpSink):
         return None
 
 
+def score_id(trace_id: str, observation_id: str | None, judge: str, name: str) -> str:
+    """The Langfuse score id of score *name* by *judge* on one turn: a UUID derived from them, so
+    that sending the same score again (a retry after a timeout whose first attempt was stored)
+    updates it instead of adding a second one."""
+    return str(uuid.uuid5(_SCORE_ID_NAMESPACE, "\x1f".join((trace_id, observation_id or "", judge, name))))
+
+
 class LangfuseSink(HttpSink):
     """Sends each judgement to Langfuse as scores on the turn's trace and observation.
 
@@ -381,9 +392,16 @@ class LangfuseSink(HttpSink):
     the judge's reason as comment, plus one score per retrieval metric, keyed by the OTel trace id
     and the turn span's id as observation id — the ids Langfuse gives spans it receives over OTLP.
     Sent to Langfuse's public scores API (``POST /api/public/scores``, Basic auth with the public
-    and secret key) from a background thread. Keys and host default to ``LANGFUSE_PUBLIC_KEY``,
-    ``LANGFUSE_SECRET_KEY`` and ``LANGFUSE_HOST`` (``https://cloud.langfuse.com``). A score the judge
-    did not give is not sent.
+    and secret key) from a background thread. A score the judge did not give is not sent; a turn
+    whose span was not recorded (sampled out) gets no scores.
+
+    Each score's ``id`` is :func:`score_id` (trace, span, judge, score name), so a retry never
+    duplicates a score. Its ``environment`` is *environment*, else the bound span recorder's (the
+    traces' ``$LANGFUSE_TRACING_ENVIRONMENT`` or resource ``deployment.environment[.name]``), else
+    ``$LANGFUSE_TRACING_ENVIRONMENT``; none: Langfuse's ``default``. Keys default to
+    ``LANGFUSE_PUBLIC_KEY`` / ``LANGFUSE_SECRET_KEY``; the host is resolved as
+    :func:`ragaudit.tracing.configure` resolves it (*host*, ``LANGFUSE_BASE_URL``,
+    ``LANGFUSE_HOST``, ``https://cloud.langfuse.com``).
     """
 
     def __init__(
@@ -392,14 +410,13 @@ class LangfuseSink(HttpSink):
         *,
         public_key: str | None = None,
         secret_key: str | None = None,
+        environment: str | None = None,
         **kwargs: Any,
     ) -> None:
-        host = (
-            host
-            or os.environ.get("LANGFUSE_HOST")
-            or os.environ.get("LANGFUSE_BASE_URL")
-            or "https://cloud.langfuse.com"
-        )
+        from .setup import langfuse_host
+
+        host = langfuse_host(host)
+        self.environment = environment
         public_key = public_key or os.environ.get("LANGFUSE_PUBLIC_KEY")
         secret_key = secret_key or os.environ.get("LANGFUSE_SECRET_KEY")
         if not public_key or not secret_key:
@@ -414,12 +431,24 @@ class LangfuseSink(HttpSink):
     def __repr__(self) -> str:  # never show the keys
         return f"LangfuseSink(host={scrub_url(self.endpoint)!r})"
 
+    def _environment(self) -> str | None:
+        if self.environment:
+            return self.environment
+        recorder_environment = getattr(self._recorder, "environment", None)
+        if isinstance(recorder_environment, str) and recorder_environment:
+            return recorder_environment
+        return os.environ.get(LANGFUSE_ENVIRONMENT_ENV, "").strip() or None
+
     def requests(self, turn: RagTurn, judgement: Judgement) -> list[tuple[str, dict[str, Any]]]:
-        if not turn.trace_id:
+        trace_id = turn.trace_id
+        if not trace_id:  # never traced, or sampled out: there is no trace to score
             return []
-        base: dict[str, Any] = {"traceId": turn.trace_id, "dataType": "NUMERIC"}
+        base: dict[str, Any] = {"traceId": trace_id, "dataType": "NUMERIC"}
         if turn.span_id:
             base["observationId"] = turn.span_id
+        environment = self._environment()
+        if environment:
+            base["environment"] = environment
         reason = self.recorded_reason(judgement)
         out = []
         for name in SCORE_NAMES:
@@ -429,6 +458,7 @@ class LangfuseSink(HttpSink):
                     (
                         "/api/public/scores",
                         {
+                            "id": score_id(trace_id, turn.span_id, judgement.judge, name),
                             **base,
                             "name": name,
                             "value": score,
@@ -438,5 +468,7 @@ class LangfuseSink(HttpSink):
                     )
                 )
         for metric, value in (turn_metrics(turn) or {}).items():
-            out.append(("/api/public/scores", {**base, "name": f"retrieval.{metric}", "value": value}))
+            name = f"retrieval.{metric}"
+            out.append(("/api/public/scores", {"id": score_id(trace_id, turn.span_id, "ragaudit", name),
+                                               **base, "name": name, "value": value}))
         return out

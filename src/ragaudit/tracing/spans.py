@@ -1,9 +1,14 @@
 """Turn :class:`~ragaudit.RagTurn` and :class:`~ragaudit.Judgement` records into OpenTelemetry spans.
 
-Per turn: a ``ragaudit.turn`` span with one child per retrieval (``retrieval {name}``) and per LLM
-call (``chat {model}``), and later, when the judgement arrives, a ``ragaudit.judge`` span in the
-same trace, parented to the turn span and linked to it. Attribute names are in
-:mod:`ragaudit.tracing.conventions`.
+Per turn: a ``ragaudit.turn`` span with one child per retrieval (``retrieval {name}``), per LLM
+call (``chat {model}``) and per tool call (``execute_tool {name}``), and later, when the judgement
+arrives, a ``ragaudit.judge`` span: by default a child of the turn span in the same trace
+(``judge_trace="turn"``), or the root of a trace of its own linked to the turn
+(``judge_trace="separate"``, so the answer's trace keeps the answer's duration). Attribute names
+are in :mod:`ragaudit.tracing.conventions`.
+
+What each backend reads (Langfuse's ``langfuse.*`` keys, Jaeger's tags, Phoenix's OpenInference
+keys) is pinned by ``tests/test_backend_langfuse.py`` and ``tests/test_backend_jaeger.py``.
 
 Only the OpenTelemetry *API* is used here: with no SDK tracer provider installed every call
 returns at once, and nothing here ever raises into the host pipeline or attaches an OTel context.
@@ -11,14 +16,15 @@ returns at once, and nothing here ever raises into the host pipeline or attaches
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
 
 from opentelemetry import trace as _trace_api
 from opentelemetry.context import Context
@@ -40,11 +46,14 @@ from opentelemetry.trace import (
 
 from ..content import CAPTURE_CONTENT_ENV, ContentPolicy, content_capture_from_env, otlp_safe
 from ..errors import ConfigurationError
-from ..records import SCORE_NAMES, Generation, Judgement, RagTurn, Retrieval
+from ..records import SCORE_NAMES, Generation, Judgement, RagTurn, Retrieval, ToolCall, truncate
 from . import conventions as c
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
+    "JUDGE_TRACE_ENV",
+    "LANGFUSE_ENVIRONMENT_ENV",
+    "JudgeTrace",
     "SpanRecorder",
     "TurnHandle",
     "content_capture_from_env",
@@ -52,6 +61,22 @@ __all__ = [
 
 _logger = logging.getLogger("ragaudit")
 
+JUDGE_TRACE_ENV = "RAGAUDIT_JUDGE_TRACE"
+"""``separate``: judge spans start a trace of their own (linked to the turn); default ``turn``."""
+LANGFUSE_ENVIRONMENT_ENV = "LANGFUSE_TRACING_ENVIRONMENT"
+"""Langfuse's own variable for the environment of traces and scores (written as ``langfuse.environment``)."""
+JudgeTrace = Literal["turn", "separate"]
+_JUDGE_TRACES: tuple[str, ...] = ("turn", "separate")
+# Turn metadata keys that name the app's session / user (LangChain ``config["metadata"]``, LangGraph's
+# ``thread_id``, LlamaIndex instrument tags), first match wins.
+_SESSION_KEYS = ("langfuse_session_id", "session_id", "thread_id", "conversation_id")
+_USER_KEYS = ("langfuse_user_id", "user_id")
+_MAX_METADATA_KEYS = 16
+_MAX_MESSAGES = 32
+# Per retrieval span: 4 attributes per document plus ~24 others stay under the SDK's default limit of
+# 128 attributes, so the SDK never evicts the span kind or the top-ranked documents.
+DEFAULT_MAX_DOCUMENTS = 20
+_MARKER_SLACK = 48
 _ENV_PROVIDER_SET = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 _UNKNOWN = object()
 _SPAN_ID_MEMORY = 4096
@@ -65,6 +90,32 @@ def _version() -> str:
     from .. import __version__
 
     return __version__
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
+
+
+def _first_id(metadata: Mapping[str, Any], keys: Sequence[str]) -> str | None:
+    for key in keys:
+        value = metadata.get(key)
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
+            return str(value)
+    return None
+
+
+def _environment_of(provider: Any) -> str | None:
+    """The environment Langfuse gives spans of *provider*: ``LANGFUSE_TRACING_ENVIRONMENT``, else
+    the resource's ``langfuse.environment`` / ``deployment.environment[.name]`` (Langfuse's order)."""
+    value = os.environ.get(LANGFUSE_ENVIRONMENT_ENV, "").strip()
+    if value:
+        return value
+    attributes = getattr(getattr(provider, "resource", None), "attributes", None) or {}
+    for key in (c.LANGFUSE_ENVIRONMENT, *c.DEPLOYMENT_ENVIRONMENT_KEYS):
+        found = attributes.get(key)
+        if isinstance(found, str) and found:
+            return found
+    return None
 
 
 def _global_provider_maybe_set() -> bool:
@@ -136,10 +187,16 @@ class SpanRecorder:
         capture_content: record questions, answers, documents, prompts and reasons. None means
             on unless ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is ``NO_CONTENT``,
             ``false`` or ``0``. Off, only ids, scores and sizes (``ragaudit.*.chars``) are kept.
-        max_attribute_chars: longer text is cut and marked ``…[truncated N chars]``.
+        max_attribute_chars: longer strings (every string attribute, content or not) are cut and
+            marked ``…[truncated N chars]``.
         redact: applied to every text before it is recorded (after it, the text is cut).
         content: the :class:`~ragaudit.content.ContentPolicy` deciding every recorded text (the
             Auditor passes its own); instead of *capture_content* and *redact*, not with them.
+        max_documents: documents recorded per retrieval span, top ranks first; the total is
+            ``ragaudit.document.count`` and the number left out ``ragaudit.document.omitted``.
+        judge_trace: ``"turn"`` (default): the judge span is a child of the turn span, in the
+            turn's trace; ``"separate"``: it is the root of a trace of its own, linked to the turn,
+            so the turn's trace lasts only as long as the answer did. None: ``$RAGAUDIT_JUDGE_TRACE``.
 
     ``enabled`` is False while the provider is the API's no-op one; then every method returns at
     once (:meth:`start_turn` gives a handle whose ids are None). No method raises: a failure is
@@ -153,8 +210,16 @@ class SpanRecorder:
         capture_content: bool | None = None,
         max_attribute_chars: int = 8192,
         redact: Callable[[str], str] | None = None,
+        max_documents: int = DEFAULT_MAX_DOCUMENTS,
+        judge_trace: JudgeTrace | None = None,
         content: ContentPolicy | None = None,
     ) -> None:
+        if isinstance(max_documents, bool) or not isinstance(max_documents, int) or max_documents < 0:
+            raise ConfigurationError(f"max_documents must be an int >= 0, got {max_documents!r}")
+        if judge_trace is None:
+            judge_trace = os.environ.get(JUDGE_TRACE_ENV, "").strip().lower() or "turn"  # type: ignore[assignment]
+        if judge_trace not in _JUDGE_TRACES:
+            raise ConfigurationError(f"judge_trace must be 'turn' or 'separate', got {judge_trace!r}")
         if isinstance(max_attribute_chars, bool) or not isinstance(max_attribute_chars, int):
             raise ConfigurationError(f"max_attribute_chars must be an int, got {max_attribute_chars!r}")
         if max_attribute_chars < 0:
@@ -170,6 +235,8 @@ class SpanRecorder:
                                                                         redact=redact)
         self.capture_content: bool = self.content.capture_content
         self.max_attribute_chars = max_attribute_chars
+        self.max_documents = max_documents
+        self.judge_trace: JudgeTrace = judge_trace  # type: ignore[assignment]
         self._reported: set[str] = set()
         self._tracer: Tracer | None = None
         explicit = None if isinstance(tracer_provider, ProxyTracerProvider) else tracer_provider
@@ -198,6 +265,19 @@ class SpanRecorder:
             c.LANGFUSE_OBSERVATION_TYPE: c.LANGFUSE_TYPE_EVALUATOR,
             c.ATTR_CONTENT_CAPTURED: self.capture_content,
         }
+        self._tool_attrs: dict[str, Any] = {
+            c.OPENINFERENCE_SPAN_KIND: c.SPAN_KIND_TOOL,
+            c.GEN_AI_OPERATION_NAME: c.GEN_AI_OPERATION_EXECUTE_TOOL,
+            c.LANGFUSE_OBSERVATION_TYPE: c.LANGFUSE_TYPE_TOOL,
+            c.ATTR_CONTENT_CAPTURED: self.capture_content,
+        }
+        # Langfuse's own environment variable wins over the resource there too, so it is written on
+        # every span; otherwise Langfuse reads deployment.environment from the resource itself.
+        lf_environment = os.environ.get(LANGFUSE_ENVIRONMENT_ENV, "").strip()
+        if lf_environment:
+            for base in (self._turn_attrs, self._retrieval_attrs, self._generation_attrs,
+                         self._judge_attrs, self._tool_attrs):
+                base[c.LANGFUSE_ENVIRONMENT] = lf_environment
 
     # --- state ---------------------------------------------------------------------------------
     def _current_tracer(self) -> Tracer | None:
@@ -212,6 +292,16 @@ class SpanRecorder:
     def enabled(self) -> bool:
         """True when spans go to a real (SDK) tracer provider."""
         return self._current_tracer() is not None
+
+    @property
+    def environment(self) -> str | None:
+        """The environment Langfuse files this recorder's traces under (None: Langfuse's
+        ``default``): ``$LANGFUSE_TRACING_ENVIRONMENT``, else the provider's resource
+        ``deployment.environment.name`` / ``deployment.environment``. Sinks send scores there."""
+        if self._current_tracer() is None:
+            return _environment_of(None)
+        provider = self._provider if self._provider is not None else _trace_api.get_tracer_provider()
+        return _environment_of(provider)
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
         """Ask the provider to export the spans it still buffers, waiting up to *timeout_s*.
@@ -247,22 +337,79 @@ class SpanRecorder:
         )
 
     def _text(self, value: str) -> str:
-        """*value* through the policy's text pipeline, cut to the attribute limit (callers decide
-        whether it is recorded at all: content only with ``capture``)."""
+        """A text as recorded: through the content policy (secrets scrubbed, redacted), cut to
+        *max_attribute_chars*, encodable by OTLP. Callers decide whether it is recorded at all
+        (content only with capture on)."""
         return otlp_safe(self.content.text(value, self.max_attribute_chars))
 
-    def _dumps(self, value: Any) -> str:
+    def _json(self, value: Any) -> str:
+        """*value* (its texts already through the policy) as a JSON attribute, scrubbed and capped."""
         return self.content.json(value, self.max_attribute_chars)
+
+    def _cap(self, value: str) -> str:
+        """Any string attribute as recorded: cut to *max_attribute_chars*, encodable by OTLP."""
+        if len(value) > self.max_attribute_chars:
+            value = truncate(value, self.max_attribute_chars)
+        return otlp_safe(value)
+
+    def _bounded(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """*attrs* with every string (and string in an array) capped; texts were capped already,
+        this catches ids, JSON lists and metadata so that no attribute is unbounded."""
+        limit = self.max_attribute_chars + _MARKER_SLACK  # a cut text is its cap plus the marker
+        for key, value in attrs.items():
+            if isinstance(value, str):
+                if len(value) > limit:
+                    attrs[key] = self._cap(value)
+            elif isinstance(value, list) and any(isinstance(v, str) and len(v) > limit for v in value):
+                attrs[key] = [self._cap(v) if isinstance(v, str) else v for v in value]
+        return attrs
 
     def _mark_error(
         self, span: Span, attrs: dict[str, Any], error: str, error_type: str, status: int | None = None
     ) -> None:
+        # An error text follows content capture: off, it is its type, status and a fixed message.
         message = otlp_safe(self.content.error(error, status=status, limit=self.max_attribute_chars) or "")
         attrs[c.ATTR_ERROR_TYPE] = error_type
         attrs[c.LANGFUSE_OBSERVATION_LEVEL] = "ERROR"
         attrs[c.LANGFUSE_OBSERVATION_STATUS_MESSAGE] = message
         span.set_status(Status(StatusCode.ERROR, message))
         span.add_event(c.EVENT_EXCEPTION, {c.ATTR_EXCEPTION_MESSAGE: message, c.ATTR_ERROR_TYPE: error_type})
+
+    def _io(self, attrs: dict[str, Any], key: str, mime_key: str, lf_key: str, value: str, mime: str) -> None:
+        """One input or output: OpenInference ``input.value``/``output.value`` (Phoenix) and the
+        Langfuse key, which Langfuse reads instead of ``input.value`` once any Langfuse key is set."""
+        attrs[key] = attrs[lf_key] = value
+        attrs[mime_key] = mime
+
+    def _who(self, attrs: dict[str, Any], metadata: Mapping[str, Any]) -> None:
+        """Session and user of the turn, from its metadata: Langfuse's Sessions and Users views
+        read ``session.id`` / ``user.id`` (also OpenInference's keys). Ids, not content: kept with
+        capture off, but redacted like every text."""
+        session = _first_id(metadata, _SESSION_KEYS)
+        if session is not None:
+            attrs[c.SESSION_ID] = attrs[c.GEN_AI_CONVERSATION_ID] = self._text(session)
+        user = _first_id(metadata, _USER_KEYS)
+        if user is not None:
+            attrs[c.USER_ID] = self._text(user)
+
+    def _metadata(self, attrs: dict[str, Any], metadata: Mapping[str, Any], trace_level: bool) -> None:
+        """The turn's metadata (content: capture on only): one OpenInference ``metadata`` JSON
+        string (Phoenix) and one ``langfuse.observation.metadata.<key>`` per key (Langfuse filters
+        on those, not on ``metadata``); ``langfuse.trace.metadata.<key>`` too when the turn is not
+        the trace's root (a root's observation metadata is its trace's already)."""
+        # keys and values (nested too) through the policy: a key is the host's text as much as a value
+        recorded = self.content.metadata(metadata) or {}
+        attrs[c.METADATA] = self._json(recorded)
+        for n, (key, value) in enumerate(recorded.items()):
+            if n >= _MAX_METADATA_KEYS:
+                break
+            if isinstance(value, str):
+                value = self._cap(value)
+            elif not isinstance(value, (bool, int, float)):
+                value = self._json(value)
+            attrs[c.langfuse_metadata_key(c.LANGFUSE_OBSERVATION_METADATA, str(key))] = value
+            if trace_level:
+                attrs[c.langfuse_metadata_key(c.LANGFUSE_TRACE_METADATA, str(key))] = value
 
     # --- turns ---------------------------------------------------------------------------------
     def start_turn(
@@ -274,7 +421,8 @@ class SpanRecorder:
         """Start the turn span now, as a child of *parent* (None: the current context).
 
         The span is not made current. Returns a :class:`TurnHandle` for :meth:`end_turn`; its ids
-        are None when tracing is disabled.
+        are None when tracing is disabled or the sampler dropped the span (then nothing refers to
+        a trace that will never exist: no judge span in it, no scores sent to it).
         """
         tracer = self._tracer if self._tracer is not None else self._current_tracer()
         if tracer is None:
@@ -288,6 +436,8 @@ class SpanRecorder:
             sc = span.get_span_context()
             if not sc.is_valid:
                 return _DISABLED
+            if not span.is_recording():  # sampled out: end it, but give out no ids
+                return TurnHandle(None, None, span, start_ns)
             root = not _trace_api.get_current_span(parent).get_span_context().is_valid
             return TurnHandle(f"{sc.trace_id:032x}", f"{sc.span_id:016x}", span, start_ns, root, name)
         except Exception as exc:
@@ -302,7 +452,7 @@ class SpanRecorder:
         judge_status: str | None = None,
         retrieval_metrics: Mapping[str, float] | None = None,
     ) -> None:
-        """Record *turn* on the span *handle* opened, add its retrieval and LLM child spans, end it.
+        """Record *turn* on the span *handle* opened, add its retrieval, LLM and tool child spans, end it.
 
         Children use their own ``started_at``/``ended_at`` (falling back to the turn's); when the
         turn has documents but no ``retrievals``, one retrieval span is made from its documents.
@@ -335,10 +485,12 @@ class SpanRecorder:
     ) -> RagTurn:
         """Start and end a turn span for a turn that already happened.
 
-        Returns ``turn.with_trace(trace_id, span_id)``, or *turn* unchanged when tracing is off.
+        Returns ``turn.with_trace(trace_id, span_id)``, or *turn* unchanged when tracing is off
+        or the turn was sampled out.
         """
         handle = self.start_turn(start_ns=turn.started_at, parent=parent)
         if handle.trace_id is None or handle.span_id is None:
+            self.end_turn(handle, turn)  # a sampled-out span still ends
             return turn
         self.end_turn(handle, turn, judge_status=judge_status, retrieval_metrics=retrieval_metrics)
         try:
@@ -370,27 +522,27 @@ class SpanRecorder:
             attrs[c.ATTR_ANSWER_CHARS] = len(turn.answer)
         if handle._root:
             attrs[c.LANGFUSE_TRACE_NAME] = handle._name
+        self._who(attrs, turn.metadata)
         if capture:
             query = self._text(turn.query)
-            attrs[c.INPUT_VALUE] = query
-            attrs[c.INPUT_MIME_TYPE] = c.MIME_TEXT
+            self._io(attrs, c.INPUT_VALUE, c.INPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_INPUT, query, c.MIME_TEXT)
             if handle._root:
                 attrs[c.LANGFUSE_TRACE_INPUT] = query
             if turn.answer is not None:
                 answer = self._text(turn.answer)
-                attrs[c.OUTPUT_VALUE] = answer
-                attrs[c.OUTPUT_MIME_TYPE] = c.MIME_TEXT
+                self._io(attrs, c.OUTPUT_VALUE, c.OUTPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_OUTPUT, answer,
+                         c.MIME_TEXT)
                 if handle._root:
                     attrs[c.LANGFUSE_TRACE_OUTPUT] = answer
             if turn.metadata:
-                attrs[c.METADATA] = self._dumps(self.content.metadata(turn.metadata))
+                self._metadata(attrs, turn.metadata, trace_level=not handle._root)
         docs = turn.documents
         attrs[c.ATTR_DOCUMENT_COUNT] = len(docs)
         if docs:
-            attrs[c.ATTR_DOCUMENT_IDS] = [d.id for d in docs]
+            attrs[c.ATTR_DOCUMENT_IDS] = [d.id for d in docs[: self.max_documents]]
         cits = turn.citations
         attrs[c.ATTR_CITATION_COUNT] = len(cits)
-        attrs[c.ATTR_CITATIONS] = self._dumps(
+        attrs[c.ATTR_CITATIONS] = _dumps(
             [
                 {
                     "doc_id": cit.doc_id,
@@ -404,7 +556,7 @@ class SpanRecorder:
         if cits:
             attrs[c.ATTR_CITATION_DOC_IDS] = [cit.doc_id for cit in cits]
         if turn.relevant_ids is not None:
-            attrs[c.ATTR_RELEVANT_IDS] = self._dumps(dict(turn.relevant_ids))
+            attrs[c.ATTR_RELEVANT_IDS] = _dumps(dict(turn.relevant_ids))
         if retrieval_metrics:
             for metric, value in retrieval_metrics.items():
                 if value is not None and not math.isnan(value):
@@ -413,7 +565,7 @@ class SpanRecorder:
             attrs[c.ATTR_JUDGE_STATUS] = judge_status
         if turn.error:
             self._mark_error(span, attrs, turn.error, c.ERROR_TYPE_TURN_ERROR)
-        span.set_attributes(attrs)
+        span.set_attributes(self._bounded(attrs))
 
         tracer = self._tracer
         if tracer is None:
@@ -431,6 +583,8 @@ class SpanRecorder:
                 _retrieval_span_ids.popitem(last=False)
         for generation in turn.generations:
             self._generation_span(tracer, parent, generation, start_ns, end_ns)
+        for call in turn.tool_calls:
+            self._tool_span(tracer, parent, call, start_ns, end_ns)
 
     def _retrieval_span(
         self, tracer: Tracer, parent: Context, r: Retrieval, start_ns: int, end_ns: int, turn_query: str
@@ -443,30 +597,32 @@ class SpanRecorder:
         attrs[c.ATTR_QUERY_CHARS] = len(query)
         if capture:
             text = self._text(query)
-            attrs[c.INPUT_VALUE] = text
-            attrs[c.INPUT_MIME_TYPE] = c.MIME_TEXT
+            self._io(attrs, c.INPUT_VALUE, c.INPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_INPUT, text, c.MIME_TEXT)
             attrs[c.GEN_AI_RETRIEVAL_QUERY_TEXT] = text
+        # Top ranks first: documents arrive in retrieval order, rank 1 first.
+        recorded = r.documents[: self.max_documents]
+        attrs[c.ATTR_DOCUMENT_COUNT] = len(r.documents)
+        attrs[c.ATTR_DOCUMENT_OMITTED] = len(r.documents) - len(recorded)
+        attrs[c.ATTR_DOCUMENT_CHARS] = [len(d.content) for d in recorded]
         summary = []
-        for i, doc in enumerate(r.documents):
+        for i, doc in enumerate(recorded):
             keys = c.document_keys(i)
             attrs[keys.id] = doc.id
             if doc.score is not None:
                 attrs[keys.score] = doc.score
             meta: dict[str, Any] = {"rank": doc.rank}
             # A source is an identifier (kept with capture off), but a path or URL may hold what
-            # redact hides or a credential.
-            source = self.content.identifier(doc.source, self.max_attribute_chars)
-            source = otlp_safe(source) if source is not None else None
+            # redact hides, or a credential.
+            source = self._text(doc.source) if doc.source is not None else None
             if source is not None:
                 meta["source"] = source
             if capture:
                 attrs[keys.content] = self._text(doc.content)
                 meta.update(self.content.metadata(doc.metadata) or {})
-            attrs[keys.metadata] = self._dumps(meta)
+            attrs[keys.metadata] = self._json(meta)
             summary.append({"id": doc.id, "score": doc.score, "rank": doc.rank, "source": source})
-        attrs[c.ATTR_DOCUMENT_COUNT] = len(r.documents)
-        attrs[c.ATTR_DOCUMENT_CHARS] = [len(d.content) for d in r.documents]
-        attrs[c.GEN_AI_RETRIEVAL_DOCUMENTS] = attrs[c.LANGFUSE_OBSERVATION_OUTPUT] = self._dumps(summary)
+        attrs[c.GEN_AI_RETRIEVAL_DOCUMENTS] = attrs[c.LANGFUSE_OBSERVATION_OUTPUT] = _dumps(summary)
+        attrs[c.OUTPUT_MIME_TYPE] = c.MIME_JSON
         start = r.started_at if r.started_at is not None else start_ns
         end = r.ended_at if r.ended_at is not None else end_ns
         return self._child(
@@ -482,49 +638,84 @@ class SpanRecorder:
             attrs[c.LANGFUSE_OBSERVATION_MODEL_NAME] = g.model
         if g.provider:
             attrs[c.GEN_AI_PROVIDER_NAME] = attrs[c.LLM_PROVIDER] = g.provider
-        usage: dict[str, int] = {}
-        if g.input_tokens is not None:
-            attrs[c.GEN_AI_USAGE_INPUT_TOKENS] = attrs[c.LLM_TOKEN_COUNT_PROMPT] = g.input_tokens
-            usage["input"] = g.input_tokens
-        if g.output_tokens is not None:
-            attrs[c.GEN_AI_USAGE_OUTPUT_TOKENS] = attrs[c.LLM_TOKEN_COUNT_COMPLETION] = g.output_tokens
-            usage["output"] = g.output_tokens
-        if g.input_tokens is not None and g.output_tokens is not None:
-            attrs[c.LLM_TOKEN_COUNT_TOTAL] = usage["total"] = g.input_tokens + g.output_tokens
-        if usage:
-            attrs[c.LANGFUSE_OBSERVATION_USAGE_DETAILS] = self._dumps(usage)
+        self._usage(attrs, g.input_tokens, g.output_tokens)
         if g.prompt is not None:
             attrs[c.ATTR_PROMPT_CHARS] = len(g.prompt)
         if g.output is not None:
             attrs[c.ATTR_ANSWER_CHARS] = len(g.output)
         if self.capture_content:
-            if g.prompt is not None:
-                self._message(
-                    attrs, c.INPUT_VALUE, c.INPUT_MIME_TYPE, c.input_message_keys(0), "user", g.prompt
-                )
+            if g.messages:
+                self._messages(attrs, g.messages)
+            elif g.prompt is not None:
+                prompt = self._text(g.prompt)
+                self._io(attrs, c.INPUT_VALUE, c.INPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_INPUT, prompt,
+                         c.MIME_TEXT)
+                role_key, content_key = c.input_message_keys(0)
+                attrs[role_key], attrs[content_key] = "user", prompt
             if g.output is not None:
-                self._message(
-                    attrs, c.OUTPUT_VALUE, c.OUTPUT_MIME_TYPE, c.output_message_keys(0), "assistant", g.output
-                )
+                output = self._text(g.output)
+                self._io(attrs, c.OUTPUT_VALUE, c.OUTPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_OUTPUT, output,
+                         c.MIME_TEXT)
+                role_key, content_key = c.output_message_keys(0)
+                attrs[role_key], attrs[content_key] = "assistant", output
         start = g.started_at if g.started_at is not None else start_ns
         end = g.ended_at if g.ended_at is not None else end_ns
         self._child(tracer, parent, c.chat_span_name(g.model), SpanKind.CLIENT, attrs, start, end, g.error)
 
-    def _message(
-        self,
-        attrs: dict[str, Any],
-        value_key: str,
-        mime_key: str,
-        message_keys: tuple[str, str],
-        role: str,
-        text: str,
-    ) -> None:
-        """One chat message: as the span's input/output value and as OpenInference message 0."""
-        value = self._text(text)
-        attrs[value_key] = value
-        attrs[mime_key] = c.MIME_TEXT
-        attrs[message_keys[0]] = role
-        attrs[message_keys[1]] = value
+    def _usage(self, attrs: dict[str, Any], input_tokens: int | None, output_tokens: int | None) -> None:
+        """Token use as GenAI (Jaeger), OpenInference (Phoenix) and Langfuse usage details."""
+        usage: dict[str, int] = {}
+        if input_tokens is not None:
+            attrs[c.GEN_AI_USAGE_INPUT_TOKENS] = attrs[c.LLM_TOKEN_COUNT_PROMPT] = input_tokens
+            usage["input"] = input_tokens
+        if output_tokens is not None:
+            attrs[c.GEN_AI_USAGE_OUTPUT_TOKENS] = attrs[c.LLM_TOKEN_COUNT_COMPLETION] = output_tokens
+            usage["output"] = output_tokens
+        if input_tokens is not None and output_tokens is not None:
+            attrs[c.LLM_TOKEN_COUNT_TOTAL] = usage["total"] = input_tokens + output_tokens
+        if usage:
+            attrs[c.LANGFUSE_OBSERVATION_USAGE_DETAILS] = _dumps(usage)
+
+    def _messages(self, attrs: dict[str, Any], messages: Sequence[tuple[str, str]]) -> None:
+        """The chat messages sent: a JSON list of ``{role, content}`` as the input (Langfuse renders
+        it as a conversation) and OpenInference ``llm.input_messages.{i}`` (Phoenix). Beyond
+        ``_MAX_MESSAGES`` only the first (usually the system prompt) and the latest are kept."""
+        if len(messages) > _MAX_MESSAGES:
+            messages = [messages[0], *messages[len(messages) - _MAX_MESSAGES + 1:]]
+        # Each content gets an equal share of the cap, so that the JSON stays whole (valid) when cut.
+        share = max(self.max_attribute_chars // max(len(messages), 1) - 32, 0)
+        listed = []
+        for i, (role, content) in enumerate(messages):
+            text = self._text(content)
+            role_key, content_key = c.input_message_keys(i)
+            attrs[role_key], attrs[content_key] = role, text
+            listed.append({"role": role, "content": truncate(text, share) if len(text) > share else text})
+        self._io(attrs, c.INPUT_VALUE, c.INPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_INPUT, _dumps(listed), c.MIME_JSON)
+
+    def _tool_span(self, tracer: Tracer, parent: Context, t: ToolCall, start_ns: int, end_ns: int) -> None:
+        attrs = dict(self._tool_attrs)
+        if t.name:
+            attrs[c.GEN_AI_TOOL_NAME] = attrs[c.TOOL_NAME] = t.name
+        if t.call_id:
+            attrs[c.GEN_AI_TOOL_CALL_ID] = t.call_id
+        if t.arguments is not None:
+            attrs[c.ATTR_TOOL_ARGUMENTS_CHARS] = len(t.arguments)
+        if t.output is not None:
+            attrs[c.ATTR_TOOL_OUTPUT_CHARS] = len(t.output)
+        if self.capture_content:
+            if t.arguments is not None:
+                arguments = self._text(t.arguments)
+                attrs[c.GEN_AI_TOOL_CALL_ARGUMENTS] = arguments
+                self._io(attrs, c.INPUT_VALUE, c.INPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_INPUT, arguments,
+                         c.MIME_JSON if arguments.startswith(("{", "[")) else c.MIME_TEXT)
+            if t.output is not None:
+                output = self._text(t.output)
+                attrs[c.GEN_AI_TOOL_CALL_RESULT] = output
+                self._io(attrs, c.OUTPUT_VALUE, c.OUTPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_OUTPUT, output,
+                         c.MIME_TEXT)
+        start = t.started_at if t.started_at is not None else start_ns
+        end = t.ended_at if t.ended_at is not None else end_ns
+        self._child(tracer, parent, c.tool_span_name(t.name), SpanKind.INTERNAL, attrs, start, end, t.error)
 
     def _child(
         self,
@@ -537,7 +728,9 @@ class SpanRecorder:
         end_ns: int,
         error: str | None,
     ) -> str:
-        span = tracer.start_span(name, context=parent, kind=kind, attributes=attrs, start_time=start_ns)
+        span = tracer.start_span(
+            name, context=parent, kind=kind, attributes=self._bounded(attrs), start_time=start_ns
+        )
         try:
             if error:
                 extra: dict[str, Any] = {}
@@ -560,11 +753,14 @@ class SpanRecorder:
     def record_judgement(self, turn: RagTurn, judgement: Judgement, *, start_ns: int | None = None) -> None:
         """Record *judgement* of *turn* as a ``ragaudit.judge`` span.
 
-        The span's parent is the turn span (from ``turn.trace_id``/``turn.span_id``) and it carries
-        a link to it; a turn that was never traced gets a judge span of its own trace. Present
-        scores become ``ragaudit.judge.<score>`` attributes; each of the three scores becomes a
-        ``gen_ai.evaluation.result`` event, where a missing score has no value and the label
-        ``missing`` (never 0). *start_ns* defaults to now minus the judgement's latency.
+        With ``judge_trace="turn"`` the span's parent is the turn span (from
+        ``turn.trace_id``/``turn.span_id``) and it has no link (Jaeger would show a link to the
+        parent as the parent reference, FOLLOWS_FROM); with ``"separate"`` it is the root of a
+        new trace with a link to the turn span. A turn that was never traced gets a judge span of
+        its own trace. Present scores become ``ragaudit.judge.<score>`` attributes; each of the
+        three scores becomes a ``gen_ai.evaluation.result`` event, where a missing score has no
+        value and the label ``missing`` (never 0). *start_ns* defaults to now minus the
+        judgement's latency.
         """
         tracer = self._tracer if self._tracer is not None else self._current_tracer()
         if tracer is None:
@@ -575,20 +771,28 @@ class SpanRecorder:
             self._report("record_judgement", exc)
 
     def _judge_span(self, tracer: Tracer, turn: RagTurn, j: Judgement, start_ns: int | None) -> None:
+        capture = self.capture_content
         end_ns = time.time_ns()
         if start_ns is None:
             latency = j.latency_s if j.latency_s is not None and j.latency_s >= 0 else 0.0
             start_ns = end_ns - int(latency * 1e9)
         turn_ctx = _span_context(turn.trace_id, turn.span_id)
-        if turn_ctx is not None:
-            parent = _trace_api.set_span_in_context(NonRecordingSpan(turn_ctx))
-            links: list[Link] | None = [Link(turn_ctx, {c.LINK_TYPE: c.LINK_TYPE_JUDGED_TURN})]
-        else:
-            parent, links = Context(), None
-
+        links: list[Link] | None = None
         attrs = dict(self._judge_attrs)
+        if turn_ctx is None:
+            parent = Context()
+        elif self.judge_trace == "turn":
+            parent = _trace_api.set_span_in_context(NonRecordingSpan(turn_ctx))
+        else:
+            parent = Context()
+            links = [Link(turn_ctx, {c.LINK_TYPE: c.LINK_TYPE_JUDGED_TURN})]
+        if turn_ctx is None or links is not None:
+            # The judge span is a trace's root: name that trace and put it in the turn's session.
+            attrs[c.LANGFUSE_TRACE_NAME] = c.SPAN_JUDGE
+            self._who(attrs, turn.metadata)
         attrs[c.ATTR_TURN_ID] = turn.turn_id
         attrs[c.ATTR_JUDGE_NAME] = j.judge
+        self._judge_model(attrs, j)
         scores = j.scores()
         output: dict[str, Any] = dict(scores)
         missing = [name for name, value in scores.items() if value is None]
@@ -597,6 +801,7 @@ class SpanRecorder:
                 attrs[c.judge_score_key(name)] = value
         if missing:
             attrs[c.ATTR_JUDGE_MISSING_SCORES] = missing
+        # The reason: with capture on, or kept on its own (capture_reason); the error follows capture.
         reason = self.content.reason(j.reason, self.max_attribute_chars)
         reason = otlp_safe(reason) if reason is not None else None
         if j.reason is not None:
@@ -616,14 +821,22 @@ class SpanRecorder:
         for key, value in j.usage.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 attrs[c.judge_usage_key(key)] = value
-        attrs[c.OUTPUT_VALUE] = self._dumps(output)
-        attrs[c.OUTPUT_MIME_TYPE] = c.MIME_JSON
+        # What the judge was shown, as the judge observation's input: the documents' ids always, the
+        # question and answer with content capture on.
+        shown: dict[str, Any] = {"turn_id": turn.turn_id, "document_ids": [d.id for d in turn.documents]}
+        if capture:
+            shown = {"query": self._text(turn.query),
+                     "answer": self._text(turn.answer) if turn.answer is not None else None, **shown}
+        self._io(attrs, c.INPUT_VALUE, c.INPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_INPUT, self._json(shown),
+                 c.MIME_JSON)
+        self._io(attrs, c.OUTPUT_VALUE, c.OUTPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_OUTPUT,
+                 self._json(output), c.MIME_JSON)
 
         span = tracer.start_span(
             c.SPAN_JUDGE,
             context=parent,
             kind=SpanKind.INTERNAL,
-            attributes=attrs,
+            attributes=self._bounded(attrs),
             links=links,
             start_time=start_ns,
         )
@@ -651,3 +864,26 @@ class SpanRecorder:
                 span.set_attributes(extra)
         finally:
             span.end(end_time=end_ns)
+
+    def _judge_model(self, attrs: dict[str, Any], j: Judgement) -> None:
+        """The judge's model and token use where Langfuse (model, usage, hence cost), Jaeger
+        (``gen_ai.*``) and Phoenix (``llm.*``) read them."""
+        details = j.details
+        model = details.get("model")
+        response_model = details.get("response_model")
+        if isinstance(model, str) and model:
+            attrs[c.GEN_AI_REQUEST_MODEL] = model
+        if isinstance(response_model, str) and response_model:
+            attrs[c.GEN_AI_RESPONSE_MODEL] = response_model
+        name = response_model if isinstance(response_model, str) and response_model else model
+        if isinstance(name, str) and name:
+            attrs[c.LANGFUSE_OBSERVATION_MODEL_NAME] = attrs[c.LLM_MODEL_NAME] = name
+
+        def tokens(*keys: str) -> int | None:
+            for key in keys:
+                value = j.usage.get(key)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    return value
+            return None
+
+        self._usage(attrs, tokens("prompt_tokens", "input_tokens"), tokens("completion_tokens", "output_tokens"))
