@@ -95,8 +95,9 @@ _TOKEN_LIKE_RE = re.compile(r"^(?=.*[A-Za-z])(?=.*\d)[A-Za-z0-9_\-.~+/=:]{16,}$"
 # them would eat ordinary text.
 _PLAIN_VALUE_RE = re.compile(r"^[\d.\-:/ ]*$")
 _AUTH_SCHEME_RE = re.compile(r"^(?:Bearer|Basic|Token|Bot|ApiKey|Api-Key|Digest)\s+(\S+)$", re.I)
-_MIN_SECRET = 4  # shorter values would match ordinary words
-_MIN_GUESSED = 8  # for values taken from the environment or URLs by their look
+# Shorter values would match ordinary words ("test" is a key in many a test suite, and in "latest");
+# no real credential is that short.
+_MIN_SECRET = 8
 _ENV_RECHECK_S = 1.0
 
 
@@ -147,7 +148,7 @@ class _Secrets:
                         found.update(_header_secrets(header.strip(), header_value.strip()))
             elif name not in _NOT_SECRET_NAMES and _SECRET_NAME_RE.search(name):
                 value = value.strip()
-                if len(value) >= _MIN_GUESSED and not _PLAIN_VALUE_RE.match(value):
+                if len(value) >= _MIN_SECRET and not _PLAIN_VALUE_RE.match(value):
                     found.update(_forms(value))
         with self._lock:
             self._env_key = key
@@ -194,8 +195,8 @@ _SECRETS = _Secrets()
 def register_secret(value: object) -> None:
     """Add *value* (an API key, a token, a password) to the secrets scrubbed from every recorded text.
 
-    Values shorter than 4 characters, and dates, versions and numbers, are ignored (scrubbing them
-    would eat ordinary text).
+    Values shorter than 8 characters, and dates, versions and numbers, are ignored (scrubbing them
+    would eat ordinary text; no real credential is that short).
     """
     _SECRETS.add(value)
 
@@ -222,16 +223,15 @@ def register_url(url: object) -> None:
         return
     try:
         parts = urlsplit(str(url))
-        # A user name is often a plain word ("admin"): only a long one is taken for a credential.
-        for item, min_len in ((parts.username, _MIN_GUESSED), (parts.password, _MIN_SECRET)):
+        for item in (parts.username, parts.password):
             if item:
-                _SECRETS.add(unquote(item), min_len)
-                _SECRETS.add(item, min_len)
+                _SECRETS.add(unquote(item))
+                _SECRETS.add(item)
         # The openai SDK appends "/" to a base_url, query and all: "?key=abc" becomes "?key=abc/".
         for _, value in parse_qsl(parts.query, keep_blank_values=False):
-            _SECRETS.add(value.rstrip("/"), _MIN_GUESSED)
+            _SECRETS.add(value.rstrip("/"), _MIN_SECRET)
         for raw in parts.query.split("&"):
-            _SECRETS.add(raw.partition("=")[2].rstrip("/"), _MIN_GUESSED)
+            _SECRETS.add(raw.partition("=")[2].rstrip("/"), _MIN_SECRET)
     except Exception:  # an unparseable URL holds no credential we could find
         return
 
@@ -243,7 +243,7 @@ def register_client(client: Any) -> None:
         return
     def query() -> None:
         for value in (getattr(client, "_custom_query", None) or {}).values():
-            _SECRETS.add(value, _MIN_GUESSED)
+            _SECRETS.add(value, _MIN_SECRET)
 
     for read in (
         lambda: register_secret(getattr(client, "api_key", None)),
