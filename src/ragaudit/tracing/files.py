@@ -285,6 +285,10 @@ class AuditLog:
     def __repr__(self) -> str:
         return f"AuditLog({str(self.path)!r}, capture_content={self.capture_content})"
 
+    def _content(self, value: str | None) -> str | None:
+        """A content text as written: None with capture off, else through the policy."""
+        return self.content.content(value)
+
     def record(
         self,
         turn: RagTurn,
