@@ -17,6 +17,7 @@ from tests.support.llm_server import (
     LLMServer,
     Reply,
     Token,
+    ToolCall,
     judgement_json,
 )
 
@@ -241,14 +242,46 @@ def test_records_path_headers_and_body(srv: LLMServer) -> None:
     assert request.prompt_text == "be brief\n\nhello big world"
 
 
-def test_other_routes_and_streaming_are_refused(srv: LLMServer) -> None:
+def test_other_routes_are_refused(srv: LLMServer) -> None:
     status, _, _ = raw_post(srv, {"model": "m", "messages": MESSAGES}, path="/chat/completions")
     assert status == 200
-    status, _, body = raw_post(srv, {"model": "m"}, path="/v1/embeddings")
+    status, _, _ = raw_post(srv, {"model": "m"}, path="/v1/embeddings")
     assert status == 404
-    status, _, body = raw_post(srv, {"model": "m", "messages": MESSAGES, "stream": True})
-    assert status == 400 and b"stream" in body
-    assert [r.path for r in srv.requests] == ["/chat/completions", "/v1/embeddings", "/v1/chat/completions"]
+    assert [r.path for r in srv.requests] == ["/chat/completions", "/v1/embeddings"]
+
+
+def test_streaming_sends_the_reply_token_by_token_with_usage(srv: LLMServer) -> None:
+    srv.enqueue("the answer is 42")
+    with client(srv) as c:
+        chunks = list(c.chat.completions.create(model="m", messages=MESSAGES, stream=True,
+                                                stream_options={"include_usage": True}))
+    pieces = [ch.choices[0].delta.content for ch in chunks if ch.choices and ch.choices[0].delta.content]
+    assert "".join(pieces) == "the answer is 42" and len(pieces) > 3
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "stop"
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4
+
+
+def test_tool_calls_plain_and_streamed(srv: LLMServer) -> None:
+    call = ToolCall("search", {"query": "refunds"}, id="call_a")
+    srv.enqueue(Reply(tool_calls=[call]), Reply(tool_calls=[call, ToolCall("lookup", '{"id": 7}')]))
+    reply = ask(srv)
+    message = reply.choices[0].message
+    assert reply.choices[0].finish_reason == "tool_calls" and message.content is None
+    assert [(t.id, t.function.name, json.loads(t.function.arguments)) for t in message.tool_calls] == [
+        ("call_a", "search", {"query": "refunds"})]
+    with client(srv) as c:
+        chunks = list(c.chat.completions.create(model="m", messages=MESSAGES, stream=True))
+    calls: dict[int, dict[str, str]] = {}
+    for chunk in chunks:
+        for delta in chunk.choices[0].delta.tool_calls or ():
+            entry = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
+            entry["id"] += delta.id or ""
+            entry["name"] += (delta.function.name or "") if delta.function else ""
+            entry["arguments"] += (delta.function.arguments or "") if delta.function else ""
+    assert calls[1]["id"].startswith("call_") and calls[1]["id"] != "call_a"
+    assert calls == {0: {"id": "call_a", "name": "search", "arguments": '{"query": "refunds"}'},
+                     1: {"id": calls[1]["id"], "name": "lookup", "arguments": '{"id": 7}'}}
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
 def test_azure_client_path(srv: LLMServer) -> None:

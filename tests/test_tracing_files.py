@@ -44,6 +44,7 @@ AUDIT_KEYS = {
     "context_relevance",
     "answer_relevance",
     "reason",
+    "raw_output",
     "error",
     "latency_s",
     "usage",

@@ -21,8 +21,10 @@ __all__ = [
     "TRUNCATION_MARKER",
     "Citation",
     "Generation",
+    "JudgeIdentity",
     "JudgeRequest",
     "Judgement",
+    "Message",
     "RagTurn",
     "Retrieval",
     "RetrievedDoc",
@@ -39,6 +41,21 @@ TRUNCATION_MARKER = "…[truncated {n} chars]"
 """Appended where text was cut; ``{n}`` is the number of characters removed."""
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+Message = tuple[str, str]
+"""One earlier message of a conversation: ``(role, text)``, role ``"user"`` or ``"assistant"``."""
+
+_ROLES = frozenset({"user", "assistant"})
+
+
+def _check_history(owner: str, history: Any) -> tuple[Message, ...]:
+    out = tuple(tuple(m) if isinstance(m, (list, tuple)) else m for m in history)
+    for message in out:
+        if not (isinstance(message, tuple) and len(message) == 2 and message[0] in _ROLES
+                and isinstance(message[1], str)):
+            raise ConfigurationError(f"{owner}.history must hold (role, text) pairs with role 'user' or "
+                                     f"'assistant', got {message!r}")
+    return out  # type: ignore[return-value]
 
 
 def truncate(text: str, limit: int) -> str:
@@ -217,6 +234,9 @@ class RagTurn:
     ``retrievals``, ``generations`` and ``tool_calls`` keep each retriever, LLM and tool call as it
     happened, for the trace. ``relevant_ids`` is the ground truth when known: a sequence of relevant ids (binary) or a
     mapping id -> graded label. ``trace_id``/``span_id`` (hex) point at the turn's span once traced.
+    ``tool_calls`` are an agent's tool calls (for the trace); ``history`` the earlier user and
+    assistant messages of a conversation (capped) and ``standalone_query`` the app's rewrite of
+    ``query`` that retrieval used, when it made one.
     """
 
     turn_id: str
@@ -236,6 +256,8 @@ class RagTurn:
     retrievals: tuple[Retrieval, ...] = ()
     generations: tuple[Generation, ...] = ()
     tool_calls: tuple[ToolCall, ...] = ()
+    history: tuple[Message, ...] = ()
+    standalone_query: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.turn_id, str) or not self.turn_id:
@@ -251,6 +273,9 @@ class RagTurn:
         object.__setattr__(self, "retrievals", tuple(self.retrievals))
         object.__setattr__(self, "generations", tuple(self.generations))
         object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        object.__setattr__(self, "history", _check_history("RagTurn", self.history))
+        if self.standalone_query is not None and not isinstance(self.standalone_query, str):
+            raise ConfigurationError("RagTurn.standalone_query must be a string or None")
         for doc in self.documents:
             if not isinstance(doc, RetrievedDoc):
                 raise ConfigurationError(f"RagTurn.documents must hold RetrievedDoc, got {type(doc).__name__}")
@@ -287,7 +312,8 @@ class JudgeRequest:
     """What a judge is asked to assess. ``context`` is the exact text the judge sees as evidence.
 
     ``reference`` is an optional reference answer (for correctness judges); it is never the
-    evidence for faithfulness.
+    evidence for faithfulness. ``history`` (earlier ``(role, text)`` messages) and
+    ``standalone_query`` (the app's rewrite of the question) are set for follow-up questions.
     """
 
     query: str
@@ -296,6 +322,8 @@ class JudgeRequest:
     documents: tuple[RetrievedDoc, ...] = ()
     reference: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    history: tuple[Message, ...] = ()
+    standalone_query: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("query", "answer", "context"):
@@ -303,8 +331,20 @@ class JudgeRequest:
                 raise ConfigurationError(
                     f"JudgeRequest.{name} must be a string, got {type(getattr(self, name)).__name__}"
                 )
-        object.__setattr__(self, "documents", tuple(self.documents))
+        _check_optional_str("JudgeRequest.reference", self.reference)
+        if isinstance(self.documents, (str, bytes)) or not isinstance(self.documents, Iterable):
+            raise ConfigurationError(
+                f"JudgeRequest.documents must be a sequence of RetrievedDoc, got {type(self.documents).__name__}"
+            )
+        documents = tuple(self.documents)
+        for doc in documents:
+            if not isinstance(doc, RetrievedDoc):
+                raise ConfigurationError(f"JudgeRequest.documents must hold RetrievedDoc, got {type(doc).__name__}")
+        object.__setattr__(self, "documents", documents)
         object.__setattr__(self, "metadata", _frozen_mapping(self.metadata, "JudgeRequest.metadata"))
+        object.__setattr__(self, "history", _check_history("JudgeRequest", self.history))
+        if self.standalone_query is not None and not isinstance(self.standalone_query, str):
+            raise ConfigurationError("JudgeRequest.standalone_query must be a string or None")
 
     @staticmethod
     def build_context(documents: Sequence[RetrievedDoc], max_context_chars: int = 24_000) -> str:
@@ -326,7 +366,77 @@ class JudgeRequest:
             context=cls.build_context(turn.documents, max_context_chars),
             documents=turn.documents,
             reference=turn.metadata.get("reference_answer") if turn.metadata else None,
+            history=turn.history,
+            standalone_query=turn.standalone_query,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeIdentity:
+    """Which judge made a judgement, so a score can always be traced to it.
+
+    ``model``: the model asked (``response_model``: the one the server said answered);
+    ``endpoint``: the endpoint's host and port, never credentials, path or query; ``protocol``: the
+    prompt protocol version; ``prompt_hash``: SHA-256 (hex, first 16) of the prompt template and
+    verdict schema; ``response_id``: the completion id of the reply the scores were read from.
+    """
+
+    model: str | None = None
+    endpoint: str | None = None
+    protocol: str | None = None
+    prompt_hash: str | None = None
+    response_id: str | None = None
+    response_model: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("model", "endpoint", "protocol", "prompt_hash", "response_id", "response_model"):
+            _check_optional_str(f"JudgeIdentity.{name}", getattr(self, name))
+
+    def to_dict(self) -> dict[str, str]:
+        """The fields that are set, by name."""
+        return {
+            name: value
+            for name in ("model", "endpoint", "protocol", "prompt_hash", "response_id", "response_model")
+            if (value := getattr(self, name)) is not None
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> JudgeIdentity | None:
+        """The identity :meth:`to_dict` wrote (None stays None; unknown keys are ignored)."""
+        if data is None:
+            return None
+        if not isinstance(data, Mapping):
+            raise ConfigurationError(f"judge identity must be a mapping, got {type(data).__name__}")
+        known = ("model", "endpoint", "protocol", "prompt_hash", "response_id", "response_model")
+        return cls(**{k: data[k] for k in known if k in data})
+
+
+def _check_optional_str(name: str, value: Any) -> None:
+    if value is not None and not isinstance(value, str):
+        raise ConfigurationError(f"{name} must be a string or None, got {type(value).__name__}")
+
+
+def _usage_counts(value: Mapping[str, Any] | None) -> Mapping[str, int | None]:
+    """*value* frozen, every count that is not a finite non-negative integer made None."""
+    if value is None:
+        return _EMPTY
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"Judgement.usage must be a mapping, got {type(value).__name__}")
+    counts: dict[str, int | None] = {}
+    for key, count in value.items():
+        if not isinstance(key, str):
+            raise ConfigurationError(f"Judgement.usage keys must be strings, got {key!r}")
+        counts[key] = _count(count)
+    return MappingProxyType(counts)
+
+
+def _count(value: Any) -> int | None:
+    """*value* as a non-negative int, or None when it is not a finite non-negative integer."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+        return None
+    return int(value) if value >= 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,7 +447,11 @@ class Judgement:
     output, transport error). None is never turned into 0. ``error`` is set when the judgement
     could not be made in full; ``raw_output`` keeps the judge's text verbatim; ``usage`` holds
     token counts (``prompt_tokens``, ``completion_tokens``) and ``calls``; ``details`` holds
-    judge-specific extras (method per score, distributions, per-juror scores).
+    judge-specific extras (method per score, distributions, per-juror scores); ``identity`` says
+    which judge (model, endpoint, protocol, prompt, response) made it, when known.
+
+    Every field is checked at construction (:class:`~ragaudit.ConfigurationError` for a wrong type
+    or range); a usage count that is not a finite non-negative integer is recorded as None.
     """
 
     faithfulness: float | None = None
@@ -347,14 +461,29 @@ class Judgement:
     raw_output: str | None = None
     judge: str = "unknown"
     latency_s: float | None = None
-    usage: Mapping[str, int] = field(default_factory=dict)
+    usage: Mapping[str, int | None] = field(default_factory=dict)
     error: str | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
+    identity: JudgeIdentity | None = None
 
     def __post_init__(self) -> None:
         for name in SCORE_NAMES:
             object.__setattr__(self, name, _check_score(f"Judgement.{name}", getattr(self, name)))
-        object.__setattr__(self, "usage", _frozen_mapping(self.usage, "Judgement.usage"))
+        for name in ("reason", "raw_output", "error"):
+            _check_optional_str(f"Judgement.{name}", getattr(self, name))
+        if not isinstance(self.judge, str) or not self.judge:
+            raise ConfigurationError(f"Judgement.judge must be a non-empty string, got {self.judge!r}")
+        if self.latency_s is not None:
+            if isinstance(self.latency_s, bool) or not isinstance(self.latency_s, (int, float)):
+                raise ConfigurationError(f"Judgement.latency_s must be a number or None, got {self.latency_s!r}")
+            if not math.isfinite(self.latency_s) or self.latency_s < 0:
+                raise ConfigurationError(f"Judgement.latency_s must be finite and >= 0, got {self.latency_s!r}")
+            object.__setattr__(self, "latency_s", float(self.latency_s))
+        if self.identity is not None and not isinstance(self.identity, JudgeIdentity):
+            raise ConfigurationError(
+                f"Judgement.identity must be a JudgeIdentity or None, got {type(self.identity).__name__}"
+            )
+        object.__setattr__(self, "usage", _usage_counts(self.usage))
         object.__setattr__(self, "details", _frozen_mapping(self.details, "Judgement.details"))
 
     @property
@@ -382,4 +511,5 @@ class Judgement:
             "error": self.error,
             "details": dict(self.details),
             "raw_output": self.raw_output,
+            "identity": self.identity.to_dict() if self.identity is not None else None,
         }

@@ -235,8 +235,10 @@ def test_odd_answers_are_recorded(case: str, rig: Rig, caplog: pytest.LogCapture
     span = rig.turn_span()
     assert span.attributes[c.INPUT_VALUE] == "How long is shipping?"
     if case == "empty_answer":
-        (line,) = rig.audit()
-        assert line["answer"] == "" and line["judge_status"] == "judged"
+        # An empty answer is traced and counted, never judged as an answer.
+        assert rig.audit() == [] and rig.requests == []
+        assert span.attributes[c.OUTPUT_VALUE] == ""
+        assert rig.auditor.stats()["unjudged_empty_answer"] == 1
     else:
         # No answer of the root run: the last model output is the answer (it was generated).
         (line,) = rig.audit()

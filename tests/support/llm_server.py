@@ -19,6 +19,10 @@ How the reply to a request is chosen, first match wins:
 4. the reply queue (:meth:`LLMServer.enqueue`), FIFO;
 5. the default reply.
 
+A request with ``"stream": true`` gets the same reply as server-sent chunks (content token by
+token, tool calls, usage when ``stream_options.include_usage`` is set). A :class:`Reply` with
+``tool_calls`` makes the assistant call tools (:class:`ToolCall`).
+
 A rule, the queue and the default may give a ``str`` (the content), a :class:`Reply`, a :class:`Fault`,
 or a list of ``str``/:class:`Reply` (one per choice when the request has ``n > 1``).
 
@@ -58,6 +62,7 @@ __all__ = [
     "Rule",
     "Scripted",
     "Token",
+    "ToolCall",
     "judgement_json",
 ]
 
@@ -99,6 +104,19 @@ class Token:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """A tool call the scripted assistant makes: the function *name*, its *arguments* (a mapping,
+    sent as JSON text, or the text itself) and the call's *id* (``call_<n>`` of the request when empty)."""
+
+    name: str
+    arguments: Mapping[str, Any] | str = field(default_factory=dict)
+    id: str = ""
+
+    def arguments_text(self) -> str:
+        return self.arguments if isinstance(self.arguments, str) else json.dumps(dict(self.arguments))
+
+
+@dataclass(frozen=True)
 class Reply:
     """A scripted reply.
 
@@ -106,6 +124,8 @@ class Reply:
     joined. ``choices`` gives one entry per choice for ``n > 1`` (cycled when shorter than ``n``);
     without it every choice repeats this reply. ``delay`` (seconds) replaces the server's delay for
     this request. ``usage`` replaces the counted usage; ``model`` replaces the echoed model name.
+    ``tool_calls`` makes the assistant call tools (content None unless given, ``finish_reason``
+    ``"tool_calls"`` unless given otherwise).
     """
 
     content: str | None = None
@@ -115,6 +135,7 @@ class Reply:
     finish_reason: str = "stop"
     usage: Mapping[str, int] | None = None
     model: str | None = None
+    tool_calls: Sequence[ToolCall] = ()
 
     def text(self) -> str:
         """The content this reply sends."""
@@ -452,13 +473,18 @@ class LLMServer:
             if want_logprobs:
                 tokens = choice_reply.tokens if choice_reply.tokens is not None else _auto_tokens(text)
                 logprobs = {"content": [_token_json(t, top_k) for t in tokens], "refusal": None}
+            message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+            finish_reason = choice_reply.finish_reason
+            if choice_reply.tool_calls:
+                message["content"] = text or None
+                message["tool_calls"] = [
+                    {"id": call.id or f"call_{seq}_{i}", "type": "function",
+                     "function": {"name": call.name, "arguments": call.arguments_text()}}
+                    for i, call in enumerate(choice_reply.tool_calls)
+                ]
+                finish_reason = "tool_calls" if finish_reason == "stop" else finish_reason
             choices.append(
-                {
-                    "index": index,
-                    "message": {"role": "assistant", "content": text, "refusal": None},
-                    "logprobs": logprobs,
-                    "finish_reason": choice_reply.finish_reason,
-                }
+                {"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish_reason}
             )
         messages = body.get("messages")
         messages = messages if isinstance(messages, list) else []
@@ -530,9 +556,6 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(body, dict):
             self._send_error(400, "request body is not a JSON object", "invalid_request_error")
             return
-        if body.get("stream"):
-            self._send_error(400, "LLMServer does not stream", "invalid_request_error", param="stream")
-            return
         try:
             scripted = owner._choose(body)
         except Exception as exc:  # a broken test rule must show up at the client, not kill the thread
@@ -543,7 +566,57 @@ class _Handler(BaseHTTPRequestHandler):
             return
         payload, delay = owner._completion(body, scripted, seq)
         owner._sleep(delay)
-        self._send_json(200, payload)
+        if body.get("stream"):
+            options = body.get("stream_options")
+            self._send_stream(payload, isinstance(options, dict) and bool(options.get("include_usage")))
+        else:
+            self._send_json(200, payload)
+
+    def _send_stream(self, payload: Mapping[str, Any], include_usage: bool) -> None:
+        """*payload* as server-sent ``chat.completion.chunk`` events: per choice a role chunk, the
+        content a token per chunk, each tool call (id and name, then its arguments), the finish
+        reason; then the usage when asked for; then ``[DONE]``. One write per chunk, so a client
+        reads a real stream."""
+        head = {k: payload[k] for k in ("id", "created", "model", "system_fingerprint")}
+        head["object"] = "chat.completion.chunk"
+
+        def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+            return b"data: " + json.dumps({**head, "choices": choices, **extra}).encode("utf-8") + b"\n\n"
+
+        events: list[bytes] = []
+        for choice in payload["choices"]:
+            index, message = choice["index"], choice["message"]
+            events.append(chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
+                                  "logprobs": None, "finish_reason": None}]))
+            for piece in _TOKEN_RE.findall(message.get("content") or ""):
+                events.append(chunk([{"index": index, "delta": {"content": piece}, "logprobs": None,
+                                      "finish_reason": None}]))
+            for i, call in enumerate(message.get("tool_calls") or ()):
+                function = call["function"]
+                events.append(chunk([{"index": index, "delta": {"tool_calls": [
+                    {"index": i, "id": call["id"], "type": "function",
+                     "function": {"name": function["name"], "arguments": ""}}]},
+                    "logprobs": None, "finish_reason": None}]))
+                events.append(chunk([{"index": index, "delta": {"tool_calls": [
+                    {"index": i, "function": {"arguments": function["arguments"]}}]},
+                    "logprobs": None, "finish_reason": None}]))
+            events.append(chunk([{"index": index, "delta": {}, "logprobs": None,
+                                  "finish_reason": choice["finish_reason"]}]))
+        if include_usage:
+            events.append(chunk([], usage=payload["usage"]))
+        events.append(b"data: [DONE]\n\n")
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for event in events:
+                self.wfile.write(event)
+                self.wfile.flush()
+        except OSError:
+            pass
+        self.close_connection = True
 
     def _fault(self, fault: Fault, seq: int) -> None:
         owner = self.server.owner

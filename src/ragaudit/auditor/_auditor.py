@@ -184,7 +184,8 @@ class Auditor:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._counts = {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0,
-                        "sink_errors": 0, "close_dropped": 0}
+                        "sink_errors": 0, "close_dropped": 0, "unjudged_no_evidence": 0,
+                        "unjudged_empty_answer": 0}
         self._closer: Closer | None = None
         self._pending = 0
         self._closed = False
@@ -238,6 +239,17 @@ class Auditor:
         costs nothing once it is gone).
         """
         self._turn_sources.add(source)
+
+    def count_unjudged(self, reason: str) -> bool:
+        """Count a finished turn that was traced but not judged: *reason* ``"no_evidence"`` (an answer
+        with no evidence) or ``"empty_answer"``; ``stats()["unjudged_<reason>"]``. Returns True the
+        first time for *reason* (the caller logs the fix once per auditor)."""
+        key = f"unjudged_{reason}"
+        with self._lock:
+            if key not in self._counts:
+                return False
+            self._counts[key] += 1
+            return self._counts[key] == 1
 
     def defer(self, job: Callable[[], None]) -> bool:
         """Run *job* soon on the auditor's closing thread, never on the caller's. Never blocks or raises.
@@ -374,7 +386,11 @@ class Auditor:
 
     def stats(self) -> dict[str, int]:
         """Counts: submitted, judged, failed, dropped, sampled_out, pending, sink_errors, close_dropped,
-        closing.
+        closing, unjudged_no_evidence, unjudged_empty_answer.
+
+        ``unjudged_no_evidence`` counts turns with an answer and no evidence (a retriever outside the
+        callback tree) and ``unjudged_empty_answer`` turns whose answer was empty; both are traced,
+        never submitted (:meth:`count_unjudged`).
 
         ``sink_errors`` adds the sinks' own delivery failures (items a sink gave up on).
         ``closing`` is how many finished turns wait to be recorded (:meth:`defer`) and

@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -260,24 +261,19 @@ def _llamaindex_runner(pipeline: Any, auditor: Auditor, measures: Sequence[str]
 
     from ..integrations import llamaindex
 
-    previous = llamaindex.uninstrument()
-    installed = llamaindex.instrument(auditor=auditor, turn_measures=measures)
+    # The public seam: instrument for the run, then give back whatever instrumentation was there.
+    scope = ExitStack()
+    installed = scope.enter_context(llamaindex.instrumented(auditor=auditor, turn_measures=measures))
 
     def run(row: DatasetRow, key: str) -> None:
         with instrument_tags(_ground_truth_tags(row, key)):
             pipeline.query(row.question)
 
     def done() -> None:
-        installed.flush(None)
-        llamaindex.uninstrument()
-        if previous is not None:  # give back the process-wide instrumentation we replaced
-            from llama_index.core.instrumentation import get_dispatcher
-
-            dispatcher = get_dispatcher()
-            dispatcher.add_span_handler(previous.span_handler)
-            dispatcher.add_event_handler(previous.event_handler)
-            previous.attached = True
-            llamaindex._current = previous
+        try:
+            installed.flush(None)
+        finally:
+            scope.close()
 
     return run, done
 
@@ -350,7 +346,7 @@ def _row_result(
         reason=judgement.reason if judgement is not None and error is None else None,
         judge_error=judge_error,
         trace_id=turn.trace_id if turn is not None else None,
-        usage=dict(judgement.usage) if judgement is not None else {},
+        usage={k: v for k, v in judgement.usage.items() if v is not None} if judgement is not None else {},
         latency_s=latency_s,
         faithfulness=scores["faithfulness"],
         context_relevance=scores["context_relevance"],

@@ -4,9 +4,8 @@ An integration sees a tree of runs (LangChain run ids, LlamaIndex span ids) and 
 root run into one :class:`~ragaudit.RagTurn`. :class:`RunStore` does the grouping (bounded, so a
 long-running process cannot leak), :func:`doc_id_from` / :func:`source_from` / :func:`score_from`
 read documents the way DESIGN.md says and :func:`retrieved_doc` makes one into a
-:class:`~ragaudit.RetrievedDoc`, :func:`build_turn` assembles the turn and
-:func:`finish_turn` hands it to the :class:`~ragaudit.Auditor` and the span recorder. Nothing here
-imports a framework.
+:class:`~ragaudit.RetrievedDoc`. The rules that make a turn of the runs are in
+:mod:`ragaudit.integrations._assembler`. Nothing here imports a framework.
 
 The host's thread does as little as it can: while a run is open, dictionary updates; when it ends,
 :func:`close_later` hands the raw run data (with the OTel context captured at its start by
@@ -19,25 +18,15 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from opentelemetry import context as _otel_context
 
 from .._log import RateLimitedLog
-from .._turn_metrics import DEFAULT_TURN_MEASURES, turn_metrics
 from ..content import log_exception
 from ..errors import ConfigurationError
-from ..records import (
-    Citation,
-    Generation,
-    RagTurn,
-    Retrieval,
-    RetrievedDoc,
-    normalize_relevance,
-    stable_doc_id,
-)
+from ..records import RetrievedDoc, normalize_relevance, stable_doc_id
 
 if TYPE_CHECKING:
     from ..auditor import Auditor
@@ -46,15 +35,12 @@ __all__ = [
     "REFERENCE_ANSWER_KEY",
     "RELEVANT_IDS_KEY",
     "RunStore",
-    "build_turn",
     "check_measures",
     "close_later",
     "current_context",
     "default_auditor",
     "doc_id_from",
-    "finish_turn",
     "ground_truth_from",
-    "merge_documents",
     "report_failure",
     "resolve_backend",
     "retrieved_doc",
@@ -160,120 +146,6 @@ def ground_truth_from(metadata: Mapping[str, Any] | None) -> tuple[Mapping[str, 
             report_failure(f"reading metadata[{RELEVANT_IDS_KEY!r}]", exc)
     reference = metadata.get(REFERENCE_ANSWER_KEY)
     return relevant, reference if isinstance(reference, str) else None
-
-
-def merge_documents(retrievals: Iterable[Retrieval]) -> tuple[RetrievedDoc, ...]:
-    """The documents of all *retrievals* in order, each id once (first occurrence), re-ranked 1..n.
-
-    This is the turn's document list when a pipeline retrieves more than once (two retrievers in
-    parallel, a retry): the ranks are positions in the merged list, the per-retriever ranks stay on
-    each :class:`~ragaudit.records.Retrieval`.
-    """
-    seen: set[str] = set()
-    out: list[RetrievedDoc] = []
-    for retrieval in retrievals:
-        for doc in retrieval.documents:
-            if doc.id in seen:
-                continue
-            seen.add(doc.id)
-            rank = len(out) + 1
-            out.append(doc if doc.rank == rank else replace(doc, rank=rank))
-    return tuple(out)
-
-
-# --- turns -----------------------------------------------------------------------------------------
-
-
-def _citations(answer: str | None, documents: Sequence[RetrievedDoc]) -> tuple[Citation, ...]:
-    if not answer or not documents:
-        return ()
-    try:
-        from ..citations import find_citations
-
-        return tuple(find_citations(answer, documents))
-    except Exception as exc:
-        report_failure("finding citations", exc)
-        return ()
-
-
-def build_turn(
-    *,
-    turn_id: str,
-    query: str,
-    answer: str | None,
-    framework: str,
-    retrievals: Sequence[Retrieval] = (),
-    generations: Sequence[Generation] = (),
-    started_at: int | None = None,
-    ended_at: int | None = None,
-    handle: Any = None,
-    relevant_ids: Mapping[str, int] | Iterable[str] | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    error: str | None = None,
-    model: str | None = None,
-) -> RagTurn:
-    """Assemble the :class:`~ragaudit.RagTurn` of one finished root run.
-
-    ``documents`` are :func:`merge_documents` of *retrievals*; citations come from
-    :func:`ragaudit.citations.find_citations` (none when that fails, which is logged); ``model`` is
-    the last generation's model unless given; ``trace_id``/``span_id`` come from *handle* (the
-    :class:`~ragaudit.tracing.spans.TurnHandle` of the turn span). Raises
-    :class:`~ragaudit.ConfigurationError` only for values a record rejects.
-    """
-    documents = merge_documents(retrievals)
-    if model is None:
-        model = next((g.model for g in reversed(generations) if g.model), None)
-    return RagTurn(
-        turn_id=turn_id,
-        query=query,
-        answer=answer,
-        documents=documents,
-        citations=_citations(answer, documents),
-        model=model,
-        framework=framework,
-        started_at=started_at,
-        ended_at=ended_at,
-        trace_id=getattr(handle, "trace_id", None),
-        span_id=getattr(handle, "span_id", None),
-        relevant_ids=normalize_relevance(relevant_ids),
-        metadata=metadata or {},
-        error=error,
-        retrievals=tuple(retrievals),
-        generations=tuple(generations),
-    )
-
-
-def finish_turn(
-    recorder: Any,
-    auditor: Auditor | None,
-    handle: Any,
-    turn: RagTurn,
-    *,
-    measures: Sequence[str] = DEFAULT_TURN_MEASURES,
-) -> str | None:
-    """Submit *turn* to *auditor* (skipped when it is None) and end its span. Never raises.
-
-    Returns the submit status (``"queued"``, ``"judged"``, ...), or None when the turn was not
-    submitted; the status and the retrieval metrics (*measures*, when the turn's ``relevant_ids``
-    are known) go on the turn span.
-    """
-    status: str | None = None
-    if auditor is not None:
-        try:
-            status = auditor.submit(turn)
-        except Exception as exc:  # Auditor.submit never raises; a user's stand-in might
-            report_failure("submitting a turn", exc)
-            status = "dropped"
-    metrics: Mapping[str, float] | None = None
-    try:
-        metrics = turn_metrics(turn, measures)
-    except Exception as exc:
-        report_failure("computing retrieval metrics", exc)
-    try:
-        recorder.end_turn(handle, turn, judge_status=status, retrieval_metrics=metrics)
-    except Exception as exc:
-        report_failure("ending a turn span", exc)
-    return status
 
 
 def current_context() -> Any:

@@ -11,6 +11,7 @@ model call as a child span, judged in the background by an :class:`~ragaudit.Aud
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,18 +22,16 @@ from typing import Any, cast
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, ToolMessage
 
 from ..auditor import DEFAULT_TURN_MEASURES, Auditor
-from ..records import Generation, RagTurn, Retrieval, RetrievedDoc
+from ..records import Generation, Retrieval, RetrievedDoc, ToolCall
+from ._assembler import Step, TurnParts, close_turn, step_end
 from ._common import (
     RunStore,
-    build_turn,
     check_measures,
     close_later,
     current_context,
-    finish_turn,
-    ground_truth_from,
     report_failure,
     resolve_backend,
     retrieved_doc,
@@ -44,6 +43,7 @@ __all__ = ["RagAuditCallbackHandler", "instrument", "uninstrument"]
 FRAMEWORK = "langchain"
 _QUERY_KEYS = ("question", "input", "query", "q")
 _ANSWER_KEYS = ("answer", "output", "result", "text")
+_ROOT_KINDS = {"chain": "chain", "retriever": "retrieve", "llm": "model"}
 
 
 # --- reading LangChain values ----------------------------------------------------------------------
@@ -64,19 +64,61 @@ def _text_of(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-def _last_human(messages: Sequence[Any]) -> str | None:
-    for message in reversed(messages):
-        if isinstance(message, BaseMessage) and message.type == "human":
-            return _text_of(message.content)
-    for message in reversed(messages):
-        if isinstance(message, BaseMessage):
-            return _text_of(message.content)
+_ROLES = {"human": "user", "user": "user", "ai": "assistant", "assistant": "assistant",
+          "AIMessageChunk": "assistant", "system": "system", "developer": "system", "tool": "tool",
+          "function": "tool"}
+
+
+def _message_of(item: Any) -> tuple[str, str] | None:
+    """``(role, text)`` of one message in any form LangChain accepts: a message object, a
+    ``(role, content)`` tuple, a ``{"role" | "type": ..., "content": ...}`` dict, or a string (a
+    user message); None for anything else. Roles: user, assistant, system, tool."""
+    if isinstance(item, BaseMessage):
+        return _ROLES.get(item.type, item.type), _text_of(item.content)
+    if isinstance(item, str):
+        return "user", item
+    if isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str):
+        return _ROLES.get(item[0], item[0]), _text_of(item[1])
+    if isinstance(item, Mapping):
+        role = item.get("role", item.get("type"))
+        if isinstance(role, str) and "content" in item:
+            return _ROLES.get(role, role), _text_of(item["content"])
     return None
 
 
+def _messages_of(value: Any) -> list[tuple[str, str]] | None:
+    """The conversation in *value* (a list of messages, or one message), or None when it is none."""
+    if isinstance(value, (BaseMessage, str)):
+        single = _message_of(value)
+        return [single] if single is not None else None
+    if not isinstance(value, (list, tuple)) or not value:
+        return None
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str) \
+            and not isinstance(value[1], (list, tuple, BaseMessage)):
+        single = _message_of(value)  # one ("user", "text") pair
+        return [single] if single is not None else None
+    out = []
+    for item in value:
+        message = _message_of(item)
+        if message is None:
+            return None
+        out.append(message)
+    return out
+
+
+def _last_user(messages: Sequence[tuple[str, str]] | None) -> str | None:
+    if not messages:
+        return None
+    for role, text in reversed(messages):
+        if role == "user":
+            return text
+    return messages[-1][1]
+
+
 def _query_from(inputs: Any) -> str | None:
-    """The question of a root run: a string, a message, or a dict's question/input/query/q (else its
-    first non-empty string). None for streaming placeholders (``{"input": ""}``)."""
+    """The question of a root run: a string, a message, a dict's question/input/query/q (else the
+    user's last message in its ``messages``, else its first non-empty string), a list of messages.
+    None for streaming placeholders (``{"input": ""}``)."""
     if isinstance(inputs, str):
         return inputs or None
     if isinstance(inputs, BaseMessage):
@@ -91,26 +133,45 @@ def _query_from(inputs: Any) -> str | None:
                 found = _query_from(value)
                 if found:
                     return found
-        messages = inputs.get("messages")
-        if isinstance(messages, list):
-            return _last_human(messages) or None
+        if "messages" in inputs:
+            return _last_user(_messages_of(inputs["messages"])) or None
         for value in inputs.values():
             if isinstance(value, str) and value:
                 return value
         return None
-    if isinstance(inputs, list) and inputs:
-        if isinstance(inputs[-1], str):
-            return inputs[-1] or None
-        return _last_human(inputs) or None
+    if isinstance(inputs, (list, tuple)) and inputs:
+        return _last_user(_messages_of(inputs)) or None
     return None
 
 
-def _readable_query(inputs: Any) -> str | None:
-    """:func:`_query_from`, or None (reported) when *inputs* cannot be read: the run is still tracked."""
+def _conversation_of(inputs: Any) -> Any:
+    """The raw message list of a conversation-shaped root input (``{"messages": [...]}`` as agents
+    take, or a list of messages), read into messages when the turn closes; None otherwise."""
+    if isinstance(inputs, Mapping):
+        messages = inputs.get("messages")
+        return messages if isinstance(messages, (list, tuple, str, BaseMessage)) else None
+    if isinstance(inputs, list) and inputs and not isinstance(inputs[0], str):
+        return inputs
+    return None
+
+
+def _history_of(inputs: Any) -> Any:
+    """A chain input's ``chat_history`` / ``history`` (what ``RunnableWithMessageHistory`` inserts
+    and history-aware retrievers read), raw; None when there is none."""
+    if isinstance(inputs, Mapping):
+        for key in ("chat_history", "history"):
+            value = inputs.get(key)
+            if isinstance(value, (list, tuple)) and value:
+                return value
+    return None
+
+
+def _readable(read: Callable[[Any], Any], inputs: Any, what: str) -> Any:
+    """``read(inputs)``, or None (reported) when *inputs* cannot be read: the run is still tracked."""
     try:
-        return _query_from(inputs)
+        return read(inputs)
     except Exception as exc:
-        report_failure("reading a run's question", exc)
+        report_failure(f"reading a run's {what}", exc)
         return None
 
 
@@ -160,6 +221,51 @@ def _convert_documents(documents: Sequence[_RawDoc]) -> tuple[RetrievedDoc, ...]
                  for rank, (doc_id, content, metadata) in enumerate(documents, 1))
 
 
+def _is_documents(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and all(
+        hasattr(item, "page_content") for item in value)
+
+
+def _read_tool_output(output: Any, call_id: str | None, name: str
+                      ) -> tuple[str | None, tuple[RetrievedDoc, ...] | None, str | None, str | None]:
+    """``(text, documents, call id, error)`` of a tool's output: a ``ToolMessage`` (its content, its
+    artifact's documents as ``create_retriever_tool`` returns them, its call id, an error status),
+    a list of documents, or any value (its text)."""
+    error = None
+    artifact = None
+    if isinstance(output, ToolMessage):
+        call_id = output.tool_call_id or call_id
+        artifact = output.artifact
+        if output.status == "error":
+            error = f"tool {name} failed"
+        content: Any = output.content
+    else:
+        content = output
+    documents = None
+    for candidate in (artifact, content):
+        if _is_documents(candidate):
+            documents = _convert_documents(_snapshot_documents(candidate))
+            break
+    if content is None:
+        text = None
+    elif _is_documents(content):
+        text = "\n\n".join(str(doc.page_content) for doc in content)
+    elif isinstance(content, (str, list)):
+        text = _text_of(content)
+    else:
+        text = str(content)
+    return text, documents, call_id, error
+
+
+def _input_text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, default=str, ensure_ascii=False)
+    except Exception:
+        return str(value)
+
+
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -193,9 +299,6 @@ def _read_llm_result(response: Any) -> tuple[str | None, int | None, int | None,
             model = response_metadata.get("model_name") or response_metadata.get("model")
     return text if isinstance(text, str) else None, input_tokens, output_tokens, (
         model if isinstance(model, str) and model else None)
-
-
-_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool", "function": "tool"}
 
 
 def _prompt_messages(prompt: Any) -> tuple[tuple[str, str], ...]:
@@ -247,6 +350,8 @@ class _OpenRetrieval:
     query: str | None
     started_at: int
     seq: int = 0
+    key: int = 0
+    parent: int | None = None
     ended_at: int | None = None
     documents: tuple[_RawDoc, ...] = ()
     error: str | None = None
@@ -259,26 +364,47 @@ class _OpenGeneration:
     prompt: Any
     started_at: int
     seq: int = 0
+    key: int = 0
+    parent: int | None = None
     ended_at: int | None = None
     response: Any = None  # the LLMResult, read at close
     error: str | None = None
 
 
-_Child = _OpenRetrieval | _OpenGeneration
+@dataclass(slots=True)
+class _OpenTool:
+    name: str
+    call_id: str | None
+    input: Any
+    started_at: int
+    seq: int = 0
+    key: int = 0
+    parent: int | None = None
+    ended_at: int | None = None
+    output: Any = None  # the ToolMessage (or raw output), read at close
+    error: str | None = None
+
+
+_Child = _OpenRetrieval | _OpenGeneration | _OpenTool
 
 
 @dataclass(slots=True)
 class _Turn:
     run_id: UUID
     key: int
+    kind: str  # the root's run kind: chain, retriever, llm
     started_at: int
     name: str | None
     query: str | None
     metadata: Mapping[str, Any] | None
     context: Any = None  # the OTel context at the root's start: the turn span's parent
+    conversation: Any = None  # the root's messages (agents), raw
+    history: Any = None  # a chain input's chat_history, raw
+    prompt: Any = None  # the first chat model call's messages, raw (an agent's history lives there)
     answer: str | None = None  # read when the root ends: the caller may change its output afterwards
     error: str | None = None
     seq: int = 0
+    parents: dict[int, int | None] = field(default_factory=dict)  # every run of the turn -> its parent
     open_children: dict[int, _Child] = field(default_factory=dict)
     finished: list[_Child] = field(default_factory=list)
 
@@ -396,15 +522,27 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
 
         def new_turn() -> _Turn:
             # A root under a parent we never saw (e.g. a LangSmith @traceable) is a turn too.
-            return _Turn(run_id, key, now, name, _readable_query(question), metadata, current_context())
+            return _Turn(run_id, key, kind or "chain", now, name, _readable(_query_from, question, "question"),
+                         metadata, current_context(),
+                         _readable(_conversation_of, question, "messages") if kind == "chain" else None)
 
         store = self._store
         with store.lock:
-            turn, _, evicted = store.start(key, parent, new_turn if kind else None)
-            if turn is not None and child is not None:
-                child.seq = turn.seq
-                turn.seq += 1
-                turn.open_children[key] = child
+            turn, is_root, evicted = store.start(key, parent, new_turn if kind else None)
+            if turn is not None:
+                if not is_root:
+                    turn.parents[key] = parent
+                if child is not None:
+                    child.seq = turn.seq
+                    child.key = key
+                    child.parent = None if is_root else parent
+                    turn.seq += 1
+                    turn.open_children[key] = child
+                    if turn.prompt is None and isinstance(child, _OpenGeneration) \
+                            and turn.conversation is not None:
+                        turn.prompt = child.prompt
+                if kind == "chain" and turn.history is None:
+                    turn.history = _readable(_history_of, question, "chat history")
         for old in evicted:
             self._hand_off(old, evicted=True)
 
@@ -436,12 +574,16 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
                         child.error = _error_text(error)
                     elif isinstance(child, _OpenRetrieval):
                         child.documents = documents
+                    elif isinstance(child, _OpenTool):
+                        child.output = outputs
                     else:
                         child.response = response
                     turn.finished.append(child)
                 if is_root:
                     if turn.query is None and inputs is not None:
                         turn.query = _query_from(inputs)
+                        if turn.conversation is None and turn.kind == "chain":
+                            turn.conversation = _conversation_of(inputs)
                     if error is not None:
                         turn.error = _error_text(error)
                     else:
@@ -464,71 +606,57 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
             self._closed_turns += 1
         close_later(self.auditor, partial(self._close, turn, now, evicted))
 
-    def _records(self, turn: _Turn, now: int) -> tuple[list[Retrieval], list[Generation]]:
-        """The turn's retriever and model calls as records: finished ones in start order, then the
-        ones still open when it closed (as errors ending at *now*)."""
+    def _steps(self, turn: _Turn, now: int) -> list[Step]:
+        """The turn's retriever, model and tool calls as steps: finished ones, then the ones still
+        open when it closed (the assembler records those as unfinished, ending at *now*)."""
         capture = self.recorder.capture_content
-        retrievals: list[Retrieval] = []
-        generations: list[Generation] = []
-        finished = sorted(turn.finished, key=lambda child: child.seq)
-        unfinished = sorted(turn.open_children.values(), key=lambda child: child.seq)
-        for child in (*finished, *unfinished):
-            ended_at = child.ended_at if child.ended_at is not None else now
-            error = child.error if child.ended_at is not None else "unfinished when the turn closed"
+        steps: list[Step] = []
+        for child in (*turn.finished, *turn.open_children.values()):
+            ended_at, error = step_end(child.ended_at, child.error, now)
+            run_id = child.key
             if isinstance(child, _OpenRetrieval):
-                retrievals.append(Retrieval(name=child.name, documents=_convert_documents(child.documents),
-                                            query=child.query, started_at=child.started_at,
-                                            ended_at=ended_at, error=error))
+                record: Any = Retrieval(name=child.name, documents=_convert_documents(child.documents),
+                                        query=child.query, started_at=child.started_at, ended_at=ended_at,
+                                        error=error)
+                steps.append(Step(run_id, child.parent, child.seq, record))
+                continue
+            if isinstance(child, _OpenTool):
+                text, documents, call_id, tool_error = _read_tool_output(child.output, child.call_id, child.name)
+                record = ToolCall(name=child.name, call_id=call_id,
+                                  arguments=_input_text(child.input) if capture else None,
+                                  output=text if child.ended_at is not None else None,
+                                  started_at=child.started_at, ended_at=ended_at, error=error or tool_error)
+                steps.append(Step(run_id, child.parent, child.seq, record, documents))
                 continue
             text = input_tokens = output_tokens = response_model = None
             if child.response is not None and error is None:
                 text, input_tokens, output_tokens, response_model = _read_llm_result(child.response)
-            generations.append(Generation(
+            steps.append(Step(run_id, child.parent, child.seq, Generation(
                 model=child.model or response_model,
                 prompt=_prompt_text(child.prompt) if capture and child.ended_at is not None else None,
                 messages=_prompt_messages(child.prompt) if capture and child.ended_at is not None else (),
                 output=text, input_tokens=input_tokens, output_tokens=output_tokens,
                 started_at=child.started_at, ended_at=ended_at, error=error, provider=child.provider,
-            ))
-        return retrievals, generations
+            )))
+        return steps
 
     def _close(self, turn: _Turn, now: int, evicted: bool) -> None:
-        """On the closing thread: build the turn, record its spans, submit it."""
-        handle = self.recorder.start_turn(start_ns=turn.started_at, parent=turn.context)
+        """On the closing thread: read the turn into the assembler's parts; it does the rest."""
+        parts = TurnParts(turn_id=str(turn.run_id), framework=FRAMEWORK,
+                          root_kind=_ROOT_KINDS.get(turn.kind, "chain"), started_at=turn.started_at,
+                          ended_at=now, query=turn.query, answer=turn.answer, error=turn.error,
+                          evicted_at=self._store.max_runs if evicted else None, tags=turn.metadata,
+                          metadata={"run_name": turn.name} if turn.name else {})
         try:
-            error = turn.error
-            if evicted:
-                error = (f"ragaudit: turn evicted before it finished ({self._store.max_runs} turns were "
-                         "open; raise max_runs or look for runs that never end)")
-            retrievals, generations = self._records(turn, now)
-            answer = turn.answer if error is None else None
-            if answer is None and error is None:
-                answer = next((g.output for g in reversed(generations)
-                               if g.output is not None and g.error is None), None)
-            query = turn.query
-            if query is None:
-                query = next((r.query for r in retrievals if r.query), "")
-            relevant_ids, reference = ground_truth_from(turn.metadata)
-            metadata: dict[str, Any] = {"run_name": turn.name} if turn.name else {}
-            if turn.metadata:
-                for key, value in turn.metadata.items():
-                    if isinstance(key, str) and not key.startswith(("ragaudit_", "ls_")):
-                        metadata[key] = value
-            if reference is not None:
-                metadata["reference_answer"] = reference
-            rag_turn = build_turn(
-                turn_id=str(turn.run_id), query=query, answer=answer, framework=FRAMEWORK,
-                retrievals=retrievals, generations=generations, started_at=turn.started_at, ended_at=now,
-                handle=handle, relevant_ids=relevant_ids, metadata=metadata, error=error,
-            )
+            parts.steps = self._steps(turn, now)
+            parts.parents = turn.parents
+            parts.messages = _messages_of(turn.conversation) or ()
+            parts.prompt_messages = _messages_of(turn.prompt) or ()
+            parts.history = _messages_of(turn.history) or ()
         except Exception as exc:
-            report_failure("building a LangChain turn", exc)
-            rag_turn = RagTurn(turn_id=str(turn.run_id), query="", answer=None, framework=FRAMEWORK,
-                               started_at=turn.started_at, ended_at=now,
-                               error=f"ragaudit could not build this turn: {exc}")
-        judged = rag_turn.answer is not None and rag_turn.error is None and bool(rag_turn.retrievals)
-        finish_turn(self.recorder, self.auditor if judged else None, handle, rag_turn,
-                    measures=self.turn_measures)
+            report_failure("reading a LangChain turn", exc)
+            parts.error = f"ragaudit could not read this turn: {exc}"
+        close_turn(parts, self.recorder, self.auditor, parent=turn.context, measures=self.turn_measures)
 
     # -- chains ---------------------------------------------------------------------------------
 
@@ -634,27 +762,36 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
         except Exception as exc:
             report_failure("on_llm_error", exc)
 
-    # -- tools (tracked only so a turn waits for them; never a turn of their own) ---------------------
+    # -- tools (steps of an agent's turn; never a turn of their own) ----------------------------------
 
     def on_tool_start(self, serialized: dict[str, Any] | None, input_str: str, *, run_id: UUID,
                       parent_run_id: UUID | None = None, **kwargs: Any) -> None:
         try:
             if parent_run_id is not None:
-                self._start(run_id, parent_run_id, None, None, None, None, None, 0)
+                now = time.time_ns()
+                name = kwargs.get("name")
+                if not isinstance(name, str) and isinstance(serialized, Mapping):
+                    name = serialized.get("name")
+                call_id = kwargs.get("tool_call_id")
+                inputs = kwargs.get("inputs")
+                tool = _OpenTool(name if isinstance(name, str) and name else "tool",
+                                 call_id if isinstance(call_id, str) and call_id else None,
+                                 inputs if inputs is not None else input_str, now)
+                self._start(run_id, parent_run_id, None, None, None, None, tool, now)
         except Exception as exc:
             report_failure("on_tool_start", exc)
 
     def on_tool_end(self, output: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
                     **kwargs: Any) -> None:
         try:
-            self._end(run_id)
+            self._end(run_id, outputs=output, now=time.time_ns())
         except Exception as exc:
             report_failure("on_tool_end", exc)
 
     def on_tool_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
                       **kwargs: Any) -> None:
         try:
-            self._end(run_id)
+            self._end(run_id, error=error, now=time.time_ns())
         except Exception as exc:
             report_failure("on_tool_error", exc)
 

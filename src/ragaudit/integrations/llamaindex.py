@@ -28,13 +28,15 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import math
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -63,15 +65,13 @@ from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 from pydantic import Field
 
 from ..auditor import DEFAULT_TURN_MEASURES, Auditor
-from ..records import Generation, RagTurn, Retrieval, RetrievedDoc
+from ..records import Generation, Retrieval, RetrievedDoc, ToolCall
+from ._assembler import Step, TurnParts, close_turn, step_end
 from ._common import (
     RunStore,
-    build_turn,
     check_measures,
     close_later,
     current_context,
-    finish_turn,
-    ground_truth_from,
     report_failure,
     resolve_backend,
     retrieved_doc,
@@ -83,6 +83,7 @@ __all__ = [
     "LlamaIndexInstrumentation",
     "RagAuditLlamaIndexHandler",
     "instrument",
+    "instrumented",
     "uninstrument",
 ]
 
@@ -127,10 +128,28 @@ def _span_name(span_id: str) -> str:
     return span_id.partition("-")[0]
 
 
+_AGENT_CLASSES = frozenset({"BaseWorkflowAgent", "AgentWorkflow"})
+_AGENT_TYPES: dict[type, bool] = {}
+
+
+def _is_agent(instance: Any) -> bool:
+    """Whether *instance* is a LlamaIndex workflow agent (``FunctionAgent``, ``ReActAgent``,
+    ``CodeActAgent``, ``AgentWorkflow``), without importing the agent package."""
+    kind = type(instance)
+    found = _AGENT_TYPES.get(kind)
+    if found is None:
+        found = _AGENT_TYPES[kind] = any(
+            base.__name__ in _AGENT_CLASSES and base.__module__.startswith("llama_index.core.agent")
+            for base in kind.__mro__)
+    return found
+
+
 def _root_kind(name: str, instance: Any) -> str | None:
     if instance is None:
         return None
     method = name.rpartition(".")[2]
+    if method == "run" and _is_agent(instance):
+        return "agent"
     if method in _QUERY_METHODS and isinstance(instance, BaseQueryEngine):
         return "query"
     if method in _CHAT_METHODS and isinstance(instance, BaseChatEngine):
@@ -174,10 +193,25 @@ def _query_text(value: Any) -> str | None:
     return content if isinstance(content, str) else None
 
 
+def _user_message_of(start_event: Any) -> str | None:
+    """The user's message of an agent's start event: ``user_msg`` (a string or a ``ChatMessage``),
+    else the last user message of ``chat_history``."""
+    user_msg = getattr(start_event, "user_msg", None)
+    text = _query_text(user_msg)
+    if text:
+        return text
+    for role, content in reversed(_messages_of(getattr(start_event, "chat_history", None))):
+        if role == "user":
+            return content
+    return None
+
+
 def _query_from_args(bound_args: Any) -> str | None:
     arguments = getattr(bound_args, "arguments", None)
     if not isinstance(arguments, Mapping):
         return None
+    if "start_event" in arguments:  # a workflow agent's run
+        return _user_message_of(arguments["start_event"])
     for key in _QUERY_ARGS:
         if key in arguments:
             found = _query_text(arguments[key])
@@ -197,6 +231,11 @@ def _answer_from(response: Any) -> str | None:
         return None
     if isinstance(response, str):
         return response
+    agent_output = getattr(response, "result", None)  # an agent workflow's StopEvent
+    reply = getattr(agent_output, "response", None)
+    if reply is not None and hasattr(reply, "role"):  # AgentOutput.response, a ChatMessage
+        content = getattr(reply, "content", None)
+        return content if isinstance(content, str) else ""
     if isinstance(response, StreamingResponse):
         return response.response_txt
     if isinstance(response, AsyncStreamingResponse):
@@ -359,6 +398,18 @@ class _Generating:
 
 
 @dataclass(slots=True)
+class _Tooling:
+    seq: int
+    name: str
+    call_id: str | None
+    input: Any
+    started_at: int
+    ended_at: int | None = None
+    output: Any = None  # the ToolOutput, read at close
+    error: str | None = None
+
+
+@dataclass(slots=True)
 class _Turn:
     root_id: str
     kind: str
@@ -379,6 +430,10 @@ class _Turn:
     seq: int = 0
     retrievals: dict[str, _Retrieving] = field(default_factory=dict)
     generations: dict[str, _Generating] = field(default_factory=dict)
+    tools: dict[str, _Tooling] = field(default_factory=dict)
+    parents: dict[str, str | None] = field(default_factory=dict)  # every run of the turn -> its parent
+    history: Any = None  # a chat engine's history before this message (ChatMessages), raw
+    prompt: Any = None  # an agent's first model call's messages (ChatMessages), raw
     llm_key: dict[str, str] = field(default_factory=dict)  # model span/event -> its outermost model call
     legacy_outer: dict[str, Any] = field(default_factory=dict)  # legacy LLM event -> _LEGACY_LLM before it
 
@@ -441,7 +496,9 @@ class _Collector:
             def new_turn() -> _Turn:
                 return _Turn(run_id, kind, name, now, query, tags, context=current_context())
 
-            turn, _, evicted = store.start(run_id, parent_id, new_turn)
+            turn, is_root, evicted = store.start(run_id, parent_id, new_turn)
+            if turn is not None and not is_root:
+                turn.parents[run_id] = parent_id
         for old in evicted:
             self._hand_off(old, evicted=True)
         return turn
@@ -462,6 +519,13 @@ class _Collector:
                 retrieving.ended_at = now
                 if error is not None:
                     retrieving.error = _error_text(error)
+            tooling = turn.tools.get(run_id)
+            if tooling is not None and tooling.ended_at is None:
+                tooling.ended_at = now
+                if error is not None:
+                    tooling.error = _error_text(error)
+                else:
+                    tooling.output = getattr(result, "tool_output", None)
             generating = turn.generations.get(run_id)
             if generating is not None and error is not None and generating.error is None:
                 generating.error = _error_text(error)
@@ -530,7 +594,29 @@ class _Collector:
         if complete and closing is not None:
             self._hand_off(closing)
 
-    # -- retrievals and generations ----------------------------------------------------------------
+    # -- retrievals, generations and tool calls -----------------------------------------------------
+
+    def tool_started(self, run_id: str, bound_args: Any, now: int) -> None:
+        """A workflow agent's ``call_tool`` step began: its ``ToolCall`` event names the tool."""
+        arguments = getattr(bound_args, "arguments", None)
+        event = arguments.get("ev") if isinstance(arguments, Mapping) else None
+        name = getattr(event, "tool_name", None)
+        call_id = getattr(event, "tool_id", None)
+        with self.store.lock:
+            turn = self.store.state_of(run_id)
+            if turn is not None:
+                turn.tools[run_id] = _Tooling(turn.next_seq(), name if isinstance(name, str) else "tool",
+                                              call_id if isinstance(call_id, str) and call_id else None,
+                                              getattr(event, "tool_kwargs", None), now)
+
+    def conversation_seen(self, run_id: str, messages: Any) -> None:
+        """An agent's model call: its first one's messages hold the conversation so far."""
+        with self.store.lock:
+            turn = self.store.state_of(run_id)
+            if turn is not None and turn.kind == "agent" and turn.prompt is None \
+                    and isinstance(messages, (list, tuple)):
+                turn.prompt = list(messages)
+
 
     def retrieval_started(self, run_id: str, name: str, query: Any, now: int) -> None:
         with self.store.lock:
@@ -648,6 +734,12 @@ class _Collector:
             if isinstance(result, list):
                 turn.sources = _snapshot(result)
             return
+        if turn.kind == "agent":
+            # The agent's reply; its evidence is every retrieval and tool output (the assembler's
+            # rule), not the source nodes of a query engine one of its tools called.
+            if turn.error is None:
+                turn.answer = _answer_from(result)
+            return
         nodes = _source_nodes_of(result)
         if nodes is None and turn.sources is None:
             nodes = _source_nodes_of(hint)
@@ -663,65 +755,73 @@ class _Collector:
             turn.answer = answer
 
     def _close(self, turn: _Turn, now: int, evicted: bool) -> None:
-        """On the closing thread: build the turn, record its spans, submit it."""
-        handle = self.recorder.start_turn(start_ns=turn.started_at, parent=turn.context)
+        """On the closing thread: read the turn into the assembler's parts; it does the rest."""
+        parts = TurnParts(turn_id=_turn_id(turn), framework=FRAMEWORK, root_kind=turn.kind,
+                          started_at=turn.started_at, ended_at=now, query=turn.query, answer=turn.answer,
+                          error=turn.error, evicted_at=self.store.max_runs if evicted else None, tags=turn.tags,
+                          metadata={"run_name": turn.name})
         try:
-            rag_turn = self._build(turn, evicted, now, handle)
+            self._read(turn, parts, now)
         except Exception as exc:
-            report_failure("building a LlamaIndex turn", exc)
-            rag_turn = RagTurn(turn_id=_turn_id(turn), query=turn.query or "", answer=None,
-                               framework=FRAMEWORK, started_at=turn.started_at, ended_at=now,
-                               error=f"ragaudit could not build this turn: {exc}")
-        judged = rag_turn.answer is not None and rag_turn.error is None and bool(rag_turn.retrievals)
-        finish_turn(self.recorder, self.auditor if judged else None, handle, rag_turn,
-                    measures=self.turn_measures)
+            report_failure("reading a LlamaIndex turn", exc)
+            parts.error = f"ragaudit could not read this turn: {exc}"
+        close_turn(parts, self.recorder, self.auditor, parent=turn.context, measures=self.turn_measures)
 
-    def _build(self, turn: _Turn, evicted: bool, now: int, handle: Any) -> RagTurn:
-        error = turn.error
-        if evicted:
-            error = (f"ragaudit: turn evicted before it finished ({self.store.max_runs} turns were "
-                     "open; raise max_runs or look for runs that never end)")
-        unfinished = "unfinished when the turn closed"
-        retrievals = [
-            Retrieval(name=r.name, documents=_convert_nodes(r.nodes), query=r.query, started_at=r.started_at,
-                      ended_at=r.ended_at if r.ended_at is not None else now,
-                      error=r.error if r.ended_at is not None else (r.error or unfinished))
-            for r in sorted(turn.retrievals.values(), key=lambda r: r.seq)
-        ]
-        generations = [
-            Generation(model=g.model, prompt=g.prompt, output=g.output, input_tokens=g.input_tokens,
-                       output_tokens=g.output_tokens, started_at=g.started_at,
-                       ended_at=g.ended_at if g.ended_at is not None else now,
-                       error=g.error if g.ended_at is not None else (g.error or unfinished), provider=g.provider,
-                       messages=g.messages)
-            for g in sorted(turn.generations.values(), key=lambda g: g.seq)
-        ]
-        query = turn.query
-        if query is None:
-            query = next((r.query for r in retrievals if r.query), "")
-        relevant_ids, reference = ground_truth_from(turn.tags)
-        metadata: dict[str, Any] = {"run_name": turn.name}
-        if turn.tags:
-            metadata.update((k, v) for k, v in turn.tags.items() if not k.startswith("ragaudit_"))
-        if reference is not None:
-            metadata["reference_answer"] = reference
+    def _read(self, turn: _Turn, parts: TurnParts, now: int) -> None:
+        steps: list[Step] = []
+        for run_id, r in turn.retrievals.items():
+            ended_at, error = step_end(r.ended_at, r.error, now)
+            steps.append(Step(run_id, turn.parents.get(run_id), r.seq, Retrieval(
+                name=r.name, documents=_convert_nodes(r.nodes), query=r.query, started_at=r.started_at,
+                ended_at=ended_at, error=error)))
+        for run_id, g in turn.generations.items():
+            ended_at, error = step_end(g.ended_at, g.error, now)
+            steps.append(Step(run_id, turn.parents.get(run_id), g.seq, Generation(
+                model=g.model, prompt=g.prompt, output=g.output, input_tokens=g.input_tokens,
+                output_tokens=g.output_tokens, started_at=g.started_at, ended_at=ended_at, error=error,
+                provider=g.provider, messages=g.messages)))
+        capture = self.recorder.capture_content
+        for run_id, t in turn.tools.items():
+            ended_at, error = step_end(t.ended_at, t.error, now)
+            text, documents, tool_error = _read_tool_output(t.output)
+            steps.append(Step(run_id, turn.parents.get(run_id), t.seq, ToolCall(
+                name=t.name, call_id=t.call_id, arguments=_json_text(t.input) if capture else None, output=text,
+                started_at=t.started_at, ended_at=ended_at, error=error or tool_error), documents))
+        parts.steps = steps
+        parts.parents = turn.parents
+        parts.history = _messages_of(turn.history)
+        parts.prompt_messages = _messages_of(turn.prompt)
         if turn.stream_state is not None:
-            metadata[STREAM_KEY] = turn.stream_state
-        sources = turn.sources
-        from_sources = sources is not None and turn.kind != "retrieve"
-        metadata[JUDGE_CONTEXT_KEY] = "source_nodes" if from_sources else "retrieval"
-        common: dict[str, Any] = {
-            "turn_id": _turn_id(turn), "query": query, "answer": turn.answer if error is None else None,
-            "framework": FRAMEWORK, "generations": generations, "started_at": turn.started_at,
-            "ended_at": now, "handle": handle, "relevant_ids": relevant_ids, "metadata": metadata,
-            "error": error,
-        }
-        if sources is None:
-            return build_turn(retrievals=retrievals, **common)
-        # The turn's documents are the nodes the answer was built from; build_turn takes them as one
-        # retrieval (deduplicated, ranked 1..n), then the retrievals as they happened are put back.
-        built = build_turn(retrievals=[Retrieval(name="", documents=_convert_nodes(sources))], **common)
-        return replace(built, retrievals=tuple(retrievals))
+            parts.metadata[STREAM_KEY] = turn.stream_state
+        from_sources = turn.sources is not None and turn.kind not in ("retrieve", "agent")
+        if from_sources:
+            parts.sources = _convert_nodes(turn.sources or ())
+        if turn.kind != "agent":
+            parts.metadata[JUDGE_CONTEXT_KEY] = "source_nodes" if from_sources else "retrieval"
+
+
+def _read_tool_output(output: Any) -> tuple[str | None, tuple[RetrievedDoc, ...] | None, str | None]:
+    """``(text, documents, error)`` of a ``ToolOutput``: its content, the nodes it returned when its
+    raw output is a list of nodes (a retriever tool), and its error."""
+    if output is None:
+        return None, None, None
+    content = getattr(output, "content", None)
+    text = content if isinstance(content, str) else None
+    raw = getattr(output, "raw_output", None)
+    documents = None
+    if isinstance(raw, (list, tuple)) and raw and all(hasattr(getattr(n, "node", n), "node_id") for n in raw):
+        documents = _convert_nodes(_snapshot(list(raw)))
+    error = f"tool {getattr(output, 'tool_name', '')} failed" if getattr(output, "is_error", False) else None
+    return text, documents, error
+
+
+def _json_text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, default=str, ensure_ascii=False)
+    except Exception:
+        return str(value)
 
 
 def _turn_id(turn: _Turn) -> str:
@@ -942,6 +1042,11 @@ class _SpanHandler(BaseSpanHandler[BaseSpan]):
                 return None
             if kind == "retrieve":
                 collector.retrieval_started(id_, _retriever_name(instance), root[2] if root else None, now)
+            elif kind == "chat":
+                if turn.root_id == id_:
+                    turn.history = _chat_history_of(bound_args, instance)
+            elif name.endswith(_TOOL_STEP) and turn.kind == "agent":
+                collector.tool_started(id_, bound_args, now)
             elif isinstance(instance, BaseLLM):
                 with collector.store.lock:
                     collector.generation_started(turn, id_, parent_span_id, now, instance)
@@ -967,6 +1072,19 @@ class _SpanHandler(BaseSpanHandler[BaseSpan]):
 
 
 _EventFn = Callable[[_Collector, Any, str, int], None]
+_TOOL_STEP = ".call_tool"  # the step of a workflow agent that runs one tool call
+
+
+def _chat_history_of(bound_args: Any, instance: Any) -> list[Any] | None:
+    """A chat engine's history before this message: the ``chat_history`` passed in, else its memory."""
+    arguments = getattr(bound_args, "arguments", None)
+    history = arguments.get("chat_history") if isinstance(arguments, Mapping) else None
+    if history is None:
+        try:
+            history = instance.chat_history
+        except Exception:  # an engine whose memory cannot be read: no history, still a turn
+            return None
+    return list(history) if isinstance(history, (list, tuple)) and history else None
 
 
 def _on_retrieval_start(c: _Collector, e: Any, span_id: str, now: int) -> None:
@@ -984,6 +1102,7 @@ def _on_response(c: _Collector, e: Any, span_id: str, now: int) -> None:
 
 def _on_chat_start(c: _Collector, e: Any, span_id: str, now: int) -> None:
     c.model_called(span_id, _model_from(e.model_dict), _messages_text(e.messages), now, _messages_of(e.messages))
+    c.conversation_seen(span_id, e.messages)
 
 
 def _on_completion_start(c: _Collector, e: Any, span_id: str, now: int) -> None:
@@ -1178,6 +1297,34 @@ def uninstrument() -> LlamaIndexInstrumentation | None:
         if installed is not None:
             installed._detach()
     return installed
+
+
+@contextmanager
+def instrumented(**instrument_kwargs: Any) -> Iterator[LlamaIndexInstrumentation]:
+    """Audit every LlamaIndex call made inside the ``with`` block, then give back what was there.
+
+    >>> with llamaindex.instrumented(auditor=auditor) as installed:
+    ...     engine.query("...")
+
+    *instrument_kwargs* go to :func:`instrument`. On exit the turns closed so far are flushed to
+    the auditor's queue (not waited for judging), this instrumentation is detached and the one
+    :func:`instrument` had installed before, if any, is attached again.
+    """
+    global _current
+    previous = _current
+    installed = instrument(**instrument_kwargs)
+    try:
+        yield installed
+    finally:
+        dispatcher = get_dispatcher()
+        with _registration_lock:
+            installed._detach()
+            _current = None
+            if previous is not None:
+                dispatcher.span_handlers = [*dispatcher.span_handlers, previous.span_handler]
+                dispatcher.event_handlers = [*dispatcher.event_handlers, previous.event_handler]
+                previous.attached = True
+                _current = previous
 
 
 # --- the legacy CallbackManager ------------------------------------------------------------------------

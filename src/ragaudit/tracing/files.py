@@ -249,7 +249,7 @@ class AuditLog:
     (``[{id, rank, score, source, metadata, content}]``), citations
     (``[{doc_id, rank, marker, method}]``), relevant_ids, retrieval_metrics, judge, judge_status,
     faithfulness, context_relevance, answer_relevance (None when the judge gave none), reason,
-    error, latency_s, usage.
+    raw_output, error, latency_s, usage.
 
     Every text goes through a :class:`~ragaudit.content.ContentPolicy` (*content*, the Auditor's;
     else one made of *capture_content* and *redact*). With content capture off query, answer,
@@ -344,6 +344,8 @@ class AuditLog:
             "context_relevance": judgement.context_relevance,
             "answer_relevance": judgement.answer_relevance,
             "reason": policy.reason(judgement.reason),
+            # the judge's reply as it came (bounded by the judge): free text of the judge, capture on only
+            "raw_output": policy.content(judgement.raw_output),
             "error": policy.error(judgement.error, status=_status(judgement)),
             "latency_s": judgement.latency_s,
             "usage": dict(judgement.usage),

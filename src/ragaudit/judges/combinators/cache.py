@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from ...errors import ConfigurationError, RagAuditError
-from ...records import Judgement, JudgeRequest
+from ...records import JudgeIdentity, Judgement, JudgeRequest
 from ..base import BaseRagJudge, RagJudge
 from ..cost import CostEstimate, estimate_request
 
@@ -59,13 +59,16 @@ def cache_key(judge: Any, request: JudgeRequest) -> str:
     """The cache key of *request* judged by *judge* (hex SHA-256).
 
     Made of :data:`CACHE_KEY_VERSION`, ``judge.config_key()`` (``judge.name`` for a judge without
-    one) and the request's query, answer, context and reference. Metadata and documents are not
+    one) and the request's query, answer, context and reference (and history and standalone question,
+    when set). Metadata and documents are not
     part of it: the context is what the judge sees.
     """
-    material = json.dumps(
-        [CACHE_KEY_VERSION, _config_of(judge), request.query, request.answer, request.context, request.reference],
-        ensure_ascii=False,
-    )
+    parts: list[Any] = [CACHE_KEY_VERSION, _config_of(judge), request.query, request.answer, request.context,
+                        request.reference]
+    if request.history or request.standalone_query is not None:
+        # The judge sees them too; only added when set, so the keys of single questions stay as they were.
+        parts.append([list(request.history), request.standalone_query])
+    material = json.dumps(parts, ensure_ascii=False)
     return hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -236,7 +239,9 @@ def _load(payload: str) -> Judgement:
     if not isinstance(data, dict):
         raise ValueError("stored judgement is not an object")
     try:
-        return Judgement(**{name: data[name] for name in _JUDGEMENT_FIELDS if name in data})
+        fields = {name: data[name] for name in _JUDGEMENT_FIELDS if name in data}
+        fields["identity"] = JudgeIdentity.from_dict(fields.get("identity"))
+        return Judgement(**fields)
     except ConfigurationError as exc:
         raise ValueError(str(exc)) from exc
 
