@@ -48,6 +48,7 @@ from ..content import CAPTURE_CONTENT_ENV, ContentPolicy, content_capture_from_e
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Generation, Judgement, RagTurn, Retrieval, ToolCall, truncate
 from . import conventions as c
+from ._audit_spans import full_audit_attributes, sentence_events
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
@@ -73,8 +74,9 @@ _SESSION_KEYS = ("langfuse_session_id", "session_id", "thread_id", "conversation
 _USER_KEYS = ("langfuse_user_id", "user_id")
 _MAX_METADATA_KEYS = 16
 _MAX_MESSAGES = 32
-# Per retrieval span: 4 attributes per document plus ~24 others stay under the SDK's default limit of
-# 128 attributes, so the SDK never evicts the span kind or the top-ranked documents.
+# Per retrieval span: 4 attributes per document (5 with a grade) plus ~24 others stay under the
+# SDK's default limit of 128 attributes, so the SDK never evicts the span kind or the top-ranked
+# documents (the SDK drops the oldest attribute first). test_span_limits_... holds us to it.
 DEFAULT_MAX_DOCUMENTS = 20
 _MARKER_SLACK = 48
 _ENV_PROVIDER_SET = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
@@ -831,6 +833,11 @@ class SpanRecorder:
                  c.MIME_JSON)
         self._io(attrs, c.OUTPUT_VALUE, c.OUTPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_OUTPUT,
                  self._json(output), c.MIME_JSON)
+        # The full audit (sentence verdicts, grades, judged metrics, citation checks): see _audit_spans.
+        attrs.update(full_audit_attributes(turn, j, capture, self._text))
+        sentences, dropped = sentence_events(j, capture, self._text)
+        if dropped:
+            attrs[c.ATTR_SENTENCES_EVENTS_DROPPED] = dropped
 
         span = tracer.start_span(
             c.SPAN_JUDGE,
@@ -858,6 +865,8 @@ class SpanRecorder:
                     elif reason is not None:
                         event[c.GEN_AI_EVALUATION_EXPLANATION] = reason
                 span.add_event(c.GEN_AI_EVALUATION_RESULT, event, timestamp=end_ns)
+            for sentence_event in sentences:
+                span.add_event(c.EVENT_SENTENCE, sentence_event, timestamp=end_ns)
             if j.error:
                 extra: dict[str, Any] = {}
                 self._mark_error(span, extra, j.error, c.ERROR_TYPE_JUDGE_ERROR, status)
