@@ -475,30 +475,30 @@ class ContentPolicy:
             return None
         return {self.text(_safe_str(k)): self._deep(v) for k, v in _items(value)}
 
-    def details(self, value: Mapping[str, Any] | None) -> dict[str, Any]:
+    def details(self, value: Mapping[str, Any] | None, limit: int | None = None) -> dict[str, Any]:
         """A judge's extra details: with capture on, every string in them (keys too) through
-        :meth:`text`; off, only the numbers, booleans and nulls at the top (the rest quotes the reply,
-        the answer or the documents)."""
+        :meth:`text`, each cut to *limit*; off, only the numbers, booleans and nulls at the top (the
+        rest quotes the reply, the answer or the documents)."""
         if not value:
             return {}
         if self.capture_content:
-            return {self.text(_safe_str(k)): self._deep(v) for k, v in _items(value)}
+            return {self.text(_safe_str(k)): self._deep(v, limit) for k, v in _items(value)}
         return {
             _safe_str(k): v
             for k, v in _items(value)
             if v is None or isinstance(v, (bool, int)) or (isinstance(v, float) and v == v)
         }
 
-    def _deep(self, value: Any) -> Any:
+    def _deep(self, value: Any, limit: int | None = None) -> Any:
         if isinstance(value, str):
-            return self.text(value)
+            return self.text(value, limit)
         if isinstance(value, Mapping):
-            return {self.text(_safe_str(k)): self._deep(v) for k, v in _items(value)}
+            return {self.text(_safe_str(k)): self._deep(v, limit) for k, v in _items(value)}
         if isinstance(value, (list, tuple, set, frozenset)):
-            return [self._deep(v) for v in value]
+            return [self._deep(v, limit) for v in value]
         if value is None or isinstance(value, (bool, int, float)):
             return value
-        return self.text(_safe_str(value))  # any other object would be written as its str()
+        return self.text(_safe_str(value), limit)  # any other object would be written as its str()
 
     def json(self, value: Any, limit: int | None = None) -> str:
         """*value* (already through this policy) as compact JSON for a span attribute: scrubbed once

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-__all__ = ["AuditLog", "JsonlSpanExporter", "read_audit_log", "read_spans", "span_to_dict"]
+__all__ = ["MAX_RAW_OUTPUT_CHARS", "AuditLog", "JsonlSpanExporter", "read_audit_log", "read_spans", "span_to_dict"]
 
 _logger = logging.getLogger("ragaudit")
 
@@ -366,14 +366,15 @@ class AuditLog:
             "context_relevance": judgement.context_relevance,
             "answer_relevance": judgement.answer_relevance,
             "reason": policy.reason(judgement.reason),
-            # the judge's reply as it came (bounded by the judge): free text of the judge, capture on only
-            "raw_output": policy.content(judgement.raw_output),
             "error": policy.error(judgement.error, status=_status(judgement)),
             "latency_s": judgement.latency_s,
             "usage": dict(judgement.usage),
+            "judge_identity": judgement.identity.to_dict() if judgement.identity is not None else None,
+            # the judge's own reply, capped: a 20 MB reply must not make a 20 MB line
+            "raw_output": policy.content(judgement.raw_output, MAX_RAW_OUTPUT_CHARS),
             # judge-specific extras (rule results, rubric criteria, distributions) quote the answer
             # and documents: with capture off only their numbers and flags are kept
-            "details": policy.details(judgement.details),
+            "details": policy.details(judgement.details, MAX_RAW_OUTPUT_CHARS),
         }
         line.update(self._full_audit(turn, judgement))
         if not capture:
@@ -437,6 +438,12 @@ class AuditLog:
     def closed(self) -> bool:
         """True after :meth:`close`."""
         return self._out.closed
+
+
+MAX_RAW_OUTPUT_CHARS = 16_384
+"""An audit line keeps at most this much of a judge's raw reply (and of any text in its details)."""
+
+
 
 
 def read_audit_log(path: PathLike) -> list[dict[str, Any]]:
