@@ -18,7 +18,7 @@ import pytest
 from ragaudit.errors import ConfigurationError, JudgeError
 from ragaudit.judges.base import BaseRagJudge, RagJudge
 from ragaudit.judges.chat import ChatRagJudge
-from ragaudit.judges.llm.prompt import PROTOCOL_VERSION, REPAIR_PROMPT, SYSTEM_PROMPT
+from ragaudit.judges.llm.prompt import PROTOCOL_VERSION, REPAIR_PROMPT, SYSTEM_PROMPT, VERDICT_SCHEMA
 from ragaudit.records import Judgement, JudgeRequest, RetrievedDoc
 from tests.support.judges import open_judge
 from tests.support.llm_server import Fault, LLMServer, RecordedRequest, Reply, judgement_json
@@ -86,7 +86,7 @@ def test_one_call_with_the_fixed_protocol(srv: LLMServer) -> None:
     body = request.body
     assert body["model"] == "judge-model"
     assert body["temperature"] == 0
-    assert body["response_format"] == {"type": "json_object"}
+    assert body["response_format"] == {"type": "json_schema", "json_schema": VERDICT_SCHEMA}
     assert request.messages[0] == {"role": "system", "content": SYSTEM_PROMPT}
     prompt = request.messages[1]["content"]
     assert REQUEST.query in prompt and "return_policy.pdf" in prompt
@@ -113,7 +113,13 @@ def test_usage_latency_raw_output_and_details(srv: LLMServer) -> None:
     assert details["protocol"] == PROTOCOL_VERSION
     assert details["scale"] == "1-5"
     assert details["repaired"] is False
-    assert details["response_format"] is True
+    assert details["response_format"] == "json_schema"
+    identity = judgement.identity
+    assert identity is not None
+    assert identity.model == "judge-model" and identity.response_model == "judge-model-2024"
+    assert identity.endpoint == f"127.0.0.1:{srv.port}" and identity.protocol == PROTOCOL_VERSION
+    assert identity.response_id is not None and identity.response_id.startswith("chatcmpl-loopback-")
+    assert identity.prompt_hash is not None and len(identity.prompt_hash) == 16
 
 
 def test_prompt_injection_stays_inside_the_answer_delimiters(srv: LLMServer) -> None:
@@ -148,16 +154,20 @@ def test_extra_body_is_sent(srv: LLMServer) -> None:
 
 
 def test_strings_percentages_out_of_range_nan_and_missing(srv: LLMServer) -> None:
-    srv.enqueue('{"faithfulnessScore": "0.8", "contextRelevanceScore": "80%", "answerRelevanceScore": 1.7}')
-    srv.enqueue('{"faithfulnessScore": NaN, "contextRelevanceScore": -0.4, "reason": "partial"}')
+    first_reply = '{"faithfulnessScore": "0.8", "contextRelevanceScore": "80%", "answerRelevanceScore": 1.7}'
+    srv.enqueue(first_reply, "still no verdict")
+    srv.enqueue('{"faithfulnessScore": NaN, "contextRelevanceScore": 0.4, "reason": "partial"}')
     judge = make_judge(srv)
     first = judge.judge(REQUEST)
-    assert first.scores() == {"faithfulness": 0.8, "context_relevance": 0.8, "answer_relevance": 1.0}
+    # 1.7 is on no scale: None, never clamped to 1.0; the repair gave nothing, so the others stand
+    assert first.scores() == {"faithfulness": 0.8, "context_relevance": 0.8, "answer_relevance": None}
+    assert first.error is None and first.raw_output == first_reply and srv.request_count == 2
+    assert first.details["rejected_scores"] == ["answer_relevance"]
     second = judge.judge(REQUEST)
-    assert second.scores() == {"faithfulness": None, "context_relevance": 0.0, "answer_relevance": None}
+    assert second.scores() == {"faithfulness": None, "context_relevance": 0.4, "answer_relevance": None}
     assert second.error is None and not second.ok  # partial scores are not an error, and None is not 0
     assert any("missing" in n for n in second.details["parse_notes"])
-    assert srv.request_count == 2  # partial scores do not trigger a repair
+    assert srv.request_count == 3  # missing and non-finite scores do not trigger a repair
 
 
 def test_repair_request_recovers(srv: LLMServer) -> None:
@@ -282,18 +292,22 @@ def test_raise_on_error_chains_the_cause(srv: LLMServer) -> None:
 # --- response_format fallback ------------------------------------------------------------------------
 
 
+def _formats(requests: list[RecordedRequest]) -> list[str | None]:
+    return [r.body.get("response_format", {}).get("type") for r in requests]
+
+
 def test_response_format_rejected_then_retried_without_and_remembered(srv: LLMServer) -> None:
     srv.reject_response_format = True
     judge = make_judge(srv)
     first = judge.judge(REQUEST)
-    assert first.ok and first.usage["calls"] == 2
-    assert first.details["response_format"] is False
-    assert [("response_format" in r.body) for r in srv.requests] == [True, False]
+    assert first.ok and first.usage["calls"] == 3
+    assert first.details["response_format"] is None
+    assert _formats(srv.requests) == ["json_schema", "json_object", None]
     second = judge.judge(REQUEST)
     assert second.ok and second.usage["calls"] == 1
-    assert [("response_format" in r.body) for r in srv.requests] == [True, False, False]
-    make_judge(srv).judge(REQUEST)  # another instance starts again with response_format
-    assert [("response_format" in r.body) for r in srv.requests[3:]] == [True, False]
+    assert _formats(srv.requests) == ["json_schema", "json_object", None, None]
+    make_judge(srv).judge(REQUEST)  # another instance starts again with json_schema
+    assert _formats(srv.requests[4:]) == ["json_schema", "json_object", None]
 
 
 def test_other_400_is_not_taken_for_a_response_format_rejection(srv: LLMServer) -> None:
@@ -387,7 +401,7 @@ def test_azure_client_and_derived_async_azure_client(srv: LLMServer) -> None:
         assert request.path == "/openai/deployments/my-deployment/chat/completions"
         assert request.query["api-version"] == ["2024-06-01"]
         assert request.headers["api-key"] == "azure-key-123"
-        assert request.body["response_format"] == {"type": "json_object"}
+        assert request.body["response_format"]["type"] == "json_schema"
     assert len(srv.requests) == 2
 
 
@@ -471,3 +485,18 @@ def test_importing_the_judge_does_not_import_openai() -> None:
     code = "import sys, ragaudit, ragaudit.judges.chat; print('openai' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# --- usage the server garbles --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("garbage", [float("nan"), -5, 2.5, "many"])
+def test_garbled_usage_counts_become_none_and_keep_the_verdict(srv: LLMServer, garbage: Any) -> None:
+    judge = make_judge(srv)
+    srv.enqueue(Reply(content=judgement_json(0.2, 0.3, 0.4), usage={"prompt_tokens": garbage}),  # type: ignore[dict-item]
+                Reply(content=judgement_json(0.2, 0.3, 0.4), usage={"prompt_tokens": garbage}))  # type: ignore[dict-item]
+    for judgement in (judge.judge(REQUEST), run_async(judge, judge.ajudge(REQUEST))):
+        assert judgement.error is None
+        assert judgement.scores() == {"faithfulness": 0.2, "context_relevance": 0.3, "answer_relevance": 0.4}
+        assert judgement.usage["prompt_tokens"] is None and judgement.usage["calls"] == 1
+        assert isinstance(judgement.usage["completion_tokens"], int)

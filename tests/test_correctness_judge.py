@@ -104,11 +104,14 @@ def test_missing_correctness_key_is_none_with_a_reason(srv: LLMServer, make: Any
     assert judgement.faithfulness == 0.5 and len(srv.requests) == 1  # the standard scores were readable
 
 
-@pytest.mark.parametrize("raw, expected", [("0.25", 0.25), ("75%", 0.75), ({"score": 0.4}, 0.4), (1.7, 1.0)])
+@pytest.mark.parametrize(
+    "raw, expected", [("0.25", 0.25), ("75%", 0.75), ({"score": 0.4}, 0.4), (1.7, None), (-1, None)]
+)
 def test_correctness_values_are_read_like_the_other_scores(srv: LLMServer, make: Any, raw: Any,
-                                                           expected: float) -> None:
+                                                           expected: float | None) -> None:
     srv.enqueue(judgement_json(0.5, 0.5, 0.5, correctnessScore=raw))
-    assert make().judge(WITH_REFERENCE).details["correctness"] == pytest.approx(expected)
+    correctness = make().judge(WITH_REFERENCE).details["correctness"]
+    assert correctness == (None if expected is None else pytest.approx(expected))  # never clamped
 
 
 def test_a_one_to_five_reply_is_normalised_for_correctness_too(srv: LLMServer, make: Any) -> None:

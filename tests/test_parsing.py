@@ -47,15 +47,17 @@ def test_scores_as_numeric_strings_and_percentages() -> None:
 
 
 def test_percentages_are_not_rescaled_with_other_scales() -> None:
-    assert scores(obj(f="90%", c=4, a=5)) == (0.9, 0.75, 1.0)  # the bare numbers are a 1-5 scale
+    assert scores(obj(f="90%", c=1, a=5)) == (0.9, 0.0, 1.0)  # the bare numbers are a 1-5 scale (both ends)
 
 
-def test_out_of_range_and_negative_values_are_clamped() -> None:
+def test_out_of_range_and_negative_values_are_never_clamped() -> None:
     parsed = parse_judgement(obj(f=1.3, c=-0.5, a=0.5))
-    assert (parsed.faithfulness, parsed.context_relevance, parsed.answer_relevance) == (1.0, 0.0, 0.5)
-    assert any("clamped" in note for note in parsed.notes)
-    assert scores(obj(f=42, c=0.5, a="-3")) == (1.0, 0.5, 0.0)
-    assert scores(obj(f=250, c=30, a=11)) == (1.0, 1.0, 1.0)  # above 10: no known scale
+    assert (parsed.faithfulness, parsed.context_relevance, parsed.answer_relevance) == (None, None, 0.5)
+    assert parsed.rejected == ("faithfulness",) and parsed.needs_repair
+    assert not any("clamp" in note for note in parsed.notes)
+    assert scores(obj(f=42, c=0.5, a="-3")) == (None, 0.5, None)
+    assert scores(obj(f=250, c=30, a=11)) == (None, None, None)  # no stated or certain scale
+    assert scores(obj(f="120%", c="5/4", a=0.5)) == (None, None, 0.5)
 
 
 @pytest.mark.parametrize("bad", ["NaN", "Infinity", "-Infinity"])
@@ -113,10 +115,11 @@ def test_implicit_scales() -> None:
     ten = parse_judgement(obj(f=7, c=0, a=10))
     assert (ten.faithfulness, ten.context_relevance, ten.answer_relevance) == (0.7, 0.0, 1.0)
     assert ten.scale == "0-10"
-    assert scores(obj(f=8, c=9, a=6)) == (0.8, 0.9, 0.6)
+    assert scores(obj(f=8, c=9, a=6)) == (None, None, None)  # 0-10? 0-100? not certain: asked again
     assert parse_judgement(obj(f=1, c=1, a=0)).scale is None  # all within [0, 1]: already the right scale
     mixed = parse_judgement(obj(f=0.9, c=3, a=0.2))  # a value strictly inside (0, 1): no rescaling
-    assert (mixed.faithfulness, mixed.context_relevance, mixed.scale) == (0.9, 1.0, None)
+    assert (mixed.faithfulness, mixed.context_relevance, mixed.scale) == (0.9, None, None)
+    assert mixed.rejected == ("context_relevance",)
 
 
 def test_recoverable_invalid_json() -> None:

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from ragaudit import Citation, ConfigurationError, Judgement, JudgeRequest, RagTurn, RetrievedDoc
-from ragaudit.records import TRUNCATION_MARKER, normalize_relevance, stable_doc_id, truncate
+from ragaudit.records import TRUNCATION_MARKER, JudgeIdentity, normalize_relevance, stable_doc_id, truncate
 
 
 def _doc(i: int, content: str = "text", **kw: object) -> RetrievedDoc:
@@ -124,3 +124,54 @@ def test_truncate() -> None:
     assert truncate("abcdef", 2) == "ab" + TRUNCATION_MARKER.format(n=4)
     with pytest.raises(ConfigurationError):
         truncate("x", -1)
+
+
+class TestJudgementValidation:
+    @pytest.mark.parametrize(
+        "field, bad",
+        [
+            ("reason", 123),
+            ("error", ValueError("boom")),
+            ("raw_output", b"bytes"),
+            ("judge", ""),
+            ("judge", None),
+            ("latency_s", math.nan),
+            ("latency_s", -1.0),
+            ("latency_s", "1"),
+            ("details", ["not", "a", "mapping"]),
+            ("usage", [1, 2]),
+            ("identity", {"model": "m"}),
+        ],
+    )
+    def test_every_field_is_checked(self, field: str, bad: object) -> None:
+        with pytest.raises(ConfigurationError, match=f"Judgement.{field}"):
+            Judgement(**{field: bad})  # type: ignore[arg-type]
+
+    def test_usage_counts_that_are_not_finite_non_negative_ints_become_none(self) -> None:
+        j = Judgement(usage={"calls": 1, "prompt_tokens": math.nan, "completion_tokens": -3, "a": 2.0,
+                             "b": 2.5, "c": True, "d": "7", "e": math.inf})
+        assert dict(j.usage) == {"calls": 1, "prompt_tokens": None, "completion_tokens": None, "a": 2, "b": None,
+                                 "c": None, "d": None, "e": None}
+        with pytest.raises(ConfigurationError, match="usage keys"):
+            Judgement(usage={1: 2})  # type: ignore[dict-item]
+
+    def test_identity_round_trips_through_to_dict(self) -> None:
+        identity = JudgeIdentity(model="m", endpoint="host:8000", protocol="p/1", prompt_hash="ab" * 8,
+                                 response_id="r-1")
+        j = Judgement(faithfulness=0.5, judge="x", identity=identity)
+        assert j.to_dict()["identity"] == identity.to_dict()
+        assert JudgeIdentity.from_dict(j.to_dict()["identity"]) == identity
+        with pytest.raises(ConfigurationError, match=r"JudgeIdentity\.model"):
+            JudgeIdentity(model=3)  # type: ignore[arg-type]
+
+
+class TestJudgeRequestValidation:
+    @pytest.mark.parametrize(
+        "field, bad",
+        [("query", None), ("answer", 3), ("context", b"x"), ("reference", 1.5), ("documents", ["x"]),
+         ("documents", "abc"), ("metadata", [1])],
+    )
+    def test_every_field_is_checked(self, field: str, bad: object) -> None:
+        fields: dict[str, object] = {"query": "q", "answer": "a", "context": "c", field: bad}
+        with pytest.raises(ConfigurationError, match=f"JudgeRequest.{field}"):
+            JudgeRequest(**fields)  # type: ignore[arg-type]

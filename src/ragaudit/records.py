@@ -21,6 +21,7 @@ __all__ = [
     "TRUNCATION_MARKER",
     "Citation",
     "Generation",
+    "JudgeIdentity",
     "JudgeRequest",
     "Judgement",
     "Message",
@@ -330,7 +331,16 @@ class JudgeRequest:
                 raise ConfigurationError(
                     f"JudgeRequest.{name} must be a string, got {type(getattr(self, name)).__name__}"
                 )
-        object.__setattr__(self, "documents", tuple(self.documents))
+        _check_optional_str("JudgeRequest.reference", self.reference)
+        if isinstance(self.documents, (str, bytes)) or not isinstance(self.documents, Iterable):
+            raise ConfigurationError(
+                f"JudgeRequest.documents must be a sequence of RetrievedDoc, got {type(self.documents).__name__}"
+            )
+        documents = tuple(self.documents)
+        for doc in documents:
+            if not isinstance(doc, RetrievedDoc):
+                raise ConfigurationError(f"JudgeRequest.documents must hold RetrievedDoc, got {type(doc).__name__}")
+        object.__setattr__(self, "documents", documents)
         object.__setattr__(self, "metadata", _frozen_mapping(self.metadata, "JudgeRequest.metadata"))
         object.__setattr__(self, "history", _check_history("JudgeRequest", self.history))
         if self.standalone_query is not None and not isinstance(self.standalone_query, str):
@@ -362,6 +372,74 @@ class JudgeRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class JudgeIdentity:
+    """Which judge made a judgement, so a score can always be traced to it.
+
+    ``model``: the model asked (``response_model``: the one the server said answered);
+    ``endpoint``: the endpoint's host and port, never credentials, path or query; ``protocol``: the
+    prompt protocol version; ``prompt_hash``: SHA-256 (hex, first 16) of the prompt template and
+    verdict schema; ``response_id``: the completion id of the reply the scores were read from.
+    """
+
+    model: str | None = None
+    endpoint: str | None = None
+    protocol: str | None = None
+    prompt_hash: str | None = None
+    response_id: str | None = None
+    response_model: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("model", "endpoint", "protocol", "prompt_hash", "response_id", "response_model"):
+            _check_optional_str(f"JudgeIdentity.{name}", getattr(self, name))
+
+    def to_dict(self) -> dict[str, str]:
+        """The fields that are set, by name."""
+        return {
+            name: value
+            for name in ("model", "endpoint", "protocol", "prompt_hash", "response_id", "response_model")
+            if (value := getattr(self, name)) is not None
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> JudgeIdentity | None:
+        """The identity :meth:`to_dict` wrote (None stays None; unknown keys are ignored)."""
+        if data is None:
+            return None
+        if not isinstance(data, Mapping):
+            raise ConfigurationError(f"judge identity must be a mapping, got {type(data).__name__}")
+        known = ("model", "endpoint", "protocol", "prompt_hash", "response_id", "response_model")
+        return cls(**{k: data[k] for k in known if k in data})
+
+
+def _check_optional_str(name: str, value: Any) -> None:
+    if value is not None and not isinstance(value, str):
+        raise ConfigurationError(f"{name} must be a string or None, got {type(value).__name__}")
+
+
+def _usage_counts(value: Mapping[str, Any] | None) -> Mapping[str, int | None]:
+    """*value* frozen, every count that is not a finite non-negative integer made None."""
+    if value is None:
+        return _EMPTY
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"Judgement.usage must be a mapping, got {type(value).__name__}")
+    counts: dict[str, int | None] = {}
+    for key, count in value.items():
+        if not isinstance(key, str):
+            raise ConfigurationError(f"Judgement.usage keys must be strings, got {key!r}")
+        counts[key] = _count(count)
+    return MappingProxyType(counts)
+
+
+def _count(value: Any) -> int | None:
+    """*value* as a non-negative int, or None when it is not a finite non-negative integer."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+        return None
+    return int(value) if value >= 0 else None
+
+
+@dataclass(frozen=True, slots=True)
 class Judgement:
     """A judge's verdict on one answer.
 
@@ -369,7 +447,11 @@ class Judgement:
     output, transport error). None is never turned into 0. ``error`` is set when the judgement
     could not be made in full; ``raw_output`` keeps the judge's text verbatim; ``usage`` holds
     token counts (``prompt_tokens``, ``completion_tokens``) and ``calls``; ``details`` holds
-    judge-specific extras (method per score, distributions, per-juror scores).
+    judge-specific extras (method per score, distributions, per-juror scores); ``identity`` says
+    which judge (model, endpoint, protocol, prompt, response) made it, when known.
+
+    Every field is checked at construction (:class:`~ragaudit.ConfigurationError` for a wrong type
+    or range); a usage count that is not a finite non-negative integer is recorded as None.
     """
 
     faithfulness: float | None = None
@@ -379,14 +461,29 @@ class Judgement:
     raw_output: str | None = None
     judge: str = "unknown"
     latency_s: float | None = None
-    usage: Mapping[str, int] = field(default_factory=dict)
+    usage: Mapping[str, int | None] = field(default_factory=dict)
     error: str | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
+    identity: JudgeIdentity | None = None
 
     def __post_init__(self) -> None:
         for name in SCORE_NAMES:
             object.__setattr__(self, name, _check_score(f"Judgement.{name}", getattr(self, name)))
-        object.__setattr__(self, "usage", _frozen_mapping(self.usage, "Judgement.usage"))
+        for name in ("reason", "raw_output", "error"):
+            _check_optional_str(f"Judgement.{name}", getattr(self, name))
+        if not isinstance(self.judge, str) or not self.judge:
+            raise ConfigurationError(f"Judgement.judge must be a non-empty string, got {self.judge!r}")
+        if self.latency_s is not None:
+            if isinstance(self.latency_s, bool) or not isinstance(self.latency_s, (int, float)):
+                raise ConfigurationError(f"Judgement.latency_s must be a number or None, got {self.latency_s!r}")
+            if not math.isfinite(self.latency_s) or self.latency_s < 0:
+                raise ConfigurationError(f"Judgement.latency_s must be finite and >= 0, got {self.latency_s!r}")
+            object.__setattr__(self, "latency_s", float(self.latency_s))
+        if self.identity is not None and not isinstance(self.identity, JudgeIdentity):
+            raise ConfigurationError(
+                f"Judgement.identity must be a JudgeIdentity or None, got {type(self.identity).__name__}"
+            )
+        object.__setattr__(self, "usage", _usage_counts(self.usage))
         object.__setattr__(self, "details", _frozen_mapping(self.details, "Judgement.details"))
 
     @property
@@ -414,4 +511,5 @@ class Judgement:
             "error": self.error,
             "details": dict(self.details),
             "raw_output": self.raw_output,
+            "identity": self.identity.to_dict() if self.identity is not None else None,
         }

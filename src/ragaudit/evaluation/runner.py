@@ -346,7 +346,7 @@ def _row_result(
         reason=judgement.reason if judgement is not None and error is None else None,
         judge_error=judge_error,
         trace_id=turn.trace_id if turn is not None else None,
-        usage=dict(judgement.usage) if judgement is not None else {},
+        usage={k: v for k, v in judgement.usage.items() if v is not None} if judgement is not None else {},
         latency_s=latency_s,
         faithfulness=scores["faithfulness"],
         context_relevance=scores["context_relevance"],

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..errors import JudgeError
-from ..records import Judgement, JudgeRequest
+from ..errors import ConfigurationError, JudgeError
+from ..records import JudgeIdentity, Judgement, JudgeRequest, truncate
 from .base import BaseRagJudge
-from .llm.endpoint import EndpointJudge, Flow, Tally, choice_text, completion_choices
-from .llm.parsing import parse_judgement
-from .llm.prompt import PROTOCOL_VERSION, REPAIR_PROMPT, build_messages, build_repair_messages
+from .llm.endpoint import EndpointJudge, Flow, Tally, choice_text, completion_choices, endpoint_host
+from .llm.parsing import DEFAULT_MAX_REPLY_CHARS, Quoted, parse_judgement
+from .llm.prompt import (
+    MAX_ANSWER_CHARS,
+    MAX_QUESTION_CHARS,
+    PROTOCOL_VERSION,
+    REPAIR_PROMPT,
+    VERDICT_SCHEMA,
+    build_messages,
+    build_repair_messages,
+    sanitize_untrusted,
+    template_hash,
+)
 
 if TYPE_CHECKING:
     import openai
@@ -24,7 +34,10 @@ __all__ = ["ChatRagJudge"]
 @dataclass(slots=True)
 class _Run(Tally):
     finish_reason: str | None = None
-    response_format: bool = True
+    response_format: str | None = None
+    response_ids: list[str | None] = field(default_factory=list)
+    prompt_hash: str | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +45,9 @@ class _Reading:
     """What a judge read from one reply (see :meth:`ChatRagJudge._read`).
 
     ``scores`` by standard score name (a missing name is None); ``details`` go into the judgement's
-    details; ``notes`` say what was repaired, clamped or missing; ``usable`` False asks for the one
-    repair request.
+    details; ``notes`` say what was repaired, set aside or missing; ``usable`` False asks for the one
+    repair request; ``retry`` True asks for it too, but the reading's scores are kept if the repair
+    gives nothing usable (a score on no certain scale was left out).
     """
 
     scores: Mapping[str, float | None]
@@ -41,6 +55,7 @@ class _Reading:
     details: Mapping[str, Any]
     notes: tuple[str, ...]
     usable: bool
+    retry: bool = False
 
 
 class ChatRagJudge(EndpointJudge, BaseRagJudge):
@@ -48,9 +63,11 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
 
     One call per answer returns all three scores, with the fixed protocol of
     :mod:`ragaudit.judges.llm.prompt`: the system prompt, temperature *temperature* (0 by default),
-    ``response_format={"type": "json_object"}``, the question, answer and context inside
-    delimiters they cannot close, and a rubric with anchors. The reply is read by
-    :func:`~ragaudit.judges.llm.parsing.parse_judgement`.
+    structured output (``response_format`` ``json_schema`` with the verdict's schema, else
+    ``json_object``, else none: the first kind the server takes, remembered), the question, answer
+    and context inside delimiters they cannot close, and a rubric with anchors. The reply is read
+    by :func:`~ragaudit.judges.llm.parsing.parse_judgement` (at most *max_reply_chars* of it): the
+    reply's own verdict object, never one quoted from the judged content, scores never clamped.
 
     Endpoints: OpenAI by default; ``base_url`` for vLLM, Ollama, LM Studio and other compatible
     servers (no key needed there); or a ready ``client``: an ``openai.OpenAI``, ``AsyncOpenAI``,
@@ -63,15 +80,18 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
 
     Failures never raise by default: a transport error (timeout, connection refused, HTTP 5xx,
     429 after the SDK's own retries), an empty reply or a reply with no readable scores even after
-    one repair request gives a :class:`~ragaudit.Judgement` with ``error`` set (exception type and
-    message, never the API key) and no scores. With ``raise_on_error=True`` they raise
-    :class:`~ragaudit.JudgeError` instead (chained to the cause). A server that rejects
-    ``response_format`` with HTTP 400 is asked again without it, and this judge stops sending it.
+    one repair request, or two verdicts that disagree, gives a :class:`~ragaudit.Judgement` with
+    ``error`` set (exception type and message, never the API key) and no scores. A score given on
+    no stated or certain scale is asked for again once; if the repair gives nothing better, it stays
+    None and the other scores are kept. With ``raise_on_error=True`` failures raise
+    :class:`~ragaudit.JudgeError` instead (chained to the cause). A server that rejects a
+    ``response_format`` with HTTP 400 is asked again with the next weaker one.
 
     Every judgement carries ``usage`` (``calls``; ``prompt_tokens`` and ``completion_tokens`` when the
-    server reported them), ``latency_s``, the reply verbatim as ``raw_output`` and, in ``details``,
-    the model the server answered with, parse notes, the scale the scores were normalised from, and
-    whether a repair was needed.
+    server reported them, None when it reported garbage), ``latency_s``, the reply the scores were
+    read from as ``raw_output`` (cut at *max_reply_chars*), its ``identity`` (model, endpoint host,
+    protocol, prompt template hash, response id) and, in ``details``, the model the server answered
+    with, parse notes, the scale the scores were read on, and whether a repair was needed.
 
     Judges with their own prompt and reply format subclass it and override the hooks
     :meth:`_messages`, :meth:`_read` and :meth:`_repair_prompt` (and, for the judgement they
@@ -90,6 +110,8 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         raise_on_error: raise :class:`~ragaudit.JudgeError` instead of returning a failed judgement.
         name: the judge's name in records; default ``"chat:<model>"``.
         extra_body: extra JSON fields for the request body (e.g. vLLM's ``guided_json``).
+        max_reply_chars: at most this much of a reply is read and kept (``details["reply_cut_chars"]``
+            says how much was not).
     """
 
     protocol: ClassVar[str] = PROTOCOL_VERSION
@@ -97,6 +119,8 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
     _name_prefix: ClassVar[str] = "chat"
     _unusable: ClassVar[str] = "unparseable"  # how error messages call a reply with nothing usable
     _nothing_read: ClassVar[str] = "no scores"  # the notes of such a reply when there are none
+    _verdict_schema: ClassVar[Mapping[str, Any] | None] = VERDICT_SCHEMA
+    """The ``json_schema`` asked for; None for judges whose reply has another shape (JSON mode then)."""
 
     def __init__(
         self,
@@ -112,7 +136,11 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         raise_on_error: bool = False,
         name: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        max_reply_chars: int = DEFAULT_MAX_REPLY_CHARS,
     ) -> None:
+        if isinstance(max_reply_chars, bool) or not isinstance(max_reply_chars, int) or max_reply_chars < 1:
+            raise ConfigurationError(f"max_reply_chars must be an int >= 1, got {max_reply_chars!r}")
+        self.max_reply_chars = max_reply_chars
         self._connect(model, base_url=base_url, api_key=api_key, client=client, timeout=timeout,
                       max_retries=max_retries, temperature=temperature, max_context_chars=max_context_chars,
                       raise_on_error=raise_on_error, name=name, extra_body=extra_body)
@@ -148,26 +176,59 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
 
     def _read(self, text: str, request: JudgeRequest) -> _Reading:
         """What the reply *text* says; an unusable reading gets one repair request."""
-        parsed = parse_judgement(text)
-        return _Reading(parsed.scores(), parsed.reason, {"scale": parsed.scale}, parsed.notes, parsed.has_scores)
+        parsed = parse_judgement(text, quoted=self._quoted(request), max_chars=self.max_reply_chars)
+        details: dict[str, Any] = {"scale": parsed.scale}
+        if parsed.ambiguous:
+            details["ambiguous"] = True
+        if parsed.rejected:
+            details["rejected_scores"] = list(parsed.rejected)
+        usable = parsed.has_scores and not parsed.ambiguous
+        return _Reading(parsed.scores(), parsed.reason, details, parsed.notes, usable, retry=bool(parsed.rejected))
+
+    def _quoted(self, request: JudgeRequest) -> Quoted:
+        """The untrusted texts as the judge was shown them: a verdict written there is never the judge's."""
+        shown = [
+            truncate(request.query, MAX_QUESTION_CHARS),
+            truncate(request.answer, MAX_ANSWER_CHARS),
+            truncate(request.context, self.max_context_chars),
+        ]
+        if request.reference is not None:
+            shown.append(truncate(request.reference, self.max_context_chars))
+        return Quoted([*shown, *(sanitize_untrusted(text) for text in shown)])
 
     def _repair_prompt(self, request: JudgeRequest) -> str:
         """What the repair request asks, after the prompt and the unusable reply."""
         return REPAIR_PROMPT
 
-    def _judgement(self, run: _Run, reading: _Reading, *, repaired: bool) -> Judgement:
-        """The judgement of a usable *reading*."""
+    def _judgement(self, run: _Run, reading: _Reading, *, repaired: bool, source: int = -1) -> Judgement:
+        """The judgement of a usable *reading* of reply number *source* (the last by default)."""
         return Judgement(
             faithfulness=reading.scores.get("faithfulness"),
             context_relevance=reading.scores.get("context_relevance"),
             answer_relevance=reading.scores.get("answer_relevance"),
             reason=reading.reason,
-            raw_output=run.outputs[-1] if run.outputs else None,
+            raw_output=self._kept(run.outputs[source]) if run.outputs else None,
             judge=self.name,
             latency_s=run.latency(),
             usage=run.usage.as_dict(),
             details=self._details(run, reading, repaired),
+            identity=self._identity(run, source),
         )
+
+    def _identity(self, run: _Run, source: int = -1) -> JudgeIdentity:
+        """Which judge made this judgement: model, endpoint host, protocol, prompt hash, response id."""
+        return JudgeIdentity(
+            model=self.model,
+            endpoint=endpoint_host(self.base_url),
+            protocol=self.protocol,
+            prompt_hash=run.prompt_hash,
+            response_id=run.response_ids[source] if run.response_ids else None,
+            response_model=run.response_model,
+        )
+
+    def _kept(self, text: str) -> str:
+        """*text* as a judgement keeps it: cut at ``max_reply_chars`` with a visible marker."""
+        return truncate(text, self.max_reply_chars)
 
     def _failed(
         self, run: _Run, error: str, cause: Exception | None = None, reading: _Reading | None = None
@@ -182,10 +243,11 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         return Judgement.failed(
             self.name,
             error,
-            raw_output=run.outputs[-1] if run.outputs else None,
+            raw_output=self._kept(run.outputs[-1]) if run.outputs else None,
             latency_s=run.latency(),
             usage=run.usage.as_dict(),
             details=details,
+            identity=self._identity(run),
         )
 
     # -- the judging flow, shared by judge() and ajudge() -----------------------------------------
@@ -193,43 +255,56 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
     def _flow(self, request: JudgeRequest) -> Flow[Judgement]:
         run = _Run()
         messages = self._messages(request)
+        run.prompt_hash = template_hash(messages, self._verdict_schema)
         outcome = yield from self._ask(messages, run)
         if isinstance(outcome, Exception):
             return self._failed(run, self._endpoint.describe(outcome), outcome)
         text = self._take_text(outcome, run)
         if text is None:
             return self._failed(run, "JudgeError: the judge returned no choices")
-        reading = self._read(text, request)
-        if reading.usable:
+        reading = self._read(text[: self.max_reply_chars], request)
+        if reading.usable and not reading.retry:
             return self._judgement(run, reading, repaired=False)
+        # One repair request: for no readable verdict, two that disagree, or a score on no certain scale.
         outcome = yield from self._ask(build_repair_messages(messages, text, self._repair_prompt(request)), run)
         if isinstance(outcome, Exception):
             failure = self._endpoint.describe(outcome)
+            if reading.usable:  # the scores the judge did give on the 0-1 scale stand
+                run.notes.append(f"the repair request failed: {failure}")
+                return self._judgement(run, reading, repaired=False, source=0)
             return self._failed(run, f"{self._unusable} judge output; the repair request failed: {failure}",
                                 outcome, reading)
         text = self._take_text(outcome, run)
-        repaired = self._read(text, request) if text is not None else reading
-        if not repaired.usable:
-            notes = "; ".join(repaired.notes) or self._nothing_read
-            return self._failed(run, f"JudgeError: {self._unusable} judge output after one repair ({notes})",
-                                reading=repaired)
-        return self._judgement(run, repaired, repaired=True)
+        repaired = self._read(text[: self.max_reply_chars], request) if text is not None else None
+        if repaired is not None and repaired.usable:
+            return self._judgement(run, repaired, repaired=True)
+        if reading.usable:
+            run.notes.append("the repair reply had no usable verdict; the first reply's scores kept")
+            return self._judgement(run, reading, repaired=False, source=0)
+        final = repaired if repaired is not None else reading
+        notes = "; ".join(final.notes) or self._nothing_read
+        return self._failed(run, f"JudgeError: {self._unusable} judge output after one repair ({notes})",
+                            reading=final)
 
     def _ask(self, messages: list[dict[str, Any]], run: _Run) -> Flow[Any]:
-        [result] = yield [self._endpoint.params(messages, temperature=self.temperature)]
+        params = self._endpoint.params(messages, schema=self._verdict_schema, temperature=self.temperature)
+        [result] = yield [params]
         run.usage.record(result)
         run.response_format = result.response_format
         return result.outcome
 
     @staticmethod
     def _take_text(completion: Any, run: _Run) -> str | None:
-        run.response_model = getattr(completion, "model", None)
+        model = getattr(completion, "model", None)
+        run.response_model = model if isinstance(model, str) else None
         choices = completion_choices(completion)
         if not choices:
             return None
         run.finish_reason = getattr(choices[0], "finish_reason", None)
         text = choice_text(choices[0])
+        response_id = getattr(completion, "id", None)
         run.outputs.append(text)
+        run.response_ids.append(response_id if isinstance(response_id, str) else None)
         return text
 
     def _details(self, run: _Run, reading: _Reading | None, repaired: bool) -> dict[str, Any]:
@@ -242,8 +317,13 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
             "repaired": repaired,
         }
         if reading is not None:
-            details["parse_notes"] = list(reading.notes)
+            details["parse_notes"] = [*reading.notes, *run.notes]
             details.update(reading.details)
+        elif run.notes:
+            details["parse_notes"] = list(run.notes)
+        cut = [len(text) - self.max_reply_chars for text in run.outputs if len(text) > self.max_reply_chars]
+        if cut:
+            details["reply_cut_chars"] = max(cut)
         if len(run.outputs) > 1:
-            details["initial_output"] = run.outputs[0]
+            details["initial_output"] = self._kept(run.outputs[0])
         return details

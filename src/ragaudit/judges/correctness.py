@@ -13,16 +13,15 @@ cover are neither right nor wrong.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, JudgeRequest, truncate
 from .chat import _Reading
-from .llm.parsing import parse_judgement
+from .llm.parsing import parse_judgement, read_unit_scores
 from .llm.prompt import PROTOCOL_VERSION, REPAIR_PROMPT, build_messages, new_nonce, wrap_untrusted
-from .rubric import ScoreName, _find_object, _normalised, _number, _StructuredChatJudge
+from .rubric import ScoreName, _find_object, _normalised, _StructuredChatJudge
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -39,7 +38,6 @@ NO_REFERENCE = "no reference answer in the request"
 
 _CORRECTNESS_KEYS = ("correctnessscore", "correctness")
 _RETURN_LINE = "\n\nReturn only a JSON object"
-_SCALE_RE = re.compile(r"(-?\d+(?:\.\d+)?)-(-?\d+(?:\.\d+)?)")
 
 _SYSTEM_SUFFIX = "When a reference answer is given, also return correctnessScore, a number from 0 to 1."
 
@@ -137,7 +135,7 @@ class CorrectnessJudge(_StructuredChatJudge):
         ]
 
     def _read(self, text: str, request: JudgeRequest) -> _Reading:
-        parsed = parse_judgement(text)
+        parsed = parse_judgement(text, quoted=self._quoted(request), max_chars=self.max_reply_chars)
         notes = list(parsed.notes)
         correctness: float | None = None
         why: str | None = None
@@ -169,17 +167,9 @@ class CorrectnessJudge(_StructuredChatJudge):
         if raw is None:
             notes.append("correctness: missing")
             return None, "the judge gave no correctnessScore"
-        value = _number(raw)
+        # the same rules as the three scores: the scale they were read on, never a clamp
+        read = read_unit_scores({"correctness": raw}, scale, notes=notes)
+        value = read.scores["correctness"]
         if value is None:
-            notes.append(f"correctness: not a number ({str(raw)[:40]!r})")
-            return None, "the judge's correctnessScore is not a number"
-        match = _SCALE_RE.fullmatch(scale) if scale else None
-        if match is not None:
-            lo, hi = float(match.group(1)), float(match.group(2))
-            if lo <= value <= hi:
-                value = (value - lo) / (hi - lo)
-        if not 0.0 <= value <= 1.0:
-            clamped = min(1.0, max(0.0, value))
-            notes.append(f"correctness: {value:g} clamped to {clamped:g}")
-            value = clamped
+            return None, "the judge's correctnessScore is not a number from 0 to 1 on a certain scale"
         return value, None

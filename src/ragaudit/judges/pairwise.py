@@ -182,7 +182,7 @@ class PairwiseResult:
     raw_ab: str | None = None
     raw_ba: str | None = None
     judge: str = "pairwise"
-    usage: Mapping[str, int] = field(default_factory=dict)
+    usage: Mapping[str, int | None] = field(default_factory=dict)
     latency_s: float | None = None
     error: str | None = None
 
@@ -263,11 +263,12 @@ def _reason(text: str | None) -> str | None:
     return None
 
 
-def _sum_usage(results: Sequence[Mapping[str, int]]) -> dict[str, int]:
+def _sum_usage(results: Sequence[Mapping[str, int | None]]) -> dict[str, int]:
     total: dict[str, int] = {}
     for usage in results:
         for key, value in usage.items():
-            total[key] = total.get(key, 0) + int(value)
+            if isinstance(value, int) and not isinstance(value, bool):  # None: a count the server garbled
+                total[key] = total.get(key, 0) + value
     return total
 
 

@@ -199,6 +199,7 @@ class _StructuredChatJudge(ChatRagJudge):
     """
 
     protocol: ClassVar[str] = ""
+    _verdict_schema: ClassVar[Mapping[str, Any] | None] = None  # its own reply shape: JSON mode
     _unusable: ClassVar[str] = "unreadable"
     _nothing_read: ClassVar[str] = "nothing readable"
 

@@ -374,7 +374,7 @@ def _config_key(judge: Any) -> str:
     return str(config_key()) if callable(config_key) else _name(judge)
 
 
-def _add_usage(usages: Iterable[Mapping[str, int]]) -> dict[str, int]:
+def _add_usage(usages: Iterable[Mapping[str, int | None]]) -> dict[str, int]:
     total: dict[str, int] = {}
     for usage in usages:
         for key, value in usage.items():

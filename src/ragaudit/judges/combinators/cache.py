@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from ...errors import ConfigurationError, RagAuditError
-from ...records import Judgement, JudgeRequest
+from ...records import JudgeIdentity, Judgement, JudgeRequest
 from ..base import BaseRagJudge, RagJudge
 from ..cost import CostEstimate, estimate_request
 
@@ -239,7 +239,9 @@ def _load(payload: str) -> Judgement:
     if not isinstance(data, dict):
         raise ValueError("stored judgement is not an object")
     try:
-        return Judgement(**{name: data[name] for name in _JUDGEMENT_FIELDS if name in data})
+        fields = {name: data[name] for name in _JUDGEMENT_FIELDS if name in data}
+        fields["identity"] = JudgeIdentity.from_dict(fields.get("identity"))
+        return Judgement(**fields)
     except ConfigurationError as exc:
         raise ValueError(str(exc)) from exc
 

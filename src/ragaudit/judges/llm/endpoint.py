@@ -4,8 +4,11 @@
 ``AsyncOpenAI``, ``AzureOpenAI``, ``AsyncAzureOpenAI``), the other kind derived from it on first use,
 and one async client per event loop. :meth:`Endpoint.create` and :meth:`Endpoint.acreate` send one
 request and never raise for a transport failure: the :class:`Result` holds the completion or the
-exception. A server that rejects ``response_format`` with HTTP 400/422 is asked again without it,
-and that endpoint never sends it again.
+exception. Structured output first: a request with a verdict schema asks for
+``response_format={"type": "json_schema", ...}``; a server that rejects it (HTTP 400/422 naming
+``response_format`` or ``json_schema``) is asked again with ``{"type": "json_object"}``, and one
+that rejects that too, without ``response_format``. The endpoint remembers the last kind that was
+not refused and starts there for every later request (:attr:`Endpoint.response_format`).
 
 A judge writes its work once as a *flow* (:data:`Flow`): a generator that yields a batch of request
 parameters (:meth:`Endpoint.params`) and receives one :class:`Result` per request, in order.
@@ -30,6 +33,7 @@ import weakref
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, TypeVar
+from urllib.parse import urlsplit
 
 from ...errors import ConfigurationError, JudgeError
 
@@ -48,6 +52,7 @@ __all__ = [
     "Usage",
     "choice_text",
     "completion_choices",
+    "endpoint_host",
     "validate_settings",
 ]
 
@@ -61,12 +66,13 @@ _MAX_ERROR_CHARS = 500
 class Result:
     """One logical request: the completion (or the exception it raised) and the HTTP calls it took.
 
-    ``response_format`` says whether the request that gave *outcome* carried ``response_format``.
+    ``response_format`` is the kind of ``response_format`` the request that gave *outcome* carried
+    (``"json_schema"``, ``"json_object"``) or None.
     """
 
     outcome: Any
     calls: int
-    response_format: bool = False
+    response_format: str | None = None
 
 
 Flow = Generator[list[dict[str, Any]], list[Result], T]
@@ -75,11 +81,16 @@ Flow = Generator[list[dict[str, Any]], list[Result], T]
 
 @dataclass(slots=True)
 class Usage:
-    """Calls and, when the server reported them, prompt and completion tokens."""
+    """Calls and, when the server reported them, prompt and completion tokens.
+
+    A count the server reported as something other than a finite non-negative integer (NaN, -1,
+    a string) makes that total None: unknown, never a guess, and never an exception that would
+    lose the verdict.
+    """
 
     calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    prompt_tokens: int | None = 0
+    completion_tokens: int | None = 0
     reported: bool = False
 
     def add(self, usage: Any) -> None:
@@ -87,8 +98,8 @@ class Usage:
         if usage is None:
             return
         self.reported = True
-        self.prompt_tokens += int(getattr(usage, "prompt_tokens", 0) or 0)
-        self.completion_tokens += int(getattr(usage, "completion_tokens", 0) or 0)
+        self.prompt_tokens = _add_count(self.prompt_tokens, getattr(usage, "prompt_tokens", 0))
+        self.completion_tokens = _add_count(self.completion_tokens, getattr(usage, "completion_tokens", 0))
 
     def record(self, result: Result) -> None:
         """Add *result*'s calls and, when it is a completion, its usage."""
@@ -96,13 +107,25 @@ class Usage:
         if not isinstance(result.outcome, Exception):
             self.add(getattr(result.outcome, "usage", None))
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, int | None]:
         """``calls``, plus ``prompt_tokens`` and ``completion_tokens`` when reported (a Judgement's usage)."""
-        out = {"calls": self.calls}
+        out: dict[str, int | None] = {"calls": self.calls}
         if self.reported:
             out["prompt_tokens"] = self.prompt_tokens
             out["completion_tokens"] = self.completion_tokens
         return out
+
+
+def _add_count(total: int | None, count: Any) -> int | None:
+    if count is None:  # not reported in this reply: adds nothing
+        return total
+    if isinstance(count, bool) or not isinstance(count, (int, float)):
+        return None
+    if isinstance(count, float) and (not math.isfinite(count) or not count.is_integer()):
+        return None
+    if count < 0 or total is None:
+        return None
+    return total + int(count)
 
 
 @dataclass(slots=True)
@@ -122,6 +145,19 @@ class Tally:
 def completion_choices(outcome: Any) -> list[Any]:
     """The choices of a completion (empty when it has none)."""
     return list(getattr(outcome, "choices", None) or [])
+
+
+def endpoint_host(base_url: str) -> str | None:
+    """``host[:port]`` of *base_url*: no scheme, credentials, path or query (a judge's identity)."""
+    try:
+        parts = urlsplit(base_url)
+        host = parts.hostname
+        port = parts.port
+    except ValueError:
+        return None
+    if not host:
+        return None
+    return f"{host}:{port}" if port is not None else host
 
 
 def choice_text(choice: Any) -> str:
@@ -185,7 +221,7 @@ class Endpoint:
         self.model = model
         self.name = name
         self.extra_body: Mapping[str, Any] | None = dict(extra_body) if extra_body is not None else None
-        self.response_format_ok = True
+        self.response_format: str | None = "json_schema"  # the best kind the server has not refused
         self._lock = threading.Lock()
         self._sync_client: openai.OpenAI | None = None
         self._async_client: openai.AsyncOpenAI | None = None  # given by the caller: used on every loop
@@ -268,11 +304,27 @@ class Endpoint:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def params(self, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-        """The ``create`` arguments for *messages*: the model, *extra*, JSON mode while the server takes
-        it, and the extra body."""
+    @property
+    def response_format_ok(self) -> bool:
+        """True while the server takes some ``response_format``."""
+        return self.response_format is not None
+
+    def params(
+        self, messages: list[dict[str, Any]], *, schema: Mapping[str, Any] | None = None, **extra: Any
+    ) -> dict[str, Any]:
+        """The ``create`` arguments for *messages*: the model, *extra*, structured output while the
+        server takes it, and the extra body.
+
+        *schema* is the ``json_schema`` object (``name``, ``schema``, ``strict``) of the verdict; without
+        one, JSON mode (``json_object``) is the best asked for.
+        """
         params: dict[str, Any] = {"model": self.model, "messages": messages, **extra}
-        if self.response_format_ok:
+        kind = self.response_format
+        if kind == "json_schema" and schema is None:
+            kind = "json_object"
+        if kind == "json_schema" and schema is not None:
+            params["response_format"] = {"type": "json_schema", "json_schema": dict(schema)}
+        elif kind == "json_object":
             params["response_format"] = {"type": "json_object"}
         if self.extra_body is not None:
             params["extra_body"] = dict(self.extra_body)
@@ -285,11 +337,21 @@ class Endpoint:
         text = f"{outcome} {outcome.body}".lower()
         return parameter in text or parameter.replace("_", " ") in text
 
-    def _without_format(self, params: dict[str, Any], outcome: Any) -> dict[str, Any] | None:
-        if "response_format" not in params or not self.rejects(outcome, "response_format"):
+    def _next_format(self, params: dict[str, Any], outcome: Any) -> dict[str, Any] | None:
+        """*params* with the next weaker ``response_format`` when *outcome* refused the one they carry."""
+        kind = _format_kind(params)
+        if kind is None:
             return None
-        self.response_format_ok = False
-        return {key: value for key, value in params.items() if key != "response_format"}
+        if not (self.rejects(outcome, "response_format") or self.rejects(outcome, "json_schema")):
+            return None
+        weaker = "json_object" if kind == "json_schema" else None
+        with self._lock:  # only ever step down, whatever order concurrent requests finish in
+            if _FORMAT_RANK[weaker] < _FORMAT_RANK[self.response_format]:
+                self.response_format = weaker
+        retry = {key: value for key, value in params.items() if key != "response_format"}
+        if weaker is not None:
+            retry["response_format"] = {"type": weaker}
+        return retry
 
     def create(self, params: dict[str, Any]) -> Result:
         """Send *params* with the sync client (again without ``response_format`` if it is rejected)."""
@@ -302,8 +364,8 @@ class Endpoint:
                 outcome: Any = self.sync_client().chat.completions.create(**sent)
             except Exception as exc:  # every transport failure is reported by the flow
                 outcome = exc
-            current = self._without_format(sent, outcome)
-        return Result(outcome, calls, "response_format" in sent)
+            current = self._next_format(sent, outcome)
+        return Result(outcome, calls, _format_kind(sent))
 
     async def acreate(self, params: dict[str, Any]) -> Result:
         """Like :meth:`create`, with the async client of the running loop."""
@@ -316,8 +378,8 @@ class Endpoint:
                 outcome: Any = await self.async_client().chat.completions.create(**sent)
             except Exception as exc:  # CancelledError is a BaseException and propagates
                 outcome = exc
-            current = self._without_format(sent, outcome)
-        return Result(outcome, calls, "response_format" in sent)
+            current = self._next_format(sent, outcome)
+        return Result(outcome, calls, _format_kind(sent))
 
     def run_sync(self, flow: Flow[T]) -> T:
         """Drive *flow* with the sync client, one request after the other."""
@@ -362,6 +424,15 @@ class Endpoint:
         return keys
 
 
+_FORMAT_RANK: dict[str | None, int] = {"json_schema": 2, "json_object": 1, None: 0}
+
+
+def _format_kind(params: Mapping[str, Any]) -> str | None:
+    fmt = params.get("response_format")
+    kind = fmt.get("type") if isinstance(fmt, Mapping) else None
+    return kind if isinstance(kind, str) else None
+
+
 class ChatJudgeSettings(TypedDict, total=False):
     """The keyword arguments of :class:`~ragaudit.ChatRagJudge` after *model*, for judges that pass
     them on unchanged (``**settings: Unpack[ChatJudgeSettings]``); their defaults are ChatRagJudge's."""
@@ -376,6 +447,7 @@ class ChatJudgeSettings(TypedDict, total=False):
     raise_on_error: bool
     name: str | None
     extra_body: Mapping[str, Any] | None
+    max_reply_chars: int
 
 
 class EndpointJudge:

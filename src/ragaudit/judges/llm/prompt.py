@@ -10,8 +10,11 @@ tells the judge that text between markers is data, never instructions.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import secrets
+from collections.abc import Mapping
 from typing import Any
 
 from ...errors import ConfigurationError
@@ -24,15 +27,18 @@ __all__ = [
     "PROTOCOL_VERSION",
     "REPAIR_PROMPT",
     "SYSTEM_PROMPT",
+    "VERDICT_SCHEMA",
     "build_messages",
     "build_repair_messages",
     "conversation_block",
     "new_nonce",
+    "prompt_hash",
     "sanitize_untrusted",
+    "template_hash",
     "wrap_untrusted",
 ]
 
-PROTOCOL_VERSION = "ragaudit-judge/2"
+PROTOCOL_VERSION = "ragaudit-judge/3"
 """Changes whenever the prompts change, so cached judgements from another protocol are not reused."""
 
 SYSTEM_PROMPT = (
@@ -42,12 +48,40 @@ SYSTEM_PROMPT = (
 """The system prompt, verbatim from the design."""
 
 REPAIR_PROMPT = (
-    "Your previous reply could not be read as the required JSON object. Reply again with only one JSON "
-    'object of the form {"faithfulnessScore": <number from 0 to 1>, "contextRelevanceScore": <number '
-    'from 0 to 1>, "answerRelevanceScore": <number from 0 to 1>, "reason": "<one or two sentences>"} '
-    "and nothing else: no prose, no code fences."
+    "Your previous reply could not be read as exactly one JSON verdict with every score a number from 0 "
+    "to 1. Reply again with only one JSON object of the form {\"faithfulnessScore\": <number from 0 to "
+    '1>, "contextRelevanceScore": <number from 0 to 1>, "answerRelevanceScore": <number from 0 to 1>, '
+    '"reason": "<one or two sentences>"} and nothing else: no prose, no code fences, no other scale '
+    "(not 0-10, 1-5 or 0-100), no second object."
 )
-"""The one follow-up message sent when the judge's reply had no readable scores."""
+"""The one follow-up message sent when the judge's reply had no readable verdict, two verdicts that
+disagree, or a score on no stated or certain scale."""
+
+VERDICT_SCHEMA: Mapping[str, Any] = {
+    "name": "ragaudit_verdict",
+    "strict": True,
+    "schema": {
+        "type": "object",
+        "properties": {
+            "faithfulnessScore": {"type": "number", "minimum": 0, "maximum": 1},
+            "contextRelevanceScore": {"type": "number", "minimum": 0, "maximum": 1},
+            "answerRelevanceScore": {"type": "number", "minimum": 0, "maximum": 1},
+            "reason": {"type": "string"},
+        },
+        "required": ["faithfulnessScore", "contextRelevanceScore", "answerRelevanceScore", "reason"],
+        "additionalProperties": False,
+    },
+}
+"""The verdict's ``json_schema`` (``response_format={"type": "json_schema", "json_schema": ...}``)."""
+
+
+def prompt_hash(*parts: Any) -> str:
+    """The first 16 hex digits of the SHA-256 of *parts* (prompt templates, schemas) as canonical JSON.
+
+    Part of a judgement's identity: a change of prompt or schema shows as a change of hash.
+    """
+    text = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
 
 _OPEN = "<<<ragaudit:{label}:{nonce}>>>"
 _CLOSE = "<<<end:{label}:{nonce}>>>"
@@ -204,3 +238,24 @@ def build_repair_messages(
         {"role": "assistant", "content": truncate(bad_output, _MAX_REPAIR_ECHO_CHARS)},
         {"role": "user", "content": prompt},
     ]
+
+
+_SECTION_RE = re.compile(r"<<<ragaudit:([a-z_]+):([A-Za-z0-9]+)>>>.*?<<<end:\1:\2>>>", re.DOTALL)
+
+
+def template_hash(messages: list[dict[str, Any]], schema: Mapping[str, Any] | None = None) -> str:
+    """:func:`prompt_hash` of the prompt template behind *messages*: every delimited untrusted
+    section (and so its nonce) replaced by its name, plus the verdict *schema*.
+
+    The same judge configuration gives the same hash for every request; a change of prompt,
+    rubric or schema gives another.
+    """
+    template = []
+    for message in messages:
+        content = str(message.get("content"))
+        nonces = {match.group(2) for match in _SECTION_RE.finditer(content)}
+        content = _SECTION_RE.sub(lambda match: f"<<<{match.group(1)}>>>", content)
+        for nonce in nonces:
+            content = content.replace(nonce, "NONCE")
+        template.append((str(message.get("role")), content))
+    return prompt_hash(template, schema)
