@@ -38,8 +38,12 @@ system-deps:
 test: $(STAMP) $(PHOENIX_STAMP) system-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The demo, then the same questions through the offline careless generator (scripted mistakes) to show
+# the audit catching them; both append to the same span file and audit log.
 demo: $(STAMP)
 	$(VENV)/bin/ragaudit demo $(DEMO_ARGS)
+	@echo
+	$(VENV)/bin/ragaudit demo --careless $(DEMO_ARGS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py $(BENCH_ARGS)

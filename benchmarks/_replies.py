@@ -25,6 +25,24 @@ SENTENCE = "The answer states the return window given in the first passage."
 OUR_REPLY = json.dumps({"faithfulnessScore": 0.9, "contextRelevanceScore": 0.8, "answerRelevanceScore": 0.9,
                         "reason": "The answer's claim is stated in passage [1] and addresses the question."})
 _SCHEMA_IN_PROMPT = re.compile(r"JSON [Ss]chema[^{]*?(\{)", re.S)
+FULL_AUDIT_SYSTEM_PROMPT_START = "You are a strict RAG evaluator. Return only JSON with faithfulnessScore, " \
+    "contextRelevanceScore, answerRelevanceScore, reason, sentences and documents."
+_SENTENCE_NUMBER = re.compile(r"^\(S(\d+)\) ", re.M)
+_DOCUMENT_NUMBER = re.compile(r"^\[(\d+)\][^\n]*\bid=\S+", re.M)
+
+
+def full_audit_reply(text: str) -> str:
+    """A full-audit reply of a realistic size: the three scores, a one-sentence reason, one verdict per
+    numbered answer sentence (the first supported by document 1, the others unsupported) and one grade
+    per numbered document."""
+    sentences = [int(n) for n in _SENTENCE_NUMBER.findall(text)]
+    documents = [int(n) for n in _DOCUMENT_NUMBER.findall(text)]
+    return json.dumps({
+        **json.loads(OUR_REPLY),
+        "sentences": [{"n": n, "verdict": "supported" if i == 0 else "unsupported", "docs": [1] if i == 0 else []}
+                      for i, n in enumerate(sentences)],
+        "documents": [{"n": n, "grade": 3 if i == 0 else 1} for i, n in enumerate(documents)],
+    })
 
 
 def _resolve(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -100,6 +118,8 @@ def _texts(body: Mapping[str, Any]) -> tuple[str, str]:
 def reply_for(body: Mapping[str, Any]) -> dict[str, Any]:
     """``{"content": str}`` or ``{"tool_call": (name, arguments_json)}`` for one chat request."""
     system, text = _texts(body)
+    if system.startswith(FULL_AUDIT_SYSTEM_PROMPT_START):
+        return {"content": full_audit_reply(text)}
     if system.startswith(OUR_SYSTEM_PROMPT_START):
         return {"content": OUR_REPLY}
     response_format = body.get("response_format")

@@ -35,12 +35,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from benchmarks._bench import machine_info, print_machine, write_result
+from benchmarks._replies import full_audit_reply
 from tests.support.llm_server import LLMServer, Scripted, judgement_json
 
 from ragaudit.demo.kb import DOCUMENTS, QUESTIONS
 from ragaudit.judges.chat import ChatRagJudge
 from ragaudit.judges.combinators.ensemble import ConsensusJudge, JuryJudge
 from ragaudit.judges.geval import GEVAL_SYSTEM_PROMPT, GEvalJudge
+from ragaudit.judges.llm.fullaudit import FULL_AUDIT_SYSTEM_PROMPT
 from ragaudit.judges.pairwise import PAIRWISE_SYSTEM_PROMPT, PairwiseJudge
 from ragaudit.records import JudgeRequest, RetrievedDoc
 
@@ -68,6 +70,8 @@ def scripted_reply(body: Mapping[str, Any]) -> Scripted:
                            "answer_relevance": 5, "reason": _REASON})
     if system == PAIRWISE_SYSTEM_PROMPT:
         return json.dumps({"winner": "A", "reason": _REASON})
+    if system == FULL_AUDIT_SYSTEM_PROMPT:
+        return full_audit_reply(messages[-1].get("content", ""))
     return judgement_json(0.9, 0.8, 0.9, reason=_REASON)
 
 
@@ -129,7 +133,9 @@ def _compare(judge: PairwiseJudge, request: JudgeRequest) -> Mapping[str, int]:
 
 
 CASES: list[Case] = [
-    Case("ChatRagJudge (one call, three scores)", _chat, _judge),
+    Case("ChatRagJudge, three-score protocol (one call)", lambda url: _chat(url, protocol="three-score"), _judge),
+    Case("ChatRagJudge, full audit (one call: + sentence verdicts, document grades)",
+         lambda url: _chat(url, protocol="full-audit"), _judge),
     Case("GEvalJudge single-call (logprobs)",
          lambda url: GEvalJudge("judge", base_url=url, max_retries=0, timeout=30.0), _judge),
     Case("GEvalJudge per-dimension (logprobs)",
@@ -149,9 +155,9 @@ CASES: list[Case] = [
          lambda url: PairwiseJudge("judge", base_url=url, max_retries=0, timeout=30.0), _compare,
          unit="comparison"),
     Case("JuryJudge of 3 ChatRagJudges",
-         lambda url: JuryJudge([_chat(url, f"juror-{i}") for i in range(3)]), _judge),
+         lambda url: JuryJudge([_chat(url, f"juror-{i}", protocol="three-score") for i in range(3)]), _judge),
     Case("ConsensusJudge, ChatRagJudge x3 (temperature 0.7)",
-         lambda url: ConsensusJudge(_chat(url, temperature=0.7), n=3), _judge),
+         lambda url: ConsensusJudge(_chat(url, temperature=0.7, protocol="three-score"), n=3), _judge),
 ]
 
 ANCHORS = [

@@ -29,7 +29,9 @@ def test_judge_costs_quick(tmp_path: Path) -> None:
     def calls(prefix: str) -> list[float]:
         return [row["calls_per_unit"] for row in rows if row["judge"].startswith(prefix)]
 
-    assert calls("ChatRagJudge") == [1.0]
+    assert calls("ChatRagJudge") == [1.0, 1.0]  # three-score and full audit: one call each
+    three, full = (row for row in rows if row["judge"].startswith("ChatRagJudge"))
+    assert full["total_tokens_per_unit"] <= 1.5 * three["total_tokens_per_unit"]  # the default's rule
     assert calls("GEvalJudge single-call") == [1.0] and calls("GEvalJudge per-dimension") == [3.0]
     assert calls("PairwiseJudge") == [2.0] and calls("JuryJudge") == [3.0] and calls("ConsensusJudge") == [3.0]
     assert calls("GEvalJudge sampling") == [1.0, 5.0]

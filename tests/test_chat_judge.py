@@ -41,6 +41,8 @@ REQUEST = JudgeRequest(
 
 
 def make_judge(srv: LLMServer, **kwargs: Any) -> ChatRagJudge:
+    # These tests are about the seed protocol (three scores); the full audit, the default, has its own.
+    kwargs.setdefault("protocol", "three-score")
     return open_judge(ChatRagJudge, srv, api_key=SECRET, **kwargs)
 
 

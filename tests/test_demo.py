@@ -202,11 +202,67 @@ def test_demo_prints_header_and_a_row_per_question(langchain_run: DemoRun) -> No
     assert "judge:     lexical" in out
     rows = langchain_run.rows()
     assert sorted(rows) == [q.id for q in kb.QUESTIONS]
-    assert all(len(cells) == 6 for cells in rows.values()), rows
+    assert all(len(cells) == 9 for cells in rows.values()), rows
     assert rows["q1"][0] == "What is the refund window for ordinary purch…"
     assert rows["q6"][4] == "—" and rows["q7"][4] == "—"  # no relevant document: recall undefined
     assert rows["q1"][4] == "1.00"
-    assert "refund_eligibility" in rows["q1"][5] and "exchanges" in rows["q2"][5]
+    assert "refund_eligibility" in rows["q1"][8] and "exchanges" in rows["q2"][8]
+    assert "a weak screen, not a verdict" in out and "ChatRagJudge (full audit)" in out
+
+
+def test_demo_prints_judged_ndcg_and_grades_low_for_uncovered_questions(langchain_run: DemoRun) -> None:
+    rows = langchain_run.rows()
+    lines = langchain_run.audit_by_question()
+    for qid, line in lines.items():
+        # the printed judged NDCG@2 is the audit line's (2 documents: ndcg@10 == ndcg@2)
+        assert rows[qid][5] == f"{line['judged_metrics']['judged_ndcg@10']:.2f}", qid
+        assert rows[qid][7] == " ".join(str(g["grade"]) for g in line["document_grades"])
+        assert all(s["method"] == "lexical" for s in line["sentences"])
+    for qid in ("q6", "q7"):  # not covered by the knowledge base: no document graded as answering
+        assert all(g["grade"] <= 1 for g in lines[qid]["document_grades"]), lines[qid]["document_grades"]
+        assert rows[qid][6] == "0.00"  # judged P@2
+    for qid in ("q1", "q2", "q5"):
+        assert lines[qid]["document_grades"][0]["grade"] == 3
+    assert "Unsupported or contradicted sentences: none" in langchain_run.stdout
+
+
+@pytest.fixture(scope="module")
+def careless_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    return _run_demo(tmp_path_factory.mktemp("demo-careless"), "--careless")
+
+
+def test_careless_generator_mistakes_are_each_caught_offline(careless_run: DemoRun) -> None:
+    out = careless_run.stdout
+    assert "OFFLINE CARELESS GENERATOR with SCRIPTED MISTAKES" in out
+    caught = careless_run.section("Planted mistakes")
+    assert caught.count("CAUGHT") == 3 and "MISSED" not in caught, caught
+    lines = careless_run.audit_by_question()
+    assert "60 days" in lines["q1"]["answer"]  # the wrong number (the document says 30)
+    verdicts = {q: [s["verdict"] for s in lines[q]["sentences"]] for q in lines}
+    assert verdicts["q1"][0] == "unsupported"
+    assert "unsupported" in verdicts["q5"] and "cash refund" in lines["q5"]["answer"]
+    # q2: the sentence is supported, but by the document it does not cite
+    assert verdicts["q2"] == ["supported"]
+    assert [c["holds"] for c in lines["q2"]["citation_checks"]] == [False]
+    assert lines["q2"]["citation_precision"] == 0.0
+    for qid in ("q3", "q4", "q8"):  # untouched answers stay supported
+        assert "unsupported" not in verdicts[qid], (qid, verdicts[qid])
+    problems = careless_run.section("Unsupported or contradicted sentences")
+    assert "60 days" in problems and "does NOT hold" in problems and "cash refund" in problems
+
+
+def test_report_lists_the_careless_mistakes_first(careless_run: DemoRun) -> None:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["report", str(careless_run.audit), "--limit", "8"]) == 0
+    text = out.getvalue()
+    head = text[: text.index("\n  1. ")]
+    assert "3 unsupported or contradicted sentence(s) and wrong citation(s)" in head, head
+    assert "60 days" in head and "cash refund" in head and "which does not support it" in head
+    first = [line for line in text[text.index("\n  1. "):text.index("\n  4. ")].splitlines()
+             if line.startswith("     Q: ")]
+    flagged = {q.text for q in kb.QUESTIONS if q.id in ("q1", "q2", "q5")}
+    assert {line[len("     Q: "):] for line in first} == flagged
 
 
 def test_demo_scores_uncovered_questions_lower_and_says_why(langchain_run: DemoRun) -> None:

@@ -319,7 +319,7 @@ def test_other_judges_use_calls_per_judgement() -> None:
         def judge(self, request: JudgeRequest) -> Judgement:
             return scored(request)
 
-    one = estimate_cost(ChatRagJudge("m", base_url="http://127.0.0.1:9/v1"), ROWS)
+    one = estimate_cost(ChatRagJudge("m", base_url="http://127.0.0.1:9/v1", protocol="three-score"), ROWS)
     jury = estimate_cost(Jury(), ROWS)
     assert jury.calls == 6 and jury.prompt_tokens == 3 * one.prompt_tokens
 

@@ -110,6 +110,18 @@ def _summary(dom: str) -> _DomSummary:
     return parser
 
 
+FULL_AUDIT_ANSWER = ("A full refund within 30 days [1]. Gift cards are refundable " + "y" * 300 + " [1]. "
+                     "Hope that helps!")
+FULL_AUDIT_SENTENCES = (
+    {"index": 1, "text": "A full refund within 30 days [1].", "verdict": "supported", "supporting_ranks": [1],
+     "supporting_doc_ids": ["kb-refunds"], "start": 0, "end": 33},
+    {"index": 2, "text": FULL_AUDIT_ANSWER[34:FULL_AUDIT_ANSWER.index("Hope") - 1], "verdict": "contradicted",
+     "supporting_ranks": [], "supporting_doc_ids": [], "start": 34, "end": FULL_AUDIT_ANSWER.index("Hope") - 1},
+    {"index": 3, "text": "Hope that helps!", "verdict": None, "supporting_ranks": [], "supporting_doc_ids": [],
+     "start": FULL_AUDIT_ANSWER.index("Hope"), "end": len(FULL_AUDIT_ANSWER)},
+)
+
+
 def _report() -> EvaluationReport:
     rows = [
         RowResult(id="q1", question="What is the refund window?", answer="30 days [1].", doc_ids=("kb-1", "kb-2"),
@@ -127,6 +139,20 @@ def _report() -> EvaluationReport:
                   context_relevance=None, answer_relevance=None, diagnosis="unknown"),
         RowResult(id="q4", question="Boom?", answer=None, error="ValueError: generator exploded",
                   diagnosis="error"),
+        RowResult(id="01a23237-4099-726c-9d14-cf9cfe959173", question="How long is the refund window? " * 4,
+                  answer=FULL_AUDIT_ANSWER, doc_ids=("kb-refunds", "kb-" + "x" * 120),
+                  doc_sources=("return_policy.pdf", None),
+                  citations=({"doc_id": "kb-refunds", "rank": 1, "method": "marker", "marker": "[1]"},),
+                  faithfulness=0.5, context_relevance=0.9, answer_relevance=1.0, diagnosis="ok",
+                  sentences=FULL_AUDIT_SENTENCES,
+                  document_grades=({"rank": 1, "doc_id": "kb-refunds", "grade": 3},
+                                   {"rank": 2, "doc_id": "kb-" + "x" * 120, "grade": None}),
+                  citation_checks=({"sentence": 1, "doc_id": "kb-refunds", "rank": 1, "holds": True,
+                                    "verdict": "supported"},
+                                   {"sentence": 2, "doc_id": "kb-refunds", "rank": 1, "holds": False,
+                                    "verdict": "contradicted"}),
+                  judged_metrics={"judged_ndcg@10": 1.0, "judged_P@5": 0.2}, citation_precision=0.5,
+                  citation_recall=1.0),
     ]
     return EvaluationReport.from_rows(rows, judge="chat:<model>", metrics=["recall@5", "ndcg@10"])
 
@@ -153,16 +179,22 @@ def test_report_renders_without_errors(chromium: str, page: Path, tmp_path: Path
     assert rendered.returncode == 0, rendered.stderr[-2000:]
     assert rendered.console == []
     dom = _summary(rendered.dom)
-    assert {"summary", "diagnosis", "rows"} <= dom.ids
+    assert {"summary", "diagnosis", "answers"} <= dom.ids
     assert dom.rows_in["summary"] == 1 + 5  # header + three scores + two metrics
     assert dom.rows_in["diagnosis"] == 1 + 6
-    assert dom.rows_in["rows"] == 1 + 4
+    assert dom.classes["article.answer"] == 5  # one card per audited answer, no wide rows table
+    # one of each in the legend, plus the audited answer's sentences
+    assert dom.classes["span.v-supported"] == 2 and dom.classes["span.v-contradicted"] == 2
+    assert dom.classes["span.v-missing"] == 2
+    assert dom.classes["span.g-3"] == 1 and dom.classes["span.g-none"] == 1
     assert dom.classes["svg.histogram"] == 5
     assert dom.classes["svg.scatter"] == 1
     assert dom.tags["rect"] >= 5 * HISTOGRAM_BINS
     assert dom.tags["circle"] == 2  # q1 and q2 have both recall@5 and faithfulness
     assert dom.tags.get("script", 0) == 0 and dom.tags.get("img", 0) == 0
-    assert dom.external == []  # no src/href and no inline event handlers: nothing to load or run
+    # no src, no href but in-page links (sentence -> its supporting document), no inline event handlers
+    assert [x for x in dom.external if not x.startswith("a href=#")] == []
+    assert "a href=#d-01a23237-4099-726c-9d14-cf9cfe959173-1" in dom.external
     text = "".join(dom.text)
     assert '<script>alert("x")</script>' in text  # hostile content shown as text, not markup
     assert "ValueError: generator exploded" in text and "chat:<model>" in text
@@ -199,5 +231,52 @@ def test_audit_and_demo_pages_render(chromium: str, tmp_path: Path, monkeypatch:
         rendered = _run(chromium, path, tmp_path, "--dump-dom")
         assert rendered.returncode == 0 and rendered.console == [], rendered.stderr[-2000:]
         dom = _summary(rendered.dom)
-        assert dom.rows_in["rows"] == 1 + rows
+        assert dom.classes["article.answer"] == rows
         assert dom.classes["svg.histogram"] >= 3 and dom.classes["svg.scatter"] == 1
+
+
+_HARNESS = """<!DOCTYPE html><html><body style="margin:0">
+<iframe id="f" src="{page}" style="width:{width}px;height:900px;border:0"></iframe><pre id="out">pending</pre>
+<script>
+document.getElementById("f").addEventListener("load", function () {{
+  var d = this.contentDocument, root = d.documentElement, wide = [];
+  d.querySelectorAll("body *").forEach(function (n) {{
+    if (n.getBoundingClientRect().right > root.clientWidth + 0.5) wide.push(n.tagName + "." + n.className);
+  }});
+  document.getElementById("out").textContent = JSON.stringify({{scroll: root.scrollWidth, client: root.clientWidth,
+    answers: d.querySelectorAll("article.answer").length, wide: wide.slice(0, 5)}});
+}});
+</script></body></html>"""
+
+
+def _layout(chromium: str, page: Path, tmp_path: Path, width: int = 1280) -> dict[str, object]:
+    """Lay *page* out in a *width*-px frame (a test harness page; the report itself has no script)."""
+    import json
+
+    harness = page.parent / f"harness-{page.stem}.html"
+    harness.write_text(_HARNESS.format(page=page.name, width=width))
+    rendered = _run(chromium, harness, tmp_path, "--allow-file-access-from-files", "--virtual-time-budget=5000",
+                    "--dump-dom")
+    found = re.search(r'<pre id="out">([^<]*)</pre>', rendered.dom)
+    assert found is not None and found.group(1) != "pending", rendered.stderr[-2000:]
+    result: dict[str, object] = json.loads(found.group(1))
+    return result
+
+
+def test_layout_check_can_fail(chromium: str, tmp_path: Path) -> None:
+    wide = tmp_path / "wide.html"
+    wide.write_text('<!DOCTYPE html><html><body><div style="width:1500px">too wide</div></body></html>')
+    layout = _layout(chromium, wide, tmp_path)
+    assert layout["wide"] and layout["scroll"] > layout["client"]  # type: ignore[operator]
+
+
+def test_each_answer_reads_on_one_1280px_screen(chromium: str, page: Path, tmp_path: Path) -> None:
+    """At 1,280 px nothing runs off the page (no horizontal scroll), long ids and answers included; and
+    the screenshot at that width is a real page."""
+    layout = _layout(chromium, page, tmp_path)
+    assert layout["answers"] == 5
+    assert layout["wide"] == [] and layout["scroll"] == layout["client"], layout
+    shot = tmp_path / "answers-1280.png"
+    rendered = _run(chromium, page, tmp_path, "--hide-scrollbars", "--window-size=1280,2400", f"--screenshot={shot}")
+    assert rendered.returncode == 0 and rendered.console == [], rendered.stderr[-2000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000

@@ -110,7 +110,7 @@ def test_unreachable_backend_shutdown_returns_within_timeout() -> None:
     sink.shutdown(timeout_s=5)
     assert sink.errors >= 1
     sink.emit(turn(), JUDGEMENT)
-    assert sink.stats()["dropped"] == 1
+    assert sink.stats()["dropped"] == len(sink.requests(turn(), JUDGEMENT))  # counted per item, as errors are
 
 
 def test_configure_langfuse_points_otlp_at_langfuse(tmp_path: Path) -> None:
@@ -162,7 +162,8 @@ def test_host_chain_unchanged_while_the_sink_answers_500_slowly() -> None:
         handler = RagAuditCallbackHandler(auditor=auditor)
         answers = [chain.invoke(q, config={"callbacks": [handler]}) for q in questions]
         in_flight = sink.stats()
-        assert handler.flush(60)
+        # Everything was handled, but the scores never reached the backend: flush says so.
+        assert handler.flush(60) is False
         stats = auditor.stats()
         auditor.shutdown()
     assert answers == baseline == [kb.answers[q] for q in questions]

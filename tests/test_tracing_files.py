@@ -26,6 +26,12 @@ from ragaudit.tracing import (
 
 AUDIT_KEYS = {
     "ts",
+    "sentences",
+    "document_grades",
+    "judged_metrics",
+    "citation_checks",
+    "citation_precision",
+    "citation_recall",
     "details",
     "turn_id",
     "trace_id",

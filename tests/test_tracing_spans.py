@@ -659,7 +659,9 @@ def test_span_limits_keep_kind_and_top_documents_under_the_sdks_default() -> Non
     many = tuple(RetrievedDoc(id=f"doc-{i}", content="c" * 50, score=1 - i / 100, rank=i,
                               source=f"/data/{'deep/' * 400}{i}.md") for i in range(1, 51))
     SpanRecorder(provider, max_attribute_chars=2000).record_turn(
-        make_turn(documents=many, retrievals=(Retrieval("chroma", many, "q"),), metadata={"k": "v" * 5000}))
+        make_turn(documents=many, retrievals=(Retrieval("chroma", many, "q"),),
+                  metadata={"k": "v" * 5000, **{f"key{i}": i for i in range(100)}}),
+        retrieval_metrics={f"metric@{i}": 0.5 for i in range(12)})
     spans = by_name(memory.get_finished_spans())
     retrieval = spans["retrieval chroma"]
     a = retrieval.attributes or {}
@@ -672,6 +674,9 @@ def test_span_limits_keep_kind_and_top_documents_under_the_sdks_default() -> Non
     for key in (c.GEN_AI_RETRIEVAL_DOCUMENTS, c.LANGFUSE_OBSERVATION_OUTPUT, c.document_keys(0).metadata):
         assert len(str(a[key])) <= 2000 + 48, key
         assert str(a[key]).endswith("chars]"), key
+    turn = spans["ragaudit.turn"].attributes or {}
+    assert turn[c.OPENINFERENCE_SPAN_KIND] == "CHAIN" and turn[c.ATTR_DOCUMENT_COUNT] == 50
+    assert len(turn[c.ATTR_DOCUMENT_IDS]) == 20
     for span in spans.values():
         assert span.dropped_attributes == 0, span.name
         for key, value in (span.attributes or {}).items():

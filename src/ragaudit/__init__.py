@@ -14,7 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigurationError, JudgeError, MetricError, RagAuditError
 from .judges.base import BaseRagJudge, FakeJudge, RagJudge
-from .records import Citation, Generation, Judgement, JudgeRequest, RagTurn, Retrieval, RetrievedDoc, ToolCall
+from .records import (
+    Citation,
+    DocumentGrade,
+    Generation,
+    Judgement,
+    JudgeRequest,
+    RagTurn,
+    Retrieval,
+    RetrievedDoc,
+    SentenceVerdict,
+    ToolCall,
+)
 
 __version__ = "0.1.0"
 
@@ -29,6 +40,7 @@ __all__ = [
     "CorrectnessJudge",
     "CostEstimate",
     "Criterion",
+    "DocumentGrade",
     "EvaluationReport",
     "FakeJudge",
     "GEvalJudge",
@@ -48,6 +60,7 @@ __all__ = [
     "RetrievedDoc",
     "RubricJudge",
     "RuleJudge",
+    "SentenceVerdict",
     "SqliteCache",
     "TieredJudge",
     "ToolCall",

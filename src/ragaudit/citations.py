@@ -14,7 +14,7 @@ from ._text import sentence_spans, strip_markers, term_set
 from .errors import ConfigurationError
 from .records import Citation, RetrievedDoc
 
-__all__ = ["find_citations"]
+__all__ = ["find_citations", "sentence_citations"]
 
 _log = logging.getLogger(__name__)
 
@@ -103,6 +103,27 @@ def find_citations(
         return ()
 
 
+def sentence_citations(answer: str | None, documents: Sequence[RetrievedDoc]) -> tuple[tuple[Citation, ...], ...]:
+    """The explicit citation markers of *answer*, per sentence: one tuple per sentence of
+    :func:`ragaudit.judged.answer_sentences` (the same split), each document once per sentence.
+
+    Markers are read as :func:`find_citations` reads them (``[2]``, ``[doc-id]``, source notes,
+    named sources); overlap attributions are not citations the answer made and are left out. A
+    marker belongs to the sentence it stands in (``... refunded. [1]`` belongs to that sentence).
+    Never raises; ``()`` when there is nothing to read.
+    """
+    if not isinstance(answer, str) or not answer.strip():
+        return ()
+    try:
+        docs = [d for d in documents if isinstance(d, RetrievedDoc)]
+        if not docs:
+            return tuple(() for _ in sentence_spans(answer))
+        return _Finder(answer[:_MAX_ANSWER_CHARS], docs, 0.6).by_sentence()
+    except Exception:  # never break the caller over a citation
+        _log.debug("sentence_citations failed", exc_info=True)
+        return ()
+
+
 @dataclass
 class _Hit:
     position: int
@@ -166,6 +187,24 @@ class _Finder:
         for index, doc in enumerate(self.docs):
             order.setdefault(doc.id, index)
         return tuple(sorted(cited.values(), key=lambda c: (c.rank, order[c.doc_id])))
+
+    def by_sentence(self) -> tuple[tuple[Citation, ...], ...]:
+        spans = sentence_spans(self.answer)
+        starts = [s for s, _ in spans]
+        hits = sorted(self._hits(), key=lambda h: h.position)
+        overlapping: set[str] = set()
+        if any(len(h.docs) > 1 and h.shared for h in hits):
+            overlapping = {d.id for sentence in self._support(spans) for d in sentence}
+        cited: list[dict[str, Citation]] = [{} for _ in spans]
+        for hit in hits:
+            docs = hit.docs
+            if len(docs) > 1 and hit.shared:
+                docs = [d for d in docs if d.id in overlapping] or docs[:1]
+            index = max(0, bisect.bisect_right(starts, hit.position) - 1)
+            if index < len(cited):
+                for doc in docs:
+                    cited[index].setdefault(doc.id, Citation(doc.id, doc.rank, _cut(hit.marker), "marker"))
+        return tuple(tuple(sorted(c.values(), key=lambda x: x.rank)) for c in cited)
 
     def _support(self, spans: Sequence[tuple[int, int]]) -> list[list[RetrievedDoc]]:
         """Per answer sentence, the documents covering >= threshold of it, best first."""

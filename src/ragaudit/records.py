@@ -17,9 +17,12 @@ from typing import Any, Literal
 from .errors import ConfigurationError
 
 __all__ = [
+    "DOCUMENT_GRADES",
     "SCORE_NAMES",
+    "SENTENCE_VERDICTS",
     "TRUNCATION_MARKER",
     "Citation",
+    "DocumentGrade",
     "Generation",
     "JudgeIdentity",
     "JudgeRequest",
@@ -28,6 +31,7 @@ __all__ = [
     "RagTurn",
     "Retrieval",
     "RetrievedDoc",
+    "SentenceVerdict",
     "ToolCall",
     "normalize_relevance",
     "stable_doc_id",
@@ -236,7 +240,8 @@ class RagTurn:
     mapping id -> graded label. ``trace_id``/``span_id`` (hex) point at the turn's span once traced.
     ``tool_calls`` are an agent's tool calls (for the trace); ``history`` the earlier user and
     assistant messages of a conversation (capped) and ``standalone_query`` the app's rewrite of
-    ``query`` that retrieval used, when it made one.
+    ``query`` that retrieval used, when it made one. ``sampled_out`` is True when the trace
+    sampler dropped the turn's span: there is no trace to put a judge span or scores in.
     """
 
     turn_id: str
@@ -258,6 +263,7 @@ class RagTurn:
     tool_calls: tuple[ToolCall, ...] = ()
     history: tuple[Message, ...] = ()
     standalone_query: str | None = None
+    sampled_out: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.turn_id, str) or not self.turn_id:
@@ -371,6 +377,139 @@ class JudgeRequest:
         )
 
 
+SentenceVerdictName = Literal["supported", "partially_supported", "unsupported", "contradicted", "no_claim"]
+
+SENTENCE_VERDICTS: tuple[str, ...] = (
+    "supported", "partially_supported", "unsupported", "contradicted", "no_claim",
+)
+"""The support verdicts of one answer sentence, from best to worst, then "makes no claim"."""
+
+DOCUMENT_GRADES: Mapping[int, str] = MappingProxyType({
+    0: "unrelated", 1: "related but does not answer", 2: "partly answers", 3: "answers",
+})
+"""The UMBRELA relevance scale of one retrieved document for the question (0-3)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SentenceVerdict:
+    """Whether one sentence of the answer is supported by the retrieved documents.
+
+    ``index`` is the sentence's 1-based number in the answer as :func:`ragaudit.judged.answer_sentences`
+    splits it (the numbering the judge saw); ``start``/``end`` are its character offsets in the
+    answer. ``verdict`` is one of :data:`SENTENCE_VERDICTS`, or **None when the judge gave none**.
+    ``supporting_ranks`` are the numbers (ranks) of the documents the judge says support it and
+    ``supporting_doc_ids`` their ids, in the same order. ``method`` says who decided: ``"llm"`` or
+    ``"lexical"``.
+    """
+
+    index: int
+    text: str
+    verdict: SentenceVerdictName | None = None
+    supporting_ranks: tuple[int, ...] = ()
+    supporting_doc_ids: tuple[str, ...] = ()
+    start: int | None = None
+    end: int | None = None
+    method: str = "llm"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.index, bool) or not isinstance(self.index, int) or self.index < 1:
+            raise ConfigurationError(f"SentenceVerdict.index must be an int >= 1, got {self.index!r}")
+        if not isinstance(self.text, str):
+            raise ConfigurationError(f"SentenceVerdict.text must be a string, got {type(self.text).__name__}")
+        if self.verdict is not None and self.verdict not in SENTENCE_VERDICTS:
+            raise ConfigurationError(
+                f"SentenceVerdict.verdict must be one of {SENTENCE_VERDICTS} or None, got {self.verdict!r}")
+        ranks = tuple(self.supporting_ranks)
+        ids = tuple(self.supporting_doc_ids)
+        if any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in ranks):
+            raise ConfigurationError(f"SentenceVerdict.supporting_ranks must be ints >= 1, got {ranks!r}")
+        if any(not isinstance(i, str) or not i for i in ids) or len(ids) != len(ranks):
+            raise ConfigurationError(
+                "SentenceVerdict.supporting_doc_ids must be non-empty strings, one per supporting rank")
+        for name in ("start", "end"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ConfigurationError(f"SentenceVerdict.{name} must be an int >= 0 or None, got {value!r}")
+        if not isinstance(self.method, str) or not self.method:
+            raise ConfigurationError(f"SentenceVerdict.method must be a non-empty string, got {self.method!r}")
+        object.__setattr__(self, "supporting_ranks", ranks)
+        object.__setattr__(self, "supporting_doc_ids", ids)
+
+    @property
+    def has_claim(self) -> bool:
+        """True when the judge gave a verdict other than ``no_claim``."""
+        return self.verdict is not None and self.verdict != "no_claim"
+
+    @property
+    def problem(self) -> bool:
+        """True for an ``unsupported`` or ``contradicted`` sentence."""
+        return self.verdict in ("unsupported", "contradicted")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "index": self.index,
+            "text": self.text,
+            "verdict": self.verdict,
+            "supporting_ranks": list(self.supporting_ranks),
+            "supporting_doc_ids": list(self.supporting_doc_ids),
+            "start": self.start,
+            "end": self.end,
+            "method": self.method,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SentenceVerdict:
+        """The record :meth:`to_dict` wrote (lists back to tuples); raises ConfigurationError."""
+        return cls(
+            index=data.get("index"),  # type: ignore[arg-type]
+            text=data.get("text", ""),
+            verdict=data.get("verdict"),
+            supporting_ranks=tuple(data.get("supporting_ranks") or ()),
+            supporting_doc_ids=tuple(data.get("supporting_doc_ids") or ()),
+            start=data.get("start"),
+            end=data.get("end"),
+            method=data.get("method") or "llm",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentGrade:
+    """How relevant one retrieved document is to the question, on the UMBRELA 0-3 scale.
+
+    ``rank`` is the document's number in the judge's prompt (its rank), ``doc_id`` its id.
+    ``grade`` is 0 (unrelated), 1 (related but does not answer), 2 (partly answers) or 3
+    (answers), or **None when the judge gave none**. ``method`` is ``"llm"`` or ``"lexical"``.
+    """
+
+    rank: int
+    doc_id: str
+    grade: int | None = None
+    method: str = "llm"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
+            raise ConfigurationError(f"DocumentGrade.rank must be an int >= 1, got {self.rank!r}")
+        if not isinstance(self.doc_id, str) or not self.doc_id:
+            raise ConfigurationError(f"DocumentGrade.doc_id must be a non-empty string, got {self.doc_id!r}")
+        if self.grade is not None and (
+            isinstance(self.grade, bool) or not isinstance(self.grade, int) or self.grade not in DOCUMENT_GRADES
+        ):
+            raise ConfigurationError(f"DocumentGrade.grade must be 0, 1, 2, 3 or None, got {self.grade!r}")
+        if not isinstance(self.method, str) or not self.method:
+            raise ConfigurationError(f"DocumentGrade.method must be a non-empty string, got {self.method!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {"rank": self.rank, "doc_id": self.doc_id, "grade": self.grade, "method": self.method}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DocumentGrade:
+        """The record :meth:`to_dict` wrote; raises ConfigurationError."""
+        return cls(rank=data.get("rank"), doc_id=data.get("doc_id"),  # type: ignore[arg-type]
+                   grade=data.get("grade"), method=data.get("method") or "llm")
+
+
 @dataclass(frozen=True, slots=True)
 class JudgeIdentity:
     """Which judge made a judgement, so a score can always be traced to it.
@@ -452,6 +591,11 @@ class Judgement:
 
     Every field is checked at construction (:class:`~ragaudit.ConfigurationError` for a wrong type
     or range); a usage count that is not a finite non-negative integer is recorded as None.
+
+    A full audit (``ChatRagJudge(protocol="full-audit")``, :class:`~ragaudit.LexicalJudge`) also
+    fills ``sentences`` (one :class:`SentenceVerdict` per answer sentence, verdict None where the
+    judge gave none) and ``document_grades`` (one :class:`DocumentGrade` per retrieved document,
+    grade None where the judge gave none); both are empty for a judge that does not audit them.
     """
 
     faithfulness: float | None = None
@@ -465,6 +609,8 @@ class Judgement:
     error: str | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
     identity: JudgeIdentity | None = None
+    sentences: tuple[SentenceVerdict, ...] = ()
+    document_grades: tuple[DocumentGrade, ...] = ()
 
     def __post_init__(self) -> None:
         for name in SCORE_NAMES:
@@ -484,6 +630,12 @@ class Judgement:
                 f"Judgement.identity must be a JudgeIdentity or None, got {type(self.identity).__name__}"
             )
         object.__setattr__(self, "usage", _usage_counts(self.usage))
+        object.__setattr__(self, "sentences", tuple(self.sentences))
+        object.__setattr__(self, "document_grades", tuple(self.document_grades))
+        if any(not isinstance(s, SentenceVerdict) for s in self.sentences):
+            raise ConfigurationError("Judgement.sentences must hold SentenceVerdict records")
+        if any(not isinstance(g, DocumentGrade) for g in self.document_grades):
+            raise ConfigurationError("Judgement.document_grades must hold DocumentGrade records")
         object.__setattr__(self, "details", _frozen_mapping(self.details, "Judgement.details"))
 
     @property
@@ -512,4 +664,6 @@ class Judgement:
             "details": dict(self.details),
             "raw_output": self.raw_output,
             "identity": self.identity.to_dict() if self.identity is not None else None,
+            "sentences": [s.to_dict() for s in self.sentences],
+            "document_grades": [g.to_dict() for g in self.document_grades],
         }

@@ -22,6 +22,7 @@ from langchain_core.documents import Document
 
 from ragaudit import Auditor, ChatRagJudge, JudgeRequest, RetrievedDoc
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
+from ragaudit.judges.llm.fullaudit import FULL_AUDIT_SYSTEM_PROMPT, numbered_answer
 from ragaudit.judges.llm.prompt import SYSTEM_PROMPT, sanitize_untrusted
 from ragaudit.records import SCORE_NAMES
 from ragaudit.tracing.files import read_audit_log
@@ -52,7 +53,7 @@ MARKER_LIKE = re.compile(r"<<<\s*(?:ragaudit|end)\s*:", re.IGNORECASE)
 def sections(request: RecordedRequest) -> tuple[str, dict[str, str], str]:
     """(nonce, {label: text between its markers}, the prompt with the sections cut out)."""
     system, user = request.messages[0]["content"], request.messages[1]["content"]
-    assert system == SYSTEM_PROMPT
+    assert system in (SYSTEM_PROMPT, FULL_AUDIT_SYSTEM_PROMPT)
     nonce = re.search(r"<<<ragaudit:question:([0-9a-f]{16})>>>", user)
     assert nonce is not None
     n = nonce.group(1)
@@ -74,8 +75,11 @@ def assert_contained(request: RecordedRequest, untrusted: dict[str, str]) -> Non
     for label, text in found.items():
         assert not MARKER_LIKE.search(text), (label, text)
         assert nonce not in text
+    full_audit = request.messages[0]["content"] == FULL_AUDIT_SYSTEM_PROMPT
     for label, text in untrusted.items():
-        assert sanitize_untrusted(text) in found[label], label
+        # the full audit shows the answer as numbered sentences, (S1) ..., (S2) ...
+        shown = numbered_answer(text)[0] if full_audit and label == "answer" else text
+        assert sanitize_untrusted(shown) in found[label], label
     for text in untrusted.values():
         for line in (x for x in text.splitlines() if len(x) > 20):
             assert line not in outside  # nothing untrusted leaked out of its section
@@ -87,10 +91,12 @@ def server() -> Iterator[LLMServer]:
         yield srv
 
 
+@pytest.mark.parametrize("protocol", ["three-score", "full-audit"])
 @pytest.mark.parametrize("name", list(INJECTIONS))
-def test_injected_text_stays_inside_intact_delimiters(name: str, server: LLMServer, tmp_path: Path) -> None:
+def test_injected_text_stays_inside_intact_delimiters(name: str, protocol: str, server: LLMServer,
+                                                      tmp_path: Path) -> None:
     payload = INJECTIONS[name]
-    judge = ChatRagJudge(base_url=server.base_url, api_key="test", timeout=5, max_retries=0)
+    judge = ChatRagJudge(base_url=server.base_url, api_key="test", timeout=5, max_retries=0, protocol=protocol)
     collected = Collected()
     auditor = Auditor(judge, audit_log=tmp_path / "audit.jsonl", on_judgement=collected)
     handler = RagAuditCallbackHandler(auditor=auditor)

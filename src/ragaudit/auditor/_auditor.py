@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures.thread
 import logging
 import os
-import sys
 import threading
 import time
 import weakref
@@ -16,11 +14,15 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from .._log import RateLimitedLog
 from .._sampling import sampled
 from .._turn_metrics import turn_metrics
+from .._worker import BatchWorker, call_on, call_with_deadline, on_fork_in_child, run_jobs
 from ..errors import ConfigurationError
 from ..judges.base import RagJudge
 from ..records import Judgement, JudgeRequest, RagTurn
-from ._closer import Closer
-from ._lifecycle import flush_on_sigterm, register_exit
+from ._lifecycle import flush_on_sigterm, report, track
+
+_CLOSE_BATCH = 64
+_CLOSE_DELAY_S = 0.1
+_CALL_MARGIN_S = 0.05
 
 __all__ = ["Auditor", "JudgementSink", "OnJudgement", "SubmitStatus"]
 
@@ -64,8 +66,13 @@ async def _contained(awaitable: Awaitable[Any]) -> Any:
 class Auditor:
     """Judges finished :class:`~ragaudit.RagTurn` s in the background and sends the judgements on.
 
-    A worker thread runs an asyncio loop; :meth:`submit` hands it a turn without blocking and
-    without raising. At most *max_queue* turns wait or are being judged; past that a turn is
+    A :class:`~ragaudit._worker.BatchWorker` runs the judging (an asyncio loop on one thread, sync
+    judges on threads of a second one); :meth:`submit` hands it a turn without blocking and
+    without raising. Constructing an Auditor starts no thread and opens no file: threads start
+    with the first turn, the audit log opens with its first line (a failure there is counted in
+    ``sink_errors`` and logged once, and the traces still flow). An Auditor nobody references any
+    more stops its threads and closes its file (its worker threads hold it weakly). At most
+    *max_queue* turns wait or are being judged; past that a turn is
     **dropped and counted**, never lost silently. At most *max_concurrency* judgements run at once,
     each bounded by *timeout_s*. *sample_rate* keeps a deterministic share of turns (by turn id).
     ``mode="inline"`` judges before :meth:`submit` returns (for scripts and tests). Integrations
@@ -165,34 +172,51 @@ class Auditor:
         if audit_log is not None:
             from ..tracing.files import AuditLog
 
+            # Opened with its first line: a read-only working directory must not make constructing
+            # an Auditor (or a handler) raise into the host; a failed write is counted instead.
             self._audit_log = AuditLog(audit_log, capture_content=self._recorder.capture_content,
-                                       redact=redact)
-        # Sync-only judges (LexicalJudge, a user's BaseRagJudge with judge()) are called directly
-        # in worker threads we own, not through asyncio.to_thread: at interpreter exit the default
-        # executor refuses new work, and exit is exactly when we flush.
+                                       redact=redact, lazy=True)
+        # Sync-only judges (LexicalJudge, a user's BaseRagJudge with judge()) are called in
+        # threads of a worker of ours, not through asyncio.to_thread: at interpreter exit the
+        # default executor refuses new work, and exit is exactly when we flush.
         self._sync_judge = bool(getattr(judge, "blocking", False))
 
         self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
         self._counts = {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0,
                         "sink_errors": 0, "close_dropped": 0, "unjudged_no_evidence": 0,
                         "unjudged_empty_answer": 0}
-        self._closer: Closer | None = None
         self._pending = 0
         self._closed = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._semaphore: asyncio.Semaphore | None = None
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._log = RateLimitedLog()
-        self_ref = weakref.ref(self)
+        # The workers' handlers reach this auditor through a weak reference, so a running worker
+        # thread never keeps an Auditor nobody else references alive; when it goes, they stop.
+        ref = weakref.ref(self)
 
-        def _at_exit() -> None:
-            auditor = self_ref()
+        async def judge_turn(turn: RagTurn) -> None:
+            auditor = ref()
             if auditor is not None:
-                auditor._exit()
+                await auditor._process(turn)
 
-        register_exit(_at_exit)
+        def job_failed(exc: BaseException) -> None:
+            auditor = ref()
+            if auditor is not None:
+                auditor._job_failed(exc)
+
+        # The worker's own bound leaves room for the judgements in flight: max_queue (pending,
+        # counted here under one lock with the judged/failed counts) is what drops turns.
+        self._judging: BatchWorker[RagTurn] = BatchWorker(
+            "auditor", ahandle=judge_turn, max_queue=max_queue + max_concurrency, concurrency=max_concurrency)
+        self._blocking: BatchWorker[Callable[[], None]] | None = None
+        if self._sync_judge:
+            self._blocking = BatchWorker("judge", run_jobs, max_queue=max_queue + max_concurrency, max_batch=1,
+                                         threads=max_concurrency)
+        self._closer: BatchWorker[Callable[[], None]] = BatchWorker(
+            "closer", run_jobs, max_queue=max_closing, max_batch=_CLOSE_BATCH, delay_s=_CLOSE_DELAY_S,
+            on_error=job_failed)
+        workers = [w for w in (self._closer, self._judging, self._blocking) if w is not None]
+        weakref.finalize(self, _release, workers, self._audit_log)
+        track(self)
+        on_fork_in_child(self._after_fork)
         if handle_signals:
             flush_on_sigterm(self)
 
@@ -254,16 +278,10 @@ class Auditor:
         ``stats()["close_dropped"]``. *job* should not raise; if it does, the error is logged.
         """
         try:
-            if self.mode == "inline" or self._closed:
+            if self.mode == "inline" or self._closed or self._closer.closed:
                 job()
                 return True
-            closer = self._closer
-            if closer is None:
-                with self._lock:
-                    if self._closer is None:
-                        self._closer = Closer(self.max_closing, self._job_failed)
-                    closer = self._closer
-            if closer.put(job):
+            if self._closer.put(job):
                 return True
         except Exception as exc:
             self._job_failed(exc)
@@ -272,50 +290,74 @@ class Auditor:
             self._counts["close_dropped"] += 1
         self._log.warning("close_dropped", "ragaudit: a finished turn was dropped before it was recorded "
                           "(%d turns already waiting to be closed, max_closing=%d); stats=%s",
-                          len(closer), self.max_closing, self.stats())
+                          len(self._closer), self.max_closing, self.stats())
         return False
 
     def flush_turns(self, timeout: float | None = 30.0) -> bool:
         """Wait until every job :meth:`defer` got so far has run: the turns integrations handed over
         are built, their spans ended and they are submitted. Does not wait for judgements (that is
         :meth:`flush`). Returns False when *timeout* (seconds) ran out first."""
-        closer = self._closer
-        return closer is None or closer.drain(timeout)
+        return self._closer.flush(timeout)
 
     def flush(self, timeout: float | None = 30.0) -> bool:
-        """Wait until every turn handed over so far is recorded and judged and the sinks are flushed.
+        """Wait until every turn handed over so far is recorded and judged, its spans exported and
+        the sinks flushed.
 
-        Returns False when *timeout* (seconds) ran out first.
+        Returns within *timeout* (seconds) plus a few milliseconds whatever the trace backend or a
+        sink does (their flushes run on a worker thread and are abandoned at the deadline), and
+        says truthfully whether everything was delivered: False when the time ran out, a span
+        export or a sink's flush did not succeed, or a delivery failed (``sink_errors`` grew)
+        during the flush. Never raises.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        closer = self._closer
-        if closer is not None and not closer.drain(timeout):
+        try:
+            return self._flush(None if timeout is None else time.monotonic() + max(0.0, timeout))
+        except Exception as exc:  # never into the host
+            self._job_failed(exc)
             return False
-        with self._idle:
-            while self._pending:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._idle.wait(remaining)
-        remaining_s = 30.0 if deadline is None else max(0.0, deadline - time.monotonic())
+
+    def _flush(self, deadline: float | None) -> bool:
+        def remaining() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        errors_before = self.stats()["sink_errors"]
+        ok = self._closer.flush(remaining())
+        ok = self._judging.flush(remaining()) and ok
         # Spans first: a sink may refer to spans (Phoenix annotations need the span to exist).
-        ok = bool(self._recorder.force_flush(remaining_s))
+        ok = self._bounded(lambda t: bool(self._recorder.force_flush(t)), remaining(), self._recorder) and ok
         for sink in self._sinks:
-            try:
-                ok = bool(sink.force_flush(remaining_s)) and ok
-            except Exception as exc:
-                self._sink_failed(sink, exc)
-                ok = False
-        return ok
+            ok = self._bounded(sink.force_flush, remaining(), sink) and ok
+        stats = self.stats()
+        return ok and stats["pending"] == 0 and stats["sink_errors"] == errors_before
+
+    def _bounded(self, call: Callable[[float], bool], timeout_s: float | None, target: object) -> bool:
+        """Run a flush of code we do not control (an exporter, a sink) within *timeout_s*."""
+        budget = 30.0 if timeout_s is None else timeout_s
+        try:
+            finished, result = call_with_deadline(lambda: call(budget), budget + _CALL_MARGIN_S)
+        except Exception as exc:
+            self._sink_failed(target, exc)
+            return False
+        return finished and bool(result)
 
     def shutdown(self, timeout: float | None = None) -> bool:
-        """Flush (within *timeout*, default ``exit_timeout_s``), then stop the worker. Idempotent.
+        """Flush (within *timeout*, default ``exit_timeout_s``), then stop the workers. Idempotent.
 
-        Turns submitted afterwards are counted as dropped. Returns False when judgements were
-        still pending at the deadline (they are reported as lost on stderr).
+        Never raises, and returns within *timeout* plus a small margin whatever a judge, the trace
+        backend or a sink does. Turns submitted afterwards are counted as dropped. Returns False
+        when something was not delivered by the deadline; what (judgements, turns, spans) is
+        reported on stderr.
         """
-        budget = self.exit_timeout_s if timeout is None else timeout
-        deadline = time.monotonic() + budget
+        budget = self.exit_timeout_s if timeout is None else max(0.0, timeout)
+        try:
+            return self._shutdown(time.monotonic() + budget, budget)
+        except Exception as exc:  # never into the host (a full disk, a failing sink, ...)
+            self._job_failed(exc)
+            return False
+
+    def _shutdown(self, deadline: float, budget: float) -> bool:
+        def remaining() -> float:
+            return max(0.0, deadline - time.monotonic())
+
         with self._lock:
             if self._closed:
                 return self._pending == 0
@@ -327,49 +369,47 @@ class Auditor:
             except Exception as exc:
                 self._job_failed(exc)
         # Turns still being closed are submitted before the auditor stops accepting them.
-        closer = self._closer
-        if closer is not None:
-            closer.drain(budget)
+        self._closer.flush(remaining())
+        unclosed = len(self._closer)
+        self._closer.shutdown(0)
         with self._lock:
             if self._closed:
                 return self._pending == 0
             self._closed = True
-        ok = self.flush(max(0.0, deadline - time.monotonic()))
+        ok = self._flush(deadline)
         with self._lock:
             lost = self._pending
-        unclosed = len(closer) if closer is not None else 0
-        if lost:
-            print(f"ragaudit: {lost} judgement(s) still pending at shutdown were not recorded "
-                  f"(flush timeout {budget:g}s); stats={self.stats()}", file=sys.stderr)
-        if unclosed:
-            print(f"ragaudit: {unclosed} finished turn(s) still waiting to be recorded at shutdown were not "
-                  f"recorded (flush timeout {budget:g}s)", file=sys.stderr)
+        if not lost:
+            self._release_loop_clients(remaining())
+        self._judging.shutdown(0)
+        if self._blocking is not None:
+            self._blocking.shutdown(0)
         for sink in self._sinks:
-            try:
-                sink.shutdown()
-            except Exception as exc:
-                self._sink_failed(sink, exc)
-        if self._loop is not None:
-            self._release_loop_clients()
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            if self._thread is not None and self._thread is not threading.current_thread():
-                self._thread.join(5)
-                if not self._loop.is_running():
-                    self._loop.close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
+            ok = self._bounded(_shutdown_call(sink), remaining(), sink) and ok
         if self._audit_log is not None:
-            self._audit_log.close()
+            try:
+                self._audit_log.close()
+            except Exception as exc:  # the last buffered line could not be written (disk full)
+                self._sink_failed(self._audit_log, exc)
+        if lost:
+            report(f"{lost} judgement(s) still pending at shutdown were not recorded (flush timeout "
+                   f"{budget:g}s); stats={self.stats()}")
+        if unclosed:
+            report(f"{unclosed} finished turn(s) still waiting to be recorded at shutdown were not "
+                   f"recorded (flush timeout {budget:g}s)")
+        if not ok and not lost and not unclosed:
+            report(f"spans or sink deliveries were not all confirmed at shutdown (flush timeout {budget:g}s); "
+                   f"stats={self.stats()}")
         return ok and not lost and not unclosed
 
-    def _release_loop_clients(self) -> None:
+    def _release_loop_clients(self, timeout_s: float) -> None:
         # A judge's async HTTP client belongs to our loop: close it while the loop still runs, or
         # its connections can never be closed ("Event loop is closed" later).
         release = getattr(self.judge, "aclose_loop", None)
-        if self._loop is None or not callable(release) or self._pending:
-            return  # with judgements still in flight (reported lost), leave their connections alone
+        if not callable(release) or not self._judging.started:
+            return
         try:
-            asyncio.run_coroutine_threadsafe(release(), self._loop).result(timeout=5)
+            self._judging.run_coroutine(release()).result(timeout=min(timeout_s, 5.0))
         except Exception as exc:
             logger.debug("ragaudit: closing the judge's client for the auditor loop failed: %r", exc)
 
@@ -381,16 +421,27 @@ class Auditor:
         callback tree) and ``unjudged_empty_answer`` turns whose answer was empty; both are traced,
         never submitted (:meth:`count_unjudged`).
 
-        ``sink_errors`` adds the sinks' own delivery failures (items a sink gave up on).
-        ``closing`` is how many finished turns wait to be recorded (:meth:`defer`) and
-        ``close_dropped`` how many were dropped because *max_closing* were waiting already.
+        One consistent snapshot (one lock): ``submitted == judged + failed + dropped + sampled_out
+        + pending`` always holds, also while judgements are being delivered. ``sink_errors``
+        includes the sinks' own delivery failures (items a sink gave up on). ``closing`` is how
+        many finished turns wait to be recorded (:meth:`defer`) and ``close_dropped`` how many were
+        dropped because *max_closing* were waiting already.
         """
-        sink_errors = sum(int(getattr(sink, "errors", 0) or 0) for sink in self._sinks)
-        closer = self._closer
+        sink_errors = self._sink_errors()
+        closing = len(self._closer)
         with self._lock:
-            stats = {**self._counts, "pending": self._pending, "closing": len(closer) if closer else 0}
+            stats = {**self._counts, "pending": self._pending, "closing": closing}
         stats["sink_errors"] += sink_errors
         return stats
+
+    def _sink_errors(self) -> int:
+        total = 0
+        for sink in self._sinks:
+            try:
+                total += int(getattr(sink, "errors", 0) or 0)
+            except Exception:  # a sink's counter must not break stats()
+                continue
+        return total
 
     def __enter__(self) -> Auditor:
         return self
@@ -420,66 +471,57 @@ class Auditor:
                               "auditor shut down" if self._closed else f"queue full, max_queue={self.max_queue}",
                               self.stats())
             return status
-        loop = self._ensure_worker()
-        future = asyncio.run_coroutine_threadsafe(self._process(turn), loop)
         if self.mode == "inline":
-            judgement = future.result()
+            try:
+                judgement = self._judging.run_coroutine(self._process(turn)).result()
+            except RuntimeError:  # no thread could be started (interpreter shutdown)
+                self._unqueue()
+                return "dropped"
             return "judged" if judgement.error is None else "failed"
+        if not self._judging.put(turn):
+            self._unqueue()
+            return "dropped"
         return "queued"
 
-    def _ensure_worker(self) -> asyncio.AbstractEventLoop:
-        loop = self._loop
-        if loop is not None:
-            return loop
+    def _after_fork(self) -> None:
+        # In a forked child (gunicorn --preload): the parent's judgements in flight are the
+        # parent's to finish; the child's workers start empty, and so do its counts.
+        self._lock = threading.Lock()
+        self._pending = 0
+        self._counts = dict.fromkeys(self._counts, 0)
+
+    def _unqueue(self) -> None:
         with self._lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                ready = threading.Event()
-
-                def run() -> None:
-                    asyncio.set_event_loop(loop)
-                    self._semaphore = asyncio.Semaphore(self.max_concurrency)
-                    ready.set()
-                    loop.run_forever()
-
-                self._thread = threading.Thread(target=run, name="ragaudit-auditor", daemon=True)
-                self._thread.start()
-                ready.wait()
-                if self._sync_judge:
-                    self._pool = concurrent.futures.ThreadPoolExecutor(
-                        self.max_concurrency, thread_name_prefix="ragaudit-judge")
-                    # Start the threads now: at interpreter exit no new ones may be created.
-                    for future in [self._pool.submit(time.sleep, 0) for _ in range(self.max_concurrency)]:
-                        future.result()
-                self._loop = loop
-            return self._loop  # type: ignore[return-value]
+            self._pending -= 1
+            self._counts["dropped"] += 1
 
     async def _process(self, turn: RagTurn) -> Judgement:
+        start_ns = time.time_ns()
+        judgement: Judgement | None = None
         try:
-            semaphore = self._semaphore
-            if semaphore is None:  # pragma: no cover - set before the loop accepts work
-                raise RuntimeError("auditor worker not started")
-            async with semaphore:
-                start_ns = time.time_ns()
-                judgement = await self._judge(turn)
-            with self._lock:
-                self._counts["judged" if judgement.error is None else "failed"] += 1
+            judgement = await self._judge(turn)
             self._deliver(turn, judgement, start_ns)
             return judgement
         finally:
-            with self._idle:
+            # Counted with the pending count in one step, after delivery: a stats() snapshot
+            # taken meanwhile still adds up.
+            with self._lock:
                 self._pending -= 1
-                if not self._pending:
-                    self._idle.notify_all()
+                if judgement is None:
+                    self._counts["failed"] += 1
+                else:
+                    self._counts["judged" if judgement.error is None else "failed"] += 1
 
     async def _judge(self, turn: RagTurn) -> Judgement:
         judge_name = getattr(self.judge, "name", type(self.judge).__name__)
         started = time.perf_counter()
         try:
             request = JudgeRequest.from_turn(turn, self.max_context_chars)
-            if self._sync_judge and self._pool is not None:
-                running = asyncio.get_running_loop().run_in_executor(self._pool, self.judge.judge, request)
-                judgement = await asyncio.wait_for(running, self.timeout_s)
+            if self._blocking is not None:
+                future = call_on(self._blocking, lambda: self.judge.judge(request))
+                if future is None:
+                    raise RuntimeError("no thread to run the judge (interpreter shutdown)")
+                judgement = await asyncio.wait_for(asyncio.wrap_future(future), self.timeout_s)
             else:
                 judgement = await asyncio.wait_for(_contained(self.judge.ajudge(request)), self.timeout_s)
             if not isinstance(judgement, Judgement):
@@ -534,11 +576,31 @@ class Auditor:
         self._log.warning(f"sink:{name}:{type(exc).__name__}", "ragaudit: sink %s failed: %s: %s",
                           name, type(exc).__name__, exc)
 
-    def _exit(self) -> None:
+    def _exit(self, deadline: float) -> None:
+        """The exit hook's part for this auditor: shut down by *deadline* (shared by all auditors)."""
         if self._closed:
             return
         stats = self.stats()
         if stats["pending"] or stats["closing"]:
             logger.info("ragaudit: flushing %d pending judgement(s) and %d turn(s) at exit", stats["pending"],
                         stats["closing"])
-        self.shutdown(self.exit_timeout_s)
+        self.shutdown(min(self.exit_timeout_s, max(0.0, deadline - time.monotonic())))
+
+
+def _shutdown_call(sink: JudgementSink) -> Callable[[float], bool]:
+    def call(timeout_s: float) -> bool:
+        sink.shutdown()
+        return True
+
+    return call
+
+
+def _release(workers: list[BatchWorker[Any]], audit_log: Any) -> None:
+    """An Auditor went away without shutdown(): stop its threads, close its file. Never raises."""
+    for worker in workers:
+        worker.shutdown(0)
+    if audit_log is not None:
+        try:
+            audit_log.close()
+        except Exception as exc:
+            logger.debug("ragaudit: closing the audit log of a released auditor failed: %r", exc)

@@ -1,4 +1,4 @@
-"""The ``ragaudit`` command: ``demo``, ``eval``, ``metrics``, ``report``, ``calibrate``.
+"""The ``ragaudit`` command: ``demo``, ``eval``, ``metrics``, ``report``, ``calibrate``, ``qrels``.
 
 Each subcommand's work lives in its own module and is imported only when that subcommand runs,
 so ``ragaudit --help`` needs no optional extra.
@@ -28,6 +28,9 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     p.add_argument("--audit-log", default="ragaudit-audit.jsonl", help="JSONL audit log")
     p.add_argument("--offline", action="store_true",
                    help="ignore OPENAI_API_KEY / OPENAI_BASE_URL and use the offline stand-ins")
+    p.add_argument("--careless", action="store_true",
+                   help="the offline careless generator: scripted mistakes (a wrong number, a citation to the "
+                   "wrong document, an unsupported claim) for the audit to catch")
     p.set_defaults(handler=("ragaudit.demo.run", "demo_command"))
 
 
@@ -81,11 +84,40 @@ def _add_report(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 
 def _add_calibrate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("calibrate", help="agreement of judgements with human labels (kappa, correlations)")
-    p.add_argument("labels", help="JSONL human labels: id + per-dimension score or pass/fail")
+    p.add_argument("labels", help="JSONL human labels: id + per-dimension score or pass/fail; with --grades, "
+                   "graded human qrels (TREC or JSONL, 0-3) with the query ids `ragaudit qrels` writes")
     p.add_argument("judgements", help="audit log or JSON report with judgements")
+    p.add_argument("more", nargs="*", help="with --grades: more audit logs to pool")
+    p.add_argument("--grades", action="store_true",
+                   help="compare graded human qrels with the judge's document grades (agreement, weighted kappa, "
+                   "confusion table)")
     p.add_argument("--threshold", type=float, default=0.5, help="pass threshold on [0, 1] scores")
     p.add_argument("--format", choices=["table", "json"], default="table")
-    p.set_defaults(handler=("ragaudit.evaluation.calibration", "cli_command"))
+    p.set_defaults(handler=("ragaudit.cli", "_calibrate_command"))
+
+
+def _add_qrels(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("qrels", help="pooled judged qrels from the document grades of audit logs",
+                       description="Write the judge's document grades (0-3) of many audited turns as TREC "
+                       "qrels: one query id per distinct question, disagreeing grades resolved to the lower "
+                       "median and counted. Compare retrievers with `ragaudit metrics` against them.")
+    p.add_argument("audit_logs", nargs="+", help="JSONL audit logs written with a full-audit judge")
+    p.add_argument("-o", "--output", required=True, help="the qrels file to write")
+    p.add_argument("--runs", default=None, metavar="DIR",
+                   help="also write each audit log as a TREC run DIR/<log name>.run (same query ids)")
+    p.set_defaults(handler=("ragaudit.cli.qrels", "qrels_command"))
+
+
+def _calibrate_command(args: argparse.Namespace) -> int:
+    if args.grades:
+        from .qrels import calibrate_grades_command
+
+        return calibrate_grades_command(args)
+    if args.more:
+        raise RagAuditError("more than one judgements file is only read with --grades")
+    from ..evaluation.calibration import cli_command
+
+    return cli_command(args)
 
 
 def _metrics_command(args: argparse.Namespace) -> int:
@@ -102,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragaudit", description="Make every RAG answer auditable.")
     parser.add_argument("--version", action="version", version=f"ragaudit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_add_demo, _add_eval, _add_metrics, _add_report, _add_calibrate):
+    for add in (_add_demo, _add_eval, _add_metrics, _add_report, _add_calibrate, _add_qrels):
         add(sub)
     return parser
 

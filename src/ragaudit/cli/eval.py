@@ -289,22 +289,43 @@ def _row_from_audit(entry: Mapping[str, Any], index: int, threshold: float) -> R
         judge_error=_str_or_none(entry.get("error")),
         trace_id=_str_or_none(entry.get("trace_id")),
         usage=usage,
+        **_full_audit_from_entry(entry),
     )
+
+
+def _full_audit_from_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The full-audit fields of an audit-log line (absent keys in older logs give empty values)."""
+    def dicts(key: str) -> tuple[Mapping[str, Any], ...]:
+        return tuple(x for x in entry.get(key) or () if isinstance(x, Mapping))
+
+    judged = entry.get("judged_metrics") or {}
+    return {
+        "sentences": dicts("sentences"),
+        "document_grades": dicts("document_grades"),
+        "citation_checks": dicts("citation_checks"),
+        "judged_metrics": {str(k): float(v) for k, v in judged.items() if isinstance(v, (int, float))
+                           and not isinstance(v, bool) and math.isfinite(float(v))},
+        "citation_precision": _float_or_none(entry.get("citation_precision")),
+        "citation_recall": _float_or_none(entry.get("citation_recall")),
+    }
 
 
 def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _lowest_first(row: RowResult) -> tuple[int, float]:
+def _lowest_first(row: RowResult) -> tuple[int, int, float]:
+    """Turns with an unsupported/contradicted sentence or a failing citation first, then lowest score."""
+    flagged = 0 if row.problem_sentences or row.failing_citations else 1
     low = row.min_score()
-    return (1, 0.0) if low is None else (0, low)
+    return (flagged, 1, 0.0) if low is None else (flagged, 0, low)
 
 
 def report_from_audit_log(path: str | os.PathLike[str], *, threshold: float = 0.5) -> EvaluationReport:
-    """An :class:`EvaluationReport` of the turns in an audit log, lowest judge score first.
+    """An :class:`EvaluationReport` of the turns in an audit log, flagged turns first, then lowest score.
 
-    A turn's order key is the minimum of its three scores; turns with no score at all come last.
+    Turns with an unsupported or contradicted sentence, or a citation that does not hold, come
+    first; then by the minimum of the three scores; turns with no score at all come last.
     """
     from ..tracing.files import read_audit_log
 
@@ -320,7 +341,7 @@ def report_from_audit_log(path: str | os.PathLike[str], *, threshold: float = 0.
 def _print_audit(report: EvaluationReport, limit: int, out: Any = None) -> None:
     out = out or sys.stdout
     total = len(report.rows)
-    print(f"{total} turns in the log · judge {report.judge} · lowest scores first"
+    print(f"{total} turns in the log · judge {report.judge} · flagged sentences first, then lowest scores"
           + (f" (showing {min(limit, total)})" if limit < total else ""), file=out)
     print("", file=out)
     print("mean " + " · ".join(f"{name} {s.mean:.3f} (n={s.n}, missing={s.missing})" if s.mean is not None
@@ -329,6 +350,7 @@ def _print_audit(report: EvaluationReport, limit: int, out: Any = None) -> None:
     shares = report.diagnosis_shares
     print("diagnosis " + ", ".join(f"{d} {shares[d]:.0%}" for d in DIAGNOSES if report.diagnosis_counts[d]),
           file=out)
+    _print_problem_sentences(report, limit, out)
     for i, row in enumerate(report.rows[:limit], start=1):
         low = row.min_score()
         scores = "  ".join(f"{n}={v:.2f}" if v is not None else f"{n}=–" for n, v in row.scores().items())
@@ -338,6 +360,13 @@ def _print_audit(report: EvaluationReport, limit: int, out: Any = None) -> None:
         print(f"     {scores}", file=out)
         if row.retrieval_metrics:
             print("     " + "  ".join(f"{k}={v:.2f}" for k, v in row.retrieval_metrics.items()), file=out)
+        if row.judged_metrics or row.document_grades:
+            grades = " ".join("–" if g.get("grade") is None else str(g.get("grade")) for g in row.document_grades)
+            judged = "  ".join(f"{k}={v:.2f}" for k, v in row.judged_metrics.items())
+            print(f"     grades by rank: {grades or '–'}  {judged}", file=out)
+        if row.citation_checks:
+            print(f"     citation precision {_num(row.citation_precision)}, recall {_num(row.citation_recall)}",
+                  file=out)
         print(f"     Q: {_one_line(row.question)}", file=out)
         print(f"     A: {_one_line(row.answer)}", file=out)
         if row.citations:
@@ -349,6 +378,46 @@ def _print_audit(report: EvaluationReport, limit: int, out: Any = None) -> None:
         if row.judge_error:
             print(f"     judge error: {_one_line(row.judge_error)}", file=out)
         print(f"     reason: {_one_line(row.reason)}", file=out)
+
+
+def _num(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
+def _sentence_citations(row: RowResult, index: Any) -> str:
+    sources = dict(zip(row.doc_ids, row.doc_sources))
+    parts = []
+    for check in row.citation_checks:
+        if check.get("sentence") == index:
+            holds = check.get("holds")
+            verdict = "holds" if holds else "does NOT hold" if holds is False else "not checked"
+            source = sources.get(str(check.get("doc_id")))
+            parts.append(f"[{check.get('rank')}] {check.get('doc_id')}" + (f" ({source})" if source else "")
+                         + f": {verdict}")
+    return "cites " + ", ".join(parts) if parts else "cites nothing"
+
+
+def _print_problem_sentences(report: EvaluationReport, limit: int, out: Any) -> None:
+    """The sentences judged unsupported or contradicted, and the citations that do not hold, first."""
+    lines: list[str] = []
+    for row in report.rows:
+        for sentence in row.problem_sentences:
+            index = sentence.get("index")
+            lines.append(f"  turn {row.id[:8]} S{index} {sentence.get('verdict')}: "
+                         f"{_one_line(sentence.get('text'), 140)} -- {_sentence_citations(row, index)}")
+        problems = {s.get("index") for s in row.problem_sentences}
+        for check in row.failing_citations:
+            if check.get("sentence") not in problems:
+                lines.append(f"  turn {row.id[:8]} S{check.get('sentence')} ({check.get('verdict')}) cites "
+                             f"[{check.get('rank')}] {check.get('doc_id')}, which does not support it")
+    if not lines:
+        if any(row.sentences for row in report.rows):
+            print("no unsupported or contradicted sentence, no citation that does not hold", file=out)
+        return
+    print(f"{len(lines)} unsupported or contradicted sentence(s) and wrong citation(s)"
+          + (f" (showing {limit})" if len(lines) > limit else "") + ":", file=out)
+    for line in lines[:limit]:
+        print(line, file=out)
 
 
 def _one_line(text: str | None, limit: int = 200) -> str:

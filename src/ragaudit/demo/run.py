@@ -22,6 +22,7 @@ from typing import Any, TextIO
 from ..errors import ConfigurationError
 from ..judges import default_judge
 from ..records import Judgement, RagTurn
+from .careless import CARELESS_MODEL, MISTAKES
 from .generator import STANDIN_MODEL, model_from_env
 from .kb import DOCUMENTS, QRELS, QUESTIONS, DemoQuestion
 from .pipelines import DEFAULT_K, real_model_configured
@@ -64,6 +65,7 @@ def demo_command(args: argparse.Namespace) -> int:
             audit_log=args.audit_log,
             otlp_endpoint=args.otlp_endpoint,
             offline=args.offline,
+            careless=getattr(args, "careless", False),
         )
     except ImportError as exc:
         extra = "llamaindex" if args.framework == "llamaindex" else "langchain"
@@ -125,11 +127,14 @@ def run_demo(
     otlp_endpoint: str | None = None,
     offline: bool = False,
     questions: Sequence[DemoQuestion] = QUESTIONS,
+    careless: bool = False,
 ) -> DemoResult:
     """Run *questions* through the demo pipeline of *framework* with ragaudit attached.
 
     Judging runs in the background, as in production; this waits for every judgement before it
-    returns. The span file and audit log are appended to.
+    returns. The span file and audit log are appended to. *careless* runs the offline careless
+    generator (:mod:`ragaudit.demo.careless`: scripted mistakes) instead of any other generator,
+    judged offline.
     """
     if framework not in ("langchain", "llamaindex"):
         raise ConfigurationError(f"framework must be 'langchain' or 'llamaindex', got {framework!r}")
@@ -137,12 +142,12 @@ def run_demo(
     from ..judges.lexical import LexicalJudge
     from ..tracing import read_spans
 
-    real = real_model_configured(offline)
+    real = real_model_configured(offline) and not careless
     judge = default_judge() if real else LexicalJudge()
     endpoint = _otlp_url(otlp_endpoint)
     base_url = os.environ.get("OPENAI_BASE_URL")
     generator = (f"{model_from_env()} (OpenAI-compatible API{' at ' + base_url if base_url else ''})"
-                 if real else STANDIN_MODEL)
+                 if real else CARELESS_MODEL if careless else STANDIN_MODEL)
     judge_name = getattr(judge, "name", type(judge).__name__)
     result = DemoResult(framework, generator, judge_name, otlp_endpoint=endpoint)
     by_query = {q.text: q.id for q in questions}
@@ -162,7 +167,7 @@ def run_demo(
                       on_judgement=on_judgement)
     try:
         runner = _run_langchain if framework == "langchain" else _run_llamaindex
-        runner(questions, auditor, provider, real, result)
+        runner(questions, auditor, provider, real, result, careless)
         auditor.flush(timeout=_FLUSH_TIMEOUT_S)
     finally:
         auditor.shutdown(timeout=_FLUSH_TIMEOUT_S)
@@ -207,12 +212,13 @@ def _ask_all(questions: Sequence[DemoQuestion], ask: Callable[[DemoQuestion, dic
 
 
 def _run_langchain(questions: Sequence[DemoQuestion], auditor: Any, provider: Any, real: bool,
-                   result: DemoResult) -> None:
+                   result: DemoResult, careless: bool = False) -> None:
     from ..integrations.langchain import RagAuditCallbackHandler
+    from .careless import langchain_careless
     from .generator import langchain_openai
     from .pipelines import build_langchain_chain
 
-    chain = build_langchain_chain(langchain_openai() if real else None)
+    chain = build_langchain_chain(langchain_careless() if careless else langchain_openai() if real else None)
     handler = RagAuditCallbackHandler(auditor=auditor, tracer_provider=provider)
 
     def ask(question: DemoQuestion, ground_truth: dict[str, Any]) -> None:
@@ -223,14 +229,15 @@ def _run_langchain(questions: Sequence[DemoQuestion], auditor: Any, provider: An
 
 
 def _run_llamaindex(questions: Sequence[DemoQuestion], auditor: Any, provider: Any, real: bool,
-                    result: DemoResult) -> None:
+                    result: DemoResult, careless: bool = False) -> None:
     from llama_index.core.instrumentation.dispatcher import instrument_tags
 
     from ..integrations import llamaindex
+    from .careless import llamaindex_careless
     from .generator import llamaindex_openai
     from .pipelines import build_llamaindex_engine
 
-    engine = build_llamaindex_engine(llamaindex_openai() if real else None)
+    engine = build_llamaindex_engine(llamaindex_careless() if careless else llamaindex_openai() if real else None)
 
     def ask(question: DemoQuestion, ground_truth: dict[str, Any]) -> None:
         with instrument_tags(ground_truth):
@@ -292,9 +299,87 @@ def _reason_for(reason: str | None, score_name: str) -> str:
     return _cut(reason, _REASON_CHARS)
 
 
+_MISTAKE_LABELS = {"wrong_number": "a wrong number", "wrong_citation": "a citation to the wrong document",
+                   "unsupported_claim": "an unsupported claim"}
+_LABEL_RE = re.compile(r"^\[[^\[\]]{20,}\]\s*")  # the stand-ins' "[offline ...]" label, not a citation
+
+
+def _judged(judgement: Judgement | None, measure: str) -> float | None:
+    if judgement is None:
+        return None
+    from ..judged import judged_metrics
+
+    found = judged_metrics(judgement, [f"{measure}@{DEFAULT_K}"])
+    return None if found is None else found[f"judged_{measure}@{DEFAULT_K}"]
+
+
+def _grades(judgement: Judgement | None) -> str:
+    if judgement is None or not judgement.document_grades:
+        return "—"
+    return " ".join("—" if g.grade is None else str(g.grade) for g in judgement.document_grades)
+
+
+def _problems(turn: RagTurn | None, judgement: Judgement | None) -> tuple[list[str], list[str]]:
+    """(lines about unsupported/contradicted sentences, lines about citations that do not hold)."""
+    if turn is None or judgement is None:
+        return [], []
+    from ..judged import check_citations
+
+    checks = check_citations(turn.answer, turn.documents, judgement)
+    by_sentence: dict[int, list[str]] = {}
+    for check in checks:
+        verdict = "holds" if check.holds else "does NOT hold" if check.holds is False else "not checked"
+        by_sentence.setdefault(check.sentence, []).append(
+            f"[{check.rank}] {_SECTIONS.get(check.doc_id, check.doc_id)}: {verdict}")
+    sentences = []
+    for sentence in judgement.sentences:
+        if sentence.problem:
+            cites = "; cites " + ", ".join(by_sentence[sentence.index]) if sentence.index in by_sentence \
+                else "; cites nothing"
+            text = _LABEL_RE.sub("", sentence.text)
+            sentences.append(f"S{sentence.index} {sentence.verdict}: \"{_cut(text, 110)}\"{cites}")
+    wrong = []
+    for check in checks:
+        if check.holds is False and check.verdict in ("supported", "partially_supported"):
+            support = next((s for s in judgement.sentences if s.index == check.sentence), None)
+            by = ", ".join(f"[{r}] {_SECTIONS.get(d, d)}" for r, d in
+                           zip(support.supporting_ranks, support.supporting_doc_ids)) if support else ""
+            wrong.append(f"S{check.sentence} cites [{check.rank}] {_SECTIONS.get(check.doc_id, check.doc_id)}, "
+                         f"but the sentence is supported by {by or 'another document'}: the citation does NOT hold")
+    return sentences, wrong
+
+
+def _print_sentence_problems(result: DemoResult, questions: Sequence[DemoQuestion],
+                             say: Callable[..., None]) -> None:
+    say("")
+    found = False
+    for question in questions:
+        sentences, wrong = _problems(result.turns.get(question.id), result.judgements.get(question.id))
+        if sentences or wrong:
+            if not found:
+                say("Unsupported or contradicted sentences, and citations that do not hold (sentence audit):")
+                found = True
+            say(f"  {question.id} {_cut(question.text, 60)}")
+            for line in sentences + wrong:
+                say(f"      {line}")
+    if not found:
+        say("Unsupported or contradicted sentences: none -- every answer sentence is supported and every "
+            "citation holds.")
+
+
+def _print_caught(result: DemoResult, questions: Sequence[DemoQuestion], say: Callable[..., None]) -> None:
+    say("")
+    say("Planted mistakes (careless generator) and whether the audit caught them:")
+    for qid, mistake in MISTAKES.items():
+        sentences, wrong = _problems(result.turns.get(qid), result.judgements.get(qid))
+        caught = bool(wrong) if mistake == "wrong_citation" else bool(sentences)
+        how = (wrong or sentences or ["no unsupported sentence and no failing citation found"])[0]
+        say(f"  {qid} {_MISTAKE_LABELS[mistake]:<34} {'CAUGHT' if caught else 'MISSED'}: {how}")
+
+
 def _table(rows: list[list[str]], out: TextIO) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    numeric = {2, 3, 4, 5}
+    numeric = {2, 3, 4, 5, 6, 7}
     for n, row in enumerate(rows):
         cells = [cell.rjust(widths[i]) if i in numeric else cell.ljust(widths[i])
                  for i, cell in enumerate(row)]
@@ -316,13 +401,25 @@ def print_report(result: DemoResult, *, traces: str | os.PathLike[str], audit_lo
         say(f"  generator: {STANDIN_MODEL} -- an OFFLINE EXTRACTIVE STAND-IN, not a language model:")
         say("             it only copies sentences of the retrieved documents "
             "(set OPENAI_API_KEY or OPENAI_BASE_URL for a real model)")
+    elif result.generator == CARELESS_MODEL:
+        say(f"  generator: {CARELESS_MODEL} -- an OFFLINE CARELESS GENERATOR with SCRIPTED MISTAKES, not a "
+            "language model:")
+        say("             the stand-in's answers with " + ", ".join(
+            f"{_MISTAKE_LABELS[m]} on {qid}" for qid, m in MISTAKES.items()) + " (see ragaudit.demo.careless)")
     else:
         say(f"  generator: {result.generator}")
-    judge_kind = "deterministic word overlap, no model" if result.judge == "lexical" else "LLM judge"
-    say(f"  judge:     {result.judge} ({judge_kind}); scores in [0, 1], — = no score")
+    if result.judge == "lexical":
+        say(f"  judge:     {result.judge} (deterministic word overlap, no model); scores in [0, 1], — = no score")
+        say("             a weak screen, not a verdict: it sees words, not meaning (negations, paraphrases and "
+            "contradictions pass);")
+        say("             for verdicts use an LLM judge: ChatRagJudge (full audit) via OPENAI_API_KEY / "
+            "OPENAI_BASE_URL")
+    else:
+        say(f"  judge:     {result.judge} (LLM judge, full audit); scores in [0, 1], — = no score")
     say("")
 
-    rows = [["#", "question", "faithful", "ctx rel", "ans rel", f"recall@{DEFAULT_K}", "cited"]]
+    rows = [["#", "question", "faithful", "ctx rel", "ans rel", f"recall@{DEFAULT_K}", f"jNDCG@{DEFAULT_K}",
+             f"jP@{DEFAULT_K}", "grades", "cited"]]
     for question in questions:
         turn = result.turns.get(question.id)
         judgement = result.judgements.get(question.id)
@@ -330,10 +427,16 @@ def print_report(result: DemoResult, *, traces: str | os.PathLike[str], audit_lo
         rows.append([
             question.id, _cut(question.text, _QUESTION_CHARS), _fmt(scores["faithfulness"]),
             _fmt(scores["context_relevance"]), _fmt(scores["answer_relevance"]),
-            _fmt(_recall(turn, question)), _cited(turn),
+            _fmt(_recall(turn, question)), _fmt(_judged(judgement, "ndcg")), _fmt(_judged(judgement, "P")),
+            _grades(judgement), _cited(turn),
         ])
     _table(rows, out)
     say(f"  recall@{DEFAULT_K} — : no document in the knowledge base is relevant (not covered).")
+    say("  grades: the judge's grade of each retrieved document, by rank (0 unrelated, 1 related, 2 partly "
+        "answers, 3 answers); no ground truth needed.")
+    say(f"  jNDCG@{DEFAULT_K}: judged NDCG from those grades -- the ORDER of what was retrieved (1.00 when "
+        f"all are equally poor); jP@{DEFAULT_K}: the share graded >= 2.")
+    _print_sentence_problems(result, questions, say)
 
     problems = {qid: err for qid, err in result.errors.items()}
     for question in questions:
@@ -357,7 +460,7 @@ def print_report(result: DemoResult, *, traces: str | os.PathLike[str], audit_lo
             say(f"  {question.id} {_fmt(judgement.faithfulness)}  {question.text}")
             say(f"      {_reason_for(judgement.reason, 'faithfulness')}")
     else:
-        say("Faithfulness < 0.5: none -- every answer is supported by its retrieved documents.")
+        say("Faithfulness < 0.5: none.")
     for score_name in ("context_relevance", "answer_relevance"):
         scored = sorted(((getattr(j, score_name), q.id, q, j) for q, j in judged
                          if getattr(j, score_name) is not None), key=lambda x: (x[0], x[1]))
@@ -369,6 +472,8 @@ def print_report(result: DemoResult, *, traces: str | os.PathLike[str], audit_lo
             say(f"  {question.id} {_fmt(value)}  {question.text}")
             say(f"      {_reason_for(judgement.reason, score_name)}")
 
+    if result.generator == CARELESS_MODEL:
+        _print_caught(result, questions, say)
     say("")
     spans = ", ".join(f"{n} {kind}" for kind, n in sorted(result.spans.items())) or "none"
     say(f"Spans:     {sum(result.spans.values())} written to {traces} ({spans})")

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from html import escape
 from typing import TYPE_CHECKING
 
-from ..records import SCORE_NAMES
 from .report import HISTOGRAM_BINS, RowResult
 
 if TYPE_CHECKING:
@@ -55,6 +54,34 @@ details summary { cursor: pointer; color: var(--muted); }
 pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 4px 0; font-size: 12px; }
 ul.cites { margin: 2px 0; padding-left: 16px; }
 .err { color: var(--retrieval); }
+article.answer { border: 1px solid var(--line); border-radius: 8px; margin: 0 0 16px; padding: 10px 14px;
+  overflow-wrap: anywhere; }
+article.answer > header { display: flex; flex-wrap: wrap; gap: 6px 14px; align-items: baseline; }
+article.answer h3 { font-size: 15px; margin: 0; flex: 1 1 480px; }
+.scores { color: var(--muted); font-size: 12px; font-variant-numeric: tabular-nums; }
+.scores b { color: var(--fg); font-weight: 600; }
+.agrid { display: grid; grid-template-columns: minmax(0, 3fr) minmax(0, 2fr); gap: 16px; margin-top: 8px; }
+.agrid h4 { font-size: 12px; text-transform: uppercase; letter-spacing: .04em; color: var(--muted);
+  margin: 0 0 4px; }
+.sent { padding: 1px 2px; border-radius: 3px; }
+.v-supported { background: #dafbe1; } .v-partially_supported { background: #fff8c5; }
+.v-unsupported { background: #ffebe9; text-decoration: underline wavy #cf222e; }
+.v-contradicted { background: #ffcecb; text-decoration: underline wavy #a40e26; font-weight: 600; }
+.v-no_claim { color: var(--muted); } .v-missing { border-bottom: 1px dashed var(--muted); }
+sup.sn { color: var(--muted); font-size: 10px; margin: 0 2px; }
+sup.sn a, .docs a { color: var(--bar); text-decoration: none; }
+ul.flags { margin: 6px 0; padding-left: 18px; }
+ul.flags li { margin: 2px 0; }
+ol.docs { margin: 0; padding-left: 0; list-style: none; }
+ol.docs li { border: 1px solid var(--line); border-radius: 6px; padding: 4px 8px; margin: 0 0 6px;
+  background: var(--panel); }
+.grade { display: inline-block; min-width: 18px; text-align: center; border-radius: 9px; color: #fff;
+  font-size: 12px; padding: 0 6px; }
+.g-3 { background: var(--ok); } .g-2 { background: #4ac26b; } .g-1 { background: var(--unknown); }
+.g-0 { background: var(--retrieval); } .g-none { background: var(--error); }
+.holds { color: var(--ok); } .fails { color: var(--retrieval); font-weight: 600; }
+.rid { color: var(--muted); font-size: 11px; }
+.legend { color: var(--muted); font-size: 12px; }
 """
 
 _DIAG_CLASS = {"ok": "d-ok", "retrieval": "d-retrieval", "generation": "d-generation",
@@ -165,24 +192,101 @@ def _scatter_svg(rows: Sequence[RowResult], x_name: str) -> str:
     return "".join(parts)
 
 
-def _citations_html(row: RowResult) -> str:
-    if not row.citations:
-        return '<span class="none">none</span>'
+def _anchor(row: RowResult, rank: object) -> str:
+    return f"d-{_e(row.id)}-{_e(rank)}"
+
+
+def _score_text(name: str, value: float | None, threshold: float) -> str:
+    if value is None:
+        return f"{_e(name)} –"
+    cls = "low" if value < threshold else ""
+    return f'{_e(name)} <b class="{cls}">{value:.2f}</b>'
+
+
+def _sentences_html(row: RowResult) -> str:
+    """The answer with each judged sentence marked by its verdict and linked to its supporting documents."""
+    answer = row.answer or ""
+    if not row.sentences:
+        return f"<pre>{_e(answer) if row.answer is not None else '(none)'}</pre>"
+    parts: list[str] = []
+    pos = 0
+    for sentence in row.sentences:
+        start, end = sentence.get("start"), sentence.get("end")
+        text = str(sentence.get("text") or "")
+        if isinstance(start, int) and isinstance(end, int) and pos <= start <= end <= len(answer):
+            parts.append(_e(answer[pos:start]))
+            text, pos = answer[start:end], end
+        else:
+            parts.append(" ")
+        verdict = sentence.get("verdict")
+        cls = f"v-{verdict}" if isinstance(verdict, str) else "v-missing"
+        label = str(verdict).replace("_", " ") if verdict else "no verdict"
+        links = "".join(f'<a href="#{_anchor(row, r)}">{_e(r)}</a>' for r in sentence.get("supporting_ranks") or ())
+        parts.append(f'<span class="sent {cls}" title="S{_e(sentence.get("index"))}: {_e(label)}">{_e(text)}</span>'
+                     f'<sup class="sn">S{_e(sentence.get("index"))}{" → " + links if links else ""}</sup>')
+    parts.append(_e(answer[pos:]))
+    return f'<p class="sentences">{"".join(parts)}</p>'
+
+
+def _flags_html(row: RowResult) -> str:
     items = []
-    for c in row.citations:
-        source = f" ({_e(c.get('source'))})" if c.get("source") else ""
-        items.append(f"<li>[{_e(c.get('rank', '?'))}] <code>{_e(c.get('doc_id'))}</code>{source} "
-                     f"– {_e(c.get('method', ''))}</li>")
-    return f'<ul class="cites">{"".join(items)}</ul>'
+    for sentence in row.problem_sentences:
+        index = sentence.get("index")
+        cites = [c for c in row.citation_checks if c.get("sentence") == index]
+        how = "; ".join(f"cites [{_e(c.get('rank'))}] " + ('<span class="holds">holds</span>' if c.get("holds")
+                        else '<span class="fails">does not hold</span>') for c in cites) or "cites nothing"
+        items.append(f'<li><span class="fails">S{_e(index)} {_e(sentence.get("verdict"))}</span> — {how}</li>')
+    problems = {s.get("index") for s in row.problem_sentences}
+    for check in row.failing_citations:
+        if check.get("sentence") not in problems:
+            items.append(f'<li><span class="fails">S{_e(check.get("sentence"))} cites [{_e(check.get("rank"))}]'
+                         "</span>, which does not support it</li>")
+    return f'<ul class="flags">{"".join(items)}</ul>' if items else ""
 
 
-def _row_html(row: RowResult, metrics: Sequence[str], threshold: float) -> str:
-    cells = [f'<td><code>{_e(row.id)}</code></td>',
-             f'<td class="cell-text">{_e(row.question or "")}</td>']
-    cells += [_score_cell(v, threshold) for v in row.scores().values()]
-    cells += [_score_cell(row.retrieval_metrics.get(m), threshold) for m in metrics]
-    cells.append(f"<td>{_citations_html(row)}</td>")
-    cells.append(f'<td><span class="tag {_DIAG_CLASS[row.diagnosis]}">{_e(row.diagnosis)}</span></td>')
+def _documents_html(row: RowResult) -> str:
+    if not row.doc_ids:
+        return '<p class="legend">nothing retrieved</p>'
+    grades = {str(g.get("doc_id")): g.get("grade") for g in row.document_grades}
+    cited = {str(c.get("doc_id")) for c in row.citations}
+    checks: dict[str, list[str]] = {}
+    for check in row.citation_checks:
+        mark = '<span class="holds">✓</span>' if check.get("holds") else (
+            '<span class="fails">✗</span>' if check.get("holds") is False else "?")
+        checks.setdefault(str(check.get("doc_id")), []).append(f"S{_e(check.get('sentence'))} {mark}")
+    supports: dict[str, list[str]] = {}
+    for sentence in row.sentences:
+        for doc_id in sentence.get("supporting_doc_ids") or ():
+            supports.setdefault(str(doc_id), []).append(f"S{_e(sentence.get('index'))}")
+    items = []
+    sources = row.doc_sources or (None,) * len(row.doc_ids)
+    for rank, (doc_id, source) in enumerate(zip(row.doc_ids, sources), start=1):
+        grade = grades.get(doc_id)
+        badge = (f'<span class="grade g-{_e(grade)}" title="grade {_e(grade)}">{_e(grade)}</span>'
+                 if isinstance(grade, int) else ('<span class="grade g-none" title="no grade">–</span>'
+                                                 if row.document_grades else ""))
+        bits = [f"{badge} [{rank}] <code>{_e(doc_id)}</code>" + (f" <span class=legend>{_e(source)}</span>"
+                                                                  if source else "")]
+        if doc_id in checks:
+            bits.append("cited by " + ", ".join(checks[doc_id]))
+        elif doc_id in cited:
+            bits.append("cited")
+        if doc_id in supports:
+            bits.append("supports " + ", ".join(supports[doc_id]))
+        items.append(f'<li id="{_anchor(row, rank)}">{" · ".join(bits)}</li>')
+    return f'<ol class="docs">{"".join(items)}</ol>'
+
+
+def _answer_html(row: RowResult, metrics: Sequence[str], threshold: float) -> str:
+    """One audited answer on one screen width: question and scores, the answer with its sentences
+    marked, and beside it the retrieved documents with grades and citation checks."""
+    scores = [_score_text(_LABELS[n], v, threshold) for n, v in row.scores().items()]
+    scores += [_score_text(m, row.retrieval_metrics.get(m), threshold) for m in metrics
+               if row.retrieval_metrics.get(m) is not None]
+    scores += [_score_text(m, v, threshold) for m, v in row.judged_metrics.items()]
+    if row.citation_checks:
+        scores += [_score_text("citation precision", row.citation_precision, threshold),
+                   _score_text("citation recall", row.citation_recall, threshold)]
     detail = []
     if row.error:
         detail.append(f'<p class="err"><b>Pipeline error:</b> {_e(row.error)}</p>')
@@ -190,16 +294,16 @@ def _row_html(row: RowResult, metrics: Sequence[str], threshold: float) -> str:
         detail.append(f'<p class="err"><b>Judge error:</b> {_e(row.judge_error)}</p>')
     if row.reason:
         detail.append(f"<p><b>Reason:</b> {_e(row.reason)}</p>")
-    detail.append(f"<p><b>Answer:</b></p><pre>{_e(row.answer if row.answer is not None else '(none)')}</pre>")
-    docs = ", ".join(f"{_e(d)}" + (f" ({_e(s)})" if s else "")
-                     for d, s in zip(row.doc_ids, row.doc_sources or (None,) * len(row.doc_ids)))
-    detail.append(f"<p><b>Retrieved:</b> {docs or 'none'}</p>")
-    if row.trace_id:
-        detail.append(f"<p><b>Trace:</b> <code>{_e(row.trace_id)}</code></p>")
-    opened = " open" if row.diagnosis != "ok" else ""  # what needs a look is shown without a click
-    cells.append(f'<td class="cell-text more"><details{opened}><summary>details</summary>{"".join(detail)}'
-                 "</details></td>")
-    return f'<tr class="row" id="row-{_e(row.id)}">{"".join(cells)}</tr>'
+    trace = f" · trace {_e(row.trace_id)}" if row.trace_id else ""
+    flagged = len(row.problem_sentences) + len({c.get("sentence") for c in row.failing_citations}
+                                               - {s.get("index") for s in row.problem_sentences})
+    flag = f'<span class="tag d-retrieval">{flagged} flagged</span>' if flagged else ""
+    return (f'<article class="answer" id="row-{_e(row.id)}"><header><span class="tag {_DIAG_CLASS[row.diagnosis]}">'
+            f'{_e(row.diagnosis)}</span>{flag}<h3>{_e(row.question or "(no question)")}</h3></header>'
+            f'<div class="scores">{" · ".join(scores)}</div>'
+            f'<div class="agrid"><div><h4>Answer</h4>{_sentences_html(row)}{_flags_html(row)}{"".join(detail)}</div>'
+            f"<div><h4>Retrieved documents</h4>{_documents_html(row)}</div></div>"
+            f'<div class="rid">{_e(row.id)}{trace}</div></article>')
 
 
 def render_html(report: EvaluationReport) -> str:
@@ -247,12 +351,16 @@ def render_html(report: EvaluationReport) -> str:
     out.append(f"<figure>{_scatter_svg(report.rows, x_name)}<figcaption>{_e(x_name)} vs faithfulness "
                "(colour: diagnosis)</figcaption></figure></div>")
 
-    headers = ["id", "question", *(_LABELS[n] for n in SCORE_NAMES), *report.metrics, "citations",
-               "diagnosis", ""]
-    out.append('<h2>Rows</h2><table id="rows"><thead><tr>'
-               + "".join(f"<th>{_e(h)}</th>" for h in headers) + "</tr></thead><tbody>")
-    out.extend(_row_html(row, report.metrics, threshold) for row in report.rows)
-    out.append("</tbody></table>")
+    out.append('<h2>Answers</h2><p class="legend">Each answer sentence is marked by its verdict: '
+               '<span class="sent v-supported">supported</span> <span class="sent v-partially_supported">'
+               'partially supported</span> <span class="sent v-unsupported">unsupported</span> '
+               '<span class="sent v-contradicted">contradicted</span> <span class="sent v-no_claim">no claim'
+               '</span> <span class="sent v-missing">no verdict</span>; the numbers after it link to the '
+               "documents that support it. Documents show the judge's grade (0 unrelated, 1 related, 2 partly "
+               "answers, 3 answers) and whether each citation holds.</p>")
+    out.append('<section id="answers">')
+    out.extend(_answer_html(row, report.metrics, threshold) for row in report.rows)
+    out.append("</section>")
     out.append('<p class="meta">Generated by ragaudit. Scores the judge did not give are shown as – and are '
                "not counted in means.</p></body></html>")
     return "\n".join(out)

@@ -122,6 +122,12 @@ class RowResult:
     trace_id: str | None = None
     usage: Mapping[str, int] = field(default_factory=dict)
     latency_s: float | None = None
+    sentences: tuple[Mapping[str, Any], ...] = ()
+    document_grades: tuple[Mapping[str, Any], ...] = ()
+    citation_checks: tuple[Mapping[str, Any], ...] = ()
+    judged_metrics: Mapping[str, float] = field(default_factory=dict)
+    citation_precision: float | None = None
+    citation_recall: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
@@ -144,6 +150,20 @@ class RowResult:
         object.__setattr__(self, "retrieval_metrics",
                            MappingProxyType({str(k): float(v) for k, v in self.retrieval_metrics.items()}))
         object.__setattr__(self, "usage", MappingProxyType(dict(self.usage)))
+        for name in ("sentences", "document_grades", "citation_checks"):
+            object.__setattr__(self, name, tuple(MappingProxyType(dict(x)) for x in getattr(self, name)))
+        object.__setattr__(self, "judged_metrics",
+                           MappingProxyType({str(k): float(v) for k, v in self.judged_metrics.items()}))
+
+    @property
+    def problem_sentences(self) -> list[Mapping[str, Any]]:
+        """The sentences judged ``unsupported`` or ``contradicted``, in answer order."""
+        return [s for s in self.sentences if s.get("verdict") in ("unsupported", "contradicted")]
+
+    @property
+    def failing_citations(self) -> list[Mapping[str, Any]]:
+        """The citation checks that do not hold."""
+        return [c for c in self.citation_checks if c.get("holds") is False]
 
     @property
     def recall(self) -> float | None:
@@ -185,7 +205,31 @@ class RowResult:
             "trace_id": self.trace_id,
             "usage": dict(self.usage),
             "latency_s": self.latency_s,
+            "sentences": [dict(x) for x in self.sentences],
+            "document_grades": [dict(x) for x in self.document_grades],
+            "citation_checks": [dict(x) for x in self.citation_checks],
+            "judged_metrics": dict(self.judged_metrics),
+            "citation_precision": self.citation_precision,
+            "citation_recall": self.citation_recall,
         }
+
+
+def full_audit_fields(turn: Any, judgement: Any) -> dict[str, Any]:
+    """The :class:`RowResult` fields of a full audit (sentences, grades, citation checks, judged
+    metrics, citation precision/recall) for *turn* and *judgement*; empty when either is None."""
+    if turn is None or judgement is None or (not judgement.sentences and not judgement.document_grades):
+        return {}
+    from ..judged import audit_turn
+
+    audit = audit_turn(turn, judgement)
+    return {
+        "sentences": tuple(x.to_dict() for x in judgement.sentences),
+        "document_grades": tuple(g.to_dict() for g in judgement.document_grades),
+        "citation_checks": tuple(c.to_dict() for c in audit.citation_checks),
+        "judged_metrics": dict(audit.metrics or {}),
+        "citation_precision": audit.citation_precision,
+        "citation_recall": audit.citation_recall,
+    }
 
 
 @dataclass(frozen=True, slots=True)

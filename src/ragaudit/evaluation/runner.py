@@ -27,7 +27,7 @@ from typing import Any
 from ..auditor import Auditor, SubmitStatus
 from ..errors import ConfigurationError, MetricError
 from ..records import SCORE_NAMES, Judgement, RagTurn, normalize_relevance
-from .report import EvaluationReport, RowResult, diagnose
+from .report import EvaluationReport, RowResult, diagnose, full_audit_fields
 
 __all__ = ["DEFAULT_METRICS", "ROW_KEY", "DatasetRow", "evaluate", "is_pipeline", "load_dataset"]
 
@@ -351,6 +351,7 @@ def _row_result(
         faithfulness=scores["faithfulness"],
         context_relevance=scores["context_relevance"],
         answer_relevance=scores["answer_relevance"],
+        **full_audit_fields(turn, judgement if error is None else None),
     )
 
 

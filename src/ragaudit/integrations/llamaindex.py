@@ -30,7 +30,6 @@ import asyncio
 import inspect
 import json
 import math
-import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
@@ -64,6 +63,7 @@ from llama_index.core.instrumentation.span import BaseSpan
 from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 from pydantic import Field
 
+from .._worker import BatchWorker, run_jobs
 from ..auditor import DEFAULT_TURN_MEASURES, Auditor
 from ..records import Generation, Retrieval, RetrievedDoc, ToolCall
 from ._assembler import Step, TurnParts, close_turn, step_end
@@ -835,49 +835,15 @@ def _never() -> _Turn:  # pragma: no cover - a stream run always has its turn's 
 # --- streams ---------------------------------------------------------------------------------------
 
 
-class _Closer:
-    """Closes the turns of streams the garbage collector dropped, on a thread of its own.
-
-    A finalizer may run on any thread at any moment, even inside the host's own locks, so it only
-    puts the job on a :class:`queue.SimpleQueue` (made for that) and this thread does the rest.
-    One for the process, started with the first stream.
-    """
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def ensure_started(self) -> None:
-        if self._thread is not None:
-            return
-        with self._lock:
-            if self._thread is None:
-                thread = threading.Thread(target=self._run, name="ragaudit-llamaindex-streams", daemon=True)
-                thread.start()
-                self._thread = thread
-
-    def put(self, job: Callable[[], None]) -> None:
-        self._queue.put(job)
-
-    def _run(self) -> None:
-        while True:
-            job = self._queue.get()
-            try:
-                job()
-            except Exception as exc:
-                report_failure("closing an abandoned LlamaIndex stream", exc)
-
-    def wait(self, timeout: float | None) -> bool:
-        """Wait until every job put so far is done (a marker put now comes out after them)."""
-        if self._thread is None:
-            return True
-        done = threading.Event()
-        self._queue.put(done.set)
-        return done.wait(timeout)
+def _stream_close_failed(exc: BaseException) -> None:
+    report_failure("closing an abandoned LlamaIndex stream", exc)
 
 
-_closer = _Closer()
+# Closes the turns of streams the garbage collector dropped. A finalizer may run on any thread at
+# any moment, even inside the host's own locks, so it only queues the job; one worker for the
+# process, its thread started with the first stream (not from inside a finalizer).
+_closer: BatchWorker[Callable[[], None]] = BatchWorker(
+    "llamaindex-streams", run_jobs, max_queue=10_000, on_error=_stream_close_failed)
 
 
 _STOPPED = (GeneratorExit, asyncio.CancelledError)  # the consumer stopped; nothing failed
@@ -892,7 +858,7 @@ class _Tap:
         self._response: Any = response  # only until install(): a tap must not keep its response alive
         self._parts: list[str] = []
         self._done = False
-        _closer.ensure_started()
+        _closer.start()
 
     def install(self) -> None:
         """Put this tap in the response in place of its token generator."""
@@ -1190,7 +1156,7 @@ class _Audited:
         Returns False when *timeout* (seconds) ran out first.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        ok = _closer.wait(timeout)
+        ok = _closer.flush(timeout)
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         return self._collector.auditor.flush(remaining) and ok
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any, ClassVar, Protocol, TypeVar, Union, runtime_checkable
+from typing import Any, Protocol, TypeVar, Union, runtime_checkable
 
+from .._worker import run_coroutine
 from ..errors import ConfigurationError, JudgeError
 from ..records import SCORE_NAMES, Judgement, JudgeRequest
 
@@ -37,32 +37,14 @@ class RagJudge(Protocol):
         ...
 
 
-class _LoopThread:
-    """One private event loop in a daemon thread, for running coroutines from sync callers.
-
-    A fresh ``asyncio.run`` per call would break async clients bound to their first loop and
-    cannot run inside a thread that already has a running loop; this loop can serve both.
-    """
-
-    _lock = threading.Lock()
-    _instance: ClassVar[_LoopThread | None] = None
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=self.loop.run_forever, name="ragaudit-sync-bridge", daemon=True)
-        thread.start()
-
-    @classmethod
-    def get(cls) -> _LoopThread:
-        with cls._lock:
-            if cls._instance is None:
-                cls._instance = cls()
-            return cls._instance
-
-
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run *coro* to completion from synchronous code, even inside a running event loop."""
-    return asyncio.run_coroutine_threadsafe(coro, _LoopThread.get().loop).result()
+    """Run *coro* to completion from synchronous code, even inside a running event loop.
+
+    It runs on one private event loop for the process (a fresh ``asyncio.run`` per call would break
+    async clients bound to their first loop, and cannot run inside a thread that already has a
+    running loop), kept by ragaudit's batch worker, so it is there again in a forked child.
+    """
+    return run_coroutine(coro)
 
 
 class BaseRagJudge:

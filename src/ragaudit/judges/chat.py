@@ -7,9 +7,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ConfigurationError, JudgeError
-from ..records import JudgeIdentity, Judgement, JudgeRequest, truncate
+from ..records import DocumentGrade, JudgeIdentity, Judgement, JudgeRequest, SentenceVerdict, truncate
 from .base import BaseRagJudge
 from .llm.endpoint import EndpointJudge, Flow, Tally, choice_text, completion_choices, endpoint_host
+from .llm.fullaudit import (
+    FULL_AUDIT,
+    FULL_AUDIT_REPAIR_PROMPT,
+    FULL_AUDIT_SCHEMA,
+    FULL_AUDIT_VERSION,
+    PROTOCOL_NAMES,
+    THREE_SCORE,
+    build_full_audit_messages,
+    read_full_audit,
+)
 from .llm.parsing import DEFAULT_MAX_REPLY_CHARS, Quoted, parse_judgement
 from .llm.prompt import (
     MAX_ANSWER_CHARS,
@@ -28,7 +38,7 @@ if TYPE_CHECKING:
 
     from .llm.endpoint import AnyClient
 
-__all__ = ["ChatRagJudge"]
+__all__ = ["DEFAULT_PROTOCOL", "ChatRagJudge"]
 
 
 @dataclass(slots=True)
@@ -56,6 +66,12 @@ class _Reading:
     notes: tuple[str, ...]
     usable: bool
     retry: bool = False
+    sentences: tuple[SentenceVerdict, ...] = ()
+    document_grades: tuple[DocumentGrade, ...] = ()
+
+
+DEFAULT_PROTOCOL = FULL_AUDIT
+"""The protocol ``ChatRagJudge`` uses unless told (see BENCHMARKS.md "Full audit cost")."""
 
 
 class ChatRagJudge(EndpointJudge, BaseRagJudge):
@@ -110,6 +126,10 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         raise_on_error: raise :class:`~ragaudit.JudgeError` instead of returning a failed judgement.
         name: the judge's name in records; default ``"chat:<model>"``.
         extra_body: extra JSON fields for the request body (e.g. vLLM's ``guided_json``).
+        protocol: ``"three-score"`` (the seed protocol: three scores and a reason) or
+            ``"full-audit"`` (the same one call also returns a verdict per answer sentence and a
+            0-3 grade per document, see :mod:`ragaudit.judges.llm.fullaudit`); default
+            :data:`DEFAULT_PROTOCOL`.
         max_reply_chars: at most this much of a reply is read and kept (``details["reply_cut_chars"]``
             says how much was not).
     """
@@ -137,10 +157,15 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         name: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
         max_reply_chars: int = DEFAULT_MAX_REPLY_CHARS,
+        protocol: str | None = None,
     ) -> None:
         if isinstance(max_reply_chars, bool) or not isinstance(max_reply_chars, int) or max_reply_chars < 1:
             raise ConfigurationError(f"max_reply_chars must be an int >= 1, got {max_reply_chars!r}")
         self.max_reply_chars = max_reply_chars
+        protocol = DEFAULT_PROTOCOL if protocol is None else protocol
+        if protocol not in PROTOCOL_NAMES:
+            raise ConfigurationError(f"protocol must be one of {PROTOCOL_NAMES}, got {protocol!r}")
+        self.protocol_name = protocol
         self._connect(model, base_url=base_url, api_key=api_key, client=client, timeout=timeout,
                       max_retries=max_retries, temperature=temperature, max_context_chars=max_context_chars,
                       raise_on_error=raise_on_error, name=name, extra_body=extra_body)
@@ -158,7 +183,7 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
 
     def config_key(self) -> str:
         """Model, endpoint, temperature, context limit, extra body and protocol version, as JSON."""
-        return self._config_json("chat", PROTOCOL_VERSION, temperature=self.temperature,
+        return self._config_json("chat", self._protocol_version(), temperature=self.temperature,
                                  max_context_chars=self.max_context_chars, extra_body=self.extra_body)
 
     def __repr__(self) -> str:
@@ -170,12 +195,30 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
 
     # -- hooks for judges with their own prompt and reply -----------------------------------------
 
+    @property
+    def full_audit(self) -> bool:
+        """True when this judge runs the full-audit protocol (its own hooks, not a subclass's)."""
+        return getattr(self, "protocol_name", THREE_SCORE) == FULL_AUDIT and type(self)._read is ChatRagJudge._read
+
+    def _protocol_version(self) -> str:
+        return FULL_AUDIT_VERSION if self.full_audit else PROTOCOL_VERSION
+
+    def _schema(self) -> Mapping[str, Any] | None:
+        """The ``json_schema`` asked for: the full audit's, or the class's verdict schema."""
+        return FULL_AUDIT_SCHEMA if self.full_audit else self._verdict_schema
+
     def _messages(self, request: JudgeRequest) -> list[dict[str, Any]]:
         """The chat messages asking for the judgement of *request*."""
+        if self.full_audit:
+            return build_full_audit_messages(request, max_context_chars=self.max_context_chars)
         return build_messages(request, max_context_chars=self.max_context_chars)
 
     def _read(self, text: str, request: JudgeRequest) -> _Reading:
         """What the reply *text* says; an unusable reading gets one repair request."""
+        if self.full_audit:
+            audit = read_full_audit(text, request, quoted=self._quoted(request), max_chars=self.max_reply_chars)
+            return _Reading(audit.scores, audit.reason, audit.details, audit.notes, audit.usable,
+                            retry=audit.retry, sentences=audit.sentences, document_grades=audit.document_grades)
         parsed = parse_judgement(text, quoted=self._quoted(request), max_chars=self.max_reply_chars)
         details: dict[str, Any] = {"scale": parsed.scale}
         if parsed.ambiguous:
@@ -198,7 +241,7 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
 
     def _repair_prompt(self, request: JudgeRequest) -> str:
         """What the repair request asks, after the prompt and the unusable reply."""
-        return REPAIR_PROMPT
+        return FULL_AUDIT_REPAIR_PROMPT if self.full_audit else REPAIR_PROMPT
 
     def _judgement(self, run: _Run, reading: _Reading, *, repaired: bool, source: int = -1) -> Judgement:
         """The judgement of a usable *reading* of reply number *source* (the last by default)."""
@@ -213,6 +256,8 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
             usage=run.usage.as_dict(),
             details=self._details(run, reading, repaired),
             identity=self._identity(run, source),
+            sentences=reading.sentences,
+            document_grades=reading.document_grades,
         )
 
     def _identity(self, run: _Run, source: int = -1) -> JudgeIdentity:
@@ -220,7 +265,7 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         return JudgeIdentity(
             model=self.model,
             endpoint=endpoint_host(self.base_url),
-            protocol=self.protocol,
+            protocol=self._protocol_version() if self.full_audit else self.protocol,
             prompt_hash=run.prompt_hash,
             response_id=run.response_ids[source] if run.response_ids else None,
             response_model=run.response_model,
@@ -255,7 +300,7 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
     def _flow(self, request: JudgeRequest) -> Flow[Judgement]:
         run = _Run()
         messages = self._messages(request)
-        run.prompt_hash = template_hash(messages, self._verdict_schema)
+        run.prompt_hash = template_hash(messages, self._schema())
         outcome = yield from self._ask(messages, run)
         if isinstance(outcome, Exception):
             return self._failed(run, self._endpoint.describe(outcome), outcome)
@@ -287,7 +332,7 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
                             reading=final)
 
     def _ask(self, messages: list[dict[str, Any]], run: _Run) -> Flow[Any]:
-        params = self._endpoint.params(messages, schema=self._verdict_schema, temperature=self.temperature)
+        params = self._endpoint.params(messages, schema=self._schema(), temperature=self.temperature)
         [result] = yield [params]
         run.usage.record(result)
         run.response_format = result.response_format
@@ -311,7 +356,7 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         details: dict[str, Any] = {
             "model": self.model,
             "response_model": run.response_model,
-            "protocol": self.protocol,
+            "protocol": FULL_AUDIT_VERSION if self.full_audit else self.protocol,
             "response_format": run.response_format,
             "finish_reason": run.finish_reason,
             "repaired": repaired,

@@ -130,6 +130,17 @@ def _standard_call(request: JudgeRequest, chars_per_token: float, max_context_ch
     return chat_call_estimate(messages, typical_reply_chars(_STANDARD_REPLY), chars_per_token)
 
 
+def _full_audit_call(request: JudgeRequest, chars_per_token: float, max_context_chars: int | None) -> CostEstimate:
+    from .llm.fullaudit import build_full_audit_messages, numbered_answer
+
+    messages = build_full_audit_messages(request, max_context_chars=max_context_chars)
+    _, spans = numbered_answer(request.answer)
+    reply = {**_STANDARD_REPLY,
+             "sentences": [{"n": i, "verdict": "partially_supported", "docs": [1]} for i in range(1, len(spans) + 1)],
+             "documents": [{"n": d.rank, "grade": 2} for d in request.documents]}
+    return chat_call_estimate(messages, typical_reply_chars(reply), chars_per_token)
+
+
 def _calls_per_judgement(judge: Any) -> int:
     from .base import FakeJudge
     from .lexical import LexicalJudge
@@ -157,6 +168,8 @@ def estimate_request(
     from .chat import ChatRagJudge
 
     if isinstance(judge, ChatRagJudge):
+        if judge.full_audit:
+            return _full_audit_call(request, chars_per_token, judge.max_context_chars)
         return _standard_call(request, chars_per_token, judge.max_context_chars)
     calls = _calls_per_judgement(judge)
     if calls == 0:

@@ -13,7 +13,8 @@ from typing import Any
 
 from .._text import content_terms, is_number, sentence_spans, split_sentences, strip_markers, term_set
 from ..errors import ConfigurationError
-from ..records import Judgement, JudgeRequest, RetrievedDoc
+from ..judged import answer_sentences
+from ..records import DocumentGrade, Judgement, JudgeRequest, RetrievedDoc, SentenceVerdict
 from .base import BaseRagJudge
 
 __all__ = ["LexicalJudge"]
@@ -191,7 +192,10 @@ class LexicalJudge(BaseRagJudge):
             "missing_question_terms": missing_in_context,
             "answer_missing_question_terms": missing_in_answer,
         }
+        sentences, grades = self._audit(request, question, windows)
         return Judgement(
+            sentences=sentences,
+            document_grades=grades,
             faithfulness=faithfulness,
             context_relevance=context_score,
             answer_relevance=answer_score,
@@ -201,6 +205,36 @@ class LexicalJudge(BaseRagJudge):
             usage={"calls": 0},
             details=details,
         )
+
+    def _audit(
+        self, request: JudgeRequest, question: Mapping[str, str], windows: list[frozenset[str]]
+    ) -> tuple[tuple[SentenceVerdict, ...], tuple[DocumentGrade, ...]]:
+        """The full-audit records by word overlap (see the class doc): a verdict per answer sentence, a
+        grade per document. Never ``partially_supported`` or ``contradicted``: words cannot tell."""
+        answer = request.answer or ""
+        docs = sorted((d for d in request.documents if isinstance(d, RetrievedDoc)), key=lambda d: d.rank)
+        doc_windows = [_windows(d.content[:_MAX_DOCUMENT_CHARS]) for d in docs]
+        question_numbers = {t for t in question if is_number(t)}
+        vocabulary = frozenset().union(*windows)
+        sentences: list[SentenceVerdict] = []
+        for index, (start, end) in enumerate(answer_sentences(answer), start=1):
+            text = " ".join(answer[start:end].split())
+            claim = _Claim(text, content_terms(strip_markers(text)), _REFUSAL_RE.search(text) is not None)
+            verdict = "no_claim"
+            supporting: list[RetrievedDoc] = []
+            if claim.terms and not claim.refusal:
+                supported = windows and self._check(claim, windows, vocabulary, question_numbers).supported
+                verdict = "supported" if supported else "unsupported"
+                if supported:
+                    supporting = [d for d, w in zip(docs, doc_windows) if w and self._check(
+                        claim, w, frozenset().union(*w), question_numbers).supported]
+            sentences.append(SentenceVerdict(
+                index=index, text=text, verdict=verdict,  # type: ignore[arg-type]
+                supporting_ranks=tuple(d.rank for d in supporting),
+                supporting_doc_ids=tuple(d.id for d in supporting),
+                start=start, end=end, method="lexical"))
+        grades = tuple(DocumentGrade(d.rank, d.id, _grade(question, d.content), "lexical") for d in docs)
+        return tuple(sentences), grades
 
     def _faithfulness(
         self,
@@ -357,6 +391,20 @@ class LexicalJudge(BaseRagJudge):
             f"question terms (not {_quoted(missing)}).",
             missing,
         )
+
+
+def _grade(question: Mapping[str, str], content: str) -> int | None:
+    """A lexical UMBRELA grade: the share of the question's content words the document has.
+
+    3 when it has all of them, 2 from three quarters, 1 when it has any, else 0; None for a
+    question without content words. A weak screen: it cannot tell a document that answers from
+    one that merely uses the same words.
+    """
+    if not question:
+        return None
+    terms = frozenset().union(*_sentence_sets(content[:_MAX_DOCUMENT_CHARS]))
+    share = len(question.keys() & terms) / len(question)
+    return 3 if share >= 1.0 else 2 if share >= 0.75 else 1 if share > 0 else 0
 
 
 def _claims(answer: str) -> list[_Claim]:

@@ -9,9 +9,14 @@ configuration:
   span events, which Jaeger shows as logs.
 * **OpenInference** (``openinference.span.kind``, ``input.value``, ``retrieval.documents.*``,
   ``llm.*``): what Arize Phoenix reads to draw retriever, LLM and evaluator spans.
-* **Langfuse** (``langfuse.*``): Langfuse maps ``input.value``/``output.value`` and ``gen_ai.*``
-  itself; ``langfuse.observation.type`` makes a span a retriever/generation/evaluator
-  observation and the ``langfuse.trace.*`` keys name the trace when the turn is its root.
+* **Langfuse** (``langfuse.*``): ``langfuse.observation.type`` makes a span a
+  span/retriever/generation/tool/evaluator observation; every span with an input or output sets
+  ``langfuse.observation.input``/``.output`` (once one is set Langfuse ignores ``input.value``),
+  generations and the judge set ``langfuse.observation.model.name`` and ``.usage_details``; the
+  turn's metadata goes out one key per ``langfuse.observation.metadata.<key>``; ``session.id`` and
+  ``user.id`` fill Langfuse's Sessions and Users views; the ``langfuse.trace.*`` keys name the
+  trace when the turn is its root. Span events (the evaluation results) are dropped by Langfuse:
+  scores reach it through :class:`~ragaudit.tracing.LangfuseSink`.
 
 Keys under ``ragaudit.*`` are ours. Text-bearing keys (marked *content*) are only written when
 content capture is on; with it off, ``ragaudit.*.chars`` sizes are written instead.
@@ -24,11 +29,15 @@ from typing import Final, NamedTuple
 __all__ = [
     "ATTR_ANSWER_CHARS",
     "ATTR_CITATIONS",
+    "ATTR_CITATION_CHECKS",
     "ATTR_CITATION_COUNT",
     "ATTR_CITATION_DOC_IDS",
+    "ATTR_CITATION_PRECISION",
+    "ATTR_CITATION_RECALL",
     "ATTR_CONTENT_CAPTURED",
     "ATTR_DOCUMENT_CHARS",
     "ATTR_DOCUMENT_COUNT",
+    "ATTR_DOCUMENT_GRADES",
     "ATTR_DOCUMENT_IDS",
     "ATTR_DOCUMENT_OMITTED",
     "ATTR_ERROR_TYPE",
@@ -45,6 +54,13 @@ __all__ = [
     "ATTR_PROMPT_CHARS",
     "ATTR_QUERY_CHARS",
     "ATTR_RELEVANT_IDS",
+    "ATTR_SENTENCES_COUNT",
+    "ATTR_SENTENCES_EVENTS_DROPPED",
+    "ATTR_SENTENCES_UNSUPPORTED",
+    "ATTR_SENTENCE_INDEX",
+    "ATTR_SENTENCE_SUPPORTING_DOC_IDS",
+    "ATTR_SENTENCE_TEXT",
+    "ATTR_SENTENCE_VERDICT",
     "ATTR_TOOL_ARGUMENTS_CHARS",
     "ATTR_TOOL_OUTPUT_CHARS",
     "ATTR_TURN_ID",
@@ -53,6 +69,7 @@ __all__ = [
     "ERROR_TYPE_MISSING_SCORE",
     "ERROR_TYPE_TURN_ERROR",
     "EVENT_EXCEPTION",
+    "EVENT_SENTENCE",
     "GEN_AI_CONVERSATION_ID",
     "GEN_AI_DATA_SOURCE_ID",
     "GEN_AI_EVALUATION_EXPLANATION",
@@ -104,6 +121,7 @@ __all__ = [
     "LLM_TOKEN_COUNT_COMPLETION",
     "LLM_TOKEN_COUNT_PROMPT",
     "LLM_TOKEN_COUNT_TOTAL",
+    "MAX_SENTENCE_EVENTS",
     "METADATA",
     "MIME_JSON",
     "MIME_TEXT",
@@ -335,8 +353,10 @@ ATTR_PROMPT_CHARS: Final = "ragaudit.prompt.chars"
 ATTR_DOCUMENT_CHARS: Final = "ragaudit.document.chars"
 """Int array: the length of each document's content, in retrieval order."""
 ATTR_DOCUMENT_COUNT: Final = "ragaudit.document.count"
+"""All documents of the turn or retrieval, recorded or not (see :data:`ATTR_DOCUMENT_OMITTED`)."""
 ATTR_DOCUMENT_IDS: Final = "ragaudit.document.ids"
-"""String array of the turn's document ids in rank order (searchable as a tag)."""
+"""String array of the turn's document ids in rank order, the top ``max_documents`` (Jaeger shows
+an array as one JSON text: a tag search matches the whole list only)."""
 ATTR_CITATIONS: Final = "ragaudit.citations"
 """JSON list of ``{doc_id, rank, marker, method}``; ``marker`` is null with content capture off."""
 ATTR_CITATION_COUNT: Final = "ragaudit.citation.count"
@@ -386,6 +406,32 @@ def retrieval_metric_key(metric: str) -> str:
     return _RETRIEVAL_METRIC_PREFIX + metric
 
 
+# --- the full audit (judge span) ---------------------------------------------------------------
+# The turn and retrieval spans have ended when a background judge answers (the judge never holds
+# the host's spans open), so the full audit's results go on the judge span, a child of the turn
+# span; judged metrics use retrieval_metric_key("judged_<metric>").
+ATTR_DOCUMENT_GRADES: Final = "ragaudit.judge.document_grades"
+"""JSON list of ``{rank, doc_id, grade, method}``; ``grade`` 0-3 (UMBRELA) or null when not given."""
+ATTR_CITATION_PRECISION: Final = "ragaudit.citation.precision"
+"""Citations that hold / citations checked (absent when the answer cites nothing)."""
+ATTR_CITATION_RECALL: Final = "ragaudit.citation.recall"
+"""Supported sentences with a citation that holds / supported sentences (absent when undefined)."""
+ATTR_CITATION_CHECKS: Final = "ragaudit.citation.checks"
+"""JSON list of ``{sentence, doc_id, rank, marker, holds, verdict}``; marker null without content."""
+ATTR_SENTENCES_COUNT: Final = "ragaudit.judge.sentences.count"
+ATTR_SENTENCES_UNSUPPORTED: Final = "ragaudit.judge.sentences.unsupported"
+"""Int: sentences judged ``unsupported`` or ``contradicted``."""
+ATTR_SENTENCES_EVENTS_DROPPED: Final = "ragaudit.judge.sentences.events_dropped"
+"""Int: sentence events left out above :data:`MAX_SENTENCE_EVENTS` (problem sentences go first)."""
+EVENT_SENTENCE: Final = "ragaudit.sentence"
+"""One event per answer sentence on the judge span."""
+ATTR_SENTENCE_INDEX: Final = "ragaudit.sentence.index"
+ATTR_SENTENCE_VERDICT: Final = "ragaudit.sentence.verdict"
+"""One of the five verdicts, or ``missing`` when the judge gave none."""
+ATTR_SENTENCE_SUPPORTING_DOC_IDS: Final = "ragaudit.sentence.supporting_doc_ids"
+ATTR_SENTENCE_TEXT: Final = "ragaudit.sentence.text"
+"""*content* The sentence."""
+MAX_SENTENCE_EVENTS: Final = 50
 def langfuse_metadata_key(prefix: str, key: str) -> str:
     """``{prefix}.{key}`` for :data:`LANGFUSE_OBSERVATION_METADATA` / :data:`LANGFUSE_TRACE_METADATA`."""
     return f"{prefix}.{key}"

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from .._worker import on_fork_in_child
 from ..errors import ConfigurationError, RagAuditError
 from ..records import Judgement, RagTurn
 
@@ -119,29 +120,45 @@ def span_to_dict(span: ReadableSpan) -> dict[str, Any]:
 
 
 class _AppendFile:
-    """A text file opened for appending, every write whole, flushed and under one lock."""
+    """A text file opened for appending, every write whole, flushed and under one lock.
 
-    def __init__(self, path: PathLike, what: str) -> None:
-        self.path = Path(path)
+    With *lazy*, nothing is opened before the first :meth:`append` (so constructing the owner
+    cannot fail on a read-only directory); an open that fails raises there, and is tried again
+    at the next append.
+    """
+
+    def __init__(self, path: PathLike, what: str, *, lazy: bool = False) -> None:
+        self.path = Path(path).absolute()  # the directory of now, even if the host chdir()s later
         self.what = what
         self._lock = threading.Lock()
-        self._file: IO[str] | None = _open_append(self.path, what)
+        self._closed = False
+        self._file: IO[str] | None = None if lazy else _open_append(self.path, what)
+        on_fork_in_child(self._after_fork)
+
+    def _after_fork(self) -> None:
+        # A parent's thread may have held the lock at fork; the child has no such thread.
+        self._lock = threading.Lock()
 
     @property
     def closed(self) -> bool:
         """True after :meth:`close`."""
-        return self._file is None
+        return self._closed
 
     def append(self, text: str) -> None:
-        """Write *text* and flush; raises RagAuditError when closed, OSError when the disk refuses."""
+        """Write *text* and flush; raises RagAuditError when closed or the file cannot be opened,
+        OSError when the disk refuses."""
         with self._lock:
-            if self._file is None:
+            if self._closed:
                 raise RagAuditError(f"{self.what} {str(self.path)!r} is closed")
+            if self._file is None:
+                self._file = _open_append(self.path, self.what)
             self._file.write(text)
             self._file.flush()
 
     def close(self) -> None:
+        """Close the file; raises OSError when its last buffered text cannot be written (disk full)."""
         with self._lock:
+            self._closed = True
             if self._file is not None:
                 try:
                     self._file.close()
@@ -245,7 +262,11 @@ class AuditLog:
     (``[{id, rank, score, source, metadata, content}]``), citations
     (``[{doc_id, rank, marker, method}]``), relevant_ids, retrieval_metrics, judge, judge_status,
     faithfulness, context_relevance, answer_relevance (None when the judge gave none), reason,
-    error, latency_s, usage.
+    error, latency_s, usage; from a full audit: sentences (``[{index, text, verdict,
+    supporting_ranks, supporting_doc_ids, start, end, method}]``), document_grades
+    (``[{rank, doc_id, grade, method}]``), judged_metrics (``{"judged_ndcg@10": ...}`` or null),
+    citation_checks (``[{sentence, doc_id, rank, marker, holds, verdict}]``), citation_precision and
+    citation_recall (null when nothing is cited).
 
     With ``capture_content=False`` query, answer, document content and metadata, citation markers
     and reason are null, and ``query_chars``, ``answer_chars``, ``reason_chars`` and each document's
@@ -260,10 +281,11 @@ class AuditLog:
         *,
         capture_content: bool = True,
         redact: Callable[[str], str] | None = None,
+        lazy: bool = False,
     ) -> None:
         if redact is not None and not callable(redact):
             raise ConfigurationError(f"redact must be a callable str -> str, got {type(redact).__name__}")
-        self._out = _AppendFile(path, "audit log")
+        self._out = _AppendFile(path, "audit log", lazy=lazy)
         self.path = self._out.path
         self.capture_content = bool(capture_content)
         self._redact = redact
@@ -372,11 +394,37 @@ class AuditLog:
             # and documents, so they follow content capture
             "details": self._deep(judgement.details) if capture else None,
         }
+        line.update(self._full_audit(turn, judgement))
         if not capture:
             line["query_chars"] = len(turn.query)
             line["answer_chars"] = len(turn.answer) if turn.answer is not None else None
             line["reason_chars"] = len(judgement.reason) if judgement.reason is not None else None
         return line
+
+    def _full_audit(self, turn: RagTurn, judgement: Judgement) -> dict[str, Any]:
+        """The full audit's keys: sentence verdicts (text follows content capture), document grades,
+        judged retrieval metrics, citation checks and citation precision/recall."""
+        from ..judged import audit_turn
+
+        audit = audit_turn(turn, judgement)
+        sentences = []
+        for sentence in judgement.sentences:
+            entry = sentence.to_dict()
+            entry["text"] = self._content(sentence.text)
+            sentences.append(entry)
+        checks = []
+        for check in audit.citation_checks:
+            entry = check.to_dict()
+            entry["marker"] = self._content(check.marker)
+            checks.append(entry)
+        return {
+            "sentences": sentences,
+            "document_grades": [g.to_dict() for g in judgement.document_grades],
+            "judged_metrics": dict(audit.metrics) if audit.metrics is not None else None,
+            "citation_checks": checks,
+            "citation_precision": audit.citation_precision,
+            "citation_recall": audit.citation_recall,
+        }
 
     def write(
         self,

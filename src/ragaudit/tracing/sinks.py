@@ -1,9 +1,9 @@
 """Judgement sinks for trace backends: Phoenix annotations and Langfuse scores.
 
-A sink's ``emit`` only queues; a daemon thread sends batches over HTTP. A backend that is down,
-slow, or answers 401/500 never blocks or breaks the :class:`~ragaudit.Auditor`: the batch is retried
-with exponential backoff a bounded number of times, then dropped and counted; each kind of failure
-is logged once (then rate-limited). ``force_flush``/``shutdown`` follow the OpenTelemetry exporter
+A sink's ``emit`` only queues; a thread of ragaudit's one batch worker sends batches over HTTP. A
+backend that is down, slow, or answers 401/500 never blocks or breaks the :class:`~ragaudit.Auditor`:
+the batch is retried with exponential backoff a bounded number of times, then dropped and counted;
+each kind of failure is logged once (then rate-limited). ``force_flush``/``shutdown`` follow the OpenTelemetry exporter
 convention and return within their timeout.
 """
 
@@ -12,15 +12,16 @@ from __future__ import annotations
 import base64
 import logging
 import os
-import queue
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._log import RateLimitedLog
 from .._turn_metrics import turn_metrics
+from .._worker import BatchWorker
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Judgement, RagTurn, Retrieval
 from .spans import LANGFUSE_ENVIRONMENT_ENV
@@ -66,19 +67,22 @@ class HttpSink:
 
         self.endpoint = endpoint.rstrip("/")
         self._client = httpx.Client(timeout=timeout_s, headers=dict(headers or {}))
-        self._queue: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue(max_queue)
         self._max_retries = max_retries
         self._backoff_s = backoff_s
-        self._batch_size = batch_size
         self._lock = threading.Lock()
-        self._counts = {"sent": 0, "failed": 0, "dropped": 0, "retries": 0}
+        self._retries = 0
         self._log = RateLimitedLog(interval=300.0)
-        self._busy = 0
-        self._idle = threading.Condition(self._lock)
         self._closed = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"ragaudit-{type(self).__name__}", daemon=True)
-        self._thread.start()
+        ref = weakref.ref(self)
+
+        def send_batch(batch: list[tuple[str, dict[str, Any]]]) -> int:
+            sink = ref()
+            return 0 if sink is None else sink._send_batch(batch)
+
+        # The worker holds this sink weakly: a sink nobody references stops its thread.
+        self._worker: BatchWorker[tuple[str, dict[str, Any]]] = BatchWorker(
+            type(self).__name__, send_batch, max_queue=max_queue, max_batch=batch_size)
+        weakref.finalize(self, _release, self._worker, self._client)
 
     # -- to implement -----------------------------------------------------------------------
 
@@ -114,103 +118,68 @@ class HttpSink:
     # -- JudgementSink ----------------------------------------------------------------------
 
     def emit(self, turn: RagTurn, judgement: Judgement) -> None:
-        """Queue what this judgement needs sent. Never blocks; a full queue drops and counts."""
-        if self._closed:
-            self._count("dropped")
-            return
+        """Queue what this judgement needs sent. Never blocks; a full queue (or a shut-down sink)
+        drops and counts."""
         for item in self.requests(turn, judgement):
-            try:
-                with self._lock:
-                    self._busy += 1
-                self._queue.put_nowait(item)
-            except queue.Full:
-                with self._idle:
-                    self._busy -= 1
-                    self._counts["dropped"] += 1
+            if not self._worker.put(item):
                 self._log.warning(
-                    "queue-full", "ragaudit: %s queue full; judgement dropped", type(self).__name__
+                    "queue-full", "ragaudit: %s queue full or shut down; judgement dropped", type(self).__name__
                 )
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until everything queued was sent or given up on; False on timeout."""
-        deadline = time.monotonic() + timeout_s
-        with self._idle:
-            while self._busy:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._idle.wait(remaining)
-        return True
+        return self._worker.flush(timeout_s)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
-        """Flush within *timeout_s*, then stop the thread. Items still queued are counted as failed."""
+        """Flush within *timeout_s*, then stop. Never raises. Items not sent by then are counted as
+        failed once (a request still running then is not counted again when it returns)."""
         if self._closed:
             return
         self._closed = True
-        self.force_flush(timeout_s)
-        self._stop.set()
-        try:
-            self._queue.put_nowait(None)
-        except queue.Full:
-            pass  # the thread sees _stop after its current batch
-        self._thread.join(timeout=1.0)
-        with self._idle:
-            if self._busy:
-                self._counts["failed"] += self._busy
-                self._busy = 0
-        self._client.close()
+        self._worker.shutdown(timeout_s)
+        if not self._worker.started:
+            self._client.close()
+        # else a request may still be running on the worker's daemon thread: the client is
+        # closed when the sink is collected (or the process ends).
 
     def stats(self) -> dict[str, int]:
-        """Counts: sent, failed, dropped, retries."""
+        """Counts: sent, failed (given up on, or still unsent at shutdown), dropped (queue full),
+        retries."""
+        worker = self._worker.stats()
         with self._lock:
-            return dict(self._counts)
+            retries = self._retries
+        return {"sent": worker["handled"], "failed": worker["failed"] + worker["abandoned"],
+                "dropped": worker["dropped"], "retries": retries}
 
     @property
     def errors(self) -> int:
         """Items that never reached the backend (given up on or dropped)."""
-        with self._lock:
-            return self._counts["failed"] + self._counts["dropped"]
+        stats = self.stats()
+        return stats["failed"] + stats["dropped"]
 
     # -- worker ------------------------------------------------------------------------------
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            item = self._queue.get()
-            if item is None:
-                return
-            batch = [item]
-            while len(batch) < self._batch_size:
-                try:
-                    nxt = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    self._stop.set()
-                    break
-                batch.append(nxt)
-            by_path: dict[str, list[dict[str, Any]]] = {}
-            for path, body in batch:
-                by_path.setdefault(path, []).append(body)
-            for path, bodies in by_path.items():
-                try:
-                    delivered = self.send(path, bodies)
-                except Exception as exc:
-                    self._log.warning(f"send:{type(exc).__name__}", "ragaudit: %s failed to send: %s",
-                                   type(self).__name__, exc)
-                    delivered = 0
-                with self._idle:
-                    self._counts["sent"] += delivered
-                    self._counts["failed"] += len(bodies) - delivered
-                    self._busy -= len(bodies)
-                    if not self._busy:
-                        self._idle.notify_all()
+    def _send_batch(self, batch: list[tuple[str, dict[str, Any]]]) -> int:
+        """The worker's handler: send a batch grouped by path; returns how many items were delivered."""
+        by_path: dict[str, list[dict[str, Any]]] = {}
+        for path, body in batch:
+            by_path.setdefault(path, []).append(body)
+        delivered = 0
+        for path, bodies in by_path.items():
+            try:
+                delivered += self.send(path, bodies)
+            except Exception as exc:
+                self._log.warning(f"send:{type(exc).__name__}", "ragaudit: %s failed to send: %s",
+                                  type(self).__name__, exc)
+        return delivered
 
     def _post(self, path: str, body: dict[str, Any]) -> bool:
         delay = self._backoff_s
         for attempt in range(self._max_retries + 1):
             if attempt:
-                self._count("retries")
-                if self._stop.wait(delay):
+                with self._lock:
+                    self._retries += 1
+                if self._worker.stopping.wait(delay):  # shut down: give up instead of waiting
                     return False
                 delay *= 2
             try:
@@ -240,9 +209,14 @@ class HttpSink:
                 return False  # retrying will not help
         return False
 
-    def _count(self, key: str) -> None:
-        with self._lock:
-            self._counts[key] += 1
+
+
+def _release(worker: BatchWorker[Any], client: Any) -> None:
+    worker.shutdown(0)
+    try:
+        client.close()
+    except Exception:  # a request may still hold it; the process end frees it
+        pass
 
 
 def _label(score: float | None, threshold: float) -> str:
@@ -335,6 +309,8 @@ class PhoenixSink(HttpSink):
                         "metadata": {"doc_id": doc.id},
                     }
                     out.append((_DOCUMENTS_PATH, {"body": body, "turn_id": turn.turn_id, "retrieval": index}))
+        if judgement.document_grades and self._resolve_retrieval_spans is not None:
+            out.extend(_judged_document_annotations(turn, judgement))
         return out
 
     def send(self, path: str, bodies: list[dict[str, Any]]) -> int:
@@ -353,7 +329,7 @@ class PhoenixSink(HttpSink):
                 if item["retrieval"] < len(span_ids):
                     return {**item["body"], "span_id": span_ids[item["retrieval"]]}
                 return None
-            if time.monotonic() >= deadline or self._stop.wait(0.05):
+            if time.monotonic() >= deadline or self._worker.stopping.wait(0.05):
                 break
         self._log.warning("no-span-ids", "ragaudit: PhoenixSink found no retrieval span for turn %s; "
                        "its document annotations are dropped", item["turn_id"])
@@ -451,4 +427,49 @@ class LangfuseSink(HttpSink):
             name = f"retrieval.{metric}"
             out.append(("/api/public/scores", {"id": score_id(trace_id, turn.span_id, "ragaudit", name),
                                                **base, "name": name, "value": value}))
+        for score in _judged_scores(turn, judgement):
+            out.append(("/api/public/scores", {"id": score_id(trace_id, turn.span_id, judgement.judge, score["name"]),
+                                               **base, **score}))
         return out
+
+
+def _judged_document_annotations(turn: RagTurn, judgement: Judgement) -> list[tuple[str, dict[str, Any]]]:
+    """Phoenix document annotations ``judged_relevance`` from the judge's grades (LLM annotator; the
+    ground-truth ``relevance`` annotations stay HUMAN). A document the judge did not grade gets none."""
+    from ..records import DOCUMENT_GRADES
+
+    grades = {g.doc_id: g for g in judgement.document_grades if g.grade is not None}
+    out: list[tuple[str, dict[str, Any]]] = []
+    retrievals = turn.retrievals or (Retrieval(name="", documents=turn.documents),)
+    for index, retrieval in enumerate(retrievals):
+        for position, doc in enumerate(retrieval.documents):
+            grade = grades.get(doc.id)
+            if grade is None or grade.grade is None:
+                continue
+            body = {
+                "span_id": None,
+                "document_position": position,
+                "name": "judged_relevance",
+                "annotator_kind": "LLM" if grade.method == "llm" else "CODE",
+                "result": {"label": DOCUMENT_GRADES[grade.grade], "score": float(grade.grade)},
+                "metadata": {"doc_id": doc.id, "judge": judgement.judge, "method": grade.method},
+            }
+            out.append((_DOCUMENTS_PATH, {"body": body, "turn_id": turn.turn_id, "retrieval": index}))
+    return out
+
+
+def _judged_scores(turn: RagTurn, judgement: Judgement) -> list[dict[str, Any]]:
+    """Langfuse scores for the judged retrieval metrics and citation precision/recall (absent ones are not sent)."""
+    if not judgement.sentences and not judgement.document_grades:
+        return []
+    from ..judged import audit_turn
+
+    audit = audit_turn(turn, judgement)
+    scores = [{"name": f"retrieval.{name}", "value": value} for name, value in (audit.metrics or {}).items()]
+    for name, value in (("citation_precision", audit.citation_precision),
+                        ("citation_recall", audit.citation_recall)):
+        if value is not None:
+            scores.append({"name": name, "value": value})
+    for score in scores:
+        score["metadata"] = {"judge": judgement.judge}
+    return scores

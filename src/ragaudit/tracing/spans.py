@@ -25,6 +25,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 from opentelemetry import trace as _trace_api
@@ -48,6 +49,7 @@ from opentelemetry.trace import (
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Generation, Judgement, RagTurn, Retrieval, ToolCall, truncate
 from . import conventions as c
+from ._audit_spans import full_audit_attributes, sentence_events
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
@@ -77,8 +79,9 @@ _SESSION_KEYS = ("langfuse_session_id", "session_id", "thread_id", "conversation
 _USER_KEYS = ("langfuse_user_id", "user_id")
 _MAX_METADATA_KEYS = 16
 _MAX_MESSAGES = 32
-# Per retrieval span: 4 attributes per document plus ~24 others stay under the SDK's default limit of
-# 128 attributes, so the SDK never evicts the span kind or the top-ranked documents.
+# Per retrieval span: 4 attributes per document (5 with a grade) plus ~24 others stay under the
+# SDK's default limit of 128 attributes, so the SDK never evicts the span kind or the top-ranked
+# documents (the SDK drops the oldest attribute first). test_span_limits_... holds us to it.
 DEFAULT_MAX_DOCUMENTS = 20
 _MARKER_SLACK = 48
 _REDACTION_FAILED = "[ragaudit: redact() failed, text withheld]"
@@ -160,10 +163,11 @@ class TurnHandle:
     """An open turn span, returned by :meth:`SpanRecorder.start_turn`; opaque to integrations.
 
     ``trace_id`` (32 hex digits) and ``span_id`` (16) identify the turn span; both are None when
-    tracing is disabled. Pass the handle back to :meth:`SpanRecorder.end_turn` exactly once.
+    tracing is disabled or the sampler dropped the span (then ``sampled_out`` is True). Pass the
+    handle back to :meth:`SpanRecorder.end_turn` exactly once.
     """
 
-    __slots__ = ("_name", "_root", "_span", "_start_ns", "span_id", "trace_id")
+    __slots__ = ("_name", "_root", "_span", "_start_ns", "sampled_out", "span_id", "trace_id")
 
     def __init__(
         self,
@@ -173,9 +177,11 @@ class TurnHandle:
         start_ns: int = 0,
         root: bool = False,
         name: str = c.SPAN_TURN,
+        sampled_out: bool = False,
     ) -> None:
         self.trace_id = trace_id
         self.span_id = span_id
+        self.sampled_out = sampled_out
         self._span = span
         self._start_ns = start_ns
         self._root = root
@@ -442,7 +448,7 @@ class SpanRecorder:
             if not sc.is_valid:
                 return _DISABLED
             if not span.is_recording():  # sampled out: end it, but give out no ids
-                return TurnHandle(None, None, span, start_ns)
+                return TurnHandle(None, None, span, start_ns, sampled_out=True)
             root = not _trace_api.get_current_span(parent).get_span_context().is_valid
             return TurnHandle(f"{sc.trace_id:032x}", f"{sc.span_id:016x}", span, start_ns, root, name)
         except Exception as exc:
@@ -490,13 +496,13 @@ class SpanRecorder:
     ) -> RagTurn:
         """Start and end a turn span for a turn that already happened.
 
-        Returns ``turn.with_trace(trace_id, span_id)``, or *turn* unchanged when tracing is off
-        or the turn was sampled out.
+        Returns ``turn.with_trace(trace_id, span_id)``; *turn* unchanged when tracing is off;
+        *turn* with ``sampled_out=True`` when the sampler dropped its span.
         """
         handle = self.start_turn(start_ns=turn.started_at, parent=parent)
         if handle.trace_id is None or handle.span_id is None:
             self.end_turn(handle, turn)  # a sampled-out span still ends
-            return turn
+            return replace(turn, sampled_out=True) if handle.sampled_out else turn
         self.end_turn(handle, turn, judge_status=judge_status, retrieval_metrics=retrieval_metrics)
         try:
             return turn.with_trace(handle.trace_id, handle.span_id)
@@ -775,10 +781,10 @@ class SpanRecorder:
         its own trace. Present scores become ``ragaudit.judge.<score>`` attributes; each of the
         three scores becomes a ``gen_ai.evaluation.result`` event, where a missing score has no
         value and the label ``missing`` (never 0). *start_ns* defaults to now minus the
-        judgement's latency.
+        judgement's latency. A turn whose span the sampler dropped gets no judge span.
         """
         tracer = self._tracer if self._tracer is not None else self._current_tracer()
-        if tracer is None:
+        if tracer is None or turn.sampled_out:  # no trace to judge in: no orphan judge trace either
             return
         try:
             self._judge_span(tracer, turn, judgement, start_ns)
@@ -842,6 +848,11 @@ class SpanRecorder:
                  c.MIME_JSON)
         self._io(attrs, c.OUTPUT_VALUE, c.OUTPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_OUTPUT,
                  self._cap(_dumps(output)), c.MIME_JSON)
+        # The full audit (sentence verdicts, grades, judged metrics, citation checks): see _audit_spans.
+        attrs.update(full_audit_attributes(turn, j, capture, self._text))
+        sentences, dropped = sentence_events(j, capture, self._text)
+        if dropped:
+            attrs[c.ATTR_SENTENCES_EVENTS_DROPPED] = dropped
 
         span = tracer.start_span(
             c.SPAN_JUDGE,
@@ -869,6 +880,8 @@ class SpanRecorder:
                     elif reason is not None:
                         event[c.GEN_AI_EVALUATION_EXPLANATION] = reason
                 span.add_event(c.GEN_AI_EVALUATION_RESULT, event, timestamp=end_ns)
+            for sentence_event in sentences:
+                span.add_event(c.EVENT_SENTENCE, sentence_event, timestamp=end_ns)
             if j.error:
                 extra: dict[str, Any] = {}
                 self._mark_error(span, extra, j.error, c.ERROR_TYPE_JUDGE_ERROR)

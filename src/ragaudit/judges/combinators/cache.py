@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from ...errors import ConfigurationError, RagAuditError
-from ...records import JudgeIdentity, Judgement, JudgeRequest
+from ...records import DocumentGrade, JudgeIdentity, Judgement, JudgeRequest, SentenceVerdict
 from ..base import BaseRagJudge, RagJudge
 from ..cost import CostEstimate, estimate_request
 
@@ -241,8 +241,10 @@ def _load(payload: str) -> Judgement:
     try:
         fields = {name: data[name] for name in _JUDGEMENT_FIELDS if name in data}
         fields["identity"] = JudgeIdentity.from_dict(fields.get("identity"))
+        fields["sentences"] = tuple(SentenceVerdict.from_dict(s) for s in data.get("sentences") or ())
+        fields["document_grades"] = tuple(DocumentGrade.from_dict(g) for g in data.get("document_grades") or ())
         return Judgement(**fields)
-    except ConfigurationError as exc:
+    except (ConfigurationError, AttributeError) as exc:
         raise ValueError(str(exc)) from exc
 
 

@@ -1,0 +1,155 @@
+"""The demo's **careless generator**: the offline stand-in with scripted mistakes, to show the audit catch them.
+
+The extractive stand-in (:func:`~ragaudit.demo.generator.extractive_answer`) only copies retrieved
+sentences, so every answer it gives is faithful and the audit has nothing to catch. Real models
+make mistakes; this variant makes three of the common ones, deterministically and offline, each on
+one demo question, and labels every answer :data:`CARELESS_LABEL`:
+
+- **wrong number** (q1, the refund window): the first figure of the answer is doubled (30 days
+  becomes 60 days);
+- **citation to the wrong document** (q2, size exchanges): the first ``[n]`` marker points at
+  another retrieved document;
+- **unsupported claim** (q5, a gift without a receipt): a sentence no document says is added, with
+  a citation.
+
+Every other question gets the stand-in's faithful answer. ``ragaudit demo --careless`` runs it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from .generator import STANDIN_LABEL, Passage, extractive_answer, parse_prompt
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+    from llama_index.core.llms import CustomLLM
+
+__all__ = [
+    "CARELESS_LABEL",
+    "CARELESS_MODEL",
+    "MISTAKES",
+    "Mistake",
+    "careless_answer",
+    "langchain_careless",
+    "llamaindex_careless",
+    "mistake_for",
+]
+
+CARELESS_MODEL = "ragaudit-careless-stand-in"
+"""The model name the careless generator reports."""
+
+CARELESS_LABEL = "[offline careless generator: scripted mistakes]"
+"""How every careless answer starts."""
+
+Mistake = Literal["wrong_number", "wrong_citation", "unsupported_claim"]
+
+MISTAKES: dict[str, Mistake] = {"q1": "wrong_number", "q2": "wrong_citation", "q5": "unsupported_claim"}
+"""Which demo question gets which mistake."""
+
+MADE_UP_CLAIM = "You can also ask for a cash refund at any branch, no questions asked"
+"""The unsupported claim: no document of the knowledge base says it."""
+
+_NUMBER_RE = re.compile(r"(?<![\[\w.])(\d+)(?![\]\w])")
+_MARKER_RE = re.compile(r"\[(\d+)\]")
+
+
+def mistake_for(question: str) -> Mistake | None:
+    """The mistake planted in the answer to *question* (a demo question's text), or None."""
+    from .kb import QUESTIONS
+
+    normalised = " ".join(question.split()).casefold()
+    for q in QUESTIONS:
+        if " ".join(q.text.split()).casefold() == normalised:
+            return MISTAKES.get(q.id)
+    return None
+
+
+def careless_answer(question: str, passages: Sequence[Passage]) -> str:
+    """The stand-in's answer to *question*, with the mistake :func:`mistake_for` plants (if any)."""
+    answer = extractive_answer(question, passages).replace(STANDIN_LABEL, CARELESS_LABEL, 1)
+    mistake = mistake_for(question)
+    if mistake == "wrong_number":
+        match = _NUMBER_RE.search(answer)
+        if match is not None:
+            return answer[: match.start()] + str(int(match.group(1)) * 2) + answer[match.end() :]
+        mistake = "unsupported_claim"
+    if mistake == "wrong_citation":
+        numbers = sorted({p.number for p in passages})
+        match = _MARKER_RE.search(answer)
+        others = [n for n in numbers if match is not None and n != int(match.group(1))]
+        if match is not None and others:
+            return answer[: match.start()] + f"[{others[0]}]" + answer[match.end() :]
+        mistake = "unsupported_claim"
+    if mistake == "unsupported_claim":
+        first = min((p.number for p in passages), default=1)
+        return f"{answer} {MADE_UP_CLAIM} [{first}]."
+    return answer
+
+
+def langchain_careless() -> BaseChatModel:
+    """The careless generator as a LangChain chat model. Needs ``langchain-core``."""
+    from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+
+    from .generator import _langchain_classes, _message_text, _role
+
+    base: Any = _langchain_classes()[0]
+
+    class CarelessChatModel(base):  # type: ignore[misc, valid-type]
+        """The extractive stand-in with scripted mistakes (see :mod:`ragaudit.demo.careless`)."""
+
+        model_name: str = CARELESS_MODEL
+
+        @property
+        def _llm_type(self) -> str:
+            return "ragaudit-careless"
+
+        def _generate(self, messages: list[Any], stop: list[str] | None = None,
+                      run_manager: Any = None, **kwargs: Any) -> ChatResult:
+            users = [m for m in messages if _role(m) == "user"]
+            question, passages = parse_prompt(_message_text(users[-1]) if users else "")
+            message = AIMessage(content=careless_answer(question, passages),
+                                response_metadata={"model_name": self.model_name})
+            return ChatResult(generations=[ChatGeneration(message=message)],
+                              llm_output={"model_name": self.model_name})
+
+    model: BaseChatModel = CarelessChatModel()
+    return model
+
+
+def llamaindex_careless() -> CustomLLM:
+    """The careless generator as a LlamaIndex LLM. Needs ``llama-index-core``."""
+    from llama_index.core.llms import CompletionResponse, LLMMetadata
+    from llama_index.core.llms.callbacks import llm_completion_callback
+
+    from .generator import _llamaindex_classes
+
+    base: Any = _llamaindex_classes()[0]
+
+    class CarelessLLM(base):  # type: ignore[misc, valid-type]
+        """The extractive stand-in with scripted mistakes (see :mod:`ragaudit.demo.careless`)."""
+
+        @property
+        def metadata(self) -> LLMMetadata:
+            return LLMMetadata(model_name=CARELESS_MODEL, context_window=32_768, num_output=512)
+
+        @llm_completion_callback()
+        def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+            question, passages = parse_prompt(prompt)
+            return CompletionResponse(text=careless_answer(question, passages))
+
+        @llm_completion_callback()
+        def stream_complete(self, prompt: str, formatted: bool = False,
+                            **kwargs: Any) -> Iterator[CompletionResponse]:
+            text = self.complete(prompt, formatted=formatted).text
+
+            def gen() -> Iterator[CompletionResponse]:
+                yield CompletionResponse(text=text, delta=text)
+
+            return gen()
+
+    llm: CustomLLM = CarelessLLM()
+    return llm
