@@ -39,7 +39,7 @@ from .llm.endpoint import (
     completion_choices,
 )
 from .llm.parsing import find_json_object
-from .llm.prompt import new_nonce, wrap_untrusted
+from .llm.prompt import conversation_block, new_nonce, wrap_untrusted
 
 if TYPE_CHECKING:
     from .llm.endpoint import AnyClient
@@ -386,7 +386,7 @@ def _preamble(request: JudgeRequest, max_context_chars: int) -> str:
     nonce = new_nonce()
     return _PREAMBLE.format(
         nonce=nonce,
-        question=wrap_untrusted("question", request.query, nonce),
+        question=wrap_untrusted("question", request.query, nonce) + conversation_block(request, nonce),
         answer=wrap_untrusted("answer", request.answer, nonce),
         context=wrap_untrusted("context", truncate(request.context, max_context_chars), nonce),
     )
