@@ -237,6 +237,9 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         ]
         if request.reference is not None:
             shown.append(truncate(request.reference, self.max_context_chars))
+        if request.standalone_query is not None:
+            shown.append(truncate(request.standalone_query, MAX_QUESTION_CHARS))
+        shown.extend(text for _, text in request.history)
         return Quoted([*shown, *(sanitize_untrusted(text) for text in shown)])
 
     def _repair_prompt(self, request: JudgeRequest) -> str:
