@@ -236,7 +236,7 @@ def test_429_with_retry_after_exhausts_sdk_retries(srv: LLMServer) -> None:
 
 def test_hang_past_the_timeout(srv: LLMServer) -> None:
     srv.fail_next(Fault.hang(seconds=5.0))
-    assert_failed(make_judge(srv, timeout=0.3).judge(REQUEST), "APITimeoutError")
+    assert_failed(make_judge(srv, timeout_s=0.3).judge(REQUEST), "APITimeoutError")
 
 
 def test_malformed_body(srv: LLMServer) -> None:
@@ -261,7 +261,7 @@ def test_connection_refused() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}/v1"
-    judge = ChatRagJudge("m", base_url=url, api_key=SECRET, max_retries=0, timeout=2)
+    judge = ChatRagJudge("m", base_url=url, api_key=SECRET, max_retries=0, timeout_s=2)
     assert_failed(judge.judge(REQUEST), "APIConnectionError")
     judge.close()
 
@@ -370,7 +370,7 @@ def test_async_path_concurrent_and_on_two_loops(srv: LLMServer) -> None:
 
 
 def test_async_faults_and_repair(srv: LLMServer) -> None:
-    judge = make_judge(srv, timeout=0.3)
+    judge = make_judge(srv, timeout_s=0.3)
 
     async def run() -> list[Judgement]:
         srv.fail_next(Fault.hang(seconds=3))
@@ -465,10 +465,10 @@ def test_close_then_judge_reports_instead_of_raising(srv: LLMServer) -> None:
 @pytest.mark.parametrize(
     "kwargs",
     [
-        {"timeout": 0},
-        {"timeout": -1.0},
-        {"timeout": float("nan")},
-        {"timeout": True},
+        {"timeout_s": 0},
+        {"timeout_s": -1.0},
+        {"timeout_s": float("nan")},
+        {"timeout_s": True},
         {"max_retries": -1},
         {"max_retries": 1.5},
         {"temperature": 3.0},

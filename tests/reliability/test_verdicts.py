@@ -235,7 +235,7 @@ def test_a_20_mb_reply_is_neither_parsed_nor_written_whole(srv: LLMServer, tmp_p
 def test_judge_identity_on_the_judgement_span_events_and_audit_log(srv: LLMServer, tmp_path: Path) -> None:
     srv.enqueue(Reply(content=OWN, model="judge-model-2025-01"))
     judge = ChatRagJudge("judge-model", base_url=srv.base_url.replace("http://", "http://user:pw@"),
-                         api_key="sk-identity-SECRET", timeout=5, max_retries=0)
+                         api_key="sk-identity-SECRET", timeout_s=5, max_retries=0)
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))

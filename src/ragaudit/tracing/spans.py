@@ -101,7 +101,7 @@ def content_capture_from_env() -> bool:
 
 
 def _version() -> str:
-    from .. import __version__
+    from .._version import __version__
 
     return __version__
 
