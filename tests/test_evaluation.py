@@ -497,10 +497,11 @@ def test_report_from_audit_log_diagnosis(tmp_path: Path) -> None:
 
 
 def test_evaluate_llamaindex_gives_back_the_process_instrumentation() -> None:
-    """evaluate() instruments through the public ``llamaindex.instrumented()`` seam and re-attaches
+    """evaluate_pipeline() instruments through the public ``llamaindex.instrumented()`` seam and re-attaches
     what the application had installed, which keeps auditing afterwards."""
     from llama_index.core.instrumentation import get_dispatcher
 
+    from ragaudit import Auditor
     from ragaudit.demo.kb import dataset_path
     from ragaudit.demo.pipelines import build_llamaindex_engine
     from ragaudit.integrations import llamaindex
@@ -510,7 +511,7 @@ def test_evaluate_llamaindex_gives_back_the_process_instrumentation() -> None:
     installed = llamaindex.instrument(auditor=app_auditor)
     try:
         engine = build_llamaindex_engine()
-        report = evaluate(str(dataset_path()), engine, progress=False)
+        report = evaluate_pipeline(str(dataset_path()), engine, progress=False)
         assert len(report.rows) == 8 and app_judged == []  # the evaluation's turns went to its own auditor
         dispatcher = get_dispatcher()
         assert installed.attached and installed.span_handler in dispatcher.span_handlers
