@@ -112,6 +112,8 @@ def expected_score(distribution: Mapping[int, float]) -> float:
 
 
 def _to_unit(score: float) -> float:
+    # *score* is a mean of 1..5 (scores outside 1-5 are never read), so this bound only absorbs float
+    # rounding; it never turns an out-of-scale value into a score.
     return min(1.0, max(0.0, (score - 1.0) / 4.0))
 
 

@@ -49,7 +49,7 @@ from opentelemetry.trace import (
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Generation, Judgement, RagTurn, Retrieval, ToolCall, truncate
 from . import conventions as c
-from ._audit_spans import full_audit_attributes, sentence_events
+from ._audit_spans import full_audit_attributes, retrieval_grades, sentence_events, take_for_turn
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
@@ -574,6 +574,10 @@ class SpanRecorder:
                     attrs[c.retrieval_metric_key(metric)] = float(value)
         if judge_status:
             attrs[c.ATTR_JUDGE_STATUS] = judge_status
+        # A full audit judged before the turn span ends (inline): judged metrics, citation scores.
+        early = take_for_turn(turn.turn_id)
+        if early is not None:
+            attrs.update(early[0])
         if turn.error:
             self._mark_error(span, attrs, turn.error, c.ERROR_TYPE_TURN_ERROR)
         span.set_attributes(self._bounded(attrs))
@@ -586,7 +590,8 @@ class SpanRecorder:
         retrievals = turn.retrievals
         if not retrievals and docs:
             retrievals = (Retrieval(name="", documents=docs, query=turn.query),)
-        span_ids = tuple(self._retrieval_span(tracer, parent, retrieval, start_ns, end_ns, turn.query)
+        grades = early[1] if early is not None else None
+        span_ids = tuple(self._retrieval_span(tracer, parent, retrieval, start_ns, end_ns, turn.query, grades)
                          for retrieval in retrievals)
         with _span_ids_lock:
             _retrieval_span_ids[turn.turn_id] = span_ids
@@ -598,7 +603,8 @@ class SpanRecorder:
             self._tool_span(tracer, parent, call, start_ns, end_ns)
 
     def _retrieval_span(
-        self, tracer: Tracer, parent: Context, r: Retrieval, start_ns: int, end_ns: int, turn_query: str
+        self, tracer: Tracer, parent: Context, r: Retrieval, start_ns: int, end_ns: int, turn_query: str,
+        grades: Mapping[str, int] | None = None,
     ) -> str:
         capture = self.capture_content
         attrs = dict(self._retrieval_attrs)
@@ -636,6 +642,7 @@ class SpanRecorder:
             summary.append({"id": doc.id, "score": doc.score, "rank": doc.rank, "source": source})
         attrs[c.GEN_AI_RETRIEVAL_DOCUMENTS] = attrs[c.LANGFUSE_OBSERVATION_OUTPUT] = _dumps(summary)
         attrs[c.OUTPUT_MIME_TYPE] = c.MIME_JSON
+        attrs.update(retrieval_grades(recorded, grades))
         start = r.started_at if r.started_at is not None else start_ns
         end = r.ended_at if r.ended_at is not None else end_ns
         return self._child(
