@@ -8,15 +8,16 @@ naming each metric), 2 bad usage or input (raised as :class:`~ragaudit.RagAuditE
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import os
+import pkgutil
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError, MetricError
-from ..evaluation.report import DIAGNOSES, EvaluationReport, RowResult, diagnose
+from ..evaluation.audit_log import report_from_audit_log
+from ..evaluation.report import DIAGNOSES, EvaluationReport, RowResult
 from ..evaluation.runner import DEFAULT_METRICS, is_pipeline, load_dataset
 from ..records import SCORE_NAMES
 
@@ -25,7 +26,6 @@ __all__ = [
     "load_object",
     "parse_fail_under",
     "report_command",
-    "report_from_audit_log",
     "resolve_judge",
     "resolve_pipeline",
 ]
@@ -76,15 +76,11 @@ def load_object(spec: str, what: str) -> Any:
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        obj: Any = importlib.import_module(module_name)
+        return pkgutil.resolve_name(spec)  # the standard library's "module:attr.path" resolver
     except ImportError as exc:
         raise ConfigurationError(f"{what} {spec!r}: cannot import module {module_name!r}: {exc}") from exc
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ConfigurationError(f"{what} {spec!r}: {module_name!r} has no attribute {attr!r}") from None
-    return obj
+    except (AttributeError, ValueError):
+        raise ConfigurationError(f"{what} {spec!r}: {module_name!r} has no attribute {attr!r}") from None
 
 
 def resolve_pipeline(spec: str) -> Any:
@@ -218,9 +214,9 @@ def eval_command(args: argparse.Namespace) -> int:
     else:
         pipeline = resolve_pipeline(pipeline_spec)
 
-    from ..evaluation.runner import evaluate
+    from ..evaluation.runner import evaluate_pipeline
 
-    report = evaluate(dataset, pipeline, judge=judge, metrics=metrics, concurrency=args.concurrency,
+    report = evaluate_pipeline(dataset, pipeline, judge=judge, metrics=metrics, concurrency=args.concurrency,
                       progress=not args.no_progress)
     _print_summary(report)
     _write_outputs(report, args)
@@ -240,102 +236,6 @@ def _write_outputs(report: EvaluationReport, args: argparse.Namespace) -> None:
 
 
 # -- report -------------------------------------------------------------------------------------
-
-
-def _float_or_none(value: Any) -> float | None:
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return None if math.isnan(value) else min(max(value, 0.0), 1.0)
-
-
-def _row_from_audit(entry: Mapping[str, Any], index: int, threshold: float) -> RowResult:
-    documents = [d for d in entry.get("documents") or () if isinstance(d, Mapping)]
-    sources = {str(d.get("id")): d.get("source") for d in documents}
-    citations: list[dict[str, Any]] = []
-    for c in entry.get("citations") or ():
-        if isinstance(c, Mapping) and c.get("doc_id"):
-            doc_id = str(c["doc_id"])
-            citations.append({"doc_id": doc_id, "rank": c.get("rank"), "source": sources.get(doc_id),
-                              "method": c.get("method"), "marker": c.get("marker")})
-    raw_metrics = entry.get("retrieval_metrics") or {}
-    metrics = {str(k): float(v) for k, v in raw_metrics.items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(float(v))}
-    faithfulness = _float_or_none(entry.get("faithfulness"))
-    context_relevance = _float_or_none(entry.get("context_relevance"))
-    answer_relevance = _float_or_none(entry.get("answer_relevance"))
-    recall = next((v for k, v in metrics.items() if k.startswith("recall")), None)
-    usage = {str(k): int(v) for k, v in (entry.get("usage") or {}).items()
-             if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    relevant = entry.get("relevant_ids")
-    has_truth = isinstance(relevant, Mapping) and any(
-        isinstance(v, (int, float)) and v >= 1 for v in relevant.values())
-    return RowResult(
-        id=str(entry.get("turn_id") or f"line-{index + 1}"),
-        question=_str_or_none(entry.get("query")),
-        answer=_str_or_none(entry.get("answer")),
-        doc_ids=tuple(str(d.get("id")) for d in documents),
-        doc_sources=tuple(_str_or_none(d.get("source")) for d in documents),
-        cited_ids=tuple(str(c["doc_id"]) for c in citations),
-        citations=tuple(citations),
-        faithfulness=faithfulness,
-        context_relevance=context_relevance,
-        answer_relevance=answer_relevance,
-        retrieval_metrics=metrics,
-        has_ground_truth=has_truth,
-        diagnosis=diagnose(faithfulness=faithfulness, context_relevance=context_relevance,
-                           answer_relevance=answer_relevance, recall=recall, threshold=threshold),
-        reason=_str_or_none(entry.get("reason")),
-        judge_error=_str_or_none(entry.get("error")),
-        trace_id=_str_or_none(entry.get("trace_id")),
-        usage=usage,
-        **_full_audit_from_entry(entry),
-    )
-
-
-def _full_audit_from_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """The full-audit fields of an audit-log line (absent keys in older logs give empty values)."""
-    def dicts(key: str) -> tuple[Mapping[str, Any], ...]:
-        return tuple(x for x in entry.get(key) or () if isinstance(x, Mapping))
-
-    judged = entry.get("judged_metrics") or {}
-    return {
-        "sentences": dicts("sentences"),
-        "document_grades": dicts("document_grades"),
-        "citation_checks": dicts("citation_checks"),
-        "judged_metrics": {str(k): float(v) for k, v in judged.items() if isinstance(v, (int, float))
-                           and not isinstance(v, bool) and math.isfinite(float(v))},
-        "citation_precision": _float_or_none(entry.get("citation_precision")),
-        "citation_recall": _float_or_none(entry.get("citation_recall")),
-    }
-
-
-def _str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _lowest_first(row: RowResult) -> tuple[int, int, float]:
-    """Turns with an unsupported/contradicted sentence or a failing citation first, then lowest score."""
-    flagged = 0 if row.problem_sentences or row.failing_citations else 1
-    low = row.min_score()
-    return (flagged, 1, 0.0) if low is None else (flagged, 0, low)
-
-
-def report_from_audit_log(path: str | os.PathLike[str], *, threshold: float = 0.5) -> EvaluationReport:
-    """An :class:`EvaluationReport` of the turns in an audit log, flagged turns first, then lowest score.
-
-    Turns with an unsupported or contradicted sentence, or a citation that does not hold, come
-    first; then by the minimum of the three scores; turns with no score at all come last.
-    """
-    from ..tracing.files import read_audit_log
-
-    entries = read_audit_log(path)
-    rows = [_row_from_audit(entry, i, threshold)
-            for i, entry in enumerate(entries) if isinstance(entry, Mapping)]
-    rows.sort(key=_lowest_first)
-    judges = sorted({str(e.get("judge")) for e in entries if isinstance(e, Mapping) and e.get("judge")})
-    return EvaluationReport.from_rows(rows, judge=", ".join(judges) or "unknown", threshold=threshold,
-                                      title=f"ragaudit audit report: {os.path.basename(os.fspath(path))}")
 
 
 def _print_audit(report: EvaluationReport, limit: int, out: Any = None) -> None:

@@ -101,7 +101,7 @@ def content_capture_from_env() -> bool:
 
 
 def _version() -> str:
-    from .. import __version__
+    from .._version import __version__
 
     return __version__
 
@@ -814,6 +814,8 @@ class SpanRecorder:
         attrs[c.ATTR_TURN_ID] = turn.turn_id
         attrs[c.ATTR_JUDGE_NAME] = j.judge
         self._judge_model(attrs, j)
+        identity = c.judge_identity_attributes(j.identity.to_dict() if j.identity is not None else None)
+        attrs.update(identity)
         scores = j.scores()
         output: dict[str, Any] = dict(scores)
         missing = [name for name, value in scores.items() if value is None]
@@ -865,7 +867,7 @@ class SpanRecorder:
         try:
             for name in SCORE_NAMES:
                 value = scores[name]
-                event: dict[str, Any] = {c.GEN_AI_EVALUATION_NAME: name}
+                event: dict[str, Any] = {c.GEN_AI_EVALUATION_NAME: name, **identity}
                 if value is not None:
                     event[c.GEN_AI_EVALUATION_SCORE_VALUE] = value
                     if reason is not None:
