@@ -79,7 +79,7 @@ def _add_report(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     p.add_argument("--json", dest="json_out", default=None)
     p.add_argument("--limit", type=int, default=20, help="how many turns to show")
     p.add_argument("--fail-under", action="append", default=[], metavar="NAME=VALUE")
-    p.set_defaults(handler=("ragaudit.cli.eval", "report_command"))
+    p.set_defaults(handler=("ragaudit.cli.report", "report_command"))
 
 
 def _add_calibrate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -196,10 +196,11 @@ def _anchor(row: RowResult, rank: object) -> str:
     return f"d-{_e(row.id)}-{_e(rank)}"
 
 
-def _score_text(name: str, value: float | None, threshold: float) -> str:
+def _score_text(name: str, value: float | None, threshold: float | None) -> str:
+    """*name* and *value*; marked low below *threshold* (None: never, e.g. P@5 of 2 documents is 0.4 at best)."""
     if value is None:
         return f"{_e(name)} –"
-    cls = "low" if value < threshold else ""
+    cls = "low" if threshold is not None and value < threshold else ""
     return f'{_e(name)} <b class="{cls}">{value:.2f}</b>'
 
 
@@ -281,9 +282,9 @@ def _answer_html(row: RowResult, metrics: Sequence[str], threshold: float) -> st
     """One audited answer on one screen width: question and scores, the answer with its sentences
     marked, and beside it the retrieved documents with grades and citation checks."""
     scores = [_score_text(_LABELS[n], v, threshold) for n, v in row.scores().items()]
-    scores += [_score_text(m, row.retrieval_metrics.get(m), threshold) for m in metrics
+    scores += [_score_text(m, row.retrieval_metrics.get(m), None) for m in metrics
                if row.retrieval_metrics.get(m) is not None]
-    scores += [_score_text(m, v, threshold) for m, v in row.judged_metrics.items()]
+    scores += [_score_text(m, v, None) for m, v in row.judged_metrics.items()]
     if row.citation_checks:
         scores += [_score_text("citation precision", row.citation_precision, threshold),
                    _score_text("citation recall", row.citation_recall, threshold)]

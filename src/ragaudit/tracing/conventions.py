@@ -60,6 +60,7 @@ __all__ = [
     "ATTR_PROMPT_CHARS",
     "ATTR_QUERY_CHARS",
     "ATTR_RELEVANT_IDS",
+    "ATTR_RETRIEVAL_DOCUMENT_GRADES",
     "ATTR_SENTENCES_COUNT",
     "ATTR_SENTENCES_EVENTS_DROPPED",
     "ATTR_SENTENCES_UNSUPPORTED",
@@ -417,9 +418,14 @@ def retrieval_metric_key(metric: str) -> str:
 # --- the full audit (judge span) ---------------------------------------------------------------
 # The turn and retrieval spans have ended when a background judge answers (the judge never holds
 # the host's spans open), so the full audit's results go on the judge span, a child of the turn
-# span; judged metrics use retrieval_metric_key("judged_<metric>").
+# span; a judgement made before the turn span ends (inline) also puts the judged metrics and the
+# citation scores on the turn span and the grades on the retrieval spans. Judged metrics use
+# retrieval_metric_key("judged_<metric>").
 ATTR_DOCUMENT_GRADES: Final = "ragaudit.judge.document_grades"
 """JSON list of ``{rank, doc_id, grade, method}``; ``grade`` 0-3 (UMBRELA) or null when not given."""
+ATTR_RETRIEVAL_DOCUMENT_GRADES: Final = "ragaudit.document.grades"
+"""On a retrieval span, when the judgement came before the turn ended: JSON list of the recorded
+documents' grades (0-3, null where not graded), in order."""
 ATTR_CITATION_PRECISION: Final = "ragaudit.citation.precision"
 """Citations that hold / citations checked (absent when the answer cites nothing)."""
 ATTR_CITATION_RECALL: Final = "ragaudit.citation.recall"
