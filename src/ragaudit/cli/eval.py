@@ -15,6 +15,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._text import EscapingWriter
 from ..errors import ConfigurationError, MetricError
 from ..evaluation.report import DIAGNOSES, EvaluationReport, RowResult, diagnose
 from ..evaluation.runner import DEFAULT_METRICS, is_pipeline, load_dataset
@@ -339,7 +340,8 @@ def report_from_audit_log(path: str | os.PathLike[str], *, threshold: float = 0.
 
 
 def _print_audit(report: EvaluationReport, limit: int, out: Any = None) -> None:
-    out = out or sys.stdout
+    # Every line can carry recorded (untrusted) text: control characters are shown, not obeyed.
+    out = EscapingWriter(out or sys.stdout)
     total = len(report.rows)
     print(f"{total} turns in the log · judge {report.judge} · flagged sentences first, then lowest scores"
           + (f" (showing {min(limit, total)})" if limit < total else ""), file=out)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._log import RateLimitedLog
+from .._sink import BaseJudgementSink
 from .._turn_metrics import turn_metrics
 from .._worker import BatchWorker
 from ..errors import ConfigurationError
@@ -37,7 +38,7 @@ _SCORE_ID_NAMESPACE = uuid.UUID("3f0c5a52-5b5e-4d0c-9a57-7261676175de")
 SpanIdResolver = Callable[[str], "Sequence[str] | None"]
 
 
-class HttpSink:
+class HttpSink(BaseJudgementSink):
     """Base for sinks that POST JSON batches from a background thread.
 
     Subclasses implement :meth:`requests` (what to send for one judgement: ``(path, body)``
@@ -88,8 +89,6 @@ class HttpSink:
 
     permanent_statuses: frozenset[int] = frozenset({400, 401, 403, 404, 422})
     """HTTP statuses that are not retried."""
-
-    _recorder: Any = None
 
     def bind_recorder(self, recorder: Any) -> None:
         """Called by the Auditor: texts are sent the way *recorder* records them (its content
