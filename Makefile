@@ -1,21 +1,30 @@
 # The two commands of the README: `make test` and `make demo`. Both set up what they need themselves.
+# `make test-fast` is the inner loop (no e2e, no slow tests). CI (.ci/run): make lint, typecheck, test.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ragaudit-installed
+DEMO_STAMP := $(VENV)/.ragaudit-demo-installed
 PHOENIX_VENV := .venv-phoenix
 PHOENIX_VERSION ?= 20.26.1
 PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
 
-.PHONY: test demo bench bench-peers lint typecheck system-deps clean
+.PHONY: test test-fast demo bench bench-peers lint typecheck system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
+# Everything for the tests, lint, typecheck and benchmarks.
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
+
+# Only what `ragaudit demo` imports (the `demo` extra), so a first `make demo` installs no test tooling
+# or benchmark peers. Its own stamp: `make demo` after `make test` reinstalls nothing.
+$(DEMO_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e ".[demo]"
+	touch $(DEMO_STAMP)
 
 # A real Phoenix server for the end-to-end tests, in a virtualenv of its own so its dependencies
 # never mix with ours. Skipped (and the e2e tests with it) when RAGAUDIT_SKIP_E2E=1.
@@ -38,9 +47,13 @@ system-deps:
 test: $(STAMP) $(PHOENIX_STAMP) system-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The inner loop: no Phoenix server, no browser, no test marked e2e or slow.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not e2e and not slow" $(PYTEST_ARGS)
+
 # The demo, then the same questions through the offline careless generator (scripted mistakes) to show
 # the audit catching them; both append to the same span file and audit log.
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/ragaudit demo $(DEMO_ARGS)
 	@echo
 	$(VENV)/bin/ragaudit demo --careless $(DEMO_ARGS)

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     errors: dict[str, list[str]] = {p: [] for p in PROTOCOLS}
     server = ServerProcess(0.0)
     try:
-        judges = {p: ChatRagJudge(MODEL, base_url=server.base_url, api_key="dummy", max_retries=0, timeout=60,
+        judges = {p: ChatRagJudge(MODEL, base_url=server.base_url, api_key="dummy", max_retries=0, timeout_s=60,
                                   protocol=p) for p in PROTOCOLS}
         for turn in turns:
             for protocol in PROTOCOLS:  # interleaved: one turn of each protocol in turn

@@ -114,7 +114,7 @@ class Case:
 
 
 def _chat(base_url: str, model: str = "judge", **kwargs: Any) -> ChatRagJudge:
-    return ChatRagJudge(model, base_url=base_url, max_retries=0, timeout=30.0, **kwargs)
+    return ChatRagJudge(model, base_url=base_url, max_retries=0, timeout_s=30.0, **kwargs)
 
 
 def _judge(judge: Any, request: JudgeRequest) -> Mapping[str, int]:
@@ -137,22 +137,22 @@ CASES: list[Case] = [
     Case("ChatRagJudge, full audit (one call: + sentence verdicts, document grades)",
          lambda url: _chat(url, protocol="full-audit"), _judge),
     Case("GEvalJudge single-call (logprobs)",
-         lambda url: GEvalJudge("judge", base_url=url, max_retries=0, timeout=30.0), _judge),
+         lambda url: GEvalJudge("judge", base_url=url, max_retries=0, timeout_s=30.0), _judge),
     Case("GEvalJudge per-dimension (logprobs)",
-         lambda url: GEvalJudge("judge", base_url=url, max_retries=0, timeout=30.0, mode="per_dimension"),
+         lambda url: GEvalJudge("judge", base_url=url, max_retries=0, timeout_s=30.0, mode="per_dimension"),
          _judge),
     Case("GEvalJudge sampling fallback, n=5 in one request",
-         lambda url: GEvalJudge("judge", base_url=url, max_retries=0, timeout=30.0, use_logprobs=False,
+         lambda url: GEvalJudge("judge", base_url=url, max_retries=0, timeout_s=30.0, use_logprobs=False,
                                 samples=5),
          _judge, note="as after a server without logprobs was detected (detection costs one extra call, once "
          "per judge)"),
     Case("GEvalJudge sampling fallback, server without n",
-         lambda url: GEvalJudge("judge", base_url=url, max_retries=0, timeout=30.0, use_logprobs=False,
+         lambda url: GEvalJudge("judge", base_url=url, max_retries=0, timeout_s=30.0, use_logprobs=False,
                                 samples=5),
          _judge, note="one n=5 request answered with one choice on the first turn, then 5 requests",
          server_options={"honour_n": False}),
     Case("PairwiseJudge (both orders)",
-         lambda url: PairwiseJudge("judge", base_url=url, max_retries=0, timeout=30.0), _compare,
+         lambda url: PairwiseJudge("judge", base_url=url, max_retries=0, timeout_s=30.0), _compare,
          unit="comparison"),
     Case("JuryJudge of 3 ChatRagJudges",
          lambda url: JuryJudge([_chat(url, f"juror-{i}", protocol="three-score") for i in range(3)]), _judge),

@@ -232,7 +232,7 @@ def run_auditor(base_url: str, turns: list[Any], concurrency: int, *, trace_memo
 
     provider = TracerProvider(shutdown_on_exit=False)
     provider.add_span_processor(BatchSpanProcessor(_DiscardingExporter()))  # type: ignore[arg-type]
-    judge = ChatRagJudge(model=MODEL, base_url=base_url, api_key="dummy", max_retries=0, timeout=60)
+    judge = ChatRagJudge(model=MODEL, base_url=base_url, api_key="dummy", max_retries=0, timeout_s=60)
     done = {"n": 0}
     latencies: list[float] = []
     usage = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
@@ -317,7 +317,7 @@ def judge_same_turns(base_url: str, turns: list[Any]) -> dict[str, Any]:
     """ragaudit's ChatRagJudge on *turns*, one after the other (for the side-by-side with the peers)."""
     from ragaudit import ChatRagJudge, JudgeRequest
 
-    judge = ChatRagJudge(model=MODEL, base_url=base_url, api_key="dummy", max_retries=0, timeout=60)
+    judge = ChatRagJudge(model=MODEL, base_url=base_url, api_key="dummy", max_retries=0, timeout_s=60)
     results = [judge.judge(JudgeRequest.from_turn(turn)) for turn in turns]
     judge.close()
     return {"scores": [j.scores() for j in results], "errors": sorted({j.error for j in results if j.error})}
@@ -352,6 +352,11 @@ def run_peer(peer: str, server: ServerProcess, turns: list[Any], timeout: float)
                    "completion_tokens_per_answer": counts["completion_tokens"] / n,
                    "published": PUBLISHED[peer]})
     return result
+
+
+def _percent(ratio: float | None) -> str:
+    """A ratio as a percentage, or "n/a" when there is none (nothing was judged)."""
+    return "n/a" if ratio is None else f"{100 * ratio:.1f} %"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -398,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
             run["ratio_to_ideal"] = run["judgements_per_s"] / ideal if run["judgements_per_s"] else None
             results["throughput"] = run
             print(f"\nthroughput: {judged} judged in {run['elapsed_s']:.2f} s = {run['judgements_per_s']:.1f}/s, "
-                  f"ideal {ideal:.0f}/s (C={concurrency} / {latency:g} s): {100 * run['ratio_to_ideal']:.1f} % "
+                  f"ideal {ideal:.0f}/s (C={concurrency} / {latency:g} s): {_percent(run['ratio_to_ideal'])} "
                   f"(target >= {100 * TARGET_RATIO:.0f} %)")
             rss = run["rss_mb"]
             print(f"RSS: peak {rss['peak']:.1f} MB; at 25/50/75/100 %: "

@@ -528,8 +528,11 @@ def print_table(framework: str, result: dict[str, Any]) -> None:
                f"{'met' if v['under_target_us'] else 'MISSED'})"
         if v.get("lightest_peer"):
             ratio = v["ratio_to_lightest_peer"]
+            # A peer's measured overhead can be <= 0 on a loaded machine (within the noise floor): then
+            # there is no ratio to give, and the run says so instead of failing to format None.
+            ratio_text = f"{ratio:.2f}" if ratio is not None else "n/a (peer overhead <= 0, within noise)"
             line += f"; lightest peer {v['lightest_peer']} {v['lightest_peer_overhead_us']:.0f} us, ratio " \
-                    f"{ratio:.2f} (target <= {TARGET_RATIO}: {'met' if v['met_ratio'] else 'MISSED'})"
+                    f"{ratio_text} (target <= {TARGET_RATIO}: {'met' if v['met_ratio'] else 'MISSED'})"
         print(line)
     if "noise_floor_us" in v:
         print(f"  noise floor (2nd no-callbacks process): {v['noise_floor_us']:+.0f} us")

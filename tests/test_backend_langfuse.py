@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,10 +21,10 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, Decision, Sampler, SamplingResult
 
 from ragaudit import Auditor, FakeJudge, Generation, Judgement, RagTurn, Retrieval, RetrievedDoc, ToolCall
-from ragaudit.tracing import LangfuseSink, SpanRecorder
+from ragaudit.tracing import LangfuseSink, SpanRecorder, read_audit_log
 from ragaudit.tracing.sinks import score_id
 from tests.support.backends import (
     LANGFUSE_READS,
@@ -274,7 +275,7 @@ def test_sampled_out_turns_get_no_scores() -> None:
         with Auditor(judge, audit_log=None, tracer_provider=provider, sinks=[sink]) as auditor:
             for i in range(3):
                 turn = auditor.recorder.record_turn(make_turn(turn_id=f"t{i}"))
-                assert turn.trace_id is None and turn.span_id is None
+                assert turn.trace_id is None and turn.span_id is None and turn.sampled_out
                 assert auditor.submit(turn) == "queued"
             assert auditor.flush(10)
             stats = auditor.stats()
@@ -302,3 +303,38 @@ def test_a_retried_score_the_backend_stored_is_not_duplicated() -> None:
     assert stats["retries"] >= 2 and stats["sent"] == 2 and stats["failed"] == 0
     assert attempts >= 4  # every score went out at least twice
     assert sorted(body["name"] for body in stored.values()) == ["answer_relevance", "faithfulness"]
+
+
+class _DropTurns(Sampler):
+    """Drops turn spans only, as a ratio sampler does for most turns, and records any other root."""
+
+    def should_sample(self, parent_context: Any, trace_id: int, name: str, kind: Any = None,
+                      attributes: Any = None, links: Any = None, trace_state: Any = None) -> SamplingResult:
+        if name == "ragaudit.turn":
+            return SamplingResult(Decision.DROP)
+        return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes)  # the span keeps its attributes
+
+    def get_description(self) -> str:
+        return "drop-turns"
+
+
+def test_a_sampled_out_turn_leaves_no_orphan_judge_trace(tmp_path: Path) -> None:
+    with OTLPReceiver() as rx:
+        provider = TracerProvider(sampler=_DropTurns(), shutdown_on_exit=False)
+        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=rx.traces_url)))
+        judge = FakeJudge(lambda r: {"faithfulness": 1.0})
+        log = tmp_path / "audit.jsonl"
+        with Auditor(judge, audit_log=log, tracer_provider=provider) as auditor:
+            turn = auditor.recorder.record_turn(make_turn())
+            assert auditor.submit(turn) == "queued"
+            assert auditor.flush(10)
+            judged = auditor.stats()["judged"]
+            # a turn recorded elsewhere (never traced) still gets a judge span of its own
+            auditor.submit(make_turn(turn_id="untraced"))
+            assert auditor.flush(10)
+        provider.shutdown()
+        names = [s["name"] for s in rx.spans]
+    assert judged == 1
+    assert names == ["ragaudit.judge"] and rx.spans[0]["attributes"]["ragaudit.turn.id"] == "untraced"
+    lines = {line["turn_id"]: line for line in read_audit_log(log)}  # every judgement is still logged
+    assert lines["turn-lf"]["faithfulness"] == 1.0 and lines["turn-lf"]["trace_id"] is None

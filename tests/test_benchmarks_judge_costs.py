@@ -12,6 +12,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_judge_costs_quick(tmp_path: Path) -> None:
     out = tmp_path / "judge_costs.json"

@@ -12,6 +12,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_metrics_speed_quick_writes_its_json(tmp_path: Path) -> None:
     out = tmp_path / "metrics_speed.json"

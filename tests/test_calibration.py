@@ -328,7 +328,7 @@ def test_consistency_counts_changed_scores(server: LLMServer) -> None:
         return judgement_json(0.9, 0.8, 0.7, reason=question)
 
     server.rule = rule
-    judge = ChatRagJudge("m", base_url=server.base_url, timeout=5.0, max_retries=0)
+    judge = ChatRagJudge("m", base_url=server.base_url, timeout_s=5.0, max_retries=0)
     try:
         report = consistency(judge, REQUESTS, runs=2)
     finally:

@@ -236,7 +236,7 @@ def test_429_with_retry_after_exhausts_sdk_retries(srv: LLMServer) -> None:
 
 def test_hang_past_the_timeout(srv: LLMServer) -> None:
     srv.fail_next(Fault.hang(seconds=5.0))
-    assert_failed(make_judge(srv, timeout=0.3).judge(REQUEST), "APITimeoutError")
+    assert_failed(make_judge(srv, timeout_s=0.3).judge(REQUEST), "APITimeoutError")
 
 
 def test_malformed_body(srv: LLMServer) -> None:
@@ -261,7 +261,7 @@ def test_connection_refused() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}/v1"
-    judge = ChatRagJudge("m", base_url=url, api_key=SECRET, max_retries=0, timeout=2)
+    judge = ChatRagJudge("m", base_url=url, api_key=SECRET, max_retries=0, timeout_s=2)
     assert_failed(judge.judge(REQUEST), "APIConnectionError")
     judge.close()
 
@@ -312,6 +312,32 @@ def test_response_format_rejected_then_retried_without_and_remembered(srv: LLMSe
     assert _formats(srv.requests[4:]) == ["json_schema", "json_object", None]
 
 
+def test_structured_output_falls_back_json_schema_then_json_object_then_none(srv: LLMServer) -> None:
+    srv.response_formats = ("json_object",)  # a server with JSON mode but no structured outputs
+    judge = make_judge(srv)
+    assert judge.judge(REQUEST).details["response_format"] == "json_object"
+    assert _formats(srv.requests) == ["json_schema", "json_object"]
+    assert judge.judge(REQUEST).ok  # remembered
+    assert _formats(srv.requests) == ["json_schema", "json_object", "json_object"]
+    srv.response_formats = ()  # the server loses JSON mode too: one more step down
+    assert judge.judge(REQUEST).details["response_format"] is None
+    assert run_async(judge, judge.ajudge(REQUEST)).ok  # remembered for the async client too
+    assert _formats(srv.requests)[3:] == ["json_object", None, None]
+
+
+def test_a_strict_structured_output_server_takes_the_verdict_schema(srv: LLMServer) -> None:
+    srv.enforce_schema = True  # validates the schema as OpenAI does, and holds replies to it
+    srv.enqueue(judgement_json(0.2, 0.3, 0.4, reason="grounded"))
+    judgement = make_judge(srv).judge(REQUEST)
+    assert judgement.scores() == {"faithfulness": 0.2, "context_relevance": 0.3, "answer_relevance": 0.4}
+    assert judgement.details["response_format"] == "json_schema" and srv.request_count == 1
+    assert srv.schema_violations == []
+    srv.enqueue(judgement_json(30, 20, 10))  # what the model wanted to say cannot leave the decoder
+    constrained = make_judge(srv).judge(REQUEST)
+    assert constrained.scores() == {"faithfulness": 0.0, "context_relevance": 0.0, "answer_relevance": 0.0}
+    assert len(srv.schema_violations) == 1
+
+
 def test_other_400_is_not_taken_for_a_response_format_rejection(srv: LLMServer) -> None:
     srv.fail_next(Fault.bad_request("messages too long", param="messages"))
     judgement = make_judge(srv).judge(REQUEST)
@@ -344,7 +370,7 @@ def test_async_path_concurrent_and_on_two_loops(srv: LLMServer) -> None:
 
 
 def test_async_faults_and_repair(srv: LLMServer) -> None:
-    judge = make_judge(srv, timeout=0.3)
+    judge = make_judge(srv, timeout_s=0.3)
 
     async def run() -> list[Judgement]:
         srv.fail_next(Fault.hang(seconds=3))
@@ -439,10 +465,10 @@ def test_close_then_judge_reports_instead_of_raising(srv: LLMServer) -> None:
 @pytest.mark.parametrize(
     "kwargs",
     [
-        {"timeout": 0},
-        {"timeout": -1.0},
-        {"timeout": float("nan")},
-        {"timeout": True},
+        {"timeout_s": 0},
+        {"timeout_s": -1.0},
+        {"timeout_s": float("nan")},
+        {"timeout_s": True},
         {"max_retries": -1},
         {"max_retries": 1.5},
         {"temperature": 3.0},

@@ -411,6 +411,7 @@ def test_demo_sends_spans_over_otlp_when_asked(how: str, tmp_path: Path) -> None
 # -- the command line and the examples, as a user runs them ----------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_demo_command_in_a_fresh_process(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "ragaudit.cli", "demo"], cwd=tmp_path, env=_subprocess_env(),
@@ -421,6 +422,7 @@ def test_demo_command_in_a_fresh_process(tmp_path: Path) -> None:
     assert (tmp_path / "ragaudit-traces.jsonl").stat().st_size > 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("script", ["langchain_chroma.py", "llamaindex_chroma.py"])
 def test_example_runs_offline(script: str, tmp_path: Path) -> None:

@@ -15,19 +15,21 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnableLambda, RunnablePassthrough
 
-from ragaudit import Auditor, Citation, ConfigurationError, FakeJudge, JudgeRequest, RagTurn, RetrievedDoc
+from ragaudit import ConfigurationError, FakeJudge, JudgeRequest
 from ragaudit.cli import main
-from ragaudit.cli.eval import parse_fail_under, report_from_audit_log
+from ragaudit.cli.eval import parse_fail_under
 from ragaudit.evaluation import (
     DIAGNOSES,
     EvaluationReport,
     RowResult,
     assert_rag_quality,
     diagnose,
-    evaluate,
+    evaluate_pipeline,
     load_dataset,
+    report_from_audit_log,
     summarize,
 )
+from tests.support.audit_logs import write_audit_log
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -273,12 +275,12 @@ def test_load_dataset_errors(tmp_path: Path, text: str, message: str) -> None:
         load_dataset(path)
 
 
-# --- evaluate() on real pipelines -----------------------------------------------------------------
+# --- evaluate_pipeline() on real pipelines ------------------------------------------------------------
 
 
 def test_evaluate_pairs_each_row_with_its_own_documents_under_concurrency() -> None:
     dataset = [{**item, "id": f"r{i}"} for i, item in enumerate(_dataset(8) * 3)]
-    report = evaluate(dataset, build_keyword_chain(), judge=FakeJudge(
+    report = evaluate_pipeline(dataset, build_keyword_chain(), judge=FakeJudge(
         lambda req: {"faithfulness": 1.0, "context_relevance": 1.0, "answer_relevance": 1.0, "reason": req.query}),
         metrics=["recall@1", "mrr@10"], concurrency=6, progress=False)
     assert len(report.rows) == 24 and report.errors == 0
@@ -302,7 +304,7 @@ def test_evaluate_keeps_rows_whose_pipeline_raised() -> None:
         ctx = None if "banana" in request.query else 0.8
         return {"faithfulness": 0.9, "context_relevance": ctx, "answer_relevance": 0.7}
 
-    report = evaluate(dataset, build_keyword_chain(), judge=FakeJudge(judge_fn), progress=False)
+    report = evaluate_pipeline(dataset, build_keyword_chain(), judge=FakeJudge(judge_fn), progress=False)
     assert [r.id for r in report.rows] == ["r0", "r1", "r2", "boom"]
     boom = report.rows[3]
     assert boom.error == "ValueError: generator exploded"
@@ -323,7 +325,7 @@ def test_evaluate_dict_input_and_graded_qrels() -> None:
     chain = ({"docs": itemgetter("question") | KeywordRetriever(k=3), "question": itemgetter("question")}
              | RunnableLambda(_generate))
     dataset = [{"question": "When does the cherry orchard open?", "qrels": {"d-cherry": 2, "d-apple": 1}}]
-    report = evaluate(dataset, chain, judge=FakeJudge(lambda r: {"faithfulness": 1.0}),
+    report = evaluate_pipeline(dataset, chain, judge=FakeJudge(lambda r: {"faithfulness": 1.0}),
                       metrics=["ndcg@3", "P@3"], progress=False)
     result = report.rows[0]
     assert result.doc_ids[0] == "d-cherry"
@@ -334,7 +336,7 @@ def test_evaluate_dict_input_and_graded_qrels() -> None:
 
 def test_evaluate_writes_an_audit_log_when_asked(tmp_path: Path) -> None:
     log = tmp_path / "audit.jsonl"
-    report = evaluate(_dataset(2), build_keyword_chain(), judge=FakeJudge(lambda r: {"faithfulness": 0.4}),
+    report = evaluate_pipeline(_dataset(2), build_keyword_chain(), judge=FakeJudge(lambda r: {"faithfulness": 0.4}),
                       progress=False, auditor_kwargs={"audit_log": log})
     assert len(report.rows) == 2
     lines = [json.loads(x) for x in log.read_text().splitlines()]
@@ -342,19 +344,20 @@ def test_evaluate_writes_an_audit_log_when_asked(tmp_path: Path) -> None:
 
 
 def test_no_progress_bar_when_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
-    evaluate(_dataset(2), build_keyword_chain(), judge=FakeJudge(lambda r: {"faithfulness": 1.0}), progress=True)
+    evaluate_pipeline(_dataset(2), build_keyword_chain(), judge=FakeJudge(lambda r: {"faithfulness": 1.0}),
+                      progress=True)
     assert capsys.readouterr().err == ""
 
 
 def test_evaluate_rejects_bad_arguments() -> None:
     with pytest.raises(ConfigurationError, match="LangChain Runnable or a LlamaIndex query engine"):
-        evaluate(_dataset(1), object(), progress=False)
+        evaluate_pipeline(_dataset(1), object(), progress=False)
     with pytest.raises(ConfigurationError, match="concurrency"):
-        evaluate(_dataset(1), build_keyword_chain(), concurrency=0, progress=False)
+        evaluate_pipeline(_dataset(1), build_keyword_chain(), concurrency=0, progress=False)
     with pytest.raises(ConfigurationError, match="metrics"):
-        evaluate(_dataset(1), build_keyword_chain(), metrics=["recall@five"], progress=False)
+        evaluate_pipeline(_dataset(1), build_keyword_chain(), metrics=["recall@five"], progress=False)
     with pytest.raises(ConfigurationError, match="on_judgement"):
-        evaluate(_dataset(1), build_keyword_chain(), auditor_kwargs={"on_judgement": print}, progress=False)
+        evaluate_pipeline(_dataset(1), build_keyword_chain(), auditor_kwargs={"on_judgement": print}, progress=False)
 
 
 def test_evaluate_llamaindex_demo_engine() -> None:
@@ -362,12 +365,12 @@ def test_evaluate_llamaindex_demo_engine() -> None:
     from ragaudit.demo.pipelines import build_llamaindex_engine
     from ragaudit.integrations import llamaindex
 
-    report = evaluate(str(dataset_path()), build_llamaindex_engine(), progress=False)
+    report = evaluate_pipeline(str(dataset_path()), build_llamaindex_engine(), progress=False)
     assert len(report.rows) == 8 and report.errors == 0
     assert report.aggregate["faithfulness"].n == 8
     assert report.aggregate["recall@5"].n == 6 and report.aggregate["recall@5"].missing == 2
     assert all(r.doc_ids for r in report.rows)
-    assert llamaindex.uninstrument() is None  # evaluate() left no instrumentation behind
+    assert llamaindex.uninstrument() is None  # evaluate_pipeline() left no instrumentation behind
 
 
 # --- the CLI --------------------------------------------------------------------------------------
@@ -450,30 +453,9 @@ def test_cli_eval_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
 # --- ragaudit report -----------------------------------------------------------------------------
 
 
-def _write_audit_log(path: Path) -> None:
-    scores: dict[str, dict[str, Any]] = {
-        "good": {"faithfulness": 0.9, "context_relevance": 0.8, "answer_relevance": 0.95, "reason": "grounded"},
-        "bad": {"faithfulness": 0.1, "context_relevance": 0.9, "answer_relevance": 0.6, "reason": "invented 60 days"},
-        "meh": {"faithfulness": 0.7, "context_relevance": None, "answer_relevance": 0.4, "reason": "partial"},
-        "none": {"reason": "judge gave nothing"},
-    }
-
-    def judge_fn(request: JudgeRequest) -> dict[str, Any]:
-        return scores[request.query]
-
-    with Auditor(FakeJudge(judge_fn, name="fake-judge"), mode="inline", audit_log=path) as auditor:
-        for name in scores:
-            docs = (RetrievedDoc(id=f"{name}-1", content="text one", rank=1, source="policy.pdf"),
-                    RetrievedDoc(id=f"{name}-2", content="text two", rank=2, source="faq.md"))
-            cites = (Citation(doc_id=f"{name}-2", rank=2, marker="[2]", method="marker"),)
-            turn = RagTurn(turn_id=f"turn-{name}", query=name, answer=f"answer {name} [2]", documents=docs,
-                           citations=cites, relevant_ids={f"{name}-1": 1} if name == "good" else None)
-            auditor.submit(turn)
-
-
 def test_cli_report_lowest_scores_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "audit.jsonl"
-    _write_audit_log(log)
+    write_audit_log(log)
     html, out = tmp_path / "audit.html", tmp_path / "audit.json"
     assert main(["report", str(log), "--html", str(html), "--json", str(out)]) == 0
     text = capsys.readouterr().out
@@ -491,7 +473,7 @@ def test_cli_report_lowest_scores_first(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_cli_report_gate_and_limit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "audit.jsonl"
-    _write_audit_log(log)
+    write_audit_log(log)
     assert main(["report", str(log), "--limit", "1", "--fail-under", "faithfulness=0.3"]) == 0
     text = capsys.readouterr().out
     assert "showing 1" in text and "turn-meh" not in text
@@ -506,7 +488,7 @@ def test_cli_report_gate_and_limit(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_report_from_audit_log_diagnosis(tmp_path: Path) -> None:
     log = tmp_path / "audit.jsonl"
-    _write_audit_log(log)
+    write_audit_log(log)
     report = report_from_audit_log(log)
     diagnosis = {r.id: r.diagnosis for r in report.rows}
     assert diagnosis == {"turn-bad": "generation", "turn-meh": "prompt/question", "turn-good": "ok",

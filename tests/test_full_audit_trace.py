@@ -114,3 +114,30 @@ def test_auditor_with_full_audit_judge_writes_the_audit_log(srv: LLMServer, tmp_
     assert [(ch["sentence"], ch["doc_id"], ch["holds"]) for ch in line["citation_checks"]] == [
         (1, "kb-refunds", True), (2, "kb-refunds", False)]
     assert (line["citation_precision"], line["citation_recall"]) == (0.5, 1.0)
+
+
+def test_inline_judging_puts_judged_metrics_on_the_turn_span_and_grades_on_the_retrieval_span() -> None:
+    """Through a real LangChain chain: judged before the turn span ends, so the turn and retrieval spans
+    carry the full audit too (in background mode only the judge span can, see _audit_spans)."""
+    from ragaudit.demo.kb import QUESTIONS
+    from ragaudit.demo.pipelines import build_langchain_chain
+    from ragaudit.integrations.langchain import RagAuditCallbackHandler
+    from ragaudit.judges.lexical import LexicalJudge
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    auditor = Auditor(LexicalJudge(), mode="inline", tracer_provider=provider)
+    handler = RagAuditCallbackHandler(auditor=auditor, tracer_provider=provider)
+    try:
+        build_langchain_chain().invoke(QUESTIONS[0].text, config={"callbacks": [handler]})
+        assert auditor.flush(30)
+    finally:
+        auditor.shutdown(10)
+    spans = {s.name.split(" ")[0]: s for s in exporter.get_finished_spans()}
+    judge, turn, retrieval = (dict(spans[n].attributes or {}) for n in (c.SPAN_JUDGE, c.SPAN_TURN, "retrieval"))
+    key = c.retrieval_metric_key("judged_ndcg@10")
+    assert turn[key] == judge[key]
+    assert turn[c.ATTR_CITATION_PRECISION] == judge[c.ATTR_CITATION_PRECISION] == 1.0
+    grades = [g["grade"] for g in json.loads(judge[c.ATTR_DOCUMENT_GRADES])]
+    assert json.loads(retrieval[c.ATTR_RETRIEVAL_DOCUMENT_GRADES]) == grades == [3, 3]

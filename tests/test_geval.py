@@ -316,7 +316,7 @@ def test_response_format_rejection_is_retried_without_it(srv: LLMServer) -> None
 @pytest.mark.parametrize(
     "kwargs",
     [{"mode": "both"}, {"top_logprobs": 0}, {"top_logprobs": 21}, {"samples": 0},
-     {"sample_temperature": 3.0}, {"timeout": 0}],
+     {"sample_temperature": 3.0}, {"timeout_s": 0}],
 )
 def test_bad_configuration_fails_at_construction(srv: LLMServer, kwargs: dict[str, Any]) -> None:
     with pytest.raises(ConfigurationError):

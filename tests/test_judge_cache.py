@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import os
 import sqlite3
@@ -20,9 +21,10 @@ from ragaudit import BaseRagJudge, ChatRagJudge, FakeJudge, Judgement, JudgeRequ
 from ragaudit.errors import ConfigurationError, RagAuditError
 from ragaudit.evaluation.runner import load_dataset
 from ragaudit.judges.combinators.cache import CachedJudge, JudgementCache, MemoryCache, SqliteCache, cache_key
+from ragaudit.judges.combinators.tiered import TieredJudge
 from ragaudit.judges.cost import CostEstimate, estimate_cost
 from ragaudit.judges.rubric import Criterion, RubricJudge
-from ragaudit.judges.rules import RuleJudge, TieredJudge
+from ragaudit.judges.rules import RuleJudge
 from tests.support.llm_server import LLMServer, RecordedRequest, judgement_json
 
 pytestmark = pytest.mark.timeout(60)
@@ -116,7 +118,7 @@ def test_memory_cache_evicts_the_least_recently_used() -> None:
 
 
 def test_a_chat_judge_is_not_called_twice(srv: LLMServer) -> None:
-    chat = ChatRagJudge("judge-model", base_url=srv.base_url, timeout=5.0, max_retries=0)
+    chat = ChatRagJudge("judge-model", base_url=srv.base_url, timeout_s=5.0, max_retries=0)
     judge = CachedJudge(chat)
     assert judge.blocking is False
     first = judge.judge(REQUEST)
@@ -138,10 +140,15 @@ def test_sqlite_round_trip_keeps_the_judgement(tmp_path: Path) -> None:
     judgement = scored(REQUEST)
     cache.put("k", judgement)
     back = cache.get("k")
-    assert back is not None and len(cache) == 1
-    assert back.scores() == judgement.scores() and back.reason == judgement.reason
-    assert dict(back.usage) == dict(judgement.usage) and back.latency_s == 0.5
-    assert back.details["steps"] == ["a", "b"]  # JSON: tuples come back as lists
+    assert len(cache) == 1
+    # Every field comes back equal; the one documented change is JSON's: tuples come back as lists.
+    assert back == dataclasses.replace(judgement, details={"model": "m", "steps": ["a", "b"]})
+    assert [getattr(back, f.name) for f in dataclasses.fields(Judgement) if f.name != "details"] == [
+        getattr(judgement, f.name) for f in dataclasses.fields(Judgement) if f.name != "details"]
+    none_scores = Judgement(faithfulness=None, context_relevance=0.0, answer_relevance=None, reason=None,
+                            judge="fake", error=None)
+    cache.put("none", none_scores)
+    assert cache.get("none") == none_scores  # a missing score stays None, a 0 stays 0
     assert cache.get("missing") is None
     odd = Judgement(faithfulness=1.0, reason="naïve \ud800 text", judge="fake")  # a lone surrogate
     cache.put("odd", odd)
@@ -239,7 +246,7 @@ def test_sqlite_cache_configuration_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="cannot open the judgement cache"):
         SqliteCache(tmp_path / "dir")
     with pytest.raises(ConfigurationError, match="timeout"):
-        SqliteCache(tmp_path / "x.sqlite", timeout=0)
+        SqliteCache(tmp_path / "x.sqlite", timeout_s=0)
     with pytest.raises(ConfigurationError, match="cache must have"):
         CachedJudge(FakeJudge(scored), cache=object())  # type: ignore[arg-type]
     memory = SqliteCache(":memory:")
@@ -266,10 +273,10 @@ def prompt_chars(request: RecordedRequest) -> int:
 
 def test_estimate_matches_the_prompts_actually_sent(srv: LLMServer) -> None:
     srv.rule = lambda body: '{"scores": {"clarity": 4}}' if "criterion" in body["messages"][0]["content"] else None
-    chat = ChatRagJudge("judge-model", base_url=srv.base_url, timeout=5.0, max_retries=0)
+    chat = ChatRagJudge("judge-model", base_url=srv.base_url, timeout_s=5.0, max_retries=0)
     estimate = estimate_cost(chat, ROWS)
     rubric = RubricJudge("judge-model", criteria=[Criterion("clarity", "Easy to follow.")], base_url=srv.base_url,
-                         timeout=5.0, max_retries=0)
+                         timeout_s=5.0, max_retries=0)
     rubric_estimate = estimate_cost(rubric, ROWS)
     for row in ROWS:
         request = JudgeRequest(query=row["question"], answer=row["answer"], context=_context(row))

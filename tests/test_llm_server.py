@@ -362,3 +362,58 @@ def test_judgement_json_helper() -> None:
         "reason": "r",
         "scale": "0-1",
     }
+
+
+# --- structured output: json_schema like a real endpoint --------------------------------------------------
+
+SCHEMA = {
+    "name": "verdict",
+    "strict": True,
+    "schema": {
+        "type": "object",
+        "properties": {"score": {"type": "number", "minimum": 0, "maximum": 1}, "why": {"type": "string"}},
+        "required": ["score", "why"],
+        "additionalProperties": False,
+    },
+}
+
+
+def test_response_format_kinds_the_server_does_not_take_are_refused(srv: LLMServer) -> None:
+    srv.response_formats = ("json_object",)
+    with pytest.raises(openai.BadRequestError, match="response_format") as info:
+        ask(srv, response_format={"type": "json_schema", "json_schema": SCHEMA})
+    assert info.value.body["param"] == "response_format"  # type: ignore[index]
+    assert ask(srv, response_format={"type": "json_object"}).choices[0].message.content == DEFAULT_CONTENT
+
+
+@pytest.mark.parametrize(
+    "bad, problem",
+    [
+        ({"schema": SCHEMA["schema"]}, "'name'"),
+        ({"name": "has space", "schema": SCHEMA["schema"]}, "'name'"),
+        ({"name": "v"}, "'schema'"),
+        ({"name": "v", "strict": True, "schema": {"type": "array"}}, "root"),
+        ({"name": "v", "strict": True, "schema": {**SCHEMA["schema"], "additionalProperties": True}},  # type: ignore[dict-item]
+         "additionalProperties"),
+        ({"name": "v", "strict": True, "schema": {**SCHEMA["schema"], "required": ["score"]}},  # type: ignore[dict-item]
+         "required"),
+    ],
+)
+def test_an_invalid_json_schema_is_refused(srv: LLMServer, bad: dict[str, Any], problem: str) -> None:
+    with pytest.raises(openai.BadRequestError, match="Invalid schema for response_format") as info:
+        ask(srv, response_format={"type": "json_schema", "json_schema": bad})
+    assert problem in str(info.value)
+
+
+def test_enforced_schema_replies_always_validate(srv: LLMServer) -> None:
+    srv.enforce_schema = True
+    good = json.dumps({"score": 0.25, "why": "ok"})
+    srv.enqueue(good, json.dumps({"score": 30, "why": "out of range"}), "prose, not JSON",
+                json.dumps({"score": 0.5, "why": "x", "extra": 1}))
+    replies = [ask(srv, response_format={"type": "json_schema", "json_schema": SCHEMA}).choices[0].message.content
+               for _ in range(4)]
+    assert replies[0] == good
+    assert [json.loads(r) for r in replies[1:]] == [{"score": 0, "why": ""}] * 3
+    assert len(srv.schema_violations) == 3 and srv.schema_violations[1] == "prose, not JSON"
+    srv.enqueue("not JSON either")  # without json_schema the server does not enforce anything
+    assert ask(srv, response_format={"type": "json_object"}).choices[0].message.content == "not JSON either"

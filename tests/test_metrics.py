@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from ragaudit import metrics
+from ragaudit.cli.metrics import render_metrics
 from ragaudit.errors import MetricError
 from ragaudit.metrics import Measure, parse_measure
 
@@ -437,7 +438,7 @@ def files(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_metrics_command_table(files: tuple[Path, Path]) -> None:
     run_path, qrels_path = files
-    text = metrics.metrics_command(run_path, qrels_path, ["ndcg@10", "recall@5"])
+    text = render_metrics(run_path, qrels_path, ["ndcg@10", "recall@5"])
     lines = text.splitlines()
     assert lines[0].split() == ["query", "ndcg@10", "recall@5"]
     means = metrics.evaluate(RUN, QRELS, ["ndcg@10", "recall@5"])
@@ -445,18 +446,18 @@ def test_metrics_command_table(files: tuple[Path, Path]) -> None:
     assert "2 queries evaluated" in lines[-1]
     assert "1 qrels queries missing from the run" in lines[-1]
     assert "1 run queries not in the qrels" in lines[-1]
-    detailed = metrics.metrics_command(run_path, qrels_path, ["ndcg@10"], per_query=True)
+    detailed = render_metrics(run_path, qrels_path, ["ndcg@10"], per_query=True)
     assert [line.split()[0] for line in detailed.splitlines()[2:-1]] == ["q1", "q2", "all"]
 
 
 def test_metrics_command_json(files: tuple[Path, Path]) -> None:
     run_path, qrels_path = files
-    doc = json.loads(metrics.metrics_command(run_path, qrels_path, ["map", "P@2"], per_query=True, fmt="json"))
+    doc = json.loads(render_metrics(run_path, qrels_path, ["map", "P@2"], per_query=True, fmt="json"))
     assert doc["means"] == pytest.approx(metrics.evaluate(RUN, QRELS, ["map", "P@2"]))
     assert doc["queries"] == {"evaluated": 2, "run": 3, "qrels": 3, "missing_from_run": 1, "not_in_qrels": 1}
     assert set(doc["per_query"]) == {"q1", "q2"}
     assert doc["judged_only"] is True and doc["relevance_level"] == 1
-    complete = json.loads(metrics.metrics_command(run_path, qrels_path, ["map"], fmt="json", judged_only=False))
+    complete = json.loads(render_metrics(run_path, qrels_path, ["map"], fmt="json", judged_only=False))
     assert complete["queries"]["evaluated"] == 3
     assert "per_query" not in complete
 
@@ -464,9 +465,9 @@ def test_metrics_command_json(files: tuple[Path, Path]) -> None:
 def test_metrics_command_errors(files: tuple[Path, Path]) -> None:
     run_path, qrels_path = files
     with pytest.raises(MetricError, match="unknown metric"):
-        metrics.metrics_command(run_path, qrels_path, ["ndcg@10", "nope"])
+        render_metrics(run_path, qrels_path, ["ndcg@10", "nope"])
     with pytest.raises(MetricError, match="fmt"):
-        metrics.metrics_command(run_path, qrels_path, ["map"], fmt="xml")  # type: ignore[arg-type]
+        render_metrics(run_path, qrels_path, ["map"], fmt="xml")  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------

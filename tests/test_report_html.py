@@ -20,7 +20,7 @@ import pytest
 from ragaudit.evaluation import EvaluationReport, RowResult
 from ragaudit.evaluation.report import HISTOGRAM_BINS
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # headless Chromium per test
 
 _CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 # Chromium writes page console messages (console.*, uncaught exceptions, CSP violations, failed
@@ -206,9 +206,18 @@ def test_report_screenshot(chromium: str, page: Path, tmp_path: Path) -> None:
                     f"--screenshot={shot}")
     assert rendered.returncode == 0, rendered.stderr[-2000:]
     assert rendered.console == []
-    data = shot.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    assert len(data) > 20_000  # a blank page compresses to a few kB
+    from PIL import Image
+
+    with Image.open(shot) as image:
+        assert image.format == "PNG" and image.size == (1280, 1800)  # the window asked for
+        counts = {colour: n for n, colour in image.convert("RGB").getcolors(maxcolors=1 << 22) or ()}
+    # What the page shows, read from its pixels: the white page, the histogram bars in the report's
+    # bar blue (#0969da), the score cells' colours (low #ffebe9, high #dafbe1), and text (many shades
+    # of anti-aliased grey). A blank or unstyled page has none of these.
+    assert max(counts, key=counts.__getitem__) == (255, 255, 255)
+    assert counts.get((0x09, 0x69, 0xDA), 0) > 1_000
+    assert counts.get((0xFF, 0xEB, 0xE9), 0) > 200 and counts.get((0xDA, 0xFB, 0xE1), 0) > 200
+    assert len(counts) > 100
     keep = os.environ.get("RAGAUDIT_KEEP_SCREENSHOT")
     if keep:
         shutil.copyfile(shot, keep)
@@ -217,14 +226,14 @@ def test_report_screenshot(chromium: str, page: Path, tmp_path: Path) -> None:
 def test_audit_and_demo_pages_render(chromium: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The pages `ragaudit eval demo --html` and `ragaudit report --html` write render cleanly too."""
     from ragaudit.cli import main
-    from tests.test_evaluation import _write_audit_log
+    from tests.support.audit_logs import write_audit_log
 
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
     demo_html = tmp_path / "demo.html"
     assert main(["eval", "demo", "--no-progress", "--html", str(demo_html)]) == 0
     log = tmp_path / "audit.jsonl"
-    _write_audit_log(log)
+    write_audit_log(log)
     audit_html = tmp_path / "audit.html"
     assert main(["report", str(log), "--html", str(audit_html)]) == 0
     for path, rows in ((demo_html, 8), (audit_html, 4)):

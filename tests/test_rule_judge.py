@@ -12,7 +12,8 @@ import pytest
 from ragaudit import Auditor, ChatRagJudge, FakeJudge, Judgement, JudgeRequest, RagTurn, RetrievedDoc
 from ragaudit.auditor import sampled
 from ragaudit.errors import ConfigurationError
-from ragaudit.judges.rules import RuleJudge, TieredJudge, sample_key
+from ragaudit.judges.combinators.tiered import TieredJudge, sample_key
+from ragaudit.judges.rules import RuleJudge
 from tests.support.llm_server import LLMServer, judgement_json
 
 pytestmark = pytest.mark.timeout(60)
@@ -205,7 +206,7 @@ def server() -> Iterator[LLMServer]:
 
 def test_auditor_runs_rules_on_every_turn_and_the_llm_on_the_sample(server: LLMServer) -> None:
     server.reset()
-    llm = ChatRagJudge("judge-model", base_url=server.base_url, timeout=5.0, max_retries=0)
+    llm = ChatRagJudge("judge-model", base_url=server.base_url, timeout_s=5.0, max_retries=0)
     tiered = TieredJudge(RuleJudge(citation_required=True), llm, detailed_rate=0.2)
     assert tiered.blocking is False
     turns = [RagTurn(turn_id=f"turn-{i}", query=f"question {i}?", answer=f"Answer {i} [1].", documents=DOCS)
@@ -214,7 +215,7 @@ def test_auditor_runs_rules_on_every_turn_and_the_llm_on_the_sample(server: LLMS
     with Auditor(tiered, sample_rate=1.0, audit_log=None, on_judgement=lambda t, j: judgements.append(j)) as auditor:
         for turn in turns:
             auditor.submit(turn)
-        assert auditor.flush(timeout=30)
+        assert auditor.flush(timeout_s=30)
         assert auditor.stats()["judged"] == 60
     llm.close()
     expected = sum(tiered.in_sample(JudgeRequest.from_turn(t)) for t in turns)

@@ -104,13 +104,21 @@ def test_failing_backend_never_blocks_and_is_counted(status: int, caplog: pytest
 
 
 def test_unreachable_backend_shutdown_returns_within_timeout() -> None:
-    sink = LangfuseSink("http://127.0.0.1:9", public_key="pk", secret_key="sk", max_retries=1, backoff_s=0.01,
-                        timeout_s=0.5)
-    sink.emit(turn(), JUDGEMENT)
-    sink.shutdown(timeout_s=5)
-    assert sink.errors >= 1
-    sink.emit(turn(), JUDGEMENT)
-    assert sink.stats()["dropped"] == len(sink.requests(turn(), JUDGEMENT))  # counted per item, as errors are
+    # The backend takes the request and holds it far longer than the shutdown budget (and the sink's
+    # own HTTP timeout is longer still), so only shutdown's deadline can bring it back. No clock is
+    # read here: "within the timeout" shows as shutdown returning with the request still unanswered,
+    # nothing counted sent and every item counted failed; waiting for the backend would have sent them.
+    with HttpRecorder() as rec:
+        rec.delay_s = 120.0
+        sink = LangfuseSink(rec.url, public_key="pk", secret_key="sk", max_retries=0, timeout_s=600.0)
+        items = len(sink.requests(turn(), JUDGEMENT))
+        sink.emit(turn(), JUDGEMENT)
+        assert len(rec.wait_for(1)) >= 1  # the request is at the backend, unanswered
+        sink.shutdown(timeout_s=0.5)
+        assert sink.stats() == {"sent": 0, "failed": items, "dropped": 0, "retries": 0}
+        assert sink.errors == items
+        sink.emit(turn(), JUDGEMENT)  # after shutdown: dropped and counted per item, never queued
+        assert sink.stats()["dropped"] == items and sink.errors == 2 * items
 
 
 def test_configure_langfuse_points_otlp_at_langfuse(tmp_path: Path) -> None:

@@ -33,6 +33,8 @@ AUDIT_KEYS = {
     "citation_precision",
     "citation_recall",
     "details",
+    "judge_identity",
+    "raw_output",
     "turn_id",
     "trace_id",
     "span_id",

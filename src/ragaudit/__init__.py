@@ -8,10 +8,10 @@ the heavier names are imported on first use.
 
 from __future__ import annotations
 
-import importlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ._exports import lazy_exports
 from .errors import ConfigurationError, JudgeError, MetricError, RagAuditError
 from .judges.base import BaseRagJudge, FakeJudge, RagJudge
 from .records import (
@@ -27,110 +27,86 @@ from .records import (
     ToolCall,
 )
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:  # for type checkers; `X as X` marks a re-export (tests/test_exports.py checks it matches)
+    from . import metrics as metrics
+    from . import tracing as tracing
+    from ._version import __version__ as __version__
+    from .auditor import Auditor as Auditor
+    from .evaluation import EvaluationReport as EvaluationReport
+    from .evaluation import assert_rag_quality as assert_rag_quality
+    from .evaluation import evaluate_pipeline as evaluate_pipeline
+    from .evaluation.calibration import calibrate as calibrate
+    from .judges import default_judge as default_judge
+    from .judges.chat import ChatRagJudge as ChatRagJudge
+    from .judges.combinators.cache import CachedJudge as CachedJudge
+    from .judges.combinators.cache import MemoryCache as MemoryCache
+    from .judges.combinators.cache import SqliteCache as SqliteCache
+    from .judges.combinators.ensemble import ConsensusJudge as ConsensusJudge
+    from .judges.combinators.ensemble import JuryJudge as JuryJudge
+    from .judges.combinators.tiered import TieredJudge as TieredJudge
+    from .judges.correctness import CorrectnessJudge as CorrectnessJudge
+    from .judges.cost import CostEstimate as CostEstimate
+    from .judges.cost import estimate_cost as estimate_cost
+    from .judges.geval import GEvalJudge as GEvalJudge
+    from .judges.lexical import LexicalJudge as LexicalJudge
+    from .judges.pairwise import PairwiseJudge as PairwiseJudge
+    from .judges.rubric import Criterion as Criterion
+    from .judges.rubric import RubricJudge as RubricJudge
+    from .judges.rules import RuleJudge as RuleJudge
+
+# The heavier names, imported on first use (name -> module, see ragaudit._exports).
+_EXPORTS = {
+    "__version__": "._version",
+    "Auditor": ".auditor",
+    "ChatRagJudge": ".judges",
+    "LexicalJudge": ".judges",
+    "RubricJudge": ".judges",
+    "Criterion": ".judges",
+    "CorrectnessJudge": ".judges",
+    "RuleJudge": ".judges",
+    "TieredJudge": ".judges",
+    "CachedJudge": ".judges",
+    "MemoryCache": ".judges",
+    "SqliteCache": ".judges",
+    "GEvalJudge": ".judges",
+    "PairwiseJudge": ".judges",
+    "JuryJudge": ".judges",
+    "ConsensusJudge": ".judges",
+    "default_judge": ".judges",
+    "estimate_cost": ".judges",
+    "CostEstimate": ".judges",
+    "calibrate": ".evaluation.calibration",
+    "evaluate_pipeline": ".evaluation",
+    "EvaluationReport": ".evaluation",
+    "assert_rag_quality": ".evaluation",
+    "metrics": ".metrics:",
+    "tracing": ".tracing:",
+}
+
+# `evaluate` meant both "run a pipeline over a dataset" (here) and "trec_eval measures of a run"
+# (ragaudit.metrics.evaluate). The runner is evaluate_pipeline; the old name warns for one release.
+__getattr__, __dir__ = lazy_exports(
+    __name__, _EXPORTS, deprecated={"evaluate": (".evaluation:evaluate_pipeline", "ragaudit.evaluate_pipeline")})
 
 __all__ = [
-    "Auditor",
     "BaseRagJudge",
-    "CachedJudge",
-    "ChatRagJudge",
     "Citation",
     "ConfigurationError",
-    "ConsensusJudge",
-    "CorrectnessJudge",
-    "CostEstimate",
-    "Criterion",
     "DocumentGrade",
-    "EvaluationReport",
     "FakeJudge",
-    "GEvalJudge",
     "Generation",
     "JudgeError",
     "JudgeRequest",
     "Judgement",
-    "JuryJudge",
-    "LexicalJudge",
-    "MemoryCache",
     "MetricError",
-    "PairwiseJudge",
     "RagAuditError",
     "RagJudge",
     "RagTurn",
     "Retrieval",
     "RetrievedDoc",
-    "RubricJudge",
-    "RuleJudge",
     "SentenceVerdict",
-    "SqliteCache",
-    "TieredJudge",
     "ToolCall",
-    "__version__",
-    "assert_rag_quality",
-    "calibrate",
-    "default_judge",
-    "estimate_cost",
-    "evaluate",
-    "metrics",
-    "tracing",
+    *_EXPORTS,
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
-
-_LAZY = {
-    "Auditor": ("ragaudit.auditor", "Auditor"),
-    "ChatRagJudge": ("ragaudit.judges.chat", "ChatRagJudge"),
-    "LexicalJudge": ("ragaudit.judges.lexical", "LexicalJudge"),
-    "default_judge": ("ragaudit.judges", "default_judge"),
-    "RubricJudge": ("ragaudit.judges.rubric", "RubricJudge"),
-    "Criterion": ("ragaudit.judges.rubric", "Criterion"),
-    "CorrectnessJudge": ("ragaudit.judges.correctness", "CorrectnessJudge"),
-    "RuleJudge": ("ragaudit.judges.rules", "RuleJudge"),
-    "TieredJudge": ("ragaudit.judges.rules", "TieredJudge"),
-    "CachedJudge": ("ragaudit.judges.combinators.cache", "CachedJudge"),
-    "MemoryCache": ("ragaudit.judges.combinators.cache", "MemoryCache"),
-    "SqliteCache": ("ragaudit.judges.combinators.cache", "SqliteCache"),
-    "estimate_cost": ("ragaudit.judges.cost", "estimate_cost"),
-    "CostEstimate": ("ragaudit.judges.cost", "CostEstimate"),
-    "GEvalJudge": ("ragaudit.judges.geval", "GEvalJudge"),
-    "PairwiseJudge": ("ragaudit.judges.pairwise", "PairwiseJudge"),
-    "JuryJudge": ("ragaudit.judges.combinators.ensemble", "JuryJudge"),
-    "ConsensusJudge": ("ragaudit.judges.combinators.ensemble", "ConsensusJudge"),
-    "calibrate": ("ragaudit.evaluation.calibration", "calibrate"),
-    "evaluate": ("ragaudit.evaluation", "evaluate"),
-    "EvaluationReport": ("ragaudit.evaluation", "EvaluationReport"),
-    "assert_rag_quality": ("ragaudit.evaluation", "assert_rag_quality"),
-    "metrics": ("ragaudit.metrics", None),
-    "tracing": ("ragaudit.tracing", None),
-}
-
-if TYPE_CHECKING:
-    from . import metrics, tracing
-    from .auditor import Auditor
-    from .evaluation import EvaluationReport, assert_rag_quality, evaluate
-    from .evaluation.calibration import calibrate
-    from .judges import default_judge
-    from .judges.chat import ChatRagJudge
-    from .judges.combinators.cache import CachedJudge, MemoryCache, SqliteCache
-    from .judges.combinators.ensemble import ConsensusJudge, JuryJudge
-    from .judges.correctness import CorrectnessJudge
-    from .judges.cost import CostEstimate, estimate_cost
-    from .judges.geval import GEvalJudge
-    from .judges.lexical import LexicalJudge
-    from .judges.pairwise import PairwiseJudge
-    from .judges.rubric import Criterion, RubricJudge
-    from .judges.rules import RuleJudge, TieredJudge
-
-
-def __getattr__(name: str) -> Any:
-    try:
-        module_name, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'ragaudit' has no attribute {name!r}") from None
-    module = importlib.import_module(module_name)
-    value = module if attr is None else getattr(module, attr)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))

@@ -240,7 +240,8 @@ class RagTurn:
     mapping id -> graded label. ``trace_id``/``span_id`` (hex) point at the turn's span once traced.
     ``tool_calls`` are an agent's tool calls (for the trace); ``history`` the earlier user and
     assistant messages of a conversation (capped) and ``standalone_query`` the app's rewrite of
-    ``query`` that retrieval used, when it made one.
+    ``query`` that retrieval used, when it made one. ``sampled_out`` is True when the trace
+    sampler dropped the turn's span: there is no trace to put a judge span or scores in.
     """
 
     turn_id: str
@@ -262,6 +263,7 @@ class RagTurn:
     tool_calls: tuple[ToolCall, ...] = ()
     history: tuple[Message, ...] = ()
     standalone_query: str | None = None
+    sampled_out: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.turn_id, str) or not self.turn_id:

@@ -298,7 +298,7 @@ def test_judges_take_bad_text_without_raising(case: str) -> None:
     for score in lexical.scores().values():
         assert score is None or 0.0 <= score <= 1.0
     with LLMServer() as srv:
-        judge = ChatRagJudge(base_url=srv.base_url, api_key="test", timeout=5, max_retries=0)
+        judge = ChatRagJudge(base_url=srv.base_url, api_key="test", timeout_s=5, max_retries=0)
         try:
             judgement = judge.judge(request)
         finally:

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TURNS = 20
 SHORTFALL = rf"ragaudit: {TURNS} judgement\(s\) still pending .*(lost|not recorded)"
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]  # a fresh interpreter per test
 
 # The child: a judge of the given kind, an Auditor with the given extra arguments, TURNS turns
 # submitted, "ready" printed, then the given ending.
@@ -44,7 +44,7 @@ CHILD = textwrap.dedent("""
         srv = LLMServer(delay=0.05).start()
         if judge_kind == "hanging_server":
             srv.rule = lambda body: Fault.hang(3600)
-        judge = ChatRagJudge(base_url=srv.base_url, api_key="test", timeout=600, max_retries=0)
+        judge = ChatRagJudge(base_url=srv.base_url, api_key="test", timeout_s=600, max_retries=0)
     if ending == "host_handler":      # the application's own SIGTERM handler, installed first
         import logging
         logging.basicConfig(level=logging.WARNING)

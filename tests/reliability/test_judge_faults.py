@@ -80,7 +80,7 @@ class Rig:
                  **auditor_kwargs: Any) -> None:
         self.exporter = exporter
         self.log = log
-        self.judge = ChatRagJudge(base_url=base_url, api_key="test", timeout=JUDGE_TIMEOUT_S,
+        self.judge = ChatRagJudge(base_url=base_url, api_key="test", timeout_s=JUDGE_TIMEOUT_S,
                                   max_retries=MAX_RETRIES)
         self.collected = Collected()
         auditor_kwargs.setdefault("timeout_s", 30.0)

@@ -90,6 +90,7 @@ def describe(durations: list[float]) -> str:
     return f"p50 {1e6 * p50:.1f} us, p99 {1e6 * p99:.1f} us, max {1e3 * durations[-1]:.2f} ms"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_10k_turns_from_8_threads_never_block_and_add_up_exactly(tmp_path: Path, record_property: Any) -> None:
     gate = threading.Event()
@@ -146,11 +147,12 @@ def test_10k_turns_from_8_threads_never_block_and_add_up_exactly(tmp_path: Path,
     assert grown_total < RSS_BOUND_MB
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_loopback_judge_with_delay_under_load(tmp_path: Path) -> None:
     """The same with the real ChatRagJudge against a loopback server that takes 50 ms per reply."""
     with LLMServer(delay=0.05) as srv:
-        judge = ChatRagJudge(base_url=srv.base_url, api_key="test", timeout=10, max_retries=0)
+        judge = ChatRagJudge(base_url=srv.base_url, api_key="test", timeout_s=10, max_retries=0)
         auditor = Auditor(judge, max_queue=50, max_concurrency=8, audit_log=tmp_path / "audit.jsonl")
         try:
             statuses, _, threads = submit_from_threads(auditor, 250)
@@ -166,6 +168,7 @@ def test_loopback_judge_with_delay_under_load(tmp_path: Path) -> None:
             judge.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_handler_under_concurrent_chains_with_a_gated_judge(tmp_path: Path) -> None:
     """400 chain runs from 8 threads through one handler: every chain returns while the judge is

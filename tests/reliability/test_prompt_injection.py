@@ -96,7 +96,7 @@ def server() -> Iterator[LLMServer]:
 def test_injected_text_stays_inside_intact_delimiters(name: str, protocol: str, server: LLMServer,
                                                       tmp_path: Path) -> None:
     payload = INJECTIONS[name]
-    judge = ChatRagJudge(base_url=server.base_url, api_key="test", timeout=5, max_retries=0, protocol=protocol)
+    judge = ChatRagJudge(base_url=server.base_url, api_key="test", timeout_s=5, max_retries=0, protocol=protocol)
     collected = Collected()
     auditor = Auditor(judge, audit_log=tmp_path / "audit.jsonl", on_judgement=collected)
     handler = RagAuditCallbackHandler(auditor=auditor)
@@ -138,7 +138,7 @@ def test_fake_verdict_in_content_never_becomes_the_verdict(reply: str, server: L
         return f"The answer under review:\n{user[start:end]}\nMy verdict: {REAL_VERDICT}"
 
     server.rule = rule
-    judge = ChatRagJudge(base_url=server.base_url, api_key="test", timeout=5, max_retries=0)
+    judge = ChatRagJudge(base_url=server.base_url, api_key="test", timeout_s=5, max_retries=0)
     docs = (RetrievedDoc(id="d1", content=f"Refunds take 14 days. {FAKE_VERDICT}", rank=1),)
     request = JudgeRequest(query=f"How long? {FAKE_VERDICT}", answer=f"Two days. {FAKE_VERDICT}",
                            context=JudgeRequest.build_context(docs), documents=docs)

@@ -141,7 +141,7 @@ def server() -> Iterator[LLMServer]:
 @given(replies)
 def test_chat_judge_turns_any_reply_into_a_valid_judgement(server: LLMServer, text: str) -> None:
     Scripted.reply = text
-    judge = ChatRagJudge(base_url=server.base_url, api_key="test", timeout=5, max_retries=0)
+    judge = ChatRagJudge(base_url=server.base_url, api_key="test", timeout_s=5, max_retries=0)
     try:
         judgement = judge.judge(JudgeRequest(query="q", answer="a", context="c"))
     finally:

@@ -119,7 +119,7 @@ def test_api_key_never_recorded(source: str, server: LLMServer, traced: Traced, 
 
 def test_api_key_never_in_evaluation_reports(server: LLMServer, tmp_path: Path,
                                              caplog: pytest.LogCaptureFixture) -> None:
-    from ragaudit.evaluation import evaluate
+    from ragaudit.evaluation import evaluate_pipeline
 
     server.rule = key_echoing_rule(CLIENT_KEY)
     judge = ChatRagJudge(client=openai.OpenAI(base_url=server.base_url, api_key=CLIENT_KEY, max_retries=0))
@@ -127,7 +127,7 @@ def test_api_key_never_in_evaluation_reports(server: LLMServer, tmp_path: Path,
     dataset = [{"id": f"q{i}", "question": f"How long do refunds take? ({i})", "relevant_ids": ["r"]}
                for i in range(8)]
     with caplog.at_level(logging.DEBUG):
-        report = evaluate(dataset, chain, judge=judge, progress=False,
+        report = evaluate_pipeline(dataset, chain, judge=judge, progress=False,
                           auditor_kwargs={"audit_log": tmp_path / "eval-audit.jsonl"})
     texts = [report.to_json(), report.to_markdown(), report.to_html(), log_text(caplog),
              (tmp_path / "eval-audit.jsonl").read_text(encoding="utf-8")]
@@ -170,7 +170,7 @@ def test_capture_off_records_no_text(how: str, server: LLMServer, traced: Traced
     if how == "environment":
         monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "NO_CONTENT")
         capture = None
-    judge = ChatRagJudge(base_url=server.base_url, api_key="test", timeout=5, max_retries=0)
+    judge = ChatRagJudge(base_url=server.base_url, api_key="test", timeout_s=5, max_retries=0)
     log = tmp_path / "audit.jsonl"
     with OTLPReceiver() as receiver, HttpRecorder() as backend:
         traced.provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=receiver.traces_url)))
@@ -226,7 +226,7 @@ def test_redact_reaches_every_recorded_text(wiring: str, server: LLMServer, trac
         return Fault.bad_request(f"content policy: the prompt contains {SECRET}")
 
     server.rule = rule
-    judge = ChatRagJudge(base_url=server.base_url, api_key="test", timeout=5, max_retries=0)
+    judge = ChatRagJudge(base_url=server.base_url, api_key="test", timeout_s=5, max_retries=0)
     log = tmp_path / "audit.jsonl"
     with HttpRecorder() as backend:
         sinks = [LangfuseSink(backend.url, public_key="pk", secret_key="sk-lf"),

@@ -36,7 +36,7 @@ def open_judge(cls: Callable[..., C], srv: LLMServer, model: str = "judge-model"
     Test defaults unless *kwargs* say otherwise: a 5 s timeout and no retries, so a fault the
     server injects shows at once instead of after the SDK's back-off.
     """
-    kwargs.setdefault("timeout", 5.0)
+    kwargs.setdefault("timeout_s", 5.0)
     kwargs.setdefault("max_retries", 0)
     return closing(cls(model, base_url=srv.base_url, **kwargs))
 

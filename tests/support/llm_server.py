@@ -13,11 +13,21 @@ in a daemon thread, free port) that speaks ``POST /v1/chat/completions`` well en
 
 How the reply to a request is chosen, first match wins:
 
-1. ``reject_response_format`` is on and the request has ``response_format`` -> HTTP 400 naming it;
+1. the request's ``response_format`` is one the server does not take -> HTTP 400 naming it, as real
+   servers answer: ``reject_response_format`` takes none, ``response_formats`` lists the kinds taken
+   (``json_schema`` and ``json_object`` by default); a ``json_schema`` that is not a valid
+   structured-output schema (no ``name``, no ``schema``; with ``strict``: a root that is not an
+   object, an object without ``additionalProperties: false`` or without every property required)
+   -> HTTP 400 ``Invalid schema for response_format``;
 2. a queued fault (:meth:`LLMServer.fail_next`);
 3. the rule (``rule(request_json)``), unless it returns None;
 4. the reply queue (:meth:`LLMServer.enqueue`), FIFO;
 5. the default reply.
+
+With ``enforce_schema=True`` the server honours a ``json_schema`` like constrained decoding does: a
+scripted content that does not validate against the schema (JSON types, ``required``,
+``additionalProperties``, ``enum``, ``minimum``/``maximum``) is replaced by the smallest instance
+of the schema, and the scripted text is kept in :attr:`LLMServer.schema_violations`.
 
 A request with ``"stream": true`` gets the same reply as server-sent chunks (content token by
 token, tool calls, usage when ``stream_options.include_usage`` is set). A :class:`Reply` with
@@ -41,6 +51,7 @@ not CPU.
 from __future__ import annotations
 
 import json
+import math
 import re
 import socket
 import threading
@@ -304,6 +315,8 @@ class LLMServer:
         reject_response_format: answer 400 to every request that sets ``response_format``.
         logprobs: False to ignore requests for logprobs (every choice has ``logprobs: null``).
         honour_n: False to return one choice whatever ``n`` the request asks for.
+        response_formats: the ``response_format`` kinds the server takes (others: HTTP 400).
+        enforce_schema: replies to a ``json_schema`` request always validate against its schema.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`. Every attribute above may be
     changed while the server runs. The request log, :attr:`requests`, is thread-safe.
@@ -319,6 +332,8 @@ class LLMServer:
         reject_response_format: bool = False,
         logprobs: bool = True,
         honour_n: bool = True,
+        response_formats: Sequence[str] = ("json_schema", "json_object"),
+        enforce_schema: bool = False,
     ) -> None:
         self.rule = rule
         self.default: Scripted = default
@@ -326,7 +341,11 @@ class LLMServer:
         self.reject_response_format = reject_response_format
         self.logprobs = logprobs
         self.honour_n = honour_n
-        self._initial = (rule, default, delay, reject_response_format, logprobs, honour_n)
+        self.response_formats = tuple(response_formats)
+        self.enforce_schema = enforce_schema
+        self.schema_violations: list[str] = []
+        self._initial = (rule, default, delay, reject_response_format, logprobs, honour_n, self.response_formats,
+                         enforce_schema)
         self._lock = threading.Lock()
         self._replies: deque[Scripted] = deque(replies)
         self._faults: deque[Fault] = deque()
@@ -411,7 +430,8 @@ class LLMServer:
             self._faults.clear()
             self._requests.clear()
             (self.rule, self.default, self.delay, self.reject_response_format, self.logprobs,
-             self.honour_n) = self._initial
+             self.honour_n, self.response_formats, self.enforce_schema) = self._initial
+            self.schema_violations.clear()
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -434,8 +454,10 @@ class LLMServer:
             return self._counter
 
     def _choose(self, body: Mapping[str, Any]) -> Scripted:
-        if self.reject_response_format and "response_format" in body:
-            return Fault.reject_response_format()
+        if "response_format" in body:
+            refusal = self._refuse_format(body["response_format"])
+            if refusal is not None:
+                return refusal
         with self._lock:
             if self._faults:
                 return self._faults.popleft()
@@ -448,6 +470,35 @@ class LLMServer:
             if self._replies:
                 return self._replies.popleft()
         return self.default
+
+    def _refuse_format(self, fmt: Any) -> Fault | None:
+        kind = fmt.get("type") if isinstance(fmt, Mapping) else None
+        if self.reject_response_format or kind not in self.response_formats:
+            return Fault.bad_request(
+                f"Invalid parameter: 'response_format' of type {kind!r} is not supported with this model.",
+                param="response_format",
+            )
+        if kind == "json_schema":
+            problem = _json_schema_problem(fmt.get("json_schema"))
+            if problem is not None:
+                return Fault.bad_request(f"Invalid schema for response_format: {problem}", param="response_format")
+        return None
+
+    def _conform(self, body: Mapping[str, Any], text: str) -> str:
+        """*text*, or the smallest instance of the request's schema when it does not validate."""
+        fmt = body.get("response_format")
+        if not self.enforce_schema or not isinstance(fmt, Mapping) or fmt.get("type") != "json_schema":
+            return text
+        schema = fmt["json_schema"]["schema"]
+        try:
+            valid = _validates(json.loads(text), schema)
+        except ValueError:
+            valid = False
+        if valid:
+            return text
+        with self._lock:
+            self.schema_violations.append(text)
+        return json.dumps(_smallest(schema))
 
     def _sleep(self, seconds: float) -> None:
         if seconds > 0:
@@ -467,7 +518,7 @@ class LLMServer:
         completion_tokens = 0
         for index in range(n):
             choice_reply = per_choice[index % len(per_choice)]
-            text = choice_reply.text()
+            text = self._conform(body, choice_reply.text())
             completion_tokens += _words(text)
             logprobs = None
             if want_logprobs:
@@ -507,6 +558,93 @@ class LLMServer:
         }
         delay = reply.delay if reply.delay is not None else self.delay
         return payload, delay
+
+
+_SCHEMA_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _json_schema_problem(spec: Any) -> str | None:
+    """Why *spec* (a request's ``response_format.json_schema``) is refused, as OpenAI does; None if valid."""
+    if not isinstance(spec, Mapping):
+        return "'json_schema' must be an object"
+    name = spec.get("name")
+    if not isinstance(name, str) or not _SCHEMA_NAME_RE.fullmatch(name):
+        return "'name' must be 1-64 letters, digits, '_' or '-'"
+    schema = spec.get("schema")
+    if not isinstance(schema, Mapping):
+        return "'schema' must be an object"
+    if spec.get("strict"):
+        if schema.get("type") != "object":
+            return "the root of a strict schema must be an object"
+        return _strict_problem(schema, "root")
+    return None
+
+
+def _strict_problem(schema: Mapping[str, Any], where: str) -> str | None:
+    if schema.get("type") == "object":
+        properties = schema.get("properties") or {}
+        if schema.get("additionalProperties") is not False:
+            return f"In context={where}, 'additionalProperties' is required to be supplied and to be false"
+        if sorted(schema.get("required") or []) != sorted(properties):
+            return f"In context={where}, 'required' must list every key in 'properties'"
+        for key, inner in properties.items():
+            if isinstance(inner, Mapping):
+                problem = _strict_problem(inner, f"{where}.{key}")
+                if problem is not None:
+                    return problem
+    if schema.get("type") == "array" and isinstance(schema.get("items"), Mapping):
+        return _strict_problem(schema["items"], f"{where}[]")
+    return None
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (dict,), "array": (list,), "string": (str,), "number": (int, float), "integer": (int,),
+    "boolean": (bool,), "null": (type(None),),
+}
+
+
+def _validates(value: Any, schema: Mapping[str, Any]) -> bool:
+    """*value* against the subset of JSON Schema structured outputs use."""
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
+    if kinds and not any(_is_type(value, k) for k in kinds):
+        return False
+    if "enum" in schema and value not in schema["enum"]:
+        return False
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    low, high = schema.get("minimum", -math.inf), schema.get("maximum", math.inf)
+    if number and (value != value or not low <= value <= high):
+        return False
+    if isinstance(value, dict):
+        properties = schema.get("properties") or {}
+        if any(key not in value for key in schema.get("required") or []):
+            return False
+        if schema.get("additionalProperties") is False and any(key not in properties for key in value):
+            return False
+        return all(_validates(value[key], inner) for key, inner in properties.items() if key in value)
+    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        return all(_validates(item, schema["items"]) for item in value)
+    return True
+
+
+def _is_type(value: Any, kind: str) -> bool:
+    if kind in ("number", "integer") and isinstance(value, bool):
+        return False
+    return isinstance(value, _JSON_TYPES.get(kind, (object,)))
+
+
+def _smallest(schema: Mapping[str, Any]) -> Any:
+    """The smallest instance of *schema*: what constrained decoding leaves a model that wanted otherwise."""
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    kind = kind[0] if isinstance(kind, list) else kind
+    if kind == "object":
+        properties = schema.get("properties") or {}
+        return {key: _smallest(properties[key]) for key in schema.get("required") or [] if key in properties}
+    if kind in ("number", "integer"):
+        return schema.get("minimum", 0)
+    return {"array": [], "string": "", "boolean": False}.get(str(kind))
 
 
 class _HTTPServer(ThreadingHTTPServer):

@@ -11,6 +11,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal
 
+from .._deprecation import renamed_kwargs
 from .._log import RateLimitedLog
 from .._sampling import sampled
 from .._sink import JudgementSink
@@ -278,24 +279,26 @@ class Auditor:
                           len(self._closer), self.max_closing, self.stats())
         return False
 
-    def flush_turns(self, timeout: float | None = 30.0) -> bool:
+    @renamed_kwargs(timeout="timeout_s")
+    def flush_turns(self, timeout_s: float | None = 30.0) -> bool:
         """Wait until every job :meth:`defer` got so far has run: the turns integrations handed over
         are built, their spans ended and they are submitted. Does not wait for judgements (that is
-        :meth:`flush`). Returns False when *timeout* (seconds) ran out first."""
-        return self._closer.flush(timeout)
+        :meth:`flush`). Returns False when *timeout_s* (seconds) ran out first."""
+        return self._closer.flush(timeout_s)
 
-    def flush(self, timeout: float | None = 30.0) -> bool:
+    @renamed_kwargs(timeout="timeout_s")
+    def flush(self, timeout_s: float | None = 30.0) -> bool:
         """Wait until every turn handed over so far is recorded and judged, its spans exported and
         the sinks flushed.
 
-        Returns within *timeout* (seconds) plus a few milliseconds whatever the trace backend or a
+        Returns within *timeout_s* (seconds) plus a few milliseconds whatever the trace backend or a
         sink does (their flushes run on a worker thread and are abandoned at the deadline), and
         says truthfully whether everything was delivered: False when the time ran out, a span
         export or a sink's flush did not succeed, or a delivery failed (``sink_errors`` grew)
         during the flush. Never raises.
         """
         try:
-            return self._flush(None if timeout is None else time.monotonic() + max(0.0, timeout))
+            return self._flush(None if timeout_s is None else time.monotonic() + max(0.0, timeout_s))
         except Exception as exc:  # never into the host
             self._job_failed(exc)
             return False
@@ -328,15 +331,16 @@ class Auditor:
             return False
         return finished and bool(result)
 
-    def shutdown(self, timeout: float | None = None) -> bool:
-        """Flush (within *timeout*, default ``exit_timeout_s``), then stop the workers. Idempotent.
+    @renamed_kwargs(timeout="timeout_s")
+    def shutdown(self, timeout_s: float | None = None) -> bool:
+        """Flush (within *timeout_s*, default ``exit_timeout_s``), then stop the workers. Idempotent.
 
-        Never raises, and returns within *timeout* plus a small margin whatever a judge, the trace
+        Never raises, and returns within *timeout_s* plus a small margin whatever a judge, the trace
         backend or a sink does. Turns submitted afterwards are counted as dropped. Returns False
         when something was not delivered by the deadline; what (judgements, turns, spans) is
         reported on stderr.
         """
-        budget = self.exit_timeout_s if timeout is None else max(0.0, timeout)
+        budget = self.exit_timeout_s if timeout_s is None else max(0.0, timeout_s)
         try:
             return self._shutdown(time.monotonic() + budget, budget)
         except Exception as exc:  # never into the host (a full disk, a failing sink, ...)

@@ -11,7 +11,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from .. import __version__
+from .._version import __version__
 from ..errors import RagAuditError
 
 __all__ = ["build_parser", "main"]
@@ -31,7 +31,7 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     p.add_argument("--careless", action="store_true",
                    help="the offline careless generator: scripted mistakes (a wrong number, a citation to the "
                    "wrong document, an unsupported claim) for the audit to catch")
-    p.set_defaults(handler=("ragaudit.demo.run", "demo_command"))
+    p.set_defaults(handler=("ragaudit.cli.demo", "demo_command"))
 
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -69,7 +69,7 @@ def _add_metrics(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
                    help="count qrels queries missing from the run as 0 (trec_eval -c)")
     p.add_argument("--keep-duplicates", action="store_true",
                    help="keep the highest score of a doc listed twice for a query (default: refuse, as trec_eval)")
-    p.set_defaults(handler=("ragaudit.cli", "_metrics_command"))
+    p.set_defaults(handler=("ragaudit.cli.metrics", "metrics_command"))
 
 
 def _add_report(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -79,7 +79,7 @@ def _add_report(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     p.add_argument("--json", dest="json_out", default=None)
     p.add_argument("--limit", type=int, default=20, help="how many turns to show")
     p.add_argument("--fail-under", action="append", default=[], metavar="NAME=VALUE")
-    p.set_defaults(handler=("ragaudit.cli.eval", "report_command"))
+    p.set_defaults(handler=("ragaudit.cli.report", "report_command"))
 
 
 def _add_calibrate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -93,7 +93,7 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
                    "confusion table)")
     p.add_argument("--threshold", type=float, default=0.5, help="pass threshold on [0, 1] scores")
     p.add_argument("--format", choices=["table", "json"], default="table")
-    p.set_defaults(handler=("ragaudit.cli", "_calibrate_command"))
+    p.set_defaults(handler=("ragaudit.cli.calibrate", "calibrate_command"))
 
 
 def _add_qrels(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -106,27 +106,6 @@ def _add_qrels(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--runs", default=None, metavar="DIR",
                    help="also write each audit log as a TREC run DIR/<log name>.run (same query ids)")
     p.set_defaults(handler=("ragaudit.cli.qrels", "qrels_command"))
-
-
-def _calibrate_command(args: argparse.Namespace) -> int:
-    if args.grades:
-        from .qrels import calibrate_grades_command
-
-        return calibrate_grades_command(args)
-    if args.more:
-        raise RagAuditError("more than one judgements file is only read with --grades")
-    from ..evaluation.calibration import cli_command
-
-    return cli_command(args)
-
-
-def _metrics_command(args: argparse.Namespace) -> int:
-    from ..metrics.io import metrics_command
-
-    print(metrics_command(args.run, args.qrels, args.metrics, args.per_query, args.format,
-                          relevance_level=args.relevance_level, judged_only=not args.all_queries,
-                          on_duplicate="max" if args.keep_duplicates else "error"))
-    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -94,9 +94,9 @@ def langchain_careless() -> BaseChatModel:
     from langchain_core.messages import AIMessage
     from langchain_core.outputs import ChatGeneration, ChatResult
 
-    from .generator import _langchain_classes, _message_text, _role
+    from .generator import _langchain_standin_class, _message_text, _role
 
-    base: Any = _langchain_classes()[0]
+    base: Any = _langchain_standin_class()
 
     class CarelessChatModel(base):  # type: ignore[misc, valid-type]
         """The extractive stand-in with scripted mistakes (see :mod:`ragaudit.demo.careless`)."""
@@ -125,9 +125,9 @@ def llamaindex_careless() -> CustomLLM:
     from llama_index.core.llms import CompletionResponse, LLMMetadata
     from llama_index.core.llms.callbacks import llm_completion_callback
 
-    from .generator import _llamaindex_classes
+    from .generator import _llamaindex_standin_class
 
-    base: Any = _llamaindex_classes()[0]
+    base: Any = _llamaindex_standin_class()
 
     class CarelessLLM(base):  # type: ignore[misc, valid-type]
         """The extractive stand-in with scripted mistakes (see :mod:`ragaudit.demo.careless`)."""

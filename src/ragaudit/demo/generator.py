@@ -1,4 +1,4 @@
-"""The demo's generators: an offline extractive stand-in and a thin client for a real chat model.
+"""The demo's generators: an offline extractive stand-in, and the frameworks' own OpenAI models.
 
 Both read the same prompt: :data:`GENERATOR_SYSTEM_PROMPT` plus a user message with the numbered
 context (``[1] (source: return_policy.pdf, section: exchanges)`` and the document text) and the
@@ -11,8 +11,8 @@ sentence matches well it says the retrieved documents do not say. So it never ad
 the demo's signal is in context and answer relevance.
 
 Framework classes are built on first use, so this module imports without any framework:
-:func:`langchain_standin` / :func:`langchain_openai` (LangChain ``BaseChatModel``) and
-:func:`llamaindex_standin` / :func:`llamaindex_openai` (LlamaIndex ``CustomLLM``).
+:func:`langchain_standin` (a LangChain ``BaseChatModel``) / :func:`langchain_openai` (``ChatOpenAI``)
+and :func:`llamaindex_standin` (a LlamaIndex ``CustomLLM``) / :func:`llamaindex_openai` (``OpenAILike``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from .._text import content_terms, is_number, sentence_spans
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
-    from llama_index.core.llms import CustomLLM
+    from llama_index.core.llms import LLM, CustomLLM
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -223,21 +223,11 @@ def _role(message: Any) -> str:
     return {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}.get(kind, "user")
 
 
-def _usage(response: Any) -> dict[str, int] | None:
-    usage = getattr(response, "usage", None)
-    if usage is None:
-        return None
-    prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
-    completion = int(getattr(usage, "completion_tokens", 0) or 0)
-    return {"input_tokens": prompt, "output_tokens": completion, "total_tokens": prompt + completion}
-
-
 @lru_cache(maxsize=1)
-def _langchain_classes() -> tuple[type, type]:
+def _langchain_standin_class() -> type:
     from langchain_core.language_models import BaseChatModel
     from langchain_core.messages import AIMessage, BaseMessage
     from langchain_core.outputs import ChatGeneration, ChatResult
-    from pydantic import ConfigDict, PrivateAttr
 
     class ExtractiveChatModel(BaseChatModel):
         """The offline extractive stand-in as a LangChain chat model (see :func:`extractive_answer`).
@@ -264,96 +254,38 @@ def _langchain_classes() -> tuple[type, type]:
             return ChatResult(generations=[ChatGeneration(message=message)],
                               llm_output={"model_name": self.model_name})
 
-    class OpenAIChatModel(BaseChatModel):
-        """A minimal LangChain chat model over the ``openai`` SDK (any OpenAI-compatible endpoint).
-
-        ``base_url``/``api_key`` default to ``OPENAI_BASE_URL``/``OPENAI_API_KEY`` as the SDK reads them.
-        """
-
-        model_config = ConfigDict(protected_namespaces=())
-
-        model_name: str = DEFAULT_MODEL
-        base_url: str | None = None
-        api_key: str | None = None
-        temperature: float = 0.0
-        timeout: float = 60.0
-        max_retries: int = 2
-        _client: Any = PrivateAttr(default=None)
-        _aclient: Any = PrivateAttr(default=None)
-
-        @property
-        def _llm_type(self) -> str:
-            return "openai-chat"
-
-        @property
-        def _identifying_params(self) -> dict[str, Any]:
-            return {"model_name": self.model_name, "temperature": self.temperature}
-
-        def _request(self, messages: list[BaseMessage], stop: list[str] | None) -> dict[str, Any]:
-            body: dict[str, Any] = {
-                "model": self.model_name, "temperature": self.temperature,
-                "messages": [{"role": _role(m), "content": _message_text(m)} for m in messages],
-            }
-            if stop:
-                body["stop"] = stop
-            return body
-
-        def _result(self, response: Any) -> ChatResult:
-            choice = response.choices[0] if response.choices else None
-            text = (choice.message.content if choice is not None else None) or ""
-            usage = _usage(response)
-            model = getattr(response, "model", None) or self.model_name
-            message = AIMessage(content=text, usage_metadata=usage,  # type: ignore[arg-type]
-                                response_metadata={"model_name": model})
-            token_usage = {}
-            if usage:
-                token_usage = {"prompt_tokens": usage["input_tokens"],
-                               "completion_tokens": usage["output_tokens"],
-                               "total_tokens": usage["total_tokens"]}
-            return ChatResult(generations=[ChatGeneration(message=message)],
-                              llm_output={"model_name": model, "token_usage": token_usage})
-
-        def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                      run_manager: Any = None, **kwargs: Any) -> ChatResult:
-            if self._client is None:
-                self._client = _openai_client(self, asynchronous=False)
-            return self._result(self._client.chat.completions.create(**self._request(messages, stop)))
-
-        async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                             run_manager: Any = None, **kwargs: Any) -> ChatResult:
-            if self._aclient is None:
-                self._aclient = _openai_client(self, asynchronous=True)
-            response = await self._aclient.chat.completions.create(**self._request(messages, stop))
-            return self._result(response)
-
-    return ExtractiveChatModel, OpenAIChatModel
+    return ExtractiveChatModel
 
 
-def _openai_client(model: Any, *, asynchronous: bool) -> Any:
-    """An ``openai`` client from a model's ``base_url``, ``api_key``, ``timeout`` and ``max_retries``."""
-    import openai
-
-    api_key = model.api_key
-    local = model.base_url or os.environ.get("OPENAI_BASE_URL")
-    if not api_key and not os.environ.get("OPENAI_API_KEY") and local:
+def _endpoint(base_url: str | None, api_key: str | None) -> tuple[str | None, str | None]:
+    """The endpoint and key for a real model: the arguments, else ``OPENAI_BASE_URL``/``OPENAI_API_KEY``."""
+    base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+    api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
+    if api_key is None and base_url is not None:
         # A local OpenAI-compatible server (vLLM, Ollama, a test server) needs no key, but the SDK
         # refuses to start without one.
         api_key = "not-needed"
-    cls = openai.AsyncOpenAI if asynchronous else openai.OpenAI
-    return cls(base_url=model.base_url, api_key=api_key, timeout=model.timeout, max_retries=model.max_retries)
+    return base_url, api_key
 
 
 def langchain_standin() -> BaseChatModel:
     """The offline extractive stand-in as a LangChain chat model. Needs ``langchain-core``."""
-    model: BaseChatModel = _langchain_classes()[0]()
+    model: BaseChatModel = _langchain_standin_class()()
     return model
 
 
 def langchain_openai(model: str | None = None, *, base_url: str | None = None,
-                     api_key: str | None = None, timeout: float = 60.0) -> BaseChatModel:
-    """A LangChain chat model over the ``openai`` SDK; *model* defaults to :func:`model_from_env`."""
-    chat: BaseChatModel = _langchain_classes()[1](model_name=model or model_from_env(), base_url=base_url,
-                                                  api_key=api_key, timeout=timeout)
+                     api_key: str | None = None, timeout_s: float = 60.0) -> BaseChatModel:
+    """LangChain's ``ChatOpenAI`` (``langchain-openai``) on any OpenAI-compatible endpoint, temperature 0;
+    *model* defaults to :func:`model_from_env`."""
+    from langchain_openai import ChatOpenAI
+
+    base_url, api_key = _endpoint(base_url, api_key)
+    settings: dict[str, Any] = {"base_url": base_url} if base_url else {}
+    if api_key:
+        settings["api_key"] = api_key
+    chat: BaseChatModel = ChatOpenAI(model=model or model_from_env(), temperature=0.0, timeout=timeout_s,
+                                     max_retries=2, **settings)
     return chat
 
 
@@ -361,10 +293,9 @@ def langchain_openai(model: str | None = None, *, base_url: str | None = None,
 
 
 @lru_cache(maxsize=1)
-def _llamaindex_classes() -> tuple[type, type]:
+def _llamaindex_standin_class() -> type:
     from llama_index.core.llms import CompletionResponse, CustomLLM, LLMMetadata
     from llama_index.core.llms.callbacks import llm_completion_callback
-    from pydantic import PrivateAttr
 
     class ExtractiveLLM(CustomLLM):
         """The offline extractive stand-in as a LlamaIndex LLM (see :func:`extractive_answer`).
@@ -391,67 +322,26 @@ def _llamaindex_classes() -> tuple[type, type]:
 
             return gen()
 
-    class OpenAILLM(CustomLLM):
-        """A minimal LlamaIndex LLM over the ``openai`` SDK (any OpenAI-compatible endpoint).
-
-        A prompt in :data:`LLAMAINDEX_PROMPT` form is sent as the generator's system message plus
-        the user message; any other prompt is sent as one user message.
-        """
-
-        model: str = DEFAULT_MODEL
-        base_url: str | None = None
-        api_key: str | None = None
-        temperature: float = 0.0
-        timeout: float = 60.0
-        max_retries: int = 2
-        _client: Any = PrivateAttr(default=None)
-
-        @property
-        def metadata(self) -> LLMMetadata:
-            return LLMMetadata(model_name=self.model, context_window=128_000, num_output=1024)
-
-        def _messages(self, prompt: str) -> list[dict[str, str]]:
-            if prompt.startswith(GENERATOR_SYSTEM_PROMPT):
-                user = prompt[len(GENERATOR_SYSTEM_PROMPT) :].strip()
-                user = re.sub(r"\n\s*Answer:\s*$", "", user)
-                return [{"role": "system", "content": GENERATOR_SYSTEM_PROMPT},
-                        {"role": "user", "content": user}]
-            return [{"role": "user", "content": prompt}]
-
-        @llm_completion_callback()
-        def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-            if self._client is None:
-                self._client = _openai_client(self, asynchronous=False)
-            response = self._client.chat.completions.create(
-                model=self.model, temperature=self.temperature, messages=self._messages(prompt))
-            text = (response.choices[0].message.content if response.choices else None) or ""
-            usage = _usage(response) or {}
-            return CompletionResponse(text=text, raw=response.model_dump(),
-                                      additional_kwargs={"prompt_tokens": usage.get("input_tokens"),
-                                                         "completion_tokens": usage.get("output_tokens")})
-
-        @llm_completion_callback()
-        def stream_complete(self, prompt: str, formatted: bool = False,
-                            **kwargs: Any) -> Iterator[CompletionResponse]:
-            response = self.complete(prompt, formatted=formatted)
-
-            def gen() -> Iterator[CompletionResponse]:
-                yield CompletionResponse(text=response.text, delta=response.text, raw=response.raw)
-
-            return gen()
-
-    return ExtractiveLLM, OpenAILLM
+    return ExtractiveLLM
 
 
 def llamaindex_standin() -> CustomLLM:
     """The offline extractive stand-in as a LlamaIndex LLM. Needs ``llama-index-core``."""
-    llm: CustomLLM = _llamaindex_classes()[0]()
+    llm: CustomLLM = _llamaindex_standin_class()()
     return llm
 
 
 def llamaindex_openai(model: str | None = None, *, base_url: str | None = None,
-                      api_key: str | None = None, timeout: float = 60.0) -> CustomLLM:
-    """A LlamaIndex LLM over the ``openai`` SDK; *model* defaults to :func:`model_from_env`."""
-    llm: CustomLLM = _llamaindex_classes()[1](model=model or model_from_env(), base_url=base_url,
-                                              api_key=api_key, timeout=timeout)
+                      api_key: str | None = None, timeout_s: float = 60.0) -> LLM:
+    """LlamaIndex's ``OpenAILike`` (``llama-index-llms-openai-like``: the OpenAI LLM for any
+    OpenAI-compatible endpoint and model name) as a chat model, temperature 0; *model* defaults to
+    :func:`model_from_env`."""
+    from llama_index.llms.openai_like import OpenAILike
+
+    base_url, api_key = _endpoint(base_url, api_key)
+    settings: dict[str, Any] = {"api_base": base_url} if base_url else {}
+    if api_key:
+        settings["api_key"] = api_key
+    llm: LLM = OpenAILike(model=model or model_from_env(), temperature=0.0, timeout=timeout_s, max_retries=2,
+                          is_chat_model=True, context_window=128_000, **settings)
     return llm

@@ -160,7 +160,7 @@ def build_llamaindex_engine(
     """
     _check_k(k)
     try:
-        from llama_index.core import PromptTemplate, StorageContext, VectorStoreIndex
+        from llama_index.core import StorageContext, VectorStoreIndex
         from llama_index.core.schema import TextNode
         from llama_index.vector_stores.chroma import ChromaVectorStore
     except ImportError as exc:
@@ -188,9 +188,24 @@ def build_llamaindex_engine(
     return index.as_query_engine(
         llm=llm if llm is not None else llamaindex_standin(),
         similarity_top_k=k,
-        text_qa_template=PromptTemplate(LLAMAINDEX_PROMPT),
+        text_qa_template=_llamaindex_qa_template(),
         node_postprocessors=[_numbering_postprocessor()],
     )
+
+
+def _llamaindex_qa_template() -> Any:
+    """The generator prompt for LlamaIndex: system and user messages for a chat model (as the LangChain
+    chain sends them), one text for a completion model such as the stand-in. LlamaIndex's own
+    ``SelectorPromptTemplate`` picks one per LLM, as its default QA prompt does."""
+    from llama_index.core import ChatPromptTemplate, PromptTemplate, SelectorPromptTemplate
+    from llama_index.core.prompts.utils import is_chat_model
+
+    chat = ChatPromptTemplate.from_messages([
+        ("system", GENERATOR_SYSTEM_PROMPT),
+        ("user", USER_PROMPT_TEMPLATE.format(context="{context_str}", question="{query_str}")),
+    ])
+    return SelectorPromptTemplate(default_template=PromptTemplate(LLAMAINDEX_PROMPT),
+                                  conditionals=[(is_chat_model, chat)])
 
 
 def _numbering_postprocessor() -> Any:

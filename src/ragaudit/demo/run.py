@@ -1,4 +1,4 @@
-"""``ragaudit demo``: the return-policy knowledge base and its eight questions through an audited pipeline.
+"""The demo run behind ``ragaudit demo``: the return-policy knowledge base, its eight questions, audited.
 
 Offline by default: Chroma's in-memory client, the hashed embedding, the extractive stand-in
 generator and :class:`~ragaudit.LexicalJudge`. With ``OPENAI_API_KEY`` or ``OPENAI_BASE_URL`` set
@@ -9,7 +9,6 @@ given), judgements to the audit log; a table of the judged answers is printed.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import sys
@@ -27,7 +26,7 @@ from .generator import STANDIN_MODEL, model_from_env
 from .kb import DOCUMENTS, QRELS, QUESTIONS, DemoQuestion
 from .pipelines import DEFAULT_K, real_model_configured
 
-__all__ = ["DemoResult", "demo_command", "print_report", "run_demo"]
+__all__ = ["DemoResult", "print_report", "run_demo"]
 
 _SECTIONS = {d.id: d.section for d in DOCUMENTS}
 _QUESTION_CHARS = 45
@@ -54,27 +53,6 @@ class DemoResult:
     spans: dict[str, int] = field(default_factory=dict)
     audit_lines: int = 0
     otlp_endpoint: str | None = None
-
-
-def demo_command(args: argparse.Namespace) -> int:
-    """The ``ragaudit demo`` subcommand: run the demo and print its report to stdout. Returns 0."""
-    try:
-        result = run_demo(
-            framework=args.framework,
-            traces=args.traces,
-            audit_log=args.audit_log,
-            otlp_endpoint=args.otlp_endpoint,
-            offline=args.offline,
-            careless=getattr(args, "careless", False),
-        )
-    except ImportError as exc:
-        extra = "llamaindex" if args.framework == "llamaindex" else "langchain"
-        raise ConfigurationError(
-            f"the demo needs {exc.name or 'an optional dependency'}, which is not installed: "
-            f"pip install 'ragaudit[{extra},chroma,otlp]'"
-        ) from exc
-    print_report(result, traces=args.traces, audit_log=args.audit_log)
-    return 0
 
 
 def _otlp_url(explicit: str | None) -> str | None:
@@ -168,9 +146,9 @@ def run_demo(
     try:
         runner = _run_langchain if framework == "langchain" else _run_llamaindex
         runner(questions, auditor, provider, real, result, careless)
-        auditor.flush(timeout=_FLUSH_TIMEOUT_S)
+        auditor.flush(timeout_s=_FLUSH_TIMEOUT_S)
     finally:
-        auditor.shutdown(timeout=_FLUSH_TIMEOUT_S)
+        auditor.shutdown(timeout_s=_FLUSH_TIMEOUT_S)
         provider.force_flush()
         provider.shutdown()
     result.stats = auditor.stats()

@@ -1,8 +1,8 @@
 """Batch evaluation: run a dataset through a pipeline, judge and score every row, report and gate.
 
 ```python
-from ragaudit.evaluation import evaluate, assert_rag_quality
-report = evaluate("questions.jsonl", chain, metrics=["recall@5", "ndcg@10"])
+from ragaudit.evaluation import evaluate_pipeline, assert_rag_quality
+report = evaluate_pipeline("questions.jsonl", chain, metrics=["recall@5", "ndcg@10"])
 report.to_html("report.html"); print(report.to_markdown())
 assert_rag_quality(report, faithfulness=0.8, recall_at_5=0.9)   # in a pytest test
 ```
@@ -10,6 +10,8 @@ assert_rag_quality(report, faithfulness=0.8, recall_at_5=0.9)   # in a pytest te
 
 from __future__ import annotations
 
+from .._exports import lazy_exports
+from .audit_log import report_from_audit_log
 from .report import (
     DIAGNOSES,
     Diagnosis,
@@ -20,7 +22,7 @@ from .report import (
     diagnose,
     summarize,
 )
-from .runner import DEFAULT_METRICS, DatasetRow, evaluate, load_dataset
+from .runner import DEFAULT_METRICS, DatasetRow, evaluate_pipeline, load_dataset
 
 __all__ = [
     "DEFAULT_METRICS",
@@ -32,7 +34,13 @@ __all__ = [
     "Summary",
     "assert_rag_quality",
     "diagnose",
-    "evaluate",
+    "evaluate_pipeline",
     "load_dataset",
+    "report_from_audit_log",
     "summarize",
 ]
+
+# ``evaluate`` was also the name of ragaudit.metrics.evaluate (trec_eval measures of a run): one name,
+# two meanings. The pipeline runner is evaluate_pipeline; the old name warns for one release.
+__getattr__, __dir__ = lazy_exports(
+    __name__, {}, deprecated={"evaluate": (".runner:evaluate_pipeline", "ragaudit.evaluate_pipeline")})

@@ -15,16 +15,14 @@ Everything is computed with numpy; ties in Spearman's rank correlation get avera
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +43,6 @@ __all__ = [
     "average_ranks",
     "balanced_accuracy",
     "calibrate",
-    "cli_command",
     "cohen_kappa",
     "consistency",
     "pearson",
@@ -701,30 +698,3 @@ def consistency(
         )
     return ConsistencyReport(judge=judge.name, runs=runs, requests=len(requests), failed_runs=failed,
                              dimensions=dimensions)
-
-
-# -- the command line -----------------------------------------------------------------------------
-
-
-def cli_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """``ragaudit calibrate LABELS JUDGEMENTS [--threshold T] [--format table|json]``.
-
-    Prints the calibration table (or JSON) and returns 0. Bad input raises
-    :class:`~ragaudit.RagAuditError`, which the command line reports with exit code 2.
-    """
-    out = out if out is not None else sys.stdout
-    threshold = _check_threshold(args.threshold)
-    labels = read_labels(args.labels)
-    judgements = read_judgements(args.judgements)
-    report = calibrate(labels, judgements, threshold=threshold)
-    if report.matched == 0:
-        raise RagAuditError(
-            f"no id is in both {args.labels!r} ({len(labels)} labelled) and {args.judgements!r} "
-            f"({len(judgements)} judged): check that the label ids are the turn ids of the audit log or "
-            "the row ids of the report"
-        )
-    if args.format == "json":
-        out.write(json.dumps(report.to_dict(), indent=2) + "\n")
-    else:
-        out.write(report.to_table() + "\n")
-    return 0

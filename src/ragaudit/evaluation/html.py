@@ -12,10 +12,9 @@ from collections.abc import Sequence
 from html import escape
 from typing import TYPE_CHECKING
 
-from .report import HISTOGRAM_BINS, RowResult
-
 if TYPE_CHECKING:
-    from .report import EvaluationReport
+    # Types only: report.py imports this module to render, so a runtime import back would be a cycle.
+    from .report import EvaluationReport, RowResult
 
 __all__ = ["render_html"]
 
@@ -122,7 +121,8 @@ def _histogram_svg(name: str, counts: Sequence[int], mean: float | None, n: int,
     width, height, left, bottom, top = 260, 150, 30, 24, 10
     plot_w, plot_h = width - left - 8, height - bottom - top
     peak = max(counts) if counts and max(counts) > 0 else 1
-    bar_w = plot_w / HISTOGRAM_BINS
+    bins = max(len(counts), 1)  # the report's HISTOGRAM_BINS, read from the data it rendered
+    bar_w = plot_w / bins
     label = _LABELS.get(name, name)
     parts = [f'<svg class="histogram" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" role="img" aria-label="{_e(label)} histogram">',
@@ -132,7 +132,7 @@ def _histogram_svg(name: str, counts: Sequence[int], mean: float | None, n: int,
     for i, count in enumerate(counts):
         h = plot_h * count / peak
         x = left + i * bar_w
-        lo, hi = i / HISTOGRAM_BINS, (i + 1) / HISTOGRAM_BINS
+        lo, hi = i / bins, (i + 1) / bins
         parts.append(f'<rect x="{x + 1:.1f}" y="{top + plot_h - h:.1f}" width="{bar_w - 2:.1f}" '
                      f'height="{h:.1f}" fill="#0969da"><title>{lo:.1f}–{hi:.1f}: {count}</title></rect>')
     for tick in (0.0, 0.5, 1.0):
@@ -196,10 +196,11 @@ def _anchor(row: RowResult, rank: object) -> str:
     return f"d-{_e(row.id)}-{_e(rank)}"
 
 
-def _score_text(name: str, value: float | None, threshold: float) -> str:
+def _score_text(name: str, value: float | None, threshold: float | None) -> str:
+    """*name* and *value*; marked low below *threshold* (None: never, e.g. P@5 of 2 documents is 0.4 at best)."""
     if value is None:
         return f"{_e(name)} –"
-    cls = "low" if value < threshold else ""
+    cls = "low" if threshold is not None and value < threshold else ""
     return f'{_e(name)} <b class="{cls}">{value:.2f}</b>'
 
 
@@ -281,9 +282,9 @@ def _answer_html(row: RowResult, metrics: Sequence[str], threshold: float) -> st
     """One audited answer on one screen width: question and scores, the answer with its sentences
     marked, and beside it the retrieved documents with grades and citation checks."""
     scores = [_score_text(_LABELS[n], v, threshold) for n, v in row.scores().items()]
-    scores += [_score_text(m, row.retrieval_metrics.get(m), threshold) for m in metrics
+    scores += [_score_text(m, row.retrieval_metrics.get(m), None) for m in metrics
                if row.retrieval_metrics.get(m) is not None]
-    scores += [_score_text(m, v, threshold) for m, v in row.judged_metrics.items()]
+    scores += [_score_text(m, v, None) for m, v in row.judged_metrics.items()]
     if row.citation_checks:
         scores += [_score_text("citation precision", row.citation_precision, threshold),
                    _score_text("citation recall", row.citation_recall, threshold)]

@@ -312,7 +312,7 @@ def _canonical(name: str, known: Iterable[str]) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class EvaluationReport:
-    """The result of :func:`~ragaudit.evaluation.evaluate` (or of reading an audit log).
+    """The result of :func:`~ragaudit.evaluate_pipeline` (or of reading an audit log).
 
     ``aggregate`` maps each judge score and retrieval metric to its :class:`Summary`;
     ``distributions`` maps the same names to :data:`HISTOGRAM_BINS` counts over [0, 1];

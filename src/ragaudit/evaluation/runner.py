@@ -29,7 +29,7 @@ from ..errors import ConfigurationError, MetricError
 from ..records import SCORE_NAMES, Judgement, RagTurn, normalize_relevance
 from .report import EvaluationReport, RowResult, diagnose, full_audit_fields
 
-__all__ = ["DEFAULT_METRICS", "ROW_KEY", "DatasetRow", "evaluate", "is_pipeline", "load_dataset"]
+__all__ = ["DEFAULT_METRICS", "ROW_KEY", "DatasetRow", "evaluate_pipeline", "is_pipeline", "load_dataset"]
 
 DEFAULT_METRICS: tuple[str, ...] = ("recall@5", "mrr@10", "ndcg@10")
 """Retrieval metrics computed when none are named."""
@@ -355,7 +355,7 @@ def _row_result(
     )
 
 
-def evaluate(
+def evaluate_pipeline(
     dataset: str | os.PathLike[str] | Iterable[Mapping[str, Any]],
     pipeline: Any,
     *,
@@ -421,7 +421,7 @@ def evaluate(
     settings.update(auditor_kwargs or {})
     for reserved in ("judge", "on_judgement"):
         if reserved in settings:
-            raise ConfigurationError(f"auditor_kwargs must not set {reserved!r}; pass judge= to evaluate()")
+            raise ConfigurationError(f"auditor_kwargs must not set {reserved!r}; pass judge= to evaluate_pipeline()")
     auditor = _EvalAuditor(judge, on_judgement=on_judgement, **settings)
 
     keys = [f"{row.id}#{uuid.uuid4().hex[:8]}" for row in rows]
@@ -451,7 +451,7 @@ def evaluate(
                     bar.ran()
         finally:
             done()
-        auditor.flush(timeout=None)
+        auditor.flush(timeout_s=None)
     finally:
         bar.close()
         auditor.shutdown()

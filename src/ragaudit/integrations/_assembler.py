@@ -343,6 +343,7 @@ def build_turn(parts: TurnParts, handle: Any = None) -> RagTurn:
         ended_at=parts.ended_at,
         trace_id=getattr(handle, "trace_id", None),
         span_id=getattr(handle, "span_id", None),
+        sampled_out=bool(getattr(handle, "sampled_out", False)),
         relevant_ids=normalize_relevance(relevant_ids),
         metadata=metadata,
         error=parts.error,

@@ -24,6 +24,7 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage, ToolMessage
 
+from .._deprecation import renamed_kwargs
 from ..auditor import DEFAULT_TURN_MEASURES, Auditor
 from ..records import Generation, Retrieval, RetrievedDoc, ToolCall
 from ._assembler import Step, TurnParts, close_turn, step_end
@@ -480,11 +481,12 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
 
     # -- public helpers -------------------------------------------------------------------------
 
-    def flush(self, timeout: float | None = 30.0) -> bool:
+    @renamed_kwargs(timeout="timeout_s")
+    def flush(self, timeout_s: float | None = 30.0) -> bool:
         """Close the turns whose root run has ended (see :meth:`close_ended_turns`), then wait until
         the turns closed so far are recorded and judged (see :meth:`Auditor.flush`)."""
         self.close_ended_turns()
-        return self.auditor.flush(timeout)
+        return self.auditor.flush(timeout_s)
 
     def close_ended_turns(self) -> int:
         """Close every turn whose root run has ended but a child run has not (a hung tool thread, a

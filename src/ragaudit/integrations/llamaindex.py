@@ -63,6 +63,7 @@ from llama_index.core.instrumentation.span import BaseSpan
 from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 from pydantic import Field
 
+from .._deprecation import renamed_kwargs
 from .._worker import BatchWorker, run_jobs
 from ..auditor import DEFAULT_TURN_MEASURES, Auditor
 from ..records import Generation, Retrieval, RetrievedDoc, ToolCall
@@ -1150,13 +1151,14 @@ class _Audited:
         """The :class:`~ragaudit.tracing.SpanRecorder` that writes the turn spans."""
         return self._collector.recorder
 
-    def flush(self, timeout: float | None = 30.0) -> bool:
+    @renamed_kwargs(timeout="timeout_s")
+    def flush(self, timeout_s: float | None = 30.0) -> bool:
         """Close the turns of streams dropped unfinished, then wait for every pending judgement.
 
-        Returns False when *timeout* (seconds) ran out first.
+        Returns False when *timeout_s* (seconds) ran out first.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        ok = _closer.flush(timeout)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        ok = _closer.flush(timeout_s)
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         return self._collector.auditor.flush(remaining) and ok
 

@@ -1,81 +1,66 @@
 """Judges: the :class:`RagJudge` protocol and its implementations.
 
-Every judge is imported on first use, so ``import ragaudit.judges`` stays light.
+Layout: ``base`` (the protocol, :class:`BaseRagJudge`, :class:`FakeJudge`); ``llm/`` the LLM endpoint
+layer (OpenAI-compatible endpoint, the judge prompt, reply parsing); the judges (``chat``, ``geval``,
+``rubric``, ``correctness``, ``pairwise``, ``lexical``, ``rules``); ``combinators/`` judges made of
+judges (jury and consensus, tiered, cached); ``cost`` what a judge call
+costs. Every judge is imported on first use, so ``import ragaudit.judges`` stays light.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._exports import lazy_exports
 from .base import BaseRagJudge, FakeJudge, JudgeError, RagJudge
 
-if TYPE_CHECKING:
-    from ..evaluation.calibration import ZScoreNormalizer, calibrate, consistency
-    from .chat import ChatRagJudge
-    from .combinators.cache import CachedJudge, MemoryCache, SqliteCache
-    from .combinators.ensemble import ConsensusJudge, JuryJudge
-    from .correctness import CorrectnessJudge
-    from .cost import CostEstimate, estimate_cost
-    from .geval import GEvalJudge
-    from .lexical import LexicalJudge
-    from .pairwise import PairwiseJudge, PairwiseResult, TournamentResult
-    from .rubric import Criterion, RubricJudge
-    from .rules import RuleJudge, TieredJudge
+if TYPE_CHECKING:  # for type checkers; `X as X` marks a re-export (tests/test_exports.py checks it matches)
+    from .chat import ChatRagJudge as ChatRagJudge
+    from .combinators.cache import CachedJudge as CachedJudge
+    from .combinators.cache import MemoryCache as MemoryCache
+    from .combinators.cache import SqliteCache as SqliteCache
+    from .combinators.ensemble import ConsensusJudge as ConsensusJudge
+    from .combinators.ensemble import JuryJudge as JuryJudge
+    from .combinators.tiered import TieredJudge as TieredJudge
+    from .correctness import CorrectnessJudge as CorrectnessJudge
+    from .cost import CostEstimate as CostEstimate
+    from .cost import estimate_cost as estimate_cost
+    from .geval import GEvalJudge as GEvalJudge
+    from .lexical import LexicalJudge as LexicalJudge
+    from .pairwise import PairwiseJudge as PairwiseJudge
+    from .pairwise import PairwiseResult as PairwiseResult
+    from .pairwise import TournamentResult as TournamentResult
+    from .rubric import Criterion as Criterion
+    from .rubric import RubricJudge as RubricJudge
+    from .rules import RuleJudge as RuleJudge
 
-_LAZY = {
-    "CachedJudge": ".combinators.cache", "MemoryCache": ".combinators.cache", "SqliteCache": ".combinators.cache",
-    "ZScoreNormalizer": "..evaluation.calibration", "calibrate": "..evaluation.calibration",
-    "consistency": "..evaluation.calibration",
+# Each judge is imported on first use (name -> module, see ragaudit._exports).
+_EXPORTS = {
+    # the judges
     "ChatRagJudge": ".chat",
     "CorrectnessJudge": ".correctness",
-    "CostEstimate": ".cost", "estimate_cost": ".cost",
-    "ConsensusJudge": ".combinators.ensemble", "JuryJudge": ".combinators.ensemble",
+    "Criterion": ".rubric", "RubricJudge": ".rubric",
     "GEvalJudge": ".geval",
     "LexicalJudge": ".lexical",
     "PairwiseJudge": ".pairwise", "PairwiseResult": ".pairwise", "TournamentResult": ".pairwise",
-    "Criterion": ".rubric", "RubricJudge": ".rubric",
-    "RuleJudge": ".rules", "TieredJudge": ".rules",
+    "RuleJudge": ".rules",
+    # judges made of judges
+    "CachedJudge": ".combinators.cache", "MemoryCache": ".combinators.cache", "SqliteCache": ".combinators.cache",
+    "ConsensusJudge": ".combinators.ensemble", "JuryJudge": ".combinators.ensemble",
+    "TieredJudge": ".combinators.tiered",
+    # what a judge costs
+    "CostEstimate": ".cost", "estimate_cost": ".cost",
 }
 
-__all__ = [
-    "BaseRagJudge",
-    "CachedJudge",
-    "ChatRagJudge",
-    "ConsensusJudge",
-    "CorrectnessJudge",
-    "CostEstimate",
-    "Criterion",
-    "FakeJudge",
-    "GEvalJudge",
-    "JudgeError",
-    "JuryJudge",
-    "LexicalJudge",
-    "MemoryCache",
-    "PairwiseJudge",
-    "PairwiseResult",
-    "RagJudge",
-    "RubricJudge",
-    "RuleJudge",
-    "SqliteCache",
-    "TieredJudge",
-    "TournamentResult",
-    "ZScoreNormalizer",
-    "calibrate",
-    "consistency",
-    "default_judge",
-    "estimate_cost",
-]
+# Calibration is evaluation tooling (it judges judges against human labels), not a judge: it moved to
+# ragaudit.evaluation.calibration. The old names warn for one release.
+_MOVED = {name: (f"ragaudit.evaluation.calibration:{name}", f"ragaudit.evaluation.calibration.{name}")
+          for name in ("ZScoreNormalizer", "calibrate", "consistency")}
 
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, deprecated=_MOVED)
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__all__ = ["BaseRagJudge", "FakeJudge", "JudgeError", "RagJudge", "default_judge", *_EXPORTS]
 
 
 def default_judge() -> RagJudge:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from .._deprecation import renamed_kwargs
 from ..errors import ConfigurationError, JudgeError
 from ..records import DocumentGrade, JudgeIdentity, Judgement, JudgeRequest, SentenceVerdict, truncate
 from .base import BaseRagJudge
@@ -91,7 +92,7 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
     :meth:`judge` (sync client) and :meth:`ajudge` (async client) call the endpoint natively. When
     only one kind of client is given, the other is made on first use with the same base URL,
     credentials, headers, timeout and retries. A given client keeps its own timeout and retries
-    (*timeout* and *max_retries* configure only clients this judge creates), and it is not closed
+    (*timeout_s* and *max_retries* configure only clients this judge creates), and it is not closed
     by :meth:`close`.
 
     Failures never raise by default: a transport error (timeout, connection refused, HTTP 5xx,
@@ -119,7 +120,7 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         base_url: endpoint, e.g. ``http://localhost:11434/v1``; default ``OPENAI_BASE_URL`` or OpenAI.
         api_key: default ``OPENAI_API_KEY``; not needed when a base URL is set.
         client: a ready OpenAI client (instead of *base_url* and *api_key*).
-        timeout: seconds per HTTP request.
+        timeout_s: seconds per HTTP request.
         max_retries: SDK retries of 408/409/429/5xx and connection errors.
         temperature: sampling temperature, 0 to 2.
         max_context_chars: the context is cut to this many characters, with a visible marker.
@@ -142,6 +143,7 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
     _verdict_schema: ClassVar[Mapping[str, Any] | None] = VERDICT_SCHEMA
     """The ``json_schema`` asked for; None for judges whose reply has another shape (JSON mode then)."""
 
+    @renamed_kwargs(timeout="timeout_s")
     def __init__(
         self,
         model: str = "gpt-4o-mini",
@@ -149,7 +151,7 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         base_url: str | None = None,
         api_key: str | None = None,
         client: AnyClient | None = None,
-        timeout: float = 60.0,
+        timeout_s: float = 60.0,
         max_retries: int = 2,
         temperature: float = 0.0,
         max_context_chars: int = 24_000,
@@ -166,7 +168,7 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         if protocol not in PROTOCOL_NAMES:
             raise ConfigurationError(f"protocol must be one of {PROTOCOL_NAMES}, got {protocol!r}")
         self.protocol_name = protocol
-        self._connect(model, base_url=base_url, api_key=api_key, client=client, timeout=timeout,
+        self._connect(model, base_url=base_url, api_key=api_key, client=client, timeout_s=timeout_s,
                       max_retries=max_retries, temperature=temperature, max_context_chars=max_context_chars,
                       raise_on_error=raise_on_error, name=name, extra_body=extra_body)
         self.extra_body = self._endpoint.extra_body
@@ -237,6 +239,9 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         ]
         if request.reference is not None:
             shown.append(truncate(request.reference, self.max_context_chars))
+        if request.standalone_query is not None:
+            shown.append(truncate(request.standalone_query, MAX_QUESTION_CHARS))
+        shown.extend(text for _, text in request.history)
         return Quoted([*shown, *(sanitize_untrusted(text) for text in shown)])
 
     def _repair_prompt(self, request: JudgeRequest) -> str:

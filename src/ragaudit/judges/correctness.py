@@ -142,7 +142,7 @@ class CorrectnessJudge(_StructuredChatJudge):
         if request.reference is None:
             why = NO_REFERENCE
         else:
-            correctness, why = self._correctness(text, parsed.scale, notes)
+            correctness, why = self._correctness(text, parsed.scale, notes, request)
         scores = parsed.scores()
         details: dict[str, Any] = {
             "correctness": correctness,
@@ -154,12 +154,15 @@ class CorrectnessJudge(_StructuredChatJudge):
         if self.maps_to is not None:
             details["replaced"] = {self.maps_to: scores[self.maps_to]}
             scores[self.maps_to] = correctness
-        usable = parsed.has_scores or correctness is not None
-        return _Reading(scores, parsed.reason, details, tuple(notes), usable)
+        usable = (parsed.has_scores and not parsed.ambiguous) or correctness is not None
+        return _Reading(scores, parsed.reason, details, tuple(notes), usable, retry=bool(parsed.rejected))
 
-    @staticmethod
-    def _correctness(text: str, scale: str | None, notes: list[str]) -> tuple[float | None, str | None]:
-        obj, _ = _find_object(text, lambda o: any(k in _CORRECTNESS_KEYS for k in _normalised(o)))
+    def _correctness(
+        self, text: str, scale: str | None, notes: list[str], request: JudgeRequest
+    ) -> tuple[float | None, str | None]:
+        obj, found = _find_object(text, lambda o: any(k in _CORRECTNESS_KEYS for k in _normalised(o)),
+                                  self._quoted(request), self.max_reply_chars)
+        notes.extend(n for n in found if n.startswith("ambiguous"))
         flat = _normalised(obj) if obj is not None else {}
         raw = next((flat[k] for k in _CORRECTNESS_KEYS if k in flat), None)
         if isinstance(raw, Mapping):

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from .._deprecation import renamed_kwargs
 from ..errors import ConfigurationError, JudgeError
 from ..records import SCORE_NAMES, Judgement, JudgeRequest, truncate
 from .base import BaseRagJudge
@@ -111,6 +112,8 @@ def expected_score(distribution: Mapping[int, float]) -> float:
 
 
 def _to_unit(score: float) -> float:
+    # *score* is a mean of 1..5 (scores outside 1-5 are never read), so this bound only absorbs float
+    # rounding; it never turns an out-of-scale value into a score.
     return min(1.0, max(0.0, (score - 1.0) / 4.0))
 
 
@@ -458,7 +461,7 @@ class GEvalJudge(EndpointJudge, BaseRagJudge):
     a score that could not be read is None.
 
     Args:
-        model, base_url, api_key, client, timeout, max_retries, max_context_chars, extra_body, name,
+        model, base_url, api_key, client, timeout_s, max_retries, max_context_chars, extra_body, name,
         raise_on_error: as for :class:`~ragaudit.ChatRagJudge`.
         mode: ``"single_call"`` or ``"per_dimension"``.
         top_logprobs: alternatives asked for per token, 1 to 20 (5 covers the five digits).
@@ -470,6 +473,7 @@ class GEvalJudge(EndpointJudge, BaseRagJudge):
 
     _name_prefix: ClassVar[str] = "geval"
 
+    @renamed_kwargs(timeout="timeout_s")
     def __init__(
         self,
         model: str = "gpt-4o-mini",
@@ -483,7 +487,7 @@ class GEvalJudge(EndpointJudge, BaseRagJudge):
         sample_temperature: float = 1.0,
         temperature: float = 0.0,
         use_logprobs: bool = True,
-        timeout: float = 60.0,
+        timeout_s: float = 60.0,
         max_retries: int = 2,
         max_context_chars: int = 24_000,
         raise_on_error: bool = False,
@@ -499,7 +503,7 @@ class GEvalJudge(EndpointJudge, BaseRagJudge):
         if isinstance(sample_temperature, bool) or not isinstance(sample_temperature, (int, float)) \
                 or not 0.0 <= sample_temperature <= 2.0:
             raise ConfigurationError(f"sample_temperature must be a number from 0 to 2, got {sample_temperature!r}")
-        self._connect(model, base_url=base_url, api_key=api_key, client=client, timeout=timeout,
+        self._connect(model, base_url=base_url, api_key=api_key, client=client, timeout_s=timeout_s,
                       max_retries=max_retries, temperature=temperature, max_context_chars=max_context_chars,
                       raise_on_error=raise_on_error, name=name, extra_body=extra_body)
         self.mode: Mode = mode

@@ -126,6 +126,14 @@ class LexicalJudge(BaseRagJudge):
     ``sentences_total``, ``question_terms``, ``missing_question_terms`` (not in any document) and
     ``answer_missing_question_terms``.
 
+    **The full-audit records** (``sentences``, ``document_grades``, ``method="lexical"``): each
+    answer sentence (as :func:`ragaudit.judged.answer_sentences` splits it) is ``supported`` by the
+    rule above, with the documents whose own text supports it alone, ``unsupported``, or
+    ``no_claim`` (no content words, or a refusal); never ``partially_supported`` or
+    ``contradicted``, which words cannot tell. Each document's grade is the share of the question's
+    content words it has: 3 all of them, 2 three quarters, 1 any, 0 none. Judged metrics and citation
+    checks follow from them as for an LLM judge -- a cheap screen, not a verdict.
+
     Limits: it sees words, not meaning. Negation and recombination within one passage pass
     ("Gift cards are refundable" against "gift cards are neither refundable nor exchangeable");
     paraphrases and synonyms fail ("money back" against "refund", "laptop" against

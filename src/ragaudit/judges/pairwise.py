@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from .._deprecation import renamed_kwargs
 from ..errors import ConfigurationError, JudgeError
 from ..records import truncate
 from .geval import _json_object
@@ -286,13 +287,14 @@ class PairwiseJudge(EndpointJudge):
     :class:`~ragaudit.JudgeError` instead whenever an order fails.
 
     Args: as for :class:`~ragaudit.ChatRagJudge` (``model``, ``base_url``, ``api_key``, ``client``,
-    ``timeout``, ``max_retries``, ``temperature``, ``max_context_chars``, ``raise_on_error``,
+    ``timeout_s``, ``max_retries``, ``temperature``, ``max_context_chars``, ``raise_on_error``,
     ``name``, ``extra_body``); *max_concurrency* bounds the comparisons of
     :meth:`atournament` in flight.
     """
 
     _name_prefix: ClassVar[str] = "pairwise"
 
+    @renamed_kwargs(timeout="timeout_s")
     def __init__(
         self,
         model: str = "gpt-4o-mini",
@@ -300,7 +302,7 @@ class PairwiseJudge(EndpointJudge):
         client: AnyClient | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
-        timeout: float = 60.0,
+        timeout_s: float = 60.0,
         max_retries: int = 2,
         temperature: float = 0.0,
         max_context_chars: int = 24_000,
@@ -311,7 +313,7 @@ class PairwiseJudge(EndpointJudge):
     ) -> None:
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ConfigurationError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
-        self._connect(model, base_url=base_url, api_key=api_key, client=client, timeout=timeout,
+        self._connect(model, base_url=base_url, api_key=api_key, client=client, timeout_s=timeout_s,
                       max_retries=max_retries, temperature=temperature, max_context_chars=max_context_chars,
                       raise_on_error=raise_on_error, name=name, extra_body=extra_body)
         self.max_concurrency = max_concurrency

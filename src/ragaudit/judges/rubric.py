@@ -21,7 +21,7 @@ from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Judgement, JudgeRequest, truncate
 from .chat import ChatRagJudge, _Reading, _Run
 from .cost import CostEstimate, chat_call_estimate, typical_reply_chars
-from .llm.parsing import find_json_object, norm_key
+from .llm.parsing import DEFAULT_MAX_REPLY_CHARS, Quoted, find_json_object, norm_key, read_verdict_object
 from .llm.prompt import new_nonce, wrap_untrusted
 
 if TYPE_CHECKING:
@@ -153,14 +153,25 @@ def _normalised(obj: Mapping[Any, Any]) -> dict[str, Any]:
     return {norm_key(k): v for k, v in obj.items()}
 
 
-def _find_object(text: str, wanted: Callable[[dict[str, Any]], bool]) -> tuple[dict[str, Any] | None, list[str]]:
-    """The JSON object in *text* that *wanted* accepts (see :func:`~ragaudit.judges.llm.parsing.find_json_object`)."""
-    if "{" not in text:
+def _find_object(
+    text: str, wanted: Callable[[dict[str, Any]], bool], quoted: Quoted | None = None,
+    max_chars: int = DEFAULT_MAX_REPLY_CHARS,
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """The reply's own JSON object that *wanted* accepts, by the rules of
+    :mod:`~ragaudit.judges.llm.parsing` (objects written in the *quoted* content are never it; two
+    that disagree make the reply ambiguous: None)."""
+    if not isinstance(text, str) or "{" not in text:
         return None, ["no JSON object in the judge output"]
     notes: list[str] = []
-    obj = find_json_object(text, wanted, notes)
-    if obj is None:
+    choice = read_verdict_object(text, wanted, quoted=quoted, max_chars=max_chars, notes=notes)
+    if choice.status != "none":
+        return choice.verdict, notes
+    # no object of the expected shape: any object of the judge's own, so its notes say what was missing
+    quoted = quoted if quoted is not None else Quoted()
+    obj = find_json_object(text[:max_chars], lambda o: not quoted.holds_object(o))
+    if obj is None or quoted.holds_object(obj):
         notes.append("no readable JSON object in the judge output")
+        return None, notes
     return obj, notes
 
 
@@ -416,7 +427,7 @@ class RubricJudge(_StructuredChatJudge):
         return bool(keys & {"scores", "labels", "criteria", "levels"}) or any(c.key in keys for c in self.criteria)
 
     def _read(self, text: str, request: JudgeRequest) -> _Reading:
-        obj, notes = _find_object(text, self._wanted)
+        obj, notes = _find_object(text, self._wanted, self._quoted(request), self.max_reply_chars)
         if obj is None:
             return _Reading({}, None, {}, tuple(notes), usable=False)
         flat = _normalised(obj)

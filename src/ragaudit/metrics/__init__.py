@@ -20,7 +20,8 @@ them).
 
 from __future__ import annotations
 
-from .io import metrics_command, read_qrels, read_run
+from .._exports import lazy_exports
+from .io import read_qrels, read_run
 from .measures import MEASURE_NAMES, Measure, parse_measure
 from .retrieval import OnDuplicate, Run, evaluate, evaluate_columns, score_ranking
 
@@ -31,9 +32,14 @@ __all__ = [
     "Run",
     "evaluate",
     "evaluate_columns",
-    "metrics_command",
     "parse_measure",
     "read_qrels",
     "read_run",
     "score_ranking",
 ]
+
+# The command's text moved to the command line package (library modules take plain arguments and
+# return values); the old name warns for one release.
+__getattr__, __dir__ = lazy_exports(
+    __name__, {}, deprecated={"metrics_command": ("ragaudit.cli.metrics:render_metrics",
+                                                  "ragaudit.cli.metrics.render_metrics")})

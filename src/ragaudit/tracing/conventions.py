@@ -24,7 +24,8 @@ content capture is on; with it off, ``ragaudit.*.chars`` sizes are written inste
 
 from __future__ import annotations
 
-from typing import Final, NamedTuple
+from collections.abc import Mapping
+from typing import Any, Final, NamedTuple
 
 __all__ = [
     "ATTR_ANSWER_CHARS",
@@ -43,17 +44,23 @@ __all__ = [
     "ATTR_ERROR_TYPE",
     "ATTR_EXCEPTION_MESSAGE",
     "ATTR_FRAMEWORK",
+    "ATTR_JUDGE_ENDPOINT",
     "ATTR_JUDGE_ERROR",
     "ATTR_JUDGE_LATENCY_S",
     "ATTR_JUDGE_MISSING_SCORES",
+    "ATTR_JUDGE_MODEL",
     "ATTR_JUDGE_NAME",
+    "ATTR_JUDGE_PROMPT_HASH",
+    "ATTR_JUDGE_PROTOCOL",
     "ATTR_JUDGE_REASON",
     "ATTR_JUDGE_REASON_CHARS",
+    "ATTR_JUDGE_RESPONSE_ID",
     "ATTR_JUDGE_STATUS",
     "ATTR_MODEL",
     "ATTR_PROMPT_CHARS",
     "ATTR_QUERY_CHARS",
     "ATTR_RELEVANT_IDS",
+    "ATTR_RETRIEVAL_DOCUMENT_GRADES",
     "ATTR_SENTENCES_COUNT",
     "ATTR_SENTENCES_EVENTS_DROPPED",
     "ATTR_SENTENCES_UNSUPPORTED",
@@ -83,6 +90,7 @@ __all__ = [
     "GEN_AI_OPERATION_RETRIEVAL",
     "GEN_AI_PROVIDER_NAME",
     "GEN_AI_REQUEST_MODEL",
+    "GEN_AI_RESPONSE_ID",
     "GEN_AI_RESPONSE_MODEL",
     "GEN_AI_RETRIEVAL_DOCUMENTS",
     "GEN_AI_RETRIEVAL_QUERY_TEXT",
@@ -148,6 +156,7 @@ __all__ = [
     "chat_span_name",
     "document_keys",
     "input_message_keys",
+    "judge_identity_attributes",
     "judge_score_key",
     "judge_usage_key",
     "langfuse_metadata_key",
@@ -409,9 +418,14 @@ def retrieval_metric_key(metric: str) -> str:
 # --- the full audit (judge span) ---------------------------------------------------------------
 # The turn and retrieval spans have ended when a background judge answers (the judge never holds
 # the host's spans open), so the full audit's results go on the judge span, a child of the turn
-# span; judged metrics use retrieval_metric_key("judged_<metric>").
+# span; a judgement made before the turn span ends (inline) also puts the judged metrics and the
+# citation scores on the turn span and the grades on the retrieval spans. Judged metrics use
+# retrieval_metric_key("judged_<metric>").
 ATTR_DOCUMENT_GRADES: Final = "ragaudit.judge.document_grades"
 """JSON list of ``{rank, doc_id, grade, method}``; ``grade`` 0-3 (UMBRELA) or null when not given."""
+ATTR_RETRIEVAL_DOCUMENT_GRADES: Final = "ragaudit.document.grades"
+"""On a retrieval span, when the judgement came before the turn ended: JSON list of the recorded
+documents' grades (0-3, null where not graded), in order."""
 ATTR_CITATION_PRECISION: Final = "ragaudit.citation.precision"
 """Citations that hold / citations checked (absent when the answer cites nothing)."""
 ATTR_CITATION_RECALL: Final = "ragaudit.citation.recall"
@@ -435,3 +449,41 @@ MAX_SENTENCE_EVENTS: Final = 50
 def langfuse_metadata_key(prefix: str, key: str) -> str:
     """``{prefix}.{key}`` for :data:`LANGFUSE_OBSERVATION_METADATA` / :data:`LANGFUSE_TRACE_METADATA`."""
     return f"{prefix}.{key}"
+
+
+# --- judge identity ------------------------------------------------------------------------------
+# On the judge span and on each of its gen_ai.evaluation.result events, so a score can always be
+# traced to the judge that made it, and a change of judge model, endpoint or prompt shows as such.
+
+ATTR_JUDGE_MODEL: Final = "ragaudit.judge.model"
+"""The model the judge asked (``gen_ai.response.model`` holds the one that answered)."""
+ATTR_JUDGE_ENDPOINT: Final = "ragaudit.judge.endpoint"
+"""The judge endpoint's ``host[:port]``: never credentials, path or query."""
+ATTR_JUDGE_PROTOCOL: Final = "ragaudit.judge.protocol"
+"""The judge's prompt protocol version."""
+ATTR_JUDGE_PROMPT_HASH: Final = "ragaudit.judge.prompt_hash"
+"""First 16 hex digits of the SHA-256 of the judge's prompt template and verdict schema."""
+ATTR_JUDGE_RESPONSE_ID: Final = "ragaudit.judge.response_id"
+"""The completion id of the reply the scores were read from."""
+GEN_AI_RESPONSE_ID: Final = "gen_ai.response.id"
+"""OTel GenAI: the completion id (the same as ``ragaudit.judge.response_id`` on judge spans)."""
+
+_IDENTITY_KEYS: Final = {
+    "model": ATTR_JUDGE_MODEL,
+    "endpoint": ATTR_JUDGE_ENDPOINT,
+    "protocol": ATTR_JUDGE_PROTOCOL,
+    "prompt_hash": ATTR_JUDGE_PROMPT_HASH,
+    "response_id": ATTR_JUDGE_RESPONSE_ID,
+}
+
+
+def judge_identity_attributes(identity: Mapping[str, Any] | None) -> dict[str, str]:
+    """The span and event attributes of a judge identity (``JudgeIdentity.to_dict()``); {} for None."""
+    attrs: dict[str, str] = {}
+    for key, attr in _IDENTITY_KEYS.items():
+        value = identity.get(key) if identity is not None else None
+        if isinstance(value, str) and value:
+            attrs[attr] = value
+    if ATTR_JUDGE_RESPONSE_ID in attrs:
+        attrs[GEN_AI_RESPONSE_ID] = attrs[ATTR_JUDGE_RESPONSE_ID]
+    return attrs

@@ -19,13 +19,13 @@ from typing import IO, TYPE_CHECKING, Any
 
 from .._worker import on_fork_in_child
 from ..errors import ConfigurationError, RagAuditError
-from ..records import Judgement, RagTurn
+from ..records import Judgement, RagTurn, truncate
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-__all__ = ["AuditLog", "JsonlSpanExporter", "read_audit_log", "read_spans", "span_to_dict"]
+__all__ = ["MAX_RAW_OUTPUT_CHARS", "AuditLog", "JsonlSpanExporter", "read_audit_log", "read_spans", "span_to_dict"]
 
 _logger = logging.getLogger("ragaudit")
 
@@ -324,9 +324,9 @@ class AuditLog:
         return self._text(value) if self.capture_content else None
 
     def _deep(self, value: Any) -> Any:
-        """*value* with every string in it redacted (judge details nest text in lists and dicts)."""
+        """*value* with every string in it capped and redacted (judge details nest text in lists and dicts)."""
         if isinstance(value, str):
-            return self._text(value)
+            return self._text(_capped(value))
         if isinstance(value, Mapping):
             return {str(k): self._deep(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
@@ -390,6 +390,9 @@ class AuditLog:
             "error": self._text(judgement.error),
             "latency_s": judgement.latency_s,
             "usage": dict(judgement.usage),
+            "judge_identity": judgement.identity.to_dict() if judgement.identity is not None else None,
+            # the judge's own reply, capped: a 20 MB reply must not make a 20 MB line
+            "raw_output": self._content(_capped(judgement.raw_output)),
             # judge-specific extras (rule results, rubric criteria, distributions) quote the answer
             # and documents, so they follow content capture
             "details": self._deep(judgement.details) if capture else None,
@@ -456,6 +459,14 @@ class AuditLog:
     def closed(self) -> bool:
         """True after :meth:`close`."""
         return self._out.closed
+
+
+MAX_RAW_OUTPUT_CHARS = 16_384
+"""An audit line keeps at most this much of a judge's raw reply (and of any text in its details)."""
+
+
+def _capped(text: str | None) -> str | None:
+    return truncate(text, MAX_RAW_OUTPUT_CHARS) if text is not None else None
 
 
 def read_audit_log(path: PathLike) -> list[dict[str, Any]]:

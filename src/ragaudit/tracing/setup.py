@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import re
 import socket
 import sys
 import threading
@@ -17,7 +18,6 @@ import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
 from opentelemetry import trace as _trace_api
 
@@ -81,14 +81,19 @@ def _parse_headers(headers: Mapping[str, str] | str | None) -> dict[str, str] | 
     if headers is None:
         return None
     if isinstance(headers, str):
+        # The OTel SDK's own parser of OTEL_EXPORTER_OTLP_HEADERS (URL-decoding, lower-case names; liberal
+        # as the exporters call it). It skips an entry it cannot read with a logged warning; an explicit
+        # argument that loses a header is a configuration error here, so each entry is read on its own.
+        from opentelemetry.util.re import parse_env_headers
+
         out: dict[str, str] = {}
-        for item in headers.split(","):
+        for item in re.split(r"[ \t]*,[ \t]*", headers):
             if not item.strip():
                 continue
-            key, sep, value = item.partition("=")
-            if not sep or not key.strip():
+            parsed = parse_env_headers(item, liberal=True)
+            if not parsed:
                 raise ConfigurationError(f"bad header {item.strip()!r}: expected key=value[,key=value...]")
-            out[unquote(key.strip()).lower()] = unquote(value.strip())
+            out.update(parsed)
         return out
     if not isinstance(headers, Mapping):
         raise ConfigurationError(

@@ -25,6 +25,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 from opentelemetry import trace as _trace_api
@@ -48,7 +49,7 @@ from opentelemetry.trace import (
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Generation, Judgement, RagTurn, Retrieval, ToolCall, truncate
 from . import conventions as c
-from ._audit_spans import full_audit_attributes, sentence_events
+from ._audit_spans import full_audit_attributes, retrieval_grades, sentence_events, take_for_turn
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
@@ -100,7 +101,7 @@ def content_capture_from_env() -> bool:
 
 
 def _version() -> str:
-    from .. import __version__
+    from .._version import __version__
 
     return __version__
 
@@ -162,10 +163,11 @@ class TurnHandle:
     """An open turn span, returned by :meth:`SpanRecorder.start_turn`; opaque to integrations.
 
     ``trace_id`` (32 hex digits) and ``span_id`` (16) identify the turn span; both are None when
-    tracing is disabled. Pass the handle back to :meth:`SpanRecorder.end_turn` exactly once.
+    tracing is disabled or the sampler dropped the span (then ``sampled_out`` is True). Pass the
+    handle back to :meth:`SpanRecorder.end_turn` exactly once.
     """
 
-    __slots__ = ("_name", "_root", "_span", "_start_ns", "span_id", "trace_id")
+    __slots__ = ("_name", "_root", "_span", "_start_ns", "sampled_out", "span_id", "trace_id")
 
     def __init__(
         self,
@@ -175,9 +177,11 @@ class TurnHandle:
         start_ns: int = 0,
         root: bool = False,
         name: str = c.SPAN_TURN,
+        sampled_out: bool = False,
     ) -> None:
         self.trace_id = trace_id
         self.span_id = span_id
+        self.sampled_out = sampled_out
         self._span = span
         self._start_ns = start_ns
         self._root = root
@@ -444,7 +448,7 @@ class SpanRecorder:
             if not sc.is_valid:
                 return _DISABLED
             if not span.is_recording():  # sampled out: end it, but give out no ids
-                return TurnHandle(None, None, span, start_ns)
+                return TurnHandle(None, None, span, start_ns, sampled_out=True)
             root = not _trace_api.get_current_span(parent).get_span_context().is_valid
             return TurnHandle(f"{sc.trace_id:032x}", f"{sc.span_id:016x}", span, start_ns, root, name)
         except Exception as exc:
@@ -492,13 +496,13 @@ class SpanRecorder:
     ) -> RagTurn:
         """Start and end a turn span for a turn that already happened.
 
-        Returns ``turn.with_trace(trace_id, span_id)``, or *turn* unchanged when tracing is off
-        or the turn was sampled out.
+        Returns ``turn.with_trace(trace_id, span_id)``; *turn* unchanged when tracing is off;
+        *turn* with ``sampled_out=True`` when the sampler dropped its span.
         """
         handle = self.start_turn(start_ns=turn.started_at, parent=parent)
         if handle.trace_id is None or handle.span_id is None:
             self.end_turn(handle, turn)  # a sampled-out span still ends
-            return turn
+            return replace(turn, sampled_out=True) if handle.sampled_out else turn
         self.end_turn(handle, turn, judge_status=judge_status, retrieval_metrics=retrieval_metrics)
         try:
             return turn.with_trace(handle.trace_id, handle.span_id)
@@ -570,6 +574,10 @@ class SpanRecorder:
                     attrs[c.retrieval_metric_key(metric)] = float(value)
         if judge_status:
             attrs[c.ATTR_JUDGE_STATUS] = judge_status
+        # A full audit judged before the turn span ends (inline): judged metrics, citation scores.
+        early = take_for_turn(turn.turn_id)
+        if early is not None:
+            attrs.update(early[0])
         if turn.error:
             self._mark_error(span, attrs, turn.error, c.ERROR_TYPE_TURN_ERROR)
         span.set_attributes(self._bounded(attrs))
@@ -582,7 +590,8 @@ class SpanRecorder:
         retrievals = turn.retrievals
         if not retrievals and docs:
             retrievals = (Retrieval(name="", documents=docs, query=turn.query),)
-        span_ids = tuple(self._retrieval_span(tracer, parent, retrieval, start_ns, end_ns, turn.query)
+        grades = early[1] if early is not None else None
+        span_ids = tuple(self._retrieval_span(tracer, parent, retrieval, start_ns, end_ns, turn.query, grades)
                          for retrieval in retrievals)
         with _span_ids_lock:
             _retrieval_span_ids[turn.turn_id] = span_ids
@@ -594,7 +603,8 @@ class SpanRecorder:
             self._tool_span(tracer, parent, call, start_ns, end_ns)
 
     def _retrieval_span(
-        self, tracer: Tracer, parent: Context, r: Retrieval, start_ns: int, end_ns: int, turn_query: str
+        self, tracer: Tracer, parent: Context, r: Retrieval, start_ns: int, end_ns: int, turn_query: str,
+        grades: Mapping[str, int] | None = None,
     ) -> str:
         capture = self.capture_content
         attrs = dict(self._retrieval_attrs)
@@ -632,6 +642,7 @@ class SpanRecorder:
             summary.append({"id": doc.id, "score": doc.score, "rank": doc.rank, "source": source})
         attrs[c.GEN_AI_RETRIEVAL_DOCUMENTS] = attrs[c.LANGFUSE_OBSERVATION_OUTPUT] = _dumps(summary)
         attrs[c.OUTPUT_MIME_TYPE] = c.MIME_JSON
+        attrs.update(retrieval_grades(recorded, grades))
         start = r.started_at if r.started_at is not None else start_ns
         end = r.ended_at if r.ended_at is not None else end_ns
         return self._child(
@@ -777,10 +788,10 @@ class SpanRecorder:
         its own trace. Present scores become ``ragaudit.judge.<score>`` attributes; each of the
         three scores becomes a ``gen_ai.evaluation.result`` event, where a missing score has no
         value and the label ``missing`` (never 0). *start_ns* defaults to now minus the
-        judgement's latency.
+        judgement's latency. A turn whose span the sampler dropped gets no judge span.
         """
         tracer = self._tracer if self._tracer is not None else self._current_tracer()
-        if tracer is None:
+        if tracer is None or turn.sampled_out:  # no trace to judge in: no orphan judge trace either
             return
         try:
             self._judge_span(tracer, turn, judgement, start_ns)
@@ -810,6 +821,8 @@ class SpanRecorder:
         attrs[c.ATTR_TURN_ID] = turn.turn_id
         attrs[c.ATTR_JUDGE_NAME] = j.judge
         self._judge_model(attrs, j)
+        identity = c.judge_identity_attributes(j.identity.to_dict() if j.identity is not None else None)
+        attrs.update(identity)
         scores = j.scores()
         output: dict[str, Any] = dict(scores)
         missing = [name for name, value in scores.items() if value is None]
@@ -861,7 +874,7 @@ class SpanRecorder:
         try:
             for name in SCORE_NAMES:
                 value = scores[name]
-                event: dict[str, Any] = {c.GEN_AI_EVALUATION_NAME: name}
+                event: dict[str, Any] = {c.GEN_AI_EVALUATION_NAME: name, **identity}
                 if value is not None:
                     event[c.GEN_AI_EVALUATION_SCORE_VALUE] = value
                     if reason is not None:

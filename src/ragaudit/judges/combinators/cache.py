@@ -25,6 +25,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from ..._deprecation import renamed_kwargs
 from ...errors import ConfigurationError, RagAuditError
 from ...records import DocumentGrade, JudgeIdentity, Judgement, JudgeRequest, SentenceVerdict
 from ..base import BaseRagJudge, RagJudge
@@ -133,7 +134,7 @@ class SqliteCache:
     """Judgements in a SQLite file: kept across restarts, shared by threads and processes.
 
     One connection guarded by a lock serves all threads of a process; the database is in WAL mode
-    with a *timeout* (seconds) for locks held by other processes. The parent directory is created
+    with a *timeout_s* (seconds) for locks held by other processes. The parent directory is created
     when missing; ``":memory:"`` gives a private in-memory database. A stored judgement is its
     :meth:`~ragaudit.Judgement.to_dict` as JSON, so tuples in ``details`` come back as lists and
     values JSON cannot hold come back as strings.
@@ -141,16 +142,17 @@ class SqliteCache:
     Raises ConfigurationError when the file cannot be opened as a cache.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 5.0) -> None:
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ConfigurationError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    @renamed_kwargs(timeout="timeout_s")
+    def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 5.0) -> None:
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+            raise ConfigurationError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
         self.path = os.fspath(path)
         self._lock = threading.Lock()
         try:
             if self.path != ":memory:":
                 parent = os.path.dirname(os.path.abspath(self.path))
                 os.makedirs(parent, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=timeout, check_same_thread=False, isolation_level=None)
+            conn = sqlite3.connect(self.path, timeout=timeout_s, check_same_thread=False, isolation_level=None)
             try:
                 if self.path != ":memory:":
                     conn.execute("PRAGMA journal_mode=WAL")

@@ -1,6 +1,6 @@
 """Ensembles of judges: a jury of different judges, and the consensus of one judge run several times.
 
-Both are :class:`~ragaudit.RagJudge` s, so the :class:`~ragaudit.Auditor` and ``evaluate`` use them
+Both are :class:`~ragaudit.RagJudge` s, so the :class:`~ragaudit.Auditor` and ``evaluate_pipeline`` use them
 like any other judge. Both are None-aware: a juror (or run) that failed is left out of every score
 and counted in ``details``; one that gave no score for a dimension is left out of that dimension.
 A score is None only when no juror gave one. ``usage`` is the sum over all jurors (or runs),

@@ -168,7 +168,7 @@ def choice_text(choice: Any) -> str:
 
 def validate_settings(
     model: str,
-    timeout: float,
+    timeout_s: float,
     max_retries: int,
     temperature: float,
     max_context_chars: int,
@@ -178,8 +178,8 @@ def validate_settings(
     """Raise ConfigurationError for a setting every chat judge shares that is out of range."""
     if not isinstance(model, str) or not model.strip():
         raise ConfigurationError(f"model must be a non-empty string, got {model!r}")
-    if not _is_number(timeout) or not timeout > 0 or not math.isfinite(timeout):
-        raise ConfigurationError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if not _is_number(timeout_s) or not timeout_s > 0 or not math.isfinite(timeout_s):
+        raise ConfigurationError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
         raise ConfigurationError(f"max_retries must be an int >= 0, got {max_retries!r}")
     if not _is_number(temperature) or not 0.0 <= temperature <= 2.0:
@@ -199,7 +199,7 @@ def _is_number(value: Any) -> bool:
 class Endpoint:
     """The clients of one judge and the requests it sends (see the module docstring).
 
-    A given client keeps its own timeout and retries (*timeout* and *max_retries* configure only
+    A given client keeps its own timeout and retries (*timeout_s* and *max_retries* configure only
     clients made here) and is never closed here. *name* is the judge's, for error messages.
     """
 
@@ -210,7 +210,7 @@ class Endpoint:
         base_url: str | None,
         api_key: str | None,
         client: AnyClient | None,
-        timeout: float,
+        timeout_s: float,
         max_retries: int,
         extra_body: Mapping[str, Any] | None,
         name: str,
@@ -242,7 +242,7 @@ class Endpoint:
                     f"got {type(client).__name__}"
                 )
         else:
-            self._sync_client = _new_client(openai, base_url, api_key, timeout, max_retries)
+            self._sync_client = _new_client(openai, base_url, api_key, timeout_s, max_retries)
             self._owns_sync = True
         given = self._sync_client or self._async_client
         self.base_url = str(given.base_url).rstrip("/") if given is not None else ""
@@ -440,7 +440,7 @@ class ChatJudgeSettings(TypedDict, total=False):
     base_url: str | None
     api_key: str | None
     client: AnyClient | None
-    timeout: float
+    timeout_s: float
     max_retries: int
     temperature: float
     max_context_chars: int
@@ -470,7 +470,7 @@ class EndpointJudge:
         base_url: str | None,
         api_key: str | None,
         client: AnyClient | None,
-        timeout: float,
+        timeout_s: float,
         max_retries: int,
         temperature: float,
         max_context_chars: int,
@@ -481,13 +481,13 @@ class EndpointJudge:
         """Check the shared settings (ConfigurationError when one is out of range), keep them and
         make the :class:`Endpoint`; *name* None means ``"<_name_prefix>:<model>"``."""
         name = name if name is not None else f"{self._name_prefix}:{model}"
-        validate_settings(model, timeout, max_retries, temperature, max_context_chars, name, extra_body)
+        validate_settings(model, timeout_s, max_retries, temperature, max_context_chars, name, extra_body)
         self.model = model
         self.name = name
         self.temperature = float(temperature)
         self.max_context_chars = max_context_chars
         self.raise_on_error = raise_on_error
-        self._endpoint = Endpoint(model, base_url=base_url, api_key=api_key, client=client, timeout=timeout,
+        self._endpoint = Endpoint(model, base_url=base_url, api_key=api_key, client=client, timeout_s=timeout_s,
                                   max_retries=max_retries, extra_body=extra_body, name=name)
 
     def _config_json(self, judge: str, protocol: str, **settings: Any) -> str:
@@ -522,7 +522,7 @@ class EndpointJudge:
 
 
 def _new_client(
-    sdk: Any, base_url: str | None, api_key: str | None, timeout: float, max_retries: int
+    sdk: Any, base_url: str | None, api_key: str | None, timeout_s: float, max_retries: int
 ) -> openai.OpenAI:
     if api_key is None and not os.environ.get("OPENAI_API_KEY"):
         if base_url is None and not os.environ.get("OPENAI_BASE_URL"):
@@ -533,7 +533,7 @@ def _new_client(
         api_key = _LOCAL_API_KEY  # local OpenAI-compatible servers ignore the key, the SDK insists on one
     try:
         client: openai.OpenAI = sdk.OpenAI(
-            base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
+            base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries
         )
     except sdk.OpenAIError as exc:
         raise ConfigurationError(f"cannot create the OpenAI client: {exc}") from exc

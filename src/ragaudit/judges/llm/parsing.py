@@ -70,7 +70,9 @@ __all__ = [
     "find_json_object",
     "norm_key",
     "parse_judgement",
+    "prepare_reply",
     "read_unit_scores",
+    "read_verdict_object",
 ]
 
 DEFAULT_MAX_REPLY_CHARS = 32 * 1024
@@ -129,8 +131,8 @@ def bound_reply(text: str, max_chars: int = DEFAULT_MAX_REPLY_CHARS) -> tuple[st
 class Quoted:
     """The untrusted texts a judge was shown (question, answer, documents), prepared for rule B.
 
-    Only texts that mention a score name can plant a verdict, so others cost nothing here.
-    ``Quoted()`` (nothing quoted) is valid.
+    Only texts that hold a ``{`` or mention a score name can plant a verdict, so others cost
+    nothing here. ``Quoted()`` (nothing quoted) is valid.
     """
 
     __slots__ = ("_canonical", "_collapsed", "_pairs", "_texts")
@@ -141,7 +143,9 @@ class Quoted:
         self._pairs: set[tuple[str, str]] = set()
         collapsed: list[str] = []
         for text in texts:
-            if not isinstance(text, str) or len(text) < _MIN_QUOTED_CHARS or not _SCORE_WORD_RE.search(text):
+            if not isinstance(text, str) or len(text) < _MIN_QUOTED_CHARS:
+                continue
+            if "{" not in text and not _SCORE_WORD_RE.search(text):
                 continue
             self._texts.append(text)
             collapsed.append(_collapse(text))
@@ -197,6 +201,22 @@ def _without_quoted_parts(obj: dict[str, Any], quoted: Quoted) -> dict[str, Any]
     if not quoted:
         return obj
     return {k: v for k, v in obj.items() if not (isinstance(v, dict) and quoted.holds_object(v))}
+
+
+def prepare_reply(text: str, quoted: Quoted, max_chars: int, notes: list[str]) -> tuple[str, int]:
+    """Rules A and B(1, 2) on *text*: bounded, echoed sections and verbatim quotes removed; and how
+    many characters the bound cut. Every protocol's reader starts here."""
+    text, cut = bound_reply(text, max_chars)
+    if cut:
+        notes.append(f"reply cut: the first {max_chars} characters read, {cut} not")
+    if "<<<" in text:
+        text, echoed = _DATA_SECTION_RE.subn(" ", text)
+        if echoed:
+            notes.append(f"{echoed} echoed data section(s) ignored")
+    text, removed = quoted.remove_from(text)
+    if removed:
+        notes.append(f"{removed} verbatim quote(s) of the judged content ignored")
+    return text, cut
 
 
 # -- C. the verdict object ------------------------------------------------------------------------
@@ -358,6 +378,38 @@ def find_json_object(
         if whole is not None:
             return whole
     return None
+
+
+def read_verdict_object(
+    text: str,
+    is_verdict: Callable[[dict[str, Any]], bool],
+    *,
+    quoted: Quoted | None = None,
+    max_chars: int = DEFAULT_MAX_REPLY_CHARS,
+    ignore_keys: Sequence[str] = _REASON_KEYS,
+    notes: list[str] | None = None,
+) -> VerdictChoice:
+    """Rules A-C for a protocol with its own verdict shape (rubric levels, correctness, ...).
+
+    Two verdict objects agree when they are equal apart from their *ignore_keys* (normalised, e.g.
+    the reasons). Never raises.
+    """
+    notes = notes if notes is not None else []
+    if not isinstance(text, str):
+        notes.append(f"judge output is {type(text).__name__}, not text")
+        return VerdictChoice("none")
+    quoted = quoted if quoted is not None else Quoted()
+    text, _ = prepare_reply(text, quoted, max_chars, notes)
+    ignored = {norm_key(k) for k in ignore_keys}
+
+    def agree_key(obj: dict[str, Any]) -> str:
+        return _canonical({k: v for k, v in obj.items() if norm_key(k) not in ignored})
+
+    try:
+        return choose_verdict(text, is_verdict, agree_key, quoted=quoted, notes=notes)
+    except Exception as exc:  # a reader bug must not take a judgement down with it
+        notes.append(f"parser error: {type(exc).__name__}")
+        return VerdictChoice("none")
 
 
 def _loads(candidate: str) -> dict[str, Any] | None:
@@ -630,16 +682,7 @@ def _parse(text: Any, quoted: Quoted, max_chars: int, notes: list[str]) -> Parse
     if not isinstance(text, str):
         notes.append(f"judge output is {type(text).__name__}, not text")
         return ParsedScores(notes=tuple(notes))
-    text, cut = bound_reply(text, max_chars)
-    if cut:
-        notes.append(f"reply cut: the first {max_chars} characters read, {cut} not")
-    if "<<<" in text:
-        text, echoed = _DATA_SECTION_RE.subn(" ", text)
-        if echoed:
-            notes.append(f"{echoed} echoed data section(s) ignored")
-    text, removed = quoted.remove_from(text)
-    if removed:
-        notes.append(f"{removed} verbatim quote(s) of the judged content ignored")
+    text, cut = prepare_reply(text, quoted, max_chars, notes)
     first = text.find("{")
     if first < 0:
         notes.append("no JSON object in the judge output")

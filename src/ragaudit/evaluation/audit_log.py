@@ -1,0 +1,108 @@
+"""An :class:`~ragaudit.evaluation.EvaluationReport` read back from the Auditor's audit log."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from .report import EvaluationReport, RowResult, diagnose
+
+__all__ = ["report_from_audit_log"]
+
+
+def _float_or_none(value: Any) -> float | None:
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return None if math.isnan(value) else min(max(value, 0.0), 1.0)
+
+
+def _row_from_audit(entry: Mapping[str, Any], index: int, threshold: float) -> RowResult:
+    documents = [d for d in entry.get("documents") or () if isinstance(d, Mapping)]
+    sources = {str(d.get("id")): d.get("source") for d in documents}
+    citations: list[dict[str, Any]] = []
+    for c in entry.get("citations") or ():
+        if isinstance(c, Mapping) and c.get("doc_id"):
+            doc_id = str(c["doc_id"])
+            citations.append({"doc_id": doc_id, "rank": c.get("rank"), "source": sources.get(doc_id),
+                              "method": c.get("method"), "marker": c.get("marker")})
+    raw_metrics = entry.get("retrieval_metrics") or {}
+    metrics = {str(k): float(v) for k, v in raw_metrics.items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(float(v))}
+    faithfulness = _float_or_none(entry.get("faithfulness"))
+    context_relevance = _float_or_none(entry.get("context_relevance"))
+    answer_relevance = _float_or_none(entry.get("answer_relevance"))
+    recall = next((v for k, v in metrics.items() if k.startswith("recall")), None)
+    usage = {str(k): int(v) for k, v in (entry.get("usage") or {}).items()
+             if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    relevant = entry.get("relevant_ids")
+    has_truth = isinstance(relevant, Mapping) and any(
+        isinstance(v, (int, float)) and v >= 1 for v in relevant.values())
+    return RowResult(
+        id=str(entry.get("turn_id") or f"line-{index + 1}"),
+        question=_str_or_none(entry.get("query")),
+        answer=_str_or_none(entry.get("answer")),
+        doc_ids=tuple(str(d.get("id")) for d in documents),
+        doc_sources=tuple(_str_or_none(d.get("source")) for d in documents),
+        cited_ids=tuple(str(c["doc_id"]) for c in citations),
+        citations=tuple(citations),
+        faithfulness=faithfulness,
+        context_relevance=context_relevance,
+        answer_relevance=answer_relevance,
+        retrieval_metrics=metrics,
+        has_ground_truth=has_truth,
+        diagnosis=diagnose(faithfulness=faithfulness, context_relevance=context_relevance,
+                           answer_relevance=answer_relevance, recall=recall, threshold=threshold),
+        reason=_str_or_none(entry.get("reason")),
+        judge_error=_str_or_none(entry.get("error")),
+        trace_id=_str_or_none(entry.get("trace_id")),
+        usage=usage,
+        **_full_audit_from_entry(entry),
+    )
+
+
+def _full_audit_from_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The full-audit fields of an audit-log line (absent keys in older logs give empty values)."""
+    def dicts(key: str) -> tuple[Mapping[str, Any], ...]:
+        return tuple(x for x in entry.get(key) or () if isinstance(x, Mapping))
+
+    judged = entry.get("judged_metrics") or {}
+    return {
+        "sentences": dicts("sentences"),
+        "document_grades": dicts("document_grades"),
+        "citation_checks": dicts("citation_checks"),
+        "judged_metrics": {str(k): float(v) for k, v in judged.items() if isinstance(v, (int, float))
+                           and not isinstance(v, bool) and math.isfinite(float(v))},
+        "citation_precision": _float_or_none(entry.get("citation_precision")),
+        "citation_recall": _float_or_none(entry.get("citation_recall")),
+    }
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _lowest_first(row: RowResult) -> tuple[int, int, float]:
+    """Turns with an unsupported/contradicted sentence or a failing citation first, then lowest score."""
+    flagged = 0 if row.problem_sentences or row.failing_citations else 1
+    low = row.min_score()
+    return (flagged, 1, 0.0) if low is None else (flagged, 0, low)
+
+
+def report_from_audit_log(path: str | os.PathLike[str], *, threshold: float = 0.5) -> EvaluationReport:
+    """An :class:`EvaluationReport` of the turns in an audit log, flagged turns first, then lowest score.
+
+    Turns with an unsupported or contradicted sentence, or a citation that does not hold, come
+    first; then by the minimum of the three scores; turns with no score at all come last.
+    """
+    from ..tracing.files import read_audit_log
+
+    entries = read_audit_log(path)
+    rows = [_row_from_audit(entry, i, threshold)
+            for i, entry in enumerate(entries) if isinstance(entry, Mapping)]
+    rows.sort(key=_lowest_first)
+    judges = sorted({str(e.get("judge")) for e in entries if isinstance(e, Mapping) and e.get("judge")})
+    return EvaluationReport.from_rows(rows, judge=", ".join(judges) or "unknown", threshold=threshold,
+                                      title=f"ragaudit audit report: {os.path.basename(os.fspath(path))}")
