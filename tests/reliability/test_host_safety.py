@@ -129,7 +129,8 @@ def test_read_only_working_directory_constructs_and_traces(tmp_path: Path) -> No
     # which cannot be created either (as on a read-only root file system).
     cwd_note = "unwritable audit-log path (root)" if os.geteuid() == 0 else "read-only working directory"
     code = """
-        import os, sys, json
+        import logging, os, sys, json
+        logging.basicConfig(level=logging.WARNING)
         os.chdir(sys.argv[1])
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor

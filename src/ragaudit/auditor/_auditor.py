@@ -126,8 +126,9 @@ class Auditor:
             from ..judges import default_judge
 
             judge = default_judge()
-        if not (callable(getattr(judge, "ajudge", None)) and callable(getattr(judge, "judge", None))):
-            raise ConfigurationError(f"judge must implement RagJudge (judge/ajudge), got {type(judge).__name__}")
+        if not isinstance(judge, RagJudge):
+            raise ConfigurationError(f"judge must implement RagJudge (name, judge, ajudge, blocking, aclose_loop): "
+                                     f"derive it from ragaudit.BaseRagJudge; got {type(judge).__name__}")
         sinks = tuple(sinks)
         for sink in sinks:
             if not isinstance(sink, JudgementSink):
@@ -165,7 +166,7 @@ class Auditor:
         # Sync-only judges (LexicalJudge, a user's BaseRagJudge with judge()) are called in
         # threads of a worker of ours, not through asyncio.to_thread: at interpreter exit the
         # default executor refuses new work, and exit is exactly when we flush.
-        self._sync_judge = bool(getattr(judge, "blocking", False))
+        self._sync_judge = bool(judge.blocking)
 
         self._lock = threading.Lock()
         self._counts = {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0,
@@ -399,11 +400,10 @@ class Auditor:
     def _release_loop_clients(self, timeout_s: float) -> None:
         # A judge's async HTTP client belongs to our loop: close it while the loop still runs, or
         # its connections can never be closed ("Event loop is closed" later).
-        release = getattr(self.judge, "aclose_loop", None)
-        if not callable(release) or not self._judging.started:
+        if not self._judging.started:
             return
         try:
-            self._judging.run_coroutine(release()).result(timeout=min(timeout_s, 5.0))
+            self._judging.run_coroutine(self.judge.aclose_loop()).result(timeout=min(timeout_s, 5.0))
         except Exception as exc:
             logger.debug("ragaudit: closing the judge's client for the auditor loop failed: %r", exc)
 
@@ -507,7 +507,7 @@ class Auditor:
                     self._counts["judged" if judgement.error is None else "failed"] += 1
 
     async def _judge(self, turn: RagTurn) -> Judgement:
-        judge_name = getattr(self.judge, "name", type(self.judge).__name__)
+        judge_name = str(self.judge.name)
         started = time.perf_counter()
         try:
             request = JudgeRequest.from_turn(turn, self.max_context_chars)
