@@ -7,6 +7,10 @@ import threading
 import time
 from typing import Any
 
+# Importing content installs its filter on the "ragaudit" logger: known secrets are scrubbed from
+# every record of ours, whichever module logs first.
+from . import content as _content  # noqa: F401
+
 __all__ = ["RateLimitedLog", "logger"]
 
 logger = logging.getLogger("ragaudit")

@@ -40,6 +40,8 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
+from .content import log_exception
+
 __all__ = ["BatchWorker", "call_on", "call_with_deadline", "on_fork_in_child", "run_coroutine", "run_jobs"]
 
 T = TypeVar("T")
@@ -198,7 +200,7 @@ class BatchWorker(Generic[T]):
                 loop.call_soon_threadsafe(loop.stop)
             return ok and not lost
         except Exception as exc:  # never into the host
-            logger.debug("ragaudit: shutting down worker %s failed: %r", self.name, exc)
+            logger.debug("ragaudit: shutting down worker %s failed: %s", self.name, log_exception(exc))
             return False
 
     def stats(self) -> dict[str, int]:
@@ -275,7 +277,7 @@ class BatchWorker(Generic[T]):
                 thread.start()
                 self._threads.append(thread)
         except RuntimeError as exc:  # "can't create new thread at interpreter shutdown"
-            logger.debug("ragaudit: worker %s could not start a thread: %r", self.name, exc)
+            logger.debug("ragaudit: worker %s could not start a thread: %s", self.name, log_exception(exc))
             if loop is not None and not self._threads:
                 loop.close()
             return
@@ -307,8 +309,8 @@ class BatchWorker(Generic[T]):
         if error is not None and self._on_error is not None:
             try:
                 self._on_error(error)
-            except Exception:  # pragma: no cover - a reporting hook must not stop the worker
-                logger.debug("ragaudit: worker %s on_error failed", self.name, exc_info=True)
+            except Exception as exc:  # pragma: no cover - a reporting hook must not stop the worker
+                logger.debug("ragaudit: worker %s on_error failed: %s", self.name, log_exception(exc))
 
     def _run(self) -> None:
         cond = self._cond
@@ -331,7 +333,7 @@ class BatchWorker(Generic[T]):
         except BaseException as exc:  # a handler must never end the worker
             self._finish(batch, None, exc)
             if not isinstance(exc, Exception):
-                logger.debug("ragaudit: worker %s: handler raised %r", self.name, exc)
+                logger.debug("ragaudit: worker %s: handler raised %s", self.name, log_exception(exc))
             return
         self._finish(batch, delivered, None)
 
@@ -373,7 +375,7 @@ class BatchWorker(Generic[T]):
                     loop.run_until_complete(asyncio.wait(pending, timeout=1.0))
                 loop.close()
         except BaseException as exc:
-            logger.debug("ragaudit: worker %s loop ended: %r", self.name, exc)
+            logger.debug("ragaudit: worker %s loop ended: %s", self.name, log_exception(exc))
 
     async def _consume(self) -> None:
         semaphore = asyncio.Semaphore(self._concurrency)
@@ -438,7 +440,7 @@ def _after_fork_in_child() -> None:
         try:
             callback()
         except Exception as exc:  # pragma: no cover - never break the child
-            logger.debug("ragaudit: an after-fork hook failed: %r", exc)
+            logger.debug("ragaudit: an after-fork hook failed: %s", log_exception(exc))
 
 
 if hasattr(os, "register_at_fork"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -27,6 +28,9 @@ class HttpRecorder:
         self.status = 200
         self.delay_s = 0.0
         self.delays: list[float] = []
+        # What an error reply says: bytes, or a function of the recorded request (a backend that
+        # echoes what it was sent, e.g. the Authorization header, in its 401 body).
+        self.error_body: bytes | Callable[[dict[str, Any]], bytes] = b'{"error": "scripted failure"}'
         self._lock = threading.Lock()
         recorder = self
 
@@ -43,16 +47,19 @@ class HttpRecorder:
                     body: Any = json.loads(raw) if raw else None
                 except ValueError:
                     body = raw
+                request = {"method": self.command, "path": self.path,
+                           "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
                 with recorder._lock:
-                    recorder.requests.append({"method": self.command, "path": self.path,
-                                              "headers": {k.lower(): v for k, v in self.headers.items()},
-                                              "body": body})
-                    status, delay = recorder.status, recorder.delay_s
+                    recorder.requests.append(request)
+                    status, delay, error_body = recorder.status, recorder.delay_s, recorder.error_body
                     if recorder.delays:
                         delay = recorder.delays.pop(0)
                 if delay:
                     time.sleep(delay)
-                payload = b'{"ok": true}' if status < 300 else b'{"error": "scripted failure"}'
+                if status < 300:
+                    payload = b'{"ok": true}'
+                else:
+                    payload = error_body(request) if callable(error_body) else error_body
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")

@@ -688,7 +688,8 @@ class _Handler(BaseHTTPRequestHandler):
             )
         )
         if not split.path.rstrip("/").endswith("/chat/completions"):
-            self._send_error(404, f"no route for POST {split.path}", "not_found")
+            # the whole request target, query included, as real servers often echo it
+            self._send_error(404, f"no route for POST {self.path}", "not_found")
             return
         if not isinstance(body, dict):
             self._send_error(400, "request body is not a JSON object", "invalid_request_error")

@@ -16,6 +16,7 @@ from .._log import RateLimitedLog
 from .._sampling import sampled
 from .._turn_metrics import turn_metrics
 from .._worker import BatchWorker, call_on, call_with_deadline, on_fork_in_child, run_jobs
+from ..content import ContentPolicy
 from ..errors import ConfigurationError
 from ..judges.base import RagJudge
 from ..records import Judgement, JudgeRequest, RagTurn
@@ -88,6 +89,13 @@ class Auditor:
     *sinks* entry, and *on_judgement(turn, judgement)*. A judge or sink that fails is recorded
     (judgement ``error``, ``stats()["sink_errors"]``), never raised.
 
+    Every text recorded (spans, audit log, sinks, ragaudit's log lines) goes through one
+    :class:`~ragaudit.content.ContentPolicy`, :attr:`content`, made of *capture_content* (None: the
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` setting), *capture_reason* (keep the judge's
+    reason even with capture off; None: as *capture_content*) and *redact*. Known secrets (API keys,
+    credential headers and URL parts of the judge client and sinks, key-like environment variables,
+    OTLP headers) are scrubbed always; a *redact* that raises withholds the text, never the turn.
+
     Pending judgements are flushed at normal interpreter exit (within *exit_timeout_s*); a
     shortfall is written to stderr. ``stats()`` always satisfies ``submitted == judged + failed +
     dropped + sampled_out + pending``.
@@ -115,6 +123,7 @@ class Auditor:
         sinks: Iterable[JudgementSink] = (),
         capture_content: bool | None = None,
         redact: Callable[[str], str] | None = None,
+        capture_reason: bool | None = None,
         max_context_chars: int = 24_000,
         exit_timeout_s: float = 30.0,
         handle_signals: bool = False,
@@ -162,9 +171,10 @@ class Auditor:
         self.exit_timeout_s = exit_timeout_s
         self._on_judgement = on_judgement
         self._sinks = sinks
-        self._redact = redact
-        self._recorder = SpanRecorder(tracer_provider, capture_content=capture_content, redact=redact,
-                                      judge_trace=judge_trace)
+        # The one policy for every text this auditor and its recorder, audit log and sinks record.
+        self.content = ContentPolicy(capture_content=capture_content, capture_reason=capture_reason,
+                                     redact=redact)
+        self._recorder = SpanRecorder(tracer_provider, content=self.content, judge_trace=judge_trace)
         for sink in sinks:
             bind = getattr(sink, "bind_recorder", None)
             if callable(bind):
@@ -175,8 +185,7 @@ class Auditor:
 
             # Opened with its first line: a read-only working directory must not make constructing
             # an Auditor (or a handler) raise into the host; a failed write is counted instead.
-            self._audit_log = AuditLog(audit_log, capture_content=self._recorder.capture_content,
-                                       redact=redact, lazy=True)
+            self._audit_log = AuditLog(audit_log, content=self.content, lazy=True)
         # Sync-only judges (LexicalJudge, a user's BaseRagJudge with judge()) are called in
         # threads of a worker of ours, not through asyncio.to_thread: at interpreter exit the
         # default executor refuses new work, and exit is exactly when we flush.
@@ -231,7 +240,7 @@ class Auditor:
     @property
     def redact(self) -> Callable[[str], str] | None:
         """The redaction hook applied to every text this auditor records (None: none)."""
-        return self._redact
+        return self.content.redact
 
     def submit(self, turn: RagTurn) -> SubmitStatus:
         """Hand *turn* over for judging. Never blocks (except in inline mode) and never raises.
@@ -241,8 +250,9 @@ class Auditor:
         """
         try:
             return self._submit(turn)
-        except Exception:  # the host pipeline must never see our failure
-            logger.exception("ragaudit: submit failed; turn counted as dropped")
+        except Exception as exc:  # the host pipeline must never see our failure
+            logger.error("ragaudit: submit failed; turn counted as dropped: %s", self.content.exception(exc),
+                         exc_info=exc if self.content.capture_content else None)
             with self._lock:
                 self._counts["dropped"] += 1
             return "dropped"
@@ -415,7 +425,8 @@ class Auditor:
         try:
             self._judging.run_coroutine(release()).result(timeout=min(timeout_s, 5.0))
         except Exception as exc:
-            logger.debug("ragaudit: closing the judge's client for the auditor loop failed: %r", exc)
+            logger.debug("ragaudit: closing the judge's client for the auditor loop failed: %s",
+                         self.content.exception(exc))
 
     def stats(self) -> dict[str, int]:
         """Counts: submitted, judged, failed, dropped, sampled_out, pending, sink_errors, close_dropped,
@@ -571,14 +582,14 @@ class Auditor:
 
     def _job_failed(self, exc: BaseException) -> None:
         self._log.warning(f"job:{type(exc).__name__}", "ragaudit: closing a turn failed (the pipeline is "
-                          "unaffected): %s: %s", type(exc).__name__, exc)
+                          "unaffected): %s", self.content.exception(exc))
 
     def _sink_failed(self, sink: object, exc: BaseException) -> None:
         with self._lock:
             self._counts["sink_errors"] += 1
         name = getattr(sink, "__name__", type(sink).__name__)
-        self._log.warning(f"sink:{name}:{type(exc).__name__}", "ragaudit: sink %s failed: %s: %s",
-                          name, type(exc).__name__, exc)
+        self._log.warning(f"sink:{name}:{type(exc).__name__}", "ragaudit: sink %s failed: %s",
+                          name, self.content.exception(exc))
 
     def _exit(self, deadline: float) -> None:
         """The exit hook's part for this auditor: shut down by *deadline* (shared by all auditors)."""

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from opentelemetry import context as _otel_context
 
 from .._log import RateLimitedLog
+from ..content import log_exception
 from ..errors import ConfigurationError
 from ..records import RetrievedDoc, normalize_relevance, stable_doc_id
 
@@ -64,8 +65,9 @@ _log = RateLimitedLog()
 def report_failure(where: str, exc: BaseException) -> None:
     """Log that an integration callback failed; once per kind, then at most once a minute with a count."""
     name = type(exc).__name__
-    _log.warning(f"{where}:{name}", "ragaudit: %s failed (the pipeline is unaffected): %s: %s",
-                 where, name, exc)
+    # No policy at hand here: log_exception withholds the message once any auditor has capture off.
+    _log.warning(f"{where}:{name}", "ragaudit: %s failed (the pipeline is unaffected): %s",
+                 where, log_exception(exc))
 
 
 # --- documents -------------------------------------------------------------------------------------
@@ -242,8 +244,16 @@ def resolve_backend(
             auditor = default_auditor(tracer_provider, capture_content=capture_content, redact=redact)
     if tracer_provider is None and capture_content is None and redact is None:
         return auditor, auditor.recorder
+    from ..content import ContentPolicy
     from ..tracing.spans import SpanRecorder
 
+    # Turn spans go through the auditor's own content policy whenever the handler's settings agree
+    # with it (always, unless the handler asked to capture what the auditor does not).
+    policy = getattr(auditor, "content", None)
+    if isinstance(policy, ContentPolicy) and (redact is None or redact is policy.redact) and (
+        capture_content is None or bool(capture_content) == policy.capture_content
+    ):
+        return auditor, SpanRecorder(tracer_provider, content=policy)
     return auditor, SpanRecorder(tracer_provider, capture_content=capture_content, redact=redact)
 
 

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from .._worker import on_fork_in_child
+from ..content import ContentPolicy
 from ..errors import ConfigurationError, RagAuditError
-from ..records import Judgement, RagTurn, truncate
+from ..records import Judgement, RagTurn
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -244,8 +245,6 @@ def read_spans(path: PathLike) -> list[dict[str, Any]]:
 
 
 # --- audit log ---------------------------------------------------------------------------------
-_REDACTION_FAILED = "[ragaudit: redact() failed, text withheld]"
-
 
 def _utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -255,6 +254,11 @@ def _finite(value: Any) -> Any:
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
+def _status(judgement: Judgement) -> int | None:
+    status = judgement.details.get("status_code")
+    return status if isinstance(status, int) and not isinstance(status, bool) else None
+
+
 class AuditLog:
     """An append-only JSONL audit log: one line per judged turn.
 
@@ -262,17 +266,21 @@ class AuditLog:
     (``[{id, rank, score, source, metadata, content}]``), citations
     (``[{doc_id, rank, marker, method}]``), relevant_ids, retrieval_metrics, judge, judge_status,
     faithfulness, context_relevance, answer_relevance (None when the judge gave none), reason,
-    error, latency_s, usage; from a full audit: sentences (``[{index, text, verdict,
+    raw_output, error, latency_s, usage; from a full audit: sentences (``[{index, text, verdict,
     supporting_ranks, supporting_doc_ids, start, end, method}]``), document_grades
     (``[{rank, doc_id, grade, method}]``), judged_metrics (``{"judged_ndcg@10": ...}`` or null),
     citation_checks (``[{sentence, doc_id, rank, marker, holds, verdict}]``), citation_precision and
     citation_recall (null when nothing is cited).
 
-    With ``capture_content=False`` query, answer, document content and metadata, citation markers
-    and reason are null, and ``query_chars``, ``answer_chars``, ``reason_chars`` and each document's
-    ``content_chars`` give their sizes. *redact* is applied to every text written (also errors
-    and sources); a text it fails on is withheld, never written as it was. Lines are written whole
-    and flushed at once; safe to share between threads.
+    Every text goes through a :class:`~ragaudit.content.ContentPolicy` (*content*, the Auditor's;
+    else one made of *capture_content* and *redact*). With content capture off query, answer,
+    document content and metadata, citation markers and reason are null (the reason is kept when the
+    policy keeps judge reasons), ``query_chars``, ``answer_chars``, ``reason_chars`` and each
+    document's ``content_chars`` give their sizes, an error is its type, HTTP status and a fixed
+    message, and ``details`` keeps only numbers and flags. Known secrets are scrubbed always; *redact*
+    is applied to every text written (also errors, sources and metadata keys); a text it fails on is
+    withheld, never written as it was. Lines are written whole and flushed at once; safe to share
+    between threads.
     """
 
     def __init__(
@@ -281,15 +289,14 @@ class AuditLog:
         *,
         capture_content: bool = True,
         redact: Callable[[str], str] | None = None,
+        content: ContentPolicy | None = None,
         lazy: bool = False,
     ) -> None:
-        if redact is not None and not callable(redact):
-            raise ConfigurationError(f"redact must be a callable str -> str, got {type(redact).__name__}")
+        self.content = content if content is not None else ContentPolicy(capture_content=capture_content,
+                                                                        redact=redact)
         self._out = _AppendFile(path, "audit log", lazy=lazy)
         self.path = self._out.path
-        self.capture_content = bool(capture_content)
-        self._redact = redact
-        self._redact_failed = False
+        self.capture_content = self.content.capture_content
 
     def __enter__(self) -> AuditLog:
         return self
@@ -300,38 +307,9 @@ class AuditLog:
     def __repr__(self) -> str:
         return f"AuditLog({str(self.path)!r}, capture_content={self.capture_content})"
 
-    def _text(self, value: str | None) -> str | None:
-        if value is None or self._redact is None:
-            return value
-        try:
-            out = self._redact(value)
-        except Exception as exc:
-            # Withheld, not raised: the line (ids, scores, status) is still worth writing, and the
-            # text must not be written unredacted.
-            if not self._redact_failed:
-                self._redact_failed = True
-                _logger.warning("ragaudit: redact() failed on a text for the audit log %s, the text was "
-                                "withheld (logged once): %r", str(self.path), exc)
-            return _REDACTION_FAILED
-        return out if isinstance(out, str) else str(out)
-
-    def _metadata(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
-        if self._redact is None:
-            return dict(metadata)
-        return {k: self._deep(v) for k, v in metadata.items()}  # nested values too
-
     def _content(self, value: str | None) -> str | None:
-        return self._text(value) if self.capture_content else None
-
-    def _deep(self, value: Any) -> Any:
-        """*value* with every string in it capped and redacted (judge details nest text in lists and dicts)."""
-        if isinstance(value, str):
-            return self._text(_capped(value))
-        if isinstance(value, Mapping):
-            return {str(k): self._deep(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [self._deep(v) for v in value]
-        return value
+        """A content text as written: None with capture off, else through the policy."""
+        return self.content.content(value)
 
     def record(
         self,
@@ -342,16 +320,17 @@ class AuditLog:
         retrieval_metrics: Mapping[str, float] | None = None,
     ) -> dict[str, Any]:
         """The dict :meth:`write` would write for these arguments."""
-        capture = self.capture_content
+        policy = self.content
+        capture = policy.capture_content
         documents = []
         for doc in turn.documents:
             entry: dict[str, Any] = {
                 "id": doc.id,
                 "rank": doc.rank,
                 "score": doc.score,
-                "source": self._text(doc.source),
-                "metadata": self._metadata(doc.metadata) if capture else None,
-                "content": self._content(doc.content),
+                "source": policy.identifier(doc.source),
+                "metadata": policy.metadata(doc.metadata),
+                "content": policy.content(doc.content),
             }
             if not capture:
                 entry["content_chars"] = len(doc.content)
@@ -363,14 +342,14 @@ class AuditLog:
             "span_id": turn.span_id,
             "framework": turn.framework,
             "model": turn.model,
-            "query": self._content(turn.query),
-            "answer": self._content(turn.answer),
+            "query": policy.content(turn.query),
+            "answer": policy.content(turn.answer),
             "documents": documents,
             "citations": [
                 {
                     "doc_id": cit.doc_id,
                     "rank": cit.rank,
-                    "marker": self._content(cit.marker),
+                    "marker": policy.content(cit.marker),
                     "method": cit.method,
                 }
                 for cit in turn.citations
@@ -386,16 +365,16 @@ class AuditLog:
             "faithfulness": judgement.faithfulness,
             "context_relevance": judgement.context_relevance,
             "answer_relevance": judgement.answer_relevance,
-            "reason": self._content(judgement.reason),
-            "error": self._text(judgement.error),
+            "reason": policy.reason(judgement.reason),
+            "error": policy.error(judgement.error, status=_status(judgement)),
             "latency_s": judgement.latency_s,
             "usage": dict(judgement.usage),
             "judge_identity": judgement.identity.to_dict() if judgement.identity is not None else None,
             # the judge's own reply, capped: a 20 MB reply must not make a 20 MB line
-            "raw_output": self._content(_capped(judgement.raw_output)),
+            "raw_output": policy.content(judgement.raw_output, MAX_RAW_OUTPUT_CHARS),
             # judge-specific extras (rule results, rubric criteria, distributions) quote the answer
-            # and documents, so they follow content capture
-            "details": self._deep(judgement.details) if capture else None,
+            # and documents: with capture off only their numbers and flags are kept
+            "details": policy.details(judgement.details, MAX_RAW_OUTPUT_CHARS),
         }
         line.update(self._full_audit(turn, judgement))
         if not capture:
@@ -465,8 +444,6 @@ MAX_RAW_OUTPUT_CHARS = 16_384
 """An audit line keeps at most this much of a judge's raw reply (and of any text in its details)."""
 
 
-def _capped(text: str | None) -> str | None:
-    return truncate(text, MAX_RAW_OUTPUT_CHARS) if text is not None else None
 
 
 def read_audit_log(path: PathLike) -> list[dict[str, Any]]:

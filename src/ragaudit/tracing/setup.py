@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace as _trace_api
 
+from ..content import register_headers, register_url
 from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -138,6 +139,10 @@ def _import_sdk() -> Any:
 def _otlp_factory(
     protocol: str, url: str | None, headers: dict[str, str] | None
 ) -> Callable[[], SpanExporter]:
+    # The exporter's credentials (a Langfuse Basic token, an x-honeycomb-team header, a key in the
+    # URL) are scrubbed from every text ragaudit records.
+    register_headers(headers)
+    register_url(url)
     if protocol == "grpc":
         try:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter

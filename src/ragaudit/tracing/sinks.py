@@ -22,6 +22,7 @@ from typing import Any
 from .._log import RateLimitedLog
 from .._turn_metrics import turn_metrics
 from .._worker import BatchWorker
+from ..content import ContentPolicy, register_headers, register_secret, register_url, scrub_url
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Judgement, RagTurn, Retrieval
 from .spans import LANGFUSE_ENVIRONMENT_ENV
@@ -65,6 +66,10 @@ class HttpSink:
             )
         import httpx
 
+        # The credentials in the URL and the headers are scrubbed from everything ragaudit records
+        # (a backend's 401 body may echo them).
+        register_url(endpoint)
+        register_headers(headers)
         self.endpoint = endpoint.rstrip("/")
         self._client = httpx.Client(timeout=timeout_s, headers=dict(headers or {}))
         self._max_retries = max_retries
@@ -90,22 +95,33 @@ class HttpSink:
     """HTTP statuses that are not retried."""
 
     _recorder: Any = None
+    _content: ContentPolicy | None = None
+    max_text_chars: int = 8192
+    """Texts sent (the judge's reason) are cut to this many characters."""
 
     def bind_recorder(self, recorder: Any) -> None:
-        """Called by the Auditor: texts are sent the way *recorder* records them (its content
-        capture setting and redact hook)."""
+        """Called by the Auditor with its span recorder: texts are sent the way it records them,
+        through the Auditor's :class:`~ragaudit.content.ContentPolicy` (``recorder.content``)."""
         self._recorder = recorder
+        policy = getattr(recorder, "content", None)
+        if isinstance(policy, ContentPolicy):
+            self._content = policy
+
+    @property
+    def content(self) -> ContentPolicy:
+        """The policy texts go through: the Auditor's once bound; before, one from the environment."""
+        policy = self._content
+        if policy is None:
+            policy = self._content = ContentPolicy()
+        return policy
 
     def recorded_reason(self, judgement: Judgement) -> str | None:
-        """The judge's reason as the bound recorder would record it: None when content capture is
-        off, else redacted and cut. Unbound (a sink used on its own): the reason as it is."""
-        reason, recorder = judgement.reason, self._recorder
-        if reason is None or recorder is None:
-            return reason
-        if not getattr(recorder, "capture_content", True):
-            return None
-        text = getattr(recorder, "recorded_text", None)
-        return text(reason) if callable(text) else reason
+        """The judge's reason as the policy lets it be recorded: None when it withholds reasons (content
+        capture off), else scrubbed, redacted and cut to :attr:`max_text_chars`."""
+        return self.content.reason(judgement.reason, self.max_text_chars)
+
+    def __repr__(self) -> str:  # never show a credential of the URL
+        return f"{type(self).__name__}({scrub_url(self.endpoint)!r})"
 
     def requests(self, turn: RagTurn, judgement: Judgement) -> list[tuple[str, dict[str, Any]]]:
         """The ``(path, json_body)`` items to send for one judgement."""
@@ -170,7 +186,7 @@ class HttpSink:
                 delivered += self.send(path, bodies)
             except Exception as exc:
                 self._log.warning(f"send:{type(exc).__name__}", "ragaudit: %s failed to send: %s",
-                                  type(self).__name__, exc)
+                                  type(self).__name__, self.content.exception(exc))
         return delivered
 
     def _post(self, path: str, body: dict[str, Any]) -> bool:
@@ -187,11 +203,10 @@ class HttpSink:
             except Exception as exc:  # connection refused, timeout, ...
                 self._log.warning(
                     f"transport:{type(exc).__name__}",
-                    "ragaudit: %s cannot reach %s: %s: %s",
+                    "ragaudit: %s cannot reach %s: %s",
                     type(self).__name__,
-                    self.endpoint,
-                    type(exc).__name__,
-                    exc,
+                    scrub_url(self.endpoint),
+                    self.content.exception(exc),
                 )
                 continue
             if response.status_code < 300:
@@ -201,9 +216,11 @@ class HttpSink:
                 "ragaudit: %s got HTTP %d from %s%s: %s",
                 type(self).__name__,
                 response.status_code,
-                self.endpoint,
+                scrub_url(self.endpoint),
                 path,
-                response.text[:200],
+                # a backend's error body may echo what it was sent (a key, the reason): it follows
+                # content capture like any other text
+                self.content.body(response.text, status=response.status_code),
             )
             if response.status_code in self.permanent_statuses:
                 return False  # retrying will not help
@@ -256,6 +273,7 @@ class PhoenixSink(HttpSink):
         endpoint = endpoint or os.environ.get("PHOENIX_COLLECTOR_ENDPOINT") or "http://localhost:6006"
         endpoint = endpoint.rstrip("/").removesuffix("/v1/traces")
         api_key = api_key or os.environ.get("PHOENIX_API_KEY")
+        register_secret(api_key)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         super().__init__(endpoint, headers=headers, **kwargs)
         self.threshold = threshold
@@ -381,11 +399,13 @@ class LangfuseSink(HttpSink):
             raise ConfigurationError(
                 "LangfuseSink needs public_key and secret_key (or LANGFUSE_PUBLIC_KEY / LANGFUSE_SECRET_KEY)"
             )
+        register_secret(public_key)
+        register_secret(secret_key)
         token = base64.b64encode(f"{public_key}:{secret_key}".encode()).decode()
         super().__init__(host, headers={"Authorization": f"Basic {token}"}, **kwargs)
 
     def __repr__(self) -> str:  # never show the keys
-        return f"LangfuseSink(host={self.endpoint!r})"
+        return f"LangfuseSink(host={scrub_url(self.endpoint)!r})"
 
     def _environment(self) -> str | None:
         if self.environment:

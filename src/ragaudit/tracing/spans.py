@@ -20,7 +20,6 @@ import json
 import logging
 import math
 import os
-import re
 import threading
 import time
 from collections import OrderedDict
@@ -46,6 +45,7 @@ from opentelemetry.trace import (
     TracerProvider,
 )
 
+from ..content import CAPTURE_CONTENT_ENV, ContentPolicy, content_capture_from_env, otlp_safe
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Generation, Judgement, RagTurn, Retrieval, ToolCall, truncate
 from . import conventions as c
@@ -63,10 +63,6 @@ __all__ = [
 
 _logger = logging.getLogger("ragaudit")
 
-CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
-"""The OTel GenAI variable that turns content capture off when set to NO_CONTENT, false or 0."""
-
-_CONTENT_OFF_VALUES = frozenset({"no_content", "false", "0"})
 JUDGE_TRACE_ENV = "RAGAUDIT_JUDGE_TRACE"
 """``separate``: judge spans start a trace of their own (linked to the turn); default ``turn``."""
 LANGFUSE_ENVIRONMENT_ENV = "LANGFUSE_TRACING_ENVIRONMENT"
@@ -84,20 +80,13 @@ _MAX_MESSAGES = 32
 # documents (the SDK drops the oldest attribute first). test_span_limits_... holds us to it.
 DEFAULT_MAX_DOCUMENTS = 20
 _MARKER_SLACK = 48
-_REDACTION_FAILED = "[ragaudit: redact() failed, text withheld]"
 _ENV_PROVIDER_SET = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 _UNKNOWN = object()
 _SPAN_ID_MEMORY = 4096
-_SURROGATE_RE = re.compile("[\ud800-\udfff]")
 # Shared by every recorder: the handler's recorder makes the retrieval spans, while sinks are bound
 # to the Auditor's recorder.
 _span_ids_lock = threading.Lock()
 _retrieval_span_ids: OrderedDict[str, tuple[str, ...]] = OrderedDict()
-
-
-def content_capture_from_env() -> bool:
-    """False when ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is NO_CONTENT, false or 0."""
-    return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() not in _CONTENT_OFF_VALUES
 
 
 def _version() -> str:
@@ -207,6 +196,8 @@ class SpanRecorder:
         max_attribute_chars: longer strings (every string attribute, content or not) are cut and
             marked ``…[truncated N chars]``.
         redact: applied to every text before it is recorded (after it, the text is cut).
+        content: the :class:`~ragaudit.content.ContentPolicy` deciding every recorded text (the
+            Auditor passes its own); instead of *capture_content* and *redact*, not with them.
         max_documents: documents recorded per retrieval span, top ranks first; the total is
             ``ragaudit.document.count`` and the number left out ``ragaudit.document.omitted``.
         judge_trace: ``"turn"`` (default): the judge span is a child of the turn span, in the
@@ -227,6 +218,7 @@ class SpanRecorder:
         redact: Callable[[str], str] | None = None,
         max_documents: int = DEFAULT_MAX_DOCUMENTS,
         judge_trace: JudgeTrace | None = None,
+        content: ContentPolicy | None = None,
     ) -> None:
         if isinstance(max_documents, bool) or not isinstance(max_documents, int) or max_documents < 0:
             raise ConfigurationError(f"max_documents must be an int >= 0, got {max_documents!r}")
@@ -238,20 +230,19 @@ class SpanRecorder:
             raise ConfigurationError(f"max_attribute_chars must be an int, got {max_attribute_chars!r}")
         if max_attribute_chars < 0:
             raise ConfigurationError(f"max_attribute_chars must be >= 0, got {max_attribute_chars}")
-        if redact is not None and not callable(redact):
-            raise ConfigurationError(f"redact must be a callable str -> str, got {type(redact).__name__}")
+        if content is not None and (capture_content is not None or redact is not None):
+            raise ConfigurationError("give SpanRecorder a content policy or capture_content/redact, not both")
         if tracer_provider is not None and not hasattr(tracer_provider, "get_tracer"):
             raise ConfigurationError(
                 "tracer_provider must be an OpenTelemetry TracerProvider, "
                 f"got {type(tracer_provider).__name__}"
             )
-        self.capture_content: bool = (
-            content_capture_from_env() if capture_content is None else bool(capture_content)
-        )
+        self.content = content if content is not None else ContentPolicy(capture_content=capture_content,
+                                                                        redact=redact)
+        self.capture_content: bool = self.content.capture_content
         self.max_attribute_chars = max_attribute_chars
         self.max_documents = max_documents
         self.judge_trace: JudgeTrace = judge_trace  # type: ignore[assignment]
-        self._redact = redact
         self._reported: set[str] = set()
         self._tracer: Tracer | None = None
         explicit = None if isinstance(tracer_provider, ProxyTracerProvider) else tracer_provider
@@ -336,37 +327,36 @@ class SpanRecorder:
             return False
 
     def _report(self, where: str, exc: BaseException) -> None:
+        # The exception as the policy allows (its text may quote what failed to be recorded); the
+        # traceback only with content capture on.
+        described = self.content.exception(exc)
         if where in self._reported:
-            _logger.debug("ragaudit tracing: %s failed again: %r", where, exc)
+            _logger.debug("ragaudit tracing: %s failed again: %s", where, described)
             return
         self._reported.add(where)
         _logger.warning(
             "ragaudit tracing: %s failed, its span data was dropped (further failures of this kind "
-            "are logged at DEBUG)",
+            "are logged at DEBUG): %s",
             where,
-            exc_info=exc,
+            described,
+            exc_info=exc if self.content.capture_content else None,
         )
 
     def _text(self, value: str) -> str:
-        """A content text as recorded: redacted, then cut to *max_attribute_chars*."""
-        if self._redact is not None:
-            try:
-                value = self._redact(value)
-            except Exception as exc:
-                self._report("redact", exc)
-                return _REDACTION_FAILED
-            if not isinstance(value, str):
-                value = str(value)
-        return self._cap(value)
+        """A text as recorded: through the content policy (secrets scrubbed, redacted), cut to
+        *max_attribute_chars*, encodable by OTLP. Callers decide whether it is recorded at all
+        (content only with capture on)."""
+        return otlp_safe(self.content.text(value, self.max_attribute_chars))
+
+    def _json(self, value: Any) -> str:
+        """*value* (its texts already through the policy) as a JSON attribute, scrubbed and capped."""
+        return self.content.json(value, self.max_attribute_chars)
 
     def _cap(self, value: str) -> str:
         """Any string attribute as recorded: cut to *max_attribute_chars*, encodable by OTLP."""
         if len(value) > self.max_attribute_chars:
             value = truncate(value, self.max_attribute_chars)
-        if not value.isascii() and _SURROGATE_RE.search(value):
-            # OTLP exporters cannot encode a lone surrogate as UTF-8 and drop the attribute.
-            value = _SURROGATE_RE.sub("\ufffd", value)
-        return value
+        return otlp_safe(value)
 
     def _bounded(self, attrs: dict[str, Any]) -> dict[str, Any]:
         """*attrs* with every string (and string in an array) capped; texts were capped already,
@@ -380,8 +370,11 @@ class SpanRecorder:
                 attrs[key] = [self._cap(v) if isinstance(v, str) else v for v in value]
         return attrs
 
-    def _mark_error(self, span: Span, attrs: dict[str, Any], error: str, error_type: str) -> None:
-        message = self._text(error)
+    def _mark_error(
+        self, span: Span, attrs: dict[str, Any], error: str, error_type: str, status: int | None = None
+    ) -> None:
+        # An error text follows content capture: off, it is its type, status and a fixed message.
+        message = otlp_safe(self.content.error(error, status=status, limit=self.max_attribute_chars) or "")
         attrs[c.ATTR_ERROR_TYPE] = error_type
         attrs[c.LANGFUSE_OBSERVATION_LEVEL] = "ERROR"
         attrs[c.LANGFUSE_OBSERVATION_STATUS_MESSAGE] = message
@@ -410,14 +403,16 @@ class SpanRecorder:
         string (Phoenix) and one ``langfuse.observation.metadata.<key>`` per key (Langfuse filters
         on those, not on ``metadata``); ``langfuse.trace.metadata.<key>`` too when the turn is not
         the trace's root (a root's observation metadata is its trace's already)."""
-        attrs[c.METADATA] = self._text(_dumps(dict(metadata)))
-        for n, (key, value) in enumerate(metadata.items()):
+        # keys and values (nested too) through the policy: a key is the host's text as much as a value
+        recorded = self.content.metadata(metadata) or {}
+        attrs[c.METADATA] = self._json(recorded)
+        for n, (key, value) in enumerate(recorded.items()):
             if n >= _MAX_METADATA_KEYS:
                 break
             if isinstance(value, str):
-                value = self._text(value)
+                value = self._cap(value)
             elif not isinstance(value, (bool, int, float)):
-                value = self._text(_dumps(value))
+                value = self._json(value)
             attrs[c.langfuse_metadata_key(c.LANGFUSE_OBSERVATION_METADATA, str(key))] = value
             if trace_level:
                 attrs[c.langfuse_metadata_key(c.LANGFUSE_TRACE_METADATA, str(key))] = value
@@ -628,17 +623,15 @@ class SpanRecorder:
             if doc.score is not None:
                 attrs[keys.score] = doc.score
             meta: dict[str, Any] = {"rank": doc.rank}
-            source = doc.source
+            # A source is an identifier (kept with capture off), but a path or URL may hold what
+            # redact hides, or a credential.
+            source = self._text(doc.source) if doc.source is not None else None
             if source is not None:
-                # a source is a path or URL, which may hold what redact hides
-                source = self._text(source) if self._redact is not None else self._cap(source)
                 meta["source"] = source
             if capture:
                 attrs[keys.content] = self._text(doc.content)
-                meta.update(doc.metadata)
-                attrs[keys.metadata] = self._text(_dumps(meta))
-            else:
-                attrs[keys.metadata] = self._cap(_dumps(meta))
+                meta.update(self.content.metadata(doc.metadata) or {})
+            attrs[keys.metadata] = self._json(meta)
             summary.append({"id": doc.id, "score": doc.score, "rank": doc.rank, "source": source})
         attrs[c.GEN_AI_RETRIEVAL_DOCUMENTS] = attrs[c.LANGFUSE_OBSERVATION_OUTPUT] = _dumps(summary)
         attrs[c.OUTPUT_MIME_TYPE] = c.MIME_JSON
@@ -760,14 +753,6 @@ class SpanRecorder:
             span.end(end_time=end_ns)
         return format(span.get_span_context().span_id, "016x")
 
-    def recorded_text(self, text: str) -> str:
-        """*text* as this recorder records it: redacted, then cut to *max_attribute_chars*.
-
-        For sinks that send texts elsewhere (a judge's reason as a Langfuse comment); whether to
-        send text at all is :attr:`capture_content`.
-        """
-        return self._text(text)
-
     def retrieval_span_ids(self, turn_id: str) -> tuple[str, ...] | None:
         """The span ids of *turn_id*'s retrieval spans, in order, for recently ended turns.
 
@@ -831,14 +816,18 @@ class SpanRecorder:
                 attrs[c.judge_score_key(name)] = value
         if missing:
             attrs[c.ATTR_JUDGE_MISSING_SCORES] = missing
-        reason: str | None = None
+        # The reason: with capture on, or kept on its own (capture_reason); the error follows capture.
+        reason = self.content.reason(j.reason, self.max_attribute_chars)
+        reason = otlp_safe(reason) if reason is not None else None
         if j.reason is not None:
             attrs[c.ATTR_JUDGE_REASON_CHARS] = len(j.reason)
-            if capture:
-                reason = self._text(j.reason)
-                attrs[c.ATTR_JUDGE_REASON] = reason
-                output["reason"] = reason
-        error = self._text(j.error) if j.error else None
+        if reason is not None:
+            attrs[c.ATTR_JUDGE_REASON] = reason
+            output["reason"] = reason
+        status = j.details.get("status_code")
+        status = status if isinstance(status, int) and not isinstance(status, bool) else None
+        error = (otlp_safe(self.content.error(j.error, status=status, limit=self.max_attribute_chars) or "")
+                 if j.error else None)
         if error is not None:
             attrs[c.ATTR_JUDGE_ERROR] = error
             output["error"] = error
@@ -853,10 +842,10 @@ class SpanRecorder:
         if capture:
             shown = {"query": self._text(turn.query),
                      "answer": self._text(turn.answer) if turn.answer is not None else None, **shown}
-        self._io(attrs, c.INPUT_VALUE, c.INPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_INPUT, self._cap(_dumps(shown)),
+        self._io(attrs, c.INPUT_VALUE, c.INPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_INPUT, self._json(shown),
                  c.MIME_JSON)
         self._io(attrs, c.OUTPUT_VALUE, c.OUTPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_OUTPUT,
-                 self._cap(_dumps(output)), c.MIME_JSON)
+                 self._json(output), c.MIME_JSON)
         # The full audit (sentence verdicts, grades, judged metrics, citation checks): see _audit_spans.
         attrs.update(full_audit_attributes(turn, j, capture, self._text))
         sentences, dropped = sentence_events(j, capture, self._text)
@@ -893,7 +882,7 @@ class SpanRecorder:
                 span.add_event(c.EVENT_SENTENCE, sentence_event, timestamp=end_ns)
             if j.error:
                 extra: dict[str, Any] = {}
-                self._mark_error(span, extra, j.error, c.ERROR_TYPE_JUDGE_ERROR)
+                self._mark_error(span, extra, j.error, c.ERROR_TYPE_JUDGE_ERROR, status)
                 span.set_attributes(extra)
         finally:
             span.end(end_time=end_ns)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, TypeVar
 from urllib.parse import urlsplit
 
+from ...content import register_client, register_secret, scrub, scrub_url
 from ...errors import ConfigurationError, JudgeError
 
 if TYPE_CHECKING:
@@ -245,7 +246,11 @@ class Endpoint:
             self._sync_client = _new_client(openai, base_url, api_key, timeout_s, max_retries)
             self._owns_sync = True
         given = self._sync_client or self._async_client
-        self.base_url = str(given.base_url).rstrip("/") if given is not None else ""
+        # Its key, credential headers (a gateway's x-api-key) and URL parts are scrubbed from every
+        # text ragaudit records, and base_url (shown in repr and config_key) never holds them.
+        register_client(given)
+        register_secret(getattr(given, "_azure_ad_token", None))
+        self.base_url = (scrub_url(str(given.base_url).rstrip("/")) or "") if given is not None else ""
 
     # -- clients ----------------------------------------------------------------------------------
 
@@ -406,22 +411,12 @@ class Endpoint:
             return result
 
     def describe(self, exc: BaseException) -> str:
-        """``Type: message`` of *exc*, cut to a few hundred characters, with any API key masked."""
-        message = str(exc)
-        for secret in self._secrets():
-            message = message.replace(secret, "***")
+        """``Type: message`` of *exc*, cut to a few hundred characters, with every known secret masked
+        (:func:`ragaudit.content.scrub`)."""
+        message = scrub(str(exc))
         if len(message) > _MAX_ERROR_CHARS:
             message = message[:_MAX_ERROR_CHARS] + "…"
         return f"{type(exc).__name__}: {message}"
-
-    def _secrets(self) -> list[str]:
-        keys = []
-        loop_clients = [client for _, client in self._async_per_loop.values()]
-        for client in (self._sync_client, self._async_client, *loop_clients):
-            key = getattr(client, "api_key", None)
-            if isinstance(key, str) and len(key) >= 4:
-                keys.append(key)
-        return keys
 
 
 _FORMAT_RANK: dict[str | None, int] = {"json_schema": 2, "json_object": 1, None: 0}
