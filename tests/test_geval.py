@@ -14,7 +14,7 @@ import pytest
 
 from ragaudit.errors import ConfigurationError, JudgeError
 from ragaudit.judges.base import RagJudge
-from ragaudit.judges.geval import GEvalJudge, expected_score, score_distribution
+from ragaudit.judges.geval import GEVAL_PROTOCOL_VERSION, GEvalJudge, expected_score, score_distribution
 from ragaudit.records import SCORE_NAMES, Judgement, JudgeRequest, RetrievedDoc
 from tests.support.judges import open_judge
 from tests.support.llm_server import Fault, LLMServer, Reply, Scripted, Token
@@ -131,6 +131,10 @@ def test_single_call_reads_three_distributions_from_one_response(srv: LLMServer)
     assert sent.body["temperature"] == 0.0
     assert "n" not in sent.body
     assert judge.logprobs_supported is True
+    identity = result.identity  # which judge made these scores
+    assert identity is not None and identity.model == judge.model and identity.protocol == GEVAL_PROTOCOL_VERSION
+    assert identity.endpoint == f"127.0.0.1:{srv.port}" and identity.response_id is not None
+    assert identity.prompt_hash is not None and len(identity.prompt_hash) == 16
 
 
 def test_async_single_call_matches_sync(srv: LLMServer) -> None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from .._deprecation import renamed_kwargs
 from ..errors import ConfigurationError, JudgeError
-from ..records import SCORE_NAMES, Judgement, JudgeRequest, truncate
+from ..records import SCORE_NAMES, JudgeIdentity, Judgement, JudgeRequest, truncate
 from .base import BaseRagJudge
 from .cost import CostEstimate, chat_call_estimate, typical_reply_chars
 from .llm.endpoint import (
@@ -38,9 +38,10 @@ from .llm.endpoint import (
     Tally,
     choice_text,
     completion_choices,
+    endpoint_host,
 )
-from .llm.parsing import find_json_object
-from .llm.prompt import new_nonce, wrap_untrusted
+from .llm.parsing import DEFAULT_MAX_REPLY_CHARS, find_json_object
+from .llm.prompt import new_nonce, template_hash, wrap_untrusted
 
 if TYPE_CHECKING:
     from .llm.endpoint import AnyClient
@@ -427,6 +428,14 @@ class _Run(Tally):
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     cause: BaseException | None = None
+    response_id: str | None = None
+    prompt_hash: str | None = None
+
+    def answered(self, outcome: Any) -> None:
+        """Note the model and completion id of a reply (the judge's identity)."""
+        self.response_model = getattr(outcome, "model", None) or self.response_model
+        response_id = getattr(outcome, "id", None)
+        self.response_id = response_id if isinstance(response_id, str) else self.response_id
 
     def fail(self, message: str, cause: BaseException | None = None) -> None:
         self.errors.append(message)
@@ -587,6 +596,7 @@ class GEvalJudge(EndpointJudge, BaseRagJudge):
         scores: dict[str, _DimScore] = {}
         try:
             pending = self._groups(request)
+            run.prompt_hash = template_hash([m for _, messages in pending for m in messages])
             if self._logprobs_supported is not False:
                 results = yield [
                     self._endpoint.params(messages, temperature=self.temperature, logprobs=True,
@@ -617,7 +627,7 @@ class GEvalJudge(EndpointJudge, BaseRagJudge):
                 else:
                     self._fail_group(names, self._endpoint.describe(outcome), run, scores, outcome)
                 continue
-            run.response_model = getattr(outcome, "model", None) or run.response_model
+            run.answered(outcome)
             choices = completion_choices(outcome)
             if not choices:
                 self._fail_group(names, "JudgeError: the judge returned no choices", run, scores)
@@ -684,7 +694,7 @@ class GEvalJudge(EndpointJudge, BaseRagJudge):
                 if run.cause is None:
                     run.cause = result.outcome
                 continue
-            run.response_model = getattr(result.outcome, "model", None) or run.response_model
+            run.answered(result.outcome)
             choices = completion_choices(result.outcome)
             if not choices:
                 failures[index] = "JudgeError: the judge returned no choices"
@@ -764,10 +774,13 @@ class GEvalJudge(EndpointJudge, BaseRagJudge):
             context_relevance=values["context_relevance"],
             answer_relevance=values["answer_relevance"],
             reason=" ".join(run.reasons)[:_MAX_REASON_CHARS] or None,
-            raw_output="\n".join(run.outputs) if run.outputs else None,
+            raw_output=truncate("\n".join(run.outputs), DEFAULT_MAX_REPLY_CHARS) if run.outputs else None,
             judge=self.name,
             latency_s=run.latency(),
             usage=run.usage.as_dict(),
             error=error,
             details=details,
+            identity=JudgeIdentity(model=self.model, endpoint=endpoint_host(self.base_url),
+                                   protocol=GEVAL_PROTOCOL_VERSION, prompt_hash=run.prompt_hash,
+                                   response_id=run.response_id, response_model=run.response_model),
         )
