@@ -80,6 +80,9 @@ def app_rule(body: dict[str, Any]) -> Scripted:
     texts = [_content(m) for m in messages]
     joined = "\n".join(texts)
     conversation = "\n".join(t for m, t in zip(messages, texts, strict=True) if m.get("role") != "system")
+    if "alternative" in joined and "Original question:" in joined:  # MultiQueryRetriever's query writer
+        question = texts[-1].rsplit("Original question:", 1)[-1].strip()
+        return f"{question}\n{question.upper()}"
     if "standalone question" in joined.lower():  # a follow-up rewritten to the question it refers to
         earlier = [q for q in QUESTIONS if q in joined]
         return earlier[0] if earlier else texts[-1]
@@ -312,6 +315,16 @@ def lc_ensemble(env: Env, kb: Any) -> None:
             lambda: _lcel(retriever, env.srv).invoke(q, config=env.config()))
 
 
+def lc_multi_query(env: Env, kb: Any) -> None:
+    """MultiQueryRetriever: a model writes query variants, each retrieves; the evidence is the
+    union the outer retriever returned, not each inner retrieval."""
+    from langchain_classic.retrievers import MultiQueryRetriever
+
+    retriever = MultiQueryRetriever.from_llm(retriever=kb.retriever, llm=chat_openai(env.srv))
+    q = QUESTIONS[13]
+    env.ask(Expect(q, kb.expected[q], kb.answers[q]), lambda: _lcel(retriever, env.srv).invoke(q, config=env.config()))
+
+
 def lc_thread_pool(env: Env, kb: Any) -> None:
     """A retriever called from a plain thread pool inside a RunnableLambda (failure 5): it leaves the
     callback tree, so the turn has an answer and no evidence: counted, warned about, not judged."""
@@ -394,6 +407,24 @@ def lc_create_agent_dict(env: Env, kb: Any) -> None:
             lambda: agent.invoke({"messages": [{"role": "user", "content": q}]}, config=env.config()))
 
 
+def lc_create_agent_streamed(env: Env, kb: Any) -> None:
+    """create_agent streamed token by token (``stream_mode="messages"``): the model streams its tool
+    call and its reply from the server; the turn closes when the stream is consumed."""
+    from langchain.agents import create_agent
+
+    agent = create_agent(chat_openai(env.srv), [_retriever_tool(kb)])
+    q = QUESTIONS[14]
+
+    def run() -> str:
+        tokens = [chunk.content for chunk, meta in agent.stream({"messages": [{"role": "user", "content": q}]},
+                                                                 config=env.config(), stream_mode="messages")
+                  if meta.get("langgraph_node") == "model" and isinstance(chunk.content, str)]
+        return "".join(tokens)
+
+    reply = env.ask(Expect(q, kb.expected[q], kb.answers[q], tools=1), run)
+    assert reply == kb.answers[q]
+
+
 def lc_create_agent_text_tool(env: Env, kb: Any) -> None:
     """create_agent with a @tool that returns text: the tool output is the evidence (source = tool
     name, id = the tool call's id); the question comes as content blocks."""
@@ -444,8 +475,8 @@ def lc_state_graph(env: Env, kb: Any) -> None:
 
 
 LANGCHAIN_STYLES = [lc_lcel_chain, lc_lcel_stream, lc_lcel_async, lc_retrieval_chain, lc_compression, lc_ensemble,
-                    lc_thread_pool, lc_history_aware, lc_react_agent_tuple, lc_create_agent_dict,
-                    lc_create_agent_text_tool, lc_state_graph]
+                    lc_multi_query, lc_thread_pool, lc_history_aware, lc_react_agent_tuple, lc_create_agent_dict,
+                    lc_create_agent_streamed, lc_create_agent_text_tool, lc_state_graph]
 
 
 @pytest.mark.parametrize("mode", ["handler", "instrument"])

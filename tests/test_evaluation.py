@@ -494,3 +494,29 @@ def test_report_from_audit_log_diagnosis(tmp_path: Path) -> None:
     assert diagnosis == {"turn-bad": "generation", "turn-meh": "prompt/question", "turn-good": "ok",
                          "turn-none": "unknown"}
     assert report.judge == "fake-judge"
+
+
+def test_evaluate_llamaindex_gives_back_the_process_instrumentation() -> None:
+    """evaluate_pipeline() instruments through the public ``llamaindex.instrumented()`` seam and re-attaches
+    what the application had installed, which keeps auditing afterwards."""
+    from llama_index.core.instrumentation import get_dispatcher
+
+    from ragaudit import Auditor
+    from ragaudit.demo.kb import dataset_path
+    from ragaudit.demo.pipelines import build_llamaindex_engine
+    from ragaudit.integrations import llamaindex
+
+    app_judged: list[str] = []
+    app_auditor = Auditor(FakeJudge(lambda r: (app_judged.append(r.query), {"faithfulness": 1.0})[1]))
+    installed = llamaindex.instrument(auditor=app_auditor)
+    try:
+        engine = build_llamaindex_engine()
+        report = evaluate_pipeline(str(dataset_path()), engine, progress=False)
+        assert len(report.rows) == 8 and app_judged == []  # the evaluation's turns went to its own auditor
+        dispatcher = get_dispatcher()
+        assert installed.attached and installed.span_handler in dispatcher.span_handlers
+        engine.query("How long do I have to return an item?")
+        assert installed.flush(10) and app_judged == ["How long do I have to return an item?"]
+    finally:
+        assert llamaindex.uninstrument() is installed
+        app_auditor.shutdown()

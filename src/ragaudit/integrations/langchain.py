@@ -417,19 +417,27 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
     serve any number of concurrent runs (invoke, ainvoke, batch, abatch, stream, astream,
     astream_events); events are grouped by their root run. A turn closes when its root run has
     ended and all its child runs have too (a stream abandoned by its consumer ends the root first),
-    or at once when the root fails. At close the turn span is ended and, when the turn has an
-    answer, at least one retrieval and no error, the turn is submitted for judging; a run with no
-    retriever (a bare chat model call, a chain that retrieves nothing) or no answer (a retriever
-    called on its own) is traced but not judged.
+    or at once when the root fails. At close the handler hands what it read to the turn assembler
+    (:mod:`ragaudit.integrations._assembler`), which applies the turn rules shared by every
+    integration: what is judged, what is only traced and counted.
 
     * Question: the root's input (a string, a message, a dict's ``question``/``input``/``query``/
-      ``q``, else its first string); for a stream it arrives when the root ends.
+      ``q``); for an agent's ``{"messages": [...]}``, the user's last message in any form
+      (message object, ``(role, text)`` tuple, ``{"role", "content"}`` dict, string, content
+      blocks); for a stream it arrives when the root ends.
     * Answer: the root's output (a string, a message, a dict's ``answer``/``output``/``result``/
       ``text`` as ``create_retrieval_chain`` returns, the last AI message of a dict's ``messages``);
       else the text of the last model call (also for a stream abandoned before its end).
-    * Documents: every retriever's documents in the order the retrievers started, each id once,
-      ranked 1..n; ids per ``Document.id``, metadata ``id``/``doc_id``, else a hash of source and
-      content; the retriever's score from metadata ``score``/``relevance_score``/``_distance``.
+    * Evidence: the documents of every *outermost* retriever run (a retriever inside another, as in
+      compression, multi-query or ensemble retrievers, is a child span only) and every tool output
+      (a ``ToolMessage``'s artifact documents, else its text as a document with source = tool name
+      and id = tool call id), in start order, each id once, ranked 1..n; ids per ``Document.id``,
+      metadata ``id``/``doc_id``, else a hash of source and content; the retriever's score from
+      metadata ``score``/``relevance_score``/``_distance``.
+    * History: a chain input's ``chat_history``/``history`` (``RunnableWithMessageHistory``), the
+      earlier messages of an agent's input, else of its first model call (a checkpointer's
+      conversation); the standalone question is the first outermost retrieval's query when it
+      differs from the question.
     * Ground truth: ``config={"metadata": {"ragaudit_relevant_ids": [...]}}`` (ids, or
       ``{id: label}``) puts *turn_measures* (recall, precision, MRR, NDCG) on the turn span;
       ``"ragaudit_reference_answer"`` goes to the turn's ``metadata["reference_answer"]``.

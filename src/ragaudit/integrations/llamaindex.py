@@ -5,8 +5,8 @@
 
 :func:`instrument` attaches a span handler and an event handler to LlamaIndex's root
 instrumentation dispatcher. Each root call (``*QueryEngine.query``/``aquery``,
-``*ChatEngine.chat``/``achat``/``stream_chat``/``astream_chat``, or a retriever's
-``retrieve``/``aretrieve`` called on its own) becomes one :class:`~ragaudit.RagTurn`, correlated
+``*ChatEngine.chat``/``achat``/``stream_chat``/``astream_chat``, a workflow agent's ``run``, or a
+retriever's ``retrieve``/``aretrieve`` called on its own) becomes one :class:`~ragaudit.RagTurn`, correlated
 through the dispatcher's span tree so concurrent calls (threads, ``asyncio.gather``) never mix.
 A streamed answer is followed to its end: the turn closes when the stream is consumed, or when
 its consumer drops it half way (with the text received so far, ``metadata["ragaudit.stream"] ==
@@ -1227,7 +1227,17 @@ def instrument(
       retriever call is kept as it returned on its own retrieval span (node ids, scores, text).
       ``metadata["ragaudit.judge_context"]`` says which the judge saw (``"source_nodes"`` or
       ``"retrieval"``, the latter when the engine reports no source nodes).
-    * A retriever called on its own and a turn with no answer or an error are traced, not judged.
+    * Agents (``FunctionAgent``, ``ReActAgent``, ``AgentWorkflow``): one turn per ``run``; the
+      question is ``user_msg``, the answer the agent's final reply, the evidence every outermost
+      retrieval and every tool output (a ``RetrieverTool``'s nodes with their ids, a function
+      tool's text as a document with source = tool name, id = tool call id); tool calls and model
+      calls are spans of the turn.
+    * Chat engines and agents with memory: ``history`` (the engine's memory before the message,
+      or the agent's first model call) and ``standalone_query`` (the condensed question retrieval
+      used) go to the judge.
+    * A retriever called on its own and a turn with no answer or an error are traced, not judged;
+      an empty answer (``"Empty Response"``) is traced and counted. The rules are the turn
+      assembler's (:mod:`ragaudit.integrations._assembler`), shared with LangChain.
 
     Args:
         judge: the judge of a private :class:`~ragaudit.Auditor` (with the tracing settings below).

@@ -41,7 +41,7 @@ from .llm.endpoint import (
     endpoint_host,
 )
 from .llm.parsing import DEFAULT_MAX_REPLY_CHARS, find_json_object
-from .llm.prompt import new_nonce, template_hash, wrap_untrusted
+from .llm.prompt import conversation_block, new_nonce, template_hash, wrap_untrusted
 
 if TYPE_CHECKING:
     from .llm.endpoint import AnyClient
@@ -390,7 +390,7 @@ def _preamble(request: JudgeRequest, max_context_chars: int) -> str:
     nonce = new_nonce()
     return _PREAMBLE.format(
         nonce=nonce,
-        question=wrap_untrusted("question", request.query, nonce),
+        question=wrap_untrusted("question", request.query, nonce) + conversation_block(request, nonce),
         answer=wrap_untrusted("answer", request.answer, nonce),
         context=wrap_untrusted("context", truncate(request.context, max_context_chars), nonce),
     )

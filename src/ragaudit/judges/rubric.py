@@ -22,7 +22,7 @@ from ..records import SCORE_NAMES, Judgement, JudgeRequest, truncate
 from .chat import ChatRagJudge, _Reading, _Run
 from .cost import CostEstimate, chat_call_estimate, typical_reply_chars
 from .llm.parsing import DEFAULT_MAX_REPLY_CHARS, Quoted, find_json_object, norm_key, read_verdict_object
-from .llm.prompt import new_nonce, wrap_untrusted
+from .llm.prompt import conversation_block, new_nonce, wrap_untrusted
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -412,7 +412,7 @@ class RubricJudge(_StructuredChatJudge):
         context = truncate(request.context, self.max_context_chars)
         user = "\n\n".join([
             _INTRO.format(nonce=nonce),
-            "Question:\n" + wrap_untrusted("question", request.query, nonce),
+            "Question:\n" + wrap_untrusted("question", request.query, nonce) + conversation_block(request, nonce),
             "Answer:\n" + wrap_untrusted("answer", request.answer, nonce),
             "Retrieved context:\n" + wrap_untrusted("context", context, nonce),
             self._criteria_text,
