@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import Any
 
 __all__ = [
     "STOPWORDS",
+    "EscapingWriter",
     "content_terms",
+    "escape_controls",
     "is_number",
     "sentence_spans",
     "split_sentences",
@@ -271,3 +274,28 @@ def _add_span(text: str, start: int, end: int, spans: list[tuple[int, int]]) -> 
 def split_sentences(text: str) -> list[str]:
     """The sentences of *text* (see :func:`sentence_spans`), inner line breaks turned into spaces."""
     return [" ".join(text[s:e].split()) for s, e in sentence_spans(text)]
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)] if c not in (0x09, 0x0A)}
+
+
+def escape_controls(text: str) -> str:
+    """*text* with terminal control characters (C0 but tab and newline, DEL, C1) shown as ``\\xNN``.
+
+    Recorded text (answers, documents, reasons) is untrusted: printed raw, an escape sequence in it
+    could rewrite the operator's terminal (move the cursor, hide lines, set the title).
+    """
+    return text.translate(_CONTROL)
+
+
+class EscapingWriter:
+    """A text stream wrapper that writes everything through :func:`escape_controls`."""
+
+    def __init__(self, out: Any) -> None:
+        self._out = out
+
+    def write(self, text: str) -> int:
+        return int(self._out.write(escape_controls(text)) or 0)
+
+    def flush(self) -> None:
+        self._out.flush()

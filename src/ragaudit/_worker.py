@@ -42,7 +42,8 @@ from typing import Any, Generic, TypeVar
 
 from .content import log_exception
 
-__all__ = ["BatchWorker", "call_on", "call_with_deadline", "on_fork_in_child", "run_coroutine", "run_jobs"]
+__all__ = ["BatchWorker", "call_on", "call_with_deadline", "exit_deadline", "on_fork_in_child", "run_coroutine",
+           "run_jobs"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -325,6 +326,8 @@ class BatchWorker(Generic[T]):
                 batch = self._take()
             if batch:
                 self._handle_batch(batch)
+            # Not kept while waiting for the next batch: a job may be what keeps its owner alive.
+            del batch
 
     def _handle_batch(self, batch: list[tuple[int, T]]) -> None:
         assert self._handle is not None
@@ -396,6 +399,7 @@ class BatchWorker(Generic[T]):
                 await wake.wait()
                 continue
             task = asyncio.ensure_future(self._ahandle_one(entry))
+            del entry  # not kept while waiting for the next one
             tasks.add(task)
 
             def done(finished: asyncio.Task[None]) -> None:
@@ -403,6 +407,7 @@ class BatchWorker(Generic[T]):
                 semaphore.release()
 
             task.add_done_callback(done)
+            del task
 
 
 _registry_lock = threading.Lock()
@@ -448,6 +453,19 @@ if hasattr(os, "register_at_fork"):
 
 
 # -- calls bounded by a deadline ------------------------------------------------------------------
+
+_exit_deadline: float | None = None
+
+
+def exit_deadline(budget_s: float) -> float:
+    """The process's exit deadline (``time.monotonic()``): set by the first exit hook that asks,
+    *budget_s* from then; every later exit step shares it, so exit takes one budget, not a sum."""
+    global _exit_deadline
+    with _singletons_lock:
+        if _exit_deadline is None:
+            _exit_deadline = time.monotonic() + max(0.0, budget_s)
+        return _exit_deadline
+
 
 _CALL_THREADS = 4
 _singletons_lock = threading.Lock()

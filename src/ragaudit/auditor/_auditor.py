@@ -9,11 +9,12 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
 from .._deprecation import renamed_kwargs
 from .._log import RateLimitedLog
 from .._sampling import sampled
+from .._sink import JudgementSink
 from .._turn_metrics import turn_metrics
 from .._worker import BatchWorker, call_on, call_with_deadline, on_fork_in_child, run_jobs
 from ..content import ContentPolicy
@@ -34,22 +35,6 @@ SubmitStatus = Literal["queued", "judged", "failed", "dropped", "sampled_out"]
 """What :meth:`Auditor.submit` did with a turn."""
 
 OnJudgement = Callable[[RagTurn, Judgement], None]
-
-
-@runtime_checkable
-class JudgementSink(Protocol):
-    """Somewhere judgements go (a trace backend's score API, a file, a queue).
-
-    ``emit`` is called on the Auditor's worker thread and must not block for long: a sink that
-    talks to the network queues the item and sends it from its own thread. ``force_flush`` and
-    ``shutdown`` follow the OpenTelemetry exporter convention.
-    """
-
-    def emit(self, turn: RagTurn, judgement: Judgement) -> None: ...
-
-    def force_flush(self, timeout_s: float = 30.0) -> bool: ...
-
-    def shutdown(self) -> None: ...
 
 
 class _JudgeRaised(Exception):
@@ -150,12 +135,15 @@ class Auditor:
             from ..judges import default_judge
 
             judge = default_judge()
-        if not (callable(getattr(judge, "ajudge", None)) and callable(getattr(judge, "judge", None))):
-            raise ConfigurationError(f"judge must implement RagJudge (judge/ajudge), got {type(judge).__name__}")
+        if not isinstance(judge, RagJudge):
+            raise ConfigurationError(f"judge must implement RagJudge (name, judge, ajudge, blocking, aclose_loop): "
+                                     f"derive it from ragaudit.BaseRagJudge; got {type(judge).__name__}")
         sinks = tuple(sinks)
         for sink in sinks:
-            if not callable(getattr(sink, "emit", None)):
-                raise ConfigurationError(f"sink {sink!r} has no emit(turn, judgement) method")
+            if not isinstance(sink, JudgementSink):
+                raise ConfigurationError(f"sink {sink!r} does not implement JudgementSink (emit, force_flush, "
+                                         "shutdown, bind_recorder, errors): derive it from "
+                                         "ragaudit.auditor.BaseJudgementSink")
 
         from ..tracing.spans import SpanRecorder
 
@@ -176,9 +164,7 @@ class Auditor:
                                      redact=redact)
         self._recorder = SpanRecorder(tracer_provider, content=self.content, judge_trace=judge_trace)
         for sink in sinks:
-            bind = getattr(sink, "bind_recorder", None)
-            if callable(bind):
-                bind(self._recorder)
+            sink.bind_recorder(self._recorder)
         self._audit_log = None
         if audit_log is not None:
             from ..tracing.files import AuditLog
@@ -189,7 +175,7 @@ class Auditor:
         # Sync-only judges (LexicalJudge, a user's BaseRagJudge with judge()) are called in
         # threads of a worker of ours, not through asyncio.to_thread: at interpreter exit the
         # default executor refuses new work, and exit is exactly when we flush.
-        self._sync_judge = bool(getattr(judge, "blocking", False))
+        self._sync_judge = bool(judge.blocking)
 
         self._lock = threading.Lock()
         self._counts = {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0,
@@ -332,7 +318,10 @@ class Auditor:
         def remaining() -> float | None:
             return None if deadline is None else max(0.0, deadline - time.monotonic())
 
+        from ..tracing.setup import spans_not_exported
+
         errors_before = self.stats()["sink_errors"]
+        spans_failed_before = spans_not_exported()
         ok = self._closer.flush(remaining())
         ok = self._judging.flush(remaining()) and ok
         # Spans first: a sink may refer to spans (Phoenix annotations need the span to exist).
@@ -340,7 +329,8 @@ class Auditor:
         for sink in self._sinks:
             ok = self._bounded(sink.force_flush, remaining(), sink) and ok
         stats = self.stats()
-        return ok and stats["pending"] == 0 and stats["sink_errors"] == errors_before
+        return (ok and stats["pending"] == 0 and stats["sink_errors"] == errors_before
+                and spans_not_exported() == spans_failed_before)
 
     def _bounded(self, call: Callable[[float], bool], timeout_s: float | None, target: object) -> bool:
         """Run a flush of code we do not control (an exporter, a sink) within *timeout_s*."""
@@ -405,25 +395,25 @@ class Auditor:
                 self._audit_log.close()
             except Exception as exc:  # the last buffered line could not be written (disk full)
                 self._sink_failed(self._audit_log, exc)
+        stats = self.stats()  # after the sinks' shutdown: what they could not deliver is counted now
         if lost:
             report(f"{lost} judgement(s) still pending at shutdown were not recorded (flush timeout "
-                   f"{budget:g}s); stats={self.stats()}")
+                   f"{budget:g}s); stats={stats}")
         if unclosed:
             report(f"{unclosed} finished turn(s) still waiting to be recorded at shutdown were not "
                    f"recorded (flush timeout {budget:g}s)")
         if not ok and not lost and not unclosed:
-            report(f"spans or sink deliveries were not all confirmed at shutdown (flush timeout {budget:g}s); "
-                   f"stats={self.stats()}")
+            report(f"spans or sink deliveries were not all confirmed at shutdown (flush timeout {budget:g}s; "
+                   f"{stats['sink_errors']} sink item(s) not delivered); stats={stats}")
         return ok and not lost and not unclosed
 
     def _release_loop_clients(self, timeout_s: float) -> None:
         # A judge's async HTTP client belongs to our loop: close it while the loop still runs, or
         # its connections can never be closed ("Event loop is closed" later).
-        release = getattr(self.judge, "aclose_loop", None)
-        if not callable(release) or not self._judging.started:
+        if not self._judging.started:
             return
         try:
-            self._judging.run_coroutine(release()).result(timeout=min(timeout_s, 5.0))
+            self._judging.run_coroutine(self.judge.aclose_loop()).result(timeout=min(timeout_s, 5.0))
         except Exception as exc:
             logger.debug("ragaudit: closing the judge's client for the auditor loop failed: %s",
                          self.content.exception(exc))
@@ -453,7 +443,7 @@ class Auditor:
         total = 0
         for sink in self._sinks:
             try:
-                total += int(getattr(sink, "errors", 0) or 0)
+                total += int(sink.errors)
             except Exception:  # a sink's counter must not break stats()
                 continue
         return total
@@ -528,7 +518,7 @@ class Auditor:
                     self._counts["judged" if judgement.error is None else "failed"] += 1
 
     async def _judge(self, turn: RagTurn) -> Judgement:
-        judge_name = getattr(self.judge, "name", type(self.judge).__name__)
+        judge_name = str(self.judge.name)
         started = time.perf_counter()
         try:
             request = JudgeRequest.from_turn(turn, self.max_context_chars)
@@ -604,7 +594,7 @@ class Auditor:
 
 def _shutdown_call(sink: JudgementSink) -> Callable[[float], bool]:
     def call(timeout_s: float) -> bool:
-        sink.shutdown()
+        sink.shutdown(timeout_s)  # bounded by the caller too (it runs on a worker thread)
         return True
 
     return call

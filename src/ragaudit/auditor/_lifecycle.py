@@ -14,7 +14,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from .._worker import call_with_deadline
+from .._worker import call_with_deadline, exit_deadline
 
 if TYPE_CHECKING:
     from ._auditor import Auditor
@@ -55,7 +55,7 @@ def _at_exit() -> None:
     auditors = [a for a in list(_live) if not a._closed]
     if not auditors:
         return
-    deadline = time.monotonic() + max(a.exit_timeout_s for a in auditors)
+    deadline = exit_deadline(max(a.exit_timeout_s for a in auditors))
     for auditor in auditors:
         try:
             auditor._exit(deadline)

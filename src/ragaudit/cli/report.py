@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+from .._text import EscapingWriter
 from ..errors import ConfigurationError
 from ..evaluation.audit_log import report_from_audit_log
 from ..evaluation.report import DIAGNOSES, EvaluationReport, RowResult
@@ -16,7 +17,8 @@ __all__ = ["report_command"]
 
 
 def _print_audit(report: EvaluationReport, limit: int, out: Any = None) -> None:
-    out = out or sys.stdout
+    # Every line can carry recorded (untrusted) text: control characters are shown, not obeyed.
+    out = EscapingWriter(out or sys.stdout)
     total = len(report.rows)
     print(f"{total} turns in the log · judge {report.judge} · flagged sentences first, then lowest scores"
           + (f" (showing {min(limit, total)})" if limit < total else ""), file=out)

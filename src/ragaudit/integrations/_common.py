@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -175,7 +176,11 @@ def close_later(auditor: Any, job: Callable[[], None]) -> bool:
 # --- the shared default auditor --------------------------------------------------------------------
 
 _defaults_lock = threading.Lock()
-_defaults: dict[tuple[int, bool | None, int], tuple[Auditor, Any, Any]] = {}
+# Held weakly: an auditor made for one redact hook or provider goes away with the last handler that
+# uses it (its threads stop, its file closes), so handlers made per call with a new lambda each do
+# not pile auditors up. The plain default (no provider, capture or redact given) lives for the process.
+_defaults: weakref.WeakValueDictionary[tuple[int, bool | None, int], Auditor] = weakref.WeakValueDictionary()
+_plain_default: list[Auditor] = []
 
 
 def default_auditor(
@@ -188,7 +193,9 @@ def default_auditor(
 
     Created on first use with the default judge (:func:`ragaudit.judges.default_judge`) and then
     shared, so a handler made per call does not start a worker thread per call. There is one per
-    distinct (*tracer_provider*, *capture_content*, *redact*), so judge spans go where the turn spans go.
+    distinct (*tracer_provider*, *capture_content*, *redact*) still in use, so judge spans go where
+    the turn spans go. (The auditor keeps the provider and the redact hook alive, so their ids stay
+    unique while it is in the table.)
     """
     key = (id(tracer_provider), capture_content, id(redact))
     with _defaults_lock:
@@ -196,11 +203,12 @@ def default_auditor(
         if found is None:
             from ..auditor import Auditor
 
-            auditor = Auditor(None, tracer_provider=tracer_provider, capture_content=capture_content,
-                              redact=redact)
-            # The provider and redact objects are kept alive with the auditor so their ids stay unique.
-            found = _defaults[key] = (auditor, tracer_provider, redact)
-        return found[0]
+            found = Auditor(None, tracer_provider=tracer_provider, capture_content=capture_content,
+                            redact=redact)
+            _defaults[key] = found
+            if tracer_provider is None and capture_content is None and redact is None:
+                _plain_default.append(found)
+        return found
 
 
 def resolve_backend(

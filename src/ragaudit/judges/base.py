@@ -36,6 +36,16 @@ class RagJudge(Protocol):
         """Judge *request* without blocking the event loop."""
         ...
 
+    @property
+    def blocking(self) -> bool:
+        """True when judging blocks a thread (the Auditor then calls :meth:`judge` on threads of its own)."""
+        ...
+
+    async def aclose_loop(self) -> None:
+        """Close what the judge holds for the running event loop (async HTTP clients); the Auditor calls
+        it on its loop at shutdown."""
+        ...
+
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Run *coro* to completion from synchronous code, even inside a running event loop.
@@ -79,6 +89,9 @@ class BaseRagJudge:
         never stall its event loop and still run during interpreter exit.
         """
         return type(self).ajudge is BaseRagJudge.ajudge
+
+    async def aclose_loop(self) -> None:
+        """Close what this judge holds for the running event loop. Default: nothing to close."""
 
     def config_key(self) -> str:
         """A string that identifies this judge's configuration (used by caches)."""

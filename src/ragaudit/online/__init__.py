@@ -12,6 +12,7 @@ import warnings
 from ..auditor import (
     DEFAULT_TURN_MEASURES,
     Auditor,
+    BaseJudgementSink,
     JudgementSink,
     OnJudgement,
     SubmitStatus,
@@ -19,8 +20,8 @@ from ..auditor import (
     turn_metrics,
 )
 
-__all__ = ["DEFAULT_TURN_MEASURES", "Auditor", "JudgementSink", "OnJudgement", "SubmitStatus", "sampled",
-           "turn_metrics"]
+__all__ = ["DEFAULT_TURN_MEASURES", "Auditor", "BaseJudgementSink", "JudgementSink", "OnJudgement", "SubmitStatus",
+           "sampled", "turn_metrics"]
 
 warnings.warn("ragaudit.online is deprecated and will be removed in the next release; import from "
               "ragaudit.auditor (or ragaudit) instead", DeprecationWarning, stacklevel=2)

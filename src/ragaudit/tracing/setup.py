@@ -11,7 +11,9 @@ import logging
 import os
 import re
 import socket
+import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace as _trace_api
 
+from .._worker import call_with_deadline, exit_deadline
 from ..content import register_headers, register_url
 from ..errors import ConfigurationError
 
@@ -127,6 +130,90 @@ def _langfuse_target(endpoint: str | None, headers: dict[str, str] | None) -> tu
     return _traces_url(host), merged
 
 
+EXPORT_TIMEOUT_S = 5.0
+"""Seconds one OTLP export request may take (the SDK's default is 10 s), unless
+``OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`` / ``OTEL_EXPORTER_OTLP_TIMEOUT`` say otherwise."""
+EXIT_TIMEOUT_S = 2.0
+"""Seconds the exit hook gives the provider :func:`configure` created to shut down when no Auditor
+set the exit deadline; with one, what is left of its ``exit_timeout_s`` (the Auditor's exit flush
+already flushed the exporters), at least 0.1 s."""
+
+
+def _export_timeout_s() -> float | None:
+    # None: the exporter reads the OTEL_* variable itself (which it prefers to our default).
+    if _env("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"):
+        return None
+    return EXPORT_TIMEOUT_S
+
+
+_failed_lock = threading.Lock()
+_failed_spans = 0
+
+
+def spans_not_exported() -> int:
+    """How many spans the exporters :func:`configure` added failed to export so far (so that a
+    flush can say truthfully whether everything was delivered: the SDK's ``force_flush`` returns
+    True even when the export failed)."""
+    with _failed_lock:
+        return _failed_spans
+
+
+def _counted(exporter: Any) -> Any:
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class CountedExporter(SpanExporter):  # type: ignore[misc]
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def _failed(self, count: int) -> None:
+            global _failed_spans
+            with _failed_lock:
+                _failed_spans += count
+
+        def export(self, spans: Any) -> Any:
+            try:
+                result = self._inner.export(spans)
+            except Exception:
+                self._failed(len(spans))
+                raise
+            if result is not SpanExportResult.SUCCESS:
+                self._failed(len(spans))
+            return result
+
+        def shutdown(self) -> None:
+            self._inner.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return bool(self._inner.force_flush(timeout_millis))
+
+    return CountedExporter(exporter)
+
+
+def _shutdown_at_exit(provider: Any) -> None:
+    """Shut *provider* down at exit within :data:`EXIT_TIMEOUT_S`, whatever its endpoint does.
+
+    The SDK's own exit hook (``shutdown_on_exit``) waits up to 30 s per processor, and its
+    ``force_flush`` does not honour its timeout at all (a black-holed endpoint held exit for 49 s):
+    the call runs on a worker thread instead, and is abandoned at the deadline.
+    """
+    import atexit
+
+    ref = weakref.ref(provider)
+
+    def shutdown() -> None:
+        target = ref()
+        if target is None:
+            return
+        budget = max(0.1, exit_deadline(EXIT_TIMEOUT_S) - time.monotonic())
+        finished, _ = call_with_deadline(target.shutdown, budget)
+        if not finished:
+            print(f"ragaudit: the tracer provider did not shut down within {budget:.1f}s at exit; spans still "
+                  "buffered were not exported", file=sys.stderr, flush=True)
+
+    # Plain atexit runs after threading's exit hooks, so after the Auditors' exit flush.
+    atexit.register(shutdown)
+
+
 def _import_sdk() -> Any:
     try:
         from opentelemetry.sdk import trace as sdk_trace
@@ -152,14 +239,14 @@ def _otlp_factory(
             ) from exc
 
         insecure = True if url is not None and url.startswith("http://") else None
-        return lambda: GrpcExporter(endpoint=url, headers=headers, insecure=insecure)
+        return lambda: GrpcExporter(endpoint=url, headers=headers, insecure=insecure, timeout=_export_timeout_s())
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
     except ImportError as exc:
         raise ConfigurationError(
             f"OTLP over HTTP needs opentelemetry-exporter-otlp-proto-http: {_EXTRA_HINT}"
         ) from exc
-    return lambda: HttpExporter(endpoint=url, headers=headers)
+    return lambda: HttpExporter(endpoint=url, headers=headers, timeout=_export_timeout_s())
 
 
 def _exporters(
@@ -240,7 +327,8 @@ def _provider(sdk_trace: Any, service_name: str | None) -> TracerProvider:
                 "ragaudit: a tracer provider is already set; service_name=%r is ignored", service_name
             )
         return current  # type: ignore[return-value]
-    provider = sdk_trace.TracerProvider(resource=_resource(service_name))
+    provider = sdk_trace.TracerProvider(resource=_resource(service_name), shutdown_on_exit=False)
+    _shutdown_at_exit(provider)
     if not isinstance(current, _trace_api.ProxyTracerProvider):
         _logger.warning(
             "ragaudit: the global tracer provider is a %s that cannot take exporters; configure() returns "
@@ -303,7 +391,7 @@ def configure(
         for key, factory in wanted:
             if key in done:
                 continue
-            provider.add_span_processor(BatchSpanProcessor(factory()))
+            provider.add_span_processor(BatchSpanProcessor(_counted(factory())))
             done.add(key)
     if not wanted:
         _logger.warning(

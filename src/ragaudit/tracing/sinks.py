@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._log import RateLimitedLog
+from .._sink import BaseJudgementSink
 from .._turn_metrics import turn_metrics
 from .._worker import BatchWorker
 from ..content import ContentPolicy, register_headers, register_secret, register_url, scrub_url
@@ -38,7 +39,7 @@ _SCORE_ID_NAMESPACE = uuid.UUID("3f0c5a52-5b5e-4d0c-9a57-7261676175de")
 SpanIdResolver = Callable[[str], "Sequence[str] | None"]
 
 
-class HttpSink:
+class HttpSink(BaseJudgementSink):
     """Base for sinks that POST JSON batches from a background thread.
 
     Subclasses implement :meth:`requests` (what to send for one judgement: ``(path, body)``
@@ -94,7 +95,6 @@ class HttpSink:
     permanent_statuses: frozenset[int] = frozenset({400, 401, 403, 404, 422})
     """HTTP statuses that are not retried."""
 
-    _recorder: Any = None
     _content: ContentPolicy | None = None
     max_text_chars: int = 8192
     """Texts sent (the judge's reason) are cut to this many characters."""

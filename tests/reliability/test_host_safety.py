@@ -1,0 +1,346 @@
+"""Host safety: no leaks from handlers made per call, nothing raised into the host at construction or
+shutdown, deadlines that hold whatever the trace backend or a sink does, fork, stats() snapshots.
+
+The deadline and fork cases run in a fresh Python process (exit hooks, fork and the OTLP exporter
+are real) with a subprocess timeout far above the deadline: a hang fails the test. The seconds are
+printed (``-s``) for RELIABILITY.md, never asserted.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.documents import Document
+
+from ragaudit import Auditor, FakeJudge, Judgement, JudgeRequest, RagTurn, RetrievedDoc
+from ragaudit._worker import BatchWorker, run_jobs
+from ragaudit.integrations.langchain import RagAuditCallbackHandler
+from tests.reliability._support import FixedRetriever, rag_chain
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.timeout(180)
+
+DOCS = (RetrievedDoc(id="d1", content="Returns are accepted within 30 days.", rank=1),)
+
+
+def turn(i: int) -> RagTurn:
+    return RagTurn(turn_id=f"t{i}", query=f"question {i}", answer="30 days.", documents=DOCS)
+
+
+def scores(request: JudgeRequest) -> dict[str, object]:
+    return {"faithfulness": 1.0, "reason": "ok"}
+
+
+def run_child(code: str, *args: str, timeout: float = 90) -> tuple[subprocess.CompletedProcess[str], float]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
+                          env=env, timeout=timeout, cwd=args[0] if args else None)
+    return proc, time.monotonic() - started
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def ragaudit_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith("ragaudit-"))
+
+
+# -- leaks ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_ten_thousand_handlers_made_per_call_leave_no_threads_or_files(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    chain = rag_chain(FixedRetriever(documents=[Document(page_content="Returns take 30 days.", id="d1")]))
+    shared = Auditor(FakeJudge(scores), audit_log=tmp_path / "shared.jsonl")
+    gc.collect()
+    before = (threading.active_count(), open_fds())
+    peak_threads = 0
+    for i in range(10_000):
+        kind = i % 5
+        if kind == 0:
+            handler = RagAuditCallbackHandler()                                       # the shared default
+        elif kind == 1:
+            handler = RagAuditCallbackHandler(redact=lambda text, i=i: text)          # a new hook each call
+        elif kind == 2:
+            handler = RagAuditCallbackHandler(judge=FakeJudge(scores), capture_content=bool(i % 2))
+        elif kind == 3:
+            handler = RagAuditCallbackHandler(auditor=shared)
+        else:
+            handler = RagAuditCallbackHandler(judge=FakeJudge(scores), redact=str.upper)
+        if i % 500 < 5:  # some of them are used: their auditors start threads and open files
+            assert chain.invoke(f"question {i}", config={"callbacks": [handler]}) == "Returns take 30 days."
+            handler.flush(30)
+            peak_threads = max(peak_threads, threading.active_count())
+        del handler
+    gc.collect()
+    time.sleep(0.5)  # released workers' threads end on their own
+    gc.collect()
+    after = (threading.active_count(), open_fds())
+    print(f"\nthreads before/after/peak: {before[0]}/{after[0]}/{peak_threads}; fds before/after: "
+          f"{before[1]}/{after[1]}")
+    # The shared default auditor and `shared` keep theirs (at most closer + judge loop + a sync
+    # judge's threads each); nothing grows with the number of handlers.
+    assert after[0] - before[0] <= 2 * (2 + 16) + 4
+    # Each of the two live auditors: its audit log and its event loop (epoll + self-pipe).
+    assert after[1] - before[1] <= 2 * (1 + 3)
+    shared.shutdown(5)
+
+
+def test_an_auditor_nobody_references_releases_its_threads_and_file(tmp_path: Path) -> None:
+    gc.collect()
+    before_threads, before_fds = ragaudit_threads(), open_fds()
+    auditor = Auditor(FakeJudge(scores), audit_log=tmp_path / "a.jsonl")
+    assert ragaudit_threads() == before_threads and open_fds() == before_fds  # construction: nothing
+    auditor.defer(lambda: None)
+    assert auditor.submit(turn(1)) == "queued"
+    assert auditor.flush(10)
+    assert ragaudit_threads() > before_threads and open_fds() > before_fds
+    del auditor
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while ragaudit_threads() > before_threads and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ragaudit_threads() == before_threads
+    assert open_fds() == before_fds
+
+
+# -- never raise into the host -------------------------------------------------------------------
+
+
+def test_read_only_working_directory_constructs_and_traces(tmp_path: Path) -> None:
+    # Root ignores permission bits, so there the audit log's directory is a path under a plain file,
+    # which cannot be created either (as on a read-only root file system).
+    cwd_note = "unwritable audit-log path (root)" if os.geteuid() == 0 else "read-only working directory"
+    code = """
+        import logging, os, sys, json
+        logging.basicConfig(level=logging.WARNING)
+        os.chdir(sys.argv[1])
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from langchain_core.documents import Document
+        from ragaudit import Auditor, FakeJudge
+        from ragaudit.integrations.langchain import RagAuditCallbackHandler
+        from tests.reliability._support import FixedRetriever, rag_chain
+        spans = InMemorySpanExporter(); provider = TracerProvider(shutdown_on_exit=False)
+        provider.add_span_processor(SimpleSpanProcessor(spans))
+        log = sys.argv[2] + "/ragaudit-audit.jsonl" if os.geteuid() == 0 else "ragaudit-audit.jsonl"
+        auditor = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log=log, tracer_provider=provider)
+        handler = RagAuditCallbackHandler(auditor=auditor)   # constructing raised nothing
+        default = RagAuditCallbackHandler()                    # nor does the default auditor's
+        chain = rag_chain(FixedRetriever(documents=[Document(page_content="Returns take 30 days.", id="d1")]))
+        answers = [chain.invoke(f"q{i}", config={"callbacks": [handler]}) for i in range(3)]
+        flushed = handler.flush(10)
+        stats = auditor.stats()
+        ok = auditor.shutdown(5)
+        names = sorted({s.name for s in spans.get_finished_spans()})
+        print(json.dumps({"answers": answers, "flushed": flushed, "stats": stats, "shutdown": ok, "spans": names}))
+    """
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    ro.chmod(0o555)
+    try:
+        proc, _ = run_child(code, str(ro), str(blocker))
+    finally:
+        ro.chmod(0o755)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"\n{cwd_note}: {out['stats']}")
+    assert out["answers"] == ["Returns take 30 days."] * 3
+    assert out["stats"]["judged"] == 3 and out["stats"]["sink_errors"] == 3  # each audit line counted
+    assert out["flushed"] is False  # and said so: not everything was delivered
+    assert "ragaudit.turn" in out["spans"] and "ragaudit.judge" in out["spans"]  # traces still flow
+    assert proc.stderr.count("cannot open audit log") == 1  # logged once
+    assert "Traceback" not in proc.stderr
+
+
+def test_full_disk_is_counted_and_shutdown_never_raises() -> None:
+    # /dev/full: every write fails with ENOSPC, as a full disk does.
+    auditor = Auditor(FakeJudge(scores), audit_log="/dev/full")
+    for i in range(5):
+        auditor.submit(turn(i))
+    assert auditor.flush(10) is False
+    auditor.shutdown(5)  # must not raise (closing the file cannot write its buffer either)
+    stats = auditor.stats()
+    assert stats["judged"] == 5 and stats["sink_errors"] >= 5
+
+
+# -- deadlines -----------------------------------------------------------------------------------
+
+DEADLINE_CHILD = """
+    import json, socket, sys, time
+    mode = sys.argv[2]
+    from ragaudit import Auditor, FakeJudge, RagTurn, RetrievedDoc, tracing
+    from ragaudit._sink import BaseJudgementSink
+    from ragaudit.tracing.sinks import LangfuseSink
+    hole = socket.socket(); hole.bind(("127.0.0.1", 0)); hole.listen(128)   # connects, never answers
+    black = f"http://127.0.0.1:{hole.getsockname()[1]}"
+    gone = socket.socket(); gone.bind(("127.0.0.1", 0)); refused = f"http://127.0.0.1:{gone.getsockname()[1]}"
+    gone.close()
+
+    class SilentSink(BaseJudgementSink):   # a backend that never answers anything
+        def emit(self, turn, judgement): pass
+        def force_flush(self, timeout_s=30.0): time.sleep(3600); return True
+        def shutdown(self, timeout_s=30.0): time.sleep(3600)
+
+    sinks = []
+    if mode == "otlp_blackholed":
+        tracing.configure(endpoint=black)
+    elif mode == "otlp_refused":
+        tracing.configure(endpoint=refused)
+    elif mode == "sink_blackholed":
+        sinks = [LangfuseSink(black, public_key="pk", secret_key="sk")]
+    else:
+        sinks = [SilentSink()]
+    aud = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log="audit.jsonl", exit_timeout_s=2.0,
+                  sinks=sinks)
+    docs = (RetrievedDoc(id="d1", content="Returns within 30 days.", rank=1),)
+    ids = dict(trace_id="0" * 31 + "1", span_id="0" * 15 + "1")
+    for i in range(40):
+        aud.submit(RagTurn(turn_id=f"t{i}", query=f"q{i}", answer="30 days.", documents=docs, **ids))
+        if i == 19:
+            t0 = time.monotonic(); ok = aud.flush(5); took = time.monotonic() - t0
+    print(json.dumps({"flush_ok": ok, "flush_s": took, "exit_from": time.time()}), flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["otlp_blackholed", "otlp_refused", "sink_blackholed", "sink_silent"])
+def test_flush_and_exit_hold_their_deadlines_whatever_the_backend_does(tmp_path: Path, mode: str) -> None:
+    proc, _ = run_child(DEADLINE_CHILD, str(tmp_path), mode, timeout=60)
+    ended = time.time()
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    exit_s = ended - out["exit_from"]
+    print(f"\n{mode}: flush(5) took {out['flush_s']:.2f}s -> {out['flush_ok']}; exit (exit_timeout_s=2) "
+          f"took {exit_s:.2f}s; stderr: {proc.stderr.strip().splitlines()[-1][:160] if proc.stderr else ''}")
+    assert out["flush_ok"] is False  # truthful: nothing reached the backend
+    assert "ragaudit:" in proc.stderr and "not" in proc.stderr  # the shortfall is reported
+    assert "Traceback" not in proc.stderr
+    assert len((tmp_path / "audit.jsonl").read_text().splitlines()) == 40  # the audit log has every judgement
+
+
+# -- fork ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_childs_turns_are_all_judged(tmp_path: Path) -> None:
+    code = """
+        import json, os, sys
+        from ragaudit import Auditor, FakeJudge, RagTurn, RetrievedDoc
+        docs = (RetrievedDoc(id="d1", content="Returns within 30 days.", rank=1),)
+        aud = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log="audit.jsonl", exit_timeout_s=5)
+        for i in range(10):                     # the parent's workers are running before the fork
+            aud.submit(RagTurn(turn_id=f"parent{i}", query="q", answer="a", documents=docs))
+        assert aud.flush(10)
+        pid = os.fork()
+        who = "child" if pid == 0 else "parent"
+        statuses = [aud.submit(RagTurn(turn_id=f"{who}-late{i}", query="q", answer="a", documents=docs))
+                    for i in range(20)]
+        flushed = aud.flush(10)
+        print(json.dumps({"who": who, "statuses": sorted(set(statuses)), "flushed": flushed,
+                          "stats": aud.stats()}), flush=True)
+        if pid == 0:
+            os._exit(0 if flushed else 1)
+        os.waitpid(pid, 0)
+    """
+    proc, took = run_child(code, str(tmp_path), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    outs = {o["who"]: o for o in (json.loads(line) for line in proc.stdout.strip().splitlines())}
+    print(f"\nfork: child {outs['child']['stats']}, whole run {took:.2f}s")
+    assert outs["child"]["flushed"] is True and outs["child"]["statuses"] == ["queued"]
+    assert outs["child"]["stats"]["judged"] == 20 and outs["child"]["stats"]["pending"] == 0
+    lines = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    child_lines = [x for x in lines if x["turn_id"].startswith("child-late")]
+    assert len(child_lines) == 20 and all(x["judge_status"] == "judged" for x in child_lines)
+
+
+def test_batch_worker_restarts_in_a_forked_child_with_an_empty_queue() -> None:
+    gate = threading.Event()
+    done: list[int] = []
+    worker: BatchWorker[Any] = BatchWorker("test-fork", run_jobs, max_queue=100)
+    worker.put(lambda: gate.wait(10))  # the parent's thread is busy at the fork
+    worker.put(lambda: done.append(0))
+    pid = os.fork()
+    if pid == 0:  # child: the parent's items are the parent's; a new item is handled here
+        code = 1
+        try:
+            ok = worker.put(lambda: done.append(1)) and worker.flush(5)
+            stats = worker.stats()
+            code = 0 if ok and done == [1] and stats["accepted"] == 1 and stats["handled"] == 1 else 2
+        finally:
+            os._exit(code)
+    gate.set()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert worker.flush(5) and done == [0]
+    worker.shutdown(1)
+
+
+# -- the worker's contract -----------------------------------------------------------------------
+
+
+def test_worker_drops_and_counts_flush_tells_the_truth_and_shutdown_counts_once() -> None:
+    gate = threading.Event()
+    worker: BatchWorker[Any] = BatchWorker("test-contract", run_jobs, max_queue=3, max_batch=1)
+    assert worker.put(lambda: gate.wait(30))
+    assert worker.put(lambda: None) and worker.put(lambda: None)
+    assert worker.put(lambda: None) is False  # full: dropped, counted, never blocked
+    assert worker.flush(0.2) is False  # a handler that does not return: the deadline holds, and says so
+    assert worker.shutdown(0.1) is False
+    stats = worker.stats()
+    assert stats == {"accepted": 3, "handled": 0, "failed": 0, "dropped": 1, "abandoned": 3, "queued": 0,
+                     "in_flight": 0}
+    gate.set()  # the abandoned handler returns now: not counted a second time
+    time.sleep(0.2)
+    assert worker.stats() == stats
+    assert worker.put(lambda: None) is False and worker.stats()["dropped"] == 2
+
+
+def test_stats_is_a_consistent_snapshot_while_judgements_are_delivered() -> None:
+    slow_delivery = threading.Event()
+
+    def on_judgement(t: RagTurn, j: Judgement) -> None:
+        slow_delivery.wait(0.001)
+
+    auditor = Auditor(FakeJudge(scores), audit_log=None, on_judgement=on_judgement, max_concurrency=4)
+    broken: list[dict[str, int]] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            s = auditor.stats()
+            if s["submitted"] != s["judged"] + s["failed"] + s["dropped"] + s["sampled_out"] + s["pending"]:
+                broken.append(s)
+            time.sleep(0)
+
+    readers = [threading.Thread(target=reader) for _ in range(2)]
+    for r in readers:
+        r.start()
+    for i in range(300):
+        auditor.submit(turn(i))
+    assert auditor.flush(120)
+    stop.set()
+    for r in readers:
+        r.join()
+    auditor.shutdown(5)
+    assert broken == []
