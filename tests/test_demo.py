@@ -382,6 +382,8 @@ def test_demo_uses_a_real_model_and_the_chat_judge_when_configured(framework: st
     assert "q4" in unfaithful and "free replacement the context never mentions" in unfaithful
     assert "q1" not in unfaithful
     assert run.rows()["q4"][1] == "0.20"
+    # the scripted judge gives three scores only: no sentence is claimed supported
+    assert "Unsupported or contradicted sentences: none found;" in run.stdout and "got no verdict" in run.stdout
 
 
 @pytest.mark.timeout(120)

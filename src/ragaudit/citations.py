@@ -11,12 +11,14 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ._text import sentence_spans, strip_markers, term_set
+from .content import log_exception
 from .errors import ConfigurationError
 from .records import Citation, RetrievedDoc
 
 __all__ = ["find_citations", "sentence_citations"]
 
-_log = logging.getLogger(__name__)
+# the "ragaudit" logger itself, whose filter scrubs known secrets from every record
+_log = logging.getLogger("ragaudit")
 
 _MAX_ANSWER_CHARS = 100_000
 _MAX_DOC_CHARS = 20_000
@@ -98,8 +100,8 @@ def find_citations(
         return ()
     try:
         return _Finder(answer[:_MAX_ANSWER_CHARS], docs, float(overlap_threshold)).run()
-    except Exception:  # never break the caller's turn over a citation
-        _log.debug("find_citations failed", exc_info=True)
+    except Exception as exc:  # never break the caller's turn over a citation
+        _log.debug("ragaudit: find_citations failed: %s", log_exception(exc))
         return ()
 
 
@@ -119,8 +121,8 @@ def sentence_citations(answer: str | None, documents: Sequence[RetrievedDoc]) ->
         if not docs:
             return tuple(() for _ in sentence_spans(answer))
         return _Finder(answer[:_MAX_ANSWER_CHARS], docs, 0.6).by_sentence()
-    except Exception:  # never break the caller over a citation
-        _log.debug("sentence_citations failed", exc_info=True)
+    except Exception as exc:  # never break the caller over a citation
+        _log.debug("ragaudit: sentence_citations failed: %s", log_exception(exc))
         return ()
 
 

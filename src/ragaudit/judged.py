@@ -187,12 +187,6 @@ class TurnAudit:
     sentences_missing: int
     grades_missing: int
 
-    @property
-    def empty(self) -> bool:
-        """True when the judgement had no sentence verdicts and no grades (not a full audit)."""
-        return self.metrics is None and not self.citation_checks and not self.sentences_missing \
-            and not self.grades_missing and not self.unsupported
-
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return {

@@ -436,11 +436,6 @@ class SentenceVerdict:
         object.__setattr__(self, "supporting_doc_ids", ids)
 
     @property
-    def has_claim(self) -> bool:
-        """True when the judge gave a verdict other than ``no_claim``."""
-        return self.verdict is not None and self.verdict != "no_claim"
-
-    @property
     def problem(self) -> bool:
         """True for an ``unsupported`` or ``contradicted`` sentence."""
         return self.verdict in ("unsupported", "contradicted")

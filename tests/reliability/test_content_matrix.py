@@ -288,3 +288,18 @@ def test_a_redact_raising_anything_withholds_the_text_and_loses_no_turn(
     logged = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records if r.name == "ragaudit")
     assert exc_type.__name__ in logged and QUESTION not in logged
     assert QUESTION not in traced.path.read_text(encoding="utf-8")
+
+
+def test_a_key_a_proxy_echoes_into_the_reason_never_reaches_an_evaluation_report(tmp_path: Path) -> None:
+    from ragaudit.evaluation import evaluate_pipeline
+
+    with LLMServer(rule=lambda body: judgement_json(reason=f"upstream saw Authorization: Bearer {PROXY_KEY}")) as srv:
+        judge = ChatRagJudge(client=openai.OpenAI(base_url=srv.base_url, api_key=PROXY_KEY, max_retries=0))
+        chain = rag_chain(CanaryRetriever(), FakeListChatModel(responses=["Refunds take 14 days."]))
+        report = evaluate_pipeline([{"id": "q1", "question": "How long do refunds take?"}], chain, judge=judge,
+                                   progress=False, auditor_kwargs={"audit_log": tmp_path / "eval-audit.jsonl"})
+    assert report.rows[0].reason is not None and PROXY_KEY in report.rows[0].reason  # the echo really came back
+    for text in (report.to_json(), report.to_markdown(), report.to_html(),
+                 (tmp_path / "eval-audit.jsonl").read_text(encoding="utf-8")):
+        assert PROXY_KEY not in text and PROXY_KEY[-10:] not in text
+    assert f"Bearer {SECRET_MARKER}" in report.to_json()

@@ -77,10 +77,10 @@ class Rig:
     """The chain, its handler and an Auditor of a ChatRagJudge pointed at *base_url*."""
 
     def __init__(self, base_url: str, log: Path, provider: TracerProvider, exporter: InMemorySpanExporter,
-                 **auditor_kwargs: Any) -> None:
+                 judge_timeout_s: float = JUDGE_TIMEOUT_S, **auditor_kwargs: Any) -> None:
         self.exporter = exporter
         self.log = log
-        self.judge = ChatRagJudge(base_url=base_url, api_key="test", timeout_s=JUDGE_TIMEOUT_S,
+        self.judge = ChatRagJudge(base_url=base_url, api_key="test", timeout_s=judge_timeout_s,
                                   max_retries=MAX_RETRIES)
         self.collected = Collected()
         auditor_kwargs.setdefault("timeout_s", 30.0)
@@ -192,9 +192,11 @@ def test_server_down_from_the_start(retriever: Any, rig_factory: Any, expected_a
 
 def test_auditor_deadline_cuts_a_judge_that_outlives_it(server: LLMServer, retriever: Any,
                                                         rig_factory: Any, expected_answer: str) -> None:
-    # The judge's own HTTP timeout (0.5 s x 2 tries) is longer than the Auditor's 0.3 s deadline.
-    server.rule = lambda body: Fault.hang(5.0)
-    rig = rig_factory(server.base_url, timeout_s=0.3)
+    # The judge's own HTTP timeout (4 s x 2 tries) is longer than the Auditor's 1.5 s deadline, which is
+    # long enough for the one request to reach the server even on a loaded machine (a 0.3 s deadline
+    # sometimes cut the judge before its request was sent).
+    server.rule = lambda body: Fault.hang(10.0)
+    rig = rig_factory(server.base_url, timeout_s=1.5, judge_timeout_s=4.0)
     assert rag_chain(retriever).invoke(QUESTION, config={"callbacks": [rig.handler]}) == expected_answer
     assert rig.auditor.flush(30)
     assert_recorded_failure(rig, "timeout", expected_answer)

@@ -340,9 +340,18 @@ def _print_sentence_problems(result: DemoResult, questions: Sequence[DemoQuestio
             say(f"  {question.id} {_cut(question.text, 60)}")
             for line in sentences + wrong:
                 say(f"      {line}")
-    if not found:
+    judged = [j for j in result.judgements.values() if j.error is None]
+    missing = sum(1 for j in judged for s in j.sentences if s.verdict is None)
+    if not any(j.sentences for j in judged):
+        say("Unsupported or contradicted sentences: not judged -- the judge gave no sentence verdicts "
+            "(three-score protocol, or no judgement).")
+    elif not found and not missing:
         say("Unsupported or contradicted sentences: none -- every answer sentence is supported and every "
             "citation holds.")
+    elif not found:
+        say(f"Unsupported or contradicted sentences: none found; {missing} sentence(s) got no verdict.")
+    elif missing:
+        say(f"  ({missing} sentence(s) got no verdict from the judge)")
 
 
 def _print_caught(result: DemoResult, questions: Sequence[DemoQuestion], say: Callable[..., None]) -> None:

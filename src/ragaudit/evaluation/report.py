@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from ..content import scrub
 from ..errors import ConfigurationError, MetricError
 from ..records import SCORE_NAMES
 
@@ -451,7 +452,9 @@ class EvaluationReport:
 
     def to_json(self, path: str | os.PathLike[str] | None = None, *, indent: int | None = 2) -> str:
         """The report as JSON (written to *path* too when given)."""
-        text = json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
+        # scrubbed of every known credential, like everything else ragaudit writes (a proxy may echo a
+        # key into a judge's reason)
+        text = scrub(json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False))
         if path is not None:
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(text + "\n")
@@ -492,7 +495,7 @@ class EvaluationReport:
                 for row in notes:
                     why = row.error or row.judge_error or row.reason or "no reason given"
                     lines.append(f"- **{_md(row.id)}** ({row.diagnosis}): {_md(_cut(why, 300))}")
-        text = "\n".join(lines) + "\n"
+        text = scrub("\n".join(lines) + "\n")
         if path is not None:
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(text)
@@ -502,7 +505,7 @@ class EvaluationReport:
         """A self-contained HTML page (inline CSS and SVG, no scripts, no external assets)."""
         from .html import render_html
 
-        text = render_html(self)
+        text = scrub(render_html(self))
         if path is not None:
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(text)
