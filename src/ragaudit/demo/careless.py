@@ -18,7 +18,7 @@ Every other question gets the stand-in's faithful answer. ``ragaudit demo --care
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from .generator import STANDIN_LABEL, Passage, extractive_answer, parse_prompt
@@ -141,15 +141,7 @@ def llamaindex_careless() -> CustomLLM:
             question, passages = parse_prompt(prompt)
             return CompletionResponse(text=careless_answer(question, passages))
 
-        @llm_completion_callback()
-        def stream_complete(self, prompt: str, formatted: bool = False,
-                            **kwargs: Any) -> Iterator[CompletionResponse]:
-            text = self.complete(prompt, formatted=formatted).text
-
-            def gen() -> Iterator[CompletionResponse]:
-                yield CompletionResponse(text=text, delta=text)
-
-            return gen()
+        # stream_complete is the stand-in's: it streams whatever self.complete answers.
 
     llm: CustomLLM = CarelessLLM()
     return llm
