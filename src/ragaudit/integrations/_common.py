@@ -15,6 +15,7 @@ records its spans with the framework's timestamps and submits it for judging.
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import weakref
@@ -42,6 +43,7 @@ __all__ = [
     "default_auditor",
     "doc_id_from",
     "ground_truth_from",
+    "input_text",
     "report_failure",
     "resolve_backend",
     "retrieved_doc",
@@ -402,3 +404,13 @@ class RunStore(Generic[S]):
         closed[run_id] = None
         if len(closed) > self.max_runs:
             closed.popitem(last=False)
+
+
+def input_text(value: Any) -> str | None:
+    """A tool call's input as text: strings as they are, anything else as JSON (``str()`` if it is not JSON)."""
+    if value is None or isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, default=str, ensure_ascii=False)
+    except Exception:
+        return str(value)

@@ -11,7 +11,6 @@ model call as a child span, judged in the background by an :class:`~ragaudit.Aud
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +32,7 @@ from ._common import (
     check_measures,
     close_later,
     current_context,
+    input_text,
     report_failure,
     resolve_backend,
     retrieved_doc,
@@ -258,13 +258,6 @@ def _read_tool_output(output: Any, call_id: str | None, name: str
     return text, documents, call_id, error
 
 
-def _input_text(value: Any) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, default=str, ensure_ascii=False)
-    except Exception:
-        return str(value)
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -633,7 +626,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
             if isinstance(child, _OpenTool):
                 text, documents, call_id, tool_error = _read_tool_output(child.output, child.call_id, child.name)
                 record = ToolCall(name=child.name, call_id=call_id,
-                                  arguments=_input_text(child.input) if capture else None,
+                                  arguments=input_text(child.input) if capture else None,
                                   output=text if child.ended_at is not None else None,
                                   started_at=child.started_at, ended_at=ended_at, error=error or tool_error)
                 steps.append(Step(run_id, child.parent, child.seq, record, documents))

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import math
 import threading
 import time
@@ -73,6 +72,7 @@ from ._common import (
     check_measures,
     close_later,
     current_context,
+    input_text,
     report_failure,
     resolve_backend,
     retrieved_doc,
@@ -786,7 +786,7 @@ class _Collector:
             ended_at, error = step_end(t.ended_at, t.error, now)
             text, documents, tool_error = _read_tool_output(t.output)
             steps.append(Step(run_id, turn.parents.get(run_id), t.seq, ToolCall(
-                name=t.name, call_id=t.call_id, arguments=_json_text(t.input) if capture else None, output=text,
+                name=t.name, call_id=t.call_id, arguments=input_text(t.input) if capture else None, output=text,
                 started_at=t.started_at, ended_at=ended_at, error=error or tool_error), documents))
         parts.steps = steps
         parts.parents = turn.parents
@@ -816,13 +816,6 @@ def _read_tool_output(output: Any) -> tuple[str | None, tuple[RetrievedDoc, ...]
     return text, documents, error
 
 
-def _json_text(value: Any) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, default=str, ensure_ascii=False)
-    except Exception:
-        return str(value)
 
 
 def _turn_id(turn: _Turn) -> str:
