@@ -484,10 +484,13 @@ def test_session_and_user_from_instrument_tags_reach_the_turn_span(
     assert (turn.attributes[c.SESSION_ID], turn.attributes[c.USER_ID]) == ("sess-9", "user-3")
 
 
-def test_instrument_replaces_and_uninstrument_detaches(setup: Setup, kb: KB) -> None:
+def test_instrument_is_idempotent_replaces_on_other_arguments_and_uninstrument_detaches(
+        setup: Setup, kb: KB) -> None:
     assert llamaindex.uninstrument() is None
     first = llamaindex.instrument(auditor=setup.auditor)
-    second = llamaindex.instrument(auditor=setup.auditor)
+    assert llamaindex.instrument(auditor=setup.auditor) is first  # the same arguments: installed once
+    assert ours_on_dispatcher() == 2
+    second = llamaindex.instrument(auditor=setup.auditor, max_runs=5000)
     try:
         assert first is not second and not first.attached and second.attached
         assert ours_on_dispatcher() == 2  # one span handler, one event handler

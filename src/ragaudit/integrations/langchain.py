@@ -478,6 +478,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
         self.auditor, self.recorder = resolve_backend(judge, auditor, tracer_provider, capture_content, redact,
                                                       owner="RagAuditCallbackHandler")
         self._closed_turns = 0
+        self._process_wide = False  # set by instrument(): see _start
         self.auditor.attach_source(self)
 
     # -- public helpers -------------------------------------------------------------------------
@@ -531,6 +532,12 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
 
         store = self._store
         with store.lock:
+            if kind and parent is not None and self._process_wide and store.state_of(parent) is None \
+                    and not _is_foreign_parent(parent_run_id):
+                # The process-wide handler is in every callback manager configured since
+                # instrument(): a LangChain parent it never saw started before that (or while
+                # uninstrumented), and its child runs are steps of that run, not turns of their own.
+                kind = None
             turn, is_root, evicted = store.start(key, parent, new_turn if kind else None)
             if turn is not None:
                 if not is_root:
@@ -805,6 +812,18 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
 # --- process-wide registration -----------------------------------------------------------------------
 
 
+def _is_foreign_parent(parent_run_id: UUID | None) -> bool:
+    """Whether *parent_run_id* is the LangSmith run the chain was called under (a ``@traceable``
+    function), which LangChain gives as the root's parent: such a root is a turn."""
+    try:
+        from langsmith.run_helpers import get_tracing_context
+
+        parent = get_tracing_context().get("parent")
+    except Exception:  # no langsmith, or a version without it
+        return False
+    return parent is not None and getattr(parent, "id", None) == parent_run_id
+
+
 class _ProcessWideHandler:
     """What LangChain's configure hook reads in place of a ContextVar: ``get()`` returns the handler.
 
@@ -826,17 +845,36 @@ _process_handler = _ProcessWideHandler()
 _hook_registered = False
 
 
+_last: tuple[dict[str, Any], RagAuditCallbackHandler] | None = None  # the last instrument()'s
+
+
+def _same_kwargs(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return a.keys() == b.keys() and all(a[k] is b[k] or (type(a[k]) in (bool, int, float, str, type(None))
+                                                         and a[k] == b[k]) for k in a)
+
+
 def instrument(**handler_kwargs: Any) -> RagAuditCallbackHandler:
     """Audit every LangChain run in the process: one :class:`RagAuditCallbackHandler` is added to
     every callback manager LangChain configures (its configure hook, inheritable).
 
     *handler_kwargs* go to the handler (``judge``, ``auditor``, ``tracer_provider``, ...); returns
-    it. Calling again replaces the handler. Do not also pass a handler in ``config`` (that would
-    record each turn twice). Undo with :func:`uninstrument`.
+    it. Idempotent: called again with the same arguments (the same objects), also after
+    :func:`uninstrument`, it installs and returns the same handler; with other arguments it
+    replaces it. Safe while chains run: a run that started before (or while uninstrumented) is
+    not audited, not even its later steps; one that started under a handler finishes as one turn
+    with it. Do not also pass a handler in ``config`` (that would record each turn twice). Undo
+    with :func:`uninstrument`.
     """
-    global _hook_registered
-    handler = RagAuditCallbackHandler(**handler_kwargs)
+    global _hook_registered, _last
     with _registration_lock:
+        last = _last
+    if last is not None and _same_kwargs(last[0], handler_kwargs):
+        handler = last[1]
+    else:
+        handler = RagAuditCallbackHandler(**handler_kwargs)
+        handler._process_wide = True
+    with _registration_lock:
+        _last = (dict(handler_kwargs), handler)
         if not _hook_registered:
             from langchain_core.tracers.context import register_configure_hook
 

@@ -1194,6 +1194,7 @@ class LlamaIndexInstrumentation(_Audited):
 
 _registration_lock = threading.Lock()
 _current: LlamaIndexInstrumentation | None = None
+_current_args: tuple[Any, ...] | None = None  # what _current was made with (instrument() idempotency)
 
 
 def instrument(
@@ -1209,7 +1210,8 @@ def instrument(
     """Audit every LlamaIndex query, chat and retrieval in the process.
 
     Attaches a span handler and an event handler to the root dispatcher
-    (``llama_index.core.instrumentation.get_dispatcher()``); calling again replaces them. Returns
+    (``llama_index.core.instrumentation.get_dispatcher()``); calling again with the same arguments
+    (the same objects) returns the attached instrumentation, with others replaces it. Returns
     the :class:`LlamaIndexInstrumentation`; undo with :func:`uninstrument`.
 
     * Question: the root call's argument (the query, or the user's chat message).
@@ -1245,13 +1247,20 @@ def instrument(
     Raises :class:`~ragaudit.ConfigurationError` for bad arguments. Once attached, the handlers
     never raise into LlamaIndex: a failure is logged (rate-limited) on the ``ragaudit`` logger.
     """
-    global _current
+    global _current, _current_args
+    args = (judge, auditor, tracer_provider, capture_content, redact, max_runs, tuple(turn_measures))
+    with _registration_lock:
+        if _current is not None and _current.attached and _current_args is not None \
+                and len(args) == len(_current_args) and all(
+                    a is b or (isinstance(a, (bool, int, str, tuple)) and a == b)
+                    for a, b in zip(args, _current_args)):
+            return _current  # idempotent: the same arguments get the one attached instrumentation
     collector = _Collector(judge, auditor, tracer_provider, capture_content, redact, max_runs, turn_measures,
                            "instrument()")
     installed = LlamaIndexInstrumentation(collector)
     dispatcher = get_dispatcher()
     with _registration_lock:
-        previous, _current = _current, installed
+        previous, _current, _current_args = _current, installed, args
         if previous is not None:
             previous._detach()
         dispatcher.span_handlers = [*dispatcher.span_handlers, installed.span_handler]
