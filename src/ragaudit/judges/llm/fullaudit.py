@@ -47,6 +47,7 @@ from .parsing import (
     choose_verdict,
     norm_key,
     parse_judgement,
+    shown_objects,
 )
 from .prompt import MAX_ANSWER_CHARS, conversation_block, new_nonce, wrap_untrusted
 
@@ -286,24 +287,6 @@ _MIN_SHOWN_CHARS = 20
 _MAX_SHOWN_OBJECTS = 64
 
 
-def _shown_objects(texts: Sequence[str]) -> set[str]:
-    """The audit-shaped JSON objects written in the texts the judge was shown (canonical JSON)."""
-    decoder = json.JSONDecoder(strict=False)
-    found: set[str] = set()
-    for text in texts:
-        pos, tries = text.find("{"), 0
-        while pos >= 0 and tries < _MAX_SHOWN_OBJECTS:
-            tries += 1
-            try:
-                value, _ = decoder.raw_decode(text, pos)
-            except (ValueError, RecursionError):
-                value = None
-            if isinstance(value, dict) and _is_audit(value):
-                found.add(json.dumps(value, sort_keys=True, default=str))
-            pos = text.find("{", pos + 1)
-    return found
-
-
 def _audit_object(text: Any, request: JudgeRequest, quoted: Quoted, max_chars: int,
                   notes: list[str]) -> tuple[dict[str, Any] | None, bool]:
     """The reply's own object with the sentence verdicts and grades (rules A-C), and whether ambiguous.
@@ -322,7 +305,7 @@ def _audit_object(text: Any, request: JudgeRequest, quoted: Quoted, max_chars: i
         if shown_text in text:
             text = text.replace(shown_text, " ")
             notes.append("a verbatim quote of the judged content ignored")
-    planted = _shown_objects(shown)
+    planted = shown_objects(shown, _is_audit, _MAX_SHOWN_OBJECTS)
     choice = choose_verdict(text, lambda o: _is_audit(o) and json.dumps(o, sort_keys=True, default=str)
                             not in planted, _audit_key, quoted=quoted, notes=notes)
     if choice.status == "ambiguous":

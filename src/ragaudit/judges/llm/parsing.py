@@ -73,6 +73,7 @@ __all__ = [
     "prepare_reply",
     "read_unit_scores",
     "read_verdict_object",
+    "shown_objects",
 ]
 
 DEFAULT_MAX_REPLY_CHARS = 32 * 1024
@@ -333,6 +334,15 @@ def _all_objects(text: str, max_starts: int) -> Iterable[dict[str, Any]]:
         if isinstance(value, dict):
             yield from _nested_objects(value, 0)
         pos = text.find("{", pos + 1)
+
+
+def shown_objects(texts: Iterable[str], is_verdict: Callable[[dict[str, Any]], bool],
+                  max_starts: int = _MAX_STARTS) -> set[str]:
+    """The verdict-shaped JSON objects written in *texts* (the content the judge was shown), as canonical JSON.
+
+    A reply object equal to one of these is a quote of the judged content, never the judge's verdict.
+    """
+    return {_canonical(obj) for text in texts for obj in _all_objects(text, max_starts) if _safe(is_verdict, obj)}
 
 
 def _nested_objects(value: Any, depth: int) -> Iterable[dict[str, Any]]:
