@@ -289,7 +289,11 @@ def escape_controls(text: str) -> str:
 
 
 class EscapingWriter:
-    """A text stream wrapper that writes everything through :func:`escape_controls`."""
+    """A text stream wrapper that writes everything through :func:`escape_controls`.
+
+    Wrapping one twice is harmless (escaped text has no control characters left); other stream
+    attributes (``encoding``, ``isatty``) are the wrapped stream's.
+    """
 
     def __init__(self, out: Any) -> None:
         self._out = out
@@ -299,3 +303,8 @@ class EscapingWriter:
 
     def flush(self) -> None:
         self._out.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_out":  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self._out, name)

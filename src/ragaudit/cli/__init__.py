@@ -7,10 +7,12 @@ so ``ragaudit --help`` needs no optional extra.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 from collections.abc import Sequence
 
+from .._text import EscapingWriter, escape_controls
 from .._version import __version__
 from ..errors import RagAuditError
 
@@ -133,9 +135,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               "try: pip install 'ragaudit[all]'", file=sys.stderr)
         return 2
     try:
-        return int(getattr(module, func_name)(args) or 0)
+        # Every command prints recorded (untrusted) text: answers, documents, reasons, question ids.
+        # One choke point shows its control characters instead of letting them drive the terminal.
+        with contextlib.redirect_stdout(EscapingWriter(sys.stdout)):
+            return int(getattr(module, func_name)(args) or 0)
     except RagAuditError as exc:
-        print(f"ragaudit {args.command}: {exc}", file=sys.stderr)
+        print(f"ragaudit {args.command}: {escape_controls(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

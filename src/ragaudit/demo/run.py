@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from .._text import EscapingWriter
 from ..errors import ConfigurationError
 from ..judges import default_judge
 from ..records import Judgement, RagTurn
@@ -364,7 +365,7 @@ def _print_caught(result: DemoResult, questions: Sequence[DemoQuestion], say: Ca
         say(f"  {qid} {_MISTAKE_LABELS[mistake]:<34} {'CAUGHT' if caught else 'MISSED'}: {how}")
 
 
-def _table(rows: list[list[str]], out: TextIO) -> None:
+def _table(rows: list[list[str]], out: Any) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     numeric = {2, 3, 4, 5, 6, 7}
     for n, row in enumerate(rows):
@@ -378,8 +379,9 @@ def _table(rows: list[list[str]], out: TextIO) -> None:
 def print_report(result: DemoResult, *, traces: str | os.PathLike[str], audit_log: str | os.PathLike[str],
                  questions: Sequence[DemoQuestion] = QUESTIONS, out: TextIO | None = None) -> None:
     """Print the demo's report: what ran, the judged table, low scores with reasons, where output went."""
-    out = out or sys.stdout
-    say: Callable[..., None] = lambda *a: print(*a, file=out)  # noqa: E731
+    # Answers, reasons and errors are recorded (untrusted) text: control characters are shown, not obeyed.
+    escaped = EscapingWriter(out or sys.stdout)
+    say: Callable[..., None] = lambda *a: print(*a, file=escaped)  # noqa: E731
     framework = ("LangChain (LCEL chain)" if result.framework == "langchain"
                  else "LlamaIndex (VectorStoreIndex)")
     say(f"ragaudit demo: return-policy knowledge base ({len(DOCUMENTS)} documents in Chroma's in-memory "
@@ -417,7 +419,7 @@ def print_report(result: DemoResult, *, traces: str | os.PathLike[str], audit_lo
             _fmt(_recall(turn, question)), _fmt(_judged(judgement, "ndcg")), _fmt(_judged(judgement, "P")),
             _grades(judgement), _cited(turn),
         ])
-    _table(rows, out)
+    _table(rows, escaped)
     say(f"  recall@{DEFAULT_K} — : no document in the knowledge base is relevant (not covered).")
     say("  grades: the judge's grade of each retrieved document, by rank (0 unrelated, 1 related, 2 partly "
         "answers, 3 answers); no ground truth needed.")
