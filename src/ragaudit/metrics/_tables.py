@@ -51,8 +51,9 @@ def take(arr: np.ndarray, index: Any) -> np.ndarray:
     return arr[index]
 
 
-# Rows narrowed per step: a block's 4-byte units stay in cache between the check and the copy.
-_NARROW_ROWS = 1 << 15
+# Bytes of 'U' items narrowed per step: a block stays in a core's L2 cache (1-2 MiB on current
+# x86) between the check and the copy, which then reads it from cache, not memory.
+_NARROW_BYTES = 1 << 19
 
 
 def ascii_bytes(arr: np.ndarray) -> np.ndarray:
@@ -68,11 +69,12 @@ def ascii_bytes(arr: np.ndarray) -> np.ndarray:
     units = np.ascontiguousarray(arr).view(np.dtype(np.uint32).newbyteorder(arr.dtype.byteorder))
     units = units.reshape(n, width)
     out = np.empty((n, width), dtype=np.uint8)
-    for start in range(0, n, _NARROW_ROWS):
-        block = units[start : start + _NARROW_ROWS]
+    step = max(1, _NARROW_BYTES // arr.itemsize)
+    for start in range(0, n, step):
+        block = units[start : start + step]
         if block.size and int(block.max()) >= 0x80:
             return arr
-        np.copyto(out[start : start + _NARROW_ROWS], block, casting="unsafe")
+        np.copyto(out[start : start + step], block, casting="unsafe")
     return out.view(f"S{width}").reshape(n)
 
 
