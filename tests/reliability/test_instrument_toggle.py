@@ -335,3 +335,26 @@ def test_a_llamaindex_run_in_flight_at_instrument_is_not_audited_not_even_its_la
     (turn,) = whole_turns(traced.spans())  # the run in flight left no turn, not even a retrieval one
     assert turn.attributes[c.INPUT_VALUE] == QUESTIONS[7]
     auditor.shutdown()
+
+
+def test_a_llamaindex_stream_being_read_at_uninstrument_finishes_as_one_turn(traced: Traced) -> None:
+    auditor = Auditor(FakeJudge(scores), audit_log=None, tracer_provider=traced.provider)
+    index = build_index()
+    q = QUESTIONS[8]
+    with LLMServer(rule=_answering) as server:
+        engine = index.as_query_engine(llm=_llm(server), similarity_top_k=2, streaming=True)
+        inst = llamaindex.instrument(auditor=auditor)
+        try:
+            response = engine.query(q)  # the answer streams in as it is read
+            first = next(response.response_gen)
+            llamaindex.uninstrument()
+            assert inst.stats()["open_turns"] == 1 and ours_on_dispatcher() == 2
+            text = first + "".join(response.response_gen)
+        finally:
+            llamaindex.uninstrument()
+    assert text == _answer(q)
+    assert inst.flush(30) and auditor.flush(30)
+    (turn,) = whole_turns(traced.spans())
+    assert turn.attributes[c.OUTPUT_VALUE] == _answer(q)  # the whole streamed answer
+    assert ours_on_dispatcher() == 0
+    auditor.shutdown()

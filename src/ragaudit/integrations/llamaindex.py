@@ -533,7 +533,7 @@ class _Collector:
         if parent_id is not None and parent_id not in outside and parent_id not in self.ended_outside:
             return False  # a step (or a step's step) of a run in flight before instrument(): not a turn
         if root is None:
-            if len(outside) >= self.store.max_runs:  # spans that never ended: forget the oldest
+            if len(outside) >= max(self.store.max_runs, _ENDED_KEPT):  # spans that never ended: forget the oldest
                 del outside[next(iter(outside))]
             outside[run_id] = None
             return False
