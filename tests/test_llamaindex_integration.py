@@ -45,7 +45,8 @@ from ragaudit.integrations.llamaindex import (
 )
 from ragaudit.tracing import conventions as c
 from ragaudit.tracing.files import read_audit_log
-from tests.support.llamaindex_support import ContextEchoLLM, HashEmbedding, ReverseReranker, build_index, make_nodes
+from tests.support.llamaindex_support import ContextEchoLLM, ReverseReranker, build_index, make_nodes
+from tests.support.llamaindex_support import offline_settings as llamaindex_offline_settings
 from tests.support.topics import QUESTIONS, WORDS, answer_for, check_own_documents
 from tests.support.turns import AuditedRun, children, doc_ids_judge
 
@@ -58,11 +59,8 @@ CHAT = "chat context-echo-1"
 @pytest.fixture(scope="module", autouse=True)
 def offline_settings() -> Iterator[None]:
     """Nothing may fall back to OpenAI: the LLM and the embedding are set explicitly."""
-    saved = Settings._llm, Settings._embed_model, Settings._callback_manager
-    Settings.llm = ContextEchoLLM()
-    Settings.embed_model = HashEmbedding()
-    yield
-    Settings._llm, Settings._embed_model, Settings._callback_manager = saved
+    with llamaindex_offline_settings():
+        yield
 
 
 class KB:

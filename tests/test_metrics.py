@@ -512,3 +512,60 @@ def test_table_inputs_of_every_layout_match_the_dict_path() -> None:
     expected = evaluate(run, qrels, measures, per_query=True)
     for name, table in _table_cases():
         assert evaluate(table, qrels, measures, per_query=True) == expected, name
+
+
+# ---------------------------------------------------------------------------------------------
+# numpy string columns: narrowed to bytes when ASCII, compared eight bytes at a time
+
+
+def test_ascii_string_columns_are_narrowed_to_their_bytes_and_others_kept() -> None:
+    from ragaudit.metrics._tables import ascii_bytes
+
+    ids = np.array(["doc-000000001", "d", "", "doc-9"])
+    narrowed = ascii_bytes(ids)
+    assert narrowed.dtype == np.dtype("S13") and narrowed.tolist() == [s.encode() for s in ids.tolist()]
+    swapped = ids.astype(">U13")
+    assert ascii_bytes(swapped).tolist() == narrowed.tolist()
+    accented = np.array(["doc-1", "dé"])
+    assert ascii_bytes(accented) is accented  # not ASCII: kept as it is, never mis-encoded
+    assert ascii_bytes(np.array([1, 2])).dtype.kind == "i"
+
+
+@pytest.mark.parametrize("width", [1, 3, 7, 8, 9, 13, 16, 17, 40])
+def test_changes_between_neighbours_match_numpy_for_every_width(width: int) -> None:
+    from ragaudit.metrics._tables import changes
+
+    rng = np.random.default_rng(width)
+    # Few distinct ids (so neighbours are often equal), differing anywhere: first, middle or last
+    # byte, or only in length (trailing NULs are padding, as numpy compares them).
+    alphabet = np.frombuffer(b"ab\x00", dtype="S1")
+    pool = rng.choice(alphabet, size=(12, width)).view(f"S{width}").ravel()
+    arr = pool[rng.integers(0, len(pool), 5_000)]
+    assert np.array_equal(changes(arr), arr[1:] != arr[:-1])
+    assert np.array_equal(changes(arr.astype("U")), arr[1:] != arr[:-1])
+    assert changes(arr[:1]).shape == (0,)
+
+
+def test_numpy_columns_ascii_or_not_byte_swapped_or_not_give_the_dict_paths_values() -> None:
+    from ragaudit.metrics import evaluate, evaluate_columns
+
+    rows = [("q1", "d10", 0.5), ("q1", "d2", 0.5), ("q1", "d1", 0.5), ("q1", "x", 0.9),
+            ("q2", "d9", 0.1), ("q2", "d8", 0.7), ("q3", "d1", 0.3), ("q3", "d3", 0.3)]
+    qrels = {"q1": {"d2": 1, "d10": 2, "dé": 1}, "q2": {"d8": 1}, "q3": {"d3": 2}}
+    measures = ["ndcg@2", "mrr@10", "map", "P@1", "recall@2"]
+    qids, docids, scores = (list(col) for col in zip(*rows))
+    run: dict[str, dict[str, float]] = {}
+    for q, d, s in rows:
+        run.setdefault(q, {})[d] = s
+    expected = evaluate(run, qrels, measures, per_query=True)
+    for q_arr, d_arr in [
+        (np.array(qids), np.array(docids)),  # ASCII: narrowed; the qrels' "dé" stays unmatched
+        (np.array(qids).astype(">U2"), np.array(docids).astype(">U3")),
+        (np.array(qids), np.array([*docids[:-1], "é"])),  # one non-ASCII id keeps the column as text
+    ]:
+        got = evaluate_columns(q_arr, d_arr, np.array(scores), qrels, measures, per_query=True)
+        if d_arr[-1] == "é":
+            assert got["q1"] == expected["q1"] and got["q2"] == expected["q2"]
+            assert got["q3"]["P@1"] == 0.0  # d1 (the only one left) is not judged relevant
+        else:
+            assert got == expected

@@ -6,11 +6,30 @@ Auditor (a floor above) calls through.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Protocol, runtime_checkable
 
 from .records import Judgement, RagTurn
 
-__all__ = ["BaseJudgementSink", "JudgementSink"]
+__all__ = ["BaseJudgementSink", "JudgementSink", "emitting_with"]
+
+# The span recorder of the turn being emitted. Handlers with different content policies share one
+# Auditor, and so its sinks: while a sink's emit() runs, this is the recorder (provider, policy) that
+# turn is recorded with, which may be stricter than the one the sink was bound to.
+_turn_recorder: ContextVar[Any] = ContextVar("ragaudit_turn_recorder", default=None)
+
+
+@contextmanager
+def emitting_with(recorder: Any) -> Iterator[None]:
+    """While the block runs (the Auditor's calls of ``emit``), :attr:`BaseJudgementSink.recorder` is
+    *recorder*: the span recorder of the turn being emitted."""
+    token = _turn_recorder.set(recorder)
+    try:
+        yield
+    finally:
+        _turn_recorder.reset(token)
 
 
 @runtime_checkable
@@ -25,7 +44,8 @@ class JudgementSink(Protocol):
     """
 
     def emit(self, turn: RagTurn, judgement: Judgement) -> None:
-        """Take one judgement (queue it; do not block)."""
+        """Take one judgement (queue it; do not block). Texts of *turn* and *judgement* are sent the
+        way :attr:`BaseJudgementSink.recorder` records them (that turn's content policy)."""
         ...
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
@@ -64,6 +84,13 @@ class BaseJudgementSink:
     def bind_recorder(self, recorder: Any) -> None:
         """Keep *recorder* (as ``self._recorder``)."""
         self._recorder = recorder
+
+    @property
+    def recorder(self) -> Any:
+        """The span recorder texts go out as: during :meth:`emit`, the one the turn being emitted is
+        recorded with (its integration handler's content policy and provider); else the one bound."""
+        current = _turn_recorder.get()
+        return current if current is not None else self._recorder
 
     @property
     def errors(self) -> int:

@@ -316,12 +316,15 @@ def _exception_text(exc: BaseException) -> str:
 _capture_off_somewhere = False
 
 
-def log_exception(exc: BaseException) -> str:
-    """*exc* for a log line written where no policy is at hand (an integration callback): ``Type:
-    message`` scrubbed, or only its type and status once any policy in this process has content capture
-    off (the message may quote the host's text)."""
+def log_exception(exc: BaseException, policy: ContentPolicy | None = None) -> str:
+    """*exc* for a log line written where the policy of the text it may quote is not at hand (an
+    integration callback, a shared worker): ``Type: message`` scrubbed (and through *policy*, when
+    given), or only its type and status once any policy in this process has content capture off (the
+    message may quote the host's text)."""
     if _capture_off_somewhere:
         return ContentPolicy._withheld_error(type(exc).__name__, _exception_status(exc))
+    if policy is not None:
+        return policy.exception(exc)
     return scrub(_exception_text(exc))
 
 

@@ -19,7 +19,7 @@ import openai
 import pytest
 from langchain_core.documents import Document
 
-from ragaudit import Auditor, ChatRagJudge, ConfigurationError, FakeJudge
+from ragaudit import Auditor, ChatRagJudge, FakeJudge
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
 from ragaudit.tracing import LangfuseSink, PhoenixSink
 from ragaudit.tracing.files import read_audit_log
@@ -264,20 +264,21 @@ def test_redact_reaches_every_recorded_text(wiring: str, server: LLMServer, trac
         assert "4111-1111" not in text, where
 
 
-def test_handler_redact_that_the_auditor_would_not_apply_is_refused() -> None:
-    auditor = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log=None)
-    try:
-        with pytest.raises(ConfigurationError, match="redact"):
-            RagAuditCallbackHandler(auditor=auditor, redact=redact)
-        with pytest.raises(ConfigurationError, match="capture_content"):
-            RagAuditCallbackHandler(auditor=auditor, capture_content=False)
-    finally:
-        auditor.shutdown()
-    same = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log=None, redact=redact, capture_content=False)
-    try:
-        RagAuditCallbackHandler(auditor=same, redact=redact, capture_content=False)  # consistent: fine
-    finally:
-        same.shutdown()
+def test_a_redact_hook_given_to_handler_and_auditor_is_applied_once(tmp_path: Path) -> None:
+    # A handler's redact= with an explicit auditor is no longer refused: the handler's hook runs, then
+    # the auditor's (tests/reliability/test_shared_default_auditor.py); the same hook given to both runs once.
+    def mark(text: str) -> str:
+        return redact(text) + "#"
+
+    log = tmp_path / "audit.jsonl"
+    auditor = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0, "reason": "fine"}), audit_log=log, redact=mark)
+    handler = RagAuditCallbackHandler(auditor=auditor, redact=mark)
+    chain = rag_chain(FixedRetriever(documents=[Document(page_content=f"Card {SECRET} refunds.", id="d")]))
+    chain.invoke(f"Refund for {SECRET}?", config={"callbacks": [handler]})
+    assert auditor.flush(30)
+    auditor.shutdown(10)
+    (line,) = read_audit_log(log)
+    assert line["query"] == "Refund for [REDACTED]?#" and line["reason"] == "fine#"
 
 
 def test_a_failing_redact_withholds_the_text_and_loses_no_judgement(traced: Traced, tmp_path: Path) -> None:

@@ -8,11 +8,12 @@ in its prompt (so every answer is tied to the nodes it was given).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import chromadb
-from llama_index.core import StorageContext, VectorStoreIndex
+from llama_index.core import Settings, StorageContext, VectorStoreIndex
 from llama_index.core.base.llms.types import CompletionResponse, CompletionResponseGen, LLMMetadata
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.embeddings import BaseEmbedding
@@ -25,7 +26,7 @@ from llama_index.vector_stores.chroma import ChromaVectorStore
 from tests.conftest import hash_embedding
 from tests.support.topics import answer_for, topic_documents
 
-__all__ = ["ContextEchoLLM", "HashEmbedding", "ReverseReranker", "build_index", "make_nodes"]
+__all__ = ["ContextEchoLLM", "HashEmbedding", "ReverseReranker", "build_index", "make_nodes", "offline_settings"]
 
 _CONTEXT_START = "---------------------\n"
 _FOLLOW_UP = "<Follow Up Message>\n"
@@ -123,6 +124,19 @@ class ReverseReranker(BaseNodePostprocessor):
     def _postprocess_nodes(self, nodes: list[NodeWithScore],
                            query_bundle: QueryBundle | None = None) -> list[NodeWithScore]:
         return [NodeWithScore(node=n.node, score=n.score) for n in reversed(nodes)]
+
+
+@contextmanager
+def offline_settings() -> Iterator[None]:
+    """LlamaIndex ``Settings`` with the context-echo LLM and the hashing embedding (nothing may fall
+    back to OpenAI) while the block runs; the previous settings afterwards."""
+    saved = Settings._llm, Settings._embed_model, Settings._callback_manager
+    Settings.llm = ContextEchoLLM()
+    Settings.embed_model = HashEmbedding()
+    try:
+        yield
+    finally:
+        Settings._llm, Settings._embed_model, Settings._callback_manager = saved
 
 
 def build_index(nodes: Sequence[TextNode] | None = None) -> VectorStoreIndex:

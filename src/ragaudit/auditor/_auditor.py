@@ -14,10 +14,10 @@ from typing import Any, Literal
 from .._deprecation import renamed_kwargs
 from .._log import RateLimitedLog
 from .._sampling import sampled
-from .._sink import JudgementSink
+from .._sink import JudgementSink, emitting_with
 from .._turn_metrics import turn_metrics
 from .._worker import BatchWorker, call_on, call_with_deadline, on_fork_in_child, run_jobs
-from ..content import ContentPolicy
+from ..content import ContentPolicy, log_exception
 from ..errors import ConfigurationError
 from ..judges.base import RagJudge
 from ..records import Judgement, JudgeRequest, RagTurn
@@ -77,7 +77,11 @@ class Auditor:
     Every text recorded (spans, audit log, sinks, ragaudit's log lines) goes through one
     :class:`~ragaudit.content.ContentPolicy`, :attr:`content`, made of *capture_content* (None: the
     ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` setting), *capture_reason* (keep the judge's
-    reason even with capture off; None: as *capture_content*) and *redact*. Known secrets (API keys,
+    reason even with capture off; None: as *capture_content*) and *redact*. A turn an integration
+    handler submits carries the handler's span recorder (:meth:`recorder_for`: its tracer provider
+    and content policy); that turn's judge span, audit-log line, sink records and log lines follow
+    it, so handlers with different settings share one Auditor (one set of threads, one file) and
+    none of them has its texts recorded more loosely than it asked. Known secrets (API keys,
     credential headers and URL parts of the judge client and sinks, key-like environment variables,
     OTLP headers) are scrubbed always; a *redact* that raises withholds the text, never the turn.
 
@@ -162,7 +166,15 @@ class Auditor:
         # The one policy for every text this auditor and its recorder, audit log and sinks record.
         self.content = ContentPolicy(capture_content=capture_content, capture_reason=capture_reason,
                                      redact=redact)
+        # Settings given on purpose bind every turn submitted here (recorder_for); the defaults
+        # (the environment's capture setting, no hook) leave each handler's own settings in charge.
+        self._content_given = capture_content is not None or capture_reason is not None or redact is not None
         self._recorder = SpanRecorder(tracer_provider, content=self.content, judge_trace=judge_trace)
+        # Recorders made by recorder_for (held weakly: they go with their handlers): flush() flushes
+        # their providers too, and a turn submitted with one is recorded with it as it is.
+        self._handler_recorders: weakref.WeakSet[Any] = weakref.WeakSet()
+        # Recorders from elsewhere, mapped to the one recorder_for makes of their settings.
+        self._foreign_recorders: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         for sink in sinks:
             sink.bind_recorder(self._recorder)
         self._audit_log = None
@@ -188,10 +200,10 @@ class Auditor:
         # thread never keeps an Auditor nobody else references alive; when it goes, they stop.
         ref = weakref.ref(self)
 
-        async def judge_turn(turn: RagTurn) -> None:
+        async def judge_turn(item: tuple[RagTurn, Any]) -> None:
             auditor = ref()
             if auditor is not None:
-                await auditor._process(turn)
+                await auditor._process(*item)
 
         def job_failed(exc: BaseException) -> None:
             auditor = ref()
@@ -200,7 +212,7 @@ class Auditor:
 
         # The worker's own bound leaves room for the judgements in flight: max_queue (pending,
         # counted here under one lock with the judged/failed counts) is what drops turns.
-        self._judging: BatchWorker[RagTurn] = BatchWorker(
+        self._judging: BatchWorker[tuple[RagTurn, Any]] = BatchWorker(
             "auditor", ahandle=judge_turn, max_queue=max_queue + max_concurrency, concurrency=max_concurrency)
         self._blocking: BatchWorker[Callable[[], None]] | None = None
         if self._sync_judge:
@@ -228,17 +240,79 @@ class Auditor:
         """The redaction hook applied to every text this auditor records (None: none)."""
         return self.content.redact
 
-    def submit(self, turn: RagTurn) -> SubmitStatus:
+    def recorder_for(
+        self,
+        tracer_provider: Any = None,
+        *,
+        capture_content: bool | None = None,
+        redact: Callable[[str], str] | None = None,
+    ) -> Any:
+        """The span recorder for an integration handler with these settings that submits here.
+
+        With none given, this auditor's own :attr:`recorder`. Else a new
+        :class:`~ragaudit.tracing.SpanRecorder` (no thread, no file) on *tracer_provider* (None: this
+        auditor's provider) whose policy is the handler's settings; when this auditor was given
+        content settings itself, the stricter of both applies to each text (capture only when both
+        capture, the reason only when both keep it, the handler's *redact* and then the auditor's).
+        A turn submitted with it (``submit(turn, recorder=...)``) has its judge span, audit-log
+        line, sink records and log lines recorded through it.
+        """
+        if tracer_provider is None and capture_content is None and redact is None:
+            return self._recorder
+        from ..tracing.spans import SpanRecorder
+
+        own = self.content
+        if capture_content is None and redact is None:
+            policy = own  # only a provider of its own: this auditor's policy as it is
+        elif self._content_given:
+            handler = True if capture_content is None else bool(capture_content)
+            policy = ContentPolicy(capture_content=own.capture_content and handler,
+                                   capture_reason=own.capture_reason and handler,
+                                   redact=_chained(redact, own.redact))
+        else:
+            policy = ContentPolicy(capture_content=capture_content, redact=redact)
+        provider = tracer_provider if tracer_provider is not None else self._recorder.tracer_provider
+        recorder = SpanRecorder(provider, content=policy, judge_trace=self._recorder.judge_trace,
+                                max_attribute_chars=self._recorder.max_attribute_chars,
+                                max_documents=self._recorder.max_documents)
+        with self._lock:
+            self._handler_recorders.add(recorder)
+        return recorder
+
+    def _recording(self, recorder: Any) -> Any:
+        """The recorder a turn submitted with *recorder* is recorded with (see :meth:`recorder_for`)."""
+        if recorder is None or recorder is self._recorder:
+            return self._recorder
+        with self._lock:
+            if recorder in self._handler_recorders:
+                return recorder
+            found = self._foreign_recorders.get(recorder)
+        if found is None:
+            # A recorder made elsewhere: its provider and settings, under the same rule as a handler's.
+            content = recorder.content
+            found = self.recorder_for(recorder.tracer_provider or self._recorder.tracer_provider,
+                                      capture_content=content.capture_content, redact=content.redact)
+            with self._lock:
+                self._foreign_recorders[recorder] = found
+        return found
+
+    def submit(self, turn: RagTurn, *, recorder: Any = None) -> SubmitStatus:
         """Hand *turn* over for judging. Never blocks (except in inline mode) and never raises.
+
+        *recorder*: the span recorder that recorded the turn (an integration handler's, from
+        :meth:`recorder_for`); the turn's judge span, audit-log line and sink records go through
+        it. None: this auditor's own.
 
         Returns ``"queued"``, ``"sampled_out"`` or ``"dropped"`` (queue full or auditor shut
         down); in inline mode ``"judged"`` or ``"failed"`` once the judgement is made.
         """
         try:
-            return self._submit(turn)
+            return self._submit(turn, self._recording(recorder))
         except Exception as exc:  # the host pipeline must never see our failure
-            logger.error("ragaudit: submit failed; turn counted as dropped: %s", self.content.exception(exc),
-                         exc_info=exc if self.content.capture_content else None)
+            policy = getattr(recorder, "content", None)
+            policy = policy if isinstance(policy, ContentPolicy) else self.content
+            logger.error("ragaudit: submit failed; turn counted as dropped: %s", policy.exception(exc),
+                         exc_info=exc if policy.capture_content and self.content.capture_content else None)
             with self._lock:
                 self._counts["dropped"] += 1
             return "dropped"
@@ -324,13 +398,27 @@ class Auditor:
         spans_failed_before = spans_not_exported()
         ok = self._closer.flush(remaining())
         ok = self._judging.flush(remaining()) and ok
-        # Spans first: a sink may refer to spans (Phoenix annotations need the span to exist).
-        ok = self._bounded(lambda t: bool(self._recorder.force_flush(t)), remaining(), self._recorder) and ok
+        # Spans first: a sink may refer to spans (Phoenix annotations need the span to exist); every
+        # provider a handler's turns were judged through, once each.
+        for recorder in self._recorders_by_provider():
+            ok = self._bounded(recorder.force_flush, remaining(), recorder) and ok
         for sink in self._sinks:
             ok = self._bounded(sink.force_flush, remaining(), sink) and ok
         stats = self.stats()
         return (ok and stats["pending"] == 0 and stats["sink_errors"] == errors_before
                 and spans_not_exported() == spans_failed_before)
+
+    def _recorders_by_provider(self) -> list[Any]:
+        with self._lock:
+            handlers = list(self._handler_recorders)
+        seen = {id(self._recorder.tracer_provider)}
+        out = [self._recorder]
+        for recorder in handlers:
+            key = id(recorder.tracer_provider)
+            if key not in seen:
+                seen.add(key)
+                out.append(recorder)
+        return out
 
     def _bounded(self, call: Callable[[float], bool], timeout_s: float | None, target: object) -> bool:
         """Run a flush of code we do not control (an exporter, a sink) within *timeout_s*."""
@@ -456,7 +544,7 @@ class Auditor:
 
     # -- internals --------------------------------------------------------------------------
 
-    def _submit(self, turn: RagTurn) -> SubmitStatus:
+    def _submit(self, turn: RagTurn, recorder: Any) -> SubmitStatus:
         with self._lock:
             self._counts["submitted"] += 1
             if self._closed:
@@ -478,12 +566,12 @@ class Auditor:
             return status
         if self.mode == "inline":
             try:
-                judgement = self._judging.run_coroutine(self._process(turn)).result()
+                judgement = self._judging.run_coroutine(self._process(turn, recorder)).result()
             except RuntimeError:  # no thread could be started (interpreter shutdown)
                 self._unqueue()
                 return "dropped"
             return "judged" if judgement.error is None else "failed"
-        if not self._judging.put(turn):
+        if not self._judging.put((turn, recorder)):
             self._unqueue()
             return "dropped"
         return "queued"
@@ -500,12 +588,12 @@ class Auditor:
             self._pending -= 1
             self._counts["dropped"] += 1
 
-    async def _process(self, turn: RagTurn) -> Judgement:
+    async def _process(self, turn: RagTurn, recorder: Any) -> Judgement:
         start_ns = time.time_ns()
         judgement: Judgement | None = None
         try:
             judgement = await self._judge(turn)
-            self._deliver(turn, judgement, start_ns)
+            self._deliver(turn, judgement, start_ns, recorder)
             return judgement
         finally:
             # Counted with the pending count in one step, after delivery: a stats() snapshot
@@ -551,35 +639,41 @@ class Auditor:
             return Judgement.failed(judge_name, f"{type(exc).__name__} raised by the judge: {exc}",
                                     latency_s=time.perf_counter() - started)
 
-    def _deliver(self, turn: RagTurn, judgement: Judgement, start_ns: int) -> None:
-        self._recorder.record_judgement(turn, judgement, start_ns=start_ns)
+    def _deliver(self, turn: RagTurn, judgement: Judgement, start_ns: int, recorder: Any) -> None:
+        # Everything recorded of this turn follows its recorder's policy (the handler's, see
+        # recorder_for), never this auditor's own when the handler's is stricter.
+        policy: ContentPolicy = recorder.content
+        recorder.record_judgement(turn, judgement, start_ns=start_ns)
         if self._audit_log is not None:
             try:
                 self._audit_log.write(turn, judgement, judge_status="judged" if judgement.error is None
-                                      else "failed", retrieval_metrics=turn_metrics(turn))
+                                      else "failed", retrieval_metrics=turn_metrics(turn), content=policy)
             except Exception as exc:
-                self._sink_failed(self._audit_log, exc)
-        for sink in self._sinks:
-            try:
-                sink.emit(turn, judgement)
-            except Exception as exc:
-                self._sink_failed(sink, exc)
+                self._sink_failed(self._audit_log, exc, policy)
+        if self._sinks:
+            with emitting_with(recorder):
+                for sink in self._sinks:
+                    try:
+                        sink.emit(turn, judgement)
+                    except Exception as exc:
+                        self._sink_failed(sink, exc, policy)
         if self._on_judgement is not None:
             try:
                 self._on_judgement(turn, judgement)
             except Exception as exc:
-                self._sink_failed(self._on_judgement, exc)
+                self._sink_failed(self._on_judgement, exc, policy)
 
     def _job_failed(self, exc: BaseException) -> None:
+        # A job is a handler's turn; its policy is not at hand here: the strictest in the process.
         self._log.warning(f"job:{type(exc).__name__}", "ragaudit: closing a turn failed (the pipeline is "
-                          "unaffected): %s", self.content.exception(exc))
+                          "unaffected): %s", log_exception(exc, self.content))
 
-    def _sink_failed(self, sink: object, exc: BaseException) -> None:
+    def _sink_failed(self, sink: object, exc: BaseException, policy: ContentPolicy | None = None) -> None:
         with self._lock:
             self._counts["sink_errors"] += 1
         name = getattr(sink, "__name__", type(sink).__name__)
         self._log.warning(f"sink:{name}:{type(exc).__name__}", "ragaudit: sink %s failed: %s",
-                          name, self.content.exception(exc))
+                          name, (policy or self.content).exception(exc))
 
     def _exit(self, deadline: float) -> None:
         """The exit hook's part for this auditor: shut down by *deadline* (shared by all auditors)."""
@@ -590,6 +684,29 @@ class Auditor:
             logger.info("ragaudit: flushing %d pending judgement(s) and %d turn(s) at exit", stats["pending"],
                         stats["closing"])
         self.shutdown(min(self.exit_timeout_s, max(0.0, deadline - time.monotonic())))
+
+
+def _chained(first: Callable[[str], str] | None, then: Callable[[str], str] | None) -> Callable[[str], str] | None:
+    """*first* and then *then* as one redact hook (either may be None; the same hook only once)."""
+    if first is None or first is then:
+        return then
+    if then is None:
+        return first
+    return _Chained(first, then)
+
+
+class _Chained:
+    """Two redact hooks in a row: a handler's, then its auditor's (a failure withholds the text)."""
+
+    __slots__ = ("first", "then")
+
+    def __init__(self, first: Callable[[str], str], then: Callable[[str], str]) -> None:
+        self.first = first
+        self.then = then
+
+    def __call__(self, text: str) -> str:
+        out = self.first(text)
+        return self.then(out if isinstance(out, str) else str(out))
 
 
 def _shutdown_call(sink: JudgementSink) -> Callable[[float], bool]:

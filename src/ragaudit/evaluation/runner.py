@@ -196,8 +196,8 @@ class _EvalAuditor(Auditor):
         self.submitted: dict[str, tuple[RagTurn, SubmitStatus]] = {}
         self._submitted_lock = threading.Lock()
 
-    def submit(self, turn: RagTurn) -> SubmitStatus:
-        status = super().submit(turn)
+    def submit(self, turn: RagTurn, *, recorder: Any = None) -> SubmitStatus:
+        status = super().submit(turn, recorder=recorder)
         key = turn.metadata.get(ROW_KEY) if turn.metadata else None
         if isinstance(key, str):
             with self._submitted_lock:

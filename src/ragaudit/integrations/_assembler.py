@@ -405,7 +405,10 @@ def finish_turn(
     status: str | None = None
     if auditor is not None:
         try:
-            status = auditor.submit(turn)
+            # The handler's own recorder goes with the turn (its policy and provider); a turn recorded
+            # with the auditor's own is submitted as a plain turn (an Auditor subclass may take no more).
+            status = (auditor.submit(turn) if recorder is auditor.recorder
+                      else auditor.submit(turn, recorder=recorder))
         except Exception as exc:  # Auditor.submit never raises; a user's stand-in might
             report_failure("submitting a turn", exc)
             status = "dropped"

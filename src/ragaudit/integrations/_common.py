@@ -18,15 +18,15 @@ from __future__ import annotations
 import json
 import math
 import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from opentelemetry import context as _otel_context
 
 from .._log import RateLimitedLog
-from ..content import log_exception
+from ..content import ContentPolicy, log_exception
 from ..errors import ConfigurationError
 from ..records import RetrievedDoc, normalize_relevance, stable_doc_id
 
@@ -65,12 +65,13 @@ _SCORE_KEYS = ("score", "relevance_score", "_distance")
 _log = RateLimitedLog()
 
 
-def report_failure(where: str, exc: BaseException) -> None:
-    """Log that an integration callback failed; once per kind, then at most once a minute with a count."""
+def report_failure(where: str, exc: BaseException, content: ContentPolicy | None = None) -> None:
+    """Log that an integration callback failed; once per kind, then at most once a minute with a count.
+    *content*: the handler's policy, when at hand."""
     name = type(exc).__name__
-    # No policy at hand here: log_exception withholds the message once any auditor has capture off.
+    # log_exception withholds the message once any policy has capture off, and applies *content*.
     _log.warning(f"{where}:{name}", "ragaudit: %s failed (the pipeline is unaffected): %s",
-                 where, log_exception(exc))
+                 where, log_exception(exc, content))
 
 
 # --- documents -------------------------------------------------------------------------------------
@@ -156,8 +157,11 @@ def current_context() -> Any:
     return _otel_context.get_current()
 
 
-def close_later(auditor: Any, job: Callable[[], None]) -> bool:
+def close_later(auditor: Any, job: Callable[[], None], content: ContentPolicy | None = None) -> bool:
     """Run *job* (build, trace and submit one finished turn) off the host's thread. Never raises.
+
+    A failure of *job* is logged through *content* (the handler's policy: the auditor may be shared
+    by handlers with other settings).
 
     The job goes to *auditor*'s closing thread (:meth:`~ragaudit.Auditor.defer`: bounded, batched,
     drained by ``flush()``, ``shutdown()`` and at exit; a job the full queue cannot take is
@@ -165,52 +169,46 @@ def close_later(auditor: Any, job: Callable[[], None]) -> bool:
     auditor judges inline (so the turn is judged before the run returns) or is a stand-in without
     ``defer``. Returns False when the job was dropped.
     """
+    if content is not None:
+        job = partial(_guarded, job, content)
     try:
         defer = getattr(auditor, "defer", None)
         if defer is not None:
             return bool(defer(job))
         job()
     except Exception as exc:
-        report_failure("closing a turn", exc)
+        report_failure("closing a turn", exc, content)
     return True
+
+
+def _guarded(job: Callable[[], None], content: ContentPolicy) -> None:
+    try:
+        job()
+    except Exception as exc:
+        report_failure("closing a turn", exc, content)
 
 
 # --- the shared default auditor --------------------------------------------------------------------
 
 _defaults_lock = threading.Lock()
-# Held weakly: an auditor made for one redact hook or provider goes away with the last handler that
-# uses it (its threads stop, its file closes), so handlers made per call with a new lambda each do
-# not pile auditors up. The plain default (no provider, capture or redact given) lives for the process.
-_defaults: weakref.WeakValueDictionary[tuple[int, bool | None, int], Auditor] = weakref.WeakValueDictionary()
-_plain_default: list[Auditor] = []
+_default: list[Auditor] = []
 
 
-def default_auditor(
-    tracer_provider: Any = None,
-    *,
-    capture_content: bool | None = None,
-    redact: Callable[[str], str] | None = None,
-) -> Auditor:
+def default_auditor() -> Auditor:
     """The process-wide :class:`~ragaudit.Auditor` handlers use when given neither judge nor auditor.
 
-    Created on first use with the default judge (:func:`ragaudit.judges.default_judge`) and then
-    shared, so a handler made per call does not start a worker thread per call. There is one per
-    distinct (*tracer_provider*, *capture_content*, *redact*) still in use, so judge spans go where
-    the turn spans go. (The auditor keeps the provider and the redact hook alive, so their ids stay
-    unique while it is in the table.)
+    Created on first use with the default judge (:func:`ragaudit.judges.default_judge`) and shared by
+    every such handler and ``instrument()``, whatever tracer provider, ``capture_content`` or
+    ``redact`` they pass: those shape how each handler's turns are recorded, and travel with each
+    turn (:meth:`~ragaudit.Auditor.recorder_for`), so a handler made per call starts no thread and
+    opens no file of its own.
     """
-    key = (id(tracer_provider), capture_content, id(redact))
     with _defaults_lock:
-        found = _defaults.get(key)
-        if found is None:
+        if not _default:
             from ..auditor import Auditor
 
-            found = Auditor(None, tracer_provider=tracer_provider, capture_content=capture_content,
-                            redact=redact)
-            _defaults[key] = found
-            if tracer_provider is None and capture_content is None and redact is None:
-                _plain_default.append(found)
-        return found
+            _default.append(Auditor(None))
+        return _default[0]
 
 
 def resolve_backend(
@@ -225,46 +223,25 @@ def resolve_backend(
     """``(auditor, recorder)`` for an integration handler, from its constructor arguments.
 
     The auditor is *auditor*; else a private :class:`~ragaudit.Auditor` of *judge* (with the
-    tracing settings); else :func:`default_auditor`. The recorder of turn spans is a
-    :class:`~ragaudit.tracing.SpanRecorder` of its own when *tracer_provider*, *capture_content*
-    or *redact* is given, else the auditor's, so turn and judge spans go to the same place.
-    Raises :class:`~ragaudit.ConfigurationError` naming *owner* for contradictory arguments.
+    tracing settings); else :func:`default_auditor`. The recorder of the handler's turns is
+    :meth:`Auditor.recorder_for` of the tracing settings (the auditor's own when none is given): the
+    handler's turn spans and, since each turn is submitted with it, that turn's judge span, audit-log
+    line and sink records follow it. Raises :class:`~ragaudit.ConfigurationError` naming *owner* for
+    contradictory arguments.
     """
     if judge is not None and auditor is not None:
         raise ConfigurationError(f"give {owner} a judge or an auditor, not both")
     if auditor is not None and not callable(getattr(auditor, "submit", None)):
         raise ConfigurationError(f"auditor must be a ragaudit.Auditor, got {type(auditor).__name__}")
-    if auditor is not None:
-        # The auditor records the same texts again (judge spans, audit log, sinks) with its own
-        # settings: privacy settings stricter than its own would be silently ignored there.
-        recorder = getattr(auditor, "recorder", None)
-        if redact is not None and getattr(auditor, "redact", None) is not redact:
-            raise ConfigurationError(f"{owner}(redact=...) would not reach the audit log and judge spans of the "
-                                     "auditor given: pass the same redact= to Auditor(...)")
-        if capture_content is False and getattr(recorder, "capture_content", False):
-            raise ConfigurationError(f"{owner}(capture_content=False) would not reach the audit log and judge "
-                                     "spans of the auditor given: pass capture_content=False to Auditor(...)")
+    if auditor is None and judge is not None:
+        # A judge of its own needs a worker of its own: see RELIABILITY.md ("judge= per handler").
+        from ..auditor import Auditor
+
+        private = Auditor(judge, tracer_provider=tracer_provider, capture_content=capture_content, redact=redact)
+        return private, private.recorder
     if auditor is None:
-        if judge is not None:
-            from ..auditor import Auditor
-
-            auditor = Auditor(judge, tracer_provider=tracer_provider, capture_content=capture_content,
-                              redact=redact)
-        else:
-            auditor = default_auditor(tracer_provider, capture_content=capture_content, redact=redact)
-    if tracer_provider is None and capture_content is None and redact is None:
-        return auditor, auditor.recorder
-    from ..content import ContentPolicy
-    from ..tracing.spans import SpanRecorder
-
-    # Turn spans go through the auditor's own content policy whenever the handler's settings agree
-    # with it (always, unless the handler asked to capture what the auditor does not).
-    policy = getattr(auditor, "content", None)
-    if isinstance(policy, ContentPolicy) and (redact is None or redact is policy.redact) and (
-        capture_content is None or bool(capture_content) == policy.capture_content
-    ):
-        return auditor, SpanRecorder(tracer_provider, content=policy)
-    return auditor, SpanRecorder(tracer_provider, capture_content=capture_content, redact=redact)
+        auditor = default_auditor()
+    return auditor, auditor.recorder_for(tracer_provider, capture_content=capture_content, redact=redact)
 
 
 def check_measures(measures: Sequence[str]) -> tuple[str, ...]:

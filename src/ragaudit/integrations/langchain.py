@@ -439,11 +439,13 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
         judge: the judge of a private :class:`~ragaudit.Auditor` this handler creates (with the
             tracing settings below). Give *judge* or *auditor*, not both.
         auditor: the auditor to submit turns to. With neither, the process-wide default auditor
-            (default judge, shared by every such handler) is used.
-        tracer_provider, capture_content, redact: settings of this handler's own span recorder
-            for turn spans (``capture_content`` None: on unless
-            ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=NO_CONTENT``). When none is
-            given, the auditor's recorder is used; judge spans always come from the auditor.
+            (default judge, shared by every such handler whatever its other arguments) is used.
+        tracer_provider, capture_content, redact: how this handler's turns are recorded
+            (``capture_content`` None: on unless
+            ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=NO_CONTENT``): its turn spans, and
+            each turn's judge span, audit-log line and sink payloads
+            (:meth:`~ragaudit.Auditor.recorder_for`; with an auditor given content settings of its
+            own, the stricter of both). When none is given, the auditor's recorder is used.
         max_runs: at most this many turns are tracked at once; beyond it the oldest open turn is
             ended as an error span (``stats()["evicted"]``), so a leak cannot grow without bound.
         turn_measures: retrieval metrics put on the turn span when ground truth is known.
@@ -614,7 +616,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
         now = time.time_ns()
         with self._store.lock:
             self._closed_turns += 1
-        close_later(self.auditor, partial(self._close, turn, now, evicted))
+        close_later(self.auditor, partial(self._close, turn, now, evicted), self.recorder.content)
 
     def _steps(self, turn: _Turn, now: int) -> list[Step]:
         """The turn's retriever, model and tool calls as steps: finished ones, then the ones still

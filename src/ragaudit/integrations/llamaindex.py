@@ -766,7 +766,7 @@ class _Collector:
             self._settle(turn)
         except Exception as exc:
             report_failure("closing a LlamaIndex turn", exc)
-        close_later(self.auditor, partial(self._close, turn, now, evicted))
+        close_later(self.auditor, partial(self._close, turn, now, evicted), self.recorder.content)
         if drained and self.on_idle is not None:
             self.on_idle()  # the last turn of an uninstrumented instrumentation: leave the dispatcher
 
@@ -1355,9 +1355,11 @@ def instrument(
         judge: the judge of a private :class:`~ragaudit.Auditor` (with the tracing settings below).
             Give *judge* or *auditor*, not both; with neither, the process-wide default auditor.
         auditor: the auditor to submit turns to.
-        tracer_provider, capture_content, redact: settings of the span recorder for turn spans
-            (``capture_content`` None: on unless ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
-            says ``NO_CONTENT``); with none given, the auditor's recorder is used.
+        tracer_provider, capture_content, redact: how the turns are recorded (``capture_content``
+            None: on unless ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` says
+            ``NO_CONTENT``): turn spans, and each turn's judge span, audit-log line and sink payloads
+            (:meth:`~ragaudit.Auditor.recorder_for`); they never make an Auditor of their own. With
+            none given, the auditor's recorder is used.
         max_runs: at most this many turns are tracked at once; past it the oldest is ended as an error.
         turn_measures: retrieval metrics put on the turn span when ground truth is known.
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MetricError
-from ._tables import arrow_strings, qid_text, take
+from ._tables import arrow_strings, ascii_bytes, qid_text, take
 
 __all__ = ["DocIds", "docids_from_array", "hash_fixed", "id_codes"]
 
@@ -123,12 +123,16 @@ class DocIds:
     def encode(self, docids: list[str]) -> np.ndarray:
         """*docids* (strings) as an array comparable with :attr:`ids`."""
         kind = self.ids.dtype.kind
-        if kind == "U":
+        if kind in "US":
             width = max(map(len, docids), default=1) or 1
-            return np.fromiter(docids, dtype=f"U{width}", count=len(docids))
-        if kind == "S":
+            texts = np.fromiter(docids, dtype=f"U{width}", count=len(docids))
+            if kind == "U":
+                return texts
+            narrowed = ascii_bytes(texts)  # ASCII ids (nearly always): their UTF-8 in one copy
+            if narrowed.dtype.kind == "S":
+                return narrowed
             pa = sys.modules.get("pyarrow")
-            if pa is not None and docids:
+            if pa is not None:
                 fixed = arrow_strings(pa.array(docids, pa.string()), "doc ids")
                 if fixed is not None:
                     return fixed

@@ -24,6 +24,8 @@ from ._tables import (
     LABEL_NAMES,
     QID_NAMES,
     QidRuns,
+    ascii_bytes,
+    changes,
     coded_ids,
     is_table,
     qid_text,
@@ -330,12 +332,12 @@ def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -
     q_names = None
     q_runs = None
     if coded is None:
-        q_arr = to_numpy(qids, "qids")
+        q_arr = ascii_bytes(to_numpy(qids, "qids"))
     elif isinstance(coded, QidRuns):
         q_runs = coded
     else:
         q_arr, q_names = coded
-    d_arr = to_numpy(docids, "docids")
+    d_arr = ascii_bytes(to_numpy(docids, "docids"))
     s_arr = None if scores is None else _scores_array(to_numpy(scores, "scores"), "run")
     n_rows = int(q_runs.lengths.sum()) if q_runs is not None else len(q_arr)
     n_scores = len(d_arr) if s_arr is None else len(s_arr)
@@ -376,20 +378,30 @@ def _group_columns(
     *q_names*: *q_arr* holds exact integer codes of these ids.
     """
     # Rows of a query are nearly always contiguous: find the blocks without sorting any strings.
-    starts = np.concatenate(([0], np.flatnonzero(q_arr[1:] != q_arr[:-1]) + 1))
+    starts = np.concatenate(([0], np.flatnonzero(changes(q_arr)) + 1))
     if len(starts) <= len(q_arr) // 4 and _distinct(q_arr[starts]):
         lengths = np.diff(np.append(starts, len(q_arr)))
-        run_qids = q_arr[starts].tolist()
-        if q_names is not None:
-            run_qids = [q_names[c] for c in run_qids]
-        elif q_arr.dtype.kind != "U":
-            run_qids = [qid_text(v) for v in run_qids]
+        run_qids = _id_texts(q_arr[starts], q_names)
     else:
         # A query's rows are spread out: gather them (queries in order of first appearance).
         order, run_qids, lengths = _group_rows(q_arr, q_names)
         d_arr = take(d_arr, order)
         s_arr = None if s_arr is None else s_arr[order]
     return lengths, run_qids, d_arr, s_arr
+
+
+def _id_texts(ids: np.ndarray, names: list[str] | None) -> list[str]:
+    """Query ids as text; *names*: *ids* are integer codes of these."""
+    if names is not None:
+        return [names[c] for c in ids.tolist()]
+    if ids.dtype.kind == "S":
+        try:  # one cast when they are ASCII (nearly always), else one by one
+            return ids.astype(f"U{max(ids.itemsize, 1)}").tolist()  # type: ignore[no-any-return]
+        except UnicodeDecodeError:
+            pass
+    elif ids.dtype.kind == "U":
+        return ids.tolist()  # type: ignore[no-any-return]
+    return [qid_text(v) for v in ids.tolist()]
 
 
 def _distinct(ids: np.ndarray) -> bool:
@@ -416,7 +428,7 @@ def _group_rows(q_arr: np.ndarray, names: list[str] | None = None) -> tuple[np.n
     new_group[1:] = keys[1:] != keys[:-1]
     del keys
     ids_sorted = q_arr[order]
-    if bool((~new_group[1:] & (ids_sorted[1:] != ids_sorted[:-1])).any()):
+    if bool((~new_group[1:] & changes(ids_sorted)).any()):
         # Two query ids share the code's top bits: group by the ids themselves (slower, exact).
         _, exact = np.unique(np.array([qid_text(v) for v in q_arr.tolist()]), return_inverse=True)
         order = np.argsort(exact, kind="stable")
@@ -427,6 +439,5 @@ def _group_rows(q_arr: np.ndarray, names: list[str] | None = None) -> tuple[np.n
     by_first_row = np.argsort(first_rows)
     starts, sizes = starts[by_first_row], sizes[by_first_row]
     rows = np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(len(order))
-    first_ids = q_arr[first_rows[by_first_row]].tolist()
-    run_qids = [names[c] for c in first_ids] if names is not None else [qid_text(v) for v in first_ids]
+    run_qids = _id_texts(q_arr[first_rows[by_first_row]], names)
     return order[rows], run_qids, sizes

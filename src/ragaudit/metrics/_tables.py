@@ -25,6 +25,8 @@ __all__ = [
     "SCORE_NAMES",
     "QidRuns",
     "arrow_strings",
+    "ascii_bytes",
+    "changes",
     "coded_ids",
     "find_column",
     "is_table",
@@ -47,6 +49,54 @@ def take(arr: np.ndarray, index: Any) -> np.ndarray:
     if arr.dtype.kind in "US" and arr.itemsize and not isinstance(index, slice):
         return arr.view(f"V{arr.itemsize}")[index].view(arr.dtype)
     return arr[index]
+
+
+# Rows narrowed per step: a block's 4-byte units stay in cache between the check and the copy.
+_NARROW_ROWS = 1 << 15
+
+
+def ascii_bytes(arr: np.ndarray) -> np.ndarray:
+    """A 'U' array of ASCII strings as the equal 'S' array (its UTF-8 bytes); else *arr* itself.
+
+    numpy stores 4 bytes per character; every later pass over the ids (hashing, grouping, gathers,
+    comparisons) reads a quarter of the bytes once they are narrowed, which pays the one copy back
+    several times over. ASCII only, so the bytes are the UTF-8 the qrels' ids are encoded to.
+    """
+    if arr.dtype.kind != "U" or arr.itemsize == 0 or arr.ndim != 1:
+        return arr
+    n, width = len(arr), arr.itemsize // 4
+    units = np.ascontiguousarray(arr).view(np.dtype(np.uint32).newbyteorder(arr.dtype.byteorder))
+    units = units.reshape(n, width)
+    out = np.empty((n, width), dtype=np.uint8)
+    for start in range(0, n, _NARROW_ROWS):
+        block = units[start : start + _NARROW_ROWS]
+        if block.size and int(block.max()) >= 0x80:
+            return arr
+        np.copyto(out[start : start + _NARROW_ROWS], block, casting="unsafe")
+    return out.view(f"S{width}").reshape(n)
+
+
+def changes(arr: np.ndarray) -> np.ndarray:
+    """``arr[1:] != arr[:-1]``; for byte strings compared eight bytes at a time from the buffer.
+
+    numpy compares 'S' items as strings, one call per pair; equal bytes are equal ids (trailing
+    NULs are padding either way), so comparing 64-bit words of the rows is exact and several times
+    faster. Rows of 8 bytes or more are read as unaligned words (the last one overlapping the one
+    before it); shorter rows are copied into zero-padded words first.
+    """
+    width, n = arr.itemsize, len(arr)
+    if arr.dtype.kind != "S" or width == 0 or n < 2:
+        return np.asarray(arr[1:] != arr[:-1], dtype=bool)
+    arr = np.ascontiguousarray(arr)
+    if width < 8:
+        padded = np.zeros(n, dtype=np.uint64)
+        padded.view(np.uint8).reshape(n, 8)[:, :width] = arr.view(np.uint8).reshape(n, width)
+        return padded[1:] != padded[:-1]
+    out = np.zeros(n - 1, dtype=bool)
+    for offset in sorted({*range(0, width - 7, 8), width - 8}):
+        words = np.ndarray(shape=(n,), dtype=np.uint64, buffer=arr, offset=offset, strides=(width,))
+        out |= words[1:] != words[:-1]
+    return out
 
 
 def is_table(obj: Any) -> bool:

@@ -307,10 +307,6 @@ class AuditLog:
     def __repr__(self) -> str:
         return f"AuditLog({str(self.path)!r}, capture_content={self.capture_content})"
 
-    def _content(self, value: str | None) -> str | None:
-        """A content text as written: None with capture off, else through the policy."""
-        return self.content.content(value)
-
     def record(
         self,
         turn: RagTurn,
@@ -318,9 +314,11 @@ class AuditLog:
         *,
         judge_status: str,
         retrieval_metrics: Mapping[str, float] | None = None,
+        content: ContentPolicy | None = None,
     ) -> dict[str, Any]:
-        """The dict :meth:`write` would write for these arguments."""
-        policy = self.content
+        """The dict :meth:`write` would write for these arguments (*content*: the policy of this
+        turn, e.g. its integration handler's; None: the log's own)."""
+        policy = self.content if content is None else content
         capture = policy.capture_content
         documents = []
         for doc in turn.documents:
@@ -376,14 +374,14 @@ class AuditLog:
             # and documents: with capture off only their numbers and flags are kept
             "details": policy.details(judgement.details, MAX_RAW_OUTPUT_CHARS),
         }
-        line.update(self._full_audit(turn, judgement))
+        line.update(self._full_audit(turn, judgement, policy))
         if not capture:
             line["query_chars"] = len(turn.query)
             line["answer_chars"] = len(turn.answer) if turn.answer is not None else None
             line["reason_chars"] = len(judgement.reason) if judgement.reason is not None else None
         return line
 
-    def _full_audit(self, turn: RagTurn, judgement: Judgement) -> dict[str, Any]:
+    def _full_audit(self, turn: RagTurn, judgement: Judgement, policy: ContentPolicy) -> dict[str, Any]:
         """The full audit's keys: sentence verdicts (text follows content capture), document grades,
         judged retrieval metrics, citation checks and citation precision/recall."""
         from ..judged import audit_turn
@@ -392,12 +390,12 @@ class AuditLog:
         sentences = []
         for sentence in judgement.sentences:
             entry = sentence.to_dict()
-            entry["text"] = self._content(sentence.text)
+            entry["text"] = policy.content(sentence.text)
             sentences.append(entry)
         checks = []
         for check in audit.citation_checks:
             entry = check.to_dict()
-            entry["marker"] = self._content(check.marker)
+            entry["marker"] = policy.content(check.marker)
             checks.append(entry)
         return {
             "sentences": sentences,
@@ -415,15 +413,17 @@ class AuditLog:
         *,
         judge_status: str,
         retrieval_metrics: Mapping[str, float] | None = None,
+        content: ContentPolicy | None = None,
     ) -> None:
-        """Append one line for *turn* and its *judgement* and flush it.
+        """Append one line for *turn* and its *judgement* and flush it (*content*: as :meth:`record`).
 
         Raises :class:`~ragaudit.RagAuditError` when the log is closed or the line cannot be
         written (the caller, normally the Auditor, counts and logs it). A text *redact* fails on
         is written as ``[ragaudit: redact() failed, text withheld]``.
         """
         text = _dumps(
-            self.record(turn, judgement, judge_status=judge_status, retrieval_metrics=retrieval_metrics)
+            self.record(turn, judgement, judge_status=judge_status, retrieval_metrics=retrieval_metrics,
+                        content=content)
         )
         try:
             self._out.append(text + "\n")

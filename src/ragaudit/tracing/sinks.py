@@ -109,7 +109,13 @@ class HttpSink(BaseJudgementSink):
 
     @property
     def content(self) -> ContentPolicy:
-        """The policy texts go through: the Auditor's once bound; before, one from the environment."""
+        """The policy texts go through: during :meth:`emit`, that turn's (:attr:`recorder`); else the
+        Auditor's once bound; before, one from the environment."""
+        current = self.recorder
+        if current is not self._recorder:
+            turn_policy = getattr(current, "content", None)
+            if isinstance(turn_policy, ContentPolicy):
+                return turn_policy
         policy = self._content
         if policy is None:
             policy = self._content = ContentPolicy()
@@ -410,7 +416,7 @@ class LangfuseSink(HttpSink):
     def _environment(self) -> str | None:
         if self.environment:
             return self.environment
-        recorder_environment = getattr(self._recorder, "environment", None)
+        recorder_environment = getattr(self.recorder, "environment", None)
         if isinstance(recorder_environment, str) and recorder_environment:
             return recorder_environment
         return os.environ.get(LANGFUSE_ENVIRONMENT_ENV, "").strip() or None

@@ -286,6 +286,11 @@ class SpanRecorder:
                 base[c.LANGFUSE_ENVIRONMENT] = lf_environment
 
     # --- state ---------------------------------------------------------------------------------
+    @property
+    def tracer_provider(self) -> TracerProvider | None:
+        """The provider given (None: this recorder follows the global one)."""
+        return self._provider
+
     def _current_tracer(self) -> Tracer | None:
         tracer = self._tracer
         if tracer is not None or not self._follow_global or not _global_provider_maybe_set():
