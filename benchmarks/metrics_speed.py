@@ -1,6 +1,6 @@
 """Retrieval-metric speed and memory: ragaudit's input paths against pytrec_eval, over a grid of runs.
 
-    python benchmarks/metrics_speed.py           # 100,000 queries x 100 docs, the full grid (21 min under load)
+    python benchmarks/metrics_speed.py           # 100,000 queries x 100 docs, the full grid (4 min on a quiet machine)
     python benchmarks/metrics_speed.py --quick   # 2,000 queries: a smoke run of a few seconds
 
 The grid: ties in none / 5 % / 60 % of the queries x rows in rank order / shuffled. Each cell is
@@ -16,7 +16,7 @@ cut at rank 10 afterwards -- trec_eval's recip_rank has no cut-off --, map_cut_1
 Speed. In ONE process per cell, every input is built once outside the clock -- nested dicts (the
 same object for pytrec_eval and ragaudit), numpy columns, a pandas DataFrame, a pyarrow Table --
 then ``--rounds`` rounds time each tool once, in an order rotated every round (so machine load,
-which 7 other engineers share on 2 cores, falls on every tool alike), after one untimed warm-up
+on a shared machine, falls on every tool alike), after one untimed warm-up
 call each. A tool's time is its whole evaluation from its input, qrels and run conversion
 included. Reported: the median and min-max of each tool's times, and its speed-up against
 pytrec_eval = median of the per-round ratios (pytrec_eval's time in that round / the tool's), with

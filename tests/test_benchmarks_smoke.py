@@ -63,3 +63,26 @@ def test_metrics_speed_quick_writes_its_grid(tmp_path: Path) -> None:
         assert result["peak_mb"] > 0 and result["added_mb"] >= 0, tool
     assert "ragaudit.metrics" in doc["import_s"]
     assert "pytrec_eval" in done.stdout and "x pytrec" in done.stdout
+
+
+@pytest.mark.timeout(300)
+def test_profile_metrics_prints_every_stage_for_every_column_input() -> None:
+    pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "profile_metrics.py"), "--queries", "2000", "--rounds", "2",
+         "--ties", "0.6", "--order", "shuffled"],
+        capture_output=True, text=True, timeout=280, cwd=REPO,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    lines = done.stdout.splitlines()
+    assert sum(line.startswith("round ") for line in lines) == 2 * 3  # 2 rounds x 3 tools, interleaved
+    header = lines.index(next(line for line in lines if line.startswith("tool ")))
+    assert lines[header].split() == ["tool", "total", "prepare_qrels", "prepare_columns", "judged_of",
+                                     "rank_judged", "rest"]
+    table = [line.split() for line in lines[header + 1 : header + 4]]
+    assert [row[0] for row in table] == ["numpy", "pandas", "pyarrow"]
+    for row in table:
+        total, *stages = map(float, row[1:6])
+        # Every stage ran (was timed) and the stages are parts of the whole.
+        assert all(s > 0 for s in stages) and sum(stages) <= total + 1e-3

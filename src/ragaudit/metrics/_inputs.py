@@ -379,9 +379,10 @@ def _group_columns(
     """
     # Rows of a query are nearly always contiguous: find the blocks without sorting any strings.
     starts = np.concatenate(([0], np.flatnonzero(changes(q_arr)) + 1))
-    if len(starts) <= len(q_arr) // 4 and _distinct(q_arr[starts]):
+    run_qids = _id_texts(q_arr[starts], q_names) if len(starts) <= len(q_arr) // 4 else []
+    # Contiguous when no id starts two blocks (the texts are the ids, compared as the run is).
+    if run_qids and len(set(run_qids)) == len(run_qids):
         lengths = np.diff(np.append(starts, len(q_arr)))
-        run_qids = _id_texts(q_arr[starts], q_names)
     else:
         # A query's rows are spread out: gather them (queries in order of first appearance).
         order, run_qids, lengths = _group_rows(q_arr, q_names)
@@ -402,11 +403,6 @@ def _id_texts(ids: np.ndarray, names: list[str] | None) -> list[str]:
     elif ids.dtype.kind == "U":
         return ids.tolist()  # type: ignore[no-any-return]
     return [qid_text(v) for v in ids.tolist()]
-
-
-def _distinct(ids: np.ndarray) -> bool:
-    """True when no id repeats (certain: only distinct ids can have distinct codes)."""
-    return len(np.unique(id_codes(ids))) == len(ids)
 
 
 def _group_rows(q_arr: np.ndarray, names: list[str] | None = None) -> tuple[np.ndarray, list[str], np.ndarray]:
