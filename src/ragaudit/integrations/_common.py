@@ -169,8 +169,8 @@ def close_later(auditor: Any, job: Callable[[], None], content: ContentPolicy | 
     auditor judges inline (so the turn is judged before the run returns) or is a stand-in without
     ``defer``. Returns False when the job was dropped.
     """
-    if content is not None:
-        job = partial(_guarded, job, content)
+    if content is not None and content is not getattr(auditor, "content", None):
+        job = partial(_guarded, job, content)  # else the auditor logs a failure with this very policy
     try:
         defer = getattr(auditor, "defer", None)
         if defer is not None:
