@@ -309,6 +309,32 @@ def measure_memory(data: dict[str, Any], tools: list[str], tmp: Path) -> dict[st
     return out
 
 
+def run_cell(
+    index: int, tie: float, order: str, tools: list[str], args: argparse.Namespace, memory: bool
+) -> dict[str, Any]:
+    """One cell of the grid, timed (and its memory measured) in this process, which runs nothing else."""
+    data = make_cell(args.queries, args.depth, args.relevant, tie, order, args.seed + index)
+    inputs = build_inputs(data, tools)
+    speed, diff = time_cell(inputs, tools, args.rounds)
+    del inputs
+    gc.collect()
+    measured: dict[str, Any] = {}
+    if memory:
+        with tempfile.TemporaryDirectory(prefix="ragaudit-metrics-cell-") as tmp:
+            measured = measure_memory(data, tools, Path(tmp))
+    cell = {
+        "ties": tie,
+        "order": order,
+        "score_levels": data["levels"],
+        "tied_share_measured": data["tied_share_measured"],
+        "speed": speed,
+        "memory": measured,
+        "max_abs_diff_per_query": diff,
+    }
+    cell["targets"] = cell_targets(speed, measured)
+    return cell
+
+
 def _child_env() -> dict[str, str]:
     env = dict(os.environ)
     src = str(Path(__file__).resolve().parent.parent / "src")
@@ -471,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         "--markdown", default=None, metavar="RESULT", help="print BENCHMARKS.md's tables of a result file"
     )
     parser.add_argument("--memory-worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--cell-worker", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--data", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--result", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -480,6 +507,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.memory_worker:
         Path(args.result).write_text(json.dumps(memory_worker(args.memory_worker, Path(args.data))))
+        return 0
+    if args.cell_worker is not None:
+        tools = [t for t in args.tools.split(",") if t]
+        cell = run_cell(args.cell_worker, float(args.ties), args.orders, tools, args, args.memory == "all")
+        Path(args.result).write_text(json.dumps(cell))
         return 0
 
     queries = args.queries or (2_000 if args.quick else 100_000)
@@ -503,30 +535,28 @@ def main(argv: list[str] | None = None) -> int:
     print(f"data: {queries:,} queries x {args.depth} docs, ~{args.relevant} judged each; {MEASURES}; {rounds} rounds")
     started = time.perf_counter()
     cells: list[dict[str, Any]] = []
+    n_cells = len(ties) * len(orders)
     with tempfile.TemporaryDirectory(prefix="ragaudit-metrics-bench-") as tmp:
-        n_cells = len(ties) * len(orders)
         for i, (tie, order) in enumerate((t, o) for t in ties for o in orders):
-            data = make_cell(queries, args.depth, args.relevant, tie, order, args.seed + i)
-            inputs = build_inputs(data, tools)
-            speed, diff = time_cell(inputs, tools, rounds)
-            del inputs
-            gc.collect()
             measured = memory_cells == "all" or (memory_cells == "corners" and i in (0, n_cells - 1))
-            memory = measure_memory(data, tools, Path(tmp)) if measured or (memory_cells == "first" and i == 0) else {}
-            cell = {
-                "ties": tie,
-                "order": order,
-                "score_levels": data["levels"],
-                "tied_share_measured": data["tied_share_measured"],
-                "speed": speed,
-                "memory": memory,
-                "max_abs_diff_per_query": diff,
-            }
-            cell["targets"] = cell_targets(speed, memory)
+            measured = measured or (memory_cells == "first" and i == 0)
+            # A process of its own per cell: a cell never inherits the heap of the ones before it
+            # (10 M-entry nested dicts leave the allocator fragmented; the same cell ran up to a
+            # third slower as the fifth cell of one process than on its own).
+            result = Path(tmp) / f"cell-{i}.json"
+            command = [
+                sys.executable, __file__, "--cell-worker", str(i), "--ties", repr(tie), "--orders", order,
+                "--queries", str(queries), "--depth", str(args.depth), "--relevant", str(args.relevant),
+                "--rounds", str(rounds), "--tools", ",".join(tools), "--seed", str(args.seed),
+                "--memory", "all" if measured else "none", "--result", str(result),
+            ]
+            done = subprocess.run(command, env=_child_env(), capture_output=True, text=True, timeout=3600)
+            if done.returncode != 0:
+                print(done.stdout[-2000:] + done.stderr[-4000:], file=sys.stderr)
+                raise SystemExit(f"cell {i} (ties {tie}, rows {order}) failed: exit {done.returncode}")
+            cell = json.loads(result.read_text())
             cells.append(cell)
             print_cell(cell)
-            del data
-            gc.collect()
     elapsed = time.perf_counter() - started
     imports = {name: _import_seconds(name) for name in ("ragaudit.metrics", "pytrec_eval") if _available(name)}
     uptime_end = _uptime()
