@@ -481,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=None)
     parser.add_argument("--depth", type=int, default=100)
     parser.add_argument("--relevant", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per cell (default 4; quick 3)")
+    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per cell (default 6; quick 3)")
     parser.add_argument("--ties", default="0,0.05,0.6", help="shares of queries with a tie, comma-separated")
     parser.add_argument("--orders", default="rank,shuffled", help="row orders: rank, shuffled")
     parser.add_argument(
@@ -515,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     queries = args.queries or (2_000 if args.quick else 100_000)
-    rounds = args.rounds or (3 if args.quick else 4)
+    rounds = args.rounds or (3 if args.quick else 6)
     memory_cells = args.memory or ("first" if args.quick else "corners")
     ties = [float(t) for t in args.ties.split(",") if t.strip()]
     orders = [o.strip() for o in args.orders.split(",") if o.strip()]
