@@ -269,6 +269,81 @@ def test_flush_and_exit_hold_their_deadlines_whatever_the_backend_does(tmp_path:
     assert len((tmp_path / "audit.jsonl").read_text().splitlines()) == 40  # the audit log has every judgement
 
 
+HOST_PROVIDER_CHILD = """
+    import atexit, json, socket, sys, time
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
+    from ragaudit import Auditor, FakeJudge, RagTurn, RetrievedDoc, tracing
+    mode = sys.argv[2]
+    hole = socket.socket(); hole.bind(("127.0.0.1", 0)); hole.listen(128)   # connects, never answers
+    black = f"http://127.0.0.1:{hole.getsockname()[1]}"
+
+    class Watch(SpanExporter):   # the host's second exporter: is its provider still running?
+        shut = False
+        def export(self, spans): return SpanExportResult.SUCCESS
+        def shutdown(self): Watch.shut = True
+
+    # The host's own provider, as the OTel docs write it; its SDK exit hook (shutdown_on_exit) is its own.
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=black + "/v1/traces")))
+    provider.add_span_processor(SimpleSpanProcessor(Watch()))
+    trace.set_tracer_provider(provider)
+    if mode == "configure_too":   # ragaudit's own exporter added to the host's provider
+        assert tracing.configure(endpoint=black) is provider
+    exit_from = 0.0
+
+    def after_ragaudit():
+        # atexit runs last-registered first: after ragaudit's exit hook (threading's, earlier still)
+        # and before the SDK's shutdown of the host's provider (registered before this one).
+        print(json.dumps({"ours_s": time.time() - exit_from, "host_provider_running": not Watch.shut}), flush=True)
+    atexit.register(after_ragaudit)
+
+    docs = (RetrievedDoc(id="d1", content="Returns within 30 days.", rank=1),)
+    ids = dict(trace_id="0" * 31 + "1", span_id="0" * 15 + "1")
+    turns = [RagTurn(turn_id=f"t{i}", query=f"q{i}", answer="30 days.", documents=docs, **ids) for i in range(40)]
+    aud = None if mode == "host_alone" else Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}),
+                                                    audit_log="audit.jsonl", exit_timeout_s=2.0)
+    host_tracer = provider.get_tracer("host")
+    def record(batch):   # ragaudit judges the turns (a judge span each); alone, the host records spans
+        for t in batch:
+            if aud is not None:
+                aud.submit(t)
+            else:
+                host_tracer.start_span(f"host {t.turn_id}").end()
+    record(turns[:20])
+    t0 = time.monotonic(); ok = aud.flush(5) if aud is not None else time.sleep(5); took = time.monotonic() - t0
+    record(turns[20:])
+    exit_from = time.time()
+    print(json.dumps({"flush_ok": ok, "flush_s": took, "exit_from": exit_from}), flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["host_provider", "configure_too", "host_alone"])
+def test_exit_with_the_hosts_own_tracer_provider_holds_our_deadline_and_leaves_its_provider_alone(
+        tmp_path: Path, mode: str) -> None:
+    """The host installed its own SDK provider (OTLP endpoint black-holed): ragaudit's part of the exit
+    holds ``exit_timeout_s``; the SDK's own exit shutdown of that provider is the host's (``host_alone``:
+    the same provider and spans without ragaudit, for comparison)."""
+    proc, _ = run_child(HOST_PROVIDER_CHILD, str(tmp_path), mode, timeout=150)
+    ended = time.time()
+    assert proc.returncode == 0, proc.stderr
+    first, ours = (json.loads(line) for line in proc.stdout.strip().splitlines()[-2:])
+    total_s = ended - first["exit_from"]
+    print(f"\n{mode}: flush(5) took {first['flush_s']:.2f}s -> {first['flush_ok']}; until ragaudit's exit hook "
+          f"was done (exit_timeout_s=2) {ours['ours_s']:.2f}s; whole exit, the SDK's own shutdown of the host's "
+          f"provider included, {total_s:.2f}s")
+    assert ours["host_provider_running"] is True  # our exit did not shut the host's provider down
+    assert "Traceback" not in proc.stderr
+    if mode == "host_alone":
+        return
+    assert first["flush_ok"] is False  # truthful: the spans did not reach the backend
+    assert "ragaudit:" in proc.stderr and "not" in proc.stderr  # the shortfall is reported
+    assert len((tmp_path / "audit.jsonl").read_text().splitlines()) == 40  # the audit log has every judgement
+
+
 # -- fork ----------------------------------------------------------------------------------------
 
 

@@ -105,6 +105,7 @@ _QUERY_ARGS = ("str_or_query_bundle", "message", "query_bundle", "query", "query
 _UNSET: Any = object()
 _LEGACY_ROOT = "root"  # CallbackManager's BASE_TRACE_EVENT: the parent of a trace's first event
 _UUID_SUFFIX = 37  # "-" + str(uuid4()) at the end of a dispatcher span id
+_ENDED_KEPT = 4096  # ended dispatcher spans outside turns remembered as parents (see _Collector.outside)
 
 # The turn a stream wrapper is pulling from, set only around each step of the stream, so model
 # calls the stream makes lazily (their spans have no parent) are recorded in that turn.
@@ -474,6 +475,18 @@ class _Collector:
         # collector may run on this thread while it is inside one of our own critical sections.
         self.store.lock = threading.RLock()  # type: ignore[assignment]
         self.closed_turns = 0
+        # False once uninstrument() detached us: runs of open turns still finish, nothing new starts.
+        self.accepting = True
+        # Called (no lock held) when a turn closed while not accepting, or a span started then: the
+        # instrumentation leaves the dispatcher once its last turn has closed.
+        self.on_idle: Callable[[], None] | None = None
+        # Dispatcher spans outside any turn that began while we were attached: open ones, and the
+        # last _ENDED_KEPT that ended (a workflow's steps start under a run() span that has already
+        # returned). A root whose parent is in neither began under a run we never saw start (it was
+        # in flight when instrument() attached us): a step of that run, not a turn of its own.
+        # None for the legacy callback handler, which sees every event from the start.
+        self.outside: dict[str, None] | None = None
+        self.ended_outside: dict[str, None] = {}
 
     # -- runs -------------------------------------------------------------------------------------
 
@@ -483,6 +496,7 @@ class _Collector:
         it starts when its parent is not in one."""
         store = self.store
         evicted: list[_Turn] = []
+        ignored = drained = False
         with store.lock:
             turn = store.state_of(parent_id) if parent_id is not None else None
             if turn is None:
@@ -490,19 +504,40 @@ class _Collector:
                 streaming = stream[1] if stream is not None and stream[0] is self else None
                 if streaming is not None and store.state_of(streaming.root_id) is streaming:
                     parent_id = streaming.root_id
-                elif root is None:
-                    return None
-            kind, name, query, tags = root if root is not None else ("", "", None, None)
+                elif not self.accepting:  # uninstrumented: only the turns already open go on
+                    ignored, drained = True, not store
+                else:
+                    ignored = not self._may_start(run_id, parent_id, root)
+            if not ignored:
+                kind, name, query, tags = root if root is not None else ("", "", None, None)
 
-            def new_turn() -> _Turn:
-                return _Turn(run_id, kind, name, now, query, tags, context=current_context())
+                def new_turn() -> _Turn:
+                    return _Turn(run_id, kind, name, now, query, tags, context=current_context())
 
-            turn, is_root, evicted = store.start(run_id, parent_id, new_turn)
-            if turn is not None and not is_root:
-                turn.parents[run_id] = parent_id
+                turn, is_root, evicted = store.start(run_id, parent_id, new_turn)
+                if turn is not None and not is_root:
+                    turn.parents[run_id] = parent_id
+        if drained and self.on_idle is not None:
+            self.on_idle()  # a span reached handlers that stayed attached while no turn is open
+        if ignored:
+            return None
         for old in evicted:
             self._hand_off(old, evicted=True)
         return turn
+
+    def _may_start(self, run_id: str, parent_id: str | None, root: _RootInfo | None) -> bool:
+        """Whether a run outside every turn starts one (store lock held); remembers the others."""
+        outside = self.outside
+        if outside is None:  # the legacy handler: every parent was seen
+            return root is not None
+        if parent_id is not None and parent_id not in outside and parent_id not in self.ended_outside:
+            return False  # a step (or a step's step) of a run in flight before instrument(): not a turn
+        if root is None:
+            if len(outside) >= max(self.store.max_runs, _ENDED_KEPT):  # spans that never ended: forget the oldest
+                del outside[next(iter(outside))]
+            outside[run_id] = None
+            return False
+        return True
 
     def end_run(self, run_id: str, *, result: Any = None, error: BaseException | str | None = None,
                 instance: Any = None) -> None:
@@ -512,6 +547,12 @@ class _Collector:
         with store.lock:
             turn = store.state_of(run_id)
             if turn is None:
+                outside = self.outside
+                if outside is not None and outside.pop(run_id, _UNSET) is not _UNSET:
+                    ended = self.ended_outside
+                    ended[run_id] = None
+                    if len(ended) > _ENDED_KEPT:
+                        del ended[next(iter(ended))]
                 return
             now = time.time_ns()
             is_root = run_id == turn.root_id
@@ -720,11 +761,14 @@ class _Collector:
         now = time.time_ns()
         with self.store.lock:
             self.closed_turns += 1
+            drained = not self.accepting and not self.store
         try:
             self._settle(turn)
         except Exception as exc:
             report_failure("closing a LlamaIndex turn", exc)
         close_later(self.auditor, partial(self._close, turn, now, evicted), self.recorder.content)
+        if drained and self.on_idle is not None:
+            self.on_idle()  # the last turn of an uninstrumented instrumentation: leave the dispatcher
 
     def _settle(self, turn: _Turn) -> None:
         """The answer and the nodes it was built from, read now from the engine's response (the
@@ -1167,7 +1211,9 @@ class LlamaIndexInstrumentation(_Audited):
     """What :func:`instrument` attached to LlamaIndex's root dispatcher; :func:`uninstrument` detaches it.
 
     ``auditor`` judges the turns, ``recorder`` writes the turn spans. :meth:`flush` waits for the
-    judgements of the turns closed so far; :meth:`stats` counts turns.
+    judgements of the turns closed so far; :meth:`stats` counts turns. ``attached``: whether runs
+    that start now are audited. Once detached, its handlers stay on the dispatcher only until the
+    turns in flight then have closed (each as one turn), and ignore everything else.
     """
 
     def __init__(self, collector: _Collector) -> None:
@@ -1175,26 +1221,95 @@ class LlamaIndexInstrumentation(_Audited):
         self.span_handler = _SpanHandler(collector)
         self.event_handler = _EventHandler(collector)
         self.attached = False
+        self._on_dispatcher = False
+        collector.outside = {}
+        collector.on_idle = self._drained
 
     def uninstrument(self) -> None:
-        """Detach from the dispatcher (idempotent). A turn in flight at that moment is not closed."""
+        """Stop auditing runs that start from now on (idempotent); runs in flight finish as one turn each."""
         with _registration_lock:
             self._detach()
 
+    def _attach(self) -> None:
+        """Audit runs that start from now on (registration lock held)."""
+        collector = self._collector
+        with collector.store.lock:
+            collector.accepting = True
+        if not self._on_dispatcher:
+            # New lists rather than in-place changes: the dispatcher may be iterating the old ones.
+            dispatcher = get_dispatcher()
+            dispatcher.span_handlers = [*dispatcher.span_handlers, self.span_handler]
+            dispatcher.event_handlers = [*dispatcher.event_handlers, self.event_handler]
+            self._on_dispatcher = True
+        self.attached = True
+        _draining.discard(self)
+
     def _detach(self) -> None:
-        # New lists rather than in-place removal: the dispatcher may be iterating the old ones.
-        dispatcher = get_dispatcher()
-        dispatcher.span_handlers = [h for h in dispatcher.span_handlers if h is not self.span_handler]
-        dispatcher.event_handlers = [h for h in dispatcher.event_handlers if h is not self.event_handler]
+        """Audit no run that starts from now on; leave the dispatcher once the open turns have closed
+        (registration lock held). The handlers stay until then: LlamaIndex sends a run's later spans
+        and events to the handlers attached at that moment, not to those attached when it began."""
+        collector = self._collector
+        with collector.store.lock:
+            collector.accepting = False
+            idle = not collector.store
         self.attached = False
+        if idle:
+            self._leave()
+        elif self._on_dispatcher:
+            _draining.add(self)
+
+    def _leave(self) -> None:
+        if self._on_dispatcher:
+            dispatcher = get_dispatcher()
+            dispatcher.span_handlers = [h for h in dispatcher.span_handlers if h is not self.span_handler]
+            dispatcher.event_handlers = [h for h in dispatcher.event_handlers if h is not self.event_handler]
+            self._on_dispatcher = False
+        _draining.discard(self)
+        collector = self._collector
+        with collector.store.lock:  # spans seen so far mean nothing once we stop seeing their ends
+            if collector.outside is not None:
+                collector.outside.clear()
+            collector.ended_outside.clear()
+
+    def _idle(self) -> bool:
+        collector = self._collector
+        with collector.store.lock:
+            return not collector.accepting and not collector.store
+
+    def _drained(self) -> None:
+        """The collector's ``on_idle``: on a host thread, no store lock held by this call."""
+        # Never wait for the registration lock here: this may run inside a garbage-collector
+        # finalizer on a thread that holds it (or the store lock another thread waits for under
+        # it). Left attached for now, the handlers try again on the next span, and every
+        # instrument() / uninstrument() sweeps the drained ones.
+        if not _registration_lock.acquire(blocking=False):
+            return
+        try:
+            if not self.attached and self._idle():
+                self._leave()
+        finally:
+            _registration_lock.release()
 
     def __repr__(self) -> str:
         return f"LlamaIndexInstrumentation(attached={self.attached}, auditor={self.auditor!r})"
 
 
-_registration_lock = threading.Lock()
+_registration_lock = threading.RLock()
 _current: LlamaIndexInstrumentation | None = None
-_current_args: tuple[Any, ...] | None = None  # what _current was made with (instrument() idempotency)
+_last: tuple[tuple[Any, ...], LlamaIndexInstrumentation] | None = None  # the last instrument()'s arguments
+_draining: set[LlamaIndexInstrumentation] = set()  # detached, still on the dispatcher for turns in flight
+
+
+def _sweep() -> None:
+    """Take the drained instrumentations off the dispatcher (registration lock held)."""
+    for installed in list(_draining):
+        if installed._idle():
+            installed._leave()
+
+
+def _same_args(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    return len(a) == len(b) and all(x is y or (isinstance(x, (bool, int, str, tuple)) and x == y)
+                                    for x, y in zip(a, b))
 
 
 def instrument(
@@ -1211,8 +1326,10 @@ def instrument(
 
     Attaches a span handler and an event handler to the root dispatcher
     (``llama_index.core.instrumentation.get_dispatcher()``); calling again with the same arguments
-    (the same objects) returns the attached instrumentation, with others replaces it. Returns
-    the :class:`LlamaIndexInstrumentation`; undo with :func:`uninstrument`.
+    (the same objects), also after :func:`uninstrument`, returns the same instrumentation, with
+    others replaces it. Returns the :class:`LlamaIndexInstrumentation`; undo with :func:`uninstrument`.
+    Safe while engines run: a run in flight when this is called (or when it is replaced) is not
+    audited by it, not even its later steps; one that started under it finishes with it as one turn.
 
     * Question: the root call's argument (the query, or the user's chat message).
     * Answer: the engine's response text; for a streamed response, the full text once the stream
@@ -1249,35 +1366,42 @@ def instrument(
     Raises :class:`~ragaudit.ConfigurationError` for bad arguments. Once attached, the handlers
     never raise into LlamaIndex: a failure is logged (rate-limited) on the ``ragaudit`` logger.
     """
-    global _current, _current_args
+    global _current, _last
     args = (judge, auditor, tracer_provider, capture_content, redact, max_runs, tuple(turn_measures))
     with _registration_lock:
-        if _current is not None and _current.attached and _current_args is not None \
-                and len(args) == len(_current_args) and all(
-                    a is b or (isinstance(a, (bool, int, str, tuple)) and a == b)
-                    for a, b in zip(args, _current_args)):
-            return _current  # idempotent: the same arguments get the one attached instrumentation
+        _sweep()
+        if _last is not None and _same_args(args, _last[0]):
+            # Idempotent, also after uninstrument(): the same arguments get the one instrumentation.
+            installed = _last[1]
+            if _current is not installed and _current is not None:
+                _current._detach()
+            _current = installed
+            installed._attach()
+            return installed
     collector = _Collector(judge, auditor, tracer_provider, capture_content, redact, max_runs, turn_measures,
                            "instrument()")
     installed = LlamaIndexInstrumentation(collector)
-    dispatcher = get_dispatcher()
     with _registration_lock:
-        previous, _current, _current_args = _current, installed, args
+        previous, _current, _last = _current, installed, (args, installed)
         if previous is not None:
-            previous._detach()
-        dispatcher.span_handlers = [*dispatcher.span_handlers, installed.span_handler]
-        dispatcher.event_handlers = [*dispatcher.event_handlers, installed.event_handler]
-        installed.attached = True
+            previous._detach()  # its runs in flight finish with it; new ones are this one's
+        installed._attach()
     return installed
 
 
 def uninstrument() -> LlamaIndexInstrumentation | None:
-    """Detach what :func:`instrument` attached; returns it (None when nothing was). Idempotent."""
+    """Stop auditing runs that start from now on; returns what :func:`instrument` attached (None when
+    nothing was). Idempotent.
+
+    Runs in flight finish with it, each as one turn (its handlers leave the dispatcher when the
+    last of them has ended); runs that start afterwards, and their steps, are not audited.
+    """
     global _current
     with _registration_lock:
         installed, _current = _current, None
         if installed is not None:
             installed._detach()
+        _sweep()
     return installed
 
 
@@ -1292,21 +1416,20 @@ def instrumented(**instrument_kwargs: Any) -> Iterator[LlamaIndexInstrumentation
     the auditor's queue (not waited for judging), this instrumentation is detached and the one
     :func:`instrument` had installed before, if any, is attached again.
     """
-    global _current
-    previous = _current
+    global _current, _last
+    with _registration_lock:
+        previous, previous_last = _current, _last
     installed = instrument(**instrument_kwargs)
     try:
         yield installed
     finally:
-        dispatcher = get_dispatcher()
         with _registration_lock:
-            installed._detach()
-            _current = None
-            if previous is not None:
-                dispatcher.span_handlers = [*dispatcher.span_handlers, previous.span_handler]
-                dispatcher.event_handlers = [*dispatcher.event_handlers, previous.event_handler]
-                previous.attached = True
-                _current = previous
+            if installed is not previous:
+                installed._detach()
+                _current = None
+                if previous is not None:
+                    previous._attach()
+                    _current, _last = previous, previous_last
 
 
 # --- the legacy CallbackManager ------------------------------------------------------------------------
