@@ -58,6 +58,12 @@ def ragaudit_threads() -> int:
     return sum(1 for t in threading.enumerate() if t.name.startswith("ragaudit-"))
 
 
+def auditor_threads() -> int:
+    """ragaudit's threads but the process-wide pool that bounds calls into exporters and sinks (it stays)."""
+    return sum(1 for t in threading.enumerate()
+               if t.name.startswith("ragaudit-") and not t.name.startswith("ragaudit-calls"))
+
+
 # -- leaks ---------------------------------------------------------------------------------------
 
 
@@ -72,6 +78,7 @@ def test_ten_thousand_handlers_made_per_call_leave_no_threads_or_files(tmp_path:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.setattr(_common, "_default", [])  # this test's own process default (the LexicalJudge)
+    threads_at_start = auditor_threads()
     chain = rag_chain(FixedRetriever(documents=[Document(page_content="Returns take 30 days.", id="d1")]))
     shared = Auditor(FakeJudge(scores), audit_log=tmp_path / "shared.jsonl")
     providers = [TracerProvider(shutdown_on_exit=False) for _ in range(2)]
@@ -121,6 +128,9 @@ def test_ten_thousand_handlers_made_per_call_leave_no_threads_or_files(tmp_path:
     default.shutdown(5)
     for provider in providers:
         provider.shutdown()
+    # Leave the process as found: the next test counts threads too.
+    gc.collect()
+    wait_until(lambda: auditor_threads() <= threads_at_start, timeout=30)
 
 
 def test_an_auditor_nobody_references_releases_its_threads_and_file(tmp_path: Path) -> None:

@@ -266,3 +266,29 @@ def test_handler_policy_stricter_than_its_auditor_reaches_audit_log_spans_and_si
         assert strict["query"] is None and strict["reason"] is None
     assert CARD in sinks  # the looser turn's reason did go out, through the same sinks
     assert CARD not in logs_text(caplog)
+
+
+def test_flush_of_the_shared_auditor_exports_each_handlers_provider(default_env: Path, server: LLMServer) -> None:
+    # Judge spans go to each handler's provider, so the one Auditor's flush() must flush those too: with a
+    # batch processor that would hold spans for a minute, nothing is exported unless flush() reaches it.
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporters = [InMemorySpanExporter() for _ in range(2)]
+    providers = [TracerProvider(shutdown_on_exit=False) for _ in exporters]
+    for provider, exporter in zip(providers, exporters):
+        provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=60_000))
+    try:
+        handlers = [RagAuditCallbackHandler(tracer_provider=providers[0], redact=redact),
+                    RagAuditCallbackHandler(tracer_provider=providers[1], capture_content=False)]
+        chain = rag_chain(chroma_store([("gift", PLAIN, {"source": "gifts.md"})]).as_retriever(search_kwargs={"k": 1}))
+        for handler in handlers:
+            chain.invoke("Are gift cards refunded?", config={"callbacks": [handler]})
+        assert handlers[0].auditor is handlers[1].auditor
+        assert handlers[0].flush(30)  # one flush: the shared auditor flushes both providers
+        for exporter in exporters:
+            assert {c.SPAN_TURN, c.SPAN_JUDGE} <= {s.name for s in exporter.get_finished_spans()}
+    finally:
+        for provider in providers:
+            provider.shutdown()
