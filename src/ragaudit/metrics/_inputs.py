@@ -423,7 +423,7 @@ def _group_rows(q_arr: np.ndarray, names: list[str] | None = None) -> tuple[np.n
     new_group = np.ones(n, dtype=bool)
     new_group[1:] = keys[1:] != keys[:-1]
     del keys
-    ids_sorted = q_arr[order]
+    ids_sorted = take(q_arr, order)
     if bool((~new_group[1:] & changes(ids_sorted)).any()):
         # Two query ids share the code's top bits: group by the ids themselves (slower, exact).
         _, exact = np.unique(np.array([qid_text(v) for v in q_arr.tolist()]), return_inverse=True)
