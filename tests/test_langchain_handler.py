@@ -11,10 +11,12 @@ log also proves the judge saw the turn's documents.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import threading
 import uuid
+import weakref
 from collections import Counter
 from collections.abc import Iterator
 from operator import itemgetter
@@ -405,19 +407,30 @@ def test_capture_content_false_keeps_text_out_of_spans(
     assert line["query"] is None and line["answer"] is None
 
 
-def test_judge_without_auditor_gets_a_private_auditor(
+def test_judge_without_auditor_gets_the_auditor_of_that_judge(
     memory_exporter: InMemorySpanExporter, memory_provider: TracerProvider, kb: KB,
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 ) -> None:
-    monkeypatch.chdir(tmp_path)  # the private auditor writes the default audit log here
+    monkeypatch.chdir(tmp_path)  # the judge's auditor writes the default audit log here
     judge = FakeJudge(doc_ids_judge)
     handler = RagAuditCallbackHandler(judge=judge, tracer_provider=memory_provider)
+    # Handlers made per call with the same judge share its auditor (one worker, one file); another
+    # judge object has its own; neither is the process default.
+    assert RagAuditCallbackHandler(judge=judge, redact=str.upper).auditor is handler.auditor
+    other = RagAuditCallbackHandler(judge=FakeJudge(doc_ids_judge))
+    assert other.auditor is not handler.auditor and handler.auditor.judge is judge
+    released = weakref.ref(other.auditor)
+    del other
+    gc.collect()
+    assert released() is None  # nobody holds that judge's auditor any more: it is gone
     try:
         rag_chain(kb.retriever).invoke(QUESTIONS[0], config={"callbacks": [handler]})
         assert handler.flush(10)
     finally:
         handler.auditor.shutdown()
     assert judge.calls == 1
+    # A shut-down auditor is never handed out again.
+    assert RagAuditCallbackHandler(judge=judge).auditor is not handler.auditor
     names = Counter(s.name for s in memory_exporter.get_finished_spans())
     assert names[c.SPAN_TURN] == 1 and names[c.SPAN_JUDGE] == 1
     assert (tmp_path / "ragaudit-audit.jsonl").exists()

@@ -240,6 +240,11 @@ class Auditor:
         """The redaction hook applied to every text this auditor records (None: none)."""
         return self.content.redact
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`shutdown` has begun: turns submitted from then on are dropped."""
+        return self._closed
+
     def recorder_for(
         self,
         tracer_provider: Any = None,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from functools import partial
@@ -44,6 +45,7 @@ __all__ = [
     "doc_id_from",
     "ground_truth_from",
     "input_text",
+    "judge_auditor",
     "report_failure",
     "resolve_backend",
     "retrieved_doc",
@@ -204,11 +206,35 @@ def default_auditor() -> Auditor:
     opens no file of its own.
     """
     with _defaults_lock:
-        if not _default:
+        if not _default or _default[0].closed:  # shut down by hand: the next handlers get a working one
             from ..auditor import Auditor
 
-            _default.append(Auditor(None))
+            _default[:] = [Auditor(None)]
         return _default[0]
+
+
+# Held weakly: the Auditor of a judge lives while a handler given that judge does (each handler
+# holds it), then goes, its threads and file with it. The Auditor keeps its judge alive, so the
+# judge's id cannot be reused while the entry exists.
+_judge_auditors: weakref.WeakValueDictionary[int, Auditor] = weakref.WeakValueDictionary()
+
+
+def judge_auditor(judge: Any) -> Auditor:
+    """The :class:`~ragaudit.Auditor` of handlers given ``judge=``: one per judge object in use.
+
+    A judge needs a worker of its own (its async client belongs to the event loop of the Auditor that
+    calls it, a sync judge to that Auditor's thread pool, and ``timeout_s``, ``stats()`` and a cache
+    are per Auditor), but not one per handler: handlers made per call with the same judge share it.
+    The handlers' recording settings travel with their turns (:meth:`~ragaudit.Auditor.recorder_for`).
+    """
+    with _defaults_lock:
+        found = _judge_auditors.get(id(judge))
+        if found is None or found.judge is not judge or found.closed:
+            from ..auditor import Auditor
+
+            found = Auditor(judge)
+            _judge_auditors[id(judge)] = found
+        return found
 
 
 def resolve_backend(
@@ -222,8 +248,8 @@ def resolve_backend(
 ) -> tuple[Auditor, Any]:
     """``(auditor, recorder)`` for an integration handler, from its constructor arguments.
 
-    The auditor is *auditor*; else a private :class:`~ragaudit.Auditor` of *judge* (with the
-    tracing settings); else :func:`default_auditor`. The recorder of the handler's turns is
+    The auditor is *auditor*; else :func:`judge_auditor` of *judge* (shared by the handlers given
+    that judge object); else :func:`default_auditor`. The recorder of the handler's turns is
     :meth:`Auditor.recorder_for` of the tracing settings (the auditor's own when none is given): the
     handler's turn spans and, since each turn is submitted with it, that turn's judge span, audit-log
     line and sink records follow it. Raises :class:`~ragaudit.ConfigurationError` naming *owner* for
@@ -233,14 +259,8 @@ def resolve_backend(
         raise ConfigurationError(f"give {owner} a judge or an auditor, not both")
     if auditor is not None and not callable(getattr(auditor, "submit", None)):
         raise ConfigurationError(f"auditor must be a ragaudit.Auditor, got {type(auditor).__name__}")
-    if auditor is None and judge is not None:
-        # A judge of its own needs a worker of its own: see RELIABILITY.md ("judge= per handler").
-        from ..auditor import Auditor
-
-        private = Auditor(judge, tracer_provider=tracer_provider, capture_content=capture_content, redact=redact)
-        return private, private.recorder
     if auditor is None:
-        auditor = default_auditor()
+        auditor = default_auditor() if judge is None else judge_auditor(judge)
     return auditor, auditor.recorder_for(tracer_provider, capture_content=capture_content, redact=redact)
 
 

@@ -436,8 +436,9 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
       ``"ragaudit_reference_answer"`` goes to the turn's ``metadata["reference_answer"]``.
 
     Args:
-        judge: the judge of a private :class:`~ragaudit.Auditor` this handler creates (with the
-            tracing settings below). Give *judge* or *auditor*, not both.
+        judge: the judge of the :class:`~ragaudit.Auditor` this handler submits to: one per judge
+            object, shared by every handler given the same judge and released with the last of
+            them. Give *judge* or *auditor*, not both.
         auditor: the auditor to submit turns to. With neither, the process-wide default auditor
             (default judge, shared by every such handler whatever its other arguments) is used.
         tracer_provider, capture_content, redact: how this handler's turns are recorded

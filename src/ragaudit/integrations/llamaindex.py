@@ -1352,8 +1352,9 @@ def instrument(
       assembler's (:mod:`ragaudit.integrations._assembler`), shared with LangChain.
 
     Args:
-        judge: the judge of a private :class:`~ragaudit.Auditor` (with the tracing settings below).
-            Give *judge* or *auditor*, not both; with neither, the process-wide default auditor.
+        judge: the judge of the :class:`~ragaudit.Auditor` the turns go to (one per judge object,
+            shared with every handler given the same judge). Give *judge* or *auditor*, not both;
+            with neither, the process-wide default auditor.
         auditor: the auditor to submit turns to.
         tracer_provider, capture_content, redact: how the turns are recorded (``capture_content``
             None: on unless ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` says
