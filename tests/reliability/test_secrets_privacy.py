@@ -232,13 +232,13 @@ def test_redact_reaches_every_recorded_text(wiring: str, server: LLMServer, trac
         sinks = [LangfuseSink(backend.url, public_key="pk", secret_key="sk-lf"),
                  PhoenixSink(backend.url)]
         if wiring == "handler_judge":
-            # The handler makes the Auditor itself (audit log in the working directory, no sinks);
-            # it must pass redact on to it.
+            # The handler gets its judge's Auditor (audit log in the working directory, no sinks);
+            # its redact travels with each of its turns.
             monkeypatch.chdir(tmp_path)
             log = tmp_path / "ragaudit-audit.jsonl"
             handler = RagAuditCallbackHandler(judge=judge, tracer_provider=traced.provider, redact=redact)
             auditor = handler.auditor
-            assert auditor.redact is redact
+            assert handler.recorder.content.redact is redact
         else:
             auditor = Auditor(judge, audit_log=log, tracer_provider=traced.provider, redact=redact, sinks=sinks)
             handler = RagAuditCallbackHandler(auditor=auditor)
