@@ -59,46 +59,61 @@ def test_instrument_twice_returns_the_same_handler_and_installs_it_once(traced: 
         auditor.shutdown()
 
 
-def test_toggling_instrument_while_chains_run_gives_one_turn_per_audited_run(traced: Traced) -> None:
-    kb = KB()
-    chain = rag_chain(kb.retriever)
-    auditor = Auditor(FakeJudge(scores), audit_log=None, tracer_provider=traced.provider)
-    handlers: list[RagAuditCallbackHandler] = []
-    done = threading.Event()
+def _toggle_while_running(
+    install: Callable[..., Any], uninstall: Callable[[], Any], work: Callable[[int], None], *, threads: int,
+    join_s: float,
+) -> tuple[list[Any], list[BaseException]]:
+    """Run *work(t)* on *threads* threads while another thread installs (alternating the same arguments
+    and other ones) and uninstalls every ~1 ms; then uninstall. Returns what the installs returned
+    (each distinct object once) and the workers' errors."""
+    installed: list[Any] = []
     errors: list[BaseException] = []
+    done = threading.Event()
 
     def toggle() -> None:
         i = 0
         while not done.is_set():
-            kwargs: dict[str, Any] = {"auditor": auditor} if i % 4 < 2 else {"auditor": auditor, "max_runs": 5000}
-            handler = instrument(**kwargs)
-            if all(handler is not h for h in handlers):
-                handlers.append(handler)
+            got = install() if i % 4 < 2 else install(max_runs=5000)
+            if all(got is not x for x in installed):
+                installed.append(got)
             done.wait(0.001)
-            uninstrument()
+            uninstall()
             done.wait(0.001)
             i += 1
 
-    def work(t: int) -> None:
+    def guarded(t: int) -> None:
         try:
-            for i in range(RUNS_PER_THREAD):
-                q = QUESTIONS[(t * RUNS_PER_THREAD + i) % len(QUESTIONS)]
-                assert chain.invoke(q) == kb.answers[q]
+            work(t)
         except BaseException as exc:
             errors.append(exc)
 
     toggler = threading.Thread(target=toggle)
-    workers = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
+    workers = [threading.Thread(target=guarded, args=(t,)) for t in range(threads)]
     try:
         toggler.start()
         for w in workers:
             w.start()
         for w in workers:
-            w.join(150)
+            w.join(join_s)
     finally:
         done.set()
         toggler.join(30)
-        uninstrument()
+        uninstall()
+    return installed, errors
+
+
+def test_toggling_instrument_while_chains_run_gives_one_turn_per_audited_run(traced: Traced) -> None:
+    kb = KB()
+    chain = rag_chain(kb.retriever)
+    auditor = Auditor(FakeJudge(scores), audit_log=None, tracer_provider=traced.provider)
+
+    def work(t: int) -> None:
+        for i in range(RUNS_PER_THREAD):
+            q = QUESTIONS[(t * RUNS_PER_THREAD + i) % len(QUESTIONS)]
+            assert chain.invoke(q) == kb.answers[q]
+
+    handlers, errors = _toggle_while_running(lambda **kw: instrument(auditor=auditor, **kw), uninstrument,
+                                             work, threads=THREADS, join_s=150)
     assert not errors
     for handler in handlers:
         assert handler.flush(60)
@@ -191,24 +206,11 @@ def test_toggling_llamaindex_instrument_while_engines_run_gives_one_turn_per_aud
 
     auditor = Auditor(FakeJudge(scores), audit_log=None, tracer_provider=traced.provider)
     index = build_index()
-    installed: list[llamaindex.LlamaIndexInstrumentation] = []
-    done = threading.Event()
-    errors: list[BaseException] = []
 
-    def toggle() -> None:
-        i = 0
-        while not done.is_set():
-            kwargs: dict[str, Any] = {"auditor": auditor} if i % 4 < 2 else {"auditor": auditor, "max_runs": 5000}
-            inst = llamaindex.instrument(**kwargs)
-            if all(inst is not x for x in installed):
-                installed.append(inst)
-            done.wait(0.001)
-            llamaindex.uninstrument()
-            done.wait(0.001)
-            i += 1
+    with LLMServer(rule=_answering) as server:
+        llm = _llm(server)
 
-    def work(t: int, llm: Any) -> None:
-        try:
+        def work(t: int) -> None:
             # As LlamaIndex's docs write them: a query engine and a chat engine over the index.
             query_engine = index.as_query_engine(llm=llm, similarity_top_k=2)
             chat_engine: BaseChatEngine = index.as_chat_engine(chat_mode="context", llm=llm, similarity_top_k=2)
@@ -219,23 +221,9 @@ def test_toggling_llamaindex_instrument_while_engines_run_gives_one_turn_per_aud
                 else:
                     chat_engine.reset()
                     assert str(chat_engine.chat(q)) == _answer(q)
-        except BaseException as exc:
-            errors.append(exc)
 
-    with LLMServer(rule=_answering) as server:
-        llm = _llm(server)
-        toggler = threading.Thread(target=toggle)
-        workers = [threading.Thread(target=work, args=(t, llm)) for t in range(LI_THREADS)]
-        try:
-            toggler.start()
-            for w in workers:
-                w.start()
-            for w in workers:
-                w.join(240)
-        finally:
-            done.set()
-            toggler.join(30)
-            llamaindex.uninstrument()
+        installed, errors = _toggle_while_running(lambda **kw: llamaindex.instrument(auditor=auditor, **kw),
+                                                  llamaindex.uninstrument, work, threads=LI_THREADS, join_s=240)
     assert not errors, errors[:3]
     for inst in installed:
         assert inst.flush(60)
