@@ -211,48 +211,47 @@ def test_the_async_path_reads_the_same_verdicts(srv: LLMServer) -> None:
 # --- bounded replies, identity, usage ----------------------------------------------------------------------
 
 
-def test_a_20_mb_reply_is_neither_parsed_nor_written_whole(srv: LLMServer, tmp_path: Path) -> None:
-    huge = OWN + " " + "x" * (20 * 1024 * 1024)
-    srv.enqueue(huge)
-    judge = open_judge(ChatRagJudge, srv)
+def _audit_one(judge: ChatRagJudge, tmp_path: Path, turn_id: str) -> tuple[dict[str, Any], list[Any]]:
+    """Judge one turn through an Auditor: its audit-log line and the finished spans."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     auditor = Auditor(judge, audit_log=tmp_path / "audit.jsonl", tracer_provider=provider)
     try:
-        auditor.submit(RagTurn(turn_id="t-huge", query=REQUEST.query, answer=REQUEST.answer, documents=DOCS))
+        auditor.submit(RagTurn(turn_id=turn_id, query=REQUEST.query, answer=REQUEST.answer, documents=DOCS))
         assert auditor.flush(60)
     finally:
         auditor.shutdown(10)
+        provider.shutdown()
     (line,) = read_audit_log(tmp_path / "audit.jsonl")
+    return line, list(exporter.get_finished_spans())
+
+
+def test_a_20_mb_reply_is_neither_parsed_nor_written_whole(srv: LLMServer, tmp_path: Path) -> None:
+    huge = OWN + " " + "x" * (20 * 1024 * 1024)
+    srv.enqueue(huge)
+    judge = open_judge(ChatRagJudge, srv)
+    line, _ = _audit_one(judge, tmp_path, "t-huge")
     assert (line["faithfulness"], line["context_relevance"], line["answer_relevance"]) == OWN_SCORES
     assert line["details"]["reply_cut_chars"] == len(huge) - judge.max_reply_chars
     assert len(line["raw_output"]) < MAX_RAW_OUTPUT_CHARS + 100
     assert (tmp_path / "audit.jsonl").stat().st_size < 200_000
-    provider.shutdown()
 
 
 def test_judge_identity_on_the_judgement_span_events_and_audit_log(srv: LLMServer, tmp_path: Path) -> None:
     srv.enqueue(Reply(content=OWN, model="judge-model-2025-01"))
     judge = ChatRagJudge("judge-model", base_url=srv.base_url.replace("http://", "http://user:pw@"),
                          api_key="sk-identity-SECRET", timeout_s=5, max_retries=0)
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    auditor = Auditor(judge, audit_log=tmp_path / "audit.jsonl", tracer_provider=provider)
     try:
-        auditor.submit(RagTurn(turn_id="t-id", query=REQUEST.query, answer=REQUEST.answer, documents=DOCS))
-        assert auditor.flush(30)
+        line, spans = _audit_one(judge, tmp_path, "t-id")
     finally:
-        auditor.shutdown(10)
         judge.close()
-    (line,) = read_audit_log(tmp_path / "audit.jsonl")
     identity = line["judge_identity"]
     assert identity["model"] == "judge-model" and identity["response_model"] == "judge-model-2025-01"
     assert identity["endpoint"] == f"127.0.0.1:{srv.port}"  # no scheme, no credentials, no path
     assert identity["protocol"] == judge._protocol_version()
     assert identity["response_id"].startswith("chatcmpl-loopback-") and len(identity["prompt_hash"]) == 16
-    (span,) = [s for s in exporter.get_finished_spans() if s.name == c.SPAN_JUDGE]
+    (span,) = [s for s in spans if s.name == c.SPAN_JUDGE]
     attrs = dict(span.attributes or {})
     assert attrs[c.ATTR_JUDGE_MODEL] == "judge-model"
     assert attrs[c.ATTR_JUDGE_ENDPOINT] == identity["endpoint"]
@@ -266,7 +265,6 @@ def test_judge_identity_on_the_judgement_span_events_and_audit_log(srv: LLMServe
         assert dict(event.attributes or {})[c.ATTR_JUDGE_RESPONSE_ID] == identity["response_id"]
     text = json.dumps(line) + json.dumps(attrs)
     assert "user:pw" not in text and "sk-identity-SECRET" not in text and "pw@" not in text
-    provider.shutdown()
 
 
 @pytest.mark.parametrize("protocol", PROTOCOL_NAMES)
