@@ -115,7 +115,7 @@ def test_ten_thousand_handlers_made_per_call_leave_no_threads_or_files(tmp_path:
             peak_threads = max(peak_threads, threading.active_count())
         del handler
     gc.collect()
-    # The judge= handlers' private auditors stop their threads once released: wait for that state.
+    # The auditors of the judge= handlers' judges stop their threads once released: wait for that state.
     wait_until(lambda: threading.active_count() <= before[0] and open_fds() <= before[1], timeout=30)
     after = (threading.active_count(), open_fds())
     print(f"\nthreads before/after/peak: {before[0]}/{after[0]}/{peak_threads}; fds before/after: "
