@@ -67,7 +67,7 @@ bench-peers:
 	.venv-peers/bin/python -m pip install -q ragas deepeval trulens trulens-providers-openai "langchain-community<0.4"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/ruff check src tests benchmarks examples scripts docs/_hooks
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
