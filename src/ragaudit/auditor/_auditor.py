@@ -27,7 +27,7 @@ _CLOSE_BATCH = 64
 _CLOSE_DELAY_S = 0.1
 _CALL_MARGIN_S = 0.05
 
-__all__ = ["Auditor", "JudgementSink", "OnJudgement", "SubmitStatus"]
+__all__ = ["UNJUDGED_REASONS", "Auditor", "JudgementSink", "OnJudgement", "SubmitStatus"]
 
 logger = logging.getLogger("ragaudit")
 
@@ -35,6 +35,11 @@ SubmitStatus = Literal["queued", "judged", "failed", "dropped", "sampled_out"]
 """What :meth:`Auditor.submit` did with a turn."""
 
 OnJudgement = Callable[[RagTurn, Judgement], None]
+
+UNJUDGED_REASONS: tuple[str, ...] = ("failed", "no_evidence", "empty_answer", "no_answer", "no_model", "standalone")
+"""Every reason a finished turn is traced and not judged, each counted in ``stats()["unjudged_<reason>"]``:
+the run failed; an answer with no evidence; an empty answer; no answer could be read; an answer no model
+call made; a retriever or model called on its own (not a user message)."""
 
 
 class _JudgeRaised(Exception):
@@ -191,8 +196,8 @@ class Auditor:
 
         self._lock = threading.Lock()
         self._counts = {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0,
-                        "sink_errors": 0, "close_dropped": 0, "unjudged_no_evidence": 0,
-                        "unjudged_empty_answer": 0}
+                        "sink_errors": 0, "close_dropped": 0, "evidence_from_prompt": 0,
+                        **{f"unjudged_{reason}": 0 for reason in UNJUDGED_REASONS}}
         self._pending = 0
         self._closed = False
         self._log = RateLimitedLog()
@@ -331,10 +336,17 @@ class Auditor:
         self._turn_sources.add(source)
 
     def count_unjudged(self, reason: str) -> bool:
-        """Count a finished turn that was traced but not judged: *reason* ``"no_evidence"`` (an answer
-        with no evidence) or ``"empty_answer"``; ``stats()["unjudged_<reason>"]``. Returns True the
-        first time for *reason* (the caller logs the fix once per auditor)."""
-        key = f"unjudged_{reason}"
+        """Count a finished turn that was traced but not judged: *reason* one of
+        :data:`UNJUDGED_REASONS`; ``stats()["unjudged_<reason>"]``. Returns True the first time for
+        *reason* (the caller logs the fix once per auditor)."""
+        return self._count(f"unjudged_{reason}")
+
+    def count_evidence_from_prompt(self) -> bool:
+        """Count a turn whose evidence (some or all) came from the prompt itself, not from an observed
+        retrieval (``stats()["evidence_from_prompt"]``). Returns True the first time."""
+        return self._count("evidence_from_prompt")
+
+    def _count(self, key: str) -> bool:
         with self._lock:
             if key not in self._counts:
                 return False
@@ -513,11 +525,14 @@ class Auditor:
 
     def stats(self) -> dict[str, int]:
         """Counts: submitted, judged, failed, dropped, sampled_out, pending, sink_errors, close_dropped,
-        closing, unjudged_no_evidence, unjudged_empty_answer.
+        closing, evidence_from_prompt and ``unjudged_<reason>`` for each of :data:`UNJUDGED_REASONS`.
 
-        ``unjudged_no_evidence`` counts turns with an answer and no evidence (a retriever outside the
-        callback tree) and ``unjudged_empty_answer`` turns whose answer was empty; both are traced,
-        never submitted (:meth:`count_unjudged`).
+        The ``unjudged_*`` counts are finished turns traced and never submitted
+        (:meth:`count_unjudged`): ``unjudged_failed`` (the run raised), ``unjudged_no_evidence`` (an
+        answer and no evidence), ``unjudged_empty_answer``, ``unjudged_no_answer`` (no answer could be
+        read), ``unjudged_no_model`` (an answer no model call made), ``unjudged_standalone`` (a
+        retriever or model called on its own). ``evidence_from_prompt`` counts judged turns whose
+        evidence came, at least in part, from the prompt itself (no observed retrieval explained it).
 
         One consistent snapshot (one lock): ``submitted == judged + failed + dropped + sampled_out
         + pending`` always holds, also while judgements are being delivered. ``sink_errors``

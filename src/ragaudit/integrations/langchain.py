@@ -17,13 +17,14 @@ from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from functools import partial, wraps
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 
 from .._deprecation import renamed_kwargs
 from ..auditor import DEFAULT_TURN_MEASURES, Auditor
+from ..errors import ConfigurationError
 from ._assembler import TurnAssembler
 from ._common import (
     RunStore,
@@ -33,7 +34,8 @@ from ._common import (
     report_failure,
     resolve_backend,
 )
-from ._langchain_turns import Child, OpenGeneration, OpenRetrieval, OpenTool, Turn, turn_steps
+from ._langchain_stores import SearchObserver, outside_searches, patch_vector_stores
+from ._langchain_turns import Child, OpenGeneration, OpenPrompt, OpenRetrieval, OpenTool, Turn, is_prompt, turn_steps
 from ._langchain_values import (
     RawDoc,
     answer_from,
@@ -45,6 +47,7 @@ from ._langchain_values import (
     readable,
     retriever_name,
     snapshot_documents,
+    structured_of,
 )
 from .steps import ErrorStep, dispatch
 
@@ -70,7 +73,7 @@ def _guarded(event: Callable[Concatenate[_H, _P], None]) -> Callable[Concatenate
     return callback
 
 
-class RagAuditCallbackHandler(BaseCallbackHandler):
+class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
     """A LangChain callback handler that turns each root run into an audited :class:`~ragaudit.RagTurn`.
 
     Pass it in ``config={"callbacks": [handler]}`` (or use :func:`instrument`). One handler can
@@ -141,8 +144,12 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
         max_runs: int = 10_000,
         redact: Callable[[str], str] | None = None,
         turn_measures: Sequence[str] = DEFAULT_TURN_MEASURES,
+        answer_field: str | None = None,
     ) -> None:
         super().__init__()
+        if answer_field is not None and (not isinstance(answer_field, str) or not answer_field):
+            raise ConfigurationError(f"answer_field must be a field name (a non-empty string), got {answer_field!r}")
+        self.answer_field = answer_field
         self.turn_measures = check_measures(turn_measures)
         self._store: RunStore[Turn] = RunStore(max_runs)  # keyed by run_id.int
         self.auditor, self.recorder = resolve_backend(judge, auditor, tracer_provider, capture_content, redact,
@@ -150,6 +157,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
         self._closed_turns = 0
         self._process_wide = False  # set by instrument(): see _start
         self.auditor.attach_source(self)
+        patch_vector_stores()  # once per process: searches in middleware, nodes and tools are retrievals
 
     # -- public helpers -------------------------------------------------------------------------
 
@@ -198,7 +206,8 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
             # A root under a parent we never saw (e.g. a LangSmith @traceable) is a turn too.
             return Turn(run_id, key, kind or "chain", now, name, readable(query_from, question, "question"),
                          metadata, current_context(),
-                         readable(conversation_of, question, "messages") if kind == "chain" else None)
+                         readable(conversation_of, question, "messages") if kind == "chain" else None,
+                         outside=outside_searches())
 
         store = self._store
         with store.lock:
@@ -254,7 +263,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
                         child.documents = documents
                     elif isinstance(child, OpenTool):
                         child.output = outputs
-                    else:
+                    elif isinstance(child, OpenGeneration):
                         child.response = response
                     turn.finished.append(child)
                 if is_root:
@@ -266,6 +275,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
                         turn.error = error_text(error)
                     else:
                         turn.answer = answer_from(outputs)
+                        turn.structured = structured_of(outputs)
             except Exception as exc:  # an unreadable value must not leave the run, and its turn, open
                 report_failure("reading the end of a run", exc)
             turn, complete = store.end(key, force=is_root and error is not None)
@@ -286,7 +296,8 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
 
     def _close(self, turn: Turn, now: int, evicted: bool) -> None:
         """On the closing thread: hand the turn's steps to the assembler; it does the rest."""
-        assembler = TurnAssembler(FRAMEWORK, capture_content=self.recorder.capture_content)
+        assembler = TurnAssembler(FRAMEWORK, capture_content=self.recorder.capture_content,
+                                  retrieval_outside=outside_searches() > turn.outside, answer_field=self.answer_field)
         try:
             for step in turn_steps(turn, now, self._store.max_runs if evicted else None):
                 dispatch(assembler, step)
@@ -305,7 +316,10 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
         name = kwargs.get("name")
         if not isinstance(name, str) and isinstance(serialized, Mapping):
             name = serialized.get("name")
-        self._start(run_id, parent_run_id, "chain", name, inputs, metadata, None, time.time_ns())
+        now = time.time_ns()
+        # A prompt template's run: the values it fills in tell the assembler what context reached the model.
+        child = OpenPrompt(inputs, now) if parent_run_id is not None and is_prompt(serialized, name) else None
+        self._start(run_id, parent_run_id, "chain", name, inputs, metadata, child, now)
 
     @_guarded
     def on_chain_end(self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
@@ -406,6 +420,29 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
     def on_tool_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
                       **kwargs: Any) -> None:
         self._end(run_id, error=error, now=time.time_ns())
+
+    # -- vector-store searches (SearchObserver: reported by the wrapped VectorStore methods) ----------
+
+    def search_started(self, parent_run_id: UUID, name: str, query: str | None) -> UUID | None:
+        now = time.time_ns()
+        parent = parent_run_id.int
+        with self._store.lock:
+            turn = self._store.state_of(parent)
+            if turn is None:
+                return None
+            for child in turn.open_children.values():
+                if isinstance(child, OpenRetrieval) and child.parent == parent:
+                    return None  # a retriever running under the same run: this is its own search
+        run_id = uuid4()
+        self._start(run_id, parent_run_id, None, None, None, None, OpenRetrieval(name, query, now), now)
+        return run_id
+
+    def search_ended(self, run_id: UUID, documents: Sequence[Any] | None, error: BaseException | None) -> None:
+        now = time.time_ns()
+        if error is not None or documents is None:
+            self._end(run_id, error=error or RuntimeError("the search returned nothing readable"), now=now)
+        else:
+            self._end(run_id, documents=snapshot_documents(documents), now=now)
 
     def __repr__(self) -> str:
         return f"RagAuditCallbackHandler(auditor={self.auditor!r})"

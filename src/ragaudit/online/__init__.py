@@ -11,6 +11,7 @@ import warnings
 
 from ..auditor import (
     DEFAULT_TURN_MEASURES,
+    UNJUDGED_REASONS,
     Auditor,
     BaseJudgementSink,
     JudgementSink,
@@ -20,8 +21,8 @@ from ..auditor import (
     turn_metrics,
 )
 
-__all__ = ["DEFAULT_TURN_MEASURES", "Auditor", "BaseJudgementSink", "JudgementSink", "OnJudgement", "SubmitStatus",
-           "sampled", "turn_metrics"]
+__all__ = ["DEFAULT_TURN_MEASURES", "UNJUDGED_REASONS", "Auditor", "BaseJudgementSink", "JudgementSink",
+           "OnJudgement", "SubmitStatus", "sampled", "turn_metrics"]
 
 warnings.warn("ragaudit.online is deprecated and will be removed in the next release; import from "
               "ragaudit.auditor (or ragaudit) instead", DeprecationWarning, stacklevel=2)
