@@ -101,12 +101,9 @@ class Reference:
         return len(text) > PROBE_CHARS and self.find(text[:PROBE_CHARS]) >= 0
 
 
-def _leftover(value: str, explained: Iterable[str]) -> str:
-    """*value* with the text of every explained document taken out."""
-    for text in explained:
-        if text and text in value:
-            value = value.replace(text, "\n\n")
-    return value
+def _holds_any(value: str, explained: Iterable[str]) -> bool:
+    """Whether *value* holds the text of an explained document."""
+    return any(text and text in value for text in explained)
 
 
 def _passages(text: str) -> list[str]:
@@ -133,7 +130,7 @@ def prompt_passages(
     """The context in a model call's input that no observed document explains, as evidence.
 
     From the prompt template's variables when there are any (other than the question and the
-    history), with the text of the *explained* documents taken out, split into the passages the
+    history) and none of the *explained* documents' text is in them, split into the passages the
     app joined; else, when no observed document reached the call, the text of its system and tool
     messages (at least :data:`MIN_MESSAGE_CONTEXT_WORDS` words of it), split the same way. Each
     passage: id from its text, ``source="prompt"``.
@@ -145,7 +142,10 @@ def prompt_passages(
                  if key not in _QUESTION_KEYS and key not in _HISTORY_KEYS and normalize(value) != asked]
     if variables:
         for value in variables:
-            texts.extend(_passages(_leftover(value, known)))
+            # A value that holds observed documents is explained: what is left of it is the app's
+            # formatting around them (headers, numbers, separators), not context of its own.
+            if not _holds_any(value, known):
+                texts.extend(_passages(value))
     elif not explained:
         context = [text for role, text in messages if role in _CONTEXT_ROLES]
         if sum(len(text.split()) for text in context) >= MIN_MESSAGE_CONTEXT_WORDS:
