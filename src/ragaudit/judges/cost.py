@@ -8,7 +8,7 @@ right for English within about 20 % with OpenAI's tokenizers); repair calls for 
 are not counted, so the figures are what a well-behaved judge costs.
 
 A judge of your own can report its cost by implementing :class:`CostAware`; otherwise it is
-assumed to make ``calls_per_judgement`` (an attribute, default 1) calls the size of the standard
+assumed to make :attr:`~ragaudit.RagJudge.calls_per_judgement` (1 on :class:`~ragaudit.BaseRagJudge`) calls the size of the standard
 three-score protocol.
 """
 
@@ -22,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ConfigurationError
 from ..records import JudgeRequest, RetrievedDoc, stable_doc_id
+from .base import RagJudge
 
 __all__ = [
     "REASON_CHARS",
@@ -141,13 +142,8 @@ def _full_audit_call(request: JudgeRequest, chars_per_token: float, max_context_
     return chat_call_estimate(messages, typical_reply_chars(reply), chars_per_token)
 
 
-def _calls_per_judgement(judge: Any) -> int:
-    from .base import FakeJudge
-    from .lexical import LexicalJudge
-
-    if isinstance(judge, (FakeJudge, LexicalJudge)):
-        return 0
-    calls = getattr(judge, "calls_per_judgement", 1)
+def _calls_per_judgement(judge: RagJudge) -> int:
+    calls = judge.calls_per_judgement
     if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
         raise ConfigurationError(f"{type(judge).__name__}.calls_per_judgement must be an int >= 0, got {calls!r}")
     return calls
