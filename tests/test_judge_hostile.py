@@ -158,3 +158,41 @@ def test_a_locked_sqlite_cache_never_blocks_the_loop_and_a_locked_lookup_is_a_co
         time.sleep(0.05)
     assert done["stores"] + done["cache_errors"] >= 6
     cache.close()
+
+
+# --- item 4: a verdict whose scale is in doubt, and a report that never clamps -----------------------------
+
+
+@pytest.mark.parametrize("protocol", ["three-score", "full-audit"])
+def test_0_1_and_2_is_no_perfect_score_the_whole_verdict_is_asked_again(srv: LLMServer, protocol: str) -> None:
+    doubtful = judgement_json(0, 1, 2)
+    srv.enqueue(doubtful, doubtful)  # asked again, the judge says the same
+    judge = open_judge(ChatRagJudge, srv, protocol=protocol)
+    judgement = judge.judge(REQUEST)
+    assert srv.request_count == 2  # one repair request
+    assert judgement.context_relevance is None and judgement.answer_relevance is None
+    assert 1.0 not in judgement.scores().values()
+    if protocol == "three-score":
+        assert judgement.faithfulness is None and judgement.error is not None
+    srv.enqueue(doubtful, judgement_json(0.2, 0.9, 0.5))  # asked again, the judge answers on 0-1
+    repaired = judge.judge(REQUEST)
+    assert (repaired.context_relevance, repaired.answer_relevance) == (0.9, 0.5)
+    assert repaired.error is None and repaired.details["repaired"] is True
+
+
+def test_report_shows_an_out_of_range_logged_score_as_invalid_never_clamped(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ragaudit.cli import main
+    from ragaudit.evaluation.audit_log import report_from_audit_log
+
+    log = tmp_path / "audit.jsonl"
+    line = {"turn_id": "t1", "query": "q?", "answer": "a.", "faithfulness": 7, "context_relevance": 0.5,
+            "answer_relevance": -0.5, "judge": "j", "judge_status": "judged"}
+    log.write_text(json.dumps(line) + "\n", encoding="utf-8")
+    (row,) = report_from_audit_log(log).rows
+    assert row.faithfulness is None and row.answer_relevance is None and row.context_relevance == 0.5
+    assert dict(row.invalid_scores) == {"faithfulness": "7", "answer_relevance": "-0.5"}
+    assert main(["report", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "faithfulness=invalid(7)" in out and "answer_relevance=invalid(-0.5)" in out
+    assert "faithfulness=1.00" not in out and "answer_relevance=0.00" not in out

@@ -35,8 +35,9 @@ E. **The scale** (:func:`read_unit_scores`). Nothing is ever clamped. Plain valu
      that order), and they include *both ends* of it (``4, 5, 1`` is 1-5; ``100, 50, 0`` is
      0-100; ``10, 7, 0`` is 0-10).
 
-   Otherwise (``30, 20, 10``; ``7`` beside two ``0.5``; ``1e308``) such a value is None and listed
-   in ``rejected``, with a note, and the judge is asked once again for scores from 0 to 1. A stated
+   Otherwise (``30, 20, 10``; ``7`` beside two ``0.5``; ``0, 1, 2``; ``1e308``) the scale of the
+   whole verdict is in doubt: **every** score is None (a 1 beside a 2 is no perfect score), each
+   listed in ``rejected``, with a note, and the judge is asked once again for scores from 0 to 1. A stated
    scale that the values do not fit is ignored with a note; percentages above 100% and fractions
    above 1 are None.
 
@@ -527,6 +528,17 @@ def read_unit_scores(raw: Mapping[str, Any], scale_hint: Any = None, *, notes: l
     unit = scale is None or scale == (0.0, 1.0)
     scores: dict[str, float | None] = {}
     rejected: list[str] = []
+    if scale is None and any(v > 1.0 for v in plain):
+        # A value off [0, 1] on no stated or certain scale puts the scale of the whole verdict in
+        # doubt: 0, 1 and 2 are not "0, a perfect score and an error", they are on some other scale.
+        shown = ", ".join(_fmt(v) for v in plain)
+        notes.append(f"the verdict's scale is in doubt ({shown}: a value above 1 on no stated or certain "
+                     "scale): no score")
+        for name, value in values.items():
+            scores[name] = None
+            if value is not None:
+                rejected.append(name)
+        return UnitScores(scores, None, tuple(rejected))
     for name, value in values.items():
         if value is None:
             scores[name] = None
