@@ -8,8 +8,8 @@ right for English within about 20 % with OpenAI's tokenizers); repair calls for 
 are not counted, so the figures are what a well-behaved judge costs.
 
 A judge of your own can report its cost by implementing :class:`CostAware`; otherwise it is
-assumed to make :attr:`~ragaudit.RagJudge.calls_per_judgement` (1 on :class:`~ragaudit.BaseRagJudge`) calls the size of the standard
-three-score protocol.
+assumed to make :attr:`~ragaudit.RagJudge.calls_per_judgement` (1 on :class:`~ragaudit.BaseRagJudge`)
+calls the size of the standard three-score protocol.
 """
 
 from __future__ import annotations

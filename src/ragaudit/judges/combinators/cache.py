@@ -66,7 +66,8 @@ class JudgementCache(Protocol):
 def cache_key(judge: RagJudge, request: JudgeRequest) -> str:
     """The cache key of *request* judged by *judge* (hex SHA-256).
 
-    Made of :data:`CACHE_KEY_VERSION`, ``judge.config_key()`` and the request's query, answer, context and reference (and history and standalone question,
+    Made of :data:`CACHE_KEY_VERSION`, ``judge.config_key()`` and the request's query, answer,
+    context and reference (and history and standalone question,
     when set). Metadata and documents are not
     part of it: the context is what the judge sees.
     """
@@ -331,7 +332,8 @@ class CachedJudge(BaseRagJudge):
     def __init__(self, judge: RagJudge, cache: JudgementCache | None = None, *,
                  timeout_s: float | None = None) -> None:
         if not isinstance(judge, RagJudge):
-            raise ConfigurationError(f"judge must be a RagJudge (derive it from BaseRagJudge), got {type(judge).__name__}")
+            raise ConfigurationError(
+                f"judge must be a RagJudge (derive it from BaseRagJudge), got {type(judge).__name__}")
         if cache is not None and not (callable(getattr(cache, "get", None)) and callable(getattr(cache, "put", None))):
             raise ConfigurationError(f"cache must have get(key) and put(key, judgement), got {type(cache).__name__}")
         if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))

@@ -572,7 +572,7 @@ class EndpointJudge:
 
     model: str
     name: str
-    timeout_s: float
+    timeout_s: float | None  # always set by _connect; declared as RagJudge declares it
     temperature: float
     max_context_chars: int
     raise_on_error: bool

@@ -7,7 +7,9 @@ A. **Bound.** Only the first ``max_chars`` characters of a reply are read (defau
 B. **Set aside what is not the judge's.** (1) Text between the protocol's markers
    (``<<<ragaudit:NAME:NONCE>>>`` ... ``<<<end:NAME:NONCE>>>``) is the judge echoing its input:
    removed. A marker without its partner is a mention, not an echo: the verdict after a reply that
-   names a marker is read (an echo cut off before its closing marker is still caught by (2) and (3)). (2) Every verbatim occurrence
+   names a marker is read (an echo cut off before its closing marker is still caught by (2) and
+   (3)); so is the only verdict found between two mentioned markers, unless that section repeats
+   the judged content. (2) Every verbatim occurrence
    of an untrusted text the judge was shown (question, answer, documents: :class:`Quoted`) that
    carries a score key is removed. (3) A JSON object equal to one written in those texts (same JSON,
    or the same text up to whitespace), and a ``key: value`` score pair written in them, is never read.
