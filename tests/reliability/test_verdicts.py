@@ -27,13 +27,15 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ragaudit import Auditor, ChatRagJudge, JudgeRequest, RagTurn, RetrievedDoc
-from ragaudit.judges.llm.fullaudit import PROTOCOL_NAMES, THREE_SCORE
+from ragaudit.judges.llm.fullaudit import FULL_AUDIT, THREE_SCORE
 from ragaudit.judges.llm.parsing import _SCALE_RE, Quoted, choose_verdict, parse_judgement
 from ragaudit.records import SCORE_NAMES
 from ragaudit.tracing import conventions as c
 from ragaudit.tracing.files import MAX_RAW_OUTPUT_CHARS, read_audit_log
 from tests.support.judges import open_judge
 from tests.support.llm_server import LLMServer, Reply, judgement_json
+
+PROTOCOL_NAMES = (THREE_SCORE, FULL_AUDIT)  # the protocols that read the three scores by the same rules
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -254,7 +256,7 @@ def test_judge_identity_on_the_judgement_span_events_and_audit_log(srv: LLMServe
     identity = line["judge_identity"]
     assert identity["model"] == "judge-model" and identity["response_model"] == "judge-model-2025-01"
     assert identity["endpoint"] == f"127.0.0.1:{srv.port}"  # no scheme, no credentials, no path
-    assert identity["protocol"] == judge._protocol_version()
+    assert identity["protocol"] == judge.protocol_version
     assert identity["response_id"].startswith("chatcmpl-loopback-") and len(identity["prompt_hash"]) == 16
     (span,) = [s for s in spans if s.name == c.SPAN_JUDGE]
     attrs = dict(span.attributes or {})

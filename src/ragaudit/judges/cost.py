@@ -121,25 +121,13 @@ def typical_reply_chars(shape: Mapping[str, Any]) -> int:
     return len(json.dumps({**shape, "reason": "x" * REASON_CHARS}))
 
 
-_STANDARD_REPLY = {"faithfulnessScore": 0.75, "contextRelevanceScore": 0.75, "answerRelevanceScore": 0.75}
+def _standard_call(request: JudgeRequest, chars_per_token: float) -> CostEstimate:
+    """One call of the three-score protocol, the context uncut (a judge of unknown limits)."""
+    from .protocols import ThreeScoreProtocol
 
-
-def _standard_call(request: JudgeRequest, chars_per_token: float, max_context_chars: int | None) -> CostEstimate:
-    from .llm.prompt import build_messages
-
-    messages = build_messages(request, max_context_chars=max_context_chars)
-    return chat_call_estimate(messages, typical_reply_chars(_STANDARD_REPLY), chars_per_token)
-
-
-def _full_audit_call(request: JudgeRequest, chars_per_token: float, max_context_chars: int | None) -> CostEstimate:
-    from .llm.fullaudit import build_full_audit_messages, numbered_answer
-
-    messages = build_full_audit_messages(request, max_context_chars=max_context_chars)
-    _, spans = numbered_answer(request.answer)
-    reply = {**_STANDARD_REPLY,
-             "sentences": [{"n": i, "verdict": "partially_supported", "docs": [1]} for i in range(1, len(spans) + 1)],
-             "documents": [{"n": d.rank, "grade": 2} for d in request.documents]}
-    return chat_call_estimate(messages, typical_reply_chars(reply), chars_per_token)
+    protocol = ThreeScoreProtocol()
+    messages = protocol.messages(request, max_context_chars=len(request.context) + 1)
+    return chat_call_estimate(messages, typical_reply_chars(protocol.reply_shape(request)), chars_per_token)
 
 
 def _calls_per_judgement(judge: RagJudge) -> int:
@@ -159,18 +147,12 @@ def estimate_request(
     a :class:`~ragaudit.ChatRagJudge` counts its exact prompt; ``FakeJudge`` and
     ``LexicalJudge`` cost nothing; any other judge ``calls_per_judgement`` standard calls.
     """
-    if isinstance(judge, CostAware):
+    if isinstance(judge, CostAware):  # ChatRagJudge and the judges on it: their protocol's exact prompt
         return judge.estimate_request_cost(request, chars_per_token=chars_per_token, exact=exact)
-    from .chat import ChatRagJudge
-
-    if isinstance(judge, ChatRagJudge):
-        if judge.full_audit:
-            return _full_audit_call(request, chars_per_token, judge.max_context_chars)
-        return _standard_call(request, chars_per_token, judge.max_context_chars)
     calls = _calls_per_judgement(judge)
     if calls == 0:
         return CostEstimate()
-    one = _standard_call(request, chars_per_token, None)
+    one = _standard_call(request, chars_per_token)
     return CostEstimate(calls=calls, prompt_tokens=one.prompt_tokens * calls,
                         completion_tokens=one.completion_tokens * calls)
 
