@@ -28,7 +28,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from ragaudit import Auditor, ChatRagJudge, JudgeRequest, RagTurn, RetrievedDoc
 from ragaudit.judges.llm.fullaudit import FULL_AUDIT, THREE_SCORE
-from ragaudit.judges.llm.parsing import _SCALE_RE, Quoted, choose_verdict, parse_judgement
+from ragaudit.judges.llm.parsing import Quoted, choose_verdict, parse_judgement
+from ragaudit.judges.llm.scales import _SCALE_RE
 from ragaudit.records import SCORE_NAMES
 from ragaudit.tracing import conventions as c
 from ragaudit.tracing.files import MAX_RAW_OUTPUT_CHARS, read_audit_log

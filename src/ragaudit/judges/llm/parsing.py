@@ -8,8 +8,8 @@ B. **Set aside what is not the judge's.** (1) Text between the protocol's marker
    (``<<<ragaudit:NAME:NONCE>>>`` ... ``<<<end:NAME:NONCE>>>``) is the judge echoing its input:
    removed. A marker without its partner is a mention, not an echo: the verdict after a reply that
    names a marker is read (an echo cut off before its closing marker is still caught by (2) and
-   (3)); so is the only verdict found between two mentioned markers, unless that section repeats
-   the judged content. (2) Every verbatim occurrence
+   (3)). Text between an opening marker and its closing one is never read, whoever wrote it.
+   (2) Every verbatim occurrence
    of an untrusted text the judge was shown (question, answer, documents: :class:`Quoted`) that
    carries a score key is removed. (3) A JSON object equal to one written in those texts (same JSON,
    or the same text up to whitespace), and a ``key: value`` score pair written in them, is never read.
@@ -54,7 +54,6 @@ formats.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -107,10 +106,8 @@ _SCORE_WORD_RE = re.compile(r"faithfulness|context[\s_-]*relevance|answer[\s_-]*
 _MAX_STARTS = 256
 _MAX_QUOTED_STARTS = 2000
 _MIN_QUOTED_CHARS = 8
-_ECHO_CHARS = 20  # a section repeating this much of the judged content (whitespace aside) is an echo of it
-_ECHO_STEP = 4
 _DATA_SECTION_RE = re.compile(
-    r"<<<\s*ragaudit\s*:\s*([a-z_]+)\s*:\s*([a-z0-9]+)\s*>>>(.*?)<<<\s*end\s*:\s*\1\s*:\s*\2\s*>>>",
+    r"<<<\s*ragaudit\s*:\s*([a-z_]+)\s*:\s*([a-z0-9]+)\s*>>>.*?<<<\s*end\s*:\s*\1\s*:\s*\2\s*>>>",
     re.IGNORECASE | re.DOTALL,
 )
 _FENCE_RE = re.compile(r"\A```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```\Z", re.DOTALL)
@@ -183,17 +180,6 @@ class Quoted:
             return True
         return raw is not None and len(raw) >= _MIN_QUOTED_CHARS and _collapse(raw) in self._collapsed
 
-    def echoes(self, raw: str) -> bool:
-        """True when *raw* (whitespace aside) repeats a stretch of a quoted text that could plant a
-        verdict: any run of :data:`_ECHO_CHARS` characters of it (or all of it, when shorter)."""
-        collapsed = _collapse(raw)
-        if not collapsed or not self._collapsed:
-            return False
-        if len(collapsed) <= _ECHO_CHARS:
-            return collapsed in self._collapsed
-        return any(collapsed[i : i + _ECHO_CHARS] in self._collapsed
-                   for i in range(0, len(collapsed) - _ECHO_CHARS + 1, _ECHO_STEP))
-
     def holds_pair(self, name: str, value: str) -> bool:
         """True when the score pair *name*: *value* is written in a quoted text."""
         return (name, _collapse(value)) in self._pairs
@@ -217,15 +203,13 @@ def _without_quoted_parts(obj: dict[str, Any], quoted: Quoted) -> dict[str, Any]
     return {k: v for k, v in obj.items() if not (isinstance(v, dict) and quoted.holds_object(v))}
 
 
-def prepare_reply(
-    text: str, quoted: Quoted, max_chars: int, notes: list[str], *, sections: bool = True
-) -> tuple[str, int]:
-    """Rules A and B(1, 2) on *text*: bounded, echoed sections (unless not *sections*) and verbatim
-    quotes removed; and how many characters the bound cut. Every protocol's reader starts here."""
+def prepare_reply(text: str, quoted: Quoted, max_chars: int, notes: list[str]) -> tuple[str, int]:
+    """Rules A and B(1, 2) on *text*: bounded, echoed sections and verbatim quotes removed; and how
+    many characters the bound cut. Every protocol's reader starts here."""
     text, cut = bound_reply(text, max_chars)
     if cut:
         notes.append(f"reply cut: the first {max_chars} characters read, {cut} not")
-    if sections and "<<<" in text:
+    if "<<<" in text:
         text, echoed = _DATA_SECTION_RE.subn(" ", text)
         if echoed:
             notes.append(f"{echoed} echoed data section(s) ignored")
@@ -547,30 +531,17 @@ def parse_judgement(
     notes: list[str] = []
     quoted = quoted if quoted is not None else Quoted()
     try:
-        parsed = _parse(text, quoted, max_chars, notes)
-        if parsed.has_scores or parsed.ambiguous or not isinstance(text, str) or "<<<" not in text:
-            return parsed
-        sections = [m.group(3) for m in _DATA_SECTION_RE.finditer(bound_reply(text, max_chars)[0])]
-        if not sections or any(quoted.echoes(inner) for inner in sections):
-            return parsed  # an echo of the judged content: what is inside it is never the judge's
-        # Nothing read once the echoed sections were set aside: when the only verdict sat between two
-        # markers the reply merely mentions, it is the judge's (objects written in the judged
-        # content are still set aside by rule B(2, 3)). A mention of a marker never loses a verdict.
-        again: list[str] = []
-        kept = _parse(text, quoted, max_chars, again, sections=False)
-        if not kept.has_scores:
-            return parsed
-        return dataclasses.replace(kept, notes=(*kept.notes, "a verdict between two marker mentions read"))
+        return _parse(text, quoted, max_chars, notes)
     except Exception as exc:  # a parser bug must not take a judgement down with it
         notes.append(f"parser error: {type(exc).__name__}")
         return ParsedScores(notes=tuple(notes))
 
 
-def _parse(text: Any, quoted: Quoted, max_chars: int, notes: list[str], *, sections: bool = True) -> ParsedScores:
+def _parse(text: Any, quoted: Quoted, max_chars: int, notes: list[str]) -> ParsedScores:
     if not isinstance(text, str):
         notes.append(f"judge output is {type(text).__name__}, not text")
         return ParsedScores(notes=tuple(notes))
-    text, cut = prepare_reply(text, quoted, max_chars, notes, sections=sections)
+    text, cut = prepare_reply(text, quoted, max_chars, notes)
     first = text.find("{")
     if first < 0:
         notes.append("no JSON object in the judge output")
