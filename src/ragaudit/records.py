@@ -69,7 +69,7 @@ def _check_history(owner: str, history: Any) -> tuple[Message, ...]:
                 and isinstance(message[1], str)):
             raise ConfigurationError(f"{owner}.history must hold (role, text) pairs with role 'user' or "
                                      f"'assistant', got {message!r}")
-    return out  # type: ignore[return-value]
+    return out
 
 
 def truncate(text: str, limit: int) -> str:

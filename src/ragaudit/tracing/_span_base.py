@@ -153,7 +153,7 @@ class SpanWriter:
         self.capture_content: bool = self.content.capture_content
         self.max_attribute_chars = max_attribute_chars
         self.max_documents = max_documents
-        self.judge_trace: JudgeTrace = judge_trace  # type: ignore[assignment]
+        self.judge_trace: JudgeTrace = judge_trace
         self._reported: set[str] = set()
         self._tracer: Tracer | None = None
         explicit = None if isinstance(tracer_provider, ProxyTracerProvider) else tracer_provider
