@@ -12,6 +12,7 @@ from llama_index.core.base.response.schema import AsyncStreamingResponse, Stream
 from llama_index.core.chat_engine.types import StreamingAgentChatResponse
 
 from ...auditor import Auditor
+from ...errors import ConfigurationError
 from ...records import Generation, Retrieval, RetrievedDoc, ToolCall
 from .._assembler import Step, TurnParts, close_turn, step_end
 from .._common import (
@@ -31,6 +32,7 @@ from ._values import (
     JUDGE_CONTEXT_KEY,
     STREAM_KEY,
     UNSET,
+    WORKFLOW_QUERY_KEYS,
     answer_from,
     convert_nodes,
     error_text,
@@ -41,6 +43,7 @@ from ._values import (
     snapshot,
     source_nodes_of,
     span_name,
+    stop_result,
     usage_of,
 )
 
@@ -68,8 +71,13 @@ class Collector:
         max_runs: int,
         turn_measures: Sequence[str],
         owner: str,
+        query_key: str | None = None,
     ) -> None:
         self.turn_measures = check_measures(turn_measures)
+        if query_key is not None and (not isinstance(query_key, str) or not query_key):
+            raise ConfigurationError(f"query_key must be a StartEvent field name (a non-empty str), got {query_key!r}")
+        # Where a workflow run's question is in its StartEvent: the configured field first.
+        self.query_keys = WORKFLOW_QUERY_KEYS if query_key is None else (query_key, *WORKFLOW_QUERY_KEYS)
         self.auditor, self.recorder = resolve_backend(judge, auditor, tracer_provider, capture_content, redact,
                                                       owner=owner)
         self.store: RunStore[Turn] = RunStore(max_runs)
@@ -178,7 +186,7 @@ class Collector:
                 if error is not None:
                     turn.error = error_text(error)
                 else:
-                    turn.result = result
+                    turn.result = result = stop_result(result) if turn.kind == "workflow" else result
                     tap = self._watch_stream(turn, result)
             elif instance is not None and isinstance(instance, StreamingAgentChatResponse) \
                     and span_name(run_id).rpartition(".")[2] in CHAT_WRITE_METHODS:
@@ -314,6 +322,15 @@ class Collector:
             if generating.prompt is None and self.recorder.capture_content:
                 generating.prompt = prompt
                 generating.messages = messages
+
+    def template_filled(self, run_id: str, variables: dict[str, str], now: int) -> None:
+        """A predict call filled its prompt template: the values are the model call's context."""
+        with self.store.lock:
+            turn = self.store.state_of(run_id)
+            if turn is not None:
+                generating = self._generating(turn, run_id, now)
+                if generating.template_variables is None:
+                    generating.template_variables = variables
 
     def model_answered(self, run_id: str, response: Any, now: int, error: Any = None) -> None:
         output = output_of(response)

@@ -16,6 +16,8 @@ from llama_index.core.instrumentation.events.llm import (
     LLMChatStartEvent,
     LLMCompletionEndEvent,
     LLMCompletionStartEvent,
+    LLMPredictStartEvent,
+    LLMStructuredPredictStartEvent,
 )
 from llama_index.core.instrumentation.events.query import QueryEndEvent
 from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent, RetrievalStartEvent
@@ -26,7 +28,16 @@ from pydantic import Field
 
 from .._common import report_failure
 from ._collector import Collector
-from ._values import messages_of, messages_text, model_from, query_from_args, retriever_name, span_name, turn_kind
+from ._values import (
+    messages_of,
+    messages_text,
+    model_from,
+    query_from_args,
+    retriever_name,
+    span_name,
+    template_variables,
+    turn_kind,
+)
 
 __all__ = ["EventHandler", "SpanHandler"]
 
@@ -54,8 +65,9 @@ class SpanHandler(BaseSpanHandler[BaseSpan]):
             now = time.time_ns()
             name = span_name(id_)
             kind = turn_kind(name, instance)
-            root = (kind, name, query_from_args(bound_args), tags or None) if kind is not None else None
             collector: Collector = self.collector
+            root = (kind, name, query_from_args(bound_args, collector.query_keys), _own_tags(tags)) \
+                if kind is not None else None
             turn = collector.start_run(id_, parent_span_id, root, now)
             if turn is None:
                 return None
@@ -90,6 +102,15 @@ class SpanHandler(BaseSpanHandler[BaseSpan]):
         return None
 
 
+def _own_tags(tags: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The instrument tags the application set; not those LlamaIndex sets itself (a workflow run's
+    ``llamaindex.start_event`` summary of its inputs)."""
+    if tags and any(key.startswith(_LLAMAINDEX_TAG) for key in tags):
+        tags = {key: value for key, value in tags.items() if not key.startswith(_LLAMAINDEX_TAG)}
+    return tags or None
+
+
+_LLAMAINDEX_TAG = "llamaindex."
 _EventFn = Callable[[Collector, Any, str, int], None]
 _TOOL_STEP = ".call_tool"  # the step of a workflow agent that runs one tool call
 
@@ -128,6 +149,10 @@ def _on_completion_start(c: Collector, e: Any, span_id: str, now: int) -> None:
     c.model_called(span_id, model_from(e.model_dict), e.prompt if isinstance(e.prompt, str) else None, now)
 
 
+def _on_predict_start(c: Collector, e: Any, span_id: str, now: int) -> None:
+    c.template_filled(span_id, template_variables(e.template, e.template_args), now)
+
+
 def _on_model_end(c: Collector, e: Any, span_id: str, now: int) -> None:
     c.model_answered(span_id, e.response, now)
 
@@ -143,6 +168,8 @@ _EVENTS: dict[type, _EventFn] = {
     SynthesizeEndEvent: _on_response,
     LLMChatStartEvent: _on_chat_start,
     LLMCompletionStartEvent: _on_completion_start,
+    LLMPredictStartEvent: _on_predict_start,
+    LLMStructuredPredictStartEvent: _on_predict_start,
     LLMChatEndEvent: _on_model_end,
     LLMCompletionEndEvent: _on_model_end,
     StreamChatErrorEvent: _on_stream_chat_error,

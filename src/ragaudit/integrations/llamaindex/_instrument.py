@@ -166,8 +166,9 @@ def instrument(
     redact: Callable[[str], str] | None = None,
     max_runs: int = 10_000,
     turn_measures: Sequence[str] = DEFAULT_TURN_MEASURES,
+    query_key: str | None = None,
 ) -> LlamaIndexInstrumentation:
-    """Audit every LlamaIndex query, chat and retrieval in the process.
+    """Audit every LlamaIndex query, chat, workflow and retrieval in the process.
 
     Attaches a span handler and an event handler to the root dispatcher
     (``llama_index.core.instrumentation.get_dispatcher()``); calling again with the same arguments
@@ -189,6 +190,10 @@ def instrument(
       retrieval and every tool output (a ``RetrieverTool``'s nodes with their ids, a function
       tool's text as a document with source = tool name, id = tool call id); tool calls and model
       calls are spans of the turn.
+    * Workflows (a ``Workflow`` subclass of your own): one turn per ``run``; the question is the
+      ``StartEvent``'s ``query``, ``user_msg``, ``input`` or ``question`` (*query_key* first), the
+      answer the ``StopEvent`` result (text, a ``Response``, or a stream once consumed); every
+      retrieval and model call of its steps is a span of the turn, not a turn of its own.
     * Chat engines and agents with memory: ``history`` (the engine's memory before the message,
       or the agent's first model call) and ``standalone_query`` (the condensed question retrieval
       used) go to the judge.
@@ -208,25 +213,38 @@ def instrument(
             none given, the auditor's recorder is used.
         max_runs: at most this many turns are tracked at once; past it the oldest is ended as an error.
         turn_measures: retrieval metrics put on the turn span when ground truth is known.
+        query_key: the ``StartEvent`` field that holds the user's question in workflows that name
+            it otherwise (``w.run(topic=...)``: ``query_key="topic"``).
 
     Raises :class:`~ragaudit.ConfigurationError` for bad arguments. Once attached, the handlers
     never raise into LlamaIndex: a failure is logged (rate-limited) on the ``ragaudit`` logger.
     """
-    global _current, _last
-    args = (judge, auditor, tracer_provider, capture_content, redact, max_runs, tuple(turn_measures))
+    args = (judge, auditor, tracer_provider, capture_content, redact, max_runs, tuple(turn_measures), query_key)
+    installed = _reattach(args)
+    if installed is not None:
+        return installed
+    collector = Collector(judge, auditor, tracer_provider, capture_content, redact, max_runs, turn_measures,
+                          "instrument()", query_key)
+    return _install(args, LlamaIndexInstrumentation(collector))
+
+
+def _reattach(args: tuple[Any, ...]) -> LlamaIndexInstrumentation | None:
+    """Idempotent, also after uninstrument(): the same arguments get the one instrumentation."""
+    global _current
     with registration_lock:
         _sweep()
-        if _last is not None and _same_args(args, _last[0]):
-            # Idempotent, also after uninstrument(): the same arguments get the one instrumentation.
-            installed = _last[1]
-            if _current is not installed and _current is not None:
-                _current._detach()
-            _current = installed
-            installed._attach()
-            return installed
-    collector = Collector(judge, auditor, tracer_provider, capture_content, redact, max_runs, turn_measures,
-                           "instrument()")
-    installed = LlamaIndexInstrumentation(collector)
+        if _last is None or not _same_args(args, _last[0]):
+            return None
+        installed = _last[1]
+        if _current is not installed and _current is not None:
+            _current._detach()
+        _current = installed
+        installed._attach()
+        return installed
+
+
+def _install(args: tuple[Any, ...], installed: LlamaIndexInstrumentation) -> LlamaIndexInstrumentation:
+    global _current, _last
     with registration_lock:
         previous, _current, _last = _current, installed, (args, installed)
         if previous is not None:

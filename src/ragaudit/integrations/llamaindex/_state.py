@@ -38,6 +38,7 @@ class Generating:
     caller: int = 0  # id() of the LLM object, to match a stream's lazily made inner call
     provider: str | None = None
     messages: tuple[tuple[str, str], ...] = ()
+    template_variables: Mapping[str, str] | None = None  # what a predict call filled into its template
 
 
 @dataclass(slots=True)

@@ -14,6 +14,7 @@ from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
 from llama_index.core.chat_engine.types import BaseChatEngine, StreamingAgentChatResponse
+from llama_index.core.workflow import StopEvent, Workflow
 
 from ...records import RetrievedDoc
 from .._common import retrieved_doc
@@ -25,6 +26,7 @@ __all__ = [
     "LEGACY_ROOT",
     "STREAM_KEY",
     "UNSET",
+    "WORKFLOW_QUERY_KEYS",
     "answer_from",
     "convert_nodes",
     "error_text",
@@ -39,8 +41,11 @@ __all__ = [
     "snapshot",
     "source_nodes_of",
     "span_name",
+    "stop_result",
+    "template_variables",
     "turn_kind",
     "usage_of",
+    "user_message_of",
 ]
 
 FRAMEWORK = "llamaindex"
@@ -56,6 +61,8 @@ _QUERY_METHODS = frozenset({"query", "aquery"})
 _CHAT_METHODS = frozenset({"chat", "achat", "stream_chat", "astream_chat"})
 _RETRIEVE_METHODS = frozenset({"retrieve", "aretrieve"})
 CHAT_WRITE_METHODS = frozenset({"write_response_to_history", "awrite_response_to_history"})
+WORKFLOW_QUERY_KEYS = ("query", "user_msg", "input", "question")
+"""The ``StartEvent`` fields a workflow's question is read from, in this order (after a configured key)."""
 _QUERY_ARGS = ("str_or_query_bundle", "message", "query_bundle", "query", "query_str")
 UNSET: Any = object()
 LEGACY_ROOT = "root"  # CallbackManager's BASE_TRACE_EVENT: the parent of a trace's first event
@@ -94,8 +101,8 @@ def turn_kind(name: str, instance: Any) -> str | None:
     if instance is None:
         return None
     method = name.rpartition(".")[2]
-    if method == "run" and is_agent(instance):
-        return "agent"
+    if method == "run" and isinstance(instance, Workflow):
+        return "agent" if is_agent(instance) else "workflow"
     if method in _QUERY_METHODS and isinstance(instance, BaseQueryEngine):
         return "query"
     if method in _CHAT_METHODS and isinstance(instance, BaseChatEngine):
@@ -139,25 +146,32 @@ def query_text(value: Any) -> str | None:
     return content if isinstance(content, str) else None
 
 
-def user_message_of(start_event: Any) -> str | None:
-    """The user's message of an agent's start event: ``user_msg`` (a string or a ``ChatMessage``),
-    else the last user message of ``chat_history``."""
-    user_msg = getattr(start_event, "user_msg", None)
-    text = query_text(user_msg)
-    if text:
-        return text
+def user_message_of(start_event: Any, keys: Sequence[str] = WORKFLOW_QUERY_KEYS) -> str | None:
+    """The user's message of a workflow's (or a workflow agent's) start event: the first of *keys*
+    it holds as text (a string, a ``ChatMessage``, a ``QueryBundle``), else the last user message of
+    its ``chat_history``."""
+    get = getattr(start_event, "get", None)  # a StartEvent is dict-like: its fields are the run's kwargs
+    for key in keys:
+        text = query_text(get(key) if callable(get) else getattr(start_event, key, None))
+        if text:
+            return text
     for role, content in reversed(messages_of(getattr(start_event, "chat_history", None))):
         if role == "user":
             return content
     return None
 
 
-def query_from_args(bound_args: Any) -> str | None:
+def query_from_args(bound_args: Any, keys: Sequence[str] = WORKFLOW_QUERY_KEYS) -> str | None:
+    """The question of a root call from its arguments; for a workflow run, from its start event
+    (*keys*, see :func:`user_message_of`)."""
     arguments = getattr(bound_args, "arguments", None)
     if not isinstance(arguments, Mapping):
         return None
-    if "start_event" in arguments:  # a workflow agent's run
-        return user_message_of(arguments["start_event"])
+    if "start_event" in arguments:  # a workflow's or a workflow agent's run
+        start_event = arguments["start_event"]
+        if start_event is None and isinstance(arguments.get("kwargs"), Mapping):
+            start_event = arguments["kwargs"]  # Workflow.run(**kwargs) of llama-index-core < 0.13
+        return user_message_of(start_event, keys)
     for key in _QUERY_ARGS:
         if key in arguments:
             found = query_text(arguments[key])
@@ -168,6 +182,11 @@ def query_from_args(bound_args: Any) -> str | None:
         if found is not None:
             return found
     return None
+
+
+def stop_result(result: Any) -> Any:
+    """What a workflow run returned: its ``StopEvent``'s result (text, a ``Response``, a stream)."""
+    return result.result if isinstance(result, StopEvent) else result
 
 
 def answer_from(response: Any) -> str | None:
@@ -275,6 +294,16 @@ def messages_text(messages: Any) -> str | None:
         content = getattr(message, "content", None)
         lines.append(f"{role}: {content if isinstance(content, str) else ''}")
     return "\n".join(lines)
+
+
+def template_variables(template: Any, arguments: Any) -> dict[str, str]:
+    """The text values a prompt template was filled with: its partial variables, then the call's
+    arguments (``llm.predict(template, context_str=..., query_str=...)``)."""
+    values: dict[str, str] = {}
+    for source in (getattr(template, "kwargs", None), arguments):
+        if isinstance(source, Mapping):
+            values.update((k, v) for k, v in source.items() if isinstance(k, str) and isinstance(v, str))
+    return values
 
 
 def output_of(response: Any) -> str | None:
