@@ -254,10 +254,12 @@ class Collector:
         event = arguments.get("ev") if isinstance(arguments, Mapping) else None
         name = getattr(event, "tool_name", None)
         call_id = getattr(event, "tool_id", None)
+        if not isinstance(name, str):  # a workflow's own step that happens to be called call_tool
+            return
         with self.store.lock:
             turn = self.store.state_of(run_id)
             if turn is not None:
-                turn.tools[run_id] = Tooling(turn.next_seq(), name if isinstance(name, str) else "tool",
+                turn.tools[run_id] = Tooling(turn.next_seq(), name,
                                               call_id if isinstance(call_id, str) and call_id else None,
                                               getattr(event, "tool_kwargs", None), now)
 

@@ -76,7 +76,7 @@ class SpanHandler(BaseSpanHandler[BaseSpan]):
             elif kind == "chat":
                 if turn.root_id == id_:
                     turn.history = chat_history_of(bound_args, instance)
-            elif name.endswith(_TOOL_STEP) and turn.kind == "agent":
+            elif name.endswith(_TOOL_STEP) and turn.kind in _TOOL_TURNS:
                 collector.tool_started(id_, bound_args, now)
             elif isinstance(instance, BaseLLM):
                 with collector.store.lock:
@@ -113,6 +113,7 @@ def _own_tags(tags: dict[str, Any] | None) -> dict[str, Any] | None:
 _LLAMAINDEX_TAG = "llamaindex."
 _EventFn = Callable[[Collector, Any, str, int], None]
 _TOOL_STEP = ".call_tool"  # the step of a workflow agent that runs one tool call
+_TOOL_TURNS = frozenset({"agent", "workflow"})  # turns an agent runs in: its own, or a workflow step's
 
 
 def chat_history_of(bound_args: Any, instance: Any) -> list[Any] | None:
