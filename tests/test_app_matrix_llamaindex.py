@@ -138,10 +138,10 @@ class Env:
         for turn in self.judged:  # the judge saw the question and the evidence's text
             prompt = next(p for p in judge_prompts if turn.query in p)
             assert all(d.content in prompt for d in turn.documents)
+        self.check_traces()
         stats = self.auditor.stats()
         for reason in {e.unjudged for e in self.expects} - {None}:
             assert stats[f"unjudged_{reason}"] == sum(e.unjudged == reason for e in self.expects), stats
-        self.check_traces()
 
     def check_traces(self) -> None:
         spans = list(self.exporter.get_finished_spans())
@@ -158,8 +158,11 @@ class Env:
             for span in in_trace:  # every step and the judge hang under the turn span
                 if span is not turn:
                     assert span.parent is not None and span.parent.span_id == turn.context.span_id, span.name
-            if expect.unjudged == "failed":
+            if expect.unjudged == "failed":  # the turn and the model call that failed carry the error
                 assert turn.status.status_code is StatusCode.ERROR
+                failed = [s for s in in_trace if s.name == c.chat_span_name(MODEL) and s.status.status_code
+                          is StatusCode.ERROR]
+                assert len(failed) == 1 and "500" in str(failed[0].status.description), failed
 
 
 # --- the knowledge base ---------------------------------------------------------------------------------------

@@ -240,8 +240,13 @@ class Collector:
         with store.lock:
             turn.streamed = text
             turn.stream_state = state
-            if error is not None and turn.error is None:
-                turn.error = error_text(error)
+            if error is not None:
+                failure = error_text(error)
+                turn.error = turn.error or failure
+                now = time.time_ns()
+                for generating in turn.generations.values():  # the model call the stream was reading
+                    if generating.ended_at is None:
+                        generating.error, generating.ended_at = generating.error or failure, now
             closing, complete = store.end(turn.stream_run) if turn.stream_run else (None, False)
         if complete and closing is not None:
             self._hand_off(closing)
