@@ -150,6 +150,38 @@ def test_workflow_returning_a_stream_closes_when_the_stream_is_consumed(setup: S
     assert [s.name for s in children(setup.spans(), turn)].count(CHAT) == 1  # the lazily made call is in the turn
 
 
+class Token(Event):
+    delta: str
+
+
+class StreamingFlow(PromptFlow):
+    """The generate step streams the model's tokens to the run's event stream, then stops with the text."""
+
+    @step
+    async def generate(self, ctx: Context, ev: Retrieved) -> StopEvent:
+        context = "\n\n".join(n.node.get_content() for n in ev.nodes)
+        text = ""
+        async for chunk in await Settings.llm.astream_complete(
+                f"---------------------\n{context}\n---------------------\nQuery: {ev.question}\n"):
+            ctx.write_event_to_stream(Token(delta=chunk.delta or ""))
+            text += chunk.delta or ""
+        return StopEvent(result=text)
+
+
+def test_workflow_streaming_events_through_its_handler(setup: Setup, kb: KB) -> None:
+    llamaindex.instrument(auditor=setup.auditor)
+    q = QUESTIONS[7]
+
+    async def main() -> tuple[str, str]:
+        handler = StreamingFlow(kb.index).run(question=q)
+        streamed = "".join([ev.delta async for ev in handler.stream_events() if isinstance(ev, Token)])
+        return streamed, str(await handler)
+
+    streamed, result = _run(main)
+    assert streamed == result == kb.answers[q]
+    setup.check(kb, [q])
+
+
 def test_failing_workflow_step_is_an_error_turn_not_judged(setup: Setup, kb: KB) -> None:
     llamaindex.instrument(auditor=setup.auditor)
     with pytest.raises(RuntimeError, match="model overloaded"):
