@@ -13,30 +13,25 @@ from llama_index.core.chat_engine.types import StreamingAgentChatResponse
 
 from ...auditor import Auditor
 from ...errors import ConfigurationError
-from ...records import Generation, Retrieval, RetrievedDoc, ToolCall
-from .._assembler import Step, TurnParts, close_turn, step_end
+from .._assembler import TurnAssembler
 from .._common import (
     RunStore,
     check_measures,
     close_later,
     current_context,
-    input_text,
     report_failure,
     resolve_backend,
 )
+from ..steps import ErrorStep, dispatch
+from ._closing import settle, steps_of
 from ._state import STREAM_TURN, Generating, Retrieving, RootInfo, Tooling, Turn
 from ._streams import AsyncStreamTap, StreamTap, stream_closer
 from ._values import (
     CHAT_WRITE_METHODS,
     FRAMEWORK,
-    JUDGE_CONTEXT_KEY,
-    STREAM_KEY,
     UNSET,
     WORKFLOW_QUERY_KEYS,
-    answer_from,
-    convert_nodes,
     error_text,
-    messages_of,
     output_of,
     provider_of,
     query_text,
@@ -326,8 +321,8 @@ class Collector:
             generating = self._generating(turn, run_id, now)
             if generating.model is None:
                 generating.model = model
-            if generating.prompt is None and self.recorder.capture_content:
-                generating.prompt = prompt
+            if generating.prompt is None:  # in full: the evidence is matched against it (the assembler
+                generating.prompt = prompt    # keeps it out of the turn when content capture is off)
                 generating.messages = messages
 
     def template_filled(self, run_id: str, variables: dict[str, str], now: int) -> None:
@@ -389,107 +384,24 @@ class Collector:
             self.closed_turns += 1
             drained = not self.accepting and not self.store
         try:
-            self._settle(turn)
+            settle(turn)
         except Exception as exc:
             report_failure("closing a LlamaIndex turn", exc)
         close_later(self.auditor, partial(self._close, turn, now, evicted), self.recorder.content)
         if drained and self.on_idle is not None:
             self.on_idle()  # the last turn of an uninstrumented instrumentation: leave the dispatcher
 
-    def _settle(self, turn: Turn) -> None:
-        """The answer and the nodes it was built from, read now from the engine's response (the
-        host may reuse it), which the turn then lets go of."""
-        result, hint = turn.result, turn.hint
-        turn.result = turn.hint = None
-        if turn.kind == "retrieve":
-            if isinstance(result, list):
-                turn.sources = snapshot(result)
-            return
-        if turn.kind == "agent":
-            # The agent's reply; its evidence is every retrieval and tool output (the assembler's
-            # rule), not the source nodes of a query engine one of its tools called.
-            if turn.error is None:
-                turn.answer = answer_from(result)
-            return
-        nodes = source_nodes_of(result)
-        if nodes is None and turn.sources is None:
-            nodes = source_nodes_of(hint)
-        if nodes is not None:
-            turn.sources = snapshot(nodes)
-        if turn.error is None:
-            answer = turn.streamed if turn.streamed is not None else answer_from(result)
-            if answer is None:
-                answer = answer_from(hint)
-            if answer is None:
-                answer = next((g.output for g in sorted(turn.generations.values(), key=lambda g: -g.seq)
-                               if g.output is not None and g.error is None and g.ended_at is not None), None)
-            turn.answer = answer
-
     def _close(self, turn: Turn, now: int, evicted: bool) -> None:
-        """On the closing thread: read the turn into the assembler's parts; it does the rest."""
-        parts = TurnParts(turn_id=turn_id(turn), framework=FRAMEWORK, root_kind=turn.kind,
-                          started_at=turn.started_at, ended_at=now, query=turn.query, answer=turn.answer,
-                          error=turn.error, evicted_at=self.store.max_runs if evicted else None, tags=turn.tags,
-                          metadata={"run_name": turn.name})
+        """On the closing thread: hand the turn's steps to the assembler; it does the rest."""
+        assembler = TurnAssembler(FRAMEWORK, capture_content=self.recorder.capture_content)
         try:
-            self._read(turn, parts, now)
+            for step in steps_of(turn, now, self.store.max_runs if evicted else None):
+                dispatch(assembler, step)
         except Exception as exc:
             report_failure("reading a LlamaIndex turn", exc)
-            parts.error = f"ragaudit could not read this turn: {exc}"
-        close_turn(parts, self.recorder, self.auditor, parent=turn.context, measures=self.turn_measures)
-
-    def _read(self, turn: Turn, parts: TurnParts, now: int) -> None:
-        steps: list[Step] = []
-        for run_id, r in turn.retrievals.items():
-            ended_at, error = step_end(r.ended_at, r.error, now)
-            steps.append(Step(run_id, turn.parents.get(run_id), r.seq, Retrieval(
-                name=r.name, documents=convert_nodes(r.nodes), query=r.query, started_at=r.started_at,
-                ended_at=ended_at, error=error)))
-        for run_id, g in turn.generations.items():
-            ended_at, error = step_end(g.ended_at, g.error, now)
-            steps.append(Step(run_id, turn.parents.get(run_id), g.seq, Generation(
-                model=g.model, prompt=g.prompt, output=g.output, input_tokens=g.input_tokens,
-                output_tokens=g.output_tokens, started_at=g.started_at, ended_at=ended_at, error=error,
-                provider=g.provider, messages=g.messages)))
-        capture = self.recorder.capture_content
-        for run_id, t in turn.tools.items():
-            ended_at, error = step_end(t.ended_at, t.error, now)
-            text, documents, tool_error = read_tool_output(t.output)
-            steps.append(Step(run_id, turn.parents.get(run_id), t.seq, ToolCall(
-                name=t.name, call_id=t.call_id, arguments=input_text(t.input) if capture else None, output=text,
-                started_at=t.started_at, ended_at=ended_at, error=error or tool_error), documents))
-        parts.steps = steps
-        parts.parents = turn.parents
-        parts.history = messages_of(turn.history)
-        parts.prompt_messages = messages_of(turn.prompt)
-        if turn.stream_state is not None:
-            parts.metadata[STREAM_KEY] = turn.stream_state
-        from_sources = turn.sources is not None and turn.kind not in ("retrieve", "agent")
-        if from_sources:
-            parts.sources = convert_nodes(turn.sources or ())
-        if turn.kind != "agent":
-            parts.metadata[JUDGE_CONTEXT_KEY] = "source_nodes" if from_sources else "retrieval"
-
-
-def read_tool_output(output: Any) -> tuple[str | None, tuple[RetrievedDoc, ...] | None, str | None]:
-    """``(text, documents, error)`` of a ``ToolOutput``: its content, the nodes it returned when its
-    raw output is a list of nodes (a retriever tool), and its error."""
-    if output is None:
-        return None, None, None
-    content = getattr(output, "content", None)
-    text = content if isinstance(content, str) else None
-    raw = getattr(output, "raw_output", None)
-    documents = None
-    if isinstance(raw, (list, tuple)) and raw and all(hasattr(getattr(n, "node", n), "node_id") for n in raw):
-        documents = convert_nodes(snapshot(list(raw)))
-    error = f"tool {getattr(output, 'tool_name', '')} failed" if getattr(output, "is_error", False) else None
-    return text, documents, error
-
-
-
-
-def turn_id(turn: Turn) -> str:
-    return turn.root_id[-36:]  # the uuid4 of the root span / callback event
+            dispatch(assembler, ErrorStep(turn.root_id, f"ragaudit could not read this turn: {exc}", now))
+        assembler.close(self.recorder, self.auditor, parent=turn.context, closed_at=now,
+                        measures=self.turn_measures)
 
 
 def _never() -> Turn:  # pragma: no cover - a stream run always has its turn's root as parent
