@@ -147,7 +147,7 @@ def test_dispatch_never_raises_and_says_what_it_refused(caplog: pytest.LogCaptur
         assert dispatch(Broken("test"), MODEL) is False
         assert dispatch(TurnAssembler("test"), "not a step") is False  # type: ignore[arg-type]
     text = caplog.text
-    assert "taking a ModelCall step" in text and "sink bug" in text and "taking a str step" in text
+    assert "taking a ModelCall step" in text and "RuntimeError" in text and "taking a str step" in text
 
 
 def test_close_counts_and_warns_once_per_auditor(caplog: pytest.LogCaptureFixture) -> None:
