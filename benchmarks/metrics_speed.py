@@ -65,6 +65,9 @@ TOOLS = {
 }
 OPTIONAL_MODULE = {"pytrec_eval": "pytrec_eval", "pandas": "pandas", "pyarrow": "pyarrow"}
 COLUMN_TOOLS = ("numpy", "pandas", "pyarrow")
+# ragaudit compares scores as pytrec_eval does (32-bit floats) here, so its values can equal
+# pytrec_eval's exactly in every cell; its default, trec_eval 10's doubles, costs the same.
+OURS: dict[str, Any] = {"ties": "pytrec_eval"}
 CORPUS = 1_000_003  # prime: (a + j*b) mod CORPUS gives distinct docs for j < CORPUS
 
 
@@ -173,13 +176,13 @@ def calls(inputs: dict[str, Any], tools: list[str]) -> dict[str, Callable[[], di
         if tool == "pytrec_eval":
             out[tool] = lambda: pytrec_means(inputs["run"], qrels)
         elif tool == "dicts":
-            out[tool] = lambda: metrics.evaluate(inputs["run"], qrels, MEASURES)
+            out[tool] = lambda: metrics.evaluate(inputs["run"], qrels, MEASURES, **OURS)
         elif tool == "numpy":
-            out[tool] = lambda: metrics.evaluate_columns(*inputs["columns"], qrels, MEASURES)
+            out[tool] = lambda: metrics.evaluate_columns(*inputs["columns"], qrels, MEASURES, **OURS)
         elif tool == "pandas":
-            out[tool] = lambda: metrics.evaluate(inputs["frame"], qrels, MEASURES)
+            out[tool] = lambda: metrics.evaluate(inputs["frame"], qrels, MEASURES, **OURS)
         elif tool == "pyarrow":
-            out[tool] = lambda: metrics.evaluate(inputs["table"], qrels, MEASURES)
+            out[tool] = lambda: metrics.evaluate(inputs["table"], qrels, MEASURES, **OURS)
     return out
 
 
@@ -199,7 +202,9 @@ def time_cell(inputs: dict[str, Any], tools: list[str], rounds: int) -> tuple[di
         if tool == "pytrec_eval":
             per_query[tool] = pytrec_per_query(inputs["run"], inputs["qrels"])
         elif tool == "numpy":
-            per_query[tool] = metrics.evaluate_columns(*inputs["columns"], inputs["qrels"], MEASURES, per_query=True)
+            per_query[tool] = metrics.evaluate_columns(
+                *inputs["columns"], inputs["qrels"], MEASURES, per_query=True, **OURS
+            )
         else:
             means[tool] = fn()
             continue
