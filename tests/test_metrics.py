@@ -94,6 +94,58 @@ def test_non_integer_cutoff_and_non_string_names_are_refused() -> None:
     assert "ndcg" in metrics.MEASURE_NAMES
 
 
+@pytest.mark.parametrize(
+    ("text", "canonical"),
+    [
+        ("Rprec", "Rprec"), ("R-prec", "Rprec"), ("bpref", "bpref"), ("infAP", "infAP"), ("gm_map", "gm_map"),
+        ("set_map", "set_map"), ("num_rel_ret", "num_rel_ret"), ("11pt_avg", "11pt_avg"),
+        ("iprec_at_recall_0.10", "iprec_at_recall@0.1"), ("iprec_at_recall..10", "iprec_at_recall@0.1"),
+        ("IPrec@0.1", "iprec_at_recall@0.1"), ("iprec_at_recall@1", "iprec_at_recall@1"),
+        ("relstring", "relstring"), ("relstring.20", "relstring@20"), ("relstring_20", "relstring@20"),
+        ("P.5", "P@5"), ("ndcg_cut.10", "ndcg@10"), ("set_P", "P"), ("set_F", "f1"), ("set_recall", "recall"),
+        ("ndcg.1=3,2=9,4=4.5", "ndcg.1=3,2=9,4=4.5"), ("ndcg@10.1=3", "ndcg@10.1=3"),
+        ("11pt_avg..25,.5,.75", "11pt_avg.0.25,0.5,0.75"),
+    ],
+)
+def test_trec_eval_measures_and_parameters_parse(text: str, canonical: str) -> None:
+    measure = parse_measure(text)
+    assert str(measure) == canonical
+    assert parse_measure(str(measure)) == measure
+
+
+def test_measure_parameters_are_checked_at_construction() -> None:
+    assert Measure("ndcg", gains={1: 3, 2: 9}) == parse_measure("ndcg.1=3,2=9")
+    for text, problem in [
+        ("Rprec@10", "takes no cut-off"),
+        ("iprec_at_recall", "needs a recall level"),
+        ("iprec_at_recall@1.5", r"in \[0, 1\]"),
+        ("P.5,10", "one cut-off per metric"),
+        ("ndcg.1=x", "level=gain"),
+        ("ndcg.-1=3", "integer >= 0"),
+        ("ndcg.1=3,1=4", "once"),
+        ("ndcg_burges.1=3", "no parameters"),
+        ("11pt_avg.0.2,2", r"in \[0, 1\]"),
+        ("map.1=3", "no parameters"),
+    ]:
+        with pytest.raises(MetricError, match=problem):
+            parse_measure(text)
+    with pytest.raises(MetricError, match="only ndcg"):
+        Measure("map", gains=((1, 2.0),))
+    with pytest.raises(MetricError, match="only 11pt_avg"):
+        Measure("map", points=(0.5,))
+
+
+def test_summaries_sum_counts_and_average_gm_map_geometrically() -> None:
+    qrels = {"q1": {"d1": 1, "d2": 1}, "q2": {"d9": 1}}
+    run = {"q1": {"d1": 0.9, "d3": 0.5}, "q2": {"d8": 1.0, "d7": 0.1}}
+    per = metrics.evaluate(run, qrels, ["num_ret", "num_rel", "num_rel_ret", "map", "gm_map"], per_query=True)
+    assert per["q1"] == {"num_ret": 2.0, "num_rel": 2.0, "num_rel_ret": 1.0, "map": 0.5, "gm_map": 0.5}
+    means = metrics.evaluate(run, qrels, ["num_ret", "num_rel", "num_rel_ret", "map", "gm_map"])
+    assert means["num_ret"] == 4.0 and means["num_rel"] == 3.0 and means["num_rel_ret"] == 1.0
+    assert means["map"] == 0.25
+    assert means["gm_map"] == pytest.approx(math.sqrt(0.5 * 0.00001))  # AP 0 counts as 0.00001
+
+
 def test_measure_is_frozen_and_hashable() -> None:
     measure = parse_measure("ndcg@10")
     with pytest.raises(AttributeError):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, Protocol
@@ -414,7 +414,8 @@ class Measure:
     """A parsed metric: canonical ``name`` (one of :data:`MEASURE_NAMES`), a ``cutoff`` and parameters.
 
     ``cutoff=None`` means the whole ranking; for ``iprec_at_recall`` it is the recall level (a float
-    in [0, 1]). ``gains`` (NDCG only): ``((level, gain), ...)``, trec_eval's ``ndcg.1=3,2=9``; levels
+    in [0, 1]). ``gains`` (NDCG only): ``((level, gain), ...)`` or ``{level: gain}``, trec_eval's
+    ``ndcg.1=3,2=9``; levels
     not listed gain their own value. ``points`` (``11pt_avg`` only): the recall points averaged.
     ``str(measure)`` gives the canonical spelling, e.g. ``"ndcg@10"``, ``"map"`` or ``"ndcg.1=3,2=9"``.
     """
@@ -496,6 +497,8 @@ def _check_cutoff(entry: MeasureEntry, cutoff: Any) -> int | float | None:
 
 
 def _check_gains(name: str, gains: Any) -> Gains:
+    if isinstance(gains, Mapping):
+        gains = tuple(gains.items())
     try:
         pairs = tuple((level, float(gain)) for level, gain in gains)
     except (TypeError, ValueError):
@@ -558,6 +561,8 @@ def _with_params(entry: MeasureEntry, cutoff: int | float | None, params: str | 
             if not eq:
                 raise MetricError(f"metric {whole!r}: gains are written 'level=gain,...', got {part!r}")
         return Measure(entry.name, cutoff, gains=tuple(gains))
+    if "=" in params:
+        raise MetricError(f"metric {whole!r}: {entry.name} takes no parameters (gains are for ndcg)")
     if entry.params == "points":
         try:
             points = tuple(float(p) for p in params.split(","))
