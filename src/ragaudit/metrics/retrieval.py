@@ -81,7 +81,7 @@ from ._inputs import (
     prepare_dict_run,
     prepare_qrels,
 )
-from ._kernel import check_ties, judged_of, rank_judged
+from ._kernel import Ties, check_ties, judged_of, rank_judged
 from ._ranked import NONPOOL, BatchRanked, OneRanked, restrict
 from ._tables import DOCID_NAMES, QID_NAMES, RANK_NAMES, SCORE_NAMES, find_column, is_table, table_column
 from .measures import Measure, parse_measure
@@ -96,7 +96,6 @@ __all__ = [
 ]
 
 OnDuplicate = Literal["error", "max"]
-Ties = Literal["trec_eval", "pytrec_eval"]
 MeasureSpec: TypeAlias = str | Measure
 Qrels = Mapping[Any, Mapping[Any, Any]]
 
