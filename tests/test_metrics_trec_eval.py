@@ -665,3 +665,13 @@ def test_custom_ndcg_gains_match_a_plain_reference() -> None:
     assert all(v["ndcg"] == pytest.approx(v["ndcg.1=1,2=2"], abs=TOL) for v in plain.values())
     one = metrics.score_ranking(sorted(run["q2"], key=lambda d: -run["q2"][d]), qrels["q2"], [spec])
     assert one[spec] == pytest.approx(reference(run["q2"], qrels["q2"], None), abs=TOL)
+
+
+def test_the_tie_case_in_both_modes_against_pytrec_eval() -> None:
+    # 1.00000002 vs 1.00000001: one 32-bit float, so pytrec_eval ties them and "b" (doc id descending)
+    # ranks first; trec_eval 10 compares doubles, so "a" does. ties= picks which one we reproduce.
+    run, qrels = {"q": {"b": 1.00000001, "a": 1.00000002}}, {"q": {"b": 1}}
+    theirs = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(run)["q"]["recip_rank"]
+    assert theirs == 1.0
+    assert metrics.evaluate(run, qrels, ["recip_rank"], ties="pytrec_eval")["recip_rank"] == theirs
+    assert metrics.evaluate(run, qrels, ["recip_rank"])["recip_rank"] == 0.5

@@ -30,7 +30,8 @@ Every function here computes what ``trec_eval`` 10 computes (its own test suite 
   doc when it is within the top K, else 0 (``mrr`` alone is ``recip_rank``).
 - **Interpolated precision.** ``iprec_at_recall@L`` and ``11pt_avg`` turn the recall level into a
   number of relevant docs with ``lround(L * R)``, as trec_eval 10 does (trec_eval <= 9 and
-  pytrec_eval add 0.9 and truncate, so their values differ where the two roundings do).
+  pytrec_eval add 0.9 and truncate, so their values differ where the two roundings do). A query
+  that retrieved nothing scores 0 there, as on every measure (trec_eval divides 0 by 0).
 - **Queries.** Run and qrels are paired by query id only, never by position; ids are compared as
   strings (``str()`` of numbers). Queries in the run but not in the qrels are ignored, as
   trec_eval ignores them (their rows are not validated either). A query in the qrels with no
@@ -48,7 +49,8 @@ Every function here computes what ``trec_eval`` 10 computes (its own test suite 
   first. ``-n`` (no summary) is ``per_query=True``.
 - **Summaries.** Means over queries, except the counts (``num_ret``, ``num_rel``,
   ``num_rel_ret``: sums) and ``gm_map`` (the geometric mean); ``relstring`` (a string per query)
-  has none and needs ``per_query=True``.
+  has none and needs ``per_query=True``. (With ``-c`` and ``-l`` above 1, trec_eval's ``num_rel``
+  summary counts every label > 0; ours is the sum of the per-query values.)
 - **Duplicates.** trec_eval refuses a run that lists a doc twice for one query; so do we
   (:class:`~ragaudit.errors.MetricError`), unless ``on_duplicate="max"``, which keeps the
   occurrence with the highest score. (With -M, trec_eval only looks for duplicates in the top N;
