@@ -264,10 +264,23 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _read_chunked(self) -> bytes:
+        parts: list[bytes] = []
+        while True:
+            size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(parts)
+            parts.append(self.rfile.read(size))
+            self.rfile.readline()
+
     def do_POST(self) -> None:
         collector = self.server.collector
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length)
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            body = self._read_chunked()  # Node's OTLP exporter streams its body with no Content-Length
+        else:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         headers = {k.lower(): v for k, v in self.headers.items()}
         log: dict[str, Any] = {
             "path": self.path,

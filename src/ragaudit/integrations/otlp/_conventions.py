@@ -248,13 +248,22 @@ def _oi_documents(attrs: Mapping[str, Any], output: Any) -> list[DocReading]:
 
 
 def _oi_response_id(output: Any) -> str | None:
-    # LangChain's LLMResult JSON (Python): llm_output.id, or the message's response_metadata.id.
-    if isinstance(output, dict):
-        llm_output = output.get("llm_output")
-        if isinstance(llm_output, dict) and _str(llm_output.get("id")):
-            return _str(llm_output.get("id"))
-        if _str(output.get("id")) and str(output.get("id")).startswith(("chatcmpl", "resp", "msg")):
-            return _str(output.get("id"))
+    """The completion id in LangChain's LLMResult JSON: ``llm_output.id`` (Python), else the first
+    generation's message id (JS: ``message.kwargs.id``; Python: ``response_metadata.id``)."""
+    if not isinstance(output, dict):
+        return None
+    llm_output = output.get("llm_output")
+    if isinstance(llm_output, dict) and _str(llm_output.get("id")):
+        return _str(llm_output.get("id"))
+    gens = output.get("generations")
+    first = gens[0][0] if isinstance(gens, list) and gens and isinstance(gens[0], list) and gens[0] else None
+    message = first.get("message") if isinstance(first, dict) else None
+    if isinstance(message, dict):
+        body = message.get("kwargs") if isinstance(message.get("kwargs"), dict) else message
+        meta = body.get("response_metadata")
+        for candidate in (body.get("id"), meta.get("id") if isinstance(meta, dict) else None):
+            if isinstance(candidate, str) and candidate.startswith(("chatcmpl", "resp", "msg")):
+                return candidate
     return None
 
 
