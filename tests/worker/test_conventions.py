@@ -4,31 +4,40 @@ from __future__ import annotations
 
 import json
 
+from ragaudit.integrations import TurnAssembler
 from ragaudit.integrations.otlp._buffer import PendingTrace
 from ragaudit.integrations.otlp._decode import decode_traces
 from ragaudit.integrations.otlp._turns import turns_of
+from ragaudit.integrations.steps import RunKind, dispatch
+from ragaudit.records import RagTurn
 from tests.worker.spans import ANSWER, DOCS, QUESTION, SpanMaker, encode, genai_trace, rag_trace
 
 
-def _turns(spans: list) -> list:  # type: ignore[type-arg]
+def _turns(spans: list) -> list[tuple[RagTurn, RunKind]]:  # type: ignore[type-arg]
+    """The turns the worker makes of *spans*: decoded, read, and built by the assembler."""
     decoded, rejected = decode_traces(encode(spans), json_body=False)
     assert rejected == 0
     pending = PendingTrace(decoded[0].trace_id, 0.0, 0.0, decoded, has_root=True)
-    return [parts for _, parts in turns_of(pending, "ragaudit-worker").turns]
+    out = []
+    for found in turns_of(pending, "ragaudit-worker").turns:
+        assembler = TurnAssembler(framework=found.convention)
+        assert all(dispatch(assembler, step) for step in found.steps)
+        out.append((assembler.build(), assembler.kind))
+    return out
 
 
 def test_openinference_session_and_user() -> None:
     maker = SpanMaker()
     spans = rag_trace(maker, session="sess-1")
-    [parts] = _turns(spans)
-    assert parts.metadata["session_id"] == "sess-1" and parts.query == QUESTION and parts.answer == ANSWER
+    [(turn, _)] = _turns(spans)
+    assert turn.metadata["session_id"] == "sess-1" and turn.query == QUESTION and turn.answer == ANSWER
 
 
 def test_genai_conversation_is_the_session() -> None:
-    [parts] = _turns(genai_trace(SpanMaker()))
-    assert parts.metadata["session_id"] == "conv-7" and parts.root_kind == "agent"
-    assert [d.id for s in parts.steps if hasattr(s.record, "documents") for d in s.record.documents] == [
-        d for d, _ in DOCS]
+    [(turn, kind)] = _turns(genai_trace(SpanMaker()))
+    assert turn.metadata["session_id"] == "conv-7" and kind is RunKind.AGENT
+    assert (turn.query, turn.answer) == (QUESTION, ANSWER)
+    assert [d.id for d in turn.documents] == [d for d, _ in DOCS]
 
 
 def test_openllmetry_association_properties_and_ids_from_serialised_documents() -> None:
@@ -55,12 +64,11 @@ def test_openllmetry_association_properties_and_ids_from_serialised_documents() 
                 "gen_ai.prompt.0.role": "user", "gen_ai.prompt.0.content": DOCS[0][1] + "\n" + QUESTION,
                 "gen_ai.completion.0.role": "assistant", "gen_ai.completion.0.content": ANSWER}):
             pass
-    [parts] = _turns(maker.take())
-    assert (parts.metadata["session_id"], parts.metadata["user_id"]) == ("s-9", "u-3")
-    assert (parts.query, parts.answer) == (QUESTION, ANSWER)
-    [retrieval] = [s.record for s in parts.steps if hasattr(s.record, "documents")]
-    assert [d.id for d in retrieval.documents] == [d for d, _ in DOCS]
-    [generation] = [s.record for s in parts.steps if hasattr(s.record, "messages")]
+    [(turn, _)] = _turns(maker.take())
+    assert (turn.metadata["session_id"], turn.metadata["user_id"]) == ("s-9", "u-3")
+    assert (turn.query, turn.answer) == (QUESTION, ANSWER)
+    assert [d.id for d in turn.documents] == [d for d, _ in DOCS]
+    [generation] = turn.generations
     assert generation.output == ANSWER and generation.messages[0][0] == "user"
 
 
@@ -70,4 +78,4 @@ def test_two_chains_under_one_request_span_are_two_turns() -> None:
         first = rag_trace(maker, question="What about warranty?")
         second = rag_trace(maker, question="What about shipping?")
     turns = _turns([*first, *second, *maker.take()])
-    assert [p.query for p in turns] == ["What about warranty?", "What about shipping?"]
+    assert [t.query for t, _ in turns] == ["What about warranty?", "What about shipping?"]

@@ -259,7 +259,7 @@ def _oi_response_id(output: Any) -> str | None:
     first = gens[0][0] if isinstance(gens, list) and gens and isinstance(gens[0], list) and gens[0] else None
     message = first.get("message") if isinstance(first, dict) else None
     if isinstance(message, dict):
-        body = message.get("kwargs") if isinstance(message.get("kwargs"), dict) else message
+        body: dict[str, Any] = message["kwargs"] if isinstance(message.get("kwargs"), dict) else message
         meta = body.get("response_metadata")
         for candidate in (body.get("id"), meta.get("id") if isinstance(meta, dict) else None):
             if isinstance(candidate, str) and candidate.startswith(("chatcmpl", "resp", "msg")):

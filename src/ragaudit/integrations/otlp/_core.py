@@ -15,11 +15,12 @@ from ..._sink import JudgementSink
 from ...errors import ConfigurationError
 from ...judges.base import RagJudge
 from ...records import Judgement, RagTurn
-from .._assembler import build_turn, unjudged_reason
+from .._assembler import TurnAssembler
+from ..steps import dispatch
 from ._buffer import PendingTrace, TraceBuffer
 from ._decode import SpanData, decode_traces
 from ._output import WORKER_SERVICE, Outputs, build_outputs
-from ._turns import turns_of
+from ._turns import WorkerTurn, turns_of
 
 __all__ = ["IngestOutcome", "Worker"]
 
@@ -44,17 +45,6 @@ class IngestOutcome:
     rejected: int = 0
     refused: bool = False
     message: str = ""
-
-
-class _Ids:
-    """The span identity a worker turn is built with (``build_turn`` reads trace_id/span_id)."""
-
-    __slots__ = ("sampled_out", "span_id", "trace_id")
-
-    def __init__(self, trace_id: str, span_id: str) -> None:
-        self.trace_id = trace_id
-        self.span_id = span_id
-        self.sampled_out = False
 
 
 class Worker:
@@ -280,18 +270,23 @@ class Worker:
                 self._ready_delay_s.append(now - pending.root_at)
                 if len(self._ready_delay_s) > 10_000:
                     del self._ready_delay_s[:5_000]
-        for root_span_id, parts in found.turns:
-            self._submit(parts, pending.trace_id, root_span_id)
+        for turn in found.turns:
+            self._submit(turn, pending.trace_id)
 
-    def _submit(self, parts: Any, trace_id: str, root_span_id: str) -> None:
+    def _submit(self, found: WorkerTurn, trace_id: str) -> None:
+        from ...tracing.spans import TurnHandle
+
         self.count("turns_found")
+        assembler = TurnAssembler(framework=found.convention)
+        for step in found.steps:
+            dispatch(assembler, step)
         try:
-            turn = build_turn(parts, _Ids(trace_id, root_span_id))
+            turn = assembler.build(TurnHandle(trace_id, found.root_span_id))
         except Exception as exc:
             self.count("assembly_errors")
-            logger.warning("ragaudit worker: could not build turn %s: %s", parts.turn_id, exc)
+            logger.warning("ragaudit worker: could not build a turn of trace %s: %s", trace_id, exc)
             return
-        reason = unjudged_reason(turn, parts.root_kind)
+        reason = assembler.unjudged_reason(turn)
         if reason is not None:
             self.count(f"turns_unjudged_{reason}")
             if reason in ("no_evidence", "empty_answer"):

@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...records import Generation, Retrieval, RetrievedDoc, ToolCall, stable_doc_id
+from ...records import Message, RetrievedDoc, stable_doc_id
 from ...tracing.evaluation_logs import EVALUATED_RESPONSE_ID, EVALUATED_SPAN_ID
-from .._assembler import Step, TurnParts
+from ..steps import ModelCall, RetrievalStep, RunEnded, RunKind, RunStarted, Step, ToolResult
 from ._buffer import PendingTrace
 from ._conventions import (
     KIND_AGENT,
@@ -40,7 +40,7 @@ from ._conventions import (
 )
 from ._decode import SpanData
 
-__all__ = ["TraceTurns", "turn_id_of", "turns_of"]
+__all__ = ["TraceTurns", "WorkerTurn", "turn_id_of", "turns_of"]
 
 _TURN_KINDS = frozenset({KIND_CHAIN, KIND_AGENT})
 
@@ -51,11 +51,20 @@ def turn_id_of(trace_id: str, span_id: str) -> str:
 
 
 @dataclass(slots=True)
+class WorkerTurn:
+    """One turn of a trace: its root span, the convention it was read by, its steps in order."""
+
+    root_span_id: str
+    convention: str
+    steps: list[Step]
+
+
+@dataclass(slots=True)
 class TraceTurns:
-    """The turns read from one trace as ``(root span id, parts)``, or why there are none (``skipped``)."""
+    """The turns read from one trace, or why there are none (``skipped``: a count key)."""
 
     trace_id: str
-    turns: list[tuple[str, TurnParts]]
+    turns: list[WorkerTurn]
     own_spans: int = 0
     skipped: str | None = None
 
@@ -121,76 +130,71 @@ def _documents(docs: Sequence[DocReading], ids_by_text: Mapping[str, str]) -> tu
     return tuple(out)
 
 
-def _step(span: SpanData, r: Reading, seq: int, ids_by_text: Mapping[str, str]) -> Step | None:
-    record: Retrieval | Generation | ToolCall
-    documents = None
+def _step(span: SpanData, r: Reading, parent: str | None, ids_by_text: Mapping[str, str]) -> Step:
+    """The step of one span below a turn's root (a span of no step kind tells the nesting only)."""
     if r.kind == KIND_RETRIEVER:
-        record = Retrieval(name=span.name, documents=_documents(r.documents or (), ids_by_text), query=r.query,
-                           started_at=span.start_ns, ended_at=span.end_ns, error=r.error)
-    elif r.kind == KIND_LLM:
-        record = Generation(model=r.model, prompt="\n\n".join(t for _, t in r.messages) or None, output=r.output_text,
-                            input_tokens=r.input_tokens, output_tokens=r.output_tokens, started_at=span.start_ns,
-                            ended_at=span.end_ns, error=r.error, provider=r.provider, messages=tuple(r.messages))
-    elif r.kind == KIND_TOOL:
-        record = ToolCall(name=r.tool_name or span.name, arguments=r.tool_arguments, output=r.output_text,
-                          call_id=r.tool_call_id, started_at=span.start_ns, ended_at=span.end_ns, error=r.error)
-        if r.documents:
-            documents = _documents(r.documents, ids_by_text)
-    else:
-        return None
-    return Step(run_id=span.span_id, parent_id=span.parent_id, seq=seq, record=record, documents=documents)
+        return RetrievalStep(span.span_id, parent, span.name, span.start_ns, span.end_ns, query=r.query,
+                             documents=_documents(r.documents or (), ids_by_text), error=r.error)
+    if r.kind == KIND_LLM:
+        return ModelCall(span.span_id, parent, span.start_ns, span.end_ns, messages=tuple(r.messages),
+                         output=r.output_text, model=r.model, provider=r.provider, input_tokens=r.input_tokens,
+                         output_tokens=r.output_tokens, error=r.error)
+    if r.kind == KIND_TOOL:
+        return ToolResult(span.span_id, parent, r.tool_name or span.name, span.start_ns, span.end_ns,
+                          call_id=r.tool_call_id, input=r.tool_arguments, output=r.output_text,
+                          documents=_documents(r.documents, ids_by_text) if r.documents else None, error=r.error)
+    return RunStarted(span.span_id, RunKind.STEP, span.start_ns, parent_id=parent, name=span.name)
 
 
-def _question(r: Reading) -> tuple[str | None, list[tuple[str, str]]]:
-    messages = messages_in(r.input_json) if r.input_json is not None else []
+def _question(r: Reading) -> tuple[str | None, tuple[Message, ...]]:
     if r.input_json is None:
-        return r.input_text, []
-    question = question_in(r.input_json)
-    return (question if messages == [] else None), messages
+        return r.input_text, tuple(r.messages)
+    messages = tuple(messages_in(r.input_json))
+    return (None if messages else question_in(r.input_json)), messages
 
 
-def _turn(trace: _Trace, root_id: str, service: str | None) -> TurnParts:
-    root = trace.spans[root_id]
-    reading = trace.readings[root_id]
-    steps: list[Step] = []
-    parents: dict[str, Any] = {}
-    members = [root_id, *trace.descendants(root_id)]
-    ordered = sorted(members[1:], key=lambda s: (trace.spans[s].start_ns, s))
-    for seq, span_id in enumerate(ordered):
-        span = trace.spans[span_id]
-        parents[span_id] = span.parent_id
-        step = _step(span, trace.readings[span_id], seq, trace.ids_by_text)
-        if step is not None:
-            steps.append(step)
-    # A model called on its own ("model") is traced, never judged.
-    root_kind = "model" if reading.kind == KIND_LLM else "agent" if reading.kind == KIND_AGENT else "chain"
-    query, messages = _question(reading)
-    if reading.input_json is None and reading.messages:
-        messages = list(reading.messages)
-    metadata: dict[str, Any] = {"otlp.convention": reading.convention}
+def _tags(trace: _Trace, members: Sequence[str], steps: Sequence[Step], service: str | None,
+          convention: str) -> dict[str, Any]:
+    """The turn's metadata: convention, service, session and user, and the evaluated model call."""
+    tags: dict[str, Any] = {"otlp.convention": convention}
     if service:
-        metadata["service.name"] = service
+        tags["service.name"] = service
     for span_id in members:
         r = trace.readings[span_id]
-        if r.session_id and "session_id" not in metadata:
-            metadata["session_id"] = r.session_id
-        if r.user_id and "user_id" not in metadata:
-            metadata["user_id"] = r.user_id
+        if r.session_id and "session_id" not in tags:
+            tags["session_id"] = r.session_id
+        if r.user_id and "user_id" not in tags:
+            tags["user_id"] = r.user_id
     # The evaluated operation: the last model call that answered (the answer's own completion).
-    calls = [s for s in steps if isinstance(s.record, Generation) and s.record.error is None
-             and s.record.output is not None]
+    calls = [s for s in steps if isinstance(s, ModelCall) and s.error is None and s.output is not None]
     if calls:
-        last = max(calls, key=lambda s: (s.record.ended_at or 0, s.seq))
-        metadata[EVALUATED_SPAN_ID] = str(last.run_id)
+        last = max(calls, key=lambda s: s.ended_at or 0)
+        tags[EVALUATED_SPAN_ID] = str(last.run_id)
         response_id = trace.readings[str(last.run_id)].response_id
         if response_id:
-            metadata[EVALUATED_RESPONSE_ID] = response_id
-    return TurnParts(
-        turn_id=turn_id_of(root.trace_id, root_id), framework=reading.convention, root_kind=root_kind,
-        started_at=root.start_ns, ended_at=max(root.end_ns, root.start_ns), query=query, messages=messages,
-        answer=reading.output_text if reading.kind != KIND_LLM else None, steps=steps, parents=parents,
-        error=reading.error, metadata=metadata,
-    )
+            tags[EVALUATED_RESPONSE_ID] = response_id
+    return tags
+
+
+def _turn(trace: _Trace, root_id: str, service: str | None) -> WorkerTurn:
+    root = trace.spans[root_id]
+    reading = trace.readings[root_id]
+    turn_id = turn_id_of(root.trace_id, root_id)
+    members = [root_id, *trace.descendants(root_id)]
+    ordered = sorted(members[1:], key=lambda s: (trace.spans[s].start_ns, s))
+    # Children of the root name the turn's run id as their parent (the assembler's tree).
+    children: list[Step] = [_step(trace.spans[s], trace.readings[s],
+                                  turn_id if trace.spans[s].parent_id == root_id else trace.spans[s].parent_id,
+                                  trace.ids_by_text) for s in ordered]
+    # A model called on its own is traced, never judged.
+    kind = RunKind.MODEL if reading.kind == KIND_LLM else RunKind.AGENT if reading.kind == KIND_AGENT \
+        else RunKind.CHAIN
+    question, messages = _question(reading)
+    start = RunStarted(turn_id, kind, root.start_ns, name=root.name, question=question, messages=messages,
+                       tags=_tags(trace, members, children, service, reading.convention))
+    end = RunEnded(turn_id, max(root.end_ns, root.start_ns), error=reading.error,
+                   answer=reading.output_text if reading.kind != KIND_LLM and reading.error is None else None)
+    return WorkerTurn(root_id, reading.convention, [start, *children, end])
 
 
 def turns_of(pending: PendingTrace, own_service: str) -> TraceTurns:
@@ -207,4 +211,4 @@ def turns_of(pending: PendingTrace, own_service: str) -> TraceTurns:
     if not roots:
         return TraceTurns(pending.trace_id, [], own, "no_model_call")
     service = spans[0].service
-    return TraceTurns(pending.trace_id, [(root, _turn(trace, root, service)) for root in roots], own)
+    return TraceTurns(pending.trace_id, [_turn(trace, root, service) for root in roots], own)
