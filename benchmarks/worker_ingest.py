@@ -77,7 +77,8 @@ def make_payloads(traces: int, project: str) -> list[bytes]:
         context = "\n\n".join(text for _, text in docs)
         answer = f"Order {n} can be returned within 30 days."
         chain = {"openinference.span.kind": "CHAIN"}
-        with t.start_as_current_span("RunnableSequence", attributes={**chain, "input.value": q, "output.value": answer}):
+        root = {**chain, "input.value": q, "output.value": answer}
+        with t.start_as_current_span("RunnableSequence", attributes=root):
             with t.start_as_current_span("RunnableParallel<context,question>", attributes={**chain, "input.value": q}):
                 with t.start_as_current_span("RunnableSequence", attributes={**chain, "input.value": q}):
                     with t.start_as_current_span("VectorStoreRetriever", attributes={
