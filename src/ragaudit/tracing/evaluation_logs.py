@@ -35,9 +35,9 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._sink import BaseJudgementSink
+from .._export import BaseExporter, ExportResult
 from ..errors import ConfigurationError
-from ..records import SCORE_NAMES, Judgement, RagTurn
+from ..records import SCORE_NAMES, AuditRecord, Judgement, RagTurn
 from . import conventions as c
 
 __all__ = [
@@ -146,7 +146,7 @@ def _logs_url(endpoint: str | None) -> str | None:
     return base if base.endswith("/v1/logs") else base + "/v1/logs"
 
 
-class EvaluationLogSink(BaseJudgementSink):
+class EvaluationLogSink(BaseExporter):
     """Writes each judgement as ``gen_ai.evaluation.result`` log records (see the module docstring).
 
     Args:
@@ -157,8 +157,11 @@ class EvaluationLogSink(BaseJudgementSink):
         headers: extra request headers of that exporter (None: ``OTEL_EXPORTER_OTLP_[LOGS_]HEADERS``).
         resource: attributes of that provider's resource (e.g. ``{"service.name": "ragaudit-worker"}``).
 
+    Texts (the reason, an error) go out through each record's content policy, as on the judge span.
     Records that never reached the endpoint (its own provider only) are counted in :attr:`errors`.
     """
+
+    max_attribute_chars = 8192
 
     def __init__(
         self,
@@ -196,24 +199,30 @@ class EvaluationLogSink(BaseJudgementSink):
         provider.add_log_record_processor(BatchLogRecordProcessor(self._counting))  # type: ignore[arg-type]
         return provider
 
-    def emit(self, turn: RagTurn, judgement: Judgement) -> None:
+    def export(self, records: Sequence[AuditRecord]) -> ExportResult:
+        """Emit the ``gen_ai.evaluation.result`` records of every judged record (unjudged: nothing)."""
+        for record in records:
+            if record.judgement is not None:
+                self.emit(record)
+        return ExportResult.SUCCESS
+
+    def emit(self, record: AuditRecord) -> None:
+        """The log records of one judged *record*, on its evaluated span's context."""
         from opentelemetry import trace as trace_api
         from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
+        turn, judgement = record.turn, record.judgement
+        if judgement is None:
+            return
         trace_id, span_id = evaluated_span(turn)
         context = None
         if trace_id and span_id:
             span_context = SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True,
                                        trace_flags=TraceFlags(TraceFlags.SAMPLED))
             context = trace_api.set_span_in_context(NonRecordingSpan(span_context))
-        recorder = self.recorder
-        policy = getattr(recorder, "content", None)
-        limit = int(getattr(recorder, "max_attribute_chars", 8192))
-        if policy is not None:
-            reason = policy.reason(judgement.reason, limit)
-            error = policy.error(judgement.error, limit=limit) if judgement.error else None
-        else:  # not bound to an auditor: ids and scores only
-            reason = error = None
+        policy, limit = record.content_policy, self.max_attribute_chars
+        reason = policy.reason(judgement.reason, limit)
+        error = policy.error(judgement.error, limit=limit) if judgement.error else None
         for attrs in evaluation_attributes(turn, judgement, reason, error):
             self._logger.emit(context=context, event_name=c.GEN_AI_EVALUATION_RESULT,
                               body=c.GEN_AI_EVALUATION_RESULT, attributes=attrs)
