@@ -4,7 +4,8 @@ and its OTLP/HTTP protobuf exporter (no ragaudit code), counting what the export
 Usage: ``python -m tests.worker.apps.sender --turns N --name S`` (endpoint from
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``). Each turn is one trace: a CHAIN root with the question, a
 RETRIEVER with two documents (ids ``<turn>-a``, ``<turn>-b``) and an LLM call. Prints one JSON object:
-``{"turns": {trace_id: question}, "failed": [trace ids in batches the exporter could not deliver]}``.
+``{"turns": {trace_id: question}, "failed": [trace ids in batches the exporter could not deliver],
+"unsent": [trace ids the SDK never handed to the exporter]}``.
 """
 
 from __future__ import annotations
@@ -29,8 +30,11 @@ class CountingExporter(SpanExporter):
         self._inner = OTLPSpanExporter(timeout=30)
         self._lock = threading.Lock()
         self.failed: set[str] = set()
+        self.attempted: set[str] = set()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        with self._lock:
+            self.attempted.update(f"{s.context.trace_id:032x}" for s in spans)
         result = self._inner.export(spans)
         if result is not SpanExportResult.SUCCESS:
             with self._lock:
@@ -75,8 +79,11 @@ def main(argv: list[str] | None = None) -> int:
                     "llm.output_messages.0.message.content": answer}):
                 pass
             turns[f"{root.get_span_context().trace_id:032x}"] = question
+    provider.force_flush(600_000)  # the batch processor's shutdown alone gives up after 30 s
     provider.shutdown()
-    out: dict[str, Any] = {"turns": turns, "failed": sorted(exporter.failed)}
+    # Turns the SDK dropped before they reached the exporter (its queue), counted here too.
+    unsent = sorted(set(turns) - exporter.attempted)
+    out: dict[str, Any] = {"turns": turns, "failed": sorted(exporter.failed), "unsent": unsent}
     json.dump(out, sys.stdout)
     return 0
 
