@@ -1,4 +1,4 @@
-"""The ``ragaudit`` command: ``demo``, ``eval``, ``metrics``, ``report``, ``calibrate``, ``qrels``.
+"""The ``ragaudit`` command: ``demo``, ``eval``, ``metrics``, ``report``, ``calibrate``, ``qrels``, ``worker``.
 
 Each subcommand's work lives in its own module and is imported only when that subcommand runs,
 so ``ragaudit --help`` needs no optional extra.
@@ -122,12 +122,18 @@ def _add_qrels(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.set_defaults(handler=("ragaudit.cli.qrels", "qrels_command"))
 
 
+def _add_worker(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from .worker import add_worker_parser  # its arguments live with the command (no extra imported)
+
+    add_worker_parser(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``ragaudit`` command."""
     parser = argparse.ArgumentParser(prog="ragaudit", description="Make every RAG answer auditable.")
     parser.add_argument("--version", action="version", version=f"ragaudit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_add_demo, _add_eval, _add_metrics, _add_report, _add_calibrate, _add_qrels):
+    for add in (_add_demo, _add_eval, _add_metrics, _add_report, _add_calibrate, _add_qrels, _add_worker):
         add(sub)
     return parser
 
