@@ -30,8 +30,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ragaudit import Auditor, FakeJudge, JudgeRequest
-from ragaudit.auditor import UNJUDGED_REASONS
-from ragaudit.records import stable_doc_id
+from ragaudit.records import UNSUBMITTED_REASONS, stable_doc_id
 from ragaudit.tracing import conventions as c
 from tests.support.llm_server import LLMServer, Reply, Scripted, ToolCall
 from tests.support.topics import QUESTIONS, answer_for, topic_documents
@@ -197,7 +196,7 @@ class Env:
             assert request.history == expect.history, request.history
             assert request.standalone_query == expect.standalone
         stats = self.auditor.stats()
-        for reason in UNJUDGED_REASONS:
+        for reason in UNSUBMITTED_REASONS:
             # a retriever traced on its own (an extra turn) is counted as standalone
             extra = len(self.extra_turns) if reason == "standalone" else 0
             assert stats[f"unjudged_{reason}"] == sum(e.unjudged == reason for e in expects) + extra, stats

@@ -11,7 +11,6 @@ import logging
 import pytest
 
 from ragaudit import Auditor, FakeJudge, RetrievedDoc
-from ragaudit.auditor import UNJUDGED_REASONS
 from ragaudit.integrations import TurnAssembler, evicted_error
 from ragaudit.integrations._assembler import MAX_HISTORY_MESSAGES, MAX_MESSAGE_CHARS, UNFINISHED
 from ragaudit.integrations.steps import (
@@ -25,7 +24,7 @@ from ragaudit.integrations.steps import (
     ToolResult,
     dispatch,
 )
-from ragaudit.records import RagTurn
+from ragaudit.records import UNSUBMITTED_REASONS, RagTurn
 from ragaudit.tracing.spans import SpanRecorder
 
 
@@ -199,7 +198,7 @@ def test_every_unjudged_reason_is_counted() -> None:
         for assembler in cases:
             assembler.close(SpanRecorder(), auditor)
         stats = auditor.stats()
-        assert {reason: stats[f"unjudged_{reason}"] for reason in UNJUDGED_REASONS} == {
+        assert {reason: stats[f"unjudged_{reason}"] for reason in UNSUBMITTED_REASONS} == {
             "failed": 1, "no_evidence": 0, "empty_answer": 0, "no_answer": 1, "no_model": 1, "standalone": 1}
         assert stats["submitted"] == 0
     finally:

@@ -372,9 +372,9 @@ TRAILING_DOCS = (
 ])
 def test_a_citation_after_the_sentence_belongs_to_it_and_holds(answer: str) -> None:
     from ragaudit._text import sentence_spans
-    from ragaudit.judged import audit_turn
     from ragaudit.judges import LexicalJudge
     from ragaudit.records import JudgeRequest, RagTurn
+    from ragaudit.turn_audit import audit_turn
 
     claims = answer.count("Items") + answer.count("Standard")
     assert len(sentence_spans(answer)) == claims  # no citation-only sentence

@@ -127,7 +127,7 @@ def run_demo(
     base_url = os.environ.get("OPENAI_BASE_URL")
     generator = (f"{model_from_env()} (OpenAI-compatible API{' at ' + base_url if base_url else ''})"
                  if real else CARELESS_MODEL if careless else STANDIN_MODEL)
-    judge_name = getattr(judge, "name", type(judge).__name__)
+    judge_name = judge.name
     result = DemoResult(framework, generator, judge_name, otlp_endpoint=endpoint)
     by_query = {q.text: q.id for q in questions}
     lock = threading.Lock()
@@ -256,7 +256,7 @@ def _citation_precision(turn: RagTurn | None, judgement: Judgement | None) -> st
     """ALCE citation precision of the turn's citations (the judge's sentence verdicts), — when unknown."""
     if turn is None or judgement is None:
         return "—"
-    from ..judged import audit_turn
+    from ..turn_audit import audit_turn
 
     return _fmt(audit_turn(turn, judgement).citation_precision)
 
@@ -295,7 +295,7 @@ _LABEL_RE = re.compile(r"^\[[^\[\]]{20,}\]\s*")  # the stand-ins' "[offline ...]
 def _judged(judgement: Judgement | None, measure: str) -> float | None:
     if judgement is None:
         return None
-    from ..judged import judged_metrics
+    from ..turn_audit import judged_metrics
 
     found = judged_metrics(judgement, [f"{measure}@{DEFAULT_K}"])
     return None if found is None else found[f"judged_{measure}@{DEFAULT_K}"]
@@ -311,7 +311,7 @@ def _problems(turn: RagTurn | None, judgement: Judgement | None) -> tuple[list[s
     """(lines about unsupported/contradicted sentences, lines about citations that do not hold)."""
     if turn is None or judgement is None:
         return [], []
-    from ..judged import check_citations
+    from ..turn_audit import check_citations
 
     checks = check_citations(turn.answer, turn.documents, judgement)
     by_sentence: dict[int, list[str]] = {}

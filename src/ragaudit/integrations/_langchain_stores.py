@@ -35,8 +35,8 @@ SEARCH_METHODS: tuple[str, ...] = (
 """The searches reported, each with its async form (``a`` + name)."""
 
 _wrappers: set[Callable[..., Any]] = set()  # the search wrappers made here (never wrapped twice)
-# Set while a reported search runs: the searches it calls itself (a store's similarity_search calling
-# its similarity_search_by_vector, an async form running the sync one) are not reported again.
+# Set while a search runs: the searches it calls itself (a store's similarity_search calling its
+# similarity_search_with_score, an async form running the sync one) are the same search, not reported again.
 _in_search: ContextVar[bool] = ContextVar("ragaudit_vector_store_search", default=False)
 _lock = threading.Lock()
 _patched = False
@@ -100,8 +100,6 @@ def _documents(result: Any) -> list[Any]:
 
 
 def _start(store: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[SearchObserver, UUID]]:
-    if _in_search.get():
-        return []
     observers, parent = _observers()
     if not observers or parent is None:
         return []
@@ -116,6 +114,8 @@ def _start(store: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tu
 
 
 def _end(started: list[tuple[SearchObserver, UUID]], result: Any, error: BaseException | None) -> None:
+    if not started:
+        return
     documents = _documents(result) if error is None else None
     for observer, run_id in started:
         observer.search_ended(run_id, documents, error)
@@ -140,15 +140,16 @@ def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
     if inspect.iscoroutinefunction(method):
         @functools.wraps(method)
         async def asearch(self: Any, *args: Any, **kwargs: Any) -> Any:
-            started = _guarded_start(self, args, kwargs)
-            if not started:
+            if _in_search.get():
                 return await method(self, *args, **kwargs)
             token = _in_search.set(True)
             try:
-                result = await method(self, *args, **kwargs)
-            except BaseException as exc:
-                _guarded_end(started, None, exc)
-                raise
+                started = _guarded_start(self, args, kwargs)
+                try:
+                    result = await method(self, *args, **kwargs)
+                except BaseException as exc:
+                    _guarded_end(started, None, exc)
+                    raise
             finally:
                 _in_search.reset(token)
             _guarded_end(started, result, None)
@@ -159,15 +160,16 @@ def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def search(self: Any, *args: Any, **kwargs: Any) -> Any:
-        started = _guarded_start(self, args, kwargs)
-        if not started:
+        if _in_search.get():
             return method(self, *args, **kwargs)
         token = _in_search.set(True)
         try:
-            result = method(self, *args, **kwargs)
-        except BaseException as exc:
-            _guarded_end(started, None, exc)
-            raise
+            started = _guarded_start(self, args, kwargs)
+            try:
+                result = method(self, *args, **kwargs)
+            except BaseException as exc:
+                _guarded_end(started, None, exc)
+                raise
         finally:
             _in_search.reset(token)
         _guarded_end(started, result, None)

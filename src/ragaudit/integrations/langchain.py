@@ -29,6 +29,7 @@ from ._assembler import TurnAssembler
 from ._common import (
     RunStore,
     check_measures,
+    close_at_shutdown,
     close_later,
     current_context,
     report_failure,
@@ -91,12 +92,18 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
     * Answer: the root's output (a string, a message, a dict's ``answer``/``output``/``result``/
       ``text`` as ``create_retrieval_chain`` returns, the last AI message of a dict's ``messages``);
       else the text of the last model call (also for a stream abandoned before its end).
-    * Evidence: the documents of every *outermost* retriever run (a retriever inside another, as in
-      compression, multi-query or ensemble retrievers, is a child span only) and every tool output
-      (a ``ToolMessage``'s artifact documents, else its text as a document with source = tool name
-      and id = tool call id), in start order, each id once, ranked 1..n; ids per ``Document.id``,
-      metadata ``id``/``doc_id``, else a hash of source and content; the retriever's score from
-      metadata ``score``/``relevance_score``/``_distance``.
+    * Evidence: what reached the model call that produced the answer (the assembler's rule): of the
+      documents of every *outermost* retriever run (a retriever inside another, as in compression,
+      multi-query or ensemble retrievers, is a child span only), every vector-store search
+      (``similarity_search*``, ``max_marginal_relevance_search*`` and their async forms, run in a
+      middleware, a node or a tool: constructing a handler wraps them once per process) and every
+      tool output (a ``ToolMessage``'s artifact documents, else its text as a document with source =
+      tool name and id = tool call id), those whose text is in that call's input, in start order,
+      each id once, ranked 1..n; ids per ``Document.id``, metadata ``id``/``doc_id``, else a hash of
+      source and content; the score from metadata ``score``/``relevance_score``/``_distance``. A
+      prompt template's values tell the assembler what context a prompt held.
+    * Structured answers (``with_structured_output(CitedAnswer)``): the text field is the answer
+      (*answer_field*), its cited source ids or indices are citations.
     * History: a chain input's ``chat_history``/``history`` (``RunnableWithMessageHistory``), the
       earlier messages of an agent's input, else of its first model call (a checkpointer's
       conversation); the standalone question is the first outermost retrieval's query when it
@@ -120,11 +127,13 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
         max_runs: at most this many turns are tracked at once; beyond it the oldest open turn is
             ended as an error span (``stats()["evicted"]``), so a leak cannot grow without bound.
         turn_measures: retrieval metrics put on the turn span when ground truth is known.
+        answer_field: the text field of a structured answer (default: ``answer``, else its one
+            string field).
 
     The handler never raises into the chain: a failure inside it is logged (rate-limited) on the
     ``ragaudit`` logger. On the chain's thread it only keeps the raw events (a dictionary update
     under a short lock per event); when a turn closes it hands them to the auditor's closing
-    thread (:meth:`~ragaudit.Auditor.defer`), which builds the turn, finds its citations, records
+    thread (:attr:`~ragaudit.Auditor.closer`), which builds the turn, finds its citations, records
     its spans with the times the events happened and submits it. :meth:`flush` waits for that too.
     With an inline auditor (``mode="inline"``) the turn is closed and judged before the run returns.
     """
@@ -156,7 +165,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
                                                       owner="RagAuditCallbackHandler")
         self._closed_turns = 0
         self._process_wide = False  # set by instrument(): see _start
-        self.auditor.attach_source(self)
+        close_at_shutdown(self.auditor, self)
         patch_vector_stores()  # once per process: searches in middleware, nodes and tools are retrievals
 
     # -- public helpers -------------------------------------------------------------------------
