@@ -10,6 +10,7 @@ from .._sampling import sampled
 from .._sink import BaseJudgementSink, JudgementSink
 from .._turn_metrics import DEFAULT_TURN_MEASURES, turn_metrics
 from ._auditor import Auditor, OnJudgement, SubmitStatus
+from ._governor import Budget
 
-__all__ = ["DEFAULT_TURN_MEASURES", "Auditor", "BaseJudgementSink", "JudgementSink", "OnJudgement", "SubmitStatus",
+__all__ = ["DEFAULT_TURN_MEASURES", "Auditor", "Budget", "BaseJudgementSink", "JudgementSink", "OnJudgement", "SubmitStatus",
            "sampled", "turn_metrics"]
