@@ -12,5 +12,5 @@ from .._turn_metrics import DEFAULT_TURN_MEASURES, turn_metrics
 from ._auditor import Auditor, OnJudgement, SubmitStatus
 from ._governor import Budget
 
-__all__ = ["DEFAULT_TURN_MEASURES", "Auditor", "Budget", "BaseJudgementSink", "JudgementSink", "OnJudgement", "SubmitStatus",
-           "sampled", "turn_metrics"]
+__all__ = ["DEFAULT_TURN_MEASURES", "Auditor", "BaseJudgementSink", "Budget", "JudgementSink", "OnJudgement",
+           "SubmitStatus", "sampled", "turn_metrics"]

@@ -8,7 +8,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from .._deprecation import renamed_kwargs
@@ -20,7 +20,10 @@ from .._worker import BatchWorker, call_on, call_with_deadline, on_fork_in_child
 from ..content import ContentPolicy, log_exception
 from ..errors import ConfigurationError
 from ..judges.base import RagJudge
+from ..judges.llm.endpoint import EndpointJudge, endpoint_host
 from ..records import Judgement, JudgeRequest, RagTurn
+from ._feedback import FEEDBACK, FeedbackRetention, is_negative
+from ._governor import NOT_SENT, Budget, Governor
 from ._lifecycle import flush_on_sigterm, report, track
 
 _CLOSE_BATCH = 64
@@ -31,8 +34,9 @@ __all__ = ["Auditor", "JudgementSink", "OnJudgement", "SubmitStatus"]
 
 logger = logging.getLogger("ragaudit")
 
-SubmitStatus = Literal["queued", "judged", "failed", "dropped", "sampled_out"]
-"""What :meth:`Auditor.submit` did with a turn."""
+SubmitStatus = Literal["queued", "judged", "failed", "dropped", "sampled_out", "filtered_out", "not_sent"]
+"""What :meth:`Auditor.submit` did with a turn (``"not_sent"``: in inline mode, a budget, the rate or a
+pause turned it away; its reason is counted in ``stats()``)."""
 
 OnJudgement = Callable[[RagTurn, Judgement], None]
 
@@ -118,6 +122,15 @@ class Auditor:
         handle_signals: bool = False,
         max_closing: int = 10_000,
         judge_trace: Literal["turn", "separate"] | None = None,
+        budget: Budget | Sequence[Budget] | None = None,
+        max_rps: float | None = None,
+        budget_store: str | None = None,
+        budget_fail: Literal["open", "closed"] = "open",
+        pause_s: float = 60.0,
+        prices: Mapping[str, tuple[float, float]] | None = None,
+        judge_if: Callable[[RagTurn], bool] | None = None,
+        retain_s: float | None = None,
+        max_retained: int = 1_000,
     ) -> None:
         if mode not in ("background", "inline"):
             raise ConfigurationError(f"mode must be 'background' or 'inline', got {mode!r}")
@@ -135,6 +148,13 @@ class Auditor:
             raise ConfigurationError("on_judgement must be callable(turn, judgement)")
         if redact is not None and not callable(redact):
             raise ConfigurationError("redact must be callable(text) -> text")
+        if judge_if is not None and not callable(judge_if):
+            raise ConfigurationError("judge_if must be callable(turn) -> bool")
+        budgets = (budget,) if isinstance(budget, Budget) else tuple(budget or ())
+        self._governor = Governor(budgets, max_rps=max_rps, store=budget_store, fail=budget_fail, pause_s=pause_s,
+                                  prices=prices)
+        self._judge_if = judge_if
+        self._feedback = FeedbackRetention(retain_s, max_retained)
         if judge is None:
             from ..judges import default_judge
 
@@ -152,6 +172,9 @@ class Auditor:
         from ..tracing.spans import SpanRecorder
 
         self.judge = judge
+        # The rate limit is per judge endpoint: replicas judging through one endpoint share its rate.
+        self._endpoint_key = (endpoint_host(judge.base_url) or judge.base_url) if isinstance(judge, EndpointJudge) \
+            else str(judge.name)
         self.mode = mode
         self.sample_rate = float(sample_rate)
         self.max_queue = max_queue
@@ -192,7 +215,7 @@ class Auditor:
         self._lock = threading.Lock()
         self._counts = {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0,
                         "sink_errors": 0, "close_dropped": 0, "unjudged_no_evidence": 0,
-                        "unjudged_empty_answer": 0}
+                        "unjudged_empty_answer": 0, **dict.fromkeys(NOT_SENT, 0), **dict.fromkeys(FEEDBACK, 0)}
         self._pending = 0
         self._closed = False
         self._log = RateLimitedLog()
@@ -329,6 +352,31 @@ class Auditor:
         costs nothing once it is gone).
         """
         self._turn_sources.add(source)
+
+    def feedback(self, turn_id: str, value: Any) -> str:
+        """A user's feedback on the answer of *turn_id*; never raises, never blocks.
+
+        A thumbs-down (False, a number below 0.5, ``"down"``, ``"bad"``, ...) on a turn the sampler
+        left out and that is still kept (``Auditor(retain_s=...)``) submits it for judging, past the
+        sampler: returns ``"queued"`` (counted ``feedback_judged``). ``"unmatched"``: no such turn is
+        kept (never sampled out, expired, evicted, or retention off; counted ``feedback_unmatched``);
+        ``"ignored"``: the feedback was not negative.
+        """
+        try:
+            if not is_negative(value):
+                return "ignored"
+            kept = self._feedback.take(str(turn_id))
+            if kept is None:
+                with self._lock:
+                    self._counts["feedback_unmatched"] += 1
+                return "unmatched"
+            with self._lock:
+                self._counts["feedback_judged"] += 1
+            # The sampled-out submission stays counted as sampled out; this is a second submission.
+            return self._submit(kept[0], kept[1], sample=False)
+        except Exception as exc:  # the host must never see our failure
+            logger.error("ragaudit: feedback failed: %s", self.content.exception(exc))
+            return "unmatched"
 
     def count_unjudged(self, reason: str) -> bool:
         """Count a finished turn that was traced but not judged: *reason* ``"no_evidence"`` (an answer
@@ -519,8 +567,16 @@ class Auditor:
         callback tree) and ``unjudged_empty_answer`` turns whose answer was empty; both are traced,
         never submitted (:meth:`count_unjudged`).
 
+        Cost control (``budget``, ``max_rps``, ``pause_s``, ``judge_if``): ``filtered_out``,
+        ``over_budget``, ``paused``, ``budget_unavailable`` and ``rate_limited`` count the turns not
+        sent to the judge, by reason; ``budget_store_errors`` the store calls that failed;
+        ``rate_waits`` the waits for a rate slot; ``judge_tokens`` and ``judge_usd`` what the judge
+        calls cost (money where a price is known). ``feedback_judged``, ``feedback_unmatched`` and
+        ``retained_evicted``: see :meth:`feedback`.
+
         One consistent snapshot (one lock): ``submitted == judged + failed + dropped + sampled_out
-        + pending`` always holds, also while judgements are being delivered. ``sink_errors``
+        + pending`` plus the five not-sent reasons always holds, also while judgements are being
+        delivered (a turn judged after a thumbs-down was submitted twice: sampled out, then judged). ``sink_errors``
         includes the sinks' own delivery failures (items a sink gave up on). ``closing`` is how
         many finished turns wait to be recorded (:meth:`defer`) and ``close_dropped`` how many were
         dropped because *max_closing* were waiting already.
@@ -528,8 +584,12 @@ class Auditor:
         sink_errors = self._sink_errors()
         closing = len(self._closer)
         with self._lock:
-            stats = {**self._counts, "pending": self._pending, "closing": closing}
+            stats: dict[str, Any] = {**self._counts, "pending": self._pending, "closing": closing}
         stats["sink_errors"] += sink_errors
+        governor = self._governor.counts
+        for key in ("budget_store_errors", "rate_waits", "judge_tokens"):
+            stats[key] = int(governor[key])
+        stats["judge_usd"] = round(float(governor["judge_usd"]), 6)
         return stats
 
     def _sink_errors(self) -> int:
@@ -549,14 +609,31 @@ class Auditor:
 
     # -- internals --------------------------------------------------------------------------
 
-    def _submit(self, turn: RagTurn, recorder: Any) -> SubmitStatus:
+    def _selected(self, turn: RagTurn) -> bool:
+        """``judge_if``'s answer for *turn*; a predicate that raises selects the turn (and is logged)."""
+        if self._judge_if is None:
+            return True
+        try:
+            return bool(self._judge_if(turn))
+        except Exception as exc:
+            self._log.warning("judge_if", "ragaudit: judge_if raised; the turn is judged: %s",
+                              self.content.exception(exc))
+            return True
+
+    def _submit(self, turn: RagTurn, recorder: Any, *, sample: bool = True) -> SubmitStatus:
+        selected = self._selected(turn) if sample else True
         with self._lock:
             self._counts["submitted"] += 1
             if self._closed:
                 self._counts["dropped"] += 1
                 status: SubmitStatus = "dropped"
-            elif not sampled(turn.turn_id, self.sample_rate):
+            elif not selected:
+                self._counts["filtered_out"] += 1
+                return "filtered_out"
+            elif sample and not sampled(turn.turn_id, self.sample_rate):
                 self._counts["sampled_out"] += 1
+                evicted = self._feedback.keep(turn, recorder)
+                self._counts["retained_evicted"] += evicted
                 return "sampled_out"
             elif self._pending >= self.max_queue:
                 self._counts["dropped"] += 1
@@ -575,6 +652,8 @@ class Auditor:
             except RuntimeError:  # no thread could be started (interpreter shutdown)
                 self._unqueue()
                 return "dropped"
+            if judgement is None:
+                return "not_sent"
             return "judged" if judgement.error is None else "failed"
         if not self._judging.put((turn, recorder)):
             self._unqueue()
@@ -587,17 +666,27 @@ class Auditor:
         self._lock = threading.Lock()
         self._pending = 0
         self._counts = dict.fromkeys(self._counts, 0)
+        self._governor.after_fork()
+        self._feedback.clear()
 
     def _unqueue(self) -> None:
         with self._lock:
             self._pending -= 1
             self._counts["dropped"] += 1
 
-    async def _process(self, turn: RagTurn, recorder: Any) -> Judgement:
+    async def _process(self, turn: RagTurn, recorder: Any) -> Judgement | None:
         start_ns = time.time_ns()
         judgement: Judgement | None = None
+        not_sent: str | None = None
         try:
+            # Budgets, rate and pause decide first (cost control: ragaudit.auditor._governor); a turn
+            # they turn away is counted with its reason, never judged, never queued again.
+            verdict = await self._governor.admit(self._endpoint_key, time.monotonic() + self.timeout_s)
+            if verdict != "ok":
+                not_sent = verdict
+                return None
             judgement = await self._judge(turn)
+            self._governor.settle(judgement, judgement.identity.model if judgement.identity else None)
             self._deliver(turn, judgement, start_ns, recorder)
             return judgement
         finally:
@@ -605,7 +694,9 @@ class Auditor:
             # taken meanwhile still adds up.
             with self._lock:
                 self._pending -= 1
-                if judgement is None:
+                if not_sent is not None:
+                    self._counts[not_sent] += 1
+                elif judgement is None:
                     self._counts["failed"] += 1
                 else:
                     self._counts["judged" if judgement.error is None else "failed"] += 1

@@ -41,12 +41,17 @@ from .._log import RateLimitedLog
 from ..errors import ConfigurationError
 from ..records import Judgement
 
-__all__ = ["Budget", "Governor", "Verdict", "price_of"]
+__all__ = ["NOT_SENT", "Budget", "Governor", "Verdict", "price_of"]
 
 logger = logging.getLogger("ragaudit")
 
 Verdict = Literal["ok", "over_budget", "paused", "budget_unavailable", "rate_limited"]
 """What :meth:`Governor.admit` decided: send the call, or the counted reason not to."""
+
+NOT_SENT = ("filtered_out", "over_budget", "paused", "budget_unavailable", "rate_limited")
+"""The ``stats()`` counters of turns that were not sent to the judge, each with its reason:
+``judge_if`` said no, a budget was spent, the judge is paused, the budget store was down (with
+``budget_fail="closed"``), or no rate slot came free within the judge's deadline."""
 
 _FOREVER_S = 100 * 365 * 86_400  # "no window": the process's (or the store's) whole life
 _STORE_BACKOFF_S = 5.0  # after a store error, the store is not asked again for this long

@@ -10,7 +10,7 @@ from .._deprecation import renamed_kwargs
 from ..errors import ConfigurationError, JudgeError
 from ..records import DocumentGrade, JudgeIdentity, Judgement, JudgeRequest, SentenceVerdict, truncate
 from .base import BaseRagJudge
-from .llm.endpoint import EndpointJudge, Flow, Tally, choice_text, completion_choices, endpoint_host
+from .llm.endpoint import EndpointJudge, Flow, Tally, choice_text, completion_choices, endpoint_host, retry_after_s
 from .llm.fullaudit import (
     FULL_AUDIT,
     FULL_AUDIT_REPAIR_PROMPT,
@@ -290,6 +290,9 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         status = getattr(cause, "status_code", None)
         if isinstance(status, int):
             details["status_code"] = status
+            retry_after = retry_after_s(cause)
+            if retry_after is not None:  # the Auditor's rate control holds calls back this long
+                details["retry_after_s"] = retry_after
         return Judgement.failed(
             self.name,
             error,
