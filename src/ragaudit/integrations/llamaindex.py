@@ -65,8 +65,8 @@ from pydantic import Field
 from .._deprecation import renamed_kwargs
 from .._worker import BatchWorker, run_jobs
 from ..auditor import DEFAULT_TURN_MEASURES, Auditor
-from ..records import Generation, Retrieval, RetrievedDoc, ToolCall
-from ._assembler import Step, TurnParts, close_turn, step_end
+from ..records import RetrievedDoc
+from ._assembler import TurnAssembler, evicted_error
 from ._common import (
     RunStore,
     check_measures,
@@ -77,6 +77,7 @@ from ._common import (
     resolve_backend,
     retrieved_doc,
 )
+from .steps import ErrorStep, ModelCall, RetrievalStep, RunEnded, RunKind, RunStarted, Step, ToolResult, dispatch
 
 __all__ = [
     "JUDGE_CONTEXT_KEY",
@@ -800,49 +801,58 @@ class _Collector:
             turn.answer = answer
 
     def _close(self, turn: _Turn, now: int, evicted: bool) -> None:
-        """On the closing thread: read the turn into the assembler's parts; it does the rest."""
-        parts = TurnParts(turn_id=_turn_id(turn), framework=FRAMEWORK, root_kind=turn.kind,
-                          started_at=turn.started_at, ended_at=now, query=turn.query, answer=turn.answer,
-                          error=turn.error, evicted_at=self.store.max_runs if evicted else None, tags=turn.tags,
-                          metadata={"run_name": turn.name})
+        """On the closing thread: hand the turn's steps to the assembler; it does the rest."""
+        assembler = TurnAssembler(FRAMEWORK, capture_content=self.recorder.capture_content)
         try:
-            self._read(turn, parts, now)
+            for step in self._steps(turn, now, evicted):
+                dispatch(assembler, step)
         except Exception as exc:
             report_failure("reading a LlamaIndex turn", exc)
-            parts.error = f"ragaudit could not read this turn: {exc}"
-        close_turn(parts, self.recorder, self.auditor, parent=turn.context, measures=self.turn_measures)
+            dispatch(assembler, ErrorStep(turn.root_id, f"ragaudit could not read this turn: {exc}", now))
+        assembler.close(self.recorder, self.auditor, parent=turn.context, closed_at=now,
+                        measures=self.turn_measures)
 
-    def _read(self, turn: _Turn, parts: TurnParts, now: int) -> None:
-        steps: list[Step] = []
+    def _steps(self, turn: _Turn, now: int, evicted: bool) -> Iterator[Step]:
+        """The turn's steps: its root, the runs in between (nesting only), its retrievals, model and
+        tool calls in start order, its end."""
+        root = turn.root_id
+        yield RunStarted(root, RunKind(turn.kind), turn.started_at, name=turn.name, question=turn.query,
+                         history=_messages_of(turn.history), tags=turn.tags or {})
+        children: list[tuple[int, Step]] = []
         for run_id, r in turn.retrievals.items():
-            ended_at, error = step_end(r.ended_at, r.error, now)
-            steps.append(Step(run_id, turn.parents.get(run_id), r.seq, Retrieval(
-                name=r.name, documents=_convert_nodes(r.nodes), query=r.query, started_at=r.started_at,
-                ended_at=ended_at, error=error)))
+            children.append((r.seq, RetrievalStep(run_id, turn.parents.get(run_id), r.name, r.started_at,
+                                                  r.ended_at, query=r.query, documents=_convert_nodes(r.nodes),
+                                                  error=r.error)))
+        first = min(turn.generations.values(), key=lambda g: g.seq, default=None)
         for run_id, g in turn.generations.items():
-            ended_at, error = step_end(g.ended_at, g.error, now)
-            steps.append(Step(run_id, turn.parents.get(run_id), g.seq, Generation(
-                model=g.model, prompt=g.prompt, output=g.output, input_tokens=g.input_tokens,
-                output_tokens=g.output_tokens, started_at=g.started_at, ended_at=ended_at, error=error,
-                provider=g.provider, messages=g.messages)))
-        capture = self.recorder.capture_content
+            # an agent's history lives in its first model call's messages
+            messages = g.messages or (_messages_of(turn.prompt) if g is first else ())
+            children.append((g.seq, ModelCall(run_id, turn.parents.get(run_id), g.started_at, g.ended_at,
+                                              messages=messages, prompt=g.prompt, output=g.output, model=g.model,
+                                              provider=g.provider, input_tokens=g.input_tokens,
+                                              output_tokens=g.output_tokens, error=g.error)))
         for run_id, t in turn.tools.items():
-            ended_at, error = step_end(t.ended_at, t.error, now)
             text, documents, tool_error = _read_tool_output(t.output)
-            steps.append(Step(run_id, turn.parents.get(run_id), t.seq, ToolCall(
-                name=t.name, call_id=t.call_id, arguments=input_text(t.input) if capture else None, output=text,
-                started_at=t.started_at, ended_at=ended_at, error=error or tool_error), documents))
-        parts.steps = steps
-        parts.parents = turn.parents
-        parts.history = _messages_of(turn.history)
-        parts.prompt_messages = _messages_of(turn.prompt)
+            children.append((t.seq, ToolResult(run_id, turn.parents.get(run_id), t.name, t.started_at, t.ended_at,
+                                               call_id=t.call_id, input=input_text(t.input), output=text,
+                                               documents=documents, error=t.error or tool_error)))
+        child_ids = {*turn.retrievals, *turn.generations, *turn.tools}
+        for run_id, parent in turn.parents.items():
+            if run_id not in child_ids and run_id != root:
+                yield RunStarted(run_id, RunKind.STEP, turn.started_at, parent_id=parent)
+        for _, step in sorted(children, key=lambda c: c[0]):
+            yield step
+        if evicted:
+            yield ErrorStep(root, evicted_error(self.store.max_runs), now)
+            return
+        annotations: dict[str, Any] = {}
         if turn.stream_state is not None:
-            parts.metadata[STREAM_KEY] = turn.stream_state
+            annotations[STREAM_KEY] = turn.stream_state
         from_sources = turn.sources is not None and turn.kind not in ("retrieve", "agent")
-        if from_sources:
-            parts.sources = _convert_nodes(turn.sources or ())
         if turn.kind != "agent":
-            parts.metadata[JUDGE_CONTEXT_KEY] = "source_nodes" if from_sources else "retrieval"
+            annotations[JUDGE_CONTEXT_KEY] = "source_nodes" if from_sources else "retrieval"
+        yield RunEnded(root, now, answer=turn.answer, error=turn.error,
+                       sources=_convert_nodes(turn.sources or ()) if from_sources else None, annotations=annotations)
 
 
 def _read_tool_output(output: Any) -> tuple[str | None, tuple[RetrievedDoc, ...] | None, str | None]:
