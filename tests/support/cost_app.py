@@ -24,7 +24,7 @@ def main() -> None:
     parser.add_argument("--max-rps", type=float, default=None)
     parser.add_argument("--run-s", type=float, default=60.0)
     args = parser.parse_args()
-    judge = ChatRagJudge("gpt-4o-mini", base_url=args.judge_url, api_key="sk-test", max_retries=0, timeout_s=10)
+    judge = ChatRagJudge("gpt-4o-mini", base_url=args.judge_url, api_key="sk-test", max_retries=0, timeout_s=30)
     budget = Budget(max_calls=args.max_calls) if args.max_calls else None
     auditor = Auditor(judge, budget=budget, max_rps=args.max_rps, budget_store=args.store, audit_log=None,
                       timeout_s=args.run_s + 30, max_queue=args.turns, exit_timeout_s=2)
