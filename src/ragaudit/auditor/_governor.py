@@ -40,8 +40,9 @@ from typing import Any, Literal, Protocol
 from .._log import RateLimitedLog
 from ..errors import ConfigurationError
 from ..records import Judgement
+from ._feedback import FEEDBACK, FeedbackRetention, is_negative
 
-__all__ = ["NOT_SENT", "Budget", "Governor", "Verdict", "price_of"]
+__all__ = ["NOT_SENT", "Budget", "CostControl", "Governor", "Verdict", "price_of"]
 
 logger = logging.getLogger("ragaudit")
 
@@ -306,13 +307,13 @@ class Governor:
     def _store(self, work: Callable[[], Verdict]) -> Verdict:
         """Run *work* against the store, or decide by ``fail`` while the store is down."""
         if self._clock() < self._store_down_until:
-            self._count("budget_store_errors")
+            self._tally("budget_store_errors")
             return "ok" if self.fail == "open" else "budget_unavailable"
         try:
             return work()
         except Exception as exc:  # Redis down or refusing: counted, never raised, never waited on
             self._store_down_until = self._clock() + _STORE_BACKOFF_S
-            self._count("budget_store_errors")
+            self._tally("budget_store_errors")
             self._log.warning("budget-store", "ragaudit: the budget store %s failed (%s: %s); calls are %s while "
                               "it is down (counted in stats()['budget_store_errors'])", self.store_url or "memory",
                               type(exc).__name__, exc, "admitted" if self.fail == "open" else "turned away")
@@ -365,7 +366,7 @@ class Governor:
                 if verdict != "rate_limited":
                     return verdict
                 wait = start + window - now
-            self._count("rate_waits")
+            self._tally("rate_waits")
             if time.monotonic() + wait >= deadline:
                 return "rate_limited"
             await asyncio.sleep(wait + 0.001)
@@ -374,7 +375,89 @@ class Governor:
         taken = self._counters.incr(f"rps:{endpoint}:{window}:{start}", window + 1, 1)
         return "ok" if taken <= cap else "rate_limited"
 
-    def _count(self, what: str) -> Any:
+    def _tally(self, what: str) -> None:
+        with self._lock:
+            self.counts[what] += 1
+
+    def _count(self, what: Verdict) -> Verdict:
         with self._lock:
             self.counts[what] += 1
         return what
+
+
+class CostControl:
+    """What an Auditor holds for cost control: the :class:`Governor` of its judge's endpoint, the
+    ``judge_if`` predicate and the retention of sampled-out turns for feedback (``_feedback``)."""
+
+    def __init__(self, judge: Any, budget: Budget | Sequence[Budget] | None, max_rps: float | None,
+                 budget_store: str | None, budget_fail: Literal["open", "closed"], pause_s: float,
+                 prices: Mapping[str, tuple[float, float]] | None, judge_if: Callable[[Any], bool] | None,
+                 retain_s: float | None, max_retained: int) -> None:
+        from ..judges.llm.endpoint import EndpointJudge, endpoint_host
+
+        if judge_if is not None and not callable(judge_if):
+            raise ConfigurationError("judge_if must be callable(turn) -> bool")
+        budgets = (budget,) if isinstance(budget, Budget) else tuple(budget or ())
+        self.governor = Governor(budgets, max_rps=max_rps, store=budget_store, fail=budget_fail, pause_s=pause_s,
+                                 prices=prices)
+        self.judge_if = judge_if
+        self.retained = FeedbackRetention(retain_s, max_retained)
+        # The rate limit is per judge endpoint: replicas judging through one endpoint share its rate.
+        self.endpoint = (endpoint_host(judge.base_url) or judge.base_url) if isinstance(judge, EndpointJudge) \
+            else str(judge.name)
+        self._log = RateLimitedLog()
+        self._lock = threading.Lock()
+        self.counts = dict.fromkeys(FEEDBACK, 0)
+
+    def retain(self, turn: Any, job: Any) -> None:
+        """Keep a sampled-out *turn* (its submission *job*) for feedback, when retention is on."""
+        evicted = self.retained.keep(turn, job)
+        if evicted:
+            with self._lock:
+                self.counts["retained_evicted"] += evicted
+
+    def feedback(self, turn_id: str, value: Any, resubmit: Callable[[Any], str]) -> str:
+        """A user's feedback on *turn_id*. A thumbs-down (False, a number below 0.5, ``"down"``,
+        ``"bad"``, ...) on a turn the sampler left out and that is still kept (``Auditor(retain_s=...)``)
+        is *resubmit* ted for judging, past the sampler and ``judge_if`` (counted ``feedback_judged``;
+        the status is *resubmit*'s, ``"queued"``); ``"unmatched"`` when no such turn is kept (counted
+        ``feedback_unmatched``), ``"ignored"`` for feedback that is not negative. Never raises."""
+        try:
+            if not is_negative(value):
+                return "ignored"
+            kept = self.retained.take(str(turn_id))
+            with self._lock:
+                self.counts["feedback_unmatched" if kept is None else "feedback_judged"] += 1
+            return "unmatched" if kept is None else resubmit(kept[1])
+        except Exception as exc:  # the host must never see our failure
+            logger.error("ragaudit: feedback failed: %s: %s", type(exc).__name__, exc)
+            return "unmatched"
+
+    def selected(self, turn: Any, content: Any) -> bool:
+        """``judge_if``'s answer for *turn*; a predicate that raises selects the turn (and is logged)."""
+        if self.judge_if is None:
+            return True
+        try:
+            return bool(self.judge_if(turn))
+        except Exception as exc:
+            self._log.warning("judge_if", "ragaudit: judge_if raised; the turn is judged: %s", content.exception(exc))
+            return True
+
+    async def admit(self, timeout_s: float) -> Verdict:
+        return await self.governor.admit(self.endpoint, time.monotonic() + timeout_s)
+
+    def settle(self, judgement: Judgement) -> None:
+        self.governor.settle(judgement, judgement.identity.model if judgement.identity else None)
+
+    def stats(self) -> dict[str, Any]:
+        counts = self.governor.counts
+        with self._lock:
+            feedback = dict(self.counts)
+        return {**{key: int(counts[key]) for key in ("budget_store_errors", "rate_waits", "judge_tokens")},
+                "judge_usd": round(float(counts["judge_usd"]), 6), **feedback}
+
+    def after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self.counts = dict.fromkeys(FEEDBACK, 0)
+        self.governor.after_fork()
+        self.retained.clear()

@@ -256,7 +256,7 @@ class TurnAssembler:
                            error=f"ragaudit could not build this turn: {exc}")
         reason = unjudged_reason(turn, self.kind)
         if reason is not None:
-            _note_unjudged(auditor, turn, reason)
+            _note_unjudged(auditor, turn, reason, recorder)
         finish_turn(recorder, auditor if reason is None else None, handle, turn, measures=measures)
         return turn
 
@@ -467,11 +467,13 @@ def unjudged_reason(turn: RagTurn, kind: RunKind) -> str | None:
     return None
 
 
-def _note_unjudged(auditor: Auditor, turn: RagTurn, reason: str) -> None:
+def _note_unjudged(auditor: Auditor, turn: RagTurn, reason: str, recorder: SpanRecorder) -> None:
     if reason not in ("no_evidence", "empty_answer"):
         return
     try:
-        first = auditor.count_unjudged(reason)
+        # Counted, and the turn ends as a record (with its reason) like every finished turn.
+        first = auditor.record_unjudged(turn, reason, content_policy=recorder.content,
+                                        tracer_provider=recorder.tracer_provider)
     except Exception as exc:  # a user's stand-in auditor
         report_failure("counting an unjudged turn", exc)
         return
@@ -491,25 +493,31 @@ def finish_turn(
 
     Returns the submit status (``"queued"``, ``"judged"``, ...), or None when the turn was not
     submitted; the status and the retrieval metrics (*measures*, when the turn's ``relevant_ids``
-    are known) go on the turn span.
+    are known; computed once, for the span and the turn's audit record) go on the turn span. The
+    turn's retrieval spans are started first, so its record carries their ids.
     """
     status: str | None = None
-    if auditor is not None:
-        try:
-            # The handler's own recorder goes with the turn (its policy and provider); a turn recorded
-            # with the auditor's own is submitted as a plain turn (an Auditor subclass may take no more).
-            status = (auditor.submit(turn) if recorder is auditor.recorder
-                      else auditor.submit(turn, recorder=recorder))
-        except Exception as exc:  # Auditor.submit never raises; a user's stand-in might
-            report_failure("submitting a turn", exc)
-            status = "dropped"
     metrics: Mapping[str, float] | None = None
     try:
         metrics = turn_metrics(turn, measures)
     except Exception as exc:
         report_failure("computing retrieval metrics", exc)
     try:
-        recorder.end_turn(handle, turn, judge_status=status, retrieval_metrics=metrics)
+        turn = recorder.start_children(handle, turn)
+    except Exception as exc:
+        report_failure("starting the retrieval spans", exc)
+    record = None
+    if auditor is not None:
+        try:
+            # The handler's policy and provider go with the turn: its record follows them.
+            submitted = auditor.submit_turn(turn, content_policy=recorder.content,
+                                            tracer_provider=recorder.tracer_provider, ground_truth_metrics=metrics)
+            status, record = submitted.status, submitted.record
+        except Exception as exc:  # Auditor.submit_turn never raises; a user's stand-in might
+            report_failure("submitting a turn", exc)
+            status = "dropped"
+    try:
+        recorder.end_turn(handle, turn, judge_status=status, retrieval_metrics=metrics, record=record)
     except Exception as exc:
         report_failure("ending a turn span", exc)
     return status
