@@ -183,3 +183,42 @@ def test_handle_signals_from_a_worker_thread_warns_instead_of_failing(caplog: py
     assert made and signal.getsignal(signal.SIGTERM) is before
     assert any("needs the main thread" in r.getMessage() for r in caplog.records)
     made[0].shutdown()
+
+
+# -- nothing at exit but what we mean to say (issue 25 item 8) -------------------------------------
+
+QUIET_CONSTRUCTED = """
+from ragaudit import Auditor, FakeJudge
+auditor = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}))
+"""
+QUIET_JUDGED = """
+import sys
+from ragaudit import Auditor, ChatRagJudge, RagTurn, RetrievedDoc
+from tests.support.llm_server import LLMServer
+with LLMServer() as srv:
+    auditor = Auditor(ChatRagJudge(base_url=srv.base_url, api_key="test", timeout_s=10, max_retries=0),
+                      audit_log=sys.argv[1])
+    docs = (RetrievedDoc(id="d1", content="Returns are accepted within 30 days.", rank=1),)
+    assert auditor.submit(RagTurn(turn_id="t1", query="How do returns work?", answer="30 days.",
+                                  documents=docs)) == "queued"
+    assert auditor.flush(20)
+"""
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("script", [QUIET_CONSTRUCTED, QUIET_JUDGED], ids=["constructed", "judged"])
+def test_normal_exit_prints_nothing_in_20_runs(tmp_path: Path, script: str) -> None:
+    # Was: "Exception ignored in: <function WeakMethod.__new__.<locals>._cb>" on stderr at exit, in
+    # about one run of ten (the after-fork hook's WeakMethod and its Auditor freed together).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}
+    outputs = []
+    for batch in range(4):  # 5 at a time: 20 fresh interpreters
+        procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / f"audit-{batch}-{i}.jsonl")],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
+                 for i in range(5)]
+        for proc in procs:
+            out, err = finish(proc, timeout=120)
+            outputs.append((proc.returncode, out, err))
+    noisy = [o for o in outputs if o != (0, "", "")]
+    print(f"\nexit output: {len(outputs) - len(noisy)} of {len(outputs)} runs silent")
+    assert noisy == [], noisy[:3]

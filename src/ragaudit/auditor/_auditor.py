@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal
 
+from .. import _fork
 from .._deprecation import renamed_kwargs
 from .._log import RateLimitedLog
 from .._sampling import sampled
@@ -189,7 +189,7 @@ class Auditor:
         # default executor refuses new work, and exit is exactly when we flush.
         self._sync_judge = bool(judge.blocking)
 
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._counts = {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0,
                         "sink_errors": 0, "close_dropped": 0, "unjudged_no_evidence": 0,
                         "unjudged_empty_answer": 0}
@@ -583,8 +583,8 @@ class Auditor:
 
     def _after_fork(self) -> None:
         # In a forked child (gunicorn --preload): the parent's judgements in flight are the
-        # parent's to finish; the child's workers start empty, and so do its counts.
-        self._lock = threading.Lock()
+        # parent's to finish; the child's workers start empty, and so do its counts (the lock
+        # itself is reset by ragaudit._fork before this runs).
         self._pending = 0
         self._counts = dict.fromkeys(self._counts, 0)
 

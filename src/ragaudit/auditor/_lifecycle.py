@@ -14,6 +14,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from .. import _fork
 from .._worker import call_with_deadline, exit_deadline
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ logger = logging.getLogger("ragaudit")
 
 _EXIT_MARGIN_S = 0.5
 
-_lock = threading.Lock()
+_lock = _fork.lock()
 # Weak: an Auditor nobody references is released (its threads stop, its file closes) and drops out
 # of here; one exit hook serves every auditor instead of one closure per auditor.
 _live: weakref.WeakSet[Auditor] = weakref.WeakSet()

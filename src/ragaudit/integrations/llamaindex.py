@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -62,6 +61,7 @@ from llama_index.core.instrumentation.span import BaseSpan
 from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 from pydantic import Field
 
+from .. import _fork
 from .._deprecation import renamed_kwargs
 from .._worker import BatchWorker, run_jobs
 from ..auditor import DEFAULT_TURN_MEASURES, Auditor
@@ -473,7 +473,7 @@ class _Collector:
         self.store: RunStore[_Turn] = RunStore(max_runs)
         # Re-entrant: LlamaIndex dispatches events from generator finalizers, which the garbage
         # collector may run on this thread while it is inside one of our own critical sections.
-        self.store.lock = threading.RLock()  # type: ignore[assignment]
+        self.store.lock = _fork.rlock()  # type: ignore[assignment]
         self.closed_turns = 0
         # False once uninstrument() detached us: runs of open turns still finish, nothing new starts.
         self.accepting = True
@@ -1294,7 +1294,7 @@ class LlamaIndexInstrumentation(_Audited):
         return f"LlamaIndexInstrumentation(attached={self.attached}, auditor={self.auditor!r})"
 
 
-_registration_lock = threading.RLock()
+_registration_lock = _fork.rlock()
 _current: LlamaIndexInstrumentation | None = None
 _last: tuple[tuple[Any, ...], LlamaIndexInstrumentation] | None = None  # the last instrument()'s arguments
 _draining: set[LlamaIndexInstrumentation] = set()  # detached, still on the dispatcher for turns in flight

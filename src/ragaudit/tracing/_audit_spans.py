@@ -10,11 +10,11 @@ spans have ended (the judge never holds the host's spans open), so it cannot. Ke
 from __future__ import annotations
 
 import json
-import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .. import _fork
 from ..judged import audit_turn
 from ..records import Judgement, RagTurn
 from . import conventions as c
@@ -22,7 +22,7 @@ from . import conventions as c
 __all__ = ["full_audit_attributes", "retrieval_grades", "sentence_events", "take_for_turn"]
 
 _EARLY_MEMORY = 1024
-_early_lock = threading.Lock()
+_early_lock = _fork.lock()
 # turn id -> (turn span attributes, doc id -> grade), for a turn span that has not ended yet
 _early: OrderedDict[str, tuple[dict[str, Any], dict[str, int]]] = OrderedDict()
 

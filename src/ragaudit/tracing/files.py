@@ -12,12 +12,11 @@ import json
 import logging
 import math
 import os
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
-from .._worker import on_fork_in_child
+from .. import _fork
 from ..content import ContentPolicy
 from ..errors import ConfigurationError, RagAuditError
 from ..records import Judgement, RagTurn
@@ -33,14 +32,15 @@ _logger = logging.getLogger("ragaudit")
 PathLike = str | os.PathLike[str]
 
 
-def _open_append(path: PathLike, what: str) -> IO[str]:
+def _open_append(path: PathLike, what: str) -> int:
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        # backslashreplace: a lone surrogate (text decoded with surrogateescape, a broken PDF
-        # extraction) cannot be encoded as UTF-8; inside a JSON string "\\udXXX" is its valid escape,
-        # so the line is still written and reads back as the same text.
-        return open(target, "a", encoding="utf-8", errors="backslashreplace", buffering=1)
+        # A bare descriptor, no Python file object: a buffered file's internal lock, held by a
+        # parent's thread writing at fork(), stays held in the child and hangs its next write.
+        # O_APPEND: each write lands at the end, also when a forked child or another process
+        # appends to the same file.
+        return os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     except OSError as exc:
         raise ConfigurationError(f"cannot open {what} {str(target)!r} for appending: {exc}") from exc
 
@@ -121,7 +121,8 @@ def span_to_dict(span: ReadableSpan) -> dict[str, Any]:
 
 
 class _AppendFile:
-    """A text file opened for appending, every write whole, flushed and under one lock.
+    """A text file opened for appending, every text written whole by one ``os.write`` where it can
+    be, under one lock (fork-safe, :mod:`ragaudit._fork`); nothing is buffered.
 
     With *lazy*, nothing is opened before the first :meth:`append` (so constructing the owner
     cannot fail on a read-only directory); an open that fails raises there, and is tried again
@@ -131,14 +132,10 @@ class _AppendFile:
     def __init__(self, path: PathLike, what: str, *, lazy: bool = False) -> None:
         self.path = Path(path).absolute()  # the directory of now, even if the host chdir()s later
         self.what = what
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._closed = False
-        self._file: IO[str] | None = None if lazy else _open_append(self.path, what)
-        on_fork_in_child(self._after_fork)
-
-    def _after_fork(self) -> None:
-        # A parent's thread may have held the lock at fork; the child has no such thread.
-        self._lock = threading.Lock()
+        self._cut = False  # the last write failed part-way: the next text starts on a new line
+        self._fd: int | None = None if lazy else _open_append(self.path, what)
 
     @property
     def closed(self) -> bool:
@@ -146,25 +143,35 @@ class _AppendFile:
         return self._closed
 
     def append(self, text: str) -> None:
-        """Write *text* and flush; raises RagAuditError when closed or the file cannot be opened,
-        OSError when the disk refuses."""
+        """Write *text*; raises RagAuditError when closed or the file cannot be opened, OSError when
+        the disk refuses (a line cut there is ended before the next one, so it stays one bad line)."""
+        # backslashreplace: a lone surrogate (text decoded with surrogateescape, a broken PDF
+        # extraction) cannot be encoded as UTF-8; inside a JSON string "\\udXXX" is its valid
+        # escape, so the line is still written and reads back as the same text.
+        data = memoryview(text.encode("utf-8", "backslashreplace"))
         with self._lock:
             if self._closed:
                 raise RagAuditError(f"{self.what} {str(self.path)!r} is closed")
-            if self._file is None:
-                self._file = _open_append(self.path, self.what)
-            self._file.write(text)
-            self._file.flush()
+            if self._fd is None:
+                self._fd = _open_append(self.path, self.what)
+            if self._cut:
+                os.write(self._fd, b"\n")
+                self._cut = False
+            written = 0
+            try:
+                while written < len(data):
+                    written += os.write(self._fd, data[written:])
+            except OSError:
+                self._cut = written > 0
+                raise
 
     def close(self) -> None:
-        """Close the file; raises OSError when its last buffered text cannot be written (disk full)."""
+        """Close the file (nothing is buffered, so nothing is lost here)."""
         with self._lock:
             self._closed = True
-            if self._file is not None:
-                try:
-                    self._file.close()
-                finally:
-                    self._file = None
+            if self._fd is not None:
+                fd, self._fd = self._fd, None
+                os.close(fd)
 
 
 class _JsonlSpanWriter:

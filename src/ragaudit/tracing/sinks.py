@@ -12,13 +12,13 @@ from __future__ import annotations
 import base64
 import logging
 import os
-import threading
 import time
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .. import _fork
 from .._log import RateLimitedLog
 from .._sink import BaseJudgementSink
 from .._turn_metrics import turn_metrics
@@ -75,7 +75,7 @@ class HttpSink(BaseJudgementSink):
         self._client = httpx.Client(timeout=timeout_s, headers=dict(headers or {}))
         self._max_retries = max_retries
         self._backoff_s = backoff_s
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._retries = 0
         self._log = RateLimitedLog(interval=300.0)
         self._closed = False

@@ -20,7 +20,6 @@ import json
 import logging
 import math
 import os
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +44,7 @@ from opentelemetry.trace import (
     TracerProvider,
 )
 
+from .. import _fork
 from ..content import CAPTURE_CONTENT_ENV, ContentPolicy, content_capture_from_env, otlp_safe
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Generation, Judgement, RagTurn, Retrieval, ToolCall, truncate
@@ -85,7 +85,7 @@ _UNKNOWN = object()
 _SPAN_ID_MEMORY = 4096
 # Shared by every recorder: the handler's recorder makes the retrieval spans, while sinks are bound
 # to the Auditor's recorder.
-_span_ids_lock = threading.Lock()
+_span_ids_lock = _fork.lock()
 _retrieval_span_ids: OrderedDict[str, tuple[str, ...]] = OrderedDict()
 
 

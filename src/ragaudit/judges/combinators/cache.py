@@ -19,12 +19,12 @@ import logging
 import math
 import os
 import sqlite3
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from ... import _fork
 from ..._deprecation import renamed_kwargs
 from ...errors import ConfigurationError, RagAuditError
 from ...records import DocumentGrade, JudgeIdentity, Judgement, JudgeRequest, SentenceVerdict
@@ -86,7 +86,7 @@ class MemoryCache:
             raise ConfigurationError(f"max_entries must be an int >= 1, got {max_entries!r}")
         self.max_entries = max_entries
         self._entries: OrderedDict[str, Judgement] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
 
     def get(self, key: str) -> Judgement | None:
         """The judgement stored under *key*, or None (a hit makes it the most recently used)."""
@@ -147,7 +147,7 @@ class SqliteCache:
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
             raise ConfigurationError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
         self.path = os.fspath(path)
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         try:
             if self.path != ":memory:":
                 parent = os.path.dirname(os.path.abspath(self.path))
@@ -275,7 +275,7 @@ class CachedJudge(BaseRagJudge):
         self.cache: JudgementCache = cache if cache is not None else MemoryCache()
         self._owns_cache = cache is None
         self.name = str(getattr(judge, "name", type(judge).__name__))
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._counts = {"hits": 0, "misses": 0, "stores": 0, "cache_errors": 0}
 
     def key(self, request: JudgeRequest) -> str:
