@@ -89,12 +89,17 @@ class Auditor:
     shortfall is written to stderr. ``stats()`` always satisfies ``submitted == judged + failed +
     dropped + sampled_out + pending``.
 
-    SIGTERM (``docker stop``, Kubernetes) kills a Python process without running exit hooks, so
-    judgements still pending then are lost. With ``handle_signals=True`` (from the main thread),
-    SIGTERM first flushes every such auditor (within its *exit_timeout_s*, a shortfall reported on
-    stderr) and then terminates the process the default way. A SIGTERM handler the application
-    installed itself is never replaced: it is left in place (with a warning), and the normal exit
-    flush runs if that handler exits the interpreter (``sys.exit``).
+    SIGTERM (``docker stop``, Kubernetes) kills a Python process without running exit hooks. So
+    by default (*handle_signals* None or True) the first Auditor made on the main thread installs
+    a SIGTERM handler that flushes every such auditor (one deadline: the largest *exit_timeout_s*)
+    and then hands over to what SIGTERM did before: the application's own handler, if it installed
+    one before (called with the same arguments; the auditors are only flushed, not shut down, so
+    the application decides whether the process goes on), else the default (the auditors are shut
+    down, then the process dies by SIGTERM). What could not be recorded is said on stderr. A handler
+    the application installs *after* replaces ragaudit's, which then stays off: that handler's own
+    ``sys.exit`` runs the normal exit flush. An ignored SIGTERM (``SIG_IGN``) is left alone. Off
+    the main thread no handler can be installed (with ``handle_signals=True`` a warning says so);
+    ``handle_signals=False`` leaves this auditor out.
     """
 
     def __init__(
@@ -115,7 +120,7 @@ class Auditor:
         capture_reason: bool | None = None,
         max_context_chars: int = 24_000,
         exit_timeout_s: float = 30.0,
-        handle_signals: bool = False,
+        handle_signals: bool | None = None,
         max_closing: int = 10_000,
         judge_trace: Literal["turn", "separate"] | None = None,
     ) -> None:
@@ -225,8 +230,8 @@ class Auditor:
         weakref.finalize(self, _release, workers, self._audit_log)
         track(self)
         on_fork_in_child(self._after_fork)
-        if handle_signals:
-            flush_on_sigterm(self)
+        if handle_signals is not False:
+            flush_on_sigterm(self, asked=handle_signals is True)
 
     # -- public API -------------------------------------------------------------------------
 
