@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import _fork
+from .._jsonl import read_jsonl
 from ..content import ContentPolicy
 from ..errors import ConfigurationError, RagAuditError
 from ..records import Judgement, RagTurn
@@ -50,32 +51,8 @@ def _dumps(value: Any) -> str:
 
 
 def _read_jsonl(path: PathLike, what: str) -> list[dict[str, Any]]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.read().split("\n")
-    except OSError as exc:
-        raise RagAuditError(f"cannot read {what} {str(path)!r}: {exc}") from exc
-    # A complete file ends with "\n", so the last element is "" unless a writer was cut off mid-line.
-    tail = lines.pop()
-    out: list[dict[str, Any]] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise RagAuditError(f"{what} {str(path)!r}: line {number} is not valid JSON: {exc}") from exc
-    if tail.strip():
-        try:
-            out.append(json.loads(tail))
-        except json.JSONDecodeError:
-            _logger.warning(
-                "%s %r: skipped a truncated last line (%d chars); the writer was probably interrupted",
-                what,
-                str(path),
-                len(tail),
-            )
-    return out
+    # A cut-off last line (a writer interrupted mid-line) is skipped with a warning; a BOM is accepted.
+    return [value for _, value in read_jsonl(path, what, error=RagAuditError, cut_tail=True, objects=False)]
 
 
 # --- spans -------------------------------------------------------------------------------------
