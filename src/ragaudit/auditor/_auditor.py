@@ -124,7 +124,7 @@ class Auditor(Draining):
     ``mode="inline"`` judges before :meth:`submit` returns (for scripts and tests). A judge that
     fails is said at WARNING: the first failure at once, then a summary at most once a minute
     while failures go on (how many, the last error's type and HTTP status, what to check).
-    Integrations hand finished turns over with :meth:`defer`; at most *max_closing* wait to be recorded (a burst
+    Integrations hand finished turns over through :attr:`closer`; at most *max_closing* wait to be recorded (a burst
     past that drops whole turns, spans included, counted in ``stats()["close_dropped"]``), a bound
     separate from *max_queue* so that a small judging queue never costs traces.
 
@@ -195,7 +195,8 @@ class Auditor(Draining):
 
             judge = default_judge()
         if not isinstance(judge, RagJudge):
-            raise ConfigurationError(f"judge must implement RagJudge (name, judge, ajudge, blocking, aclose_loop): "
+            raise ConfigurationError(f"judge must implement RagJudge (name, judge, ajudge, blocking, aclose_loop, "
+                                     f"config_key, close, calls_per_judgement, timeout_s): "
                                      f"derive it from ragaudit.BaseRagJudge; got {type(judge).__name__}")
         sinks = tuple(sinks)
         exporters = _as_exporters(sinks)
@@ -288,7 +289,7 @@ class Auditor(Draining):
             self._blocking = BatchWorker("judge", run_jobs, max_queue=bound, max_batch=1,
                                          threads=self.max_concurrency)
         self._export = ExportStage(exporters, delivered, self.content, max_queue=bound)
-        self._closer = TurnCloser(self.max_closing, job_failed)
+        self._closer = TurnCloser(self.max_closing, job_failed, inline=self.mode == "inline")
         workers = [w for w in (self._closer.worker, self._judging, self._blocking, self._export.worker)
                    if w is not None]
         weakref.finalize(self, _release, workers, self._audit_log)
@@ -392,12 +393,17 @@ class Auditor(Draining):
                 self._counts["dropped"] += 1
             return Submission("dropped")
 
-    def attach_source(self, source: TurnSource) -> None:
-        """Register an integration handler whose half-finished turns :meth:`shutdown` should close.
+    @property
+    def closer(self) -> TurnCloser:
+        """Where integrations hand finished runs over to be closed into turns (:meth:`TurnCloser.defer
+        <ragaudit.auditor._closing.TurnCloser.defer>`) and register themselves for closing at
+        shutdown (``attach``). The Auditor never calls into a job: it drains the closer before it
+        stops taking turns (:meth:`flush`, :meth:`shutdown`, exit)."""
+        return self._closer
 
-        *source* has a ``close_ended_turns()`` method; it is held weakly (a handler made per call
-        costs nothing once it is gone).
-        """
+    def attach_source(self, source: TurnSource) -> None:
+        """Deprecated: ``auditor.closer.attach(source)``."""
+        warn_deprecated("Auditor.attach_source()", "Auditor.closer.attach()")
         self._closer.attach(source)
 
     def count_unjudged(self, reason: str) -> bool:
@@ -426,25 +432,16 @@ class Auditor(Draining):
         return first
 
     def defer(self, job: Callable[[], None]) -> bool:
-        """Run *job* soon on the auditor's closing thread, never on the caller's. Never blocks or raises.
-
-        Integrations close a turn this way: at the end of a run they hand over the raw run data,
-        and *job* builds the :class:`~ragaudit.RagTurn`, records its spans (with the times the
-        framework reported) and :meth:`submit` s it, so none of that work is on the host's thread.
-        Jobs run in order, in batches (one gathers for up to 0.1 s); :meth:`flush`,
-        :meth:`shutdown` and the exit hook run every job deferred before them. In inline mode, and
-        after :meth:`shutdown`, *job* runs at once on the caller's thread. Returns False when
-        *max_closing* jobs are already waiting: *job* is dropped and counted in
-        ``stats()["close_dropped"]``. *job* should not raise; if it does, the error is logged.
-        """
-        return self._closer.defer(job, now=self.mode == "inline" or self._closed)
+        """Deprecated: ``auditor.closer.defer(job)``."""
+        warn_deprecated("Auditor.defer()", "Auditor.closer.defer()")
+        return self._closer.defer(job)
 
     @renamed_kwargs(timeout="timeout_s")
     def flush_turns(self, timeout_s: float | None = 30.0) -> bool:
-        """Wait until every job :meth:`defer` got so far has run: the turns integrations handed over
+        """Wait until every job the :attr:`closer` got so far has run: the turns integrations handed over
         are built, their spans ended and they are submitted. Does not wait for judgements (that is
         :meth:`flush`). Returns False when *timeout_s* (seconds) ran out first."""
-        return self._closer.worker.flush(timeout_s)
+        return self._closer.force_flush(timeout_s)
 
     def stats(self) -> dict[str, int]:
         """Counts: submitted, judged, failed, dropped, sampled_out, pending, sink_errors, close_dropped,
@@ -457,7 +454,7 @@ class Auditor(Draining):
         One consistent snapshot (one lock): ``submitted == judged + failed + dropped + sampled_out
         + pending`` always holds, also while judgements are being delivered. ``sink_errors``
         includes the sinks' own delivery failures (items a sink gave up on). ``closing`` is how
-        many finished turns wait to be recorded (:meth:`defer`) and ``close_dropped`` how many were
+        many finished turns wait to be recorded (:attr:`closer`) and ``close_dropped`` how many were
         dropped because *max_closing* were waiting already.
         """
         sink_errors = self._export.errors

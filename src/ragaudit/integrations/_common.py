@@ -39,6 +39,7 @@ __all__ = [
     "RELEVANT_IDS_KEY",
     "RunStore",
     "check_measures",
+    "close_at_shutdown",
     "close_later",
     "current_context",
     "default_auditor",
@@ -165,22 +166,32 @@ def close_later(auditor: Any, job: Callable[[], None], content: ContentPolicy | 
     A failure of *job* is logged through *content* (the handler's policy: the auditor may be shared
     by handlers with other settings).
 
-    The job goes to *auditor*'s closing thread (:meth:`~ragaudit.Auditor.defer`: bounded, batched,
+    The job goes to *auditor*'s closer (:attr:`~ragaudit.Auditor.closer`: bounded, batched,
     drained by ``flush()``, ``shutdown()`` and at exit; a job the full queue cannot take is
     dropped and counted in ``stats()["close_dropped"]``). It runs at once on this thread when the
-    auditor judges inline (so the turn is judged before the run returns) or is a stand-in without
-    ``defer``. Returns False when the job was dropped.
+    auditor judges inline (so the turn is judged before the run returns) or is a stand-in that is
+    no :class:`~ragaudit.Auditor`. Returns False when the job was dropped.
     """
+    from ..auditor import Auditor
+
     if content is not None and content is not getattr(auditor, "content", None):
         job = partial(_guarded, job, content)  # else the auditor logs a failure with this very policy
     try:
-        defer = getattr(auditor, "defer", None)
-        if defer is not None:
-            return bool(defer(job))
+        if isinstance(auditor, Auditor):
+            return auditor.closer.defer(job)
         job()
     except Exception as exc:
         report_failure("closing a turn", exc, content)
     return True
+
+
+def close_at_shutdown(auditor: Any, source: Any) -> None:
+    """Have *auditor* close *source*'s half-finished turns before it shuts down (held weakly); nothing
+    for a stand-in that is no :class:`~ragaudit.Auditor`."""
+    from ..auditor import Auditor
+
+    if isinstance(auditor, Auditor):
+        auditor.closer.attach(source)
 
 
 def _guarded(job: Callable[[], None], content: ContentPolicy) -> None:

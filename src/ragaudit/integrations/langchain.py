@@ -28,6 +28,7 @@ from ._assembler import TurnAssembler
 from ._common import (
     RunStore,
     check_measures,
+    close_at_shutdown,
     close_later,
     current_context,
     report_failure,
@@ -121,7 +122,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
     The handler never raises into the chain: a failure inside it is logged (rate-limited) on the
     ``ragaudit`` logger. On the chain's thread it only keeps the raw events (a dictionary update
     under a short lock per event); when a turn closes it hands them to the auditor's closing
-    thread (:meth:`~ragaudit.Auditor.defer`), which builds the turn, finds its citations, records
+    thread (:attr:`~ragaudit.Auditor.closer`), which builds the turn, finds its citations, records
     its spans with the times the events happened and submits it. :meth:`flush` waits for that too.
     With an inline auditor (``mode="inline"``) the turn is closed and judged before the run returns.
     """
@@ -149,7 +150,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
                                                       owner="RagAuditCallbackHandler")
         self._closed_turns = 0
         self._process_wide = False  # set by instrument(): see _start
-        self.auditor.attach_source(self)
+        close_at_shutdown(self.auditor, self)
 
     # -- public helpers -------------------------------------------------------------------------
 

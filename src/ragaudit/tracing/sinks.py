@@ -337,8 +337,9 @@ class PhoenixSink(HttpSink):
             return []
         reason = self.recorded_reason(judgement, record.content_policy)
         out: list[tuple[str, dict[str, Any]]] = []
+        scores = judgement.scores()
         for name in SCORE_NAMES:
-            score = getattr(judgement, name)
+            score = scores[name]
             if score is None:
                 continue
             out.append(
@@ -464,8 +465,9 @@ class LangfuseSink(HttpSink):
             base["environment"] = environment
         reason = self.recorded_reason(judgement, record.content_policy)
         out = []
+        scores = judgement.scores()
         for name in SCORE_NAMES:
-            score = getattr(judgement, name)
+            score = scores[name]
             if score is not None:
                 out.append(
                     (
@@ -484,9 +486,9 @@ class LangfuseSink(HttpSink):
             name = f"retrieval.{metric}"
             out.append(("/api/public/scores", {"id": score_id(trace_id, turn.span_id, "ragaudit", name),
                                                **base, "name": name, "value": value}))
-        for score in _judged_scores(record, judgement):
-            out.append(("/api/public/scores", {"id": score_id(trace_id, turn.span_id, judgement.judge, score["name"]),
-                                               **base, **score}))
+        for judged in _judged_scores(record, judgement):
+            out.append(("/api/public/scores", {"id": score_id(trace_id, turn.span_id, judgement.judge, judged["name"]),
+                                               **base, **judged}))
         return out
 
 
