@@ -115,6 +115,8 @@ def test_trec_eval_measures_and_parameters_parse(text: str, canonical: str) -> N
 
 def test_measure_parameters_are_checked_at_construction() -> None:
     assert Measure("ndcg", gains={1: 3, 2: 9}) == parse_measure("ndcg.1=3,2=9")
+    exact = Measure("ndcg", gains={1: 0.1234567891}, cutoff=5)
+    assert parse_measure(str(exact)) == exact  # the spelling reads back to the same gains
     for text, problem in [
         ("Rprec@10", "takes no cut-off"),
         ("iprec_at_recall", "needs a recall level"),
@@ -396,18 +398,23 @@ def test_ties_through_the_command_line(tmp_path: Path) -> None:
 
 def test_score_ranking_matches_evaluate_on_random_rankings() -> None:
     rng = np.random.default_rng(3)
-    names = ["P@3", "recall@5", "f1@3", "hit_rate@2", "mrr@4", "mrr", "map@5", "map", "ndcg@3", "ndcg", "P"]
-    for _ in range(200):
+    names = ["P@3", "recall@5", "f1@3", "hit_rate@2", "mrr@4", "mrr", "map@5", "map", "ndcg@3", "ndcg", "P",
+             "Rprec", "bpref", "infAP", "gm_map", "set_map", "num_ret", "num_rel", "num_rel_ret",
+             "iprec_at_recall@0.3", "11pt_avg", "ndcg.0=1,1=3,2=0.5", "ndcg@4.2=-1", "relstring@8"]
+    for _ in range(300):
         n = int(rng.integers(0, 12))
         ranked = [f"d{int(x)}" for x in rng.choice(20, n, replace=False)]
         judged = {f"d{int(x)}": int(lab) for x, lab in zip(rng.choice(20, 6, replace=False), rng.integers(-1, 4, 6))}
         level = int(rng.integers(1, 3))
         got = metrics.score_ranking(ranked, judged, names, relevance_level=level)
         if not ranked:
-            assert got == dict.fromkeys(names, 0.0)
+            num_rel = float(sum(label >= level for label in judged.values()))
+            assert got == {**dict.fromkeys(names, 0.0), "num_rel": num_rel, "relstring@8": ""}
             continue
+        # The same formulas on the batch path: one ranking, all queries' code.
         run = {"q": {doc: float(n - i) for i, doc in enumerate(ranked)}}
-        want = metrics.evaluate(run, {"q": judged}, names, relevance_level=level)
+        want = metrics.evaluate(run, {"q": judged}, names, per_query=True, relevance_level=level)["q"]
+        assert got.pop("relstring@8") == want.pop("relstring@8")
         assert got == pytest.approx(want, abs=1e-12)
 
 

@@ -475,7 +475,8 @@ def score_ranking(
     Meant for one RAG turn (a handful of retrieved documents) whose ground truth is known: *qrels*
     maps doc id -> label (``{id: 1}`` for binary relevance). A repeated id keeps its first rank.
     Same definitions -- the same formulas -- as :func:`evaluate`; an empty ranking scores 0 on
-    every metric. Values are floats (``relstring``'s a string). Raises
+    every metric (``num_rel`` still counts the relevant docs). Values are floats (``relstring``'s a
+    string). Raises
     :class:`~ragaudit.errors.MetricError` for an unknown metric or a non-integer label.
     """
     keys = _parse_measures(measures)
