@@ -752,9 +752,11 @@ UNSUBMITTED_REASONS: tuple[str, ...] = ("failed", "no_evidence", "empty_answer",
 Auditor's ``stats()["unjudged_<reason>"]``: the run failed (or was cut off); an answer with no evidence; an
 empty answer; no answer could be read; an answer no model call made; a retriever or model called on its
 own (not a user message)."""
-UNJUDGED_REASONS: tuple[str, ...] = ("sampled_out", "dropped", *UNSUBMITTED_REASONS)
+UNJUDGED_REASONS: tuple[str, ...] = ("sampled_out", "dropped", *UNSUBMITTED_REASONS,
+                                     "filtered_out", "over_budget", "paused", "budget_unavailable", "rate_limited")
 """Why a finished turn was not judged (an :class:`AuditRecord`'s ``unjudged``): sampled out or dropped
-by the Auditor (``stats()["sampled_out"]``, ``["dropped"]``), or one of :data:`UNSUBMITTED_REASONS`."""
+by the Auditor (``stats()["sampled_out"]``, ``["dropped"]``), one of :data:`UNSUBMITTED_REASONS`, or not
+sent by cost control (``stats()["filtered_out"]``, ``["over_budget"]``, ...)."""
 
 RecordStatus = Literal["judged", "failed", "unjudged"]
 """An :class:`AuditRecord`'s outcome: judged, judged with an error, or not judged (with a reason)."""
