@@ -210,11 +210,11 @@ class Auditor(Draining):
         self.exit_timeout_s = exit_timeout_s
         self._sinks = tuple(exporters)
         # The one policy for every text this auditor and its exporters record.
-        self.content = ContentPolicy(capture_content=capture_content, capture_reason=capture_reason,
+        self._content_policy = ContentPolicy(capture_content=capture_content, capture_reason=capture_reason,
                                      redact=redact)
-        self._policies = PolicyBook(self.content, capture_content is not None or capture_reason is not None
+        self._policies = PolicyBook(self._content_policy, capture_content is not None or capture_reason is not None
                                     or redact is not None)
-        self._recorder = SpanRecorder(tracer_provider, content=self.content, judge_trace=judge_trace)
+        self._recorder = SpanRecorder(tracer_provider, content=self._content_policy, judge_trace=judge_trace)
         for sink in legacy:
             sink.bind_recorder(self._recorder)
         stage = self._exporters(audit_log, exporters, on_judgement)
@@ -245,7 +245,7 @@ class Auditor(Draining):
 
             # Opened with its first line: a read-only working directory must not make constructing
             # an Auditor (or a handler) raise into the host; a failed write is counted instead.
-            self._audit_log = AuditLog(audit_log, content=self.content, lazy=True)
+            self._audit_log = AuditLog(audit_log, content=self._content_policy, lazy=True)
         # Judge spans first: a sink may refer to them (Phoenix annotations need the span to exist).
         stage: list[Exporter] = [self._spans]
         stage += [self._audit_log] if self._audit_log is not None else []
@@ -282,7 +282,7 @@ class Auditor(Draining):
         if self._sync_judge:
             self._blocking = BatchWorker("judge", run_jobs, max_queue=bound, max_batch=1,
                                          threads=self.max_concurrency)
-        self._export = ExportStage(exporters, delivered, self.content, max_queue=bound)
+        self._export = ExportStage(exporters, delivered, self._content_policy, max_queue=bound)
         self._closer = TurnCloser(self.max_closing, job_failed, inline=self.mode == "inline")
         workers = [w for w in (self._closer.worker, self._judging, self._blocking, self._export.worker)
                    if w is not None]
@@ -299,9 +299,14 @@ class Auditor(Draining):
 
     @property
     def content_policy(self) -> ContentPolicy:
-        """The :class:`~ragaudit.content.ContentPolicy` of every text this auditor records (also
-        :attr:`content`)."""
-        return self.content
+        """The :class:`~ragaudit.content.ContentPolicy` of every text this auditor records."""
+        return self._content_policy
+
+    @property
+    def content(self) -> ContentPolicy:
+        """Deprecated: :attr:`content_policy` (``content`` also names a document's text)."""
+        warn_deprecated("Auditor.content", "Auditor.content_policy")
+        return self._content_policy
 
     @property
     def tracer_provider(self) -> TracerProvider | None:
@@ -311,7 +316,7 @@ class Auditor(Draining):
     @property
     def redact(self) -> Callable[[str], str] | None:
         """The redaction hook applied to every text this auditor records (None: none)."""
-        return self.content.redact
+        return self._content_policy.redact
 
     @property
     def closed(self) -> bool:
@@ -363,7 +368,7 @@ class Auditor(Draining):
         """
         if recorder is not None:
             warn_deprecated("Auditor.submit(recorder=...)", "submit(content_policy=..., tracer_provider=...)")
-            content_policy, tracer_provider = recorder.content, recorder.tracer_provider
+            content_policy, tracer_provider = recorder.content_policy, recorder.tracer_provider
         return self.submit_turn(turn, content_policy=content_policy, tracer_provider=tracer_provider).status
 
     def submit_turn(self, turn: RagTurn, *, content_policy: ContentPolicy | None = None,
@@ -379,9 +384,9 @@ class Auditor(Draining):
             status, record = self._submit(job)
             return Submission(status, ground_truth_metrics, record)
         except Exception as exc:  # the host pipeline must never see our failure
-            policy = content_policy if isinstance(content_policy, ContentPolicy) else self.content
+            policy = content_policy if isinstance(content_policy, ContentPolicy) else self._content_policy
             logger.error("ragaudit: submit failed; turn counted as dropped: %s", policy.exception(exc),
-                         exc_info=exc if policy.capture_content and self.content.capture_content else None)
+                         exc_info=exc if policy.capture_content and self._content_policy.capture_content else None)
             with self._lock:
                 self._counts["submitted"] += 1
                 self._counts["dropped"] += 1
@@ -563,7 +568,7 @@ class Auditor(Draining):
     def _job_failed(self, exc: BaseException) -> None:
         # A job is a handler's turn; its policy is not at hand here: the strictest in the process.
         self._log.warning(f"job:{type(exc).__name__}", "ragaudit: closing a turn failed (the pipeline is "
-                          "unaffected): %s", log_exception(exc, self.content))
+                          "unaffected): %s", log_exception(exc, self._content_policy))
 
 
 
