@@ -190,7 +190,8 @@ class Auditor(Draining):
 
             judge = default_judge()
         if not isinstance(judge, RagJudge):
-            raise ConfigurationError(f"judge must implement RagJudge (name, judge, ajudge, blocking, aclose_loop): "
+            raise ConfigurationError(f"judge must implement RagJudge (name, judge, ajudge, blocking, aclose_loop, "
+                                     f"config_key, close, calls_per_judgement, timeout_s): "
                                      f"derive it from ragaudit.BaseRagJudge; got {type(judge).__name__}")
         sinks = tuple(sinks)
         exporters = _as_exporters(sinks)

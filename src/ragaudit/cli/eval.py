@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import ConfigurationError, MetricError
 from ..evaluation.report import EvaluationReport
 from ..evaluation.runner import DEFAULT_METRICS, is_pipeline, load_dataset
+from ..judges.base import RagJudge
 from ..records import SCORE_NAMES
 from ._shared import gate, parse_fail_under, write_outputs
 
@@ -64,7 +65,7 @@ def resolve_pipeline(spec: str) -> Any:
                              "a LlamaIndex query engine or a factory of one")
 
 
-def resolve_judge(spec: str | None, *, dry_run: bool = False) -> Any:
+def resolve_judge(spec: str | None, *, dry_run: bool = False) -> RagJudge:
     """``None`` -> the default judge; ``lexical``; ``chat:<model>``; ``module:attr`` (judge or factory).
 
     With *dry_run*, a ``chat:`` judge is built even without an API key (it is never called).
@@ -91,8 +92,8 @@ def resolve_judge(spec: str | None, *, dry_run: bool = False) -> Any:
         if not callable(obj):
             raise ConfigurationError(f"--judge {spec!r} is not a judge (no judge()/ajudge() methods)")
         obj = obj()
-    if not (callable(getattr(obj, "judge", None)) and callable(getattr(obj, "ajudge", None))):
-        raise ConfigurationError(f"--judge {spec!r} did not give a judge (needs judge() and ajudge())")
+    if not isinstance(obj, RagJudge):
+        raise ConfigurationError(f"--judge {spec!r} did not give a RagJudge (derive it from ragaudit.BaseRagJudge)")
     return obj
 
 
@@ -114,7 +115,7 @@ def _dry_run(dataset: Any, judge_spec: str | None, out: Any = None) -> None:
 
     rows = load_dataset(dataset)
     judge = resolve_judge(judge_spec, dry_run=True)
-    name = str(getattr(judge, "name", type(judge).__name__))
+    name = judge.name
     estimate = estimate_cost(judge, rows)
     print(f"dry run: {estimate.rows} rows, judge {name}", file=out)
     print(f"  judge calls: {estimate.calls}"

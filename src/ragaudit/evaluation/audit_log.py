@@ -7,16 +7,24 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ..records import SCORE_NAMES
 from .report import EvaluationReport, RowResult, diagnose
 
 __all__ = ["report_from_audit_log"]
 
 
 def _float_or_none(value: Any) -> float | None:
+    """A logged score in [0, 1]; None for anything else (never clamped: a 7 is not a 1.0)."""
     if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     value = float(value)
-    return None if math.isnan(value) else min(max(value, 0.0), 1.0)
+    return value if 0.0 <= value <= 1.0 else None
+
+
+def _invalid_scores(entry: Mapping[str, Any]) -> dict[str, str]:
+    """The scores of *entry* logged with a value that is not a score in [0, 1] (None is no value)."""
+    return {name: repr(entry[name])[:40] for name in SCORE_NAMES
+            if entry.get(name) is not None and _float_or_none(entry[name]) is None}
 
 
 def _row_from_audit(entry: Mapping[str, Any], index: int, threshold: float) -> RowResult:
@@ -59,6 +67,7 @@ def _row_from_audit(entry: Mapping[str, Any], index: int, threshold: float) -> R
         judge_error=_str_or_none(entry.get("error")),
         trace_id=_str_or_none(entry.get("trace_id")),
         usage=usage,
+        invalid_scores=_invalid_scores(entry),
         **_full_audit_from_entry(entry),
     )
 

@@ -3,7 +3,8 @@
 Formats:
 
 - TREC run: ``qid Q0 docid rank score tag`` per line (the rank column is ignored, as trec_eval
-  ignores it; a missing tag is allowed).
+  ignores it; a missing tag is allowed, and so are fields after the tag, which trec_eval ignores
+  too, as in its own ``results.trunc`` test input).
 - TREC qrels: ``qid iteration docid relevance`` per line.
 - JSONL run: one ``{"qid": ..., "docid": ..., "score": ...}`` object per line.
 - JSONL qrels: ``{"qid": ..., "docid": ..., "relevance": ...}`` per line, or one line per query
@@ -96,7 +97,7 @@ def read_run(path: str | os.PathLike[str]) -> Run:
     else:
         for lineno, line in lines:
             fields = line.split()
-            if len(fields) not in (5, 6):
+            if len(fields) < 5:  # fields after the tag are ignored, as trec_eval ignores them
                 hint = " (this looks like a qrels file)" if len(fields) == 4 else ""
                 raise MetricError(
                     f"{name}:{lineno}: expected 'qid Q0 docid rank score tag', got {line.strip()!r}{hint}"
