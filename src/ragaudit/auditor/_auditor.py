@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from .. import _fork
 from .._deprecation import renamed_kwargs, warn_deprecated
 from .._export import Exporter
 from .._log import RateLimitedLog
@@ -154,12 +154,17 @@ class Auditor(Draining):
     shortfall is written to stderr. ``stats()`` always satisfies ``submitted == judged + failed +
     dropped + sampled_out + pending``.
 
-    SIGTERM (``docker stop``, Kubernetes) kills a Python process without running exit hooks, so
-    judgements still pending then are lost. With ``handle_signals=True`` (from the main thread),
-    SIGTERM first flushes every such auditor (within its *exit_timeout_s*, a shortfall reported on
-    stderr) and then terminates the process the default way. A SIGTERM handler the application
-    installed itself is never replaced: it is left in place (with a warning), and the normal exit
-    flush runs if that handler exits the interpreter (``sys.exit``).
+    SIGTERM (``docker stop``, Kubernetes) kills a Python process without running exit hooks. So
+    by default (*handle_signals* None or True) the first Auditor made on the main thread installs
+    a SIGTERM handler that flushes every such auditor (one deadline: the largest *exit_timeout_s*)
+    and then hands over to what SIGTERM did before: the application's own handler, if it installed
+    one before (called with the same arguments; the auditors are only flushed, not shut down, so
+    the application decides whether the process goes on), else the default (the auditors are shut
+    down, then the process dies by SIGTERM). What could not be recorded is said on stderr. A handler
+    the application installs *after* replaces ragaudit's, which then stays off: that handler's own
+    ``sys.exit`` runs the normal exit flush. An ignored SIGTERM (``SIG_IGN``) is left alone. Off
+    the main thread no handler can be installed (with ``handle_signals=True`` a warning says so);
+    ``handle_signals=False`` leaves this auditor out.
     """
 
     def __init__(
@@ -180,7 +185,7 @@ class Auditor(Draining):
         capture_reason: bool | None = None,
         max_context_chars: int = 24_000,
         exit_timeout_s: float = 30.0,
-        handle_signals: bool = False,
+        handle_signals: bool | None = None,
         max_closing: int = 10_000,
         judge_trace: Literal["turn", "separate"] | None = None,
     ) -> None:
@@ -224,7 +229,7 @@ class Auditor(Draining):
         # default executor refuses new work, and exit is exactly when we flush.
         self._sync_judge = bool(judge.blocking)
 
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._counts = {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0,
                         "unjudged_no_evidence": 0, "unjudged_empty_answer": 0}
         self._pending = 0
@@ -232,8 +237,8 @@ class Auditor(Draining):
         self._log = RateLimitedLog()
         self._judge_failures = JudgeFailureLog()
         self._start_workers(stage)
-        if handle_signals:
-            flush_on_sigterm(self)
+        if handle_signals is not False:
+            flush_on_sigterm(self, asked=handle_signals is True)
 
     def _exporters(self, audit_log: str | os.PathLike[str] | None, sinks: Sequence[Exporter],
                    on_judgement: OnJudgement | None) -> list[Exporter]:
@@ -516,8 +521,8 @@ class Auditor(Draining):
 
     def _after_fork(self) -> None:
         # In a forked child (gunicorn --preload): the parent's judgements in flight are the
-        # parent's to finish; the child's workers start empty, and so do its counts.
-        self._lock = threading.Lock()
+        # parent's to finish; the child's workers start empty, and so do its counts (the lock
+        # itself is reset by ragaudit._fork before this runs).
         self._pending = 0
         self._counts = dict.fromkeys(self._counts, 0)
         self._judge_failures.reset()

@@ -35,7 +35,6 @@ import functools
 import json
 import math
 import os
-import threading
 import time
 import weakref
 from collections.abc import Generator, Mapping
@@ -43,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, TypeVar
 from urllib.parse import urlsplit
 
+from ... import _fork
 from ...content import register_client, register_secret, scrub, scrub_url
 from ...errors import ConfigurationError, JudgeError
 
@@ -339,7 +339,7 @@ class Endpoint:
         self.name = name
         self.extra_body: Mapping[str, Any] | None = dict(extra_body) if extra_body is not None else None
         self.response_format: str | None = "json_schema"  # the best kind the server has not refused
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._sync_client: openai.OpenAI | None = None
         self._async_client: openai.AsyncOpenAI | None = None  # given by the caller: used on every loop
         # id(loop) -> (loop, client). Not a WeakKeyDictionary: the client's connections refer to
