@@ -11,7 +11,7 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -31,6 +31,7 @@ from ..turn_audit import COMPUTE, audit_record
 from ._closing import TurnCloser, TurnSource
 from ._draining import Draining
 from ._exporting import ExportStage, LegacySinkExporter, OnJudgementExporter
+from ._governor import NOT_SENT, Budget, CostControl
 from ._judge_health import JudgeFailureLog
 from ._judging import judge_request
 from ._lifecycle import flush_on_sigterm, track
@@ -49,7 +50,7 @@ __all__ = ["Auditor", "JudgementSink", "OnJudgement", "Submission", "SubmitStatu
 
 logger = logging.getLogger("ragaudit")
 
-SubmitStatus = Literal["queued", "judged", "failed", "dropped", "sampled_out"]
+SubmitStatus = Literal["queued", "judged", "failed", "dropped", "sampled_out", "filtered_out", "not_sent"]
 """What :meth:`Auditor.submit` did with a turn."""
 
 OnJudgement = Callable[[RagTurn, Judgement], None]
@@ -188,6 +189,13 @@ class Auditor(Draining):
         handle_signals: bool | None = None,
         max_closing: int = 10_000,
         judge_trace: Literal["turn", "separate"] | None = None,
+        budget: Budget | Sequence[Budget] | None = None,
+        max_rps: float | None = None,
+        budget_store: str | None = None, budget_fail: Literal["open", "closed"] = "open",
+        pause_s: float = 60.0,
+        prices: Mapping[str, tuple[float, float]] | None = None,
+        judge_if: Callable[[RagTurn], bool] | None = None,
+        retain_s: float | None = None, max_retained: int = 1_000,
     ) -> None:
         _check_arguments(mode, sample_rate, max_queue, max_closing, max_concurrency, timeout_s, on_judgement, redact)
         if judge is None:
@@ -198,6 +206,8 @@ class Auditor(Draining):
             raise ConfigurationError(f"judge must implement RagJudge (name, judge, ajudge, blocking, aclose_loop, "
                                      f"config_key, close, calls_per_judgement, timeout_s): "
                                      f"derive it from ragaudit.BaseRagJudge; got {type(judge).__name__}")
+        self._cost = CostControl(judge, budget, max_rps, budget_store, budget_fail, pause_s, prices, judge_if,
+                                 retain_s, max_retained)  # budgets, rate, pause, judge_if, feedback
         sinks = tuple(sinks)
         exporters = _as_exporters(sinks)
         # Sinks of the older interface get the Auditor's recorder (their content policy, provider).
@@ -231,7 +241,7 @@ class Auditor(Draining):
 
         self._lock = _fork.lock()
         self._counts = {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0,
-                        "unjudged_no_evidence": 0, "unjudged_empty_answer": 0}
+                        "unjudged_no_evidence": 0, "unjudged_empty_answer": 0, **dict.fromkeys(NOT_SENT, 0)}
         self._pending = 0
         self._closed = False
         self._log = RateLimitedLog()
@@ -411,6 +421,12 @@ class Auditor(Draining):
         warn_deprecated("Auditor.attach_source()", "Auditor.closer.attach()")
         self._closer.attach(source)
 
+    def feedback(self, turn_id: str, value: Any) -> str:
+        """A user's feedback on the answer of *turn_id*; never raises, never blocks. A thumbs-down on a
+        turn the sampler left out and that is still kept (``retain_s``) gets it judged: ``"queued"``;
+        see :meth:`CostControl.feedback <ragaudit.auditor._governor.CostControl.feedback>`."""
+        return self._cost.feedback(turn_id, value, lambda job: self._submit(job, sample=False)[0])
+
     def count_unjudged(self, reason: str) -> bool:
         """Count a finished turn that was traced but not judged: *reason* ``"no_evidence"`` (an answer
         with no evidence) or ``"empty_answer"``; ``stats()["unjudged_<reason>"]``. Returns True the
@@ -456,8 +472,16 @@ class Auditor(Draining):
         callback tree) and ``unjudged_empty_answer`` turns whose answer was empty; both are traced,
         never submitted (:meth:`count_unjudged`).
 
+        Cost control (``budget``, ``max_rps``, ``pause_s``, ``judge_if``): ``filtered_out``,
+        ``over_budget``, ``paused``, ``budget_unavailable`` and ``rate_limited`` count the turns not
+        sent to the judge, by reason (each still ends as a record); ``budget_store_errors`` the store
+        calls that failed, ``rate_waits`` the waits for a rate slot, ``judge_tokens`` and ``judge_usd``
+        what the judge calls cost (money where a price is known); ``feedback_judged``,
+        ``feedback_unmatched`` and ``retained_evicted``: see :meth:`feedback`.
+
         One consistent snapshot (one lock): ``submitted == judged + failed + dropped + sampled_out
-        + pending`` always holds, also while judgements are being delivered. ``sink_errors``
+        + pending`` plus the five not-sent reasons always holds, also while judgements are being
+        delivered (a turn judged after a thumbs-down was submitted twice: sampled out, then judged). ``sink_errors``
         includes the sinks' own delivery failures (items a sink gave up on). ``closing`` is how
         many finished turns wait to be recorded (:attr:`closer`) and ``close_dropped`` how many were
         dropped because *max_closing* were waiting already.
@@ -468,6 +492,7 @@ class Auditor(Draining):
             stats = {**self._counts, "pending": self._pending, "closing": closing,
                      "close_dropped": self._closer.dropped}
         stats["sink_errors"] = sink_errors
+        stats.update(self._cost.stats())
         return stats
 
     def __enter__(self) -> Auditor:
@@ -486,15 +511,20 @@ class Auditor(Draining):
                            policy.exception(exc))
             return None
 
-    def _submit(self, job: _Job) -> tuple[SubmitStatus, AuditRecord | None]:
+    def _submit(self, job: _Job, sample: bool = True) -> tuple[SubmitStatus, AuditRecord | None]:
         turn = job.turn
+        selected = self._cost.selected(turn, job.policy) if sample else True
         with self._lock:
             self._counts["submitted"] += 1
             if self._closed:
                 self._counts["dropped"] += 1
                 status: SubmitStatus = "dropped"
-            elif not sampled(turn.turn_id, self.sample_rate):
+            elif not selected:
+                self._counts["filtered_out"] += 1
+                return "filtered_out", None
+            elif sample and not sampled(turn.turn_id, self.sample_rate):
                 self._counts["sampled_out"] += 1
+                self._cost.retain(turn, job)
                 return "sampled_out", None
             elif self._pending >= self.max_queue:
                 self._counts["dropped"] += 1
@@ -513,6 +543,8 @@ class Auditor(Draining):
             except RuntimeError:  # no thread could be started (interpreter shutdown)
                 self._unqueue()
                 return "dropped", None
+            if record.unjudged is not None:
+                return "not_sent", record
             return ("judged" if record.status == "judged" else "failed"), record
         if not self._judging.put(job):
             self._unqueue()
@@ -529,6 +561,7 @@ class Auditor(Draining):
         self._export.after_fork()
         self._closer.after_fork()
         self._policies.after_fork()
+        self._cost.after_fork()
 
     def _unqueue(self) -> None:
         with self._lock:
@@ -539,7 +572,19 @@ class Auditor(Draining):
         start_ns = time.time_ns()
         record: AuditRecord | None = None
         try:
+            # Budgets, rate and pause decide first; a turn they turn away ends as a record with its
+            # counted reason, never judged, never queued again.
+            verdict = await self._cost.admit(self.timeout_s)
+            if verdict != "ok":
+                with self._lock:
+                    self._pending -= 1
+                    self._counts[verdict] += 1
+                record = audit_record(job.turn, None, job.policy, unjudged=verdict,
+                                      tracer_provider=job.provider or self.tracer_provider)
+                self._export.put(record)
+                return record
             judgement = await self._judge(job.turn)
+            self._cost.settle(judgement)
             self._judge_failures.note(judgement)
             # The one record of this turn: every derived value computed here, once.
             record = audit_record(job.turn, judgement, job.policy, judge_started_at=start_ns,

@@ -63,6 +63,7 @@ __all__ = [
     "choice_text",
     "completion_choices",
     "endpoint_host",
+    "retry_after_s",
     "validate_settings",
 ]
 
@@ -169,6 +170,17 @@ def endpoint_host(base_url: str) -> str | None:
     if not host:
         return None
     return f"{host}:{port}" if port is not None else host
+
+
+def retry_after_s(exc: BaseException | None) -> float | None:
+    """The seconds an HTTP error's ``Retry-After`` header asks for (a number of seconds), or None."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    try:
+        value = float(headers.get("retry-after")) if headers is not None else None
+    except (TypeError, ValueError):  # absent, or an HTTP date (rare from APIs): no hold-back
+        return None
+    return value if value is not None and math.isfinite(value) and value >= 0 else None
 
 
 def choice_text(choice: Any) -> str:
