@@ -97,6 +97,28 @@ def _check_arguments(mode: str, sample_rate: float, max_queue: int, max_closing:
         raise ConfigurationError("redact must be callable(text) -> text")
 
 
+def _resolve_judge(judge: RagJudge | None) -> RagJudge:
+    """*judge*, or the default judge for None; a ConfigurationError for anything that is no RagJudge."""
+    if judge is None:
+        from ..judges import default_judge
+
+        judge = default_judge()
+    if not isinstance(judge, RagJudge):
+        raise ConfigurationError(f"judge must implement RagJudge (name, judge, ajudge, blocking, aclose_loop, "
+                                 f"config_key, close, calls_per_judgement, timeout_s): "
+                                 f"derive it from ragaudit.BaseRagJudge; got {type(judge).__name__}")
+    return judge
+
+
+def _metrics(turn: RagTurn, policy: ContentPolicy) -> Any:
+    try:
+        return turn_metrics(turn)
+    except Exception as exc:
+        logger.warning("ragaudit: computing the retrieval metrics of turn %s failed: %s", turn.turn_id,
+                       policy.exception(exc))
+        return None
+
+
 def _as_exporters(sinks: Iterable[Any]) -> list[Exporter]:
     out: list[Exporter] = []
     for sink in sinks:
@@ -198,14 +220,7 @@ class Auditor(Draining):
         retain_s: float | None = None, max_retained: int = 1_000,
     ) -> None:
         _check_arguments(mode, sample_rate, max_queue, max_closing, max_concurrency, timeout_s, on_judgement, redact)
-        if judge is None:
-            from ..judges import default_judge
-
-            judge = default_judge()
-        if not isinstance(judge, RagJudge):
-            raise ConfigurationError(f"judge must implement RagJudge (name, judge, ajudge, blocking, aclose_loop, "
-                                     f"config_key, close, calls_per_judgement, timeout_s): "
-                                     f"derive it from ragaudit.BaseRagJudge; got {type(judge).__name__}")
+        judge = _resolve_judge(judge)
         self._cost = CostControl(judge, budget, max_rps, budget_store, budget_fail, pause_s, prices, judge_if,
                                  retain_s, max_retained)  # budgets, rate, pause, judge_if, feedback
         sinks = tuple(sinks)
@@ -395,7 +410,7 @@ class Auditor(Draining):
         try:
             policy = self._policies.resolve(content_policy)
             if ground_truth_metrics is COMPUTE:
-                ground_truth_metrics = self._metrics(turn, policy)
+                ground_truth_metrics = _metrics(turn, policy)
             job = _Job(turn, policy, tracer_provider, ground_truth_metrics)
             status, record = self._submit(job)
             return Submission(status, ground_truth_metrics, record)
@@ -502,14 +517,6 @@ class Auditor(Draining):
         self.shutdown()
 
     # -- internals --------------------------------------------------------------------------
-
-    def _metrics(self, turn: RagTurn, policy: ContentPolicy) -> Any:
-        try:
-            return turn_metrics(turn)
-        except Exception as exc:
-            logger.warning("ragaudit: computing the retrieval metrics of turn %s failed: %s", turn.turn_id,
-                           policy.exception(exc))
-            return None
 
     def _submit(self, job: _Job, sample: bool = True) -> tuple[SubmitStatus, AuditRecord | None]:
         turn = job.turn
