@@ -6,7 +6,6 @@ tracer provider its turn was traced with and through the record's own content po
 
 from __future__ import annotations
 
-import threading
 import time
 import weakref
 from collections.abc import Sequence
@@ -16,6 +15,7 @@ from opentelemetry import trace as _trace_api
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, NonRecordingSpan, SpanKind, Tracer
 
+from .. import _fork
 from .._export import BaseExporter, ExportResult
 from ..content import ContentPolicy, otlp_safe
 from ..records import AuditRecord, Judgement
@@ -176,7 +176,7 @@ class JudgeSpanExporter(BaseExporter):
 
     def __init__(self, default: SpanWriter) -> None:
         self._default = default
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._writers: weakref.WeakKeyDictionary[ContentPolicy, list[SpanWriter]] = weakref.WeakKeyDictionary()
 
     def writer_for(self, record: AuditRecord) -> SpanWriter:

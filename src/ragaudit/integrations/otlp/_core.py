@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ... import _fork
 from ..._sink import JudgementSink
 from ...errors import ConfigurationError
 from ...judges.base import RagJudge
@@ -118,7 +119,7 @@ class Worker:
         self.tick_s = tick_s
         self.retry_after_s = max(1, round(quiet_s))
         self._counts = dict.fromkeys(_COUNTERS, 0)
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._judge_latency_s = 0.0
         self._ready_delay_s: list[float] = []
         self._accepting = True
