@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 import time
 
+from .. import _fork
 from ..records import Judgement
 
 __all__ = ["JudgeFailureLog", "failure_hint"]
@@ -60,7 +60,7 @@ class JudgeFailureLog:
 
     def __init__(self, interval_s: float = SUMMARY_INTERVAL_S) -> None:
         self.interval_s = interval_s
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self.failures = 0
         self._since_summary = 0
         self._next_summary = 0.0
@@ -96,6 +96,6 @@ class JudgeFailureLog:
 
     def reset(self) -> None:
         """Start over (in a forked child)."""
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self.failures = self._since_summary = 0
         self._next_summary = 0.0
