@@ -31,6 +31,7 @@ from ..turn_audit import COMPUTE, audit_record
 from ._closing import TurnCloser, TurnSource
 from ._draining import Draining
 from ._exporting import ExportStage, LegacySinkExporter, OnJudgementExporter
+from ._first_run import say_where_things_are
 from ._governor import NOT_SENT, Budget, CostControl
 from ._judge_health import JudgeFailureLog
 from ._judging import judge_request
@@ -260,7 +261,8 @@ class Auditor(Draining):
         self._pending = 0
         self._closed = False
         self._log = RateLimitedLog()
-        self._judge_failures = JudgeFailureLog()
+        self._judge_failures = JudgeFailureLog(on_first=lambda: say_where_things_are(judge.name, self._audit_log,
+                                                                                      self.tracer_provider))
         self._start_workers(stage)
         if handle_signals is not False:
             flush_on_sigterm(self, asked=handle_signals is True)
