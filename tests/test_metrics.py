@@ -115,6 +115,8 @@ def test_trec_eval_measures_and_parameters_parse(text: str, canonical: str) -> N
 
 def test_measure_parameters_are_checked_at_construction() -> None:
     assert Measure("ndcg", gains={1: 3, 2: 9}) == parse_measure("ndcg.1=3,2=9")
+    exact = Measure("ndcg", gains={1: 0.1234567891}, cutoff=5)
+    assert parse_measure(str(exact)) == exact  # the spelling reads back to the same gains
     for text, problem in [
         ("Rprec@10", "takes no cut-off"),
         ("iprec_at_recall", "needs a recall level"),

@@ -30,12 +30,12 @@ import json
 import logging
 import os
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
 
+from ._fork import lock as _fork_safe_lock
 from .errors import ConfigurationError
 from .records import truncate
 
@@ -105,7 +105,7 @@ class _Secrets:
     """The process-wide set of known secret strings and their scrubbing."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _fork_safe_lock()
         self._given: set[str] = set()
         self._env: frozenset[str] = frozenset()
         self._env_key: tuple[int, int] = (-1, -1)

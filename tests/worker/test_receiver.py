@@ -221,3 +221,14 @@ def test_same_trace_twice_gives_the_same_ids(make_worker: Any, clock: Clock, col
     logs = collector.wait_for_logs(6)
     ids = [(r["attributes"]["ragaudit.judgement.id"], r["attributes"]["ragaudit.score.id"]) for r in logs]
     assert ids[:3] == ids[3:] and len(set(ids)) == 3
+
+
+def test_otlp_grpc(make_worker: Any, clock: Clock, collector: Any) -> None:
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+
+    worker = make_worker(clock=clock, grpc_port=0, tick_s=0.02)
+    exporter = GrpcExporter(endpoint=f"http://127.0.0.1:{worker.grpc_port}", insecure=True)
+    assert exporter.export(rag_trace(SpanMaker())) is SpanExportResult.SUCCESS
+    [judge] = judge_after(worker, clock, collector)
+    assert json.loads(judge["attributes"]["input.value"])["document_ids"] == [d for d, _ in DOCS]
+    exporter.shutdown()

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from .. import _fork
 from .._deprecation import renamed_kwargs, warn_deprecated
 from .._export import Exporter
 from .._log import RateLimitedLog
@@ -31,6 +31,8 @@ from ..turn_audit import COMPUTE, audit_record
 from ._closing import TurnCloser, TurnSource
 from ._draining import Draining
 from ._exporting import ExportStage, LegacySinkExporter, OnJudgementExporter
+from ._first_run import say_where_things_are
+from ._governor import NOT_SENT, Budget, CostControl
 from ._judge_health import JudgeFailureLog
 from ._judging import judge_request
 from ._lifecycle import flush_on_sigterm, track
@@ -49,7 +51,7 @@ __all__ = ["Auditor", "JudgementSink", "OnJudgement", "Submission", "SubmitStatu
 
 logger = logging.getLogger("ragaudit")
 
-SubmitStatus = Literal["queued", "judged", "failed", "dropped", "sampled_out"]
+SubmitStatus = Literal["queued", "judged", "failed", "dropped", "sampled_out", "filtered_out", "not_sent"]
 """What :meth:`Auditor.submit` did with a turn."""
 
 OnJudgement = Callable[[RagTurn, Judgement], None]
@@ -94,6 +96,18 @@ def _check_arguments(mode: str, sample_rate: float, max_queue: int, max_closing:
         raise ConfigurationError("on_judgement must be callable(turn, judgement)")
     if redact is not None and not callable(redact):
         raise ConfigurationError("redact must be callable(text) -> text")
+
+
+def _resolve_judge(judge: RagJudge | None) -> RagJudge:
+    if judge is None:
+        from ..judges import default_judge
+
+        judge = default_judge()
+    if not isinstance(judge, RagJudge):
+        raise ConfigurationError(f"judge must implement RagJudge (name, judge, ajudge, blocking, aclose_loop, "
+                                 f"config_key, close, calls_per_judgement, timeout_s): "
+                                 f"derive it from ragaudit.BaseRagJudge; got {type(judge).__name__}")
+    return judge
 
 
 def _as_exporters(sinks: Iterable[Any]) -> list[Exporter]:
@@ -154,12 +168,17 @@ class Auditor(Draining):
     shortfall is written to stderr. ``stats()`` always satisfies ``submitted == judged + failed +
     dropped + sampled_out + pending``.
 
-    SIGTERM (``docker stop``, Kubernetes) kills a Python process without running exit hooks, so
-    judgements still pending then are lost. With ``handle_signals=True`` (from the main thread),
-    SIGTERM first flushes every such auditor (within its *exit_timeout_s*, a shortfall reported on
-    stderr) and then terminates the process the default way. A SIGTERM handler the application
-    installed itself is never replaced: it is left in place (with a warning), and the normal exit
-    flush runs if that handler exits the interpreter (``sys.exit``).
+    SIGTERM (``docker stop``, Kubernetes) kills a Python process without running exit hooks. So
+    by default (*handle_signals* None or True) the first Auditor made on the main thread installs
+    a SIGTERM handler that flushes every such auditor (one deadline: the largest *exit_timeout_s*)
+    and then hands over to what SIGTERM did before: the application's own handler, if it installed
+    one before (called with the same arguments; the auditors are only flushed, not shut down, so
+    the application decides whether the process goes on), else the default (the auditors are shut
+    down, then the process dies by SIGTERM). What could not be recorded is said on stderr. A handler
+    the application installs *after* replaces ragaudit's, which then stays off: that handler's own
+    ``sys.exit`` runs the normal exit flush. An ignored SIGTERM (``SIG_IGN``) is left alone. Off
+    the main thread no handler can be installed (with ``handle_signals=True`` a warning says so);
+    ``handle_signals=False`` leaves this auditor out.
     """
 
     def __init__(
@@ -180,19 +199,21 @@ class Auditor(Draining):
         capture_reason: bool | None = None,
         max_context_chars: int = 24_000,
         exit_timeout_s: float = 30.0,
-        handle_signals: bool = False,
+        handle_signals: bool | None = None,
         max_closing: int = 10_000,
         judge_trace: Literal["turn", "separate"] | None = None,
+        budget: Budget | Sequence[Budget] | None = None,
+        max_rps: float | None = None,
+        budget_store: str | None = None, budget_fail: Literal["open", "closed"] = "open",
+        pause_s: float = 60.0,
+        prices: Mapping[str, tuple[float, float]] | None = None,
+        judge_if: Callable[[RagTurn], bool] | None = None,
+        retain_s: float | None = None, max_retained: int = 1_000,
     ) -> None:
         _check_arguments(mode, sample_rate, max_queue, max_closing, max_concurrency, timeout_s, on_judgement, redact)
-        if judge is None:
-            from ..judges import default_judge
-
-            judge = default_judge()
-        if not isinstance(judge, RagJudge):
-            raise ConfigurationError(f"judge must implement RagJudge (name, judge, ajudge, blocking, aclose_loop, "
-                                     f"config_key, close, calls_per_judgement, timeout_s): "
-                                     f"derive it from ragaudit.BaseRagJudge; got {type(judge).__name__}")
+        judge = _resolve_judge(judge)
+        self._cost = CostControl(judge, budget, max_rps, budget_store, budget_fail, pause_s, prices, judge_if,
+                                 retain_s, max_retained)  # budgets, rate, pause, judge_if, feedback
         sinks = tuple(sinks)
         exporters = _as_exporters(sinks)
         # Sinks of the older interface get the Auditor's recorder (their content policy, provider).
@@ -224,16 +245,17 @@ class Auditor(Draining):
         # default executor refuses new work, and exit is exactly when we flush.
         self._sync_judge = bool(judge.blocking)
 
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._counts = {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0,
-                        "unjudged_no_evidence": 0, "unjudged_empty_answer": 0}
+                        "unjudged_no_evidence": 0, "unjudged_empty_answer": 0, **dict.fromkeys(NOT_SENT, 0)}
         self._pending = 0
         self._closed = False
         self._log = RateLimitedLog()
-        self._judge_failures = JudgeFailureLog()
+        self._judge_failures = JudgeFailureLog(on_first=lambda: say_where_things_are(judge.name, self._audit_log,
+                                                                                      self.tracer_provider))
         self._start_workers(stage)
-        if handle_signals:
-            flush_on_sigterm(self)
+        if handle_signals is not False:
+            flush_on_sigterm(self, asked=handle_signals is True)
 
     def _exporters(self, audit_log: str | os.PathLike[str] | None, sinks: Sequence[Exporter],
                    on_judgement: OnJudgement | None) -> list[Exporter]:
@@ -401,6 +423,12 @@ class Auditor(Draining):
         warn_deprecated("Auditor.attach_source()", "Auditor.closer.attach()")
         self._closer.attach(source)
 
+    def feedback(self, turn_id: str, value: Any) -> str:
+        """A user's feedback on the answer of *turn_id*; never raises, never blocks. A thumbs-down on a
+        turn the sampler left out and that is still kept (``retain_s``) gets it judged: ``"queued"``;
+        see :meth:`CostControl.feedback <ragaudit.auditor._governor.CostControl.feedback>`."""
+        return self._cost.feedback(turn_id, value, lambda job: self._submit(job, sample=False)[0])
+
     def count_unjudged(self, reason: str) -> bool:
         """Count a finished turn that was traced but not judged: *reason* ``"no_evidence"`` (an answer
         with no evidence) or ``"empty_answer"``; ``stats()["unjudged_<reason>"]``. Returns True the
@@ -446,8 +474,16 @@ class Auditor(Draining):
         callback tree) and ``unjudged_empty_answer`` turns whose answer was empty; both are traced,
         never submitted (:meth:`count_unjudged`).
 
+        Cost control (``budget``, ``max_rps``, ``pause_s``, ``judge_if``): ``filtered_out``,
+        ``over_budget``, ``paused``, ``budget_unavailable`` and ``rate_limited`` count the turns not
+        sent to the judge, by reason (each still ends as a record); ``budget_store_errors`` the store
+        calls that failed, ``rate_waits`` the waits for a rate slot, ``judge_tokens`` and ``judge_usd``
+        what the judge calls cost (money where a price is known); ``feedback_judged``,
+        ``feedback_unmatched`` and ``retained_evicted``: see :meth:`feedback`.
+
         One consistent snapshot (one lock): ``submitted == judged + failed + dropped + sampled_out
-        + pending`` always holds, also while judgements are being delivered. ``sink_errors``
+        + pending`` plus the five not-sent reasons always holds, also while judgements are being
+        delivered (a turn judged after a thumbs-down was submitted twice: sampled out, then judged). ``sink_errors``
         includes the sinks' own delivery failures (items a sink gave up on). ``closing`` is how
         many finished turns wait to be recorded (:attr:`closer`) and ``close_dropped`` how many were
         dropped because *max_closing* were waiting already.
@@ -458,6 +494,7 @@ class Auditor(Draining):
             stats = {**self._counts, "pending": self._pending, "closing": closing,
                      "close_dropped": self._closer.dropped}
         stats["sink_errors"] = sink_errors
+        stats.update(self._cost.stats())
         return stats
 
     def __enter__(self) -> Auditor:
@@ -476,15 +513,20 @@ class Auditor(Draining):
                            policy.exception(exc))
             return None
 
-    def _submit(self, job: _Job) -> tuple[SubmitStatus, AuditRecord | None]:
+    def _submit(self, job: _Job, sample: bool = True) -> tuple[SubmitStatus, AuditRecord | None]:
         turn = job.turn
+        selected = self._cost.selected(turn, job.policy) if sample else True
         with self._lock:
             self._counts["submitted"] += 1
             if self._closed:
                 self._counts["dropped"] += 1
                 status: SubmitStatus = "dropped"
-            elif not sampled(turn.turn_id, self.sample_rate):
+            elif not selected:
+                self._counts["filtered_out"] += 1
+                return "filtered_out", None
+            elif sample and not sampled(turn.turn_id, self.sample_rate):
                 self._counts["sampled_out"] += 1
+                self._cost.retain(turn, job)
                 return "sampled_out", None
             elif self._pending >= self.max_queue:
                 self._counts["dropped"] += 1
@@ -503,6 +545,8 @@ class Auditor(Draining):
             except RuntimeError:  # no thread could be started (interpreter shutdown)
                 self._unqueue()
                 return "dropped", None
+            if record.unjudged is not None:
+                return "not_sent", record
             return ("judged" if record.status == "judged" else "failed"), record
         if not self._judging.put(job):
             self._unqueue()
@@ -511,14 +555,15 @@ class Auditor(Draining):
 
     def _after_fork(self) -> None:
         # In a forked child (gunicorn --preload): the parent's judgements in flight are the
-        # parent's to finish; the child's workers start empty, and so do its counts.
-        self._lock = threading.Lock()
+        # parent's to finish; the child's workers start empty, and so do its counts (the lock
+        # itself is reset by ragaudit._fork before this runs).
         self._pending = 0
         self._counts = dict.fromkeys(self._counts, 0)
         self._judge_failures.reset()
         self._export.after_fork()
         self._closer.after_fork()
         self._policies.after_fork()
+        self._cost.after_fork()
 
     def _unqueue(self) -> None:
         with self._lock:
@@ -529,7 +574,19 @@ class Auditor(Draining):
         start_ns = time.time_ns()
         record: AuditRecord | None = None
         try:
+            # Budgets, rate and pause decide first; a turn they turn away ends as a record with its
+            # counted reason, never judged, never queued again.
+            verdict = await self._cost.admit(self.timeout_s)
+            if verdict != "ok":
+                with self._lock:
+                    self._pending -= 1
+                    self._counts[verdict] += 1
+                record = audit_record(job.turn, None, job.policy, unjudged=verdict,
+                                      tracer_provider=job.provider or self.tracer_provider)
+                self._export.put(record)
+                return record
             judgement = await self._judge(job.turn)
+            self._cost.settle(judgement)
             self._judge_failures.note(judgement)
             # The one record of this turn: every derived value computed here, once.
             record = audit_record(job.turn, judgement, job.policy, judge_started_at=start_ns,

@@ -8,11 +8,11 @@ closed) but never looks inside a job: it only drains the closer before it stops 
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+from .. import _fork
 from .._log import RateLimitedLog
 from .._worker import BatchWorker, run_jobs
 
@@ -41,7 +41,7 @@ class TurnCloser:
         self.max_closing = max_closing
         self.inline = inline
         self._failed = failed
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self.dropped = 0
         self._log = RateLimitedLog()
         self._sources: weakref.WeakSet[TurnSource] = weakref.WeakSet()
@@ -98,5 +98,5 @@ class TurnCloser:
         return len(self.worker)
 
     def after_fork(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self.dropped = 0

@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import logging
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Iterator, Sequence
 
-from .._text import EscapingWriter, escape_controls
+from .._text import EscapingWriter, escape_controls, exception_text
 from .._version import __version__
 from ..errors import RagAuditError
 
@@ -128,18 +130,50 @@ def _add_worker(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     add_worker_parser(sub)
 
 
+_DEBUG_HELP = "on an error, also print the Python traceback (for a bug report)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``ragaudit`` command."""
     parser = argparse.ArgumentParser(prog="ragaudit", description="Make every RAG answer auditable.")
     parser.add_argument("--version", action="version", version=f"ragaudit {__version__}")
+    parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in (_add_demo, _add_eval, _add_metrics, _add_report, _add_calibrate, _add_qrels, _add_worker):
         add(sub)
+    for command in sub.choices.values():  # also after the command (SUPPRESS: not reset to False there)
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP)
     return parser
 
 
+@contextlib.contextmanager
+def _warnings_on_stderr(command: str) -> Iterator[None]:
+    """ragaudit's own warnings (a skipped cut-off line, a judge that failed) on stderr while a command
+    runs: the library logs to a NullHandler, which a command's user would never see."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(_CommandFormatter(command))
+    log = logging.getLogger("ragaudit")
+    log.addHandler(handler)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+
+
+class _CommandFormatter(logging.Formatter):
+    def __init__(self, command: str) -> None:
+        super().__init__()
+        self._prefix = f"ragaudit {command}: "
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage().removeprefix("ragaudit: ")
+        return escape_controls(self._prefix + message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0 ok, 1 gate failed, 2 usage or input error)."""
+    """Run the command line; returns the exit code (0 ok, 1 gate failed, 2 usage or input error, said in
+    one line on stderr; ``--debug`` adds the traceback)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
@@ -155,10 +189,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # Every command prints recorded (untrusted) text: answers, documents, reasons, question ids.
         # One choke point shows its control characters instead of letting them drive the terminal.
-        with contextlib.redirect_stdout(EscapingWriter(sys.stdout)):
+        with contextlib.redirect_stdout(EscapingWriter(sys.stdout)), _warnings_on_stderr(args.command):
             return int(getattr(module, func_name)(args) or 0)
-    except RagAuditError as exc:
-        print(f"ragaudit {args.command}: {escape_controls(str(exc))}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        # One line, never a traceback (unless --debug): a RagAuditError names the file, the line and
+        # what was expected; anything else is said as what it is, with the way to see more.
+        if args.debug:
+            traceback.print_exc()
+        if isinstance(exc, RagAuditError):
+            message = str(exc)
+        else:
+            hint = "" if args.debug else " (run with --debug for the traceback)"
+            message = f"unexpected error: {exception_text(exc)}{hint}"
+        print(f"ragaudit {args.command}: {escape_controls(message)}", file=sys.stderr)
+        return 2

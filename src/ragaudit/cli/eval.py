@@ -13,6 +13,7 @@ import pkgutil
 import sys
 from typing import Any
 
+from .._text import exception_text
 from ..errors import ConfigurationError, MetricError
 from ..evaluation.report import EvaluationReport
 from ..evaluation.runner import DEFAULT_METRICS, is_pipeline, load_dataset
@@ -40,10 +41,14 @@ def load_object(spec: str, what: str) -> Any:
         sys.path.insert(0, os.getcwd())
     try:
         return pkgutil.resolve_name(spec)  # the standard library's "module:attr.path" resolver
+    except SyntaxError as exc:  # the user's module does not compile: where, and what Python says
+        raise ConfigurationError(f"{what} {spec!r}: {exc.filename} line {exc.lineno}: {exc.msg}") from exc
     except ImportError as exc:
         raise ConfigurationError(f"{what} {spec!r}: cannot import module {module_name!r}: {exc}") from exc
     except (AttributeError, ValueError):
         raise ConfigurationError(f"{what} {spec!r}: {module_name!r} has no attribute {attr!r}") from None
+    except Exception as exc:  # the module's own code raised while it was imported
+        raise ConfigurationError(f"{what} {spec!r}: importing {module_name!r} raised {exception_text(exc)}") from exc
 
 
 def resolve_pipeline(spec: str) -> Any:
@@ -57,6 +62,8 @@ def resolve_pipeline(spec: str) -> Any:
         except TypeError as exc:
             raise ConfigurationError(f"--pipeline {spec!r} is callable but not a zero-argument factory: "
                                      f"{exc}") from exc
+        except Exception as exc:
+            raise ConfigurationError(f"--pipeline {spec!r}: the factory raised {exception_text(exc)}") from exc
         if is_pipeline(built):
             return built
         raise ConfigurationError(f"--pipeline {spec!r}: the factory returned {type(built).__name__}, not a "
@@ -150,8 +157,9 @@ def eval_command(args: argparse.Namespace) -> int:
         dataset = _demo_dataset_path()
     elif not os.path.exists(dataset):
         raise ConfigurationError(f"dataset {dataset!r} not found (give a JSONL file, or 'demo')")
+    rows = load_dataset(dataset)  # a bad line is named before the pipeline module is imported
     if args.dry_run:
-        _dry_run(dataset, args.judge)
+        _dry_run(rows, args.judge)
         return 0
     judge = resolve_judge(args.judge)
 
@@ -166,7 +174,7 @@ def eval_command(args: argparse.Namespace) -> int:
 
     from ..evaluation.runner import evaluate_pipeline
 
-    report = evaluate_pipeline(dataset, pipeline, judge=judge, metrics=metrics, concurrency=args.concurrency,
+    report = evaluate_pipeline(rows, pipeline, judge=judge, metrics=metrics, concurrency=args.concurrency,
                                progress=not args.no_progress)
     _print_summary(report)
     write_outputs(report, args)

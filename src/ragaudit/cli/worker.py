@@ -25,6 +25,8 @@ def add_worker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 in a "
                    "container)")
     p.add_argument("--port", type=int, default=4318, help="port to listen on (default 4318)")
+    p.add_argument("--grpc-port", type=int, default=None,
+                   help="also receive OTLP/gRPC on this port (e.g. 4317; needs the worker-grpc extra)")
     p.add_argument("--otlp-endpoint", default=None,
                    help="base URL to send judgements to (default: $OTEL_EXPORTER_OTLP_ENDPOINT and its "
                    "_TRACES_/_LOGS_ variants)")
@@ -60,7 +62,7 @@ def worker_command(args: argparse.Namespace) -> int:
     worker = Worker(judge, host=args.host, port=args.port, otlp_endpoint=args.otlp_endpoint,
                     quiet_s=args.quiet_s, max_wait_s=args.max_wait_s, max_traces=args.max_traces,
                     max_spans=args.max_spans, sample_rate=args.sample_rate, audit_log=args.audit_log,
-                    shutdown_timeout_s=args.shutdown_timeout_s)
+                    shutdown_timeout_s=args.shutdown_timeout_s, grpc_port=args.grpc_port)
     if not logging.getLogger("ragaudit").handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from opentelemetry import context as _otel_context
 
+from .. import _fork
 from .._log import RateLimitedLog
 from ..content import ContentPolicy, log_exception
 from ..errors import ConfigurationError
@@ -203,7 +203,7 @@ def _guarded(job: Callable[[], None], content: ContentPolicy) -> None:
 
 # --- the shared default auditor --------------------------------------------------------------------
 
-_defaults_lock = threading.Lock()
+_defaults_lock = _fork.lock()
 _default: list[Auditor] = []
 
 
@@ -317,11 +317,18 @@ class RunStore(Generic[S]):
         self.max_runs = max_runs
         # Re-entrant: the garbage collector may finalize an abandoned stream's generator (whose
         # cleanup emits end events) on this thread while it is inside one of these sections.
-        self.lock = threading.RLock()
+        self.lock = _fork.rlock()
         self.evicted = 0
         self._roots: OrderedDict[Hashable, _Root[S]] = OrderedDict()
         self._owner: dict[Hashable, Hashable] = {}
         self._closed: OrderedDict[Hashable, None] = OrderedDict()
+        _fork.on_fork_in_child(self._after_fork)
+
+    def _after_fork(self) -> None:
+        # In a forked child the parent's open runs are the parent's: their threads are not here and
+        # their ends will never come (the lock itself is reset by ragaudit._fork).
+        self._roots.clear()
+        self._owner.clear()
 
     def __len__(self) -> int:
         return len(self._roots)

@@ -11,7 +11,6 @@ model call as a child span, judged in the background by an :class:`~ragaudit.Aud
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
@@ -22,6 +21,7 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 
+from .. import _fork
 from .._deprecation import renamed_kwargs
 from ..auditor import DEFAULT_TURN_MEASURES, Auditor
 from ._assembler import TurnAssembler
@@ -443,7 +443,7 @@ class _ProcessWideHandler:
         return handler if handler is not None else default
 
 
-_registration_lock = threading.Lock()
+_registration_lock = _fork.lock()
 _process_handler = _ProcessWideHandler()
 _hook_registered = False
 

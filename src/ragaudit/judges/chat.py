@@ -11,7 +11,7 @@ from ..errors import ConfigurationError, JudgeError
 from ..records import JudgeIdentity, Judgement, JudgeRequest, truncate
 from .base import BaseRagJudge
 from .cost import CostEstimate, chat_call_estimate, typical_reply_chars
-from .llm.endpoint import EndpointJudge, Flow, Tally, choice_text, completion_choices, endpoint_host
+from .llm.endpoint import EndpointJudge, Flow, Tally, choice_text, completion_choices, endpoint_host, retry_after_s
 from .llm.fullaudit import FULL_AUDIT
 from .llm.parsing import DEFAULT_MAX_REPLY_CHARS, Quoted
 from .llm.prompt import MAX_ANSWER_CHARS, MAX_QUESTION_CHARS, build_repair_messages, sanitize_untrusted, template_hash
@@ -246,6 +246,9 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         status = getattr(cause, "status_code", None)
         if isinstance(status, int):
             details["status_code"] = status
+            retry_after = retry_after_s(cause)
+            if retry_after is not None:  # the Auditor's rate control holds calls back this long
+                details["retry_after_s"] = retry_after
         return Judgement.failed(
             self.name,
             error,

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .._jsonl import read_lines
 from ..errors import MetricError
 from .retrieval import Run
 
@@ -35,14 +36,9 @@ _LABEL_KEYS = ("relevance", "rel", "label")
 
 
 def _lines(path: str | os.PathLike[str], what: str) -> list[tuple[int, str]]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MetricError(f"cannot read {what} file {os.fspath(path)!r}: {exc}") from exc
-    out = [
-        (i, line) for i, line in enumerate(text.splitlines(), 1) if line.strip() and not line.lstrip().startswith("#")
-    ]
+    # One reader for every input file: a BOM accepted, a byte that is not UTF-8 named by line and column.
+    lines, _ = read_lines(path, f"{what} file", error=MetricError)
+    out = [(i, line) for i, line in lines if line.strip() and not line.lstrip().startswith("#")]
     if not out:
         raise MetricError(f"{what} file {os.fspath(path)!r} is empty")
     return out

@@ -442,11 +442,11 @@ class Measure:
     def __str__(self) -> str:
         text = self.name
         if self.cutoff is not None:
-            text += f"@{self.cutoff:g}" if isinstance(self.cutoff, float) else f"@{self.cutoff}"
+            text += f"@{_short(self.cutoff)}" if isinstance(self.cutoff, float) else f"@{self.cutoff}"
         if self.gains is not None:
-            text += "." + ",".join(f"{level}={gain:g}" for level, gain in self.gains)
+            text += "." + ",".join(f"{level}={_short(gain)}" for level, gain in self.gains)
         if self.points is not None:
-            text += "." + ",".join(f"{point:g}" for point in self.points)
+            text += "." + ",".join(_short(point) for point in self.points)
         return text
 
     @property
@@ -478,6 +478,12 @@ class Measure:
         if how == "geometric":
             return float(np.exp(np.log(np.maximum(arr, MIN_GEO_MEAN)).mean()))
         return float(arr.mean())
+
+
+def _short(x: float) -> str:
+    """The shortest spelling of *x* that reads back as *x* ("3", "4.5", "0.1")."""
+    text = f"{x:g}"
+    return text if float(text) == x else repr(x)
 
 
 def _check_cutoff(entry: MeasureEntry, cutoff: Any) -> int | float | None:

@@ -30,11 +30,11 @@ A source that knows the evaluated operation puts its ids in the turn's metadata 
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import _fork
 from .._export import BaseExporter, ExportResult
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, AuditRecord, Judgement, RagTurn
@@ -117,7 +117,7 @@ class _CountingLogExporter:
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self.failed = 0
 
     def export(self, batch: Sequence[Any]) -> Any:

@@ -12,12 +12,13 @@ import json
 import logging
 import math
 import os
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import _fork
 from .._export import ExportResult
+from .._jsonl import read_jsonl
 from .._log import RateLimitedLog
 from .._worker import on_fork_in_child
 from ..content import ContentPolicy
@@ -59,32 +60,8 @@ def _dumps(value: Any) -> str:
 
 
 def _read_jsonl(path: PathLike, what: str) -> list[dict[str, Any]]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.read().split("\n")
-    except OSError as exc:
-        raise RagAuditError(f"cannot read {what} {str(path)!r}: {exc}") from exc
-    # A complete file ends with "\n", so the last element is "" unless a writer was cut off mid-line.
-    tail = lines.pop()
-    out: list[dict[str, Any]] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise RagAuditError(f"{what} {str(path)!r}: line {number} is not valid JSON: {exc}") from exc
-    if tail.strip():
-        try:
-            out.append(json.loads(tail))
-        except json.JSONDecodeError:
-            _logger.warning(
-                "%s %r: skipped a truncated last line (%d chars); the writer was probably interrupted",
-                what,
-                str(path),
-                len(tail),
-            )
-    return out
+    # A cut-off last line (a writer interrupted mid-line) is skipped with a warning; a BOM is accepted.
+    return [value for _, value in read_jsonl(path, what, error=RagAuditError, cut_tail=True, objects=False)]
 
 
 # --- spans -------------------------------------------------------------------------------------
@@ -142,7 +119,7 @@ class _AppendFile:
     def __init__(self, path: PathLike, what: str, *, lazy: bool = False) -> None:
         self.path = Path(path).absolute()  # the directory of now, even if the host chdir()s later
         self.what = what
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._closed = False
         self._tail = b""  # the unwritten rest of a line a failed write cut short
         self.lost = 0
@@ -151,7 +128,7 @@ class _AppendFile:
 
     def _after_fork(self) -> None:
         # A parent's thread may have held the lock at fork; the child has no such thread.
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
 
     @property
     def closed(self) -> bool:

@@ -12,7 +12,6 @@ import os
 import re
 import socket
 import sys
-import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace as _trace_api
 
+from .. import _fork
 from .._worker import call_with_deadline, exit_deadline
 from ..content import register_headers, register_url
 from ..errors import ConfigurationError
@@ -44,7 +44,7 @@ _HOST_KEYS = ("host.id", "host.ip", "host.name")
 
 # What configure() already attached to each provider, so calling it twice does not export twice.
 _attached: weakref.WeakKeyDictionary[Any, set[tuple[str, ...]]] = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
+_lock = _fork.lock()
 
 
 def _env(*names: str) -> str | None:
@@ -146,7 +146,7 @@ def _export_timeout_s() -> float | None:
     return EXPORT_TIMEOUT_S
 
 
-_failed_lock = threading.Lock()
+_failed_lock = _fork.lock()
 _failed_spans = 0
 
 

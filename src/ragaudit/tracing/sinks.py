@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import _fork
 from .._export import ExportResult
 from .._log import RateLimitedLog
 from .._sink import BaseJudgementSink
@@ -82,7 +83,7 @@ class HttpSink(BaseJudgementSink):
         self._client = httpx.Client(timeout=timeout_s, headers=dict(headers or {}))
         self._max_retries = max_retries
         self._backoff_s = backoff_s
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._retries = 0
         self._rejected = 0
         self._batch_policy = threading.local()  # the policy log lines of the batch being sent follow

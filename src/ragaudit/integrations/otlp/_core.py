@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ... import _fork
 from ..._sink import JudgementSink
 from ...errors import ConfigurationError
 from ...judges.base import RagJudge
@@ -67,8 +68,8 @@ class Worker:
     *judge*: any :class:`~ragaudit.RagJudge` (None: the default, ``ChatRagJudge`` when
     ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` is set, else ``LexicalJudge``). *auditor*: an Auditor
     of your own instead (then *judge*, *sample_rate*, *sinks*, *audit_log* and the output
-    endpoint are its business). *clock*: monotonic seconds (tests step it by hand and call
-    :meth:`tick`).
+    endpoint are its business). *grpc_port*: also serve OTLP/gRPC there (the ``worker-grpc``
+    extra). *clock*: monotonic seconds (tests step it by hand and call :meth:`tick`).
     """
 
     def __init__(
@@ -93,6 +94,7 @@ class Worker:
         shutdown_timeout_s: float = 30.0,
         metrics_interval_s: float = 10.0,
         tick_s: float = 0.1,
+        grpc_port: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
@@ -102,8 +104,12 @@ class Worker:
                 raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
         if not isinstance(shutdown_timeout_s, (int, float)) or shutdown_timeout_s < 0:
             raise ConfigurationError(f"shutdown_timeout_s must be >= 0, got {shutdown_timeout_s!r}")
+        if grpc_port is not None and (isinstance(grpc_port, bool) or not isinstance(grpc_port, int)
+                                      or not 0 <= grpc_port <= 65535):
+            raise ConfigurationError(f"grpc_port must be None or an int in [0, 65535], got {grpc_port!r}")
         self.host = host
         self._port = port
+        self._grpc_port = grpc_port
         self._clock = clock
         self._buffer = TraceBuffer(quiet_s=quiet_s, max_wait_s=max_wait_s, max_traces=max_traces, clock=clock)
         self.max_spans = max_spans
@@ -113,7 +119,7 @@ class Worker:
         self.tick_s = tick_s
         self.retry_after_s = max(1, round(quiet_s))
         self._counts = dict.fromkeys(_COUNTERS, 0)
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._judge_latency_s = 0.0
         self._ready_delay_s: list[float] = []
         self._accepting = True
@@ -311,6 +317,11 @@ class Worker:
         return self._port
 
     @property
+    def grpc_port(self) -> int | None:
+        """The OTLP/gRPC port (the real one once started with ``grpc_port=0``), None: no gRPC."""
+        return self._grpc_port
+
+    @property
     def url(self) -> str:
         """``http://host:port`` (what a sender's ``OTEL_EXPORTER_OTLP_ENDPOINT`` takes)."""
         return f"http://{self.host}:{self._port}"
@@ -331,7 +342,13 @@ class Worker:
         addresses = runner.addresses
         if addresses:
             self._port = int(addresses[0][1])
-        logger.info("ragaudit worker: listening on %s", self.url)
+        grpc_server = None
+        if self._grpc_port is not None:
+            from ._grpc import start_grpc
+
+            grpc_server, self._grpc_port = await start_grpc(self, self.host, self._grpc_port)
+        logger.info("ragaudit worker: listening on %s%s", self.url,
+                    f" (OTLP/gRPC on port {self._grpc_port})" if grpc_server is not None else "")
         if ready is not None:
             ready()
         ticker = asyncio.ensure_future(self._tick_forever())
@@ -340,6 +357,8 @@ class Worker:
         finally:
             deadline = time.monotonic() + self.shutdown_timeout_s
             self._accepting = False
+            if grpc_server is not None:
+                await grpc_server.stop(min(5.0, self.shutdown_timeout_s))
             await runner.cleanup()
             ticker.cancel()
             self.drain()

@@ -16,7 +16,7 @@ from typing import Any
 
 from ...errors import RagAuditError
 
-__all__ = ["DecodeError", "SpanData", "decode_traces", "encode_response"]
+__all__ = ["DecodeError", "SpanData", "decode_traces", "encode_response", "spans_of"]
 
 STATUS_ERROR = 2
 """``Status.STATUS_CODE_ERROR``."""
@@ -164,9 +164,14 @@ def iter_spans(request: Any) -> Iterator[SpanData | None]:
 
 def decode_traces(body: bytes, json_body: bool) -> tuple[list[SpanData], int]:
     """``(spans, rejected)``: the valid spans of an OTLP request body and how many were not."""
+    return spans_of(parse_request(body, json_body))
+
+
+def spans_of(request: Any) -> tuple[list[SpanData], int]:
+    """``(spans, rejected)`` of a decoded ``ExportTraceServiceRequest`` (OTLP/gRPC hands one over)."""
     spans: list[SpanData] = []
     rejected = 0
-    for span in iter_spans(parse_request(body, json_body)):
+    for span in iter_spans(request):
         if span is None:
             rejected += 1
         else:

@@ -30,6 +30,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from ... import _fork
 from ..._deprecation import renamed_kwargs
 from ...errors import ConfigurationError, RagAuditError
 from ...records import DocumentGrade, JudgeIdentity, Judgement, JudgeRequest, SentenceVerdict
@@ -88,7 +89,7 @@ class MemoryCache:
             raise ConfigurationError(f"max_entries must be an int >= 1, got {max_entries!r}")
         self.max_entries = max_entries
         self._entries: OrderedDict[str, Judgement] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
 
     def get(self, key: str) -> Judgement | None:
         """The judgement stored under *key*, or None (a hit makes it the most recently used)."""
@@ -149,7 +150,7 @@ class SqliteCache:
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
             raise ConfigurationError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
         self.path = os.fspath(path)
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         try:
             if self.path != ":memory:":
                 parent = os.path.dirname(os.path.abspath(self.path))
@@ -344,7 +345,7 @@ class CachedJudge(BaseRagJudge):
         self._owns_cache = cache is None
         self.name = judge.name
         self._wait_s = timeout_s
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._counts = {"hits": 0, "misses": 0, "stores": 0, "cache_errors": 0, "cache_timeouts": 0}
         self._thread: _CacheThread | None = None if isinstance(self.cache, MemoryCache) else _CacheThread()
         if self._thread is not None:

@@ -21,7 +21,10 @@ from ...records import Judgement, JudgeRequest
 from ..base import BaseRagJudge, RagJudge
 from ..cost import CostEstimate, estimate_request
 
-__all__ = ["TieredJudge", "sample_key"]
+__all__ = ["DETAILED_SALT", "TieredJudge", "sample_key"]
+
+DETAILED_SALT = "ragaudit.tiered.detailed"
+"""The salt of the detailed-share decision, independent of the Auditor's ``sample_rate``."""
 
 
 def sample_key(request: JudgeRequest) -> str:
@@ -68,7 +71,8 @@ class TieredJudge(BaseRagJudge):
 
     def in_sample(self, request: JudgeRequest) -> bool:
         """Whether the detailed judge runs for *request*."""
-        return sampled(sample_key(request), self.detailed_rate)
+        # Its own salt: the Auditor's sample_rate hashes the same turn id (see ragaudit._sampling).
+        return sampled(sample_key(request), self.detailed_rate, salt=DETAILED_SALT)
 
     @property
     def blocking(self) -> bool:

@@ -35,7 +35,6 @@ import functools
 import json
 import math
 import os
-import threading
 import time
 import weakref
 from collections.abc import Generator, Mapping
@@ -43,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, TypeVar
 from urllib.parse import urlsplit
 
+from ... import _fork
 from ...content import register_client, register_secret, scrub, scrub_url
 from ...errors import ConfigurationError, JudgeError
 
@@ -63,6 +63,7 @@ __all__ = [
     "choice_text",
     "completion_choices",
     "endpoint_host",
+    "retry_after_s",
     "validate_settings",
 ]
 
@@ -169,6 +170,17 @@ def endpoint_host(base_url: str) -> str | None:
     if not host:
         return None
     return f"{host}:{port}" if port is not None else host
+
+
+def retry_after_s(exc: BaseException | None) -> float | None:
+    """The seconds an HTTP error's ``Retry-After`` header asks for (a number of seconds), or None."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    try:
+        value = float(headers.get("retry-after")) if headers is not None else None
+    except (TypeError, ValueError):  # absent, or an HTTP date (rare from APIs): no hold-back
+        return None
+    return value if value is not None and math.isfinite(value) and value >= 0 else None
 
 
 def choice_text(choice: Any) -> str:
@@ -339,7 +351,7 @@ class Endpoint:
         self.name = name
         self.extra_body: Mapping[str, Any] | None = dict(extra_body) if extra_body is not None else None
         self.response_format: str | None = "json_schema"  # the best kind the server has not refused
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._sync_client: openai.OpenAI | None = None
         self._async_client: openai.AsyncOpenAI | None = None  # given by the caller: used on every loop
         # id(loop) -> (loop, client). Not a WeakKeyDictionary: the client's connections refer to
