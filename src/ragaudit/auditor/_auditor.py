@@ -31,6 +31,7 @@ from ..turn_audit import COMPUTE, audit_record
 from ._closing import TurnCloser, TurnSource
 from ._draining import Draining
 from ._exporting import ExportStage, LegacySinkExporter, OnJudgementExporter
+from ._first_run import say_where_things_are
 from ._governor import NOT_SENT, Budget, CostControl
 from ._judge_health import JudgeFailureLog
 from ._judging import judge_request
@@ -95,6 +96,18 @@ def _check_arguments(mode: str, sample_rate: float, max_queue: int, max_closing:
         raise ConfigurationError("on_judgement must be callable(turn, judgement)")
     if redact is not None and not callable(redact):
         raise ConfigurationError("redact must be callable(text) -> text")
+
+
+def _resolve_judge(judge: RagJudge | None) -> RagJudge:
+    if judge is None:
+        from ..judges import default_judge
+
+        judge = default_judge()
+    if not isinstance(judge, RagJudge):
+        raise ConfigurationError(f"judge must implement RagJudge (name, judge, ajudge, blocking, aclose_loop, "
+                                 f"config_key, close, calls_per_judgement, timeout_s): "
+                                 f"derive it from ragaudit.BaseRagJudge; got {type(judge).__name__}")
+    return judge
 
 
 def _as_exporters(sinks: Iterable[Any]) -> list[Exporter]:
@@ -198,14 +211,7 @@ class Auditor(Draining):
         retain_s: float | None = None, max_retained: int = 1_000,
     ) -> None:
         _check_arguments(mode, sample_rate, max_queue, max_closing, max_concurrency, timeout_s, on_judgement, redact)
-        if judge is None:
-            from ..judges import default_judge
-
-            judge = default_judge()
-        if not isinstance(judge, RagJudge):
-            raise ConfigurationError(f"judge must implement RagJudge (name, judge, ajudge, blocking, aclose_loop, "
-                                     f"config_key, close, calls_per_judgement, timeout_s): "
-                                     f"derive it from ragaudit.BaseRagJudge; got {type(judge).__name__}")
+        judge = _resolve_judge(judge)
         self._cost = CostControl(judge, budget, max_rps, budget_store, budget_fail, pause_s, prices, judge_if,
                                  retain_s, max_retained)  # budgets, rate, pause, judge_if, feedback
         sinks = tuple(sinks)
@@ -245,7 +251,8 @@ class Auditor(Draining):
         self._pending = 0
         self._closed = False
         self._log = RateLimitedLog()
-        self._judge_failures = JudgeFailureLog()
+        self._judge_failures = JudgeFailureLog(on_first=lambda: say_where_things_are(judge.name, self._audit_log,
+                                                                                      self.tracer_provider))
         self._start_workers(stage)
         if handle_signals is not False:
             flush_on_sigterm(self, asked=handle_signals is True)
