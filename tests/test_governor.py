@@ -8,25 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from ragaudit import Budget, ConfigurationError, Judgement
 from ragaudit.auditor._governor import Governor, price_of
-from tests.support.redis_server import RedisServer, redis_binary, start_redis
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    if redis_binary() is None:
-        pytest.skip("redis-server not found (apt-get install redis-server; make test installs it)")
-    server = start_redis(tmp_path)
-    try:
-        yield server
-    finally:
-        server.stop()
+from tests.support.redis_server import RedisServer
 
 
 class Clock:

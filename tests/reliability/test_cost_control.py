@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,21 +20,12 @@ import pytest
 from ragaudit import Auditor, Budget, ChatRagJudge, RagTurn, RetrievedDoc
 from tests.support.judges import closing
 from tests.support.llm_server import Fault, LLMServer
-from tests.support.redis_server import RedisServer, redis_binary, start_redis
+from tests.support.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = RetrievedDoc(id="returns", content="Items can be returned within 30 days of delivery.", rank=1)
 
 
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    if redis_binary() is None:
-        pytest.skip("redis-server not found (apt-get install redis-server; make test installs it)")
-    server = start_redis(tmp_path)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def turn(i: int | str) -> RagTurn:

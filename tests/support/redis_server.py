@@ -10,10 +10,13 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["RedisServer", "redis_binary", "start_redis"]
+import pytest
+
+__all__ = ["RedisServer", "redis", "redis_binary", "start_redis"]
 
 
 def redis_binary() -> str | None:
@@ -64,3 +67,15 @@ def start_redis(workdir: Path, timeout: float = 20.0) -> RedisServer:
             time.sleep(0.05)
     server.stop()
     raise RuntimeError(f"redis-server did not start on port {port}")
+
+
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of this test's own (skipped with the reason when none is installed)."""
+    if redis_binary() is None:
+        pytest.skip("redis-server not found (apt-get install redis-server; make test installs it)")
+    server = start_redis(tmp_path)
+    try:
+        yield server
+    finally:
+        server.stop()

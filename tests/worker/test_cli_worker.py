@@ -53,6 +53,30 @@ def test_signal_judges_in_flight_and_exits_cleanly(sig: int, collector: Any) -> 
     collector.wait_for_logs(3)
 
 
+def test_sink_option_adds_an_exporter(collector: Any, tmp_path: Any) -> None:
+    out = tmp_path / "sink.txt"
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "OPENAI_"))}
+    env.update(PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}", RAGAUDIT_TEST_SINK_FILE=str(out))
+    proc = subprocess.Popen([sys.executable, "-m", "ragaudit.cli", "worker", "--port", str(port), "--otlp-endpoint",
+                             collector.endpoint, "--sink", "tests.worker.file_sink:FileSink"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _healthy(url) or proc.poll() is not None, timeout=60, what="the worker to listen")
+        request = urllib.request.Request(url + "/v1/traces", data=encode(rag_trace(SpanMaker())), method="POST",
+                                         headers={"Content-Type": "application/x-protobuf"})
+        urllib.request.urlopen(request, timeout=10).close()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    [line] = out.read_text().splitlines()
+    assert line.startswith("otlp-") and line.endswith(" judged")
+
+
 def test_no_output_endpoint_is_a_clear_error() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["PYTHONPATH"] = str(ROOT / "src")

@@ -31,6 +31,7 @@ from ..turn_audit import COMPUTE, audit_record
 from ._closing import TurnCloser, TurnSource
 from ._draining import Draining
 from ._exporting import ExportStage, LegacySinkExporter, OnJudgementExporter
+from ._first_run import say_where_things_are
 from ._governor import NOT_SENT, Budget, CostControl
 from ._judge_health import JudgeFailureLog
 from ._judging import judge_request
@@ -94,6 +95,28 @@ def _check_arguments(mode: str, sample_rate: float, max_queue: int, max_closing:
         raise ConfigurationError("on_judgement must be callable(turn, judgement)")
     if redact is not None and not callable(redact):
         raise ConfigurationError("redact must be callable(text) -> text")
+
+
+def _resolve_judge(judge: RagJudge | None) -> RagJudge:
+    """*judge*, or the default judge for None; a ConfigurationError for anything that is no RagJudge."""
+    if judge is None:
+        from ..judges import default_judge
+
+        judge = default_judge()
+    if not isinstance(judge, RagJudge):
+        raise ConfigurationError(f"judge must implement RagJudge (name, judge, ajudge, blocking, aclose_loop, "
+                                 f"config_key, close, calls_per_judgement, timeout_s): "
+                                 f"derive it from ragaudit.BaseRagJudge; got {type(judge).__name__}")
+    return judge
+
+
+def _metrics(turn: RagTurn, policy: ContentPolicy) -> Any:
+    try:
+        return turn_metrics(turn)
+    except Exception as exc:
+        logger.warning("ragaudit: computing the retrieval metrics of turn %s failed: %s", turn.turn_id,
+                       policy.exception(exc))
+        return None
 
 
 def _as_exporters(sinks: Iterable[Any]) -> list[Exporter]:
@@ -197,14 +220,7 @@ class Auditor(Draining):
         retain_s: float | None = None, max_retained: int = 1_000,
     ) -> None:
         _check_arguments(mode, sample_rate, max_queue, max_closing, max_concurrency, timeout_s, on_judgement, redact)
-        if judge is None:
-            from ..judges import default_judge
-
-            judge = default_judge()
-        if not isinstance(judge, RagJudge):
-            raise ConfigurationError(f"judge must implement RagJudge (name, judge, ajudge, blocking, aclose_loop, "
-                                     f"config_key, close, calls_per_judgement, timeout_s): "
-                                     f"derive it from ragaudit.BaseRagJudge; got {type(judge).__name__}")
+        judge = _resolve_judge(judge)
         self._cost = CostControl(judge, budget, max_rps, budget_store, budget_fail, pause_s, prices, judge_if,
                                  retain_s, max_retained)  # budgets, rate, pause, judge_if, feedback
         sinks = tuple(sinks)
@@ -225,11 +241,11 @@ class Auditor(Draining):
         self.exit_timeout_s = exit_timeout_s
         self._sinks = tuple(exporters)
         # The one policy for every text this auditor and its exporters record.
-        self.content = ContentPolicy(capture_content=capture_content, capture_reason=capture_reason,
+        self._content_policy = ContentPolicy(capture_content=capture_content, capture_reason=capture_reason,
                                      redact=redact)
-        self._policies = PolicyBook(self.content, capture_content is not None or capture_reason is not None
+        self._policies = PolicyBook(self._content_policy, capture_content is not None or capture_reason is not None
                                     or redact is not None)
-        self._recorder = SpanRecorder(tracer_provider, content=self.content, judge_trace=judge_trace)
+        self._recorder = SpanRecorder(tracer_provider, content=self._content_policy, judge_trace=judge_trace)
         for sink in legacy:
             sink.bind_recorder(self._recorder)
         stage = self._exporters(audit_log, exporters, on_judgement)
@@ -245,7 +261,8 @@ class Auditor(Draining):
         self._pending = 0
         self._closed = False
         self._log = RateLimitedLog()
-        self._judge_failures = JudgeFailureLog()
+        self._judge_failures = JudgeFailureLog(on_first=lambda: say_where_things_are(judge.name, self._audit_log,
+                                                                                      self.tracer_provider))
         self._start_workers(stage)
         if handle_signals is not False:
             flush_on_sigterm(self, asked=handle_signals is True)
@@ -261,7 +278,7 @@ class Auditor(Draining):
 
             # Opened with its first line: a read-only working directory must not make constructing
             # an Auditor (or a handler) raise into the host; a failed write is counted instead.
-            self._audit_log = AuditLog(audit_log, content=self.content, lazy=True)
+            self._audit_log = AuditLog(audit_log, content=self._content_policy, lazy=True)
         # Judge spans first: a sink may refer to them (Phoenix annotations need the span to exist).
         stage: list[Exporter] = [self._spans]
         stage += [self._audit_log] if self._audit_log is not None else []
@@ -298,7 +315,7 @@ class Auditor(Draining):
         if self._sync_judge:
             self._blocking = BatchWorker("judge", run_jobs, max_queue=bound, max_batch=1,
                                          threads=self.max_concurrency)
-        self._export = ExportStage(exporters, delivered, self.content, max_queue=bound)
+        self._export = ExportStage(exporters, delivered, self._content_policy, max_queue=bound)
         self._closer = TurnCloser(self.max_closing, job_failed, inline=self.mode == "inline")
         workers = [w for w in (self._closer.worker, self._judging, self._blocking, self._export.worker)
                    if w is not None]
@@ -315,9 +332,14 @@ class Auditor(Draining):
 
     @property
     def content_policy(self) -> ContentPolicy:
-        """The :class:`~ragaudit.content.ContentPolicy` of every text this auditor records (also
-        :attr:`content`)."""
-        return self.content
+        """The :class:`~ragaudit.content.ContentPolicy` of every text this auditor records."""
+        return self._content_policy
+
+    @property
+    def content(self) -> ContentPolicy:
+        """Deprecated: :attr:`content_policy` (``content`` also names a document's text)."""
+        warn_deprecated("Auditor.content", "Auditor.content_policy")
+        return self._content_policy
 
     @property
     def tracer_provider(self) -> TracerProvider | None:
@@ -327,7 +349,7 @@ class Auditor(Draining):
     @property
     def redact(self) -> Callable[[str], str] | None:
         """The redaction hook applied to every text this auditor records (None: none)."""
-        return self.content.redact
+        return self._content_policy.redact
 
     @property
     def closed(self) -> bool:
@@ -379,7 +401,7 @@ class Auditor(Draining):
         """
         if recorder is not None:
             warn_deprecated("Auditor.submit(recorder=...)", "submit(content_policy=..., tracer_provider=...)")
-            content_policy, tracer_provider = recorder.content, recorder.tracer_provider
+            content_policy, tracer_provider = recorder.content_policy, recorder.tracer_provider
         return self.submit_turn(turn, content_policy=content_policy, tracer_provider=tracer_provider).status
 
     def submit_turn(self, turn: RagTurn, *, content_policy: ContentPolicy | None = None,
@@ -390,14 +412,14 @@ class Auditor(Draining):
         try:
             policy = self._policies.resolve(content_policy)
             if ground_truth_metrics is COMPUTE:
-                ground_truth_metrics = self._metrics(turn, policy)
+                ground_truth_metrics = _metrics(turn, policy)
             job = _Job(turn, policy, tracer_provider, ground_truth_metrics)
             status, record = self._submit(job)
             return Submission(status, ground_truth_metrics, record)
         except Exception as exc:  # the host pipeline must never see our failure
-            policy = content_policy if isinstance(content_policy, ContentPolicy) else self.content
+            policy = content_policy if isinstance(content_policy, ContentPolicy) else self._content_policy
             logger.error("ragaudit: submit failed; turn counted as dropped: %s", policy.exception(exc),
-                         exc_info=exc if policy.capture_content and self.content.capture_content else None)
+                         exc_info=exc if policy.capture_content and self._content_policy.capture_content else None)
             with self._lock:
                 self._counts["submitted"] += 1
                 self._counts["dropped"] += 1
@@ -509,14 +531,6 @@ class Auditor(Draining):
 
     # -- internals --------------------------------------------------------------------------
 
-    def _metrics(self, turn: RagTurn, policy: ContentPolicy) -> Any:
-        try:
-            return turn_metrics(turn)
-        except Exception as exc:
-            logger.warning("ragaudit: computing the retrieval metrics of turn %s failed: %s", turn.turn_id,
-                           policy.exception(exc))
-            return None
-
     def _submit(self, job: _Job, sample: bool = True) -> tuple[SubmitStatus, AuditRecord | None]:
         turn = job.turn
         selected = self._cost.selected(turn, job.policy) if sample else True
@@ -625,7 +639,7 @@ class Auditor(Draining):
     def _job_failed(self, exc: BaseException) -> None:
         # A job is a handler's turn; its policy is not at hand here: the strictest in the process.
         self._log.warning(f"job:{type(exc).__name__}", "ragaudit: closing a turn failed (the pipeline is "
-                          "unaffected): %s", log_exception(exc, self.content))
+                          "unaffected): %s", log_exception(exc, self._content_policy))
 
 
 

@@ -42,9 +42,26 @@ def add_worker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
                    help="spans buffered; requests past this get 503 + Retry-After (default 1000000)")
     p.add_argument("--sample-rate", type=float, default=1.0, help="share of turns judged (default 1)")
     p.add_argument("--audit-log", default=None, help="also write a JSONL audit log here (default: none)")
+    p.add_argument("--sink", dest="sinks", action="append", default=[], metavar="MODULE:OBJECT",
+                   help="an exporter of audit records (or a zero-argument factory of one), e.g. "
+                   "ragaudit.tracing:PhoenixSink or ragaudit.tracing:LangfuseSink; repeatable")
     p.add_argument("--shutdown-timeout", dest="shutdown_timeout_s", type=float, default=30.0,
                    help="seconds to judge what is in flight at SIGTERM (default 30)")
     p.set_defaults(handler=("ragaudit.cli.worker", "worker_command"))
+
+
+def _sink(spec: str) -> Any:
+    """The exporter named by *spec* (``module:object``): an instance, or a class / factory called once."""
+    from .._export import Exporter
+    from .eval import load_object
+
+    obj = load_object(spec, "--sink")
+    if isinstance(obj, type) or (callable(obj) and not isinstance(obj, Exporter)):
+        try:
+            obj = obj()
+        except TypeError as exc:
+            raise ConfigurationError(f"--sink {spec!r} cannot be made without arguments: {exc}") from exc
+    return obj
 
 
 def worker_command(args: argparse.Namespace) -> int:
@@ -59,9 +76,10 @@ def worker_command(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise ConfigurationError(f"--port must be in [0, 65535], got {args.port}")
     judge: Any = resolve_judge(args.judge)
+    sinks = [_sink(spec) for spec in args.sinks]
     worker = Worker(judge, host=args.host, port=args.port, otlp_endpoint=args.otlp_endpoint,
                     quiet_s=args.quiet_s, max_wait_s=args.max_wait_s, max_traces=args.max_traces,
-                    max_spans=args.max_spans, sample_rate=args.sample_rate, audit_log=args.audit_log,
+                    max_spans=args.max_spans, sample_rate=args.sample_rate, audit_log=args.audit_log, sinks=sinks,
                     shutdown_timeout_s=args.shutdown_timeout_s, grpc_port=args.grpc_port)
     if not logging.getLogger("ragaudit").handlers:
         handler = logging.StreamHandler(sys.stderr)

@@ -26,6 +26,7 @@ from typing import Any
 from .._jsonl import read_jsonl
 from ..auditor import Auditor, Submission, SubmitStatus
 from ..errors import ConfigurationError, MetricError
+from ..judges.base import RagJudge
 from ..records import SCORE_NAMES, Judgement, RagTurn, normalize_relevance
 from .report import EvaluationReport, RowResult, diagnose, full_audit_fields
 
@@ -392,7 +393,10 @@ def evaluate_pipeline(
         from ..judges import default_judge
 
         judge = default_judge()
-    judge_name = str(getattr(judge, "name", type(judge).__name__))
+    if not isinstance(judge, RagJudge):
+        raise ConfigurationError(f"judge must be a RagJudge (derive it from ragaudit.BaseRagJudge), "
+                                 f"got {type(judge).__name__}")
+    judge_name = judge.name
 
     show = bool(progress) and sys.stderr.isatty()
     bar = _Progress(show, len(rows))

@@ -174,7 +174,7 @@ def close_later(auditor: Any, job: Callable[[], None], content: ContentPolicy | 
     """
     from ..auditor import Auditor
 
-    if content is not None and not (isinstance(auditor, Auditor) and content is auditor.content):
+    if content is not None and not (isinstance(auditor, Auditor) and content is auditor.content_policy):
         job = partial(_guarded, job, content)  # else the auditor logs a failure with this very policy
     try:
         if isinstance(auditor, Auditor):

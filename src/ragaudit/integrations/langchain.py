@@ -301,7 +301,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
         now = time.time_ns()
         with self._store.lock:
             self._closed_turns += 1
-        close_later(self.auditor, partial(self._close, turn, now, evicted), self.recorder.content)
+        close_later(self.auditor, partial(self._close, turn, now, evicted), self.recorder.content_policy)
 
     def _close(self, turn: Turn, now: int, evicted: bool) -> None:
         """On the closing thread: hand the turn's steps to the assembler; it does the rest."""
