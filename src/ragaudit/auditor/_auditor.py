@@ -26,7 +26,7 @@ from .._worker import BatchWorker, on_fork_in_child, run_jobs
 from ..content import ContentPolicy, log_exception
 from ..errors import ConfigurationError
 from ..judges.base import RagJudge
-from ..records import AuditRecord, Judgement, JudgeRequest, RagTurn
+from ..records import UNSUBMITTED_REASONS, AuditRecord, Judgement, JudgeRequest, RagTurn
 from ..turn_audit import COMPUTE, audit_record
 from ._closing import TurnCloser, TurnSource
 from ._draining import Draining
@@ -56,7 +56,6 @@ SubmitStatus = Literal["queued", "judged", "failed", "dropped", "sampled_out", "
 
 OnJudgement = Callable[[RagTurn, Judgement], None]
 
-_UNJUDGED_COUNTED = ("no_evidence", "empty_answer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +98,7 @@ def _check_arguments(mode: str, sample_rate: float, max_queue: int, max_closing:
 
 
 def _resolve_judge(judge: RagJudge | None) -> RagJudge:
+    """*judge*, or the default judge for None; a ConfigurationError for anything that is no RagJudge."""
     if judge is None:
         from ..judges import default_judge
 
@@ -108,6 +108,15 @@ def _resolve_judge(judge: RagJudge | None) -> RagJudge:
                                  f"config_key, close, calls_per_judgement, timeout_s): "
                                  f"derive it from ragaudit.BaseRagJudge; got {type(judge).__name__}")
     return judge
+
+
+def _metrics(turn: RagTurn, policy: ContentPolicy) -> Any:
+    try:
+        return turn_metrics(turn)
+    except Exception as exc:
+        logger.warning("ragaudit: computing the retrieval metrics of turn %s failed: %s", turn.turn_id,
+                       policy.exception(exc))
+        return None
 
 
 def _as_exporters(sinks: Iterable[Any]) -> list[Exporter]:
@@ -232,11 +241,11 @@ class Auditor(Draining):
         self.exit_timeout_s = exit_timeout_s
         self._sinks = tuple(exporters)
         # The one policy for every text this auditor and its exporters record.
-        self.content = ContentPolicy(capture_content=capture_content, capture_reason=capture_reason,
+        self._content_policy = ContentPolicy(capture_content=capture_content, capture_reason=capture_reason,
                                      redact=redact)
-        self._policies = PolicyBook(self.content, capture_content is not None or capture_reason is not None
+        self._policies = PolicyBook(self._content_policy, capture_content is not None or capture_reason is not None
                                     or redact is not None)
-        self._recorder = SpanRecorder(tracer_provider, content=self.content, judge_trace=judge_trace)
+        self._recorder = SpanRecorder(tracer_provider, content=self._content_policy, judge_trace=judge_trace)
         for sink in legacy:
             sink.bind_recorder(self._recorder)
         stage = self._exporters(audit_log, exporters, on_judgement)
@@ -247,7 +256,8 @@ class Auditor(Draining):
 
         self._lock = _fork.lock()
         self._counts = {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0,
-                        "unjudged_no_evidence": 0, "unjudged_empty_answer": 0, **dict.fromkeys(NOT_SENT, 0)}
+                        "evidence_from_prompt": 0, **{f"unjudged_{reason}": 0 for reason in UNSUBMITTED_REASONS},
+                        **dict.fromkeys(NOT_SENT, 0)}
         self._pending = 0
         self._closed = False
         self._log = RateLimitedLog()
@@ -268,7 +278,7 @@ class Auditor(Draining):
 
             # Opened with its first line: a read-only working directory must not make constructing
             # an Auditor (or a handler) raise into the host; a failed write is counted instead.
-            self._audit_log = AuditLog(audit_log, content=self.content, lazy=True)
+            self._audit_log = AuditLog(audit_log, content=self._content_policy, lazy=True)
         # Judge spans first: a sink may refer to them (Phoenix annotations need the span to exist).
         stage: list[Exporter] = [self._spans]
         stage += [self._audit_log] if self._audit_log is not None else []
@@ -305,7 +315,7 @@ class Auditor(Draining):
         if self._sync_judge:
             self._blocking = BatchWorker("judge", run_jobs, max_queue=bound, max_batch=1,
                                          threads=self.max_concurrency)
-        self._export = ExportStage(exporters, delivered, self.content, max_queue=bound)
+        self._export = ExportStage(exporters, delivered, self._content_policy, max_queue=bound)
         self._closer = TurnCloser(self.max_closing, job_failed, inline=self.mode == "inline")
         workers = [w for w in (self._closer.worker, self._judging, self._blocking, self._export.worker)
                    if w is not None]
@@ -322,9 +332,14 @@ class Auditor(Draining):
 
     @property
     def content_policy(self) -> ContentPolicy:
-        """The :class:`~ragaudit.content.ContentPolicy` of every text this auditor records (also
-        :attr:`content`)."""
-        return self.content
+        """The :class:`~ragaudit.content.ContentPolicy` of every text this auditor records."""
+        return self._content_policy
+
+    @property
+    def content(self) -> ContentPolicy:
+        """Deprecated: :attr:`content_policy` (``content`` also names a document's text)."""
+        warn_deprecated("Auditor.content", "Auditor.content_policy")
+        return self._content_policy
 
     @property
     def tracer_provider(self) -> TracerProvider | None:
@@ -334,7 +349,7 @@ class Auditor(Draining):
     @property
     def redact(self) -> Callable[[str], str] | None:
         """The redaction hook applied to every text this auditor records (None: none)."""
-        return self.content.redact
+        return self._content_policy.redact
 
     @property
     def closed(self) -> bool:
@@ -386,7 +401,7 @@ class Auditor(Draining):
         """
         if recorder is not None:
             warn_deprecated("Auditor.submit(recorder=...)", "submit(content_policy=..., tracer_provider=...)")
-            content_policy, tracer_provider = recorder.content, recorder.tracer_provider
+            content_policy, tracer_provider = recorder.content_policy, recorder.tracer_provider
         return self.submit_turn(turn, content_policy=content_policy, tracer_provider=tracer_provider).status
 
     def submit_turn(self, turn: RagTurn, *, content_policy: ContentPolicy | None = None,
@@ -397,14 +412,14 @@ class Auditor(Draining):
         try:
             policy = self._policies.resolve(content_policy)
             if ground_truth_metrics is COMPUTE:
-                ground_truth_metrics = self._metrics(turn, policy)
+                ground_truth_metrics = _metrics(turn, policy)
             job = _Job(turn, policy, tracer_provider, ground_truth_metrics)
             status, record = self._submit(job)
             return Submission(status, ground_truth_metrics, record)
         except Exception as exc:  # the host pipeline must never see our failure
-            policy = content_policy if isinstance(content_policy, ContentPolicy) else self.content
+            policy = content_policy if isinstance(content_policy, ContentPolicy) else self._content_policy
             logger.error("ragaudit: submit failed; turn counted as dropped: %s", policy.exception(exc),
-                         exc_info=exc if policy.capture_content and self.content.capture_content else None)
+                         exc_info=exc if policy.capture_content and self._content_policy.capture_content else None)
             with self._lock:
                 self._counts["submitted"] += 1
                 self._counts["dropped"] += 1
@@ -430,10 +445,17 @@ class Auditor(Draining):
         return self._cost.feedback(turn_id, value, lambda job: self._submit(job, sample=False)[0])
 
     def count_unjudged(self, reason: str) -> bool:
-        """Count a finished turn that was traced but not judged: *reason* ``"no_evidence"`` (an answer
-        with no evidence) or ``"empty_answer"``; ``stats()["unjudged_<reason>"]``. Returns True the
+        """Count a finished turn that was traced but not judged: *reason* one of
+        :data:`~ragaudit.records.UNSUBMITTED_REASONS`; ``stats()["unjudged_<reason>"]``. Returns True the
         first time for *reason* (the caller logs the fix once per auditor)."""
-        key = f"unjudged_{reason}"
+        return self._count(f"unjudged_{reason}")
+
+    def count_evidence_from_prompt(self) -> bool:
+        """Count a turn whose evidence (some or all) came from the prompt itself, not from an observed
+        retrieval (``stats()["evidence_from_prompt"]``). Returns True the first time."""
+        return self._count("evidence_from_prompt")
+
+    def _count(self, key: str) -> bool:
         with self._lock:
             if key not in self._counts:
                 return False
@@ -468,11 +490,15 @@ class Auditor(Draining):
 
     def stats(self) -> dict[str, int]:
         """Counts: submitted, judged, failed, dropped, sampled_out, pending, sink_errors, close_dropped,
-        closing, unjudged_no_evidence, unjudged_empty_answer.
+        closing, evidence_from_prompt and ``unjudged_<reason>`` for each of
+        :data:`~ragaudit.records.UNSUBMITTED_REASONS`.
 
-        ``unjudged_no_evidence`` counts turns with an answer and no evidence (a retriever outside the
-        callback tree) and ``unjudged_empty_answer`` turns whose answer was empty; both are traced,
-        never submitted (:meth:`count_unjudged`).
+        The ``unjudged_*`` counts are finished turns traced and never submitted
+        (:meth:`count_unjudged`): ``unjudged_failed`` (the run raised), ``unjudged_no_evidence`` (an
+        answer and no evidence), ``unjudged_empty_answer``, ``unjudged_no_answer`` (no answer could be
+        read), ``unjudged_no_model`` (an answer no model call made), ``unjudged_standalone`` (a
+        retriever or model called on its own). ``evidence_from_prompt`` counts judged turns whose
+        evidence came, at least in part, from the prompt itself (no observed retrieval explained it).
 
         Cost control (``budget``, ``max_rps``, ``pause_s``, ``judge_if``): ``filtered_out``,
         ``over_budget``, ``paused``, ``budget_unavailable`` and ``rate_limited`` count the turns not
@@ -504,14 +530,6 @@ class Auditor(Draining):
         self.shutdown()
 
     # -- internals --------------------------------------------------------------------------
-
-    def _metrics(self, turn: RagTurn, policy: ContentPolicy) -> Any:
-        try:
-            return turn_metrics(turn)
-        except Exception as exc:
-            logger.warning("ragaudit: computing the retrieval metrics of turn %s failed: %s", turn.turn_id,
-                           policy.exception(exc))
-            return None
 
     def _submit(self, job: _Job, sample: bool = True) -> tuple[SubmitStatus, AuditRecord | None]:
         turn = job.turn
@@ -621,7 +639,7 @@ class Auditor(Draining):
     def _job_failed(self, exc: BaseException) -> None:
         # A job is a handler's turn; its policy is not at hand here: the strictest in the process.
         self._log.warning(f"job:{type(exc).__name__}", "ragaudit: closing a turn failed (the pipeline is "
-                          "unaffected): %s", log_exception(exc, self.content))
+                          "unaffected): %s", log_exception(exc, self._content_policy))
 
 
 

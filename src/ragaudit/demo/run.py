@@ -252,6 +252,15 @@ def _recall(turn: RagTurn | None, question: DemoQuestion) -> float | None:
     return score_ranking(ranked, relevant, [f"recall@{DEFAULT_K}"]).get(f"recall@{DEFAULT_K}")
 
 
+def _citation_precision(turn: RagTurn | None, judgement: Judgement | None) -> str:
+    """ALCE citation precision of the turn's citations (the judge's sentence verdicts), — when unknown."""
+    if turn is None or judgement is None:
+        return "—"
+    from ..turn_audit import audit_turn
+
+    return _fmt(audit_turn(turn, judgement).citation_precision)
+
+
 def _cited(turn: RagTurn | None) -> str:
     if turn is None:
         return "—"
@@ -408,7 +417,7 @@ def print_report(result: DemoResult, *, traces: str | os.PathLike[str], audit_lo
     say("")
 
     rows = [["#", "question", "faithful", "ctx rel", "ans rel", f"recall@{DEFAULT_K}", f"jNDCG@{DEFAULT_K}",
-             f"jP@{DEFAULT_K}", "grades", "cited"]]
+             f"jP@{DEFAULT_K}", "grades", "cited", "cite P"]]
     for question in questions:
         turn = result.turns.get(question.id)
         judgement = result.judgements.get(question.id)
@@ -417,7 +426,7 @@ def print_report(result: DemoResult, *, traces: str | os.PathLike[str], audit_lo
             question.id, _cut(question.text, _QUESTION_CHARS), _fmt(scores["faithfulness"]),
             _fmt(scores["context_relevance"]), _fmt(scores["answer_relevance"]),
             _fmt(_recall(turn, question)), _fmt(_judged(judgement, "ndcg")), _fmt(_judged(judgement, "P")),
-            _grades(judgement), _cited(turn),
+            _grades(judgement), _cited(turn), _citation_precision(turn, judgement),
         ])
     _table(rows, escaped)
     say(f"  recall@{DEFAULT_K} — : no document in the knowledge base is relevant (not covered).")
@@ -425,6 +434,8 @@ def print_report(result: DemoResult, *, traces: str | os.PathLike[str], audit_lo
         "answers, 3 answers); no ground truth needed.")
     say(f"  jNDCG@{DEFAULT_K}: judged NDCG from those grades -- the ORDER of what was retrieved (1.00 when "
         f"all are equally poor); jP@{DEFAULT_K}: the share graded >= 2.")
+    say("  cite P: citation precision (ALCE): the share of the answer's citations whose document the judge "
+        "found supports the sentence they follow.")
     _print_sentence_problems(result, questions, say)
 
     problems = {qid: err for qid, err in result.errors.items()}

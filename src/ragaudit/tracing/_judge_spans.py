@@ -119,7 +119,7 @@ def _verdict_attributes(self: SpanWriter, attrs: dict[str, Any], output: dict[st
     if missing:
         attrs[c.ATTR_JUDGE_MISSING_SCORES] = missing
     # The reason: with capture on, or kept on its own (capture_reason); the error follows capture.
-    reason = self.content.reason(j.reason, self.max_attribute_chars)
+    reason = self.content_policy.reason(j.reason, self.max_attribute_chars)
     reason = otlp_safe(reason) if reason is not None else None
     if j.reason is not None:
         attrs[c.ATTR_JUDGE_REASON_CHARS] = len(j.reason)
@@ -128,7 +128,7 @@ def _verdict_attributes(self: SpanWriter, attrs: dict[str, Any], output: dict[st
         output["reason"] = reason
     status = j.details.get("status_code")
     status = status if isinstance(status, int) and not isinstance(status, bool) else None
-    error = (otlp_safe(self.content.error(j.error, status=status, limit=self.max_attribute_chars) or "")
+    error = (otlp_safe(self.content_policy.error(j.error, status=status, limit=self.max_attribute_chars) or "")
              if j.error else None)
     if error is not None:
         attrs[c.ATTR_JUDGE_ERROR] = error
@@ -184,7 +184,7 @@ class JudgeSpanExporter(BaseExporter):
         default = self._default
         provider = record.tracer_provider
         policy = record.content_policy
-        if policy is default.content and (provider is None or provider is default.tracer_provider):
+        if policy is default.content_policy and (provider is None or provider is default.tracer_provider):
             return default
         with self._lock:
             writers = self._writers.setdefault(policy, [])

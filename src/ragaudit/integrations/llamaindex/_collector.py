@@ -387,7 +387,7 @@ class Collector:
             settle(turn)
         except Exception as exc:
             report_failure("closing a LlamaIndex turn", exc)
-        close_later(self.auditor, partial(self._close, turn, now, evicted), self.recorder.content)
+        close_later(self.auditor, partial(self._close, turn, now, evicted), self.recorder.content_policy)
         if drained and self.on_idle is not None:
             self.on_idle()  # the last turn of an uninstrumented instrumentation: leave the dispatcher
 

@@ -15,7 +15,7 @@ from ... import _fork
 from ..._sink import JudgementSink
 from ...errors import ConfigurationError
 from ...judges.base import RagJudge
-from ...records import Judgement, RagTurn
+from ...records import UNSUBMITTED_REASONS, Judgement, RagTurn
 from .._assembler import TurnAssembler
 from ..steps import dispatch
 from ._buffer import PendingTrace, TraceBuffer
@@ -31,9 +31,9 @@ _COUNTERS = (
     "requests", "requests_bad", "requests_unsupported_media_type", "requests_refused_full",
     "requests_refused_stopping", "spans_received", "spans_rejected", "spans_refused", "spans_own",
     "traces_assembled", "traces_own", "traces_already_judged", "traces_no_model_call", "turns_found",
-    "turns_submitted", "turns_judged", "turns_judge_failed", "turns_unjudged_error", "turns_unjudged_no_answer",
-    "turns_unjudged_standalone", "turns_unjudged_empty_answer", "turns_unjudged_no_evidence",
-    "turns_unjudged_no_model", "turns_not_submitted", "assembly_errors",
+    "turns_submitted", "turns_judged", "turns_judge_failed",
+    *(f"turns_unjudged_{reason}" for reason in UNSUBMITTED_REASONS),  # the assembler's reasons, one list
+    "turns_not_submitted", "assembly_errors",
 )
 
 
