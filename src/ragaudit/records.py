@@ -151,13 +151,9 @@ CitationMethod = Literal["marker", "overlap", "structured"]
 
 @dataclass(frozen=True, slots=True)
 class Citation:
-    """A retrieved document the answer cites.
-
-    ``method`` says how it was found: ``"marker"`` (the answer says ``[2]``, ``[doc-id]`` or names
-    the source; ``marker`` holds that text) or ``"overlap"`` (a sentence of the answer is drawn from
-    the document; ``marker`` holds the sentence, cut) or ``"structured"`` (a structured answer's
-    citation field named it: ``with_structured_output(CitedAnswer)``; ``marker`` holds the value).
-    """
+    """A retrieved document the answer cites. ``method``: ``"marker"`` (the answer says ``[2]``, ``[doc-id]``
+    or names the source; ``marker`` holds that text), ``"overlap"`` (a sentence is drawn from the document;
+    ``marker`` holds it, cut) or ``"structured"`` (a structured answer's citation field; its value)."""
 
     doc_id: str
     rank: int
@@ -170,17 +166,12 @@ class Citation:
         if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
             raise ConfigurationError(f"Citation.rank must be an int >= 1, got {self.rank!r}")
         if self.method not in ("marker", "overlap", "structured"):
-            raise ConfigurationError(
-                f"Citation.method must be 'marker', 'overlap' or 'structured', got {self.method!r}")
+            raise ConfigurationError(f"Citation.method must be marker, overlap or structured, got {self.method!r}")
 
 
 @dataclass(frozen=True, slots=True)
 class Retrieval:
-    """One retriever call inside a turn (a turn may have several, e.g. two retrievers in parallel).
-
-    ``used_ids``: the ids of its documents that reached the model call that produced the answer
-    (the rest were dropped: graded out, filtered, reranked away); None when that is not known.
-    """
+    """One retriever call of a turn; ``used_ids``: its documents that reached the answering call (None: not known)."""
 
     name: str
     documents: tuple[RetrievedDoc, ...] = ()
@@ -192,8 +183,7 @@ class Retrieval:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "documents", tuple(self.documents))
-        if self.used_ids is not None:
-            object.__setattr__(self, "used_ids", tuple(self.used_ids))
+        object.__setattr__(self, "used_ids", None if self.used_ids is None else tuple(self.used_ids))
         _check_time("Retrieval.started_at", self.started_at)
         _check_time("Retrieval.ended_at", self.ended_at)
 
@@ -746,17 +736,12 @@ class TurnAudit:
         }
 
 
-UNSUBMITTED_REASONS: tuple[str, ...] = ("failed", "no_evidence", "empty_answer", "no_answer", "no_model",
-                                         "standalone")
-"""Why the assembler traced a finished turn and did not submit it for judging, each counted in the
-Auditor's ``stats()["unjudged_<reason>"]``: the run failed (or was cut off); an answer with no evidence; an
-empty answer; no answer could be read; an answer no model call made; a retriever or model called on its
-own (not a user message)."""
+UNSUBMITTED_REASONS: tuple[str, ...] = ("failed", "no_evidence", "empty_answer", "no_answer", "no_model", "standalone")
+"""Why the assembler did not submit a finished turn (each in ``stats()["unjudged_<reason>"]``): the run failed;
+no evidence; an empty answer; no answer read; no model call made it; a retriever or model called on its own."""
 UNJUDGED_REASONS: tuple[str, ...] = ("sampled_out", "dropped", *UNSUBMITTED_REASONS,
                                      "filtered_out", "over_budget", "paused", "budget_unavailable", "rate_limited")
-"""Why a finished turn was not judged (an :class:`AuditRecord`'s ``unjudged``): sampled out or dropped
-by the Auditor (``stats()["sampled_out"]``, ``["dropped"]``), one of :data:`UNSUBMITTED_REASONS`, or not
-sent by cost control (``stats()["filtered_out"]``, ``["over_budget"]``, ...)."""
+"""Why a finished turn was not judged (an :class:`AuditRecord`'s ``unjudged``); the assembler's are above."""
 
 RecordStatus = Literal["judged", "failed", "unjudged"]
 """An :class:`AuditRecord`'s outcome: judged, judged with an error, or not judged (with a reason)."""

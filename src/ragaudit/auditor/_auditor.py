@@ -445,17 +445,13 @@ class Auditor(Draining):
         return self._cost.feedback(turn_id, value, lambda job: self._submit(job, sample=False)[0])
 
     def count_unjudged(self, reason: str) -> bool:
-        """Count a finished turn that was traced but not judged: *reason* one of
-        :data:`~ragaudit.records.UNSUBMITTED_REASONS`; ``stats()["unjudged_<reason>"]``. Returns True the
-        first time for *reason* (the caller logs the fix once per auditor)."""
-        return self._count(f"unjudged_{reason}")
+        """Count a turn traced and not judged, ``stats()["unjudged_<reason>"]`` (*reason* one of
+        :data:`~ragaudit.records.UNSUBMITTED_REASONS`); True the first time (the caller warns once)."""
+        return self.count(f"unjudged_{reason}")
 
-    def count_evidence_from_prompt(self) -> bool:
-        """Count a turn whose evidence (some or all) came from the prompt itself, not from an observed
-        retrieval (``stats()["evidence_from_prompt"]``). Returns True the first time."""
-        return self._count("evidence_from_prompt")
-
-    def _count(self, key: str) -> bool:
+    def count(self, key: str) -> bool:
+        """Add one to ``stats()[key]``, a count integrations keep (``unjudged_<reason>``,
+        ``evidence_from_prompt``); True the first time. Other keys are not counted."""
         with self._lock:
             if key not in self._counts:
                 return False
@@ -493,12 +489,8 @@ class Auditor(Draining):
         closing, evidence_from_prompt and ``unjudged_<reason>`` for each of
         :data:`~ragaudit.records.UNSUBMITTED_REASONS`.
 
-        The ``unjudged_*`` counts are finished turns traced and never submitted
-        (:meth:`count_unjudged`): ``unjudged_failed`` (the run raised), ``unjudged_no_evidence`` (an
-        answer and no evidence), ``unjudged_empty_answer``, ``unjudged_no_answer`` (no answer could be
-        read), ``unjudged_no_model`` (an answer no model call made), ``unjudged_standalone`` (a
-        retriever or model called on its own). ``evidence_from_prompt`` counts judged turns whose
-        evidence came, at least in part, from the prompt itself (no observed retrieval explained it).
+        ``unjudged_*``: finished turns traced and never submitted, by reason (:meth:`count_unjudged`);
+        ``evidence_from_prompt``: judged turns whose evidence came, at least in part, from the prompt.
 
         Cost control (``budget``, ``max_rps``, ``pause_s``, ``judge_if``): ``filtered_out``,
         ``over_budget``, ``paused``, ``budget_unavailable`` and ``rate_limited`` count the turns not

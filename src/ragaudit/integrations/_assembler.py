@@ -619,7 +619,7 @@ def _note_unjudged(auditor: Auditor, turn: RagTurn, reason: str, recorder: SpanR
 
 def _note_from_prompt(auditor: Auditor, turn: RagTurn) -> None:
     try:
-        first = auditor.count_evidence_from_prompt()
+        first = auditor.count("evidence_from_prompt")
     except Exception as exc:  # a user's stand-in auditor
         report_failure("counting a turn judged on its prompt", exc)
         return

@@ -13,6 +13,7 @@ from typing import Any
 
 from ... import _fork
 from ..._sink import JudgementSink
+from ..._worker import BatchWorker, run_jobs
 from ...errors import ConfigurationError
 from ...judges.base import RagJudge
 from ...records import UNSUBMITTED_REASONS, Judgement, RagTurn
@@ -132,7 +133,7 @@ class Worker:
             self._register_metrics(self._outputs.meter_provider)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
+        self._server: BatchWorker[Callable[[], None]] | None = None
         self._started = threading.Event()
         self._stopped = threading.Event()
         self._start_error: BaseException | None = None
@@ -396,8 +397,12 @@ class Worker:
 
     def start(self, timeout_s: float = 30.0) -> Worker:
         """Serve on a thread of its own; returns once listening. Raises what failed to start it."""
-        if self._thread is not None:
+        if self._server is not None:
             raise ConfigurationError("this Worker was started already")
+
+        # The server is one job on a one-thread BatchWorker of its own (every background thread of
+        # ragaudit is a BatchWorker's); asyncio.run gives it a loop that is closed when it ends.
+        server = self._server = BatchWorker("otlp-worker", run_jobs, max_queue=1, max_batch=1)
 
         def target() -> None:
             try:
@@ -406,10 +411,13 @@ class Worker:
                 self._start_error = exc
                 self._started.set()
             finally:
+                # From its own thread: ends the thread once this job returns (the job is the
+                # one "abandoned" in the worker's private counts; nothing is lost).
+                server.shutdown(0.0)
                 self._stopped.set()
 
-        self._thread = threading.Thread(target=target, name="ragaudit-worker", daemon=True)
-        self._thread.start()
+        if not server.put(target):
+            raise ConfigurationError("the worker could not start a thread (interpreter shutting down?)")
         if not self._started.wait(timeout_s):
             raise ConfigurationError(f"the worker did not start listening within {timeout_s}s")
         if self._start_error is not None:
@@ -419,7 +427,7 @@ class Worker:
     def stop(self, timeout_s: float | None = None) -> bool:
         """Stop accepting, judge (or count) what is in flight, flush, within *timeout_s* (default
         *shutdown_timeout_s*). True when it all ended in time."""
-        if self._loop is None or self._thread is None or self._stopped.is_set():
+        if self._loop is None or self._server is None or self._stopped.is_set():
             return True
         if timeout_s is not None:
             self.shutdown_timeout_s = float(timeout_s)
