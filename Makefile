@@ -1,5 +1,5 @@
 # The two commands of the README: `make test` and `make demo`. Both set up what they need themselves.
-# `make test-fast` is the inner loop (no e2e, no slow tests). CI (.ci/run): make lint, typecheck, test.
+# `make test-fast` is the inner loop (no e2e, no slow tests). CI (.ci/run): make lint, typecheck, docs, test.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -9,7 +9,7 @@ PHOENIX_VENV := .venv-phoenix
 PHOENIX_VERSION ?= 20.26.1
 PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
 
-.PHONY: test test-fast demo bench bench-peers lint typecheck system-deps clean
+.PHONY: test test-fast demo bench bench-peers lint typecheck system-deps docs docs-serve docs-screenshots clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -67,10 +67,22 @@ bench-peers:
 	.venv-peers/bin/python -m pip install -q ragas deepeval trulens trulens-providers-openai "langchain-community<0.4"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/ruff check src tests benchmarks examples scripts docs/_hooks
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# The docs site (MkDocs Material + mkdocstrings): docs/ -> site/. --strict: a broken link, a missing
+# page or an API name that does not resolve fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+
+# Retake docs/images/*.png from the real programs (the HTML report, a judged trace in a real Phoenix).
+docs-screenshots: $(STAMP) $(PHOENIX_STAMP) system-deps
+	$(PY) scripts/docs_screenshots.py
+
 clean:
-	rm -rf $(VENV) $(PHOENIX_VENV) build dist .pytest_cache ragaudit-traces.jsonl ragaudit-audit.jsonl
+	rm -rf $(VENV) $(PHOENIX_VENV) build dist site .pytest_cache ragaudit-traces.jsonl ragaudit-audit.jsonl

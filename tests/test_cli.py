@@ -43,3 +43,17 @@ def test_bad_metric_name_is_a_clear_usage_error(trec_files: tuple[Path, Path],
 def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     assert "demo" in capsys.readouterr().out
+
+
+def test_report_with_no_argument_reads_the_default_audit_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A newcomer's first `ragaudit report`, in the directory the app ran in, finds the default log;
+    where there is none, the error says where the Auditor writes it."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["report"]) == 2
+    assert "./ragaudit-audit.jsonl" in capsys.readouterr().err
+    line = {"turn_id": "t1", "query": "q?", "answer": "a.", "documents": [], "faithfulness": 0.5,
+            "context_relevance": 0.5, "answer_relevance": 0.5, "judge": "fake", "reason": "r"}
+    (tmp_path / "ragaudit-audit.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    assert main(["report"]) == 0
+    assert "1 turns in the log" in capsys.readouterr().out

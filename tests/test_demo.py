@@ -426,7 +426,7 @@ def test_demo_command_in_a_fresh_process(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("script", ["langchain_chroma.py", "llamaindex_chroma.py"])
+@pytest.mark.parametrize("script", ["langchain_app.py", "llamaindex_app.py"])
 def test_example_runs_offline(script: str, tmp_path: Path) -> None:
     path = ROOT / "examples" / script
     assert len(path.read_text(encoding="utf-8").splitlines()) < 40

@@ -76,7 +76,10 @@ def _add_metrics(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
 
 def _add_report(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("report", help="audit view of logged turns: lowest scores first, with citations")
-    p.add_argument("audit_log", help="JSONL audit log written by the Auditor")
+    # With no argument, the file the default Auditor writes in the working directory: the first thing a
+    # newcomer runs after an app judged something.
+    p.add_argument("audit_log", nargs="?", default="ragaudit-audit.jsonl",
+                   help="JSONL audit log written by the Auditor (default: ./ragaudit-audit.jsonl)")
     p.add_argument("--html", dest="html_out", default=None)
     p.add_argument("--json", dest="json_out", default=None)
     p.add_argument("--limit", type=int, default=20, help="how many turns to show")

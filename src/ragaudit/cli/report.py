@@ -107,12 +107,13 @@ def _one_line(text: str | None, limit: int = 200) -> str:
 
 
 def report_command(args: argparse.Namespace) -> int:
-    """``ragaudit report AUDIT.jsonl [--html out.html] [--json out.json] [--limit N] [--fail-under ...]``."""
+    """``ragaudit report [AUDIT.jsonl] [--html out.html] [--json out.json] [--limit N] [--fail-under ...]``."""
     thresholds = parse_fail_under(args.fail_under or [])
     if args.limit < 1:
         raise ConfigurationError(f"--limit must be >= 1, got {args.limit}")
     if not os.path.exists(args.audit_log):
-        raise ConfigurationError(f"audit log {args.audit_log!r} not found")
+        raise ConfigurationError(f"audit log {args.audit_log!r} not found (the Auditor writes ./ragaudit-audit.jsonl "
+                                 "by default, in the directory the app runs in; pass its path)")
     report = report_from_audit_log(args.audit_log)
     _print_audit(report, args.limit)
     write_outputs(report, args)

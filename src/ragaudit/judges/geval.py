@@ -469,9 +469,11 @@ class GEvalJudge(EndpointJudge, BaseRagJudge):
     a transport error or a reply without any readable score gives a judgement with ``error`` set;
     a score that could not be read is None.
 
+    ``model``, ``base_url``, ``api_key``, ``client``, ``timeout_s``, ``max_retries``,
+    ``max_context_chars``, ``extra_body``, ``name`` and ``raise_on_error`` are as for
+    :class:`~ragaudit.ChatRagJudge`.
+
     Args:
-        model, base_url, api_key, client, timeout_s, max_retries, max_context_chars, extra_body, name,
-        raise_on_error: as for :class:`~ragaudit.ChatRagJudge`.
         mode: ``"single_call"`` or ``"per_dimension"``.
         top_logprobs: alternatives asked for per token, 1 to 20 (5 covers the five digits).
         samples: completions for the sampling fallback (>= 1).

@@ -2,18 +2,16 @@
 the demo's stand-ins answer (extractive, labelled so) and LexicalJudge scores; set OPENAI_API_KEY
 (or OPENAI_BASE_URL) for a real model and an LLM judge."""
 import os
-import sys
 
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
-import chromadb  # noqa: E402  (above: this file's name would shadow the langchain_chroma package)
-from langchain_chroma import Chroma  # noqa: E402
-from langchain_core.output_parsers import StrOutputParser  # noqa: E402
-from langchain_core.prompts import ChatPromptTemplate  # noqa: E402
+import chromadb
+from langchain_chroma import Chroma
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompts import ChatPromptTemplate
 
-from ragaudit import tracing  # noqa: E402
-from ragaudit.demo.embedding import langchain_embeddings  # noqa: E402  (use your real embeddings here)
-from ragaudit.demo.generator import langchain_openai, langchain_standin  # noqa: E402
-from ragaudit.integrations.langchain import RagAuditCallbackHandler  # noqa: E402
+from ragaudit import tracing
+from ragaudit.demo.embedding import langchain_embeddings  # use your real embeddings here
+from ragaudit.demo.generator import langchain_openai, langchain_standin
+from ragaudit.integrations.langchain import RagAuditCallbackHandler
 
 texts = ["Any customer gets a full refund within 30 days of purchase, if the item is unused.",
          "Size exchanges on clothing are free within 45 days of purchase.",
