@@ -101,6 +101,7 @@ CONFIGS: dict[str, tuple[str, ...]] = {
 RAGAUDIT = {
     "ragaudit-default": ("instant", True, "configure"),
     "ragaudit-default-lexical": ("lexical", True, "configure"),
+    "ragaudit-default-unpaced": ("instant", True, "configure"),  # only with --configs
     "ragaudit": ("instant", False, "memory"),
     "ragaudit-notrace": ("instant", False, None),
 }
@@ -111,6 +112,7 @@ LABELS = {
     "noop-handler": "an empty handler (the framework's own dispatch cost)",
     "ragaudit-default": "ragaudit default (audit log, configure(), instant judge)",
     "ragaudit-default-lexical": "ragaudit default, LexicalJudge",
+    "ragaudit-default-unpaced": "ragaudit default, background not paced",
     "ragaudit": "ragaudit lean (in-memory spans, no audit log)",
     "ragaudit-notrace": "ragaudit, tracing not configured",
     "openinference": "OpenInference instrumentor",
@@ -155,6 +157,7 @@ def _ragaudit_auditor(config: str, bench: Bench, sink: str | None) -> tuple[Any,
     from ragaudit import Auditor, LexicalJudge
 
     judge_kind, audit_log, spans = RAGAUDIT[config]
+    paced = not config.endswith("-unpaced")
     provider = None
     if spans == "memory":
         provider, bench.exporter = _memory_provider()
@@ -164,7 +167,16 @@ def _ragaudit_auditor(config: str, bench: Bench, sink: str | None) -> tuple[Any,
         provider = tracing.configure(endpoint=sink)  # README's line: BatchSpanProcessor + OTLP/HTTP
     log_path = Path(tempfile.mkdtemp(prefix="ragaudit-bench-")) / "ragaudit-audit.jsonl" if audit_log else None
     judge = LexicalJudge() if judge_kind == "lexical" else _fake_judge()
-    auditor = Auditor(judge, audit_log=log_path, tracer_provider=provider)
+    latencies = bench.judging_latency_ns
+
+    def on_judgement(turn: Any, judgement: Any) -> None:
+        # Judging latency: from the end of the host's call to the judgement's delivery.
+        latencies.append(time.time_ns() - (turn.ended_at or time.time_ns()))
+
+    auditor = Auditor(judge, audit_log=log_path, tracer_provider=provider, on_judgement=on_judgement)
+    if not paced:
+        for worker in (auditor._closer, auditor._judging):
+            worker._paced = False  # the host-first pacing off: what it is there to fix, measured
     bench.auditor = auditor
     if log_path is not None:
         bench.extra["audit_log"] = str(log_path)
@@ -181,6 +193,7 @@ class Bench:
     auditor: Any = None
     spans: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    judging_latency_ns: list[int] = field(default_factory=list)
 
     def after_block(self) -> None:
         self.flush()
@@ -192,6 +205,8 @@ class Bench:
         out: dict[str, Any] = {"spans_exported": self.spans, **self.extra}
         if self.auditor is not None:
             out["auditor"] = self.auditor.stats()
+        if self.judging_latency_ns:
+            out["judging_latency_ms"] = {f"p{q}": percentile(self.judging_latency_ns, q) / 1e6 for q in (50, 90, 99)}
         log = self.extra.get("audit_log")
         if log is not None:
             self.auditor.flush(30)
@@ -359,6 +374,7 @@ def worker(framework: str, config: str, sink: str | None, warmup: int) -> None:
         bench.invoke()
     bench.after_block()
     bench.spans = 0
+    bench.judging_latency_ns.clear()
     bench.extra["sample_answer"] = str(answer)[:120]
     out.write(json.dumps({"ready": True}) + "\n")
     perf, thread_cpu = time.perf_counter_ns, time.thread_time_ns
@@ -523,7 +539,9 @@ def _verdict(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_framework(framework: str, args: argparse.Namespace, sink: str | None) -> dict[str, Any]:
-    configs = [c for c in CONFIGS[framework] if not args.configs or c in args.configs or c == "baseline"]
+    known = [*CONFIGS[framework], *(c for c in RAGAUDIT if c not in CONFIGS[framework])]
+    configs = [c for c in known if (c in args.configs if args.configs else c in CONFIGS[framework])
+               or c == "baseline"]
     skipped = {c: why for c in configs if (why := _available(framework, c)) is not None}
     configs = [c for c in configs if c not in skipped]
     for config, why in skipped.items():

@@ -161,10 +161,16 @@ def child(judge_kind: str, turns: int, sink: str, llm_url: str | None, profile: 
         threading.setprofile(None)  # type: ignore[arg-type]
         for prof in profiles:
             prof.disable()
-        stats = pstats.Stats(profiles[0])
-        for prof in profiles[1:]:
-            stats.add(prof)
-        areas = breakdown(stats)
+        stats: pstats.Stats | None = None
+        for prof in profiles:
+            prof.create_stats()
+            if not prof.stats:  # type: ignore[attr-defined]
+                continue  # a thread that did nothing after the warm-up
+            if stats is None:
+                stats = pstats.Stats(prof)
+            else:
+                stats.add(prof)
+        areas = breakdown(stats) if stats is not None else {}
         areas.pop(FRAMEWORK, None)  # the bare chain's own work, not the background path's
         return {"judge": judge_kind, "turns": turns, "profiled_s_per_area": areas, "threads": len(profiles),
                 "stats": auditor.stats()}

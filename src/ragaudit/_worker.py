@@ -42,8 +42,8 @@ from typing import Any, Generic, TypeVar
 
 from .content import log_exception
 
-__all__ = ["BatchWorker", "call_on", "call_with_deadline", "exit_deadline", "on_fork_in_child", "run_coroutine",
-           "run_jobs"]
+__all__ = ["BatchWorker", "HostFirst", "call_on", "call_with_deadline", "exit_deadline", "on_fork_in_child",
+           "run_coroutine", "run_jobs"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -60,7 +60,8 @@ class BatchWorker(Generic[T]):
     None for all; a raise fails the whole batch) or *ahandle* (``async ahandle(item)``, run on the
     worker's event loop, up to *concurrency* at once). *threads* threads share the queue in the
     synchronous mode. *on_error* is told about every exception a handler raised. *max_queue*
-    bounds the items queued plus those being handled.
+    bounds the items queued plus those being handled. *paced*: the host comes first (see
+    :class:`HostFirst`; items are then handled one at a time in the synchronous mode).
     """
 
     def __init__(
@@ -75,6 +76,7 @@ class BatchWorker(Generic[T]):
         threads: int = 1,
         concurrency: int = 1,
         on_error: Callable[[BaseException], None] | None = None,
+        paced: bool = False,
     ) -> None:
         if handle is not None and ahandle is not None:
             raise ValueError("give BatchWorker handle or ahandle, not both (neither: a plain event loop thread)")
@@ -89,6 +91,7 @@ class BatchWorker(Generic[T]):
         self._threads_wanted = 1 if handle is None else threads
         self._concurrency = concurrency
         self._on_error = on_error
+        self._paced = paced
         self._reset()
         with _registry_lock:
             _registry.add(self)
@@ -111,6 +114,8 @@ class BatchWorker(Generic[T]):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._asleep = False
+        self._hurry = threading.Event()  # set while a flush waits: no pauses (see HostFirst)
+        self._pacer = HostFirst()
 
     # -- the host's side ----------------------------------------------------------------------
 
@@ -160,6 +165,7 @@ class BatchWorker(Generic[T]):
             target = self._last_seq
             abandoned = self._counts["abandoned"]
             self._urgent += 1
+            self._hurry.set()
             self._cond.notify_all()
         try:
             with self._cond:
@@ -174,6 +180,8 @@ class BatchWorker(Generic[T]):
         finally:
             with self._cond:
                 self._urgent -= 1
+                if not self._urgent:
+                    self._hurry.clear()
 
     def shutdown(self, timeout_s: float | None = 30.0) -> bool:
         """Flush within *timeout_s*, then stop. Never raises; idempotent.
@@ -190,6 +198,7 @@ class BatchWorker(Generic[T]):
             with self._cond:
                 self._closed = True
                 self._stopping.set()
+                self._hurry.set()
                 lost = len(self._queue) + len(self._inflight)
                 self._counts["abandoned"] += lost
                 self._queue.clear()
@@ -324,7 +333,12 @@ class BatchWorker(Generic[T]):
                 if self._delay_s and not self._urgent and len(self._queue) < self._max_batch:
                     cond.wait(self._delay_s)  # let a batch gather; put() at a full batch or flush() cut this short
                 batch = self._take()
-            if batch:
+            if batch and self._paced:
+                for entry in batch:  # one at a time, the host let in between (see HostFirst)
+                    self._handle_batch([entry])
+                    self._pace()
+                del entry
+            elif batch:
                 self._handle_batch(batch)
             # Not kept while waiting for the next batch: a job may be what keeps its owner alive.
             del batch
@@ -348,8 +362,14 @@ class BatchWorker(Generic[T]):
             if isinstance(exc, asyncio.CancelledError) and self._stopping.is_set():
                 raise
             self._finish([entry], None, exc)
-            return
-        self._finish([entry], None, None)
+        else:
+            self._finish([entry], None, None)
+        if self._paced:
+            self._pace()  # on the loop's thread: a pause holds every task of the loop, as it should
+
+    def _pace(self) -> None:
+        backlog = (len(self._queue) + len(self._inflight)) / self.max_queue
+        self._pacer.pace(backlog, self._hurry)
 
     def _wake_loop(self) -> None:
         loop, wake = self._loop, self._wake
@@ -408,6 +428,56 @@ class BatchWorker(Generic[T]):
 
             task.add_done_callback(done)
             del task
+
+
+class HostFirst:
+    """Keeps the host first: how much interpreter time one background thread takes while the host is busy.
+
+    ragaudit's background threads share the GIL with the host's. A thread that ran a CPU-bound job
+    for a while keeps the host's threads waiting for up to the switch interval (5 ms) each time they
+    want to run, and a host request that hands work between threads (LangChain's executor) waits
+    once per hand-off: that is the host's tail. So a paced worker, after every item, yields the
+    interpreter (``time.sleep(0)``: a host thread waiting for it runs at once) and takes how long
+    the yield took as the sign of a busy host (another thread ran). While the host is busy, every
+    item (or ``SLICE_S`` of this thread's CPU) is followed by a pause that holds its share to ``SHARE``: the
+    background work then waits, and its cost shows up as judging latency instead of the host's
+    latency. Past a quarter of its queue the share grows (full speed at half full), so a host that
+    is busy all the time still gets its turns recorded, not dropped. A flush or shutdown pauses
+    nothing (*hurry* is set).
+    """
+
+    SHARE = 0.02
+    SLICE_S = 0.0005
+    BUSY_S = 0.0005
+    BUSY_FOR_S = 0.05
+    MAX_PAUSE_S = 0.1
+
+    __slots__ = ("_busy_until", "_cpu")
+
+    def __init__(self) -> None:
+        self._cpu: float | None = None  # this thread's CPU clock at the last pause (set on first use)
+        self._busy_until = 0.0
+
+    def pace(self, backlog: float, hurry: threading.Event, max_pause_s: float = MAX_PAUSE_S) -> None:
+        """After an item, on the worker's thread: yield, and pause (at most *max_pause_s*) while the
+        host is busy. *backlog*: how full the worker's queue is (0 to 1)."""
+        if hurry.is_set() or self._cpu is None:
+            self._cpu = time.thread_time()
+            return
+        before = time.perf_counter()
+        time.sleep(0)
+        after = time.perf_counter()
+        if after - before > self.BUSY_S:
+            self._busy_until = after + self.BUSY_FOR_S
+        spent = time.thread_time() - self._cpu
+        if spent < self.SLICE_S:
+            return
+        self._cpu += spent
+        if after >= self._busy_until or backlog >= 0.5:
+            return
+        share = self.SHARE if backlog < 0.25 else self.SHARE + (1.0 - self.SHARE) * (backlog - 0.25) * 4
+        hurry.wait(min(max_pause_s, spent * (1.0 - share) / share))
+        self._cpu = time.thread_time()
 
 
 _registry_lock = threading.Lock()

@@ -213,14 +213,15 @@ class Auditor:
         # The worker's own bound leaves room for the judgements in flight: max_queue (pending,
         # counted here under one lock with the judged/failed counts) is what drops turns.
         self._judging: BatchWorker[tuple[RagTurn, Any]] = BatchWorker(
-            "auditor", ahandle=judge_turn, max_queue=max_queue + max_concurrency, concurrency=max_concurrency)
+            "auditor", ahandle=judge_turn, max_queue=max_queue + max_concurrency, concurrency=max_concurrency,
+            paced=True)
         self._blocking: BatchWorker[Callable[[], None]] | None = None
         if self._sync_judge:
             self._blocking = BatchWorker("judge", run_jobs, max_queue=max_queue + max_concurrency, max_batch=1,
                                          threads=max_concurrency)
         self._closer: BatchWorker[Callable[[], None]] = BatchWorker(
             "closer", run_jobs, max_queue=max_closing, max_batch=_CLOSE_BATCH, delay_s=_CLOSE_DELAY_S,
-            on_error=job_failed)
+            on_error=job_failed, paced=True)
         workers = [w for w in (self._closer, self._judging, self._blocking) if w is not None]
         weakref.finalize(self, _release, workers, self._audit_log)
         track(self)
