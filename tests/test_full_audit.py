@@ -10,10 +10,10 @@ import pytest
 
 from ragaudit import metrics
 from ragaudit.errors import ConfigurationError
-from ragaudit.judged import audit_turn, check_citations, citation_scores, judged_metrics
 from ragaudit.judges.chat import ChatRagJudge
 from ragaudit.judges.llm.fullaudit import FULL_AUDIT_VERSION, read_full_audit
 from ragaudit.records import DocumentGrade, Judgement, JudgeRequest, RagTurn, RetrievedDoc, SentenceVerdict
+from ragaudit.turn_audit import audit_turn, check_citations, citation_scores, judged_metrics
 from tests.support.judges import open_judge
 from tests.support.llm_server import LLMServer
 

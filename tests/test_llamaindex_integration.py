@@ -120,7 +120,7 @@ def metadata_of(turn: ReadableSpan) -> dict[str, Any]:
 
 def ours_on_dispatcher() -> int:
     d = get_dispatcher()
-    return sum(type(h).__module__ == llamaindex.__name__ for h in [*d.span_handlers, *d.event_handlers])
+    return sum(type(h).__module__.startswith(llamaindex.__name__ + ".") for h in [*d.span_handlers, *d.event_handlers])
 
 
 # --- query engines ------------------------------------------------------------------------------------

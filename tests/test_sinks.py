@@ -82,7 +82,7 @@ def test_phoenix_annotations_wire_format_with_documents() -> None:
     assert by_name["answer_relevance"]["label"] == "fail"
     doc_data = sorted((d for r in docs for d in r["body"]["data"]), key=lambda d: d["document_position"])
     assert [(d["document_position"], d["result"]["label"]) for d in doc_data] == [(0, "irrelevant"), (1, "relevant")]
-    assert doc_data[0]["span_id"] == (recorder.retrieval_span_ids("t1") or ("?",))[0]
+    assert traced.retrieval_span_ids and doc_data[0]["span_id"] == traced.retrieval_span_ids[0]
 
 
 @pytest.mark.parametrize("status", [500, 401])
@@ -116,7 +116,7 @@ def test_unreachable_backend_shutdown_returns_within_timeout() -> None:
         sink.emit(turn(), JUDGEMENT)
         assert len(rec.wait_for(1)) >= 1  # the request is at the backend, unanswered
         sink.shutdown(timeout_s=0.5)
-        assert sink.stats() == {"sent": 0, "failed": items, "dropped": 0, "retries": 0}
+        assert sink.stats() == {"sent": 0, "failed": items, "dropped": 0, "retries": 0, "rejected": 0}
         assert sink.errors == items
         sink.emit(turn(), JUDGEMENT)  # after shutdown: dropped and counted per item, never queued
         assert sink.stats()["dropped"] == items and sink.errors == 2 * items

@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from ._export import BaseExporter, Exporter, ExportResult
 from ._exports import lazy_exports
 from .errors import ConfigurationError, JudgeError, MetricError, RagAuditError
 from .judges.base import BaseRagJudge, FakeJudge, RagJudge
 from .records import (
+    AuditRecord,
     Citation,
     DocumentGrade,
     Generation,
@@ -90,10 +92,14 @@ __getattr__, __dir__ = lazy_exports(
     __name__, _EXPORTS, deprecated={"evaluate": (".evaluation:evaluate_pipeline", "ragaudit.evaluate_pipeline")})
 
 __all__ = [
+    "AuditRecord",
+    "BaseExporter",
     "BaseRagJudge",
     "Citation",
     "ConfigurationError",
     "DocumentGrade",
+    "ExportResult",
+    "Exporter",
     "FakeJudge",
     "Generation",
     "JudgeError",

@@ -1,35 +1,24 @@
-"""The sink extension point: :class:`JudgementSink` and :class:`BaseJudgementSink`.
+"""The older sink interface: :class:`JudgementSink` (``emit(turn, judgement)``) and its base class.
 
-At the bottom floor so that tracing's sinks (Phoenix, Langfuse) derive from the base class the
-Auditor (a floor above) calls through.
+Sinks are exporters of :class:`~ragaudit.AuditRecord` s now (:class:`~ragaudit.Exporter`,
+:class:`~ragaudit.BaseExporter`); a sink of this interface still works (the Auditor adapts it), and
+:class:`BaseJudgementSink` is an exporter itself: its :meth:`~BaseJudgementSink.export` calls
+:meth:`~BaseJudgementSink.emit` for every judged record. At the bottom floor so that tracing's sinks
+(Phoenix, Langfuse) derive from it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .records import Judgement, RagTurn
+from ._export import BaseExporter, ExportResult
+from .records import AuditRecord, Judgement, RagTurn
 
-__all__ = ["BaseJudgementSink", "JudgementSink", "emitting_with"]
+if TYPE_CHECKING:
+    from .tracing.spans import SpanRecorder
 
-# The span recorder of the turn being emitted. Handlers with different content policies share one
-# Auditor, and so its sinks: while a sink's emit() runs, this is the recorder (provider, policy) that
-# turn is recorded with, which may be stricter than the one the sink was bound to.
-_turn_recorder: ContextVar[Any] = ContextVar("ragaudit_turn_recorder", default=None)
-
-
-@contextmanager
-def emitting_with(recorder: Any) -> Iterator[None]:
-    """While the block runs (the Auditor's calls of ``emit``), :attr:`BaseJudgementSink.recorder` is
-    *recorder*: the span recorder of the turn being emitted."""
-    token = _turn_recorder.set(recorder)
-    try:
-        yield
-    finally:
-        _turn_recorder.reset(token)
+__all__ = ["BaseJudgementSink", "JudgementSink"]
 
 
 @runtime_checkable
@@ -66,13 +55,21 @@ class JudgementSink(Protocol):
         ...
 
 
-class BaseJudgementSink:
-    """Base class for sinks: implement :meth:`emit`; every other member has a default."""
+class BaseJudgementSink(BaseExporter):
+    """Base class for sinks of the ``emit`` interface: implement :meth:`emit`; every other member has
+    a default. An exporter: :meth:`export` emits every judged record."""
 
-    _recorder: Any = None
+    _recorder: SpanRecorder | None = None
 
     def emit(self, turn: RagTurn, judgement: Judgement) -> None:
         raise NotImplementedError
+
+    def export(self, records: Sequence[AuditRecord]) -> ExportResult:
+        """:meth:`emit` each judged record's turn and judgement."""
+        for record in records:
+            if record.judgement is not None:
+                self.emit(record.turn, record.judgement)
+        return ExportResult.SUCCESS
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
         """Nothing buffered: delivered."""
@@ -87,10 +84,9 @@ class BaseJudgementSink:
 
     @property
     def recorder(self) -> Any:
-        """The span recorder texts go out as: during :meth:`emit`, the one the turn being emitted is
-        recorded with (its integration handler's content policy and provider); else the one bound."""
-        current = _turn_recorder.get()
-        return current if current is not None else self._recorder
+        """The span recorder bound with :meth:`bind_recorder` (None before). A record's own content
+        policy is ``record.content_policy``: exporters read that instead."""
+        return self._recorder
 
     @property
     def errors(self) -> int:

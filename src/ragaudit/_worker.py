@@ -61,7 +61,8 @@ class BatchWorker(Generic[T]):
     worker's event loop, up to *concurrency* at once). *threads* threads share the queue in the
     synchronous mode. *on_error* is told about every exception a handler raised. *max_queue*
     bounds the items queued plus those being handled. *paced*: the host comes first (see
-    :class:`HostFirst`; items are then handled one at a time in the synchronous mode).
+    :class:`HostFirst`; in the synchronous mode a batch is then handled in slices of *pace_batch*
+    items).
     """
 
     def __init__(
@@ -77,6 +78,7 @@ class BatchWorker(Generic[T]):
         concurrency: int = 1,
         on_error: Callable[[BaseException], None] | None = None,
         paced: bool = False,
+        pace_batch: int = 1,
     ) -> None:
         if handle is not None and ahandle is not None:
             raise ValueError("give BatchWorker handle or ahandle, not both (neither: a plain event loop thread)")
@@ -92,6 +94,7 @@ class BatchWorker(Generic[T]):
         self._concurrency = concurrency
         self._on_error = on_error
         self._paced = paced
+        self._pace_batch = max(1, pace_batch)
         self._reset()
         with _registry_lock:
             _registry.add(self)
@@ -334,10 +337,10 @@ class BatchWorker(Generic[T]):
                     cond.wait(self._delay_s)  # let a batch gather; put() at a full batch or flush() cut this short
                 batch = self._take()
             if batch and self._paced:
-                for entry in batch:  # one at a time, the host let in between (see HostFirst)
-                    self._handle_batch([entry])
+                step = self._pace_batch
+                for start in range(0, len(batch), step):  # in slices, the host let in between (HostFirst)
+                    self._handle_batch(batch[start:start + step])
                     self._pace()
-                del entry
             elif batch:
                 self._handle_batch(batch)
             # Not kept while waiting for the next batch: a job may be what keeps its owner alive.

@@ -107,7 +107,7 @@ def find_citations(
 
 def sentence_citations(answer: str | None, documents: Sequence[RetrievedDoc]) -> tuple[tuple[Citation, ...], ...]:
     """The explicit citation markers of *answer*, per sentence: one tuple per sentence of
-    :func:`ragaudit.judged.answer_sentences` (the same split), each document once per sentence.
+    :func:`ragaudit.turn_audit.answer_sentences` (the same split), each document once per sentence.
 
     Markers are read as :func:`find_citations` reads them (``[2]``, ``[doc-id]``, source notes,
     named sources); overlap attributions are not citations the answer made and are left out. A

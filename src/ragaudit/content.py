@@ -349,7 +349,7 @@ class ContentPolicy:
     Thread-safe; never raises from its text methods.
     """
 
-    __slots__ = ("_redact", "_reported", "capture_content", "capture_reason")
+    __slots__ = ("__weakref__", "_redact", "_reported", "capture_content", "capture_reason")
 
     def __init__(
         self,

@@ -12,16 +12,24 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import ConfigurationError
+
+if TYPE_CHECKING:  # content imports records: the policy is only named here, never imported at run time
+    from opentelemetry.trace import TracerProvider
+
+    from .content import ContentPolicy
 
 __all__ = [
     "DOCUMENT_GRADES",
     "SCORE_NAMES",
     "SENTENCE_VERDICTS",
     "TRUNCATION_MARKER",
+    "UNJUDGED_REASONS",
+    "AuditRecord",
     "Citation",
+    "CitationCheck",
     "DocumentGrade",
     "Generation",
     "JudgeIdentity",
@@ -29,10 +37,12 @@ __all__ = [
     "Judgement",
     "Message",
     "RagTurn",
+    "RecordStatus",
     "Retrieval",
     "RetrievedDoc",
     "SentenceVerdict",
     "ToolCall",
+    "TurnAudit",
     "normalize_relevance",
     "stable_doc_id",
     "truncate",
@@ -59,7 +69,7 @@ def _check_history(owner: str, history: Any) -> tuple[Message, ...]:
                 and isinstance(message[1], str)):
             raise ConfigurationError(f"{owner}.history must hold (role, text) pairs with role 'user' or "
                                      f"'assistant', got {message!r}")
-    return out  # type: ignore[return-value]
+    return out
 
 
 def truncate(text: str, limit: int) -> str:
@@ -264,6 +274,7 @@ class RagTurn:
     history: tuple[Message, ...] = ()
     standalone_query: str | None = None
     sampled_out: bool = False
+    retrieval_span_ids: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.turn_id, str) or not self.turn_id:
@@ -289,10 +300,13 @@ class RagTurn:
         _check_time("RagTurn.ended_at", self.ended_at)
         object.__setattr__(self, "relevant_ids", normalize_relevance(self.relevant_ids))
         object.__setattr__(self, "metadata", _frozen_mapping(self.metadata, "RagTurn.metadata"))
+        object.__setattr__(self, "retrieval_span_ids", tuple(self.retrieval_span_ids))
+        if any(not isinstance(span_id, str) for span_id in self.retrieval_span_ids):
+            raise ConfigurationError("RagTurn.retrieval_span_ids must hold hex span id strings")
 
-    def with_trace(self, trace_id: str, span_id: str) -> RagTurn:
-        """A copy of this turn that points at its span."""
-        return replace(self, trace_id=trace_id, span_id=span_id)
+    def with_trace(self, trace_id: str, span_id: str, retrieval_span_ids: Sequence[str] = ()) -> RagTurn:
+        """A copy of this turn that points at its span (and its retrieval spans, in order)."""
+        return replace(self, trace_id=trace_id, span_id=span_id, retrieval_span_ids=tuple(retrieval_span_ids))
 
 
 def normalize_relevance(
@@ -394,7 +408,7 @@ DOCUMENT_GRADES: Mapping[int, str] = MappingProxyType({
 class SentenceVerdict:
     """Whether one sentence of the answer is supported by the retrieved documents.
 
-    ``index`` is the sentence's 1-based number in the answer as :func:`ragaudit.judged.answer_sentences`
+    ``index`` is the sentence's 1-based number in the answer as :func:`ragaudit.turn_audit.answer_sentences`
     splits it (the numbering the judge saw); ``start``/``end`` are its character offsets in the
     answer. ``verdict`` is one of :data:`SENTENCE_VERDICTS`, or **None when the judge gave none**.
     ``supporting_ranks`` are the numbers (ranks) of the documents the judge says support it and
@@ -662,3 +676,121 @@ class Judgement:
             "sentences": [s.to_dict() for s in self.sentences],
             "document_grades": [g.to_dict() for g in self.document_grades],
         }
+
+
+# --- derived values and the audit record ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CitationCheck:
+    """One explicit citation of one answer sentence, checked against the judge's sentence verdict.
+
+    ``sentence`` is the 1-based sentence number, ``doc_id``/``rank`` the cited document, ``marker``
+    the marker as written. ``holds`` is True when the judge lists the document among the sentence's
+    supporting documents, False when it does not, None when the judge gave the sentence no verdict.
+    ``verdict`` is the sentence's verdict (None when not given).
+    """
+
+    sentence: int
+    doc_id: str
+    rank: int
+    marker: str | None
+    holds: bool | None
+    verdict: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {"sentence": self.sentence, "doc_id": self.doc_id, "rank": self.rank, "marker": self.marker,
+                "holds": self.holds, "verdict": self.verdict}
+
+
+@dataclass(frozen=True, slots=True)
+class TurnAudit:
+    """Everything derived from one fully audited turn, for spans, the audit log, sinks and reports.
+
+    ``metrics`` are the judged retrieval metrics (None without grades); ``citation_checks`` one per
+    explicit citation; ``citation_precision``/``citation_recall`` the ALCE scores (see
+    :mod:`ragaudit.turn_audit`). ``unsupported`` counts ``unsupported`` and ``contradicted``
+    sentences, ``sentences_missing`` the sentences the judge gave no verdict, ``grades_missing`` the
+    documents it gave no grade.
+    """
+
+    metrics: Mapping[str, float] | None
+    citation_checks: tuple[CitationCheck, ...]
+    citation_precision: float | None
+    citation_recall: float | None
+    unsupported: int
+    sentences_missing: int
+    grades_missing: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "judged_metrics": dict(self.metrics) if self.metrics is not None else None,
+            "citation_checks": [c.to_dict() for c in self.citation_checks],
+            "citation_precision": self.citation_precision,
+            "citation_recall": self.citation_recall,
+            "unsupported_sentences": self.unsupported,
+            "sentences_missing": self.sentences_missing,
+            "grades_missing": self.grades_missing,
+        }
+
+
+UNJUDGED_REASONS: tuple[str, ...] = ("sampled_out", "dropped", "no_evidence", "empty_answer", "failed_run")
+"""Why a finished turn was not judged (an :class:`AuditRecord`'s ``unjudged``)."""
+
+RecordStatus = Literal["judged", "failed", "unjudged"]
+"""An :class:`AuditRecord`'s outcome: judged, judged with an error, or not judged (with a reason)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """Everything recorded of one finished turn, made once and handed to every exporter.
+
+    ``turn`` (its span context: ``turn.trace_id``, ``turn.span_id``, ``turn.retrieval_span_ids``),
+    the ``judgement`` or, for a turn not judged, the ``unjudged`` reason (one of
+    :data:`UNJUDGED_REASONS`); every derived value, computed once: ``ground_truth_metrics`` (the
+    turn's retrieval metrics against its ``relevant_ids``, None when unknown) and ``audit`` (judged
+    metrics and citation checks of a full audit, None otherwise). ``content_policy`` is the one
+    :class:`~ragaudit.content.ContentPolicy` every text of this record is exported through (the
+    turn's integration handler's, or the Auditor's); ``tracer_provider`` the provider the turn was
+    traced with (None: the Auditor's). ``judge_started_at`` is when judging began (epoch ns).
+    Exporters read, never recompute.
+    """
+
+    turn: RagTurn
+    content_policy: ContentPolicy
+    judgement: Judgement | None = None
+    unjudged: str | None = None
+    ground_truth_metrics: Mapping[str, float] | None = None
+    audit: TurnAudit | None = None
+    tracer_provider: TracerProvider | None = None
+    judge_started_at: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.turn, RagTurn):
+            raise ConfigurationError(f"AuditRecord.turn must be a RagTurn, got {type(self.turn).__name__}")
+        if (self.judgement is None) == (self.unjudged is None):
+            raise ConfigurationError("AuditRecord needs a judgement or an unjudged reason, exactly one")
+        if self.judgement is not None and not isinstance(self.judgement, Judgement):
+            raise ConfigurationError(f"AuditRecord.judgement must be a Judgement, got {type(self.judgement).__name__}")
+        if self.unjudged is not None and self.unjudged not in UNJUDGED_REASONS:
+            raise ConfigurationError(f"AuditRecord.unjudged must be one of {UNJUDGED_REASONS}, got {self.unjudged!r}")
+        if self.audit is not None and (self.judgement is None or not isinstance(self.audit, TurnAudit)):
+            raise ConfigurationError("AuditRecord.audit must be a TurnAudit, and only with a judgement")
+        _check_time("AuditRecord.judge_started_at", self.judge_started_at)
+        if self.ground_truth_metrics is not None:
+            object.__setattr__(self, "ground_truth_metrics",
+                               _frozen_mapping(self.ground_truth_metrics, "AuditRecord.ground_truth_metrics"))
+
+    @property
+    def status(self) -> RecordStatus:
+        """``"judged"``, ``"failed"`` (a judgement with an error) or ``"unjudged"``."""
+        if self.judgement is None:
+            return "unjudged"
+        return "judged" if self.judgement.error is None else "failed"
+
+    @property
+    def judge_identity(self) -> JudgeIdentity | None:
+        """Which judge made the judgement (model, endpoint, protocol, prompt, response), when known."""
+        return self.judgement.identity if self.judgement is not None else None

@@ -181,7 +181,7 @@ def ours_on_dispatcher() -> int:
     from llama_index.core.instrumentation import get_dispatcher
 
     d = get_dispatcher()
-    return sum(type(h).__module__ == llamaindex.__name__ for h in [*d.span_handlers, *d.event_handlers])
+    return sum(type(h).__module__.startswith(llamaindex.__name__ + ".") for h in [*d.span_handlers, *d.event_handlers])
 
 
 def whole_turns(spans: list[Any]) -> list[Any]:

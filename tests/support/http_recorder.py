@@ -31,6 +31,9 @@ class HttpRecorder:
         # What an error reply says: bytes, or a function of the recorded request (a backend that
         # echoes what it was sent, e.g. the Authorization header, in its 401 body).
         self.error_body: bytes | Callable[[dict[str, Any]], bytes] = b'{"error": "scripted failure"}'
+        # What a success reply says, and as what (a proxy's login page answers 200 with HTML).
+        self.ok_body = b'{"ok": true}'
+        self.ok_content_type = "application/json"
         self._lock = threading.Lock()
         recorder = self
 
@@ -52,17 +55,19 @@ class HttpRecorder:
                 with recorder._lock:
                     recorder.requests.append(request)
                     status, delay, error_body = recorder.status, recorder.delay_s, recorder.error_body
+                    ok_body, ok_type = recorder.ok_body, recorder.ok_content_type
                     if recorder.delays:
                         delay = recorder.delays.pop(0)
                 if delay:
                     time.sleep(delay)
+                content_type = "application/json"
                 if status < 300:
-                    payload = b'{"ok": true}'
+                    payload, content_type = ok_body, ok_type
                 else:
                     payload = error_body(request) if callable(error_body) else error_body
                 try:
                     self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Type", content_type)
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
                     self.wfile.write(payload)

@@ -127,11 +127,12 @@ class ReverseReranker(BaseNodePostprocessor):
 
 
 @contextmanager
-def offline_settings() -> Iterator[None]:
+def offline_settings(llm: bool = True) -> Iterator[None]:
     """LlamaIndex ``Settings`` with the context-echo LLM and the hashing embedding (nothing may fall
-    back to OpenAI) while the block runs; the previous settings afterwards."""
+    back to OpenAI) while the block runs; the previous settings afterwards. With ``llm=False`` there
+    is no default LLM at all: every app in the block must name its own."""
     saved = Settings._llm, Settings._embed_model, Settings._callback_manager
-    Settings.llm = ContextEchoLLM()
+    Settings.llm = ContextEchoLLM() if llm else None
     Settings.embed_model = HashEmbedding()
     try:
         yield

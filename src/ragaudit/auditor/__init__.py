@@ -9,7 +9,16 @@ from __future__ import annotations
 from .._sampling import sampled
 from .._sink import BaseJudgementSink, JudgementSink
 from .._turn_metrics import DEFAULT_TURN_MEASURES, turn_metrics
-from ._auditor import Auditor, OnJudgement, SubmitStatus
+from ._auditor import Auditor, OnJudgement, Submission, SubmitStatus
 
-__all__ = ["DEFAULT_TURN_MEASURES", "Auditor", "BaseJudgementSink", "JudgementSink", "OnJudgement", "SubmitStatus",
-           "sampled", "turn_metrics"]
+__all__ = [
+           "DEFAULT_TURN_MEASURES",
+           "Auditor",
+           "BaseJudgementSink",
+           "JudgementSink",
+           "OnJudgement",
+           "Submission",
+           "SubmitStatus",
+           "sampled",
+           "turn_metrics",
+]

@@ -286,7 +286,7 @@ _LABEL_RE = re.compile(r"^\[[^\[\]]{20,}\]\s*")  # the stand-ins' "[offline ...]
 def _judged(judgement: Judgement | None, measure: str) -> float | None:
     if judgement is None:
         return None
-    from ..judged import judged_metrics
+    from ..turn_audit import judged_metrics
 
     found = judged_metrics(judgement, [f"{measure}@{DEFAULT_K}"])
     return None if found is None else found[f"judged_{measure}@{DEFAULT_K}"]
@@ -302,7 +302,7 @@ def _problems(turn: RagTurn | None, judgement: Judgement | None) -> tuple[list[s
     """(lines about unsupported/contradicted sentences, lines about citations that do not hold)."""
     if turn is None or judgement is None:
         return [], []
-    from ..judged import check_citations
+    from ..turn_audit import check_citations
 
     checks = check_citations(turn.answer, turn.documents, judgement)
     by_sentence: dict[int, list[str]] = {}

@@ -220,7 +220,7 @@ def full_audit_fields(turn: Any, judgement: Any) -> dict[str, Any]:
     metrics, citation precision/recall) for *turn* and *judgement*; empty when either is None."""
     if turn is None or judgement is None or (not judgement.sentences and not judgement.document_grades):
         return {}
-    from ..judged import audit_turn
+    from ..turn_audit import audit_turn
 
     audit = audit_turn(turn, judgement)
     return {

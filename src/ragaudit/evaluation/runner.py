@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from ..auditor import Auditor, SubmitStatus
+from ..auditor import Auditor, Submission, SubmitStatus
 from ..errors import ConfigurationError, MetricError
 from ..records import SCORE_NAMES, Judgement, RagTurn, normalize_relevance
 from .report import EvaluationReport, RowResult, diagnose, full_audit_fields
@@ -196,13 +196,13 @@ class _EvalAuditor(Auditor):
         self.submitted: dict[str, tuple[RagTurn, SubmitStatus]] = {}
         self._submitted_lock = threading.Lock()
 
-    def submit(self, turn: RagTurn, *, recorder: Any = None) -> SubmitStatus:
-        status = super().submit(turn, recorder=recorder)
+    def submit_turn(self, turn: RagTurn, **kwargs: Any) -> Submission:
+        submitted = super().submit_turn(turn, **kwargs)
         key = turn.metadata.get(ROW_KEY) if turn.metadata else None
         if isinstance(key, str):
             with self._submitted_lock:
-                self.submitted[key] = (turn, status)
-        return status
+                self.submitted[key] = (turn, submitted.status)
+        return submitted
 
 
 RunRow = Callable[[DatasetRow, str], None]

@@ -3,8 +3,17 @@
 Each integration lives in its own module and imports its framework only when that module is
 imported: ``ragaudit.integrations.langchain`` (``RagAuditCallbackHandler``, ``instrument()``) and
 ``ragaudit.integrations.llamaindex``. Importing this package loads no framework.
+
+For contributors adding a source of turns (a framework, a span convention): translate its events
+into the steps of :mod:`ragaudit.integrations.steps` and hand them to a :class:`TurnAssembler`
+through :func:`~ragaudit.integrations.steps.dispatch`; :func:`retrieved_doc` makes a framework's
+document into evidence with the ids the rules expect, :func:`evicted_error` is the error of a turn
+cut off before its root ended. That is the whole contract.
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from ._assembler import TurnAssembler, evicted_error
+from ._common import retrieved_doc
+
+__all__ = ["TurnAssembler", "evicted_error", "retrieved_doc"]

@@ -1,29 +1,31 @@
-"""The turn rules, written once: what an integration's runs become as a :class:`~ragaudit.RagTurn`.
+"""The turn rules, written once: what a source's steps become as a :class:`~ragaudit.RagTurn`.
 
-An integration reads its framework's events into :class:`TurnParts` (the root run, its child
-runs as :class:`Step` s with their parents, what the root was given and returned) and calls
-:func:`close_turn` on the auditor's closing thread. Everything that decides what a judge sees is
-here and nowhere else:
+A source (an integration, the OTLP worker) translates one user message's run into the steps of
+:mod:`ragaudit.integrations.steps` and hands them to a :class:`TurnAssembler` through
+:func:`~ragaudit.integrations.steps.dispatch`, on the auditor's closing thread. Everything that
+decides what a judge sees is here and nowhere else:
 
-* **Which run is the turn**: the integration's root run (one per user message: a chain, a query
-  or chat engine call, an agent run). Runs below it are its steps.
+* **Which run is the turn**: the first :class:`~ragaudit.integrations.steps.RunStarted` (one per
+  user message: a chain, a query or chat engine call, an agent or workflow run). Steps below it
+  are its children.
 * **Question**: the root's own question; for a conversation given as messages (an agent), the
   user's last message (:func:`last_user_text`); else the first retrieval's query; else "".
 * **Evidence** (:func:`evidence`): what reached the model. The documents the framework says the
   answer was built from, when it says so (LlamaIndex ``source_nodes``); else every *outermost*
-  retriever run (a retriever called inside another retriever, such as the base retriever of a
+  retrieval (a retriever called inside another retriever, such as the base retriever of a
   compression, multi-query or ensemble retriever, is a child span, not evidence) and every tool
   output (the documents it returned, or one document: source = tool name, id = tool call id;
   a tool whose text came from retrievals it ran adds those retrievals instead), in start order,
   each id once, ranked 1..n.
-* **Answer**: the root's output; else the last successful model output. ``""`` and LlamaIndex's
+* **Answer**: the root's answer; else the last successful model output. ``""`` and LlamaIndex's
   ``"Empty Response"`` are empty answers: traced and counted, not judged.
 * **History and standalone question** (:func:`conversation`): the earlier user and assistant
   messages (the last :data:`MAX_HISTORY_MESSAGES`, each cut at :data:`MAX_MESSAGE_CHARS`), and,
   in a conversation, the first outermost retrieval's query when it differs from the question
   (the rewrite a history-aware retriever or a condensing chat engine made).
-* **Eviction and unfinished children**: an evicted turn is an error turn; a step still open at
-  close is recorded ending then, with :data:`UNFINISHED` as its error.
+* **Cut-off turns and unfinished children**: a turn with an
+  :class:`~ragaudit.integrations.steps.ErrorStep` is an error turn; a step still open at close is
+  recorded ending then, with :data:`UNFINISHED` as its error.
 * **Whether a turn is judged** (:func:`unjudged_reason`): it is when it has no error, a non-empty
   answer and evidence. A turn with an answer, a model call and no evidence is counted in the
   auditor's ``stats()["unjudged_no_evidence"]`` and logged once at WARNING with the fix; an
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .._turn_metrics import DEFAULT_TURN_MEASURES, turn_metrics
@@ -53,26 +55,24 @@ from ..records import (
     truncate,
 )
 from ._common import ground_truth_from, report_failure
+from .steps import ErrorStep, ModelCall, RetrievalStep, RunEnded, RunKind, RunStarted, ToolResult
 
 if TYPE_CHECKING:
     from ..auditor import Auditor
+    from ..tracing.spans import SpanRecorder, TurnHandle
 
 __all__ = [
     "EMPTY_ANSWERS",
     "MAX_HISTORY_MESSAGES",
     "MAX_MESSAGE_CHARS",
     "UNFINISHED",
-    "Step",
-    "TurnParts",
-    "build_turn",
-    "close_turn",
+    "TurnAssembler",
     "conversation",
     "evicted_error",
     "evidence",
     "finish_turn",
     "last_user_text",
     "merge_documents",
-    "step_end",
     "tool_document",
     "unjudged_reason",
 ]
@@ -100,67 +100,9 @@ _NO_EVIDENCE_FIX = (
 )
 
 
-# --- the raw turn an integration hands over -----------------------------------------------------
-
-
-@dataclass(slots=True)
-class Step:
-    """One child run of a turn, as a record, with where it sat in the run tree.
-
-    ``documents`` is set for a tool call whose output carried documents (a retriever tool's
-    artifact, a list of nodes); None for a tool that returned text.
-    """
-
-    run_id: Hashable
-    parent_id: Hashable | None
-    seq: int
-    record: Retrieval | Generation | ToolCall
-    documents: tuple[RetrievedDoc, ...] | None = None
-
-
-@dataclass(slots=True)
-class TurnParts:
-    """What an integration read of one root run, in framework-neutral form.
-
-    ``root_kind`` is ``"chain"``, ``"query"``, ``"chat"``, ``"agent"`` (judged when they qualify),
-    ``"retrieve"`` or ``"model"`` (a retriever or a model called on its own: traced, never judged).
-    ``query`` is the root's question when it had one as text; ``messages`` the conversation it was
-    given (an agent's input), from which the question is the last user message;
-    ``prompt_messages`` the first model call's messages (an agent's history when its memory, not
-    its input, holds the conversation); ``history`` earlier messages the framework keeps (a chat
-    engine's memory). ``sources`` are the documents the framework says the answer was built from.
-    ``parents`` maps every run of the turn to its parent (for nesting); ``tags`` is the root's
-    metadata (ground truth keys are read from it).
-    """
-
-    turn_id: str
-    framework: str
-    root_kind: str
-    started_at: int
-    ended_at: int
-    query: str | None = None
-    messages: Sequence[Message] = ()
-    prompt_messages: Sequence[Message] = ()
-    history: Sequence[Message] = ()
-    answer: str | None = None
-    sources: Sequence[RetrievedDoc] | None = None
-    steps: list[Step] = field(default_factory=list)
-    parents: Mapping[Any, Any] = field(default_factory=dict)
-    error: str | None = None
-    evicted_at: int | None = None  # max_runs when the turn was evicted
-    tags: Mapping[str, Any] | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
-def step_end(ended_at: int | None, error: str | None, now: int) -> tuple[int, str | None]:
-    """``(ended_at, error)`` of a step: a step that never ended ends at *now* with :data:`UNFINISHED`."""
-    if ended_at is None:
-        return now, error or UNFINISHED
-    return ended_at, error
-
-
 def evicted_error(max_runs: int) -> str:
-    """The error of a turn evicted because *max_runs* turns were open."""
+    """The error of a turn evicted because *max_runs* turns were open (a source sends it as an
+    :class:`~ragaudit.integrations.steps.ErrorStep`)."""
     return (f"ragaudit: turn evicted before it finished ({max_runs} turns were open; raise max_runs or look "
             "for runs that never end)")
 
@@ -169,6 +111,158 @@ def tool_document(name: str, call_id: str | None, text: str, rank: int = 1) -> R
     """A tool's text output as evidence: source = the tool's name, id = the tool call's id (else a
     hash of name and text)."""
     return RetrievedDoc(id=call_id or stable_doc_id(text, name), content=text, rank=rank, source=name or None)
+
+
+# --- what the assembler collects -------------------------------------------------------------------
+
+_Child = RetrievalStep | ToolResult | ModelCall
+
+
+@dataclass(slots=True)
+class _Entry:
+    """One child step of a turn, as the record it became, with where it sat in the run tree."""
+
+    step: _Child
+    seq: int
+    record: Retrieval | Generation | ToolCall
+
+    @property
+    def run_id(self) -> Hashable:
+        return self.step.run_id
+
+
+def _end(ended_at: int | None, error: str | None, now: int) -> tuple[int, str | None]:
+    """``(ended_at, error)`` of a step: a step that never ended ends at *now* with :data:`UNFINISHED`."""
+    if ended_at is None:
+        return now, error or UNFINISHED
+    return ended_at, error
+
+
+class TurnAssembler:
+    """Takes one turn's steps (a :class:`~ragaudit.integrations.steps.StepSink`) and makes its
+    :class:`~ragaudit.RagTurn` by the rules of this module (:meth:`build`, :meth:`close`).
+
+    *framework* names the source (the turn's ``framework``). *capture_content* False: the model
+    calls' prompts and messages and the tool calls' arguments are not kept in the turn (the
+    evidence is: the judge needs it; the content policy decides what is exported).
+    """
+
+    __slots__ = ("_capture", "_entries", "_last", "end", "errors", "framework", "parents", "root")
+
+    def __init__(self, framework: str, *, capture_content: bool = True) -> None:
+        self.framework = framework
+        self._capture = capture_content
+        self.root: RunStarted | None = None
+        self.end: RunEnded | None = None
+        self.parents: dict[Hashable, Hashable | None] = {}
+        self._entries: list[tuple[_Child, int]] = []
+        self.errors: list[str] = []  # of the ErrorSteps
+        self._last = 0  # the last time a step reported
+
+    # -- StepSink ---------------------------------------------------------------------------------
+
+    def _child(self, step: _Child) -> None:
+        self.parents.setdefault(step.run_id, step.parent_id)
+        self._entries.append((step, len(self._entries)))
+        self._last = max(self._last, step.started_at, step.ended_at or 0)
+
+    def on_run_started(self, step: RunStarted) -> None:
+        if self.root is None:
+            self.root = step
+        else:
+            self.parents.setdefault(step.run_id, step.parent_id)
+        self._last = max(self._last, step.started_at)
+
+    def on_run_ended(self, step: RunEnded) -> None:
+        if self.root is not None and step.run_id == self.root.run_id:
+            self.end = step
+            self._last = max(self._last, step.ended_at)
+
+    def on_retrieval(self, step: RetrievalStep) -> None:
+        self._child(step)
+
+    def on_tool_result(self, step: ToolResult) -> None:
+        self._child(step)
+
+    def on_model_call(self, step: ModelCall) -> None:
+        self._child(step)
+
+    def on_error(self, step: ErrorStep) -> None:
+        self.errors.append(step.error)
+        self._last = max(self._last, step.at or 0)
+
+    # -- the turn ---------------------------------------------------------------------------------
+
+    @property
+    def kind(self) -> RunKind:
+        """The root run's kind (:attr:`RunKind.CHAIN` before any run started)."""
+        return self.root.kind if self.root is not None else RunKind.CHAIN
+
+    def _record(self, step: _Child, now: int) -> Retrieval | Generation | ToolCall:
+        ended_at, error = _end(step.ended_at, step.error, now)
+        if isinstance(step, RetrievalStep):
+            return Retrieval(name=step.name, documents=step.documents, query=step.query,
+                             started_at=step.started_at, ended_at=ended_at, error=error)
+        capture = self._capture
+        if isinstance(step, ToolResult):
+            return ToolCall(name=step.name, call_id=step.call_id, arguments=step.input if capture else None,
+                            output=step.output, started_at=step.started_at, ended_at=ended_at, error=error)
+        return Generation(model=step.model, prompt=step.prompt if capture else None, output=step.output,
+                          input_tokens=step.input_tokens, output_tokens=step.output_tokens,
+                          started_at=step.started_at, ended_at=ended_at, error=error, provider=step.provider,
+                          messages=step.messages if capture else ())
+
+    def entries(self, closed_at: int | None = None) -> list[_Entry]:
+        """The child steps with their records, in the order they were handed over; a step still
+        open ends at *closed_at* (None: the last time a step reported) as :data:`UNFINISHED`."""
+        now = self._last if closed_at is None else closed_at
+        return [_Entry(step, seq, self._record(step, now)) for step, seq in self._entries]
+
+    def build(self, handle: TurnHandle | None = None, *, closed_at: int | None = None) -> RagTurn:
+        """The :class:`~ragaudit.RagTurn` of the steps so far (the rules in the module docstring).
+
+        ``trace_id``/``span_id`` come from *handle* (the turn span's); *closed_at* as in
+        :meth:`entries`, also the end of a turn whose root never ended. Raises
+        :class:`~ragaudit.ConfigurationError` only for values a record rejects.
+        """
+        return _build(self, self.entries(closed_at), handle, self._last if closed_at is None else closed_at)
+
+    def unjudged_reason(self, turn: RagTurn) -> str | None:
+        """Why *turn* (made by :meth:`build`) is not judged, or None (see :func:`unjudged_reason`)."""
+        return unjudged_reason(turn, self.kind)
+
+    def close(
+        self,
+        recorder: SpanRecorder,
+        auditor: Auditor,
+        *,
+        parent: Any = None,
+        closed_at: int | None = None,
+        measures: Sequence[str] = DEFAULT_TURN_MEASURES,
+    ) -> RagTurn:
+        """On the closing thread: open the turn span (under *parent*, the OTel context at the root's
+        start), build the turn, submit it when it is to be judged (else count why not), end the span.
+        Never raises; a turn that cannot be built is recorded as an error turn."""
+        root = self.root
+        started_at = root.started_at if root is not None else self._last
+        handle = recorder.start_turn(start_ns=started_at, parent=parent)
+        try:
+            turn = self.build(handle, closed_at=closed_at)
+        except Exception as exc:
+            report_failure(f"building a {self.framework} turn", exc)
+            turn = RagTurn(turn_id=_turn_id(root), query=(root.question if root else None) or "", answer=None,
+                           framework=self.framework, started_at=started_at,
+                           ended_at=max(started_at, closed_at or self._last),
+                           error=f"ragaudit could not build this turn: {exc}")
+        reason = unjudged_reason(turn, self.kind)
+        if reason is not None:
+            _note_unjudged(auditor, turn, reason, recorder)
+        finish_turn(recorder, auditor if reason is None else None, handle, turn, measures=measures)
+        return turn
+
+
+def _turn_id(root: RunStarted | None) -> str:
+    return str(root.run_id) if root is not None else "unknown"
 
 
 # --- the rules -------------------------------------------------------------------------------------
@@ -201,49 +295,46 @@ def merge_documents(groups: Iterable[Sequence[RetrievedDoc]]) -> tuple[Retrieved
     return tuple(out)
 
 
-def _ancestors(step: Step, parents: Mapping[Any, Any]) -> Iterable[Hashable]:
+def _ancestors(run_id: Hashable, parents: Mapping[Hashable, Hashable | None]) -> Iterable[Hashable]:
     seen: set[Hashable] = set()
-    run = parents.get(step.run_id, step.parent_id)
+    run = parents.get(run_id)
     while run is not None and run not in seen:
         yield run
         seen.add(run)
         run = parents.get(run)
 
 
-def _nested_in_retrieval(step: Step, retrieval_runs: set[Hashable], parents: Mapping[Any, Any]) -> bool:
-    return any(run in retrieval_runs for run in _ancestors(step, parents))
+def _nested_in(run_id: Hashable, runs: set[Hashable], parents: Mapping[Hashable, Hashable | None]) -> bool:
+    return any(run in runs for run in _ancestors(run_id, parents))
 
 
-def outermost_retrievals(steps: Sequence[Step], parents: Mapping[Any, Any]) -> list[Step]:
-    """The retrieval steps that are not inside another retrieval, in start order."""
-    retrieval_runs = {s.run_id for s in steps if isinstance(s.record, Retrieval)}
-    return [s for s in sorted(steps, key=lambda s: s.seq)
-            if isinstance(s.record, Retrieval) and not _nested_in_retrieval(s, retrieval_runs, parents)]
+def outermost_retrievals(entries: Sequence[_Entry], parents: Mapping[Hashable, Hashable | None]) -> list[_Entry]:
+    """The retrieval entries that are not inside another retrieval, in order."""
+    retrieval_runs = {e.run_id for e in entries if isinstance(e.record, Retrieval)}
+    return [e for e in entries
+            if isinstance(e.record, Retrieval) and not _nested_in(e.run_id, retrieval_runs, parents)]
 
 
-def evidence(parts: TurnParts) -> tuple[RetrievedDoc, ...]:
+def evidence(entries: Sequence[_Entry], parents: Mapping[Hashable, Hashable | None],
+             sources: Sequence[RetrievedDoc] | None = None) -> tuple[RetrievedDoc, ...]:
     """The documents that reached the model (see the module docstring), ranked 1..n."""
     groups: list[Sequence[RetrievedDoc]] = []
-    if parts.sources is not None:
-        groups.append(parts.sources)
+    if sources is not None:
+        groups.append(sources)
     else:
-        retrieval_runs = {s.run_id for s in parts.steps if isinstance(s.record, Retrieval)}
-        for step in sorted(parts.steps, key=lambda s: s.seq):
-            record = step.record
-            if isinstance(record, Retrieval) and record.error is None \
-                    and not _nested_in_retrieval(step, retrieval_runs, parts.parents):
-                groups.append(record.documents)
+        groups.extend(e.record.documents for e in outermost_retrievals(entries, parents)
+                      if isinstance(e.record, Retrieval) and e.record.error is None)
     # A tool that returned text made of retrievals it ran (a retriever tool, a query engine tool)
     # adds no evidence of its own: its retrievals are the evidence, with their documents' ids.
-    tool_runs = {s.run_id for s in parts.steps if isinstance(s.record, ToolCall)}
-    retrieving_tools = {run for s in parts.steps if isinstance(s.record, Retrieval)
-                        for run in _ancestors(s, parts.parents) if run in tool_runs}
-    for step in sorted(parts.steps, key=lambda s: s.seq):
-        record = step.record
-        if isinstance(record, ToolCall) and record.error is None:
+    tool_runs = {e.run_id for e in entries if isinstance(e.record, ToolCall)}
+    retrieving_tools = {run for e in entries if isinstance(e.record, Retrieval)
+                        for run in _ancestors(e.run_id, parents) if run in tool_runs}
+    for entry in entries:
+        record, step = entry.record, entry.step
+        if isinstance(record, ToolCall) and isinstance(step, ToolResult) and record.error is None:
             if step.documents is not None:
                 groups.append(step.documents)
-            elif record.output and step.run_id not in retrieving_tools:
+            elif record.output and entry.run_id not in retrieving_tools:
                 groups.append((tool_document(record.name, record.call_id, record.output),))
     return merge_documents(groups)
 
@@ -261,31 +352,35 @@ def _before_last_user(messages: Sequence[Message]) -> list[Message]:
     return []
 
 
-def conversation(parts: TurnParts, query: str) -> tuple[tuple[Message, ...], str | None]:
-    """``(history, standalone_query)`` of a turn (see the module docstring)."""
-    if parts.history:
-        history = _cap_history(parts.history)
-    elif len(parts.messages) > 1:
-        history = _cap_history(_before_last_user(parts.messages))
-    elif parts.root_kind == "agent" or parts.messages:
-        history = _cap_history(_before_last_user(parts.prompt_messages))
+def conversation(root: RunStarted, entries: Sequence[_Entry], parents: Mapping[Hashable, Hashable | None],
+                 query: str) -> tuple[tuple[Message, ...], str | None]:
+    """``(history, standalone_query)`` of a turn (see the module docstring): the root's history;
+    else the messages before the last user message of its conversation; else, for an agent or a
+    conversation of one message, those of its first model call (a checkpointer's or a memory's)."""
+    if root.history:
+        history = _cap_history(root.history)
+    elif len(root.messages) > 1:
+        history = _cap_history(_before_last_user(root.messages))
+    elif root.kind is RunKind.AGENT or root.messages:
+        first = next((e.step.messages for e in entries if isinstance(e.step, ModelCall)), ())
+        history = _cap_history(_before_last_user(first))
     else:
         history = ()
     standalone: str | None = None
     if history:
-        for step in outermost_retrievals(parts.steps, parts.parents):
-            rewritten = step.record.query if isinstance(step.record, Retrieval) else None
+        for entry in outermost_retrievals(entries, parents):
+            rewritten = entry.record.query if isinstance(entry.record, Retrieval) else None
             if rewritten and rewritten.strip() != query.strip():
                 standalone = rewritten
             break
     return history, standalone
 
 
-def _answer(parts: TurnParts, generations: Sequence[Generation]) -> str | None:
-    if parts.error is not None:
+def _answer(end: RunEnded | None, error: str | None, generations: Sequence[Generation]) -> str | None:
+    if error is not None:
         return None
-    if parts.answer is not None:
-        return parts.answer
+    if end is not None and end.answer is not None:
+        return end.answer
     return next((g.output for g in reversed(generations) if g.output is not None and g.error is None), None)
 
 
@@ -301,52 +396,48 @@ def _citations(answer: str | None, documents: Sequence[RetrievedDoc]) -> tuple[C
         return ()
 
 
-def build_turn(parts: TurnParts, handle: Any = None) -> RagTurn:
-    """The :class:`~ragaudit.RagTurn` of *parts* (the rules in the module docstring).
-
-    ``trace_id``/``span_id`` come from *handle* (the turn span's
-    :class:`~ragaudit.tracing.spans.TurnHandle`). Raises :class:`~ragaudit.ConfigurationError`
-    only for values a record rejects.
-    """
-    if parts.evicted_at is not None:
-        parts.error = evicted_error(parts.evicted_at)
-    ordered = sorted(parts.steps, key=lambda s: s.seq)
-    retrievals = tuple(s.record for s in ordered if isinstance(s.record, Retrieval))
-    generations = tuple(s.record for s in ordered if isinstance(s.record, Generation))
-    tool_calls = tuple(s.record for s in ordered if isinstance(s.record, ToolCall))
-    query = parts.query
-    if not query:
-        query = last_user_text(parts.messages)
-    if not query:
-        query = next((r.query for r in retrievals if r.query), "")
-    history, standalone = conversation(parts, query)
-    answer = _answer(parts, generations)
-    documents = evidence(parts)
-    relevant_ids, reference = ground_truth_from(parts.tags)
-    metadata = dict(parts.metadata)
-    if parts.tags:
-        for key, value in parts.tags.items():
-            if isinstance(key, str) and not key.startswith(("ragaudit_", "ls_")):
-                metadata.setdefault(key, value)
+def _metadata(root: RunStarted, end: RunEnded | None, reference: str | None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"run_name": root.name} if root.name else {}
+    if end is not None:
+        metadata.update(end.annotations)
+    for key, value in root.tags.items():
+        if isinstance(key, str) and not key.startswith(("ragaudit_", "ls_")):
+            metadata.setdefault(key, value)
     if reference is not None:
         metadata["reference_answer"] = reference
-    model = next((g.model for g in reversed(generations) if g.model), None)
+    return metadata
+
+
+def _build(assembler: TurnAssembler, entries: list[_Entry], handle: TurnHandle | None, now: int) -> RagTurn:
+    root = assembler.root
+    if root is None:
+        raise ValueError("no run started: a turn begins with its root's RunStarted step")
+    end = assembler.end
+    error = end.error if end is not None and end.error is not None else next(iter(assembler.errors), None)
+    retrievals = tuple(e.record for e in entries if isinstance(e.record, Retrieval))
+    generations = tuple(e.record for e in entries if isinstance(e.record, Generation))
+    tool_calls = tuple(e.record for e in entries if isinstance(e.record, ToolCall))
+    query = root.question or last_user_text(root.messages) or next((r.query for r in retrievals if r.query), "")
+    history, standalone = conversation(root, entries, assembler.parents, query)
+    answer = _answer(end, error, generations)
+    documents = evidence(entries, assembler.parents, end.sources if end is not None else None)
+    relevant_ids, reference = ground_truth_from(root.tags)
     return RagTurn(
-        turn_id=parts.turn_id,
+        turn_id=_turn_id(root),
         query=query,
         answer=answer,
         documents=documents,
         citations=_citations(answer, documents),
-        model=model,
-        framework=parts.framework,
-        started_at=parts.started_at,
-        ended_at=parts.ended_at,
-        trace_id=getattr(handle, "trace_id", None),
-        span_id=getattr(handle, "span_id", None),
-        sampled_out=bool(getattr(handle, "sampled_out", False)),
+        model=next((g.model for g in reversed(generations) if g.model), None),
+        framework=assembler.framework,
+        started_at=root.started_at,
+        ended_at=max(root.started_at, end.ended_at if end is not None else now),
+        trace_id=handle.trace_id if handle is not None else None,
+        span_id=handle.span_id if handle is not None else None,
+        sampled_out=handle.sampled_out if handle is not None else False,
         relevant_ids=normalize_relevance(relevant_ids),
-        metadata=metadata,
-        error=parts.error,
+        metadata=_metadata(root, end, reference),
+        error=error,
         retrievals=retrievals,
         generations=generations,
         tool_calls=tool_calls,
@@ -355,7 +446,7 @@ def build_turn(parts: TurnParts, handle: Any = None) -> RagTurn:
     )
 
 
-def unjudged_reason(turn: RagTurn, root_kind: str) -> str | None:
+def unjudged_reason(turn: RagTurn, kind: RunKind) -> str | None:
     """Why *turn* is not judged, or None when it is.
 
     ``"error"``, ``"no_answer"``, ``"standalone"`` (a retriever or model called on its own),
@@ -364,7 +455,7 @@ def unjudged_reason(turn: RagTurn, root_kind: str) -> str | None:
     """
     if turn.error is not None:
         return "error"
-    if root_kind in ("retrieve", "model"):
+    if kind.standalone:
         return "standalone"
     if turn.answer is None:
         return "no_answer"
@@ -376,11 +467,13 @@ def unjudged_reason(turn: RagTurn, root_kind: str) -> str | None:
     return None
 
 
-def _note_unjudged(auditor: Auditor, turn: RagTurn, reason: str) -> None:
+def _note_unjudged(auditor: Auditor, turn: RagTurn, reason: str, recorder: SpanRecorder) -> None:
     if reason not in ("no_evidence", "empty_answer"):
         return
     try:
-        first = auditor.count_unjudged(reason)
+        # Counted, and the turn ends as a record (with its reason) like every finished turn.
+        first = auditor.record_unjudged(turn, reason, content_policy=recorder.content,
+                                        tracer_provider=recorder.tracer_provider)
     except Exception as exc:  # a user's stand-in auditor
         report_failure("counting an unjudged turn", exc)
         return
@@ -389,9 +482,9 @@ def _note_unjudged(auditor: Auditor, turn: RagTurn, reason: str) -> None:
 
 
 def finish_turn(
-    recorder: Any,
+    recorder: SpanRecorder,
     auditor: Auditor | None,
-    handle: Any,
+    handle: TurnHandle,
     turn: RagTurn,
     *,
     measures: Sequence[str] = DEFAULT_TURN_MEASURES,
@@ -400,51 +493,31 @@ def finish_turn(
 
     Returns the submit status (``"queued"``, ``"judged"``, ...), or None when the turn was not
     submitted; the status and the retrieval metrics (*measures*, when the turn's ``relevant_ids``
-    are known) go on the turn span.
+    are known; computed once, for the span and the turn's audit record) go on the turn span. The
+    turn's retrieval spans are started first, so its record carries their ids.
     """
     status: str | None = None
-    if auditor is not None:
-        try:
-            # The handler's own recorder goes with the turn (its policy and provider); a turn recorded
-            # with the auditor's own is submitted as a plain turn (an Auditor subclass may take no more).
-            status = (auditor.submit(turn) if recorder is auditor.recorder
-                      else auditor.submit(turn, recorder=recorder))
-        except Exception as exc:  # Auditor.submit never raises; a user's stand-in might
-            report_failure("submitting a turn", exc)
-            status = "dropped"
     metrics: Mapping[str, float] | None = None
     try:
         metrics = turn_metrics(turn, measures)
     except Exception as exc:
         report_failure("computing retrieval metrics", exc)
     try:
-        recorder.end_turn(handle, turn, judge_status=status, retrieval_metrics=metrics)
+        turn = recorder.start_children(handle, turn)
+    except Exception as exc:
+        report_failure("starting the retrieval spans", exc)
+    record = None
+    if auditor is not None:
+        try:
+            # The handler's policy and provider go with the turn: its record follows them.
+            submitted = auditor.submit_turn(turn, content_policy=recorder.content,
+                                            tracer_provider=recorder.tracer_provider, ground_truth_metrics=metrics)
+            status, record = submitted.status, submitted.record
+        except Exception as exc:  # Auditor.submit_turn never raises; a user's stand-in might
+            report_failure("submitting a turn", exc)
+            status = "dropped"
+    try:
+        recorder.end_turn(handle, turn, judge_status=status, retrieval_metrics=metrics, record=record)
     except Exception as exc:
         report_failure("ending a turn span", exc)
     return status
-
-
-def close_turn(
-    parts: TurnParts,
-    recorder: Any,
-    auditor: Auditor,
-    *,
-    parent: Any = None,
-    measures: Sequence[str] = DEFAULT_TURN_MEASURES,
-) -> RagTurn:
-    """On the closing thread: open the turn span (under *parent*, the OTel context at the root's
-    start), build the turn, submit it when it is to be judged (else count why not), end the span.
-    Never raises; a turn that cannot be built is recorded as an error turn."""
-    handle = recorder.start_turn(start_ns=parts.started_at, parent=parent)
-    try:
-        turn = build_turn(parts, handle)
-    except Exception as exc:
-        report_failure(f"building a {parts.framework} turn", exc)
-        turn = RagTurn(turn_id=parts.turn_id, query=parts.query or "", answer=None, framework=parts.framework,
-                       started_at=parts.started_at, ended_at=parts.ended_at,
-                       error=f"ragaudit could not build this turn: {exc}")
-    reason = unjudged_reason(turn, parts.root_kind)
-    if reason is not None:
-        _note_unjudged(auditor, turn, reason)
-    finish_turn(recorder, auditor if reason is None else None, handle, turn, measures=measures)
-    return turn

@@ -13,8 +13,8 @@ from typing import Any
 
 from .._text import content_terms, is_number, sentence_spans, split_sentences, strip_markers, term_set
 from ..errors import ConfigurationError
-from ..judged import answer_sentences
 from ..records import DocumentGrade, Judgement, JudgeRequest, RetrievedDoc, SentenceVerdict
+from ..turn_audit import answer_sentences
 from .base import BaseRagJudge
 
 __all__ = ["LexicalJudge"]
@@ -127,7 +127,7 @@ class LexicalJudge(BaseRagJudge):
     ``answer_missing_question_terms``.
 
     **The full-audit records** (``sentences``, ``document_grades``, ``method="lexical"``): each
-    answer sentence (as :func:`ragaudit.judged.answer_sentences` splits it) is ``supported`` by the
+    answer sentence (as :func:`ragaudit.turn_audit.answer_sentences` splits it) is ``supported`` by the
     rule above, with the documents whose own text supports it alone, ``unsupported``, or
     ``no_claim`` (no content words, or a refusal); never ``partially_supported`` or
     ``contradicted``, which words cannot tell. Each document's grade is the share of the question's

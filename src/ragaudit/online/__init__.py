@@ -9,19 +9,10 @@ from __future__ import annotations
 
 import warnings
 
-from ..auditor import (
-    DEFAULT_TURN_MEASURES,
-    Auditor,
-    BaseJudgementSink,
-    JudgementSink,
-    OnJudgement,
-    SubmitStatus,
-    sampled,
-    turn_metrics,
-)
+from .. import auditor as _auditor
+from ..auditor import *  # noqa: F403 (every public name of ragaudit.auditor, as they are)
 
-__all__ = ["DEFAULT_TURN_MEASURES", "Auditor", "BaseJudgementSink", "JudgementSink", "OnJudgement", "SubmitStatus",
-           "sampled", "turn_metrics"]
+__all__ = list(_auditor.__all__)
 
 warnings.warn("ragaudit.online is deprecated and will be removed in the next release; import from "
               "ragaudit.auditor (or ragaudit) instead", DeprecationWarning, stacklevel=2)

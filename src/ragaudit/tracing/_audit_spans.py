@@ -1,61 +1,65 @@
 """The full audit in the trace: document grades, judged metrics, citation checks, sentence events.
 
-Always on the judge span. A judgement that arrives before its turn span ends (inline judging, or a
-judge faster than the turn's close) also puts the judged metrics and citation precision/recall on
-the turn span and the grades on the retrieval spans; a background judgement arrives after those
-spans have ended (the judge never holds the host's spans open), so it cannot. Kept apart from
+Always on the judge span, read from the turn's :class:`~ragaudit.AuditRecord` (computed once). A
+turn judged before its span ends (inline judging: the record is handed to ``end_turn``) also gets
+the judged metrics and citation precision/recall on the turn span and the grades on the retrieval
+spans; a background judgement arrives after those spans have ended (the judge never holds the
+host's spans open), so it cannot. Kept apart from
 :mod:`ragaudit.tracing.spans` so the span recorder calls a few small functions.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..judged import audit_turn
-from ..records import Judgement, RagTurn
+from ..records import AuditRecord, Judgement
 from . import conventions as c
 
-__all__ = ["full_audit_attributes", "retrieval_grades", "sentence_events", "take_for_turn"]
-
-_EARLY_MEMORY = 1024
-_early_lock = threading.Lock()
-# turn id -> (turn span attributes, doc id -> grade), for a turn span that has not ended yet
-_early: OrderedDict[str, tuple[dict[str, Any], dict[str, int]]] = OrderedDict()
+__all__ = ["full_audit_attributes", "record_grades", "retrieval_grades", "sentence_events", "turn_audit_attributes"]
 
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def full_audit_attributes(turn: RagTurn, judgement: Judgement, capture: bool,
-                          text: Callable[[str], str]) -> dict[str, Any]:
-    """The judge span's full-audit attributes; empty for a judgement without verdicts or grades."""
-    if not judgement.sentences and not judgement.document_grades:
+def turn_audit_attributes(record: AuditRecord | None) -> dict[str, Any]:
+    """The turn span's share of a full audit: judged metrics and citation precision/recall (empty
+    without a record or without a full audit)."""
+    audit = record.audit if record is not None else None
+    if audit is None:
         return {}
-    audit = audit_turn(turn, judgement)
+    attrs: dict[str, Any] = {}
+    for name, value in (audit.metrics or {}).items():
+        attrs[c.retrieval_metric_key(name)] = float(value)
+    if audit.citation_precision is not None:
+        attrs[c.ATTR_CITATION_PRECISION] = audit.citation_precision
+    if audit.citation_recall is not None:
+        attrs[c.ATTR_CITATION_RECALL] = audit.citation_recall
+    return attrs
+
+
+def record_grades(record: AuditRecord | None) -> dict[str, int] | None:
+    """Doc id -> the judge's grade, for the retrieval spans of a turn judged before they end."""
+    if record is None or record.judgement is None or not record.judgement.document_grades:
+        return None
+    return {g.doc_id: g.grade for g in record.judgement.document_grades if g.grade is not None}
+
+
+def full_audit_attributes(record: AuditRecord, capture: bool, text: Callable[[str], str]) -> dict[str, Any]:
+    """The judge span's full-audit attributes; empty for a judgement without verdicts or grades."""
+    judgement = record.judgement
+    audit = record.audit
+    if judgement is None or audit is None:
+        return {}
     attrs: dict[str, Any] = {
         c.ATTR_SENTENCES_COUNT: len(judgement.sentences),
         c.ATTR_SENTENCES_UNSUPPORTED: audit.unsupported,
     }
-    turn_attrs: dict[str, Any] = {}
     if judgement.document_grades:
         attrs[c.ATTR_DOCUMENT_GRADES] = _dumps([g.to_dict() for g in judgement.document_grades])
-    for name, value in (audit.metrics or {}).items():
-        turn_attrs[c.retrieval_metric_key(name)] = float(value)
-    if audit.citation_precision is not None:
-        turn_attrs[c.ATTR_CITATION_PRECISION] = audit.citation_precision
-    if audit.citation_recall is not None:
-        turn_attrs[c.ATTR_CITATION_RECALL] = audit.citation_recall
-    attrs.update(turn_attrs)
-    grades = {g.doc_id: g.grade for g in judgement.document_grades if g.grade is not None}
-    with _early_lock:
-        _early[turn.turn_id] = (turn_attrs, grades)
-        while len(_early) > _EARLY_MEMORY:
-            _early.popitem(last=False)
+    attrs.update(turn_audit_attributes(record))
     if audit.citation_checks:
         checks = []
         for check in audit.citation_checks:
@@ -82,13 +86,6 @@ def sentence_events(judgement: Judgement, capture: bool,
             event[c.ATTR_SENTENCE_TEXT] = text(sentence.text)
         events.append(event)
     return events, max(0, len(ordered) - c.MAX_SENTENCE_EVENTS)
-
-
-def take_for_turn(turn_id: str) -> tuple[dict[str, Any], dict[str, int]] | None:
-    """The turn-span attributes and the grades of a judgement that arrived before the turn span
-    ended, once (None when there is none: the usual background case)."""
-    with _early_lock:
-        return _early.pop(turn_id, None)
 
 
 def retrieval_grades(documents: Any, grades: Mapping[str, int] | None) -> dict[str, Any]:

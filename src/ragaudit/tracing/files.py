@@ -15,12 +15,14 @@ import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
+from .._export import ExportResult
+from .._log import RateLimitedLog
 from .._worker import on_fork_in_child
 from ..content import ContentPolicy
 from ..errors import ConfigurationError, RagAuditError
-from ..records import Judgement, RagTurn
+from ..records import AuditRecord, Judgement, RagTurn, TurnAudit
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -33,16 +35,23 @@ _logger = logging.getLogger("ragaudit")
 PathLike = str | os.PathLike[str]
 
 
-def _open_append(path: PathLike, what: str) -> IO[str]:
+def _open_append(path: PathLike, what: str) -> int:
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        # backslashreplace: a lone surrogate (text decoded with surrogateescape, a broken PDF
-        # extraction) cannot be encoded as UTF-8; inside a JSON string "\\udXXX" is its valid escape,
-        # so the line is still written and reads back as the same text.
-        return open(target, "a", encoding="utf-8", errors="backslashreplace", buffering=1)
+        # A descriptor of our own, unbuffered, appending: every byte the OS took is known, so a
+        # failed write (a full disk) loses exactly the lines it did not take, counted once each,
+        # and nothing stays in a buffer to be written (or fail) again later.
+        return os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
     except OSError as exc:
         raise ConfigurationError(f"cannot open {what} {str(target)!r} for appending: {exc}") from exc
+
+
+def _encode(text: str) -> bytes:
+    # backslashreplace: a lone surrogate (text decoded with surrogateescape, a broken PDF
+    # extraction) cannot be encoded as UTF-8; inside a JSON string "\\udXXX" is its valid escape,
+    # so the line is still written and reads back as the same text.
+    return text.encode("utf-8", "backslashreplace")
 
 
 def _dumps(value: Any) -> str:
@@ -121,11 +130,13 @@ def span_to_dict(span: ReadableSpan) -> dict[str, Any]:
 
 
 class _AppendFile:
-    """A text file opened for appending, every write whole, flushed and under one lock.
+    """A file opened for appending whole lines, under one lock, with every lost line counted once.
 
-    With *lazy*, nothing is opened before the first :meth:`append` (so constructing the owner
-    cannot fail on a read-only directory); an open that fails raises there, and is tried again
-    at the next append.
+    With *lazy*, nothing is opened before the first write (so constructing the owner cannot fail on
+    a read-only directory); an open that fails raises there, and is tried again at the next write.
+    A write the OS cuts short (a full disk, a file size limit) keeps the rest of the line it was
+    in, written first by the next write (so no line is left half written while the file lives);
+    the lines after it are lost, and :attr:`lost` counts each line that never reached the file once.
     """
 
     def __init__(self, path: PathLike, what: str, *, lazy: bool = False) -> None:
@@ -133,7 +144,9 @@ class _AppendFile:
         self.what = what
         self._lock = threading.Lock()
         self._closed = False
-        self._file: IO[str] | None = None if lazy else _open_append(self.path, what)
+        self._tail = b""  # the unwritten rest of a line a failed write cut short
+        self.lost = 0
+        self._fd: int | None = None if lazy else _open_append(self.path, what)
         on_fork_in_child(self._after_fork)
 
     def _after_fork(self) -> None:
@@ -146,25 +159,77 @@ class _AppendFile:
         return self._closed
 
     def append(self, text: str) -> None:
-        """Write *text* and flush; raises RagAuditError when closed or the file cannot be opened,
-        OSError when the disk refuses."""
+        """Write *text* (whole lines); raises RagAuditError when closed or the file cannot be opened,
+        OSError when the OS refuses (what was lost is counted in :attr:`lost` first)."""
+        parts = text.split("\n")
+        lines = [part + "\n" for part in parts[:-1]]
+        if parts[-1]:
+            lines.append(parts[-1])
+        self.write_lines(lines)
+
+    def write_lines(self, lines: Sequence[str]) -> int:
+        """Write *lines* (each ending with a newline) in one go; returns how many reached the file.
+        Raises as :meth:`append`; the lines that did not reach it are counted in :attr:`lost`."""
         with self._lock:
             if self._closed:
+                self.lost += len(lines)
                 raise RagAuditError(f"{self.what} {str(self.path)!r} is closed")
-            if self._file is None:
-                self._file = _open_append(self.path, self.what)
-            self._file.write(text)
-            self._file.flush()
+            if self._fd is None:
+                try:
+                    self._fd = _open_append(self.path, self.what)
+                except ConfigurationError:
+                    self.lost += len(lines)
+                    raise
+            encoded = [_encode(line) for line in lines]
+            data = self._tail + b"".join(encoded)
+            written = 0
+            try:
+                while written < len(data):
+                    written += os.write(self._fd, data[written:])
+            except OSError:
+                self._account(written, encoded, data)
+                raise
+            self._tail = b""
+            return len(lines)
+
+    def _account(self, written: int, encoded: list[bytes], data: bytes) -> None:
+        # Called with the lock held after a write stopped at byte *written* of *data*.
+        offset = len(self._tail)
+        if written < offset:  # still inside the earlier cut line: nothing new reached the file
+            self._tail = self._tail[written:]
+            self.lost += len(encoded)
+            return
+        end = offset
+        for index, line in enumerate(encoded):
+            start, end = end, end + len(line)
+            if written < end:
+                if written > start:  # this line was cut: keep its rest, lose the ones after it
+                    self._tail = data[written:end]
+                    self.lost += len(encoded) - index - 1
+                else:
+                    self._tail = b""
+                    self.lost += len(encoded) - index
+                return
+        self._tail = b""
 
     def close(self) -> None:
-        """Close the file; raises OSError when its last buffered text cannot be written (disk full)."""
+        """Write the rest of a cut line (if any), then close; raises OSError when that rest cannot be
+        written (the line is counted lost)."""
         with self._lock:
             self._closed = True
-            if self._file is not None:
-                try:
-                    self._file.close()
-                finally:
-                    self._file = None
+            fd, self._fd = self._fd, None
+            if fd is None:
+                return
+            tail, self._tail = self._tail, b""
+            try:
+                written = 0
+                while written < len(tail):
+                    written += os.write(fd, tail[written:])
+            except OSError:
+                self.lost += 1
+                raise
+            finally:
+                os.close(fd)
 
 
 class _JsonlSpanWriter:
@@ -178,7 +243,7 @@ class _JsonlSpanWriter:
         if not spans:
             return True
         try:
-            self._out.append("".join(_dumps(span_to_dict(span)) + "\n" for span in spans))
+            self._out.write_lines([_dumps(span_to_dict(span)) + "\n" for span in spans])
         except (OSError, RagAuditError) as exc:
             _logger.warning("ragaudit: could not write %d spans to %s: %s", len(spans), self.path, exc)
             return False
@@ -260,7 +325,8 @@ def _status(judgement: Judgement) -> int | None:
 
 
 class AuditLog:
-    """An append-only JSONL audit log: one line per judged turn.
+    """An append-only JSONL audit log: one line per judged turn; an :class:`~ragaudit.Exporter` of
+    :class:`~ragaudit.AuditRecord` s (unjudged records get no line).
 
     Keys: ts, turn_id, trace_id, span_id, framework, model, query, answer, documents
     (``[{id, rank, score, source, metadata, content}]``), citations
@@ -279,8 +345,9 @@ class AuditLog:
     document's ``content_chars`` give their sizes, an error is its type, HTTP status and a fixed
     message, and ``details`` keeps only numbers and flags. Known secrets are scrubbed always; *redact*
     is applied to every text written (also errors, sources and metadata keys); a text it fails on is
-    withheld, never written as it was. Lines are written whole and flushed at once; safe to share
-    between threads.
+    withheld, never written as it was. Lines are written whole at once (no buffer); safe to share
+    between threads. A line the disk refuses is lost and counted once in :attr:`errors` (the Auditor's
+    ``sink_errors``); the rest of a line a full disk cut short is written first by the next write.
     """
 
     def __init__(
@@ -297,6 +364,7 @@ class AuditLog:
         self._out = _AppendFile(path, "audit log", lazy=lazy)
         self.path = self._out.path
         self.capture_content = self.content.capture_content
+        self._log = RateLimitedLog()
 
     def __enter__(self) -> AuditLog:
         return self
@@ -318,7 +386,22 @@ class AuditLog:
     ) -> dict[str, Any]:
         """The dict :meth:`write` would write for these arguments (*content*: the policy of this
         turn, e.g. its integration handler's; None: the log's own)."""
-        policy = self.content if content is None else content
+        from ..turn_audit import audit_turn
+
+        audit = audit_turn(turn, judgement) if judgement.sentences or judgement.document_grades else None
+        return self._line(turn, judgement, judge_status, retrieval_metrics, self.content if content is None
+                          else content, audit)
+
+    def record_line(self, record: AuditRecord) -> dict[str, Any] | None:
+        """The dict :meth:`export` writes for *record* (None for an unjudged one), from its derived values."""
+        if record.judgement is None:
+            return None
+        return self._line(record.turn, record.judgement, record.status, record.ground_truth_metrics,
+                          record.content_policy, record.audit)
+
+    def _line(self, turn: RagTurn, judgement: Judgement, judge_status: str,
+              retrieval_metrics: Mapping[str, float] | None, policy: ContentPolicy,
+              audit: TurnAudit | None) -> dict[str, Any]:
         capture = policy.capture_content
         documents = []
         for doc in turn.documents:
@@ -374,36 +457,33 @@ class AuditLog:
             # and documents: with capture off only their numbers and flags are kept
             "details": policy.details(judgement.details, MAX_RAW_OUTPUT_CHARS),
         }
-        line.update(self._full_audit(turn, judgement, policy))
+        line.update(self._full_audit(judgement, policy, audit))
         if not capture:
             line["query_chars"] = len(turn.query)
             line["answer_chars"] = len(turn.answer) if turn.answer is not None else None
             line["reason_chars"] = len(judgement.reason) if judgement.reason is not None else None
         return line
 
-    def _full_audit(self, turn: RagTurn, judgement: Judgement, policy: ContentPolicy) -> dict[str, Any]:
+    def _full_audit(self, judgement: Judgement, policy: ContentPolicy, audit: TurnAudit | None) -> dict[str, Any]:
         """The full audit's keys: sentence verdicts (text follows content capture), document grades,
         judged retrieval metrics, citation checks and citation precision/recall."""
-        from ..judged import audit_turn
-
-        audit = audit_turn(turn, judgement)
         sentences = []
         for sentence in judgement.sentences:
             entry = sentence.to_dict()
             entry["text"] = policy.content(sentence.text)
             sentences.append(entry)
         checks = []
-        for check in audit.citation_checks:
+        for check in audit.citation_checks if audit is not None else ():
             entry = check.to_dict()
             entry["marker"] = policy.content(check.marker)
             checks.append(entry)
         return {
             "sentences": sentences,
             "document_grades": [g.to_dict() for g in judgement.document_grades],
-            "judged_metrics": dict(audit.metrics) if audit.metrics is not None else None,
+            "judged_metrics": dict(audit.metrics) if audit is not None and audit.metrics is not None else None,
             "citation_checks": checks,
-            "citation_precision": audit.citation_precision,
-            "citation_recall": audit.citation_recall,
+            "citation_precision": audit.citation_precision if audit is not None else None,
+            "citation_recall": audit.citation_recall if audit is not None else None,
         }
 
     def write(
@@ -426,12 +506,53 @@ class AuditLog:
                         content=content)
         )
         try:
-            self._out.append(text + "\n")
+            self._out.write_lines([text + "\n"])
         except OSError as exc:
             raise RagAuditError(f"cannot write to audit log {str(self.path)!r}: {exc}") from exc
 
+    def export(self, records: Sequence[AuditRecord]) -> ExportResult:
+        """Append one line per judged record, all in one write. Never raises: a line that cannot be
+        written is counted in :attr:`errors` (once) and logged (rate-limited)."""
+        lines = []
+        policy = self.content
+        for record in records:
+            line = self.record_line(record)
+            if line is not None:
+                lines.append(_dumps(line) + "\n")
+                if not record.content_policy.capture_content:
+                    policy = record.content_policy  # the log line about a failure follows the strictest
+        if not lines:
+            return ExportResult.SUCCESS
+        lost_before = self._out.lost
+        try:
+            self._out.write_lines(lines)
+        except (OSError, RagAuditError) as exc:
+            self._log.warning(f"write:{type(exc).__name__}", "ragaudit: %d audit line(s) could not be written to "
+                              "%s (counted in stats()['sink_errors']): %s", self._out.lost - lost_before,
+                              self.path, policy.exception(exc))
+            return ExportResult.FAILURE
+        return ExportResult.SUCCESS
+
+    def force_flush(self, timeout_s: float = 30.0) -> bool:
+        """Nothing is buffered (each line is written at once): True unless a cut line's rest waits."""
+        return True
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """:meth:`close`, never raising (a rest that cannot be written is counted lost)."""
+        try:
+            self.close()
+        except OSError as exc:
+            self._log.warning("close", "ragaudit: the last audit line could not be written to %s: %s", self.path,
+                              self.content.exception(exc))
+
+    @property
+    def errors(self) -> int:
+        """Lines that never reached the file, each counted once."""
+        return self._out.lost
+
     def close(self) -> None:
-        """Flush and close the file; later writes raise. Safe to call twice."""
+        """Close the file; later writes raise. Safe to call twice. Raises OSError when the rest of a
+        line a full disk cut short still cannot be written (that line is counted lost)."""
         self._out.close()
 
     @property

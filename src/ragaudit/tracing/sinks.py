@@ -1,6 +1,8 @@
-"""Judgement sinks for trace backends: Phoenix annotations and Langfuse scores.
+"""Judgement sinks for trace backends: Phoenix annotations and Langfuse scores, as exporters.
 
-A sink's ``emit`` only queues; a thread of ragaudit's one batch worker sends batches over HTTP. A
+Each sink is an :class:`~ragaudit.Exporter` of :class:`~ragaudit.AuditRecord` s: its ``export`` only
+queues what a record needs sent (scores, annotations: read from the record, never recomputed; texts
+through the record's content policy); a thread of ragaudit's one batch worker sends batches over HTTP. A
 backend that is down, slow, or answers 401/500 never blocks or breaks the :class:`~ragaudit.Auditor`:
 the batch is retried with exponential backoff a bounded number of times, then dropped and counted;
 each kind of failure is logged once (then rate-limited). ``force_flush``/``shutdown`` follow the OpenTelemetry exporter
@@ -13,20 +15,24 @@ import base64
 import logging
 import os
 import threading
-import time
 import uuid
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._export import ExportResult
 from .._log import RateLimitedLog
 from .._sink import BaseJudgementSink
-from .._turn_metrics import turn_metrics
 from .._worker import BatchWorker
 from ..content import ContentPolicy, register_headers, register_secret, register_url, scrub_url
 from ..errors import ConfigurationError
-from ..records import SCORE_NAMES, Judgement, RagTurn, Retrieval
-from .spans import LANGFUSE_ENVIRONMENT_ENV
+from ..records import SCORE_NAMES, AuditRecord, Judgement, RagTurn, Retrieval
+from ..turn_audit import audit_record
+from ._responses import ResponseCheck, check_response
+from .spans import LANGFUSE_ENVIRONMENT_ENV, environment_of
+
+Item = tuple[str, dict[str, Any], ContentPolicy]
+"""One queued delivery: the path, the JSON body, and the policy of the record it came from."""
 
 __all__ = ["HttpSink", "LangfuseSink", "PhoenixSink", "score_id"]
 
@@ -36,15 +42,16 @@ _DOCUMENTS_PATH = "/v1/document_annotations?sync=true"
 _SCORE_ID_NAMESPACE = uuid.UUID("3f0c5a52-5b5e-4d0c-9a57-7261676175de")
 """Fixed: the same (trace, span, judge, score) gives the same score id in every process."""
 
-SpanIdResolver = Callable[[str], "Sequence[str] | None"]
-
 
 class HttpSink(BaseJudgementSink):
     """Base for sinks that POST JSON batches from a background thread.
 
-    Subclasses implement :meth:`requests` (what to send for one judgement: ``(path, body)``
-    pairs). ``stats()`` gives ``sent``, ``failed`` (items given up on), ``dropped`` (queue full),
-    ``retries``; ``errors`` is ``failed + dropped`` (the Auditor adds it to its ``sink_errors``).
+    Subclasses implement :meth:`record_requests` (what to send for one record: ``(path, body)``
+    pairs) and may set :attr:`response_check` (what a delivered answer looks like: a 2xx status
+    with a JSON body is not enough for every backend; an HTML login page answered with 200 is a
+    failure). ``stats()`` gives ``sent``, ``failed`` (items given up on), ``dropped`` (queue full),
+    ``retries``, ``rejected`` (answers that did not look delivered); ``errors`` is ``failed +
+    dropped`` (the Auditor adds it to its ``sink_errors``).
     """
 
     def __init__(
@@ -77,16 +84,18 @@ class HttpSink(BaseJudgementSink):
         self._backoff_s = backoff_s
         self._lock = threading.Lock()
         self._retries = 0
+        self._rejected = 0
+        self._batch_policy = threading.local()  # the policy log lines of the batch being sent follow
         self._log = RateLimitedLog(interval=300.0)
         self._closed = False
         ref = weakref.ref(self)
 
-        def send_batch(batch: list[tuple[str, dict[str, Any]]]) -> int:
+        def send_batch(batch: list[Item]) -> int:
             sink = ref()
             return 0 if sink is None else sink._send_batch(batch)
 
         # The worker holds this sink weakly: a sink nobody references stops its thread.
-        self._worker: BatchWorker[tuple[str, dict[str, Any]]] = BatchWorker(
+        self._worker: BatchWorker[Item] = BatchWorker(
             type(self).__name__, send_batch, max_queue=max_queue, max_batch=batch_size)
         weakref.finalize(self, _release, self._worker, self._client)
 
@@ -95,58 +104,75 @@ class HttpSink(BaseJudgementSink):
     permanent_statuses: frozenset[int] = frozenset({400, 401, 403, 404, 422})
     """HTTP statuses that are not retried."""
 
+    response_check: ResponseCheck = ResponseCheck()
+    """What an answer must look like to count as delivered (status and body shape)."""
+
     _content: ContentPolicy | None = None
     max_text_chars: int = 8192
     """Texts sent (the judge's reason) are cut to this many characters."""
 
     def bind_recorder(self, recorder: Any) -> None:
-        """Called by the Auditor with its span recorder: texts are sent the way it records them,
-        through the Auditor's :class:`~ragaudit.content.ContentPolicy` (``recorder.content``)."""
-        self._recorder = recorder
-        policy = getattr(recorder, "content", None)
+        """Kept for sinks written against the old interface: the policy of *recorder*
+        (``recorder.content``) becomes the policy of :meth:`emit` and of log lines."""
+        super().bind_recorder(recorder)
+        policy = recorder.content
         if isinstance(policy, ContentPolicy):
             self._content = policy
 
     @property
     def content(self) -> ContentPolicy:
-        """The policy texts go through: during :meth:`emit`, that turn's (:attr:`recorder`); else the
-        Auditor's once bound; before, one from the environment."""
-        current = self.recorder
-        if current is not self._recorder:
-            turn_policy = getattr(current, "content", None)
-            if isinstance(turn_policy, ContentPolicy):
-                return turn_policy
+        """The policy of texts that belong to no record (:meth:`emit` without a record, log lines):
+        the one bound, else one from the environment. A record's texts follow its own policy."""
         policy = self._content
         if policy is None:
             policy = self._content = ContentPolicy()
         return policy
 
-    def recorded_reason(self, judgement: Judgement) -> str | None:
-        """The judge's reason as the policy lets it be recorded: None when it withholds reasons (content
-        capture off), else scrubbed, redacted and cut to :attr:`max_text_chars`."""
-        return self.content.reason(judgement.reason, self.max_text_chars)
+    def recorded_reason(self, judgement: Judgement, policy: ContentPolicy | None = None) -> str | None:
+        """The judge's reason as *policy* (default :attr:`content`) lets it be recorded: None when it
+        withholds reasons (content capture off), else scrubbed, redacted and cut to :attr:`max_text_chars`."""
+        return (policy or self.content).reason(judgement.reason, self.max_text_chars)
 
     def __repr__(self) -> str:  # never show a credential of the URL
         return f"{type(self).__name__}({scrub_url(self.endpoint)!r})"
 
+    def record_requests(self, record: AuditRecord) -> list[tuple[str, dict[str, Any]]]:
+        """The ``(path, json_body)`` items to send for one record (default: :meth:`requests` of its
+        turn and judgement; nothing for an unjudged turn)."""
+        if record.judgement is None:
+            return []
+        return self.requests(record.turn, record.judgement)
+
     def requests(self, turn: RagTurn, judgement: Judgement) -> list[tuple[str, dict[str, Any]]]:
-        """The ``(path, json_body)`` items to send for one judgement."""
-        raise NotImplementedError
+        """The ``(path, json_body)`` items to send for one judgement (a record made of them, sent
+        through :attr:`content`)."""
+        if type(self).record_requests is HttpSink.record_requests:
+            raise NotImplementedError
+        return self.record_requests(audit_record(turn, judgement, self.content))
 
     def send(self, path: str, bodies: list[dict[str, Any]]) -> int:
         """POST a batch of items for *path*; returns how many were delivered (default: one POST each)."""
         return sum(self._post(path, body) for body in bodies)
 
-    # -- JudgementSink ----------------------------------------------------------------------
+    # -- Exporter ---------------------------------------------------------------------------
+
+    def export(self, records: Sequence[AuditRecord]) -> ExportResult:
+        """Queue what each record needs sent. Never blocks; a full queue (or a shut-down sink)
+        drops and counts (FAILURE then)."""
+        ok = True
+        for record in records:
+            for path, body in self.record_requests(record):
+                if not self._worker.put((path, body, record.content_policy)):
+                    ok = False
+                    self._log.warning(
+                        "queue-full", "ragaudit: %s queue full or shut down; judgement dropped", type(self).__name__
+                    )
+        return ExportResult.SUCCESS if ok else ExportResult.FAILURE
 
     def emit(self, turn: RagTurn, judgement: Judgement) -> None:
-        """Queue what this judgement needs sent. Never blocks; a full queue (or a shut-down sink)
-        drops and counts."""
-        for item in self.requests(turn, judgement):
-            if not self._worker.put(item):
-                self._log.warning(
-                    "queue-full", "ragaudit: %s queue full or shut down; judgement dropped", type(self).__name__
-                )
+        """Queue what this judgement needs sent: :meth:`export` of its record (texts through
+        :attr:`content`)."""
+        self.export([audit_record(turn, judgement, self.content)])
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until everything queued was sent or given up on; False on timeout."""
@@ -166,12 +192,12 @@ class HttpSink(BaseJudgementSink):
 
     def stats(self) -> dict[str, int]:
         """Counts: sent, failed (given up on, or still unsent at shutdown), dropped (queue full),
-        retries."""
+        retries, rejected (answers whose status or body did not look delivered, each try)."""
         worker = self._worker.stats()
         with self._lock:
-            retries = self._retries
+            retries, rejected = self._retries, self._rejected
         return {"sent": worker["handled"], "failed": worker["failed"] + worker["abandoned"],
-                "dropped": worker["dropped"], "retries": retries}
+                "dropped": worker["dropped"], "retries": retries, "rejected": rejected}
 
     @property
     def errors(self) -> int:
@@ -181,19 +207,28 @@ class HttpSink(BaseJudgementSink):
 
     # -- worker ------------------------------------------------------------------------------
 
-    def _send_batch(self, batch: list[tuple[str, dict[str, Any]]]) -> int:
+    def _send_batch(self, batch: list[Item]) -> int:
         """The worker's handler: send a batch grouped by path; returns how many items were delivered."""
         by_path: dict[str, list[dict[str, Any]]] = {}
-        for path, body in batch:
+        for path, body, policy in batch:
             by_path.setdefault(path, []).append(body)
+            if not policy.capture_content:  # log lines of this batch follow its strictest policy
+                self._batch_policy.policy = policy
         delivered = 0
-        for path, bodies in by_path.items():
-            try:
-                delivered += self.send(path, bodies)
-            except Exception as exc:
-                self._log.warning(f"send:{type(exc).__name__}", "ragaudit: %s failed to send: %s",
-                                  type(self).__name__, self.content.exception(exc))
+        try:
+            for path, bodies in by_path.items():
+                try:
+                    delivered += self.send(path, bodies)
+                except Exception as exc:
+                    self._log.warning(f"send:{type(exc).__name__}", "ragaudit: %s failed to send: %s",
+                                      type(self).__name__, self._log_policy().exception(exc))
+        finally:
+            self._batch_policy.policy = None
         return delivered
+
+    def _log_policy(self) -> ContentPolicy:
+        found: ContentPolicy | None = getattr(self._batch_policy, "policy", None)
+        return found if found is not None else self.content
 
     def _post(self, path: str, body: dict[str, Any]) -> bool:
         delay = self._backoff_s
@@ -212,11 +247,22 @@ class HttpSink(BaseJudgementSink):
                     "ragaudit: %s cannot reach %s: %s",
                     type(self).__name__,
                     scrub_url(self.endpoint),
-                    self.content.exception(exc),
+                    self._log_policy().exception(exc),
                 )
                 continue
-            if response.status_code < 300:
+            problem = check_response(response, self.response_check)
+            if problem is None:
                 return True
+            if response.status_code < 300:
+                # Answered "OK" with something that is not the backend's answer (a login page, a
+                # proxy's error page): not delivered, and not retried (the same page comes back).
+                with self._lock:
+                    self._rejected += 1
+                self._log.warning(
+                    f"body:{problem}", "ragaudit: %s got HTTP %d from %s%s but %s; counted as not delivered "
+                    "(check the endpoint URL and any proxy or login in front of it)",
+                    type(self).__name__, response.status_code, scrub_url(self.endpoint), path, problem)
+                return False
             self._log.warning(
                 f"http:{response.status_code}",
                 "ragaudit: %s got HTTP %d from %s%s: %s",
@@ -226,7 +272,7 @@ class HttpSink(BaseJudgementSink):
                 path,
                 # a backend's error body may echo what it was sent (a key, the reason): it follows
                 # content capture like any other text
-                self.content.body(response.text, status=response.status_code),
+                self._log_policy().body(response.text, status=response.status_code),
             )
             if response.status_code in self.permanent_statuses:
                 return False  # retrying will not help
@@ -283,18 +329,12 @@ class PhoenixSink(HttpSink):
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         super().__init__(endpoint, headers=headers, **kwargs)
         self.threshold = threshold
-        self._resolve_retrieval_spans: SpanIdResolver | None = None
 
-    def bind_recorder(self, recorder: Any) -> None:
-        """Called by the Auditor: lets the sink find the retrieval span ids of a turn, and send the
-        reason the way the recorder records texts."""
-        super().bind_recorder(recorder)
-        self._resolve_retrieval_spans = getattr(recorder, "retrieval_span_ids", None)
-
-    def requests(self, turn: RagTurn, judgement: Judgement) -> list[tuple[str, dict[str, Any]]]:
-        if not turn.span_id:
+    def record_requests(self, record: AuditRecord) -> list[tuple[str, dict[str, Any]]]:
+        turn, judgement = record.turn, record.judgement
+        if not turn.span_id or judgement is None:
             return []
-        reason = self.recorded_reason(judgement)
+        reason = self.recorded_reason(judgement, record.content_policy)
         out: list[tuple[str, dict[str, Any]]] = []
         for name in SCORE_NAMES:
             score = getattr(judgement, name)
@@ -317,47 +357,33 @@ class PhoenixSink(HttpSink):
                     },
                 )
             )
-        if turn.relevant_ids is not None and self._resolve_retrieval_spans is not None:
-            # The retrieval span ids may not be known yet (the turn span can end after the judge
-            # returns), so they are looked up in send(), on the sink's thread.
+        if turn.relevant_ids is None and not judgement.document_grades:
+            return out
+        # Document annotations go on the retrieval spans, whose ids are on the record's turn.
+        span_ids = turn.retrieval_span_ids
+        if not span_ids:
+            self._log.warning("no-span-ids", "ragaudit: PhoenixSink found no retrieval span for turn %s; "
+                              "its document annotations are not sent", turn.turn_id)
+            return out
+        if turn.relevant_ids is not None:
             retrievals = turn.retrievals or (Retrieval(name="", documents=turn.documents),)
-            for index, retrieval in enumerate(retrievals):
+            for index, retrieval in enumerate(retrievals[: len(span_ids)]):
                 for position, doc in enumerate(retrieval.documents):
                     label = turn.relevant_ids.get(doc.id, 0)
-                    body = {
-                        "span_id": None,
+                    out.append((_DOCUMENTS_PATH, {
+                        "span_id": span_ids[index],
                         "document_position": position,
                         "name": "relevance",
                         "annotator_kind": "HUMAN",
                         "result": {"label": "relevant" if label > 0 else "irrelevant", "score": float(label)},
                         "metadata": {"doc_id": doc.id},
-                    }
-                    out.append((_DOCUMENTS_PATH, {"body": body, "turn_id": turn.turn_id, "retrieval": index}))
-        if judgement.document_grades and self._resolve_retrieval_spans is not None:
-            out.extend(_judged_document_annotations(turn, judgement))
+                    }))
+        if judgement.document_grades:
+            out.extend(_judged_document_annotations(turn, judgement, span_ids))
         return out
 
     def send(self, path: str, bodies: list[dict[str, Any]]) -> int:
-        if path == _DOCUMENTS_PATH:
-            bodies = [body for body in map(self._resolve_document, bodies) if body is not None]
-            if not bodies:
-                return 0
         return len(bodies) if self._post(path, {"data": bodies}) else 0
-
-    def _resolve_document(self, item: dict[str, Any]) -> dict[str, Any] | None:
-        resolve = self._resolve_retrieval_spans
-        deadline = time.monotonic() + self.resolve_timeout_s
-        while resolve is not None:
-            span_ids = resolve(item["turn_id"])
-            if span_ids is not None:
-                if item["retrieval"] < len(span_ids):
-                    return {**item["body"], "span_id": span_ids[item["retrieval"]]}
-                return None
-            if time.monotonic() >= deadline or self._worker.stopping.wait(0.05):
-                break
-        self._log.warning("no-span-ids", "ragaudit: PhoenixSink found no retrieval span for turn %s; "
-                       "its document annotations are dropped", item["turn_id"])
-        return None
 
 
 def score_id(trace_id: str, observation_id: str | None, judge: str, name: str) -> str:
@@ -413,25 +439,29 @@ class LangfuseSink(HttpSink):
     def __repr__(self) -> str:  # never show the keys
         return f"LangfuseSink(host={scrub_url(self.endpoint)!r})"
 
-    def _environment(self) -> str | None:
+    def _environment(self, record: AuditRecord) -> str | None:
         if self.environment:
             return self.environment
-        recorder_environment = getattr(self.recorder, "environment", None)
-        if isinstance(recorder_environment, str) and recorder_environment:
-            return recorder_environment
+        provider = record.tracer_provider
+        if provider is None and self._recorder is not None:  # bound through the old interface
+            provider = self._recorder.tracer_provider
+        found = environment_of(provider)
+        if found:
+            return found
         return os.environ.get(LANGFUSE_ENVIRONMENT_ENV, "").strip() or None
 
-    def requests(self, turn: RagTurn, judgement: Judgement) -> list[tuple[str, dict[str, Any]]]:
+    def record_requests(self, record: AuditRecord) -> list[tuple[str, dict[str, Any]]]:
+        turn, judgement = record.turn, record.judgement
         trace_id = turn.trace_id
-        if not trace_id:  # never traced, or sampled out: there is no trace to score
+        if not trace_id or judgement is None:  # never traced, or sampled out: there is no trace to score
             return []
         base: dict[str, Any] = {"traceId": trace_id, "dataType": "NUMERIC"}
         if turn.span_id:
             base["observationId"] = turn.span_id
-        environment = self._environment()
+        environment = self._environment(record)
         if environment:
             base["environment"] = environment
-        reason = self.recorded_reason(judgement)
+        reason = self.recorded_reason(judgement, record.content_policy)
         out = []
         for name in SCORE_NAMES:
             score = getattr(judgement, name)
@@ -449,17 +479,18 @@ class LangfuseSink(HttpSink):
                         },
                     )
                 )
-        for metric, value in (turn_metrics(turn) or {}).items():
+        for metric, value in (record.ground_truth_metrics or {}).items():
             name = f"retrieval.{metric}"
             out.append(("/api/public/scores", {"id": score_id(trace_id, turn.span_id, "ragaudit", name),
                                                **base, "name": name, "value": value}))
-        for score in _judged_scores(turn, judgement):
+        for score in _judged_scores(record, judgement):
             out.append(("/api/public/scores", {"id": score_id(trace_id, turn.span_id, judgement.judge, score["name"]),
                                                **base, **score}))
         return out
 
 
-def _judged_document_annotations(turn: RagTurn, judgement: Judgement) -> list[tuple[str, dict[str, Any]]]:
+def _judged_document_annotations(turn: RagTurn, judgement: Judgement,
+                                 span_ids: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
     """Phoenix document annotations ``judged_relevance`` from the judge's grades (LLM annotator; the
     ground-truth ``relevance`` annotations stay HUMAN). A document the judge did not grade gets none."""
     from ..records import DOCUMENT_GRADES
@@ -467,30 +498,28 @@ def _judged_document_annotations(turn: RagTurn, judgement: Judgement) -> list[tu
     grades = {g.doc_id: g for g in judgement.document_grades if g.grade is not None}
     out: list[tuple[str, dict[str, Any]]] = []
     retrievals = turn.retrievals or (Retrieval(name="", documents=turn.documents),)
-    for index, retrieval in enumerate(retrievals):
+    for index, retrieval in enumerate(retrievals[: len(span_ids)]):
         for position, doc in enumerate(retrieval.documents):
             grade = grades.get(doc.id)
             if grade is None or grade.grade is None:
                 continue
             body = {
-                "span_id": None,
+                "span_id": span_ids[index],
                 "document_position": position,
                 "name": "judged_relevance",
                 "annotator_kind": "LLM" if grade.method == "llm" else "CODE",
                 "result": {"label": DOCUMENT_GRADES[grade.grade], "score": float(grade.grade)},
                 "metadata": {"doc_id": doc.id, "judge": judgement.judge, "method": grade.method},
             }
-            out.append((_DOCUMENTS_PATH, {"body": body, "turn_id": turn.turn_id, "retrieval": index}))
+            out.append((_DOCUMENTS_PATH, body))
     return out
 
 
-def _judged_scores(turn: RagTurn, judgement: Judgement) -> list[dict[str, Any]]:
+def _judged_scores(record: AuditRecord, judgement: Judgement) -> list[dict[str, Any]]:
     """Langfuse scores for the judged retrieval metrics and citation precision/recall (absent ones are not sent)."""
-    if not judgement.sentences and not judgement.document_grades:
+    audit = record.audit
+    if audit is None:
         return []
-    from ..judged import audit_turn
-
-    audit = audit_turn(turn, judgement)
     scores = [{"name": f"retrieval.{name}", "value": value} for name, value in (audit.metrics or {}).items()]
     for name, value in (("citation_precision", audit.citation_precision),
                         ("citation_recall", audit.citation_recall)):

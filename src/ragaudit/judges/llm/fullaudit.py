@@ -2,7 +2,7 @@
 
 One chat call, as for the three scores (:mod:`ragaudit.judges.protocol`); the same delimiting of
 untrusted text. The answer is split into sentences by our code
-(:func:`ragaudit.judged.answer_sentences`, deterministic) and shown numbered ``(S1)``, ``(S2)``...;
+(:func:`ragaudit.turn_audit.answer_sentences`, deterministic) and shown numbered ``(S1)``, ``(S2)``...;
 the documents keep their numbers ``[1]``, ``[2]``... (their ranks). The judge returns::
 
     {"faithfulnessScore": 0.5, "contextRelevanceScore": 0.8, "answerRelevanceScore": 1.0,
@@ -37,8 +37,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...judged import answer_sentences
 from ...records import DocumentGrade, JudgeRequest, SentenceVerdict, truncate
+from ...turn_audit import answer_sentences
 from .parsing import (
     _DATA_SECTION_RE,
     DEFAULT_MAX_REPLY_CHARS,

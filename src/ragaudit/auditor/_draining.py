@@ -1,0 +1,183 @@
+"""Flushing and shutting down the Auditor: every deadline holds, whatever a judge, backend or sink does.
+
+:class:`Draining` is the Auditor's base class for these (its workers and exporters are the
+Auditor's); kept apart so the Auditor class stays about taking turns in.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .._deprecation import renamed_kwargs
+from .._export import Exporter
+from .._worker import BatchWorker, call_with_deadline
+from ..content import ContentPolicy
+from ..judges.base import RagJudge
+from ._closing import TurnCloser
+from ._exporting import ExportStage
+from ._lifecycle import report
+
+if TYPE_CHECKING:
+    from ..tracing._judge_spans import JudgeSpanExporter
+
+__all__ = ["Draining"]
+
+logger = logging.getLogger("ragaudit")
+
+_CALL_MARGIN_S = 0.05
+
+
+class Draining:
+    """Flush, shutdown and the exit hook's part, over the Auditor's workers and exporters."""
+
+    judge: RagJudge
+    content: ContentPolicy
+    exit_timeout_s: float
+    _lock: threading.Lock
+    _closed: bool
+    _pending: int
+    _closer: TurnCloser
+    _judging: BatchWorker[Any]
+    _blocking: BatchWorker[Callable[[], None]] | None
+    _export: ExportStage
+    _spans: JudgeSpanExporter
+
+    def stats(self) -> dict[str, int]:
+        raise NotImplementedError
+
+    def _job_failed(self, exc: BaseException) -> None:
+        raise NotImplementedError
+
+    @renamed_kwargs(timeout="timeout_s")
+    def flush(self, timeout_s: float | None = 30.0) -> bool:
+        """Wait until every turn handed over so far is recorded and judged, its spans exported and
+        the sinks flushed.
+
+        Returns within *timeout_s* (seconds) plus a few milliseconds whatever the trace backend or a
+        sink does (their flushes run on a worker thread and are abandoned at the deadline), and
+        says truthfully whether everything was delivered: False when the time ran out, a span
+        export or a sink's flush did not succeed, or a delivery failed (``sink_errors`` grew)
+        during the flush. Never raises.
+        """
+        try:
+            return self._flush(None if timeout_s is None else time.monotonic() + max(0.0, timeout_s))
+        except Exception as exc:  # never into the host
+            self._job_failed(exc)
+            return False
+
+    def _flush(self, deadline: float | None) -> bool:
+        def remaining() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        errors_before = self.stats()["sink_errors"]
+        spans_failed_before = self._spans.spans_not_exported()
+        ok = self._closer.worker.flush(remaining())
+        ok = self._judging.flush(remaining()) and ok
+        ok = self._export.worker.flush(remaining()) and ok
+        # Exporters in order: spans first, as a sink may refer to them (Phoenix annotations need the
+        # span to exist); the judge-span exporter flushes every provider turns were judged through.
+        for exporter in self._export.exporters:
+            ok = self._bounded(exporter.force_flush, remaining(), exporter) and ok
+        stats = self.stats()
+        return (ok and stats["pending"] == 0 and stats["sink_errors"] == errors_before
+                and self._spans.spans_not_exported() == spans_failed_before)
+
+    def _bounded(self, call: Callable[[float], bool], timeout_s: float | None, target: object) -> bool:
+        """Run a flush of code we do not control (an exporter, a sink) within *timeout_s*."""
+        budget = 30.0 if timeout_s is None else timeout_s
+        try:
+            finished, result = call_with_deadline(lambda: call(budget), budget + _CALL_MARGIN_S)
+        except Exception as exc:
+            self._export.count_failure(target, exc)
+            return False
+        return finished and bool(result)
+
+    @renamed_kwargs(timeout="timeout_s")
+    def shutdown(self, timeout_s: float | None = None) -> bool:
+        """Flush (within *timeout_s*, default ``exit_timeout_s``), then stop the workers. Idempotent.
+
+        Never raises, and returns within *timeout_s* plus a small margin whatever a judge, the trace
+        backend or a sink does. Turns submitted afterwards are counted as dropped. Returns False
+        when something was not delivered by the deadline; what (judgements, turns, spans) is
+        reported on stderr.
+        """
+        budget = self.exit_timeout_s if timeout_s is None else max(0.0, timeout_s)
+        try:
+            return self._shutdown(time.monotonic() + budget, budget)
+        except Exception as exc:  # never into the host (a full disk, a failing sink, ...)
+            self._job_failed(exc)
+            return False
+
+    def _shutdown(self, deadline: float, budget: float) -> bool:
+        def remaining() -> float:
+            return max(0.0, deadline - time.monotonic())
+
+        with self._lock:
+            if self._closed:
+                return self._pending == 0
+        # Turns whose root ended but a child run never did (a hung tool, a lost callback) are closed
+        # now, their open children marked unfinished, so that exit records them too.
+        self._closer.close_sources()
+        # Turns still being closed are submitted before the auditor stops accepting them.
+        self._closer.worker.flush(remaining())
+        unclosed = len(self._closer)
+        self._closer.worker.shutdown(0)
+        with self._lock:
+            if self._closed:
+                return self._pending == 0
+            self._closed = True
+        ok = self._flush(deadline)
+        with self._lock:
+            lost = self._pending
+        if not lost:
+            self._release_loop_clients(remaining())
+        self._judging.shutdown(0)
+        if self._blocking is not None:
+            self._blocking.shutdown(0)
+        self._export.worker.shutdown(0)
+        for exporter in self._export.exporters:
+            ok = self._bounded(_shutdown_call(exporter), remaining(), exporter) and ok
+        stats = self.stats()  # after the sinks' shutdown: what they could not deliver is counted now
+        if lost:
+            report(f"{lost} judgement(s) still pending at shutdown were not recorded (flush timeout "
+                   f"{budget:g}s); stats={stats}")
+        if unclosed:
+            report(f"{unclosed} finished turn(s) still waiting to be recorded at shutdown were not "
+                   f"recorded (flush timeout {budget:g}s)")
+        if not ok and not lost and not unclosed:
+            report(f"spans or sink deliveries were not all confirmed at shutdown (flush timeout {budget:g}s; "
+                   f"{stats['sink_errors']} sink item(s) not delivered); stats={stats}")
+        return ok and not lost and not unclosed
+
+    def _release_loop_clients(self, timeout_s: float) -> None:
+        # A judge's async HTTP client belongs to our loop: close it while the loop still runs, or
+        # its connections can never be closed ("Event loop is closed" later).
+        if not self._judging.started:
+            return
+        try:
+            self._judging.run_coroutine(self.judge.aclose_loop()).result(timeout=min(timeout_s, 5.0))
+        except Exception as exc:
+            logger.debug("ragaudit: closing the judge's client for the auditor loop failed: %s",
+                         self.content.exception(exc))
+
+    def _exit(self, deadline: float) -> None:
+        """The exit hook's part for this auditor: shut down by *deadline* (shared by all auditors)."""
+        if self._closed:
+            return
+        stats = self.stats()
+        if stats["pending"] or stats["closing"]:
+            logger.info("ragaudit: flushing %d pending judgement(s) and %d turn(s) at exit", stats["pending"],
+                        stats["closing"])
+        self.shutdown(min(self.exit_timeout_s, max(0.0, deadline - time.monotonic())))
+
+
+def _shutdown_call(exporter: Exporter) -> Callable[[float], bool]:
+    def call(timeout_s: float) -> bool:
+        exporter.shutdown(timeout_s)  # bounded by the caller too (it runs on a worker thread)
+        return True
+
+    return call

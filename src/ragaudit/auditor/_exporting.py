@@ -1,0 +1,170 @@
+"""The Auditor's export stage: every record to every exporter, in batches, on one BatchWorker.
+
+The judging loop hands each finished :class:`~ragaudit.AuditRecord` to :class:`ExportStage`; its
+worker thread gives batches of them to each exporter in turn (the judge span first: a sink may refer
+to it), then tells the Auditor they are delivered (so ``stats()`` counts a judgement once it is
+recorded everywhere). File and network work never runs on the judging loop.
+
+Also here: the exporters made of the Auditor's other arguments (:class:`OnJudgementExporter`) and
+the adapter for sinks written against the old ``emit(turn, judgement)`` interface.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from .._export import BaseExporter, Exporter, ExportResult
+from .._log import RateLimitedLog
+from .._sink import JudgementSink
+from .._worker import BatchWorker
+from ..content import ContentPolicy
+from ..records import AuditRecord, Judgement, RagTurn
+
+__all__ = ["ExportStage", "LegacySinkExporter", "OnJudgementExporter", "exporter_name"]
+
+logger = logging.getLogger("ragaudit")
+
+_EXPORT_BATCH = 64
+_PACE_BATCH = 8
+
+OnJudgement = Callable[[RagTurn, Judgement], None]
+
+
+def exporter_name(exporter: object) -> str:
+    """A short name for log lines: a function's name, else the class name."""
+    name = getattr(exporter, "__name__", None)  # a user's callable (on_judgement), not our object
+    return name if isinstance(name, str) else type(exporter).__name__
+
+
+class _Failures:
+    """A count of failed deliveries with a rate-limited warning per kind (never raises)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+        self._log = RateLimitedLog()
+
+    def add(self, target: object, exc: BaseException, policy: ContentPolicy, count: int = 1) -> None:
+        with self._lock:
+            self.count += count
+        name = exporter_name(target)
+        self._log.warning(f"sink:{name}:{type(exc).__name__}", "ragaudit: sink %s failed: %s", name,
+                          policy.exception(exc))
+
+    def reset(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+
+
+class _PerJudgement(BaseExporter):
+    """An exporter that hands each judged record's turn and judgement to *target* (:meth:`deliver`);
+    a raise is counted (``errors``) and logged, never passed on."""
+
+    def __init__(self, target: object) -> None:
+        self._target = target
+        self._failures = _Failures()
+
+    def deliver(self, turn: RagTurn, judgement: Judgement) -> None:
+        raise NotImplementedError
+
+    def export(self, records: Sequence[AuditRecord]) -> ExportResult:
+        ok = True
+        for record in records:
+            if record.judgement is None:
+                continue
+            try:
+                self.deliver(record.turn, record.judgement)
+            except Exception as exc:
+                ok = False
+                self._failures.add(self._target, exc, record.content_policy)
+        return ExportResult.SUCCESS if ok else ExportResult.FAILURE
+
+    @property
+    def errors(self) -> int:
+        return self._failures.count
+
+
+class OnJudgementExporter(_PerJudgement):
+    """``Auditor(on_judgement=...)`` as an exporter: ``on_judgement(turn, judgement)`` per judged record."""
+
+    def __init__(self, callback: OnJudgement) -> None:
+        super().__init__(callback)
+        self.callback = callback
+
+    def deliver(self, turn: RagTurn, judgement: Judgement) -> None:
+        self.callback(turn, judgement)
+
+
+class LegacySinkExporter(_PerJudgement):
+    """A sink of the old interface (``emit(turn, judgement)``, :class:`~ragaudit.auditor.JudgementSink`)
+    as an exporter: each judged record is emitted; its flush, shutdown and errors are the sink's."""
+
+    def __init__(self, sink: JudgementSink) -> None:
+        super().__init__(sink)
+        self.sink = sink
+
+    def deliver(self, turn: RagTurn, judgement: Judgement) -> None:
+        self.sink.emit(turn, judgement)
+
+    def force_flush(self, timeout_s: float = 30.0) -> bool:
+        return bool(self.sink.force_flush(timeout_s))
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        self.sink.shutdown(timeout_s)
+
+    @property
+    def errors(self) -> int:
+        return self._failures.count + int(self.sink.errors)
+
+
+class ExportStage:
+    """Runs *exporters* over batches of records on one BatchWorker; *delivered(records)* is called
+    after every exporter had them (also when one failed: its failure is counted, the others run)."""
+
+    def __init__(self, exporters: Sequence[Exporter], delivered: Callable[[Sequence[AuditRecord]], None],
+                 content: ContentPolicy, *, max_queue: int) -> None:
+        self.exporters = tuple(exporters)
+        self._delivered = delivered
+        self._content = content
+        self._failures = _Failures()
+        # Paced (the host first): a batch goes to the exporters in slices of _PACE_BATCH records.
+        self.worker: BatchWorker[AuditRecord] = BatchWorker("export", self.export_now, max_queue=max_queue,
+                                                            max_batch=_EXPORT_BATCH, paced=True,
+                                                            pace_batch=_PACE_BATCH)
+
+    def put(self, record: AuditRecord) -> None:
+        """Export *record* on the worker (or here and now, when the worker cannot take it)."""
+        if not self.worker.put(record):
+            self.export_now([record])
+
+    def export_now(self, records: list[AuditRecord]) -> None:
+        """Give *records* to every exporter on this thread, then report them delivered."""
+        try:
+            for exporter in self.exporters:
+                try:
+                    exporter.export(records)
+                except Exception as exc:
+                    self._failures.add(exporter, exc, records[0].content_policy if records else self._content,
+                                       count=len(records))
+        finally:
+            self._delivered(records)
+
+    def count_failure(self, target: object, exc: BaseException, policy: ContentPolicy | None = None) -> None:
+        """Count and log a failure of *target* outside an export (its flush, its shutdown)."""
+        self._failures.add(target, exc, policy or self._content)
+
+    @property
+    def errors(self) -> int:
+        """Failures counted here plus every exporter's own (a failing counter counts as none)."""
+        total = self._failures.count
+        for exporter in self.exporters:
+            try:
+                total += int(exporter.errors)
+            except Exception:  # an exporter's counter must not break stats()
+                continue
+        return total
+
+    def after_fork(self) -> None:
+        self._failures.reset()

@@ -1,0 +1,324 @@
+"""Reading LangChain's values: messages, questions, answers, documents, model results, tool outputs.
+
+Pure functions over what LangChain hands a callback handler; the handler
+(:mod:`ragaudit.integrations.langchain`) calls the cheap ones on the host's thread and the rest
+when a turn closes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import BaseMessage, ToolMessage
+
+from ..records import RetrievedDoc
+from ._common import report_failure, retrieved_doc, score_from
+
+__all__ = [
+    "RawDoc",
+    "answer_from",
+    "conversation_of",
+    "convert_documents",
+    "error_text",
+    "history_of",
+    "is_documents",
+    "messages_of",
+    "model_name",
+    "prompt_messages",
+    "prompt_text",
+    "query_from",
+    "read_llm_result",
+    "read_tool_output",
+    "readable",
+    "retriever_name",
+    "snapshot_documents",
+    "text_of",
+]
+
+_QUERY_KEYS = ("question", "input", "query", "q")
+_ANSWER_KEYS = ("answer", "output", "result", "text")
+
+
+# --- reading LangChain values ----------------------------------------------------------------------
+
+
+def text_of(content: Any) -> str:
+    """The text of a message's content: a string, or the text parts of a list of content blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, Mapping) and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+        return "".join(parts)
+    return "" if content is None else str(content)
+
+
+_ROLES = {"human": "user", "user": "user", "ai": "assistant", "assistant": "assistant",
+          "AIMessageChunk": "assistant", "system": "system", "developer": "system", "tool": "tool",
+          "function": "tool"}
+
+
+def _message_of(item: Any) -> tuple[str, str] | None:
+    """``(role, text)`` of one message in any form LangChain accepts: a message object, a
+    ``(role, content)`` tuple, a ``{"role" | "type": ..., "content": ...}`` dict, or a string (a
+    user message); None for anything else. Roles: user, assistant, system, tool."""
+    if isinstance(item, BaseMessage):
+        return _ROLES.get(item.type, item.type), text_of(item.content)
+    if isinstance(item, str):
+        return "user", item
+    if isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str):
+        return _ROLES.get(item[0], item[0]), text_of(item[1])
+    if isinstance(item, Mapping):
+        role = item.get("role", item.get("type"))
+        if isinstance(role, str) and "content" in item:
+            return _ROLES.get(role, role), text_of(item["content"])
+    return None
+
+
+def messages_of(value: Any) -> list[tuple[str, str]] | None:
+    """The conversation in *value* (a list of messages, or one message), or None when it is none."""
+    if isinstance(value, (BaseMessage, str)):
+        single = _message_of(value)
+        return [single] if single is not None else None
+    if not isinstance(value, (list, tuple)) or not value:
+        return None
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str) \
+            and not isinstance(value[1], (list, tuple, BaseMessage)):
+        single = _message_of(value)  # one ("user", "text") pair
+        return [single] if single is not None else None
+    out = []
+    for item in value:
+        message = _message_of(item)
+        if message is None:
+            return None
+        out.append(message)
+    return out
+
+
+def _last_user(messages: Sequence[tuple[str, str]] | None) -> str | None:
+    if not messages:
+        return None
+    for role, text in reversed(messages):
+        if role == "user":
+            return text
+    return messages[-1][1]
+
+
+def query_from(inputs: Any) -> str | None:
+    """The question of a root run: a string, a message, a dict's question/input/query/q (else the
+    user's last message in its ``messages``, else its first non-empty string), a list of messages.
+    None for streaming placeholders (``{"input": ""}``)."""
+    if isinstance(inputs, str):
+        return inputs or None
+    if isinstance(inputs, BaseMessage):
+        return text_of(inputs.content) or None
+    if isinstance(inputs, Mapping):
+        for key in _QUERY_KEYS:
+            value = inputs.get(key)
+            if isinstance(value, str):
+                if value:
+                    return value
+            elif value is not None:
+                found = query_from(value)
+                if found:
+                    return found
+        if "messages" in inputs:
+            return _last_user(messages_of(inputs["messages"])) or None
+        for value in inputs.values():
+            if isinstance(value, str) and value:
+                return value
+        return None
+    if isinstance(inputs, (list, tuple)) and inputs:
+        return _last_user(messages_of(inputs)) or None
+    return None
+
+
+def conversation_of(inputs: Any) -> Any:
+    """The raw message list of a conversation-shaped root input (``{"messages": [...]}`` as agents
+    take, or a list of messages), read into messages when the turn closes; None otherwise."""
+    if isinstance(inputs, Mapping):
+        messages = inputs.get("messages")
+        return messages if isinstance(messages, (list, tuple, str, BaseMessage)) else None
+    if isinstance(inputs, list) and inputs and not isinstance(inputs[0], str):
+        return inputs
+    return None
+
+
+def history_of(inputs: Any) -> Any:
+    """A chain input's ``chat_history`` / ``history`` (what ``RunnableWithMessageHistory`` inserts
+    and history-aware retrievers read), raw; None when there is none."""
+    if isinstance(inputs, Mapping):
+        for key in ("chat_history", "history"):
+            value = inputs.get(key)
+            if isinstance(value, (list, tuple)) and value:
+                return value
+    return None
+
+
+def readable(read: Callable[[Any], Any], inputs: Any, what: str) -> Any:
+    """``read(inputs)``, or None (reported) when *inputs* cannot be read: the run is still tracked."""
+    try:
+        return read(inputs)
+    except Exception as exc:
+        report_failure(f"reading a run's {what}", exc)
+        return None
+
+
+def answer_from(outputs: Any) -> str | None:
+    """The answer of a root run: a string, a message's text, a dict's answer/output/result/text, or
+    the last AI message of a dict's ``messages`` (a LangGraph agent's state)."""
+    if isinstance(outputs, str):
+        return outputs
+    if isinstance(outputs, BaseMessage):
+        return text_of(outputs.content)
+    if isinstance(outputs, Mapping):
+        for key in _ANSWER_KEYS:
+            value = outputs.get(key)
+            if isinstance(value, (str, BaseMessage)):
+                return answer_from(value)
+        messages = outputs.get("messages")
+        if isinstance(messages, list):
+            for message in reversed(messages):
+                if isinstance(message, BaseMessage) and message.type == "ai":
+                    return text_of(message.content)
+    return None
+
+
+def error_text(error: BaseException) -> str:
+    try:
+        return f"{type(error).__name__}: {error}"
+    except Exception:  # an exception whose __str__ fails
+        return f"{type(error).__name__} (its message could not be read)"
+
+
+RawDoc = tuple[Any, Any, Mapping[str, Any]]  # (id, page_content, metadata copy) as the retriever returned it
+
+
+def snapshot_documents(documents: Sequence[Any] | None) -> tuple[RawDoc, ...]:
+    """What a retriever returned, as it is now (a later step may edit a document's metadata); cheap,
+    so it can run on the host's thread. :func:`convert_documents` does the rest in the background."""
+    out = []
+    for doc in documents or ():
+        metadata = getattr(doc, "metadata", None)
+        out.append((getattr(doc, "id", None), getattr(doc, "page_content", None),
+                    dict(metadata) if isinstance(metadata, Mapping) else {}))
+    return tuple(out)
+
+
+def convert_documents(documents: Sequence[RawDoc]) -> tuple[RetrievedDoc, ...]:
+    return tuple(retrieved_doc(rank, doc_id, content, metadata, score_from(metadata))
+                 for rank, (doc_id, content, metadata) in enumerate(documents, 1))
+
+
+def is_documents(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and all(
+        hasattr(item, "page_content") for item in value)
+
+
+def read_tool_output(output: Any, call_id: str | None, name: str
+                      ) -> tuple[str | None, tuple[RetrievedDoc, ...] | None, str | None, str | None]:
+    """``(text, documents, call id, error)`` of a tool's output: a ``ToolMessage`` (its content, its
+    artifact's documents as ``create_retriever_tool`` returns them, its call id, an error status),
+    a list of documents, or any value (its text)."""
+    error = None
+    artifact = None
+    if isinstance(output, ToolMessage):
+        call_id = output.tool_call_id or call_id
+        artifact = output.artifact
+        if output.status == "error":
+            error = f"tool {name} failed"
+        content: Any = output.content
+    else:
+        content = output
+    documents = None
+    for candidate in (artifact, content):
+        if is_documents(candidate):
+            documents = convert_documents(snapshot_documents(candidate))
+            break
+    if content is None:
+        text = None
+    elif is_documents(content):
+        text = "\n\n".join(str(doc.page_content) for doc in content)
+    elif isinstance(content, (str, list)):
+        text = text_of(content)
+    else:
+        text = str(content)
+    return text, documents, call_id, error
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def read_llm_result(response: Any) -> tuple[str | None, int | None, int | None, str | None]:
+    """``(output text, input tokens, output tokens, response model)`` of an ``LLMResult``."""
+    text: str | None = None
+    message = None
+    generations = getattr(response, "generations", None)
+    if generations and generations[0]:
+        first = generations[0][0]
+        message = getattr(first, "message", None)
+        text = getattr(first, "text", None)
+        if not text and isinstance(message, BaseMessage):
+            text = text_of(message.content)
+    llm_output = getattr(response, "llm_output", None)
+    llm_output = llm_output if isinstance(llm_output, Mapping) else {}
+    input_tokens = output_tokens = None
+    usage = llm_output.get("token_usage") or llm_output.get("usage")
+    if isinstance(usage, Mapping):
+        input_tokens = _int_or_none(usage.get("prompt_tokens", usage.get("input_tokens")))
+        output_tokens = _int_or_none(usage.get("completion_tokens", usage.get("output_tokens")))
+    usage_metadata = getattr(message, "usage_metadata", None)
+    if input_tokens is None and output_tokens is None and isinstance(usage_metadata, Mapping):
+        input_tokens = _int_or_none(usage_metadata.get("input_tokens"))
+        output_tokens = _int_or_none(usage_metadata.get("output_tokens"))
+    model = llm_output.get("model_name") or llm_output.get("model")
+    if not model:
+        response_metadata = getattr(message, "response_metadata", None)
+        if isinstance(response_metadata, Mapping):
+            model = response_metadata.get("model_name") or response_metadata.get("model")
+    return text if isinstance(text, str) else None, input_tokens, output_tokens, (
+        model if isinstance(model, str) and model else None)
+
+
+def prompt_messages(prompt: Any) -> tuple[tuple[str, str], ...]:
+    """A chat model's input as ``(role, content)`` pairs (user, assistant, system, tool); () for a
+    plain-text prompt."""
+    if not isinstance(prompt, list):
+        return ()
+    return tuple((_ROLES.get(m.type, str(getattr(m, "role", m.type))), text_of(m.content))
+                 for m in prompt if isinstance(m, BaseMessage))
+
+
+def prompt_text(prompt: Any) -> str | None:
+    if isinstance(prompt, list):
+        if prompt and isinstance(prompt[0], str):
+            return "\n".join(prompt)
+        return "\n".join(f"{m.type}: {text_of(m.content)}" for m in prompt if isinstance(m, BaseMessage))
+    return None
+
+
+def retriever_name(serialized: Any, metadata: Mapping[str, Any] | None, name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        name = serialized.get("name") if isinstance(serialized, Mapping) else None
+    store = metadata.get("ls_vector_store_provider") if metadata else None
+    if isinstance(store, str) and store and (not name or name == "VectorStoreRetriever"):
+        return store
+    return name if isinstance(name, str) and name else "retriever"
+
+
+def model_name(invocation_params: Any, metadata: Mapping[str, Any] | None) -> str | None:
+    if isinstance(invocation_params, Mapping):
+        for key in ("model", "model_name", "model_id", "deployment_name"):
+            value = invocation_params.get(key)
+            if isinstance(value, str) and value:
+                return value
+    value = metadata.get("ls_model_name") if metadata else None
+    return value if isinstance(value, str) and value else None
+
+

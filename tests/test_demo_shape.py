@@ -1,0 +1,26 @@
+"""Behaviour unchanged by the record/exporter refactoring: the demo's spans, audit lines and sink
+payloads carry the same keys and values as before (ids, times and latencies aside).
+
+``tests/data/demo_shape.json`` was written by ``python -m tests.support.demo_shape`` on the code
+before ``AuditRecord`` and the exporters (main at 1b6d4e3). A change made on purpose rewrites it in
+the same commit.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.support.demo_shape import demo_shape
+
+_BEFORE = Path(__file__).parent / "data" / "demo_shape.json"
+
+
+def test_demo_spans_audit_lines_and_sink_payloads_are_unchanged() -> None:
+    before = json.loads(_BEFORE.read_text(encoding="utf-8"))
+    now = json.loads(json.dumps(demo_shape(), sort_keys=True))
+    assert sorted(now) == sorted(before)
+    for part in sorted(before):
+        assert len(now[part]) == len(before[part]), part
+        for index, (item_now, item_before) in enumerate(zip(now[part], before[part])):
+            assert item_now == item_before, f"{part}[{index}] differs"
