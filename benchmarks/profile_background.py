@@ -179,11 +179,39 @@ def child(judge_kind: str, turns: int, sink: str, llm_url: str | None, profile: 
     background_bare = (cpu_bare - host_bare) / turns / 1000.0
     background_ra = (cpu_ra - host_ra) / turns / 1000.0
     with open(log, encoding="utf-8") as f:
-        lines = sum(1 for _ in f)
+        records = [json.loads(line) for line in f]
     return {"judge": judge_kind, "turns": turns, "background_cpu_us": background_ra - background_bare,
             "background_cpu_us_raw": background_ra, "background_cpu_us_bare_chain": background_bare,
-            "host_cpu_us": (host_ra - host_bare) / turns / 1000.0, "audit_lines": lines,
-            "stats": auditor.stats()}
+            "host_cpu_us": (host_ra - host_bare) / turns / 1000.0, "audit_lines": len(records),
+            "json": json_encoders(records), "stats": auditor.stats()}
+
+
+def json_encoders(records: list[dict[str, Any]], rounds: int = 7) -> dict[str, Any]:
+    """CPU per audit line: the standard library's encoder (as the audit log calls it) against orjson,
+    on this run's own lines, alternated *rounds* times (median)."""
+    try:
+        import orjson
+    except ImportError:
+        return {"orjson": None}
+
+    def stdlib() -> None:
+        for record in records:
+            json.dumps(record, ensure_ascii=False, default=str)
+
+    def fast() -> None:
+        for record in records:
+            orjson.dumps(record, default=str).decode()
+
+    times: dict[str, list[float]] = {"stdlib": [], "orjson": []}
+    for _ in range(rounds):
+        for name, encode in (("stdlib", stdlib), ("orjson", fast)):
+            start = time.thread_time_ns()
+            encode()
+            times[name].append((time.thread_time_ns() - start) / len(records) / 1000.0)
+    out: dict[str, Any] = {f"{name}_us_per_line": sorted(v)[len(v) // 2] for name, v in times.items()}
+    out["bytes_per_line"] = sum(len(json.dumps(r, ensure_ascii=False)) for r in records) / len(records)
+    out["orjson_version"] = orjson.__version__ if hasattr(orjson, "__version__") else None
+    return out
 
 
 # --- the parent ---------------------------------------------------------------------------------------
@@ -211,6 +239,11 @@ def print_report(results: dict[str, Any]) -> None:
     for judge, entry in results.items():
         m = entry["measured"]
         print(f"| {judge} | {m['background_cpu_us']:,.0f} | {m['host_cpu_us']:,.0f} | {m['audit_lines']} |")
+    for judge, entry in results.items():
+        j = entry["measured"]["json"]
+        if j.get("orjson_us_per_line") is not None:
+            print(f"audit line JSON ({judge}, {j['bytes_per_line']:,.0f} bytes): stdlib "
+                  f"{j['stdlib_us_per_line']:.1f} us, orjson {j['orjson_us_per_line']:.1f} us per line")
     areas = sorted({a for e in results.values() for a in e["profile"]["profiled_s_per_area"]})
     print("\nshare of the profiled background time per area (cProfile; the host's thread left out):\n")
     print("| area | " + " | ".join(results) + " |")

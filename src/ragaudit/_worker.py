@@ -326,6 +326,7 @@ class BatchWorker(Generic[T]):
                 logger.debug("ragaudit: worker %s on_error failed: %s", self.name, log_exception(exc))
 
     def _run(self) -> None:
+        _register_own_thread()
         cond = self._cond
         while True:
             with cond:
@@ -384,6 +385,7 @@ class BatchWorker(Generic[T]):
             pass
 
     def _run_loop(self, loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
+        _register_own_thread()
         asyncio.set_event_loop(loop)
         self._loop = loop
         self._wake = asyncio.Event()
@@ -440,47 +442,95 @@ class HostFirst:
     for a while keeps the host's threads waiting for up to the switch interval (5 ms) each time they
     want to run, and a host request that hands work between threads (LangChain's executor) waits
     once per hand-off: that is the host's tail. So a paced worker, after every item, yields the
-    interpreter (``time.sleep(0)``: a host thread waiting for it runs at once) and takes how long
-    the yield took as the sign of a busy host (another thread ran). While the host is busy, every
-    item (or ``SLICE_S`` of this thread's CPU) is followed by a pause that holds its share to ``SHARE``: the
-    background work then waits, and its cost shows up as judging latency instead of the host's
-    latency. Past a quarter of its queue the share grows (full speed at half full), so a host that
-    is busy all the time still gets its turns recorded, not dropped. A flush or shutdown pauses
-    nothing (*hurry* is set).
+    interpreter (``time.sleep(0)``: a host thread waiting for it runs at once). The host is *busy*
+    when its threads -- every thread of the process but ragaudit's, whose CPU clocks are known --
+    ran during a yield that took more than ``BUSY_S``, or used more than ``BUSY_SHARE`` of a core
+    over the last ``PROBE_S`` or more; it stays busy for ``BUSY_FOR_S``. While it is,
+    every item (or ``SLICE_S`` of this thread's CPU) is followed by a pause that holds this thread's
+    share to ``SHARE``: the background work then waits, and its cost shows up as judging latency
+    instead of the host's latency. Past a quarter of its queue the share grows (full speed at half
+    full), so a host that is busy all the time still gets its turns recorded, not dropped. A flush
+    or shutdown pauses nothing (*hurry* is set). Where threads' CPU clocks cannot be read
+    (``time.pthread_getcpuclockid``), nothing is paused; the yield stays.
     """
 
     SHARE = 0.02
     SLICE_S = 0.0005
+    BUSY_SHARE = 0.1
     BUSY_S = 0.0005
+    PROBE_S = 0.005
     BUSY_FOR_S = 0.05
     MAX_PAUSE_S = 0.1
 
-    __slots__ = ("_busy_until", "_cpu")
+    __slots__ = ("_busy_until", "_cpu", "_probe")
 
     def __init__(self) -> None:
         self._cpu: float | None = None  # this thread's CPU clock at the last pause (set on first use)
         self._busy_until = 0.0
+        self._probe: tuple[float, float] | None = None  # (wall, host CPU) at the last probe
 
     def pace(self, backlog: float, hurry: threading.Event, max_pause_s: float = MAX_PAUSE_S) -> None:
         """After an item, on the worker's thread: yield, and pause (at most *max_pause_s*) while the
         host is busy. *backlog*: how full the worker's queue is (0 to 1)."""
         if hurry.is_set() or self._cpu is None:
+            if self._cpu is None:
+                _register_own_thread()
             self._cpu = time.thread_time()
             return
-        before = time.perf_counter()
+        before, host_before = time.perf_counter(), _host_cpu()
         time.sleep(0)
-        after = time.perf_counter()
-        if after - before > self.BUSY_S:
-            self._busy_until = after + self.BUSY_FOR_S
+        now = time.perf_counter()
+        if host_before is not None and now - before > self.BUSY_S:
+            # The yield took a while: busy if the host's threads ran meanwhile (not another of ours).
+            host = _host_cpu()
+            if host is not None and host - host_before > 0.5 * (now - before):
+                self._busy_until = now + self.BUSY_FOR_S
+        self._look(now)
         spent = time.thread_time() - self._cpu
         if spent < self.SLICE_S:
             return
         self._cpu += spent
-        if after >= self._busy_until or backlog >= 0.5:
+        if now >= self._busy_until or backlog >= 0.5:
             return
         share = self.SHARE if backlog < 0.25 else self.SHARE + (1.0 - self.SHARE) * (backlog - 0.25) * 4
         hurry.wait(min(max_pause_s, spent * (1.0 - share) / share))
         self._cpu = time.thread_time()
+
+    def _look(self, now: float) -> None:
+        if self._probe is not None and now - self._probe[0] < self.PROBE_S:
+            return
+        host = _host_cpu()
+        if host is None:
+            return
+        if self._probe is not None and host - self._probe[1] > self.BUSY_SHARE * (now - self._probe[0]):
+            self._busy_until = now + self.BUSY_FOR_S
+        self._probe = (now, host)
+
+
+# thread ident -> CPU clock id of every thread of ragaudit's (the BatchWorkers' and the paced exporters').
+_own_clocks: dict[int, int] = {}
+
+
+def _register_own_thread() -> None:
+    getclock = getattr(time, "pthread_getcpuclockid", None)
+    if getclock is not None:
+        try:
+            _own_clocks[threading.get_ident()] = getclock(threading.get_ident())
+        except (OSError, OverflowError):
+            pass
+
+
+def _host_cpu() -> float | None:
+    """CPU seconds the process spent outside ragaudit's threads (in the host's threads), or None."""
+    if not _own_clocks:
+        return None
+    total = time.process_time()
+    for ident, clock in list(_own_clocks.items()):
+        try:
+            total -= time.clock_gettime(clock)
+        except OSError:  # the thread ended
+            _own_clocks.pop(ident, None)
+    return total
 
 
 _registry_lock = threading.Lock()
@@ -507,6 +557,7 @@ def _after_fork_in_child() -> None:
     global _registry_lock, _singletons_lock
     _registry_lock = threading.Lock()
     _singletons_lock = threading.Lock()
+    _own_clocks.clear()  # the parent's threads are gone
     for worker in list(_registry):
         closed = worker._closed
         worker._reset()
