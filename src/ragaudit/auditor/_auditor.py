@@ -281,7 +281,7 @@ class Auditor(Draining):
         self._blocking: BatchWorker[Callable[[], None]] | None = None
         if self._sync_judge:
             self._blocking = BatchWorker("judge", run_jobs, max_queue=bound, max_batch=1,
-                                         threads=self.max_concurrency)
+                                         threads=self.max_concurrency, paced=True)
         self._export = ExportStage(exporters, delivered, self.content, max_queue=bound)
         self._closer = TurnCloser(self.max_closing, job_failed)
         workers = [w for w in (self._closer.worker, self._judging, self._blocking, self._export.worker)
