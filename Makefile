@@ -35,14 +35,21 @@ $(PHOENIX_STAMP):
 	  $(PHOENIX_VENV)/bin/python -m pip install -q "arize-phoenix==$(PHOENIX_VERSION)" && \
 	  touch $(PHOENIX_STAMP); fi
 
-# Headless Chromium renders the HTML report in a test. Installed from Debian when we may (root with
-# apt-get, as in CI); elsewhere that one test skips and says why.
+# Headless Chromium renders the HTML report in a test, and redis-server backs the shared-budget tests
+# (the tests start their own servers on free ports). Installed from Debian when we may (root with
+# apt-get, as in CI); elsewhere those tests skip and say why.
 system-deps:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 	  { if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
 	      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	        || echo "warning: could not install chromium; the HTML rendering test will skip"; \
 	    else echo "note: chromium not found; the HTML rendering test will skip"; fi; }
+	@command -v redis-server >/dev/null 2>&1 || \
+	  { if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null \
+	        && (service redis-server stop >/dev/null 2>&1 || true)) \
+	        || echo "warning: could not install redis-server; the shared-budget tests will skip"; \
+	    else echo "note: redis-server not found; the shared-budget tests will skip"; fi; }
 
 test: $(STAMP) $(PHOENIX_STAMP) system-deps
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -27,7 +27,8 @@ tool's input, resets Linux's high-water mark (``/proc/self/clear_refs``) and eva
 ``peak_mb`` is that process's peak resident size during the evaluation (its input included),
 ``added_mb`` the part above what was resident just before.
 
-Exactness. Every tool's four means are compared with pytrec_eval's (``max_abs_diff``), and
+Exactness. ragaudit is called with ``ties="pytrec_eval"`` (``--tie-mode``), so that its values can
+equal pytrec_eval's. Every tool's four means are compared with pytrec_eval's (``max_abs_diff``), and
 ragaudit's per-query values from numpy columns with pytrec_eval's per-query values
 (``max_abs_diff_per_query``).
 """
@@ -65,6 +66,9 @@ TOOLS = {
 }
 OPTIONAL_MODULE = {"pytrec_eval": "pytrec_eval", "pandas": "pandas", "pyarrow": "pyarrow"}
 COLUMN_TOOLS = ("numpy", "pandas", "pyarrow")
+# ragaudit compares scores as pytrec_eval does (32-bit floats) here, so its values can equal
+# pytrec_eval's exactly in every cell (--tie-mode trec_eval times its default, trec_eval 10's doubles).
+OURS: dict[str, Any] = {"ties": "pytrec_eval"}
 CORPUS = 1_000_003  # prime: (a + j*b) mod CORPUS gives distinct docs for j < CORPUS
 
 
@@ -173,13 +177,13 @@ def calls(inputs: dict[str, Any], tools: list[str]) -> dict[str, Callable[[], di
         if tool == "pytrec_eval":
             out[tool] = lambda: pytrec_means(inputs["run"], qrels)
         elif tool == "dicts":
-            out[tool] = lambda: metrics.evaluate(inputs["run"], qrels, MEASURES)
+            out[tool] = lambda: metrics.evaluate(inputs["run"], qrels, MEASURES, **OURS)
         elif tool == "numpy":
-            out[tool] = lambda: metrics.evaluate_columns(*inputs["columns"], qrels, MEASURES)
+            out[tool] = lambda: metrics.evaluate_columns(*inputs["columns"], qrels, MEASURES, **OURS)
         elif tool == "pandas":
-            out[tool] = lambda: metrics.evaluate(inputs["frame"], qrels, MEASURES)
+            out[tool] = lambda: metrics.evaluate(inputs["frame"], qrels, MEASURES, **OURS)
         elif tool == "pyarrow":
-            out[tool] = lambda: metrics.evaluate(inputs["table"], qrels, MEASURES)
+            out[tool] = lambda: metrics.evaluate(inputs["table"], qrels, MEASURES, **OURS)
     return out
 
 
@@ -199,7 +203,9 @@ def time_cell(inputs: dict[str, Any], tools: list[str], rounds: int) -> tuple[di
         if tool == "pytrec_eval":
             per_query[tool] = pytrec_per_query(inputs["run"], inputs["qrels"])
         elif tool == "numpy":
-            per_query[tool] = metrics.evaluate_columns(*inputs["columns"], inputs["qrels"], MEASURES, per_query=True)
+            per_query[tool] = metrics.evaluate_columns(
+                *inputs["columns"], inputs["qrels"], MEASURES, per_query=True, **OURS
+            )
         else:
             means[tool] = fn()
             continue
@@ -293,7 +299,8 @@ def measure_memory(data: dict[str, Any], tools: list[str], tmp: Path) -> dict[st
         for tool in tools:
             result = tmp / f"{tool}.json"
             done = subprocess.run(
-                [sys.executable, __file__, "--memory-worker", tool, "--data", str(path), "--result", str(result)],
+                [sys.executable, __file__, "--memory-worker", tool, "--data", str(path), "--result", str(result),
+                 "--tie-mode", OURS["ties"]],
                 env=_child_env(),
                 capture_output=True,
                 text=True,
@@ -496,11 +503,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--markdown", default=None, metavar="RESULT", help="print BENCHMARKS.md's tables of a result file"
     )
+    parser.add_argument(
+        "--tie-mode", choices=["pytrec_eval", "trec_eval"], default="pytrec_eval",
+        help="ragaudit's ties= (default pytrec_eval: 32-bit floats, so its values can equal pytrec_eval's)",
+    )
     parser.add_argument("--memory-worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--cell-worker", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--data", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--result", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    OURS["ties"] = args.tie_mode
 
     if args.markdown:
         print(markdown(json.loads(Path(args.markdown).read_text())))
@@ -548,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
                 sys.executable, __file__, "--cell-worker", str(i), "--ties", repr(tie), "--orders", order,
                 "--queries", str(queries), "--depth", str(args.depth), "--relevant", str(args.relevant),
                 "--rounds", str(rounds), "--tools", ",".join(tools), "--seed", str(args.seed),
-                "--memory", "all" if measured else "none", "--result", str(result),
+                "--memory", "all" if measured else "none", "--result", str(result), "--tie-mode", args.tie_mode,
             ]
             done = subprocess.run(command, env=_child_env(), capture_output=True, text=True, timeout=3600)
             if done.returncode != 0:
@@ -578,6 +590,7 @@ def main(argv: list[str] | None = None) -> int:
                 "rounds": rounds,
                 "seed": args.seed,
                 "ties": ties,
+                "tie_mode": args.tie_mode,
                 "orders": orders,
                 "doc_id_chars": 13,
             },

@@ -12,6 +12,7 @@ import pytest
 
 from tests.support.judges import close_all
 from tests.support.llm_server import LLMServer
+from tests.support.redis_server import redis  # noqa: F401  (a fixture: a redis-server of the test's own)
 
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset(

@@ -39,7 +39,7 @@ def upper(text: str) -> str:
 
 def test_capture_on_keeps_content_reason_and_errors_redacted() -> None:
     policy = ContentPolicy(capture_content=True, redact=upper)
-    assert policy.content("pay with card-4111") == "pay with [CARD]"
+    assert policy.captured("pay with card-4111") == "pay with [CARD]"
     assert policy.reason("judge saw card-4111") == "judge saw [CARD]"
     assert policy.error("APIStatusError: Error code: 400 - card-4111") == "APIStatusError: Error code: 400 - [CARD]"
     assert policy.identifier("/docs/card-4111.pdf") == "/docs/[CARD].pdf"
@@ -50,7 +50,7 @@ def test_capture_on_keeps_content_reason_and_errors_redacted() -> None:
 
 def test_capture_off_keeps_no_free_text() -> None:
     policy = ContentPolicy(capture_content=False, redact=upper)
-    assert policy.content("question text") is None
+    assert policy.captured("question text") is None
     assert policy.reason("the judge's reason") is None
     assert policy.metadata({"k": "v"}) is None
     # an error keeps its type, its status and our fixed message, never its text
@@ -77,7 +77,7 @@ def test_judge_details_with_capture_off_keep_only_numbers_and_flags() -> None:
 def test_the_judges_reason_can_be_kept_on_its_own() -> None:
     policy = ContentPolicy(capture_content=False, capture_reason=True, redact=upper)
     assert policy.reason("because card-4111") == "because [CARD]"
-    assert policy.content("the answer") is None
+    assert policy.captured("the answer") is None
     assert ContentPolicy(capture_content=True, capture_reason=False).reason("r") is None
 
 
@@ -108,7 +108,7 @@ def test_exception_text() -> None:
 
 def test_truncation_and_surrogates() -> None:
     policy = ContentPolicy(capture_content=True)
-    cut = policy.content("x" * 100, limit=10)
+    cut = policy.captured("x" * 100, limit=10)
     assert cut is not None and cut.startswith("x" * 10) and "truncated 90 chars" in cut
     assert policy.text("a\ud800b") == "a\ud800b"  # kept: the audit log writes it escaped
     assert content.otlp_safe("a\ud800b") == "a\ufffdb"
@@ -151,7 +151,7 @@ def test_a_failing_redact_withholds_the_text_and_logs_its_type_only(
 
     policy = ContentPolicy(capture_content=True, redact=redact)
     with caplog.at_level(logging.DEBUG, logger="ragaudit"):
-        assert policy.content("card-4111 question") == REDACTION_FAILED
+        assert policy.captured("card-4111 question") == REDACTION_FAILED
         assert policy.metadata({"card-4111": "card-4111"}) == {REDACTION_FAILED: REDACTION_FAILED}
         assert policy.error("ValueError: card-4111") == REDACTION_FAILED
     logged = "\n".join(r.getMessage() + str(r.exc_text or "") for r in caplog.records)
@@ -162,9 +162,9 @@ def test_a_failing_redact_withholds_the_text_and_logs_its_type_only(
 
 def test_a_redact_returning_a_non_string_or_the_secret_back() -> None:
     register_secret("sk-put-back-0123456789")
-    assert ContentPolicy(capture_content=True, redact=lambda t: 42).content("x") == "42"  # type: ignore[arg-type,return-value]
+    assert ContentPolicy(capture_content=True, redact=lambda t: 42).captured("x") == "42"  # type: ignore[arg-type,return-value]
     back = ContentPolicy(capture_content=True, redact=lambda t: t + " sk-put-back-0123456789")
-    assert back.content("x") == f"x {SECRET_MARKER}"
+    assert back.captured("x") == f"x {SECRET_MARKER}"
 
 
 # --- secrets ------------------------------------------------------------------------------------------
@@ -175,7 +175,7 @@ def test_registered_secrets_are_scrubbed_whatever_the_capture_setting() -> None:
     for capture in (True, False):
         policy = ContentPolicy(capture_content=capture)
         assert policy.identifier("src sk-unit-registered-000111") == f"src {SECRET_MARKER}"
-    assert ContentPolicy(capture_content=True).content("k=sk-unit-registered-000111;") == f"k={SECRET_MARKER};"
+    assert ContentPolicy(capture_content=True).captured("k=sk-unit-registered-000111;") == f"k={SECRET_MARKER};"
     # URL-quoted and JSON-escaped echoes too
     assert scrub("sk-unit-registered-000111".replace("-", "%2D")) != "sk-unit-registered-000111"
 
@@ -265,19 +265,20 @@ def test_log_records_of_ragaudit_are_scrubbed_message_and_traceback(caplog: pyte
 def test_any_text_never_raises_and_never_shows_a_registered_secret(text: str, capture: bool) -> None:
     register_secret("sk-prop-secret-7777")
     policy = ContentPolicy(capture_content=capture, redact=lambda t: t[::-1][::-1])
-    for out in (policy.content(text + "sk-prop-secret-7777" + text), policy.error("sk-prop-secret-7777" + text),
+    for out in (policy.captured(text + "sk-prop-secret-7777" + text), policy.error("sk-prop-secret-7777" + text),
                 policy.identifier(text + "sk-prop-secret-7777"), policy.json({text: "sk-prop-secret-7777"}, 50)):
         assert out is None or "sk-prop-secret-7777" not in out
 
 
 def test_the_module_is_on_the_bottom_floor() -> None:
-    # content is floor 1: of ragaudit it imports records and errors only, so every floor above may use it.
+    # content is floor 1: of ragaudit it imports records, errors, _fork (fork-safe locks) and the
+    # deprecation helper only (neither imports anything of ours), so every floor above may use it.
     import ast
 
     with open(content.__file__, encoding="utf-8") as fh:
         tree = ast.parse(fh.read())
     ours = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level}
-    assert ours == {"errors", "records"}
+    assert ours == {"_deprecation", "errors", "records", "_fork"}
 
 
 def test_log_lines_without_a_policy_follow_the_strictest_one_in_the_process() -> None:

@@ -17,6 +17,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,19 +52,62 @@ def _env(srv: LLMServer, receiver: OTLPReceiver) -> dict[str, str]:
 
 
 QUICK_STARTS = sorted(p.name for p in (DOCS / "quickstart").glob("*.md") if code_blocks(p, "python"))
+WORKER_PORT = "4319"  # the port the OTLP worker page uses; the test gives the worker a free one instead
+
+
+def _free_port() -> str:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
+def _start_worker(page: Path, port: str, cwd: Path, env: dict[str, str]) -> subprocess.Popen[str] | None:
+    """The page's ``ragaudit worker ...`` line, started in the background on *port*, ready once it
+    answers /readyz; None when the page starts no worker."""
+    import urllib.request
+
+    lines = [line for block in code_blocks(page, "bash") for line in block.splitlines()
+             if line.startswith("ragaudit worker")]
+    if not lines:
+        return None
+    argv = shlex.split(lines[0].replace(WORKER_PORT, port))[1:]
+    worker = subprocess.Popen([sys.executable, "-m", "ragaudit.cli", *argv], cwd=cwd, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for _ in range(200):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1):
+                return worker
+        except OSError:
+            time.sleep(0.1)
+    worker.kill()
+    raise AssertionError(f"the worker of {page.name} did not start: {worker.communicate()[0][-3000:]}")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", QUICK_STARTS)
 def test_quick_start_runs_as_written(page: str, tmp_path: Path) -> None:
     path = DOCS / "quickstart" / page
+    port = _free_port()
     script = tmp_path / "app.py"
-    script.write_text("\n\n".join(code_blocks(path, "python")), encoding="utf-8")
+    script.write_text("\n\n".join(code_blocks(path, "python")).replace(f":{WORKER_PORT}/", f":{port}/"),
+                      encoding="utf-8")
     with LLMServer(_model) as srv, OTLPReceiver() as receiver:
         env = _env(srv, receiver)
+        worker = _start_worker(path, port, tmp_path, env)
         run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True,
                              text=True, timeout=240)
         assert run.returncode == 0, run.stderr[-4000:]
+        if worker is not None:  # no ragaudit in the app: the worker judged its trace
+            try:
+                receiver.wait_for_spans(1, timeout=60, predicate=lambda s: s["name"] == "ragaudit.judge")
+                receiver.wait_for_logs(3, timeout=30)
+                assert len([r for r in srv.requests if "RAG evaluator" in r.prompt_text]) == 1
+            finally:
+                worker.terminate()
+                assert worker.wait(60) == 0
+            return
         lines = [json.loads(x) for x in (tmp_path / "ragaudit-audit.jsonl").read_text().splitlines()]
         questions = [line for line in lines if line.get("turn", line).get("query") or line.get("question")]
         assert lines and len(questions) == len(lines)

@@ -67,7 +67,7 @@ def test_memory_cache_hit_is_marked_and_costs_nothing() -> None:
     assert second.usage == {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
     assert second.details["cached_usage"] == {"calls": 1, "prompt_tokens": 120, "completion_tokens": 30}
     assert second.details["cached_latency_s"] == 0.5
-    assert judge.stats() == {"hits": 1, "misses": 1, "stores": 1, "cache_errors": 0}
+    assert judge.stats() == {"hits": 1, "misses": 1, "stores": 1, "cache_errors": 0, "cache_timeouts": 0}
     assert judge.name == "fake" and isinstance(judge.cache, JudgementCache)
 
 
@@ -102,7 +102,7 @@ def test_judgements_with_an_error_are_not_cached() -> None:
     retried = judge.judge(REQUEST)
     assert retried.error is None and "cached" not in retried.details
     assert judge.judge(REQUEST).details["cached"] is True
-    assert judge.stats() == {"hits": 1, "misses": 2, "stores": 1, "cache_errors": 0}
+    assert judge.stats() == {"hits": 1, "misses": 2, "stores": 1, "cache_errors": 0, "cache_timeouts": 0}
 
 
 def test_memory_cache_evicts_the_least_recently_used() -> None:
@@ -228,7 +228,7 @@ def test_a_failing_cache_degrades_to_uncached_judging(tmp_path: Path) -> None:
     assert judge.judge(REQUEST).faithfulness == 0.9
     assert judge.judge(REQUEST).error is None
     assert inner.calls == 2
-    assert judge.stats() == {"hits": 0, "misses": 2, "stores": 0, "cache_errors": 4}
+    assert judge.stats() == {"hits": 0, "misses": 2, "stores": 0, "cache_errors": 4, "cache_timeouts": 0}
 
 
 def test_an_unreadable_entry_is_a_miss(tmp_path: Path) -> None:

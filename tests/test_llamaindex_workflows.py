@@ -23,6 +23,7 @@ from opentelemetry.trace import StatusCode
 from ragaudit import ConfigurationError
 from ragaudit.integrations import llamaindex
 from ragaudit.tracing import conventions as c
+from ragaudit.tracing.files import read_audit_log
 from tests.support.llamaindex_support import build_index, make_nodes
 from tests.support.llamaindex_support import offline_settings as llamaindex_offline_settings
 from tests.support.topics import QUESTIONS, answer_for
@@ -180,6 +181,41 @@ def test_workflow_streaming_events_through_its_handler(setup: Setup, kb: KB) -> 
     streamed, result = _run(main)
     assert streamed == result == kb.answers[q]
     setup.check(kb, [q])
+
+
+class OwnStoreFlow(Workflow):
+    """A step that searches a plain list (no LlamaIndex retriever: nothing observed) and fills a
+    ``PromptTemplate`` through ``llm.apredict``: the template's context is the evidence."""
+
+    def __init__(self, passages: list[str]) -> None:
+        super().__init__(timeout=30)
+        self.passages = passages
+
+    @step
+    async def answer(self, ev: StartEvent) -> StopEvent:
+        from llama_index.core import PromptTemplate
+
+        words = set(ev.query.lower().strip("?").split())
+        found = [p for p in self.passages if words & set(p.lower().replace(".", " ").split())]
+        template = PromptTemplate("Context information is below.\n---------------------\n{context_str}\n"
+                                  "---------------------\nQuery: {query_str}\nAnswer: ")
+        return StopEvent(result=await Settings.llm.apredict(template, context_str="\n\n".join(found),
+                                                            query_str=ev.query))
+
+
+@pytest.mark.xfail(strict=True, reason="the assembler's evidence rule (issue 23)")
+def test_context_filled_into_a_template_is_the_evidence_when_no_retrieval_was_seen(setup: Setup, kb: KB) -> None:
+    llamaindex.instrument(auditor=setup.auditor)
+    texts = [n.text for n in make_nodes()]
+    q = QUESTIONS[9]
+    found = [t for t in texts if q.split()[-1].strip("?") in t]
+    answer = _run(lambda: OwnStoreFlow(texts).run(query=q))
+    assert answer == answer_for(found[0])
+    setup.spans()  # flushed
+    (line,) = read_audit_log(setup.log)
+    assert [d["content"] for d in line["documents"]] == found
+    assert {d["source"] for d in line["documents"]} == {"prompt"}
+    assert setup.auditor.stats()["evidence_from_prompt"] == 1
 
 
 def test_failing_workflow_step_is_an_error_turn_not_judged(setup: Setup, kb: KB) -> None:

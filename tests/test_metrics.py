@@ -1,4 +1,4 @@
-"""ragaudit.metrics: names, errors, input forms, judged_only, per-query shape, files, the CLI helper."""
+"""ragaudit.metrics: names, errors, input forms, all_queries, ties, per-query shape, files, the CLI helper."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_parse_measure_accepts_ir_measures_and_trec_spellings(text: str, name: s
     assert parse_measure(measure) is measure
 
 
-@pytest.mark.parametrize("text", ["ndgc@10", "accuracy", "bpref", "@5", "P_"])
+@pytest.mark.parametrize("text", ["ndgc@10", "accuracy", "gm_bpref", "@5", "P_"])
 def test_unknown_metric_names_it_and_lists_the_valid_ones(text: str) -> None:
     with pytest.raises(MetricError) as info:
         parse_measure(text)
@@ -92,6 +92,60 @@ def test_non_integer_cutoff_and_non_string_names_are_refused() -> None:
     with pytest.raises(MetricError, match="positive integer"):
         Measure("ndcg", 0)
     assert "ndcg" in metrics.MEASURE_NAMES
+
+
+@pytest.mark.parametrize(
+    ("text", "canonical"),
+    [
+        ("Rprec", "Rprec"), ("R-prec", "Rprec"), ("bpref", "bpref"), ("infAP", "infAP"), ("gm_map", "gm_map"),
+        ("set_map", "set_map"), ("num_rel_ret", "num_rel_ret"), ("11pt_avg", "11pt_avg"),
+        ("iprec_at_recall_0.10", "iprec_at_recall@0.1"), ("iprec_at_recall..10", "iprec_at_recall@0.1"),
+        ("IPrec@0.1", "iprec_at_recall@0.1"), ("iprec_at_recall@1", "iprec_at_recall@1"),
+        ("relstring", "relstring"), ("relstring.20", "relstring@20"), ("relstring_20", "relstring@20"),
+        ("P.5", "P@5"), ("ndcg_cut.10", "ndcg@10"), ("set_P", "P"), ("set_F", "f1"), ("set_recall", "recall"),
+        ("ndcg.1=3,2=9,4=4.5", "ndcg.1=3,2=9,4=4.5"), ("ndcg@10.1=3", "ndcg@10.1=3"),
+        ("11pt_avg..25,.5,.75", "11pt_avg.0.25,0.5,0.75"),
+    ],
+)
+def test_trec_eval_measures_and_parameters_parse(text: str, canonical: str) -> None:
+    measure = parse_measure(text)
+    assert str(measure) == canonical
+    assert parse_measure(str(measure)) == measure
+
+
+def test_measure_parameters_are_checked_at_construction() -> None:
+    assert Measure("ndcg", gains={1: 3, 2: 9}) == parse_measure("ndcg.1=3,2=9")
+    exact = Measure("ndcg", gains={1: 0.1234567891}, cutoff=5)
+    assert parse_measure(str(exact)) == exact  # the spelling reads back to the same gains
+    for text, problem in [
+        ("Rprec@10", "takes no cut-off"),
+        ("iprec_at_recall", "needs a recall level"),
+        ("iprec_at_recall@1.5", r"in \[0, 1\]"),
+        ("P.5,10", "one cut-off per metric"),
+        ("ndcg.1=x", "level=gain"),
+        ("ndcg.-1=3", "integer >= 0"),
+        ("ndcg.1=3,1=4", "once"),
+        ("ndcg_burges.1=3", "no parameters"),
+        ("11pt_avg.0.2,2", r"in \[0, 1\]"),
+        ("map.1=3", "no parameters"),
+    ]:
+        with pytest.raises(MetricError, match=problem):
+            parse_measure(text)
+    with pytest.raises(MetricError, match="only ndcg"):
+        Measure("map", gains=((1, 2.0),))
+    with pytest.raises(MetricError, match="only 11pt_avg"):
+        Measure("map", points=(0.5,))
+
+
+def test_summaries_sum_counts_and_average_gm_map_geometrically() -> None:
+    qrels = {"q1": {"d1": 1, "d2": 1}, "q2": {"d9": 1}}
+    run = {"q1": {"d1": 0.9, "d3": 0.5}, "q2": {"d8": 1.0, "d7": 0.1}}
+    per = metrics.evaluate(run, qrels, ["num_ret", "num_rel", "num_rel_ret", "map", "gm_map"], per_query=True)
+    assert per["q1"] == {"num_ret": 2.0, "num_rel": 2.0, "num_rel_ret": 1.0, "map": 0.5, "gm_map": 0.5}
+    means = metrics.evaluate(run, qrels, ["num_ret", "num_rel", "num_rel_ret", "map", "gm_map"])
+    assert means["num_ret"] == 4.0 and means["num_rel"] == 3.0 and means["num_rel_ret"] == 1.0
+    assert means["map"] == 0.25
+    assert means["gm_map"] == pytest.approx(math.sqrt(0.5 * 0.00001))  # AP 0 counts as 0.00001
 
 
 def test_measure_is_frozen_and_hashable() -> None:
@@ -168,24 +222,38 @@ def test_relevance_level_changes_what_counts_as_relevant_but_not_ndcg_gains() ->
     assert one["q1"]["ndcg@4"] == two["q1"]["ndcg@4"]
 
 
-def test_judged_only_semantics() -> None:
-    qrels = {**QRELS, "q3": {"d1": 1}}
+def test_all_queries_semantics() -> None:
+    qrels = {**QRELS, "q3": {"d1": 1, "d2": 0}}
     run = {**RUN, "unjudged": {"d1": 1.0}}
     default = metrics.evaluate(run, qrels, ["recall@4"], per_query=True)
     assert set(default) == {"q1", "q2"}  # q3 not in the run; "unjudged" not in the qrels
-    complete = metrics.evaluate(run, qrels, ["recall@4"], per_query=True, judged_only=False)
+    complete = metrics.evaluate(run, qrels, ["recall@4", "num_rel", "num_ret"], per_query=True, all_queries=True)
     assert list(complete) == ["q1", "q2", "q3"]
-    assert complete["q3"] == {"recall@4": 0.0}
+    # trec_eval -c: an empty ranking, so 0 on every metric, but its relevant docs still count.
+    assert complete["q3"] == {"recall@4": 0.0, "num_rel": 1.0, "num_ret": 0.0}
     mean_default = metrics.evaluate(run, qrels, ["recall@4"])["recall@4"]
-    mean_complete = metrics.evaluate(run, qrels, ["recall@4"], judged_only=False)["recall@4"]
+    mean_complete = metrics.evaluate(run, qrels, ["recall@4"], all_queries=True)["recall@4"]
     assert mean_default == pytest.approx((2 / 3 + 1) / 2)
     assert mean_complete == pytest.approx((2 / 3 + 1 + 0) / 3)
+
+
+def test_judged_only_is_the_deprecated_negation_of_all_queries() -> None:
+    qrels = {**QRELS, "q3": {"d1": 1}}
+    with pytest.warns(DeprecationWarning, match=r"evaluate\(judged_only=...\).*all_queries"):
+        old = metrics.evaluate(RUN, qrels, ["map"], per_query=True, judged_only=False)
+    assert old == metrics.evaluate(RUN, qrels, ["map"], per_query=True, all_queries=True)
+    with pytest.warns(DeprecationWarning, match="evaluate_columns"):
+        columns = metrics.evaluate_columns(["q1"], ["d2"], [1.0], qrels, ["map"], judged_only=True)
+    assert columns == metrics.evaluate_columns(["q1"], ["d2"], [1.0], qrels, ["map"])
+    with pytest.raises(TypeError):
+        # Positional options would have flipped meaning: they are keyword-only now.
+        metrics.evaluate(RUN, qrels, ["map"], False, 1, False)  # type: ignore[misc]
 
 
 def test_no_query_in_common() -> None:
     with pytest.raises(MetricError, match="no query of the run"):
         metrics.evaluate({"x": {"a": 1.0}}, QRELS, ["map"])
-    out = metrics.evaluate({"x": {"a": 1.0}}, QRELS, ["map"], judged_only=False, per_query=True)
+    out = metrics.evaluate({"x": {"a": 1.0}}, QRELS, ["map"], all_queries=True, per_query=True)
     assert out == {"q1": {"map": 0.0}, "q2": {"map": 0.0}}
 
 
@@ -299,12 +367,29 @@ def test_duplicate_docs_in_columns_and_in_string_converted_dicts() -> None:
         metrics.Run(np.array(["q"]), np.array(["a", "b"]), np.array([1.0]))
 
 
-def test_trec_eval_compares_scores_in_single_precision() -> None:
-    # 0.5 and 0.5 + 1e-9 are the same 32-bit float: a tie, so doc id decides ("b" > "a").
-    out = metrics.evaluate({"q": {"a": 0.5 + 1e-9, "b": 0.5}}, {"q": {"a": 1}}, ["mrr"])
-    assert out == {"mrr": 0.5}
-    out = metrics.evaluate({"q": {"a": 0.5 + 1e-6, "b": 0.5}}, {"q": {"a": 1}}, ["mrr"])
-    assert out == {"mrr": 1.0}
+def test_ties_trec_eval_compares_doubles_and_pytrec_eval_32_bit_floats() -> None:
+    # The relevant "b" scores 1.00000001, "a" 1.00000002: apart as doubles (trec_eval >= 10.0: "a"
+    # first), one 32-bit float (pytrec_eval, trec_eval <= 9.0.8: a tie, doc id descending, "b" first).
+    run, qrels = {"q": {"b": 1.00000001, "a": 1.00000002}}, {"q": {"b": 1}}
+    assert metrics.evaluate(run, qrels, ["recip_rank"]) == {"recip_rank": 0.5}
+    assert metrics.evaluate(run, qrels, ["recip_rank"], ties="trec_eval") == {"recip_rank": 0.5}
+    assert metrics.evaluate(run, qrels, ["recip_rank"], ties="pytrec_eval") == {"recip_rank": 1.0}
+    columns = (["q", "q"], ["b", "a"], [1.00000001, 1.00000002])
+    assert metrics.evaluate_columns(*columns, qrels, ["mrr"]) == {"mrr": 0.5}
+    assert metrics.evaluate_columns(*columns, qrels, ["mrr"], ties="pytrec_eval") == {"mrr": 1.0}
+    # Far enough apart to differ in single precision too: the same in both modes.
+    wide = {"q": {"b": 0.5 + 1e-6, "a": 0.5}}
+    for ties in ("trec_eval", "pytrec_eval"):
+        assert metrics.evaluate(wide, qrels, ["mrr"], ties=ties) == {"mrr": 1.0}  # type: ignore[arg-type]
+    with pytest.raises(MetricError, match=r"ties must be 'trec_eval'.*'pytrec_eval'"):
+        metrics.evaluate(run, qrels, ["mrr"], ties="float32")  # type: ignore[arg-type]
+
+
+def test_ties_through_the_command_line(tmp_path: Path) -> None:
+    run_path = _write(tmp_path / "run.trec", ["q Q0 b 1 1.00000001 t", "q Q0 a 2 1.00000002 t"])
+    qrels_path = _write(tmp_path / "qrels.txt", ["q 0 b 1"])
+    assert render_metrics(run_path, qrels_path, ["recip_rank"], fmt="trec") == "recip_rank            \tall\t0.5000"
+    assert render_metrics(run_path, qrels_path, ["recip_rank"], fmt="trec", ties="pytrec_eval").endswith("1.0000")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,18 +398,23 @@ def test_trec_eval_compares_scores_in_single_precision() -> None:
 
 def test_score_ranking_matches_evaluate_on_random_rankings() -> None:
     rng = np.random.default_rng(3)
-    names = ["P@3", "recall@5", "f1@3", "hit_rate@2", "mrr@4", "mrr", "map@5", "map", "ndcg@3", "ndcg", "P"]
-    for _ in range(200):
+    names = ["P@3", "recall@5", "f1@3", "hit_rate@2", "mrr@4", "mrr", "map@5", "map", "ndcg@3", "ndcg", "P",
+             "Rprec", "bpref", "infAP", "gm_map", "set_map", "num_ret", "num_rel", "num_rel_ret",
+             "iprec_at_recall@0.3", "11pt_avg", "ndcg.0=1,1=3,2=0.5", "ndcg@4.2=-1", "relstring@8"]
+    for _ in range(300):
         n = int(rng.integers(0, 12))
         ranked = [f"d{int(x)}" for x in rng.choice(20, n, replace=False)]
         judged = {f"d{int(x)}": int(lab) for x, lab in zip(rng.choice(20, 6, replace=False), rng.integers(-1, 4, 6))}
         level = int(rng.integers(1, 3))
         got = metrics.score_ranking(ranked, judged, names, relevance_level=level)
         if not ranked:
-            assert got == dict.fromkeys(names, 0.0)
+            num_rel = float(sum(label >= level for label in judged.values()))
+            assert got == {**dict.fromkeys(names, 0.0), "num_rel": num_rel, "relstring@8": ""}
             continue
+        # The same formulas on the batch path: one ranking, all queries' code.
         run = {"q": {doc: float(n - i) for i, doc in enumerate(ranked)}}
-        want = metrics.evaluate(run, {"q": judged}, names, relevance_level=level)
+        want = metrics.evaluate(run, {"q": judged}, names, per_query=True, relevance_level=level)["q"]
+        assert got.pop("relstring@8") == want.pop("relstring@8")
         assert got == pytest.approx(want, abs=1e-12)
 
 
@@ -456,10 +546,18 @@ def test_metrics_command_json(files: tuple[Path, Path]) -> None:
     assert doc["means"] == pytest.approx(metrics.evaluate(RUN, QRELS, ["map", "P@2"]))
     assert doc["queries"] == {"evaluated": 2, "run": 3, "qrels": 3, "missing_from_run": 1, "not_in_qrels": 1}
     assert set(doc["per_query"]) == {"q1", "q2"}
-    assert doc["judged_only"] is True and doc["relevance_level"] == 1
-    complete = json.loads(render_metrics(run_path, qrels_path, ["map"], fmt="json", judged_only=False))
+    assert doc["all_queries"] is False and doc["relevance_level"] == 1 and doc["ties"] == "trec_eval"
+    complete = json.loads(render_metrics(run_path, qrels_path, ["map"], fmt="json", all_queries=True))
     assert complete["queries"]["evaluated"] == 3
     assert "per_query" not in complete
+
+
+def test_metrics_command_judged_only_is_deprecated(files: tuple[Path, Path]) -> None:
+    run_path, qrels_path = files
+    with pytest.warns(DeprecationWarning, match="render_metrics"):
+        old = json.loads(render_metrics(run_path, qrels_path, ["map"], fmt="json", judged_only=False))
+    assert old == json.loads(render_metrics(run_path, qrels_path, ["map"], fmt="json", all_queries=True))
+    assert old["queries"]["evaluated"] == 3 and old["all_queries"] is True and old["judged_only"] is False
 
 
 def test_metrics_command_errors(files: tuple[Path, Path]) -> None:

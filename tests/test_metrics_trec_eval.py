@@ -21,7 +21,12 @@ from ragaudit.metrics import _docids, _inputs, _kernel, retrieval
 pytrec_eval = pytest.importorskip("pytrec_eval")
 
 TOL = 1e-9
+# pytrec_eval is trec_eval 9 inside: scores compared as 32-bit floats, so every comparison with it
+# passes ties="pytrec_eval" (trec_eval 10's double comparison is checked in test_metrics_trec_eval_suite).
+PYTREC_OPTIONS = retrieval._options(1, False, "error", "pytrec_eval", None, False, None, "evaluate")
 
+# Measures that pytrec_eval names as we do.
+SAME_NAME = ("Rprec", "bpref", "infAP", "gm_map", "set_map", "num_ret", "num_rel")
 # Our name -> how to read it from pytrec_eval's per-query dict.
 MEASURES = [
     "P@1",
@@ -46,6 +51,14 @@ MEASURES = [
     "ndcg@3",
     "ndcg@10",
     "ndcg_burges@5",
+    *SAME_NAME,
+    "num_rel_ret",
+    "iprec_at_recall@0",
+    "iprec_at_recall@0.1",
+    "iprec_at_recall@0.3",
+    "iprec_at_recall@0.5",
+    "iprec_at_recall@1",
+    "11pt_avg",
 ]
 TREC_NAMES = {
     "P_1",
@@ -66,7 +79,30 @@ TREC_NAMES = {
     "ndcg",
     "ndcg_cut_3",
     "ndcg_cut_10",
+    *SAME_NAME,
+    "iprec_at_recall",
+    "11pt_avg",
 }
+
+
+def _roundings_agree(point: float, num_rel: float) -> bool:
+    """Whether trec_eval 10 (lround) and pytrec_eval's trec_eval 9 (+0.9, truncated) turn the recall
+    point into the same number of relevant docs (0 and 1 mean the same: from the first one)."""
+    x = point * num_rel
+    v10 = math.floor(x) + (1 if x - math.floor(x) >= 0.5 else 0)
+    return max(v10, 1) == max(int(x + 0.9), 1)
+
+
+def _skipped(per_query: dict[str, float], name: str) -> bool:
+    """Cells where pytrec_eval (trec_eval 9) and trec_eval 10 differ by definition, not checked here."""
+    m = metrics.parse_measure(name)
+    if m.name in ("iprec_at_recall", "11pt_avg") and per_query["num_ret"] == 0:
+        return True  # trec_eval's 0/0 (NaN) for a query that retrieved nothing; ours is 0, as every measure's
+    if m.name == "iprec_at_recall":
+        return not _roundings_agree(float(m.cutoff or 0), per_query["num_rel"])
+    if m.name == "11pt_avg":
+        return not all(_roundings_agree(p, per_query["num_rel"]) for p in (i / 10 for i in range(11)))
+    return False
 
 
 def _expected(per_query: dict[str, float], name: str) -> float:
@@ -81,6 +117,12 @@ def _expected(per_query: dict[str, float], name: str) -> float:
         ("map", None): "map",
         ("ndcg", None): "ndcg",
     }
+    if m.name in ("Rprec", "bpref", "infAP", "set_map", "num_ret", "num_rel", "num_rel_ret", "11pt_avg"):
+        return per_query[m.name]
+    if m.name == "gm_map":  # pytrec_eval's per-query gm_map is log(max(AP, 0.00001)); ours is AP
+        return per_query["map"]
+    if m.name == "iprec_at_recall":
+        return per_query[f"iprec_at_recall_{float(m.cutoff or 0):.2f}"]
     if (m.name, k) in direct:
         return per_query[direct[(m.name, k)]]
     if m.name == "P":
@@ -138,6 +180,8 @@ def _compare(
                 k = metrics.parse_measure(name).cutoff
                 assert k is not None
                 want = _burges_reference(run[qid], qrels[qid], k)
+            elif _skipped(values, name):
+                continue
             else:
                 want = _expected(values, name)
             got = ours[qid][name]
@@ -147,20 +191,23 @@ def _compare(
 def _check_all(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]], level: int = 1) -> None:
     evaluator = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES, relevance_level=level)
     reference = evaluator.evaluate(run)
-    by_dict = metrics.evaluate(run, qrels, MEASURES, per_query=True, relevance_level=level)
+    by_dict = metrics.evaluate(run, qrels, MEASURES, per_query=True, relevance_level=level, ties="pytrec_eval")
     _compare(by_dict, reference, run, qrels, "dict input")
     nonempty = {q: docs for q, docs in run.items() if docs}
     if nonempty:
         qids, docids, scores = _columns(nonempty)
         by_columns = metrics.evaluate_columns(
-            qids, docids, scores, qrels, MEASURES, per_query=True, relevance_level=level
-        )
+            qids, docids, scores, qrels, MEASURES, per_query=True, relevance_level=level, ties="pytrec_eval")
         expected = {q: v for q, v in reference.items() if q in nonempty}
         _compare(by_columns, expected, run, qrels, "columnar input")
     # Means are plain averages of the per-query values, over the queries trec_eval evaluates.
-    means = metrics.evaluate(run, qrels, MEASURES, relevance_level=level)
+    means = metrics.evaluate(run, qrels, MEASURES, relevance_level=level, ties="pytrec_eval")
     for name in MEASURES:
-        assert means[name] == pytest.approx(np.mean([by_dict[q][name] for q in by_dict]), abs=TOL)
+        summary = metrics.parse_measure(name).aggregate([by_dict[q][name] for q in by_dict])
+        assert means[name] == pytest.approx(summary, abs=TOL)
+    # gm_map's summary is the geometric mean pytrec_eval gives from its per-query logarithms.
+    logs = [reference[q]["gm_map"] for q in by_dict]
+    assert means["gm_map"] == pytest.approx(math.exp(sum(logs) / len(logs)), rel=1e-12)
 
 
 TRICKY: dict[str, tuple[dict[str, dict[str, float]], dict[str, dict[str, int]]]] = {
@@ -245,8 +292,9 @@ def test_duplicate_ids_refused_or_max_kept_as_trec_eval_would_see_them() -> None
     scores = np.array([0.1, 0.5, 0.9, 0.7, 0.3])
     qrels = {"q": {"a": 1, "c": 2}, "r": {"a": 1}}
     with pytest.raises(MetricError, match=r"query 'q'.*'a'.*more than once"):
-        metrics.evaluate_columns(qids, docids, scores, qrels, ["ndcg@10"])
-    kept = metrics.evaluate_columns(qids, docids, scores, qrels, MEASURES, per_query=True, on_duplicate="max")
+        metrics.evaluate_columns(qids, docids, scores, qrels, ["ndcg@10"], ties="pytrec_eval")
+    kept = metrics.evaluate_columns(qids, docids, scores, qrels, MEASURES, per_query=True,
+                                    on_duplicate="max", ties="pytrec_eval")
     deduped = {"q": {"a": 0.9, "b": 0.5, "c": 0.7}, "r": {"a": 0.3}}
     reference = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES).evaluate(deduped)
     _compare(kept, reference, deduped, qrels, "on_duplicate='max'")
@@ -296,7 +344,8 @@ def test_runs_written_in_rank_order_match_trec_eval() -> None:
     _check_all(ranked, qrels)
     rows = [(q, d, s) for q, docs in ranked.items() for d, s in docs.items()]
     qids, docids, scores = (np.array(col) for col in zip(*rows))
-    ours = metrics.evaluate_columns(qids, docids, scores.astype(float), qrels, MEASURES, per_query=True)
+    ours = metrics.evaluate_columns(qids, docids, scores.astype(float), qrels, MEASURES,
+                                    per_query=True, ties="pytrec_eval")
     reference = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES).evaluate(ranked)
     _compare(ours, {q: v for q, v in reference.items() if ranked.get(q)}, ranked, qrels, "columns in rank order")
 
@@ -312,12 +361,12 @@ def test_thousand_random_queries_without_ties_take_the_dict_fast_path() -> None:
 
 def test_result_does_not_depend_on_chunk_size(monkeypatch: pytest.MonkeyPatch) -> None:
     run, qrels = _random_case(seed=5, n_queries=300)
-    whole = metrics.evaluate(run, qrels, MEASURES, per_query=True)
+    whole = metrics.evaluate(run, qrels, MEASURES, per_query=True, ties="pytrec_eval")
     monkeypatch.setattr(_kernel, "_CHUNK_CELLS", 37)
     monkeypatch.setattr(_kernel, "_COUNT_CELLS", 50)
-    small = metrics.evaluate(run, qrels, MEASURES, per_query=True)
+    small = metrics.evaluate(run, qrels, MEASURES, per_query=True, ties="pytrec_eval")
     qids, docids, scores = _columns({q: d for q, d in run.items() if d})
-    small_columns = metrics.evaluate_columns(qids, docids, scores, qrels, MEASURES, per_query=True)
+    small_columns = metrics.evaluate_columns(qids, docids, scores, qrels, MEASURES, per_query=True, ties="pytrec_eval")
     for qid, values in whole.items():
         for name, value in values.items():
             assert small[qid][name] == pytest.approx(value, abs=TOL)
@@ -344,7 +393,7 @@ def test_hash_collisions_are_settled_by_comparing_ids() -> None:
     assert prepared.docs is not None
     colliding = dataclasses.replace(prepared, docs=_CollidingIds(prepared.docs.ids))
     keys = [(name, metrics.parse_measure(name)) for name in MEASURES]
-    ours = retrieval._finish(colliding, prepared_qrels, keys, 1, "error", True, True, n_run)
+    ours = retrieval._finish(colliding, prepared_qrels, keys, PYTREC_OPTIONS, True, n_run)
     reference = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES).evaluate(nonempty)
     _compare(ours, reference, nonempty, qrels, "colliding hashes")  # type: ignore[arg-type]
     dup_ids = prepared.docs.ids.copy()
@@ -352,7 +401,7 @@ def test_hash_collisions_are_settled_by_comparing_ids() -> None:
     dup_ids[first + 1] = dup_ids[first]
     duplicated = dataclasses.replace(prepared, docs=_CollidingIds(dup_ids))
     with pytest.raises(MetricError, match="more than once"):
-        retrieval._finish(duplicated, prepared_qrels, keys, 1, "error", True, True, n_run)
+        retrieval._finish(duplicated, prepared_qrels, keys, PYTREC_OPTIONS, True, n_run)
 
 
 @pytest.mark.parametrize("kind", ["object", "bytes", "int"])
@@ -368,7 +417,8 @@ def test_other_id_dtypes_match_trec_eval(kind: str) -> None:
         "bytes": lambda: np.char.encode(docids, "utf-8"),
         "int": lambda: docids.astype(np.int64),
     }[kind]()
-    ours = metrics.evaluate_columns(qids.astype(object), converted, scores, qrels, MEASURES, per_query=True)
+    ours = metrics.evaluate_columns(qids.astype(object), converted, scores, qrels, MEASURES,
+                                    per_query=True, ties="pytrec_eval")
     reference = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES).evaluate(nonempty)
     _compare(ours, reference, nonempty, qrels, f"{kind} doc ids")
 
@@ -390,7 +440,7 @@ def test_tables_match_trec_eval() -> None:
         (pa.Table.from_pandas(frame), pa.Table.from_pandas(qrels_frame)),
         (frame.astype({"qid": object, "docid": object}), qrels),
     ]:
-        ours = metrics.evaluate(run_table, qrels_table, MEASURES, per_query=True)
+        ours = metrics.evaluate(run_table, qrels_table, MEASURES, per_query=True, ties="pytrec_eval")
         _compare(ours, reference, nonempty, qrels, type(run_table).__name__)  # type: ignore[arg-type]
 
 
@@ -428,7 +478,8 @@ def _assert_every_path_matches(run: dict[str, dict[str, float]], qrels: dict[str
     pd = pytest.importorskip("pandas")
     pa = pytest.importorskip("pyarrow")
     reference = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES).evaluate(run)
-    _compare(metrics.evaluate(run, qrels, MEASURES, per_query=True), reference, run, qrels, f"{label}, dicts")
+    _compare(metrics.evaluate(run, qrels, MEASURES,
+        per_query=True, ties="pytrec_eval"), reference, run, qrels, f"{label}, dicts")
     rows = [(q, d, s) for q, docs in run.items() for d, s in docs.items()]  # queries contiguous, as given
     qids, docids, scores = (np.array(col) for col in zip(*rows))
     scores = scores.astype(np.float64)
@@ -442,9 +493,9 @@ def _assert_every_path_matches(run: dict[str, dict[str, float]], qrels: dict[str
     }
     for name, given in inputs.items():
         if isinstance(given, tuple):
-            ours = metrics.evaluate_columns(*given, qrels, MEASURES, per_query=True)
+            ours = metrics.evaluate_columns(*given, qrels, MEASURES, per_query=True, ties="pytrec_eval")
         else:
-            ours = metrics.evaluate(given, qrels, MEASURES, per_query=True)
+            ours = metrics.evaluate(given, qrels, MEASURES, per_query=True, ties="pytrec_eval")
         _compare(ours, reference, run, qrels, f"{label}, {name}")
 
 
@@ -482,14 +533,15 @@ def test_rank_only_runs_match_trec_eval_on_every_input() -> None:
     # trec_eval needs scores: give it -rank, so its order is the list's own.
     as_scores = {q: {d: -float(i) for i, d in enumerate(ids)} for q, ids in ranked.items()}
     reference = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES).evaluate(as_scores)
-    _compare(metrics.evaluate(ranked, qrels, MEASURES, per_query=True), reference, as_scores, qrels, "lists")
+    _compare(metrics.evaluate(ranked, qrels, MEASURES,
+        per_query=True, ties="pytrec_eval"), reference, as_scores, qrels, "lists")
     rows = [(q, d, i + 1) for q, ids in ranked.items() for i, d in enumerate(ids)]
     qids, docids, ranks = (np.array(col) for col in zip(*rows))
-    by_columns = metrics.evaluate_columns(qids, docids, None, qrels, MEASURES, per_query=True)
+    by_columns = metrics.evaluate_columns(qids, docids, None, qrels, MEASURES, per_query=True, ties="pytrec_eval")
     _compare(by_columns, reference, as_scores, qrels, "columns without scores")
     frame = pd.DataFrame({"qid": qids, "docid": docids, "rank": ranks}).sample(frac=1.0, random_state=2)
     for table in (frame, pa.Table.from_pandas(frame)):
-        ours = metrics.evaluate(table, qrels, MEASURES, per_query=True)
+        ours = metrics.evaluate(table, qrels, MEASURES, per_query=True, ties="pytrec_eval")
         _compare(ours, reference, as_scores, qrels, f"{type(table).__name__} with a rank column")
     # Queries interleaved: each query's rows keep their relative order, which is the ranking.
     keys = np.random.default_rng(5).random(len(qids))
@@ -497,27 +549,129 @@ def test_rank_only_runs_match_trec_eval_on_every_input() -> None:
         block = np.flatnonzero(qids == q)
         keys[block] = np.sort(keys[block])
     stable = np.argsort(keys)
-    interleaved = metrics.evaluate_columns(qids[stable], docids[stable], None, qrels, MEASURES, per_query=True)
+    interleaved = metrics.evaluate_columns(qids[stable], docids[stable], None, qrels, MEASURES,
+                                           per_query=True, ties="pytrec_eval")
     _compare(interleaved, reference, as_scores, qrels, "columns without scores, interleaved")
 
 
 def test_rank_only_duplicates_are_refused_or_keep_their_best_rank() -> None:
     qrels = {"q": {"a": 1, "c": 2, "e": 1}}
     with pytest.raises(MetricError, match=r"query 'q'.*'a'.*more than once"):
-        metrics.evaluate({"q": ["b", "a", "c", "a"]}, qrels, ["ndcg@10"])
+        metrics.evaluate({"q": ["b", "a", "c", "a"]}, qrels, ["ndcg@10"], ties="pytrec_eval")
     with pytest.raises(MetricError, match="more than once"):
-        metrics.evaluate_columns(["q"] * 4, ["b", "a", "c", "a"], None, qrels, ["ndcg@10"])
+        metrics.evaluate_columns(["q"] * 4, ["b", "a", "c", "a"], None, qrels, ["ndcg@10"], ties="pytrec_eval")
     deduped = {"q": {"b": -0.0, "a": -1.0, "c": -2.0, "e": -3.0}}
     reference = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES).evaluate(deduped)
     given = ["b", "a", "c", "a", "b", "e"]
-    kept = metrics.evaluate({"q": given}, qrels, MEASURES, per_query=True, on_duplicate="max")
+    kept = metrics.evaluate({"q": given}, qrels, MEASURES, per_query=True, on_duplicate="max", ties="pytrec_eval")
     _compare(kept, reference, deduped, qrels, "lists, on_duplicate='max'")
     kept_columns = metrics.evaluate_columns(
-        ["q"] * len(given), given, None, qrels, MEASURES, per_query=True, on_duplicate="max"
-    )
+        ["q"] * len(given), given, None, qrels, MEASURES, per_query=True, on_duplicate="max", ties="pytrec_eval")
     _compare(kept_columns, reference, deduped, qrels, "columns, on_duplicate='max'")
 
 
 def test_every_declared_measure_is_cross_checked_here() -> None:
     # Adding a measure is one entry in measures.ENTRIES: this keeps its trec_eval check from being forgotten.
-    assert {metrics.parse_measure(name).name for name in MEASURES} == set(metrics.MEASURE_NAMES)
+    # relstring is a string (pytrec_eval returns 0.0 for it): checked below against a plain reference.
+    checked = {metrics.parse_measure(name).name for name in MEASURES} | {"relstring"}
+    assert checked == set(metrics.MEASURE_NAMES)
+
+
+def _relstring_reference(run: dict[str, float], qrels: dict[str, int], k: int) -> str:
+    ranked = sorted(run, key=lambda d: (float(np.float32(run[d])), d), reverse=True)[:k]
+    chars = []
+    for d in ranked:
+        label = qrels.get(d)
+        chars.append("-" if label is None else "." if label < 0 else ">" if label > 9 else str(label))
+    return "".join(chars)
+
+
+def test_relstring_is_the_labels_of_the_top_k_as_trec_eval_prints_them() -> None:
+    run, qrels = _random_case(seed=31, n_queries=300)
+    qrels["q1"] = {**qrels.get("q1", {}), **{d: 12 for d in list(run.get("q1", {}))[:3]}}  # labels above 9
+    for k in (10, 3, 200):
+        ours = metrics.evaluate(run, qrels, [f"relstring@{k}"], per_query=True, ties="pytrec_eval")
+        for qid, values in ours.items():
+            assert values[f"relstring@{k}"] == _relstring_reference(run[qid], qrels[qid], k), qid
+        one = metrics.score_ranking(sorted(run["q1"], key=lambda d: (run["q1"][d], d), reverse=True), qrels["q1"],
+                                    [f"relstring@{k}"])
+        assert one[f"relstring@{k}"] == _relstring_reference(run["q1"], qrels["q1"], k)
+    with pytest.raises(MetricError, match="per_query=True"):
+        metrics.evaluate(run, qrels, ["relstring"])
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_judged_docs_only_matches_pytrec_evals_judged_docs_only_flag(level: int) -> None:
+    run, qrels = _random_case(seed=41 + level, n_queries=400)
+    names = [n for n in MEASURES if not n.startswith("ndcg_burges")]
+    reference = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES, relevance_level=level,
+                                               judged_docs_only_flag=True).evaluate(run)
+    ours = metrics.evaluate(run, qrels, names, per_query=True, relevance_level=level, judged_docs_only=True,
+                            ties="pytrec_eval")
+    for qid, values in reference.items():
+        for name in names:
+            if not _skipped(values, name):
+                want, got = _expected(values, name), ours[qid][name]
+                assert abs(got - want) <= TOL, f"-J: query {qid!r} {name}: ours {got!r}, trec_eval {want!r}"
+    nonempty = {q: d for q, d in run.items() if d}
+    by_columns = metrics.evaluate_columns(*_columns(nonempty), qrels, names, per_query=True, relevance_level=level,
+                                          judged_docs_only=True, ties="pytrec_eval")
+    assert by_columns == {q: v for q, v in ours.items() if q in nonempty}
+
+
+def _top(docs: dict[str, float], m: int) -> dict[str, float]:
+    ranked = sorted(docs, key=lambda d: (float(np.float32(docs[d])), d), reverse=True)[:m]
+    return {d: docs[d] for d in ranked}
+
+
+@pytest.mark.parametrize("max_docs", [1, 7, 50])
+def test_max_docs_per_query_is_pytrec_eval_on_the_truncated_run(max_docs: int) -> None:
+    # trec_eval -M N ranks the whole run, then keeps the top N: pytrec_eval given those N must agree.
+    run, qrels = _random_case(seed=50 + max_docs, n_queries=400)
+    truncated = {q: _top(docs, max_docs) for q, docs in run.items()}
+    reference = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES).evaluate(truncated)
+    ours = metrics.evaluate(run, qrels, MEASURES, per_query=True, max_docs_per_query=max_docs, ties="pytrec_eval")
+    _compare(ours, reference, truncated, qrels, f"-M {max_docs}")
+    names = [n for n in MEASURES if not n.startswith("ndcg_burges")]
+    both = metrics.evaluate(run, qrels, names, per_query=True, max_docs_per_query=max_docs, judged_docs_only=True,
+                            ties="pytrec_eval")
+    judged_top = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES, judged_docs_only_flag=True).evaluate(truncated)
+    for qid, values in judged_top.items():
+        for name in names:
+            if not _skipped(values, name):
+                assert abs(both[qid][name] - _expected(values, name)) <= TOL, f"-M {max_docs} -J: {qid} {name}"
+
+
+def test_custom_ndcg_gains_match_a_plain_reference() -> None:
+    run, qrels = _random_case(seed=61, n_queries=300)
+    table = {0: 0.5, 1: 3.0, 2: 9.0, 3: 1.0}
+
+    def reference(docs: dict[str, float], judged: dict[str, int], k: int | None) -> float:
+        ranked = sorted(docs, key=lambda d: (float(np.float32(docs[d])), d), reverse=True)[:k]
+        gain = lambda label: table.get(label, float(label)) if label >= 0 else 0.0  # noqa: E731
+        dcg = sum(gain(judged[d]) / math.log2(i + 2) for i, d in enumerate(ranked) if d in judged)
+        ideal = sorted((g for g in map(gain, judged.values()) if g > 0), reverse=True)[:k]
+        idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+        return dcg / idcg if idcg > 0 else 0.0
+
+    spec = "ndcg." + ",".join(f"{level}={gain}" for level, gain in table.items())
+    cut = "ndcg@5." + ",".join(f"{level}={gain}" for level, gain in table.items())
+    ours = metrics.evaluate(run, qrels, [spec, cut], per_query=True, ties="pytrec_eval")
+    for qid, values in ours.items():
+        assert values[spec] == pytest.approx(reference(run[qid], qrels[qid], None), abs=TOL), qid
+        assert values[cut] == pytest.approx(reference(run[qid], qrels[qid], 5), abs=TOL), qid
+    # Gains of the default (label) are trec_eval's plain ndcg.
+    plain = metrics.evaluate(run, qrels, ["ndcg", "ndcg.1=1,2=2"], per_query=True)
+    assert all(v["ndcg"] == pytest.approx(v["ndcg.1=1,2=2"], abs=TOL) for v in plain.values())
+    one = metrics.score_ranking(sorted(run["q2"], key=lambda d: -run["q2"][d]), qrels["q2"], [spec])
+    assert one[spec] == pytest.approx(reference(run["q2"], qrels["q2"], None), abs=TOL)
+
+
+def test_the_tie_case_in_both_modes_against_pytrec_eval() -> None:
+    # 1.00000002 vs 1.00000001: one 32-bit float, so pytrec_eval ties them and "b" (doc id descending)
+    # ranks first; trec_eval 10 compares doubles, so "a" does. ties= picks which one we reproduce.
+    run, qrels = {"q": {"b": 1.00000001, "a": 1.00000002}}, {"q": {"b": 1}}
+    theirs = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(run)["q"]["recip_rank"]
+    assert theirs == 1.0
+    assert metrics.evaluate(run, qrels, ["recip_rank"], ties="pytrec_eval")["recip_rank"] == theirs
+    assert metrics.evaluate(run, qrels, ["recip_rank"])["recip_rank"] == 0.5

@@ -51,12 +51,15 @@ def test_percentages_are_not_rescaled_with_other_scales() -> None:
 
 
 def test_out_of_range_and_negative_values_are_never_clamped() -> None:
+    # A value above 1 on no stated or certain scale: the whole verdict's scale is in doubt, every score None.
     parsed = parse_judgement(obj(f=1.3, c=-0.5, a=0.5))
-    assert (parsed.faithfulness, parsed.context_relevance, parsed.answer_relevance) == (None, None, 0.5)
-    assert parsed.rejected == ("faithfulness",) and parsed.needs_repair
+    assert (parsed.faithfulness, parsed.context_relevance, parsed.answer_relevance) == (None, None, None)
+    assert parsed.rejected == ("faithfulness", "answer_relevance") and parsed.needs_repair
     assert not any("clamp" in note for note in parsed.notes)
-    assert scores(obj(f=42, c=0.5, a="-3")) == (None, 0.5, None)
+    assert any("scale is in doubt" in note for note in parsed.notes)
+    assert scores(obj(f=42, c=0.5, a="-3")) == (None, None, None)
     assert scores(obj(f=250, c=30, a=11)) == (None, None, None)  # no stated or certain scale
+    assert scores(obj(f=-1, c=0.5, a=0.25)) == (None, 0.5, 0.25)  # a negative is "no score", not a scale
     assert scores(obj(f="120%", c="5/4", a=0.5)) == (None, None, 0.5)
 
 
@@ -118,8 +121,13 @@ def test_implicit_scales() -> None:
     assert scores(obj(f=8, c=9, a=6)) == (None, None, None)  # 0-10? 0-100? not certain: asked again
     assert parse_judgement(obj(f=1, c=1, a=0)).scale is None  # all within [0, 1]: already the right scale
     mixed = parse_judgement(obj(f=0.9, c=3, a=0.2))  # a value strictly inside (0, 1): no rescaling
-    assert (mixed.faithfulness, mixed.context_relevance, mixed.scale) == (0.9, None, None)
-    assert mixed.rejected == ("context_relevance",)
+    assert (mixed.faithfulness, mixed.context_relevance, mixed.answer_relevance, mixed.scale) == (
+        None, None, None, None)
+    assert mixed.rejected == ("faithfulness", "context_relevance", "answer_relevance")
+    # 0, 1 and 2: not both ends of any scale, so 1 is no perfect score: every score None, asked again
+    doubt = parse_judgement(obj(f=0, c=1, a=2))
+    assert doubt.scores() == {"faithfulness": None, "context_relevance": None, "answer_relevance": None}
+    assert doubt.needs_repair and doubt.rejected == ("faithfulness", "context_relevance", "answer_relevance")
 
 
 def test_recoverable_invalid_json() -> None:

@@ -209,3 +209,22 @@ def test_renamed_names_keep_a_deprecated_alias() -> None:
         auditor.shutdown(10)
     with pytest.deprecated_call(match="retrieval_span_ids"):
         assert SpanRecorder().retrieval_span_ids("t1") is None
+    ran: list[int] = []
+    background = Auditor(LexicalJudge(), audit_log=None)
+    try:
+        with pytest.deprecated_call(match="closer.defer"):
+            assert background.defer(lambda: ran.append(1))
+        assert background.flush_turns(10) and ran == [1]  # the deferred job ran on the closer
+        class Source:
+            closed = 0
+
+            def close_ended_turns(self) -> int:
+                Source.closed += 1
+                return 0
+
+        source = Source()
+        with pytest.deprecated_call(match="closer.attach"):
+            background.attach_source(source)
+    finally:
+        background.shutdown(10)
+    assert Source.closed == 1  # closed at shutdown, through the closer

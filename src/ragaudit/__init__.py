@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # for type checkers; `X as X` marks a re-export (tests/test_e
     from . import tracing as tracing
     from ._version import __version__ as __version__
     from .auditor import Auditor as Auditor
+    from .auditor import Budget as Budget
     from .evaluation import EvaluationReport as EvaluationReport
     from .evaluation import assert_rag_quality as assert_rag_quality
     from .evaluation import evaluate_pipeline as evaluate_pipeline
@@ -61,6 +62,7 @@ if TYPE_CHECKING:  # for type checkers; `X as X` marks a re-export (tests/test_e
 _EXPORTS = {
     "__version__": "._version",
     "Auditor": ".auditor",
+    "Budget": ".auditor",
     "ChatRagJudge": ".judges",
     "LexicalJudge": ".judges",
     "RubricJudge": ".judges",

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any
 
 # Importing content installs its filter on the "ragaudit" logger: known secrets are scrubbed from
 # every record of ours, whichever module logs first.
+from . import _fork
 from . import content as _content  # noqa: F401
 
 __all__ = ["RateLimitedLog", "logger"]
@@ -27,7 +27,7 @@ class RateLimitedLog:
         self._interval = interval
         self._last: dict[str, float] = {}
         self._suppressed: dict[str, int] = {}
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
 
     def warning(self, kind: str, message: str, *args: Any) -> None:
         now = time.monotonic()

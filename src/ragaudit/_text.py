@@ -17,6 +17,7 @@ __all__ = [
     "EscapingWriter",
     "content_terms",
     "escape_controls",
+    "exception_text",
     "is_number",
     "sentence_spans",
     "split_sentences",
@@ -308,3 +309,14 @@ class EscapingWriter:
         if name == "_out":  # not set yet (copy, pickle): no recursion
             raise AttributeError(name)
         return getattr(self._out, name)
+
+
+def exception_text(exc: BaseException) -> str:
+    """``Type: message (file line N)`` of *exc*, at the innermost frame of its traceback: one line
+    saying what a user's code raised and where, for the command line (which shows no traceback)."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    place = f" ({frames[-1].filename} line {frames[-1].lineno})" if frames else ""
+    message = str(exc)
+    return f"{type(exc).__name__}{': ' + message if message else ''}{place}"

@@ -15,7 +15,7 @@ exit, SIGTERM) all go through this one class, in the style of OpenTelemetry's
   counted as ``abandoned`` (a handler that returns later is not counted twice).
 - Threads start with the first item, never at construction; after ``os.fork()`` the child starts
   with an empty queue (the parent handles what it queued) and its own threads
-  (``os.register_at_fork``).
+  (``os.register_at_fork``, :mod:`ragaudit._fork`).
 
 Floor 1 (no ragaudit imports), so tracing, judges, the auditor and the integrations may all use it.
 This is the only module of ragaudit that creates a thread.
@@ -33,13 +33,14 @@ import concurrent.futures
 import concurrent.futures.thread
 import itertools
 import logging
-import os
 import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
+from . import _fork
+from ._fork import on_fork_in_child
 from .content import log_exception
 
 __all__ = ["BatchWorker", "HostFirst", "call_on", "call_with_deadline", "exit_deadline", "on_fork_in_child",
@@ -469,10 +470,11 @@ class HostFirst:
         self._busy_until = 0.0
         self._probe: tuple[float, float] | None = None  # (wall, host CPU) at the last probe
 
-    def pace(self, backlog: float, hurry: threading.Event, max_pause_s: float = MAX_PAUSE_S) -> None:
+    def pace(self, backlog: float, hurry: threading.Event | None, max_pause_s: float = MAX_PAUSE_S) -> None:
         """After an item, on the worker's thread: yield, and pause (at most *max_pause_s*) while the
-        host is busy. *backlog*: how full the worker's queue is (0 to 1)."""
-        if hurry.is_set() or self._cpu is None:
+        host is busy. *backlog*: how full the worker's queue is (0 to 1); *hurry*: set, no pause
+        (None: a pause is never cut short)."""
+        if (hurry is not None and hurry.is_set()) or self._cpu is None:
             if self._cpu is None:
                 _register_own_thread()
             self._cpu = time.thread_time()
@@ -493,7 +495,11 @@ class HostFirst:
         if now >= self._busy_until or backlog >= 0.5:
             return
         share = self.SHARE if backlog < 0.25 else self.SHARE + (1.0 - self.SHARE) * (backlog - 0.25) * 4
-        hurry.wait(min(max_pause_s, spent * (1.0 - share) / share))
+        pause = min(max_pause_s, spent * (1.0 - share) / share)
+        if hurry is None:
+            time.sleep(pause)
+        else:
+            hurry.wait(pause)
         self._cpu = time.thread_time()
 
     def _look(self, now: float) -> None:
@@ -533,47 +539,22 @@ def _host_cpu() -> float | None:
     return total
 
 
-_registry_lock = threading.Lock()
+_registry_lock = _fork.lock()
 _registry: weakref.WeakSet[BatchWorker[Any]] = weakref.WeakSet()
-_fork_hooks: dict[int, Any] = {}
-_fork_keys = itertools.count()
 
 
-def on_fork_in_child(callback: Callable[[], None]) -> None:
-    """Call *callback* in the child after ``os.fork()``. A bound method is held weakly (and
-    forgotten when its object goes), so registering costs nothing once the object is gone."""
-    key = next(_fork_keys)
-    ref: Any
-    try:
-        ref = weakref.WeakMethod(callback, lambda _: _fork_hooks.pop(key, None))  # type: ignore[arg-type]
-    except TypeError:
-        ref = callback
-    _fork_hooks[key] = ref
-
-
-def _after_fork_in_child() -> None:
-    # The child has one thread (this one): the parent's worker threads, loops and any lock they
-    # held are gone. Each worker starts over empty; its threads start again with its next item.
-    global _registry_lock, _singletons_lock
-    _registry_lock = threading.Lock()
-    _singletons_lock = threading.Lock()
+def _restart_workers_in_child() -> None:
+    # The child has one thread (this one): the parent's worker threads and loops are gone. Each
+    # worker starts over empty; its threads start again with its next item.
     _own_clocks.clear()  # the parent's threads are gone
     for worker in list(_registry):
         closed = worker._closed
         worker._reset()
         worker._closed = closed
-    for ref in list(_fork_hooks.values()):
-        callback = ref() if isinstance(ref, weakref.WeakMethod) else ref
-        if callback is None:
-            continue
-        try:
-            callback()
-        except Exception as exc:  # pragma: no cover - never break the child
-            logger.debug("ragaudit: an after-fork hook failed: %s", log_exception(exc))
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+# Registered first (at import), so every other owner's hook finds the workers ready.
+on_fork_in_child(_restart_workers_in_child)
 
 
 # -- calls bounded by a deadline ------------------------------------------------------------------
@@ -592,7 +573,7 @@ def exit_deadline(budget_s: float) -> float:
 
 
 _CALL_THREADS = 4
-_singletons_lock = threading.Lock()
+_singletons_lock = _fork.lock()
 _calls: BatchWorker[Callable[[], None]] | None = None
 _bridge: BatchWorker[Any] | None = None
 

@@ -30,12 +30,13 @@ import json
 import logging
 import os
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
 
+from ._deprecation import warn_deprecated
+from ._fork import lock as _fork_safe_lock
 from .errors import ConfigurationError
 from .records import truncate
 
@@ -105,7 +106,7 @@ class _Secrets:
     """The process-wide set of known secret strings and their scrubbing."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _fork_safe_lock()
         self._given: set[str] = set()
         self._env: frozenset[str] = frozenset()
         self._env_key: tuple[int, int] = (-1, -1)
@@ -427,12 +428,17 @@ class ContentPolicy:
 
     # -- per kind of text --------------------------------------------------------------------------
 
-    def content(self, value: str | None, limit: int | None = None) -> str | None:
+    def captured(self, value: str | None, limit: int | None = None) -> str | None:
         """Host or judge free text (question, answer, document, prompt, marker, raw reply): None with
         content capture off, else :meth:`text`."""
         if value is None or not self.capture_content:
             return None
         return self.text(value, limit)
+
+    def content(self, value: str | None, limit: int | None = None) -> str | None:
+        """Deprecated: :meth:`captured` (``content`` also names the policy and a document's text)."""
+        warn_deprecated("ContentPolicy.content()", "ContentPolicy.captured()")
+        return self.captured(value, limit)
 
     def reason(self, value: str | None, limit: int | None = None) -> str | None:
         """The judge's reason: None unless :attr:`capture_reason`, else :meth:`text`."""

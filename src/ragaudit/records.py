@@ -736,7 +736,8 @@ class TurnAudit:
         }
 
 
-UNJUDGED_REASONS: tuple[str, ...] = ("sampled_out", "dropped", "no_evidence", "empty_answer", "failed_run")
+UNJUDGED_REASONS: tuple[str, ...] = ("sampled_out", "dropped", "no_evidence", "empty_answer", "failed_run",
+                                     "filtered_out", "over_budget", "paused", "budget_unavailable", "rate_limited")
 """Why a finished turn was not judged (an :class:`AuditRecord`'s ``unjudged``)."""
 
 RecordStatus = Literal["judged", "failed", "unjudged"]

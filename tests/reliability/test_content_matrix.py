@@ -248,7 +248,7 @@ def test_no_credential_is_ever_recorded(way: str, traced: Traced, tmp_path: Path
             auditor.shutdown(10)
             assert auditor.stats()["pending"] == 0
         recorded = texts(traced, audit, phoenix, langfuse, caplog)
-        reprs = [repr(x) for x in (judge, auditor, auditor.content, auditor.recorder, *sinks)]
+        reprs = [repr(x) for x in (judge, auditor, auditor.content_policy, auditor.recorder, *sinks)]
         recorded["repr"] = "\n".join([*reprs, judge.base_url, judge.config_key()])
         recorded["span file"] = traced.path.read_text(encoding="utf-8")
     # The credential really came back to us, scrubbed: somewhere a *** stands where it was.

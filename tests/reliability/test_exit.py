@@ -45,15 +45,21 @@ CHILD = textwrap.dedent("""
         if judge_kind == "hanging_server":
             srv.rule = lambda body: Fault.hang(3600)
         judge = ChatRagJudge(base_url=srv.base_url, api_key="test", timeout_s=600, max_retries=0)
-    if ending == "host_handler":      # the application's own SIGTERM handler, installed first
-        import logging
-        logging.basicConfig(level=logging.WARNING)
-        def on_term(signum, frame):
-            print("host handler ran", flush=True)
-            sys.exit(0)
+    # The application's own SIGTERM handler ("host_{before,after}_{sysexit,osexit}"), installed
+    # before or after the Auditor; it ends the process with sys.exit (exit hooks run) or os._exit
+    # (none run: only a flush before it can have recorded anything).
+    def on_term(signum, frame):
+        print(f"host handler ran, {sum(1 for _ in open(log)) if os.path.exists(log) else 0} lines logged",
+              flush=True)
+        if ending.endswith("osexit"):
+            os._exit(0)
+        sys.exit(0)
+    if ending.startswith("host_before"):
         signal.signal(signal.SIGTERM, on_term)
     via = extra.pop("via", "submit")
     aud = Auditor(judge, audit_log=log, max_concurrency=4, **extra)
+    if ending.startswith("host_after"):
+        signal.signal(signal.SIGTERM, on_term)
     if via == "chain":                # a LangChain chain with the handler: turns are closed in the background
         from langchain_core.documents import Document
         from ragaudit.integrations.langchain import RagAuditCallbackHandler
@@ -67,7 +73,7 @@ CHILD = textwrap.dedent("""
         for i in range(turns):
             aud.submit(RagTurn(turn_id=f"t{i}", query=f"question {i}", answer="30 days.", documents=docs))
     print("ready", flush=True)
-    if ending in ("signal", "host_handler"):
+    if ending != "exit":
         time.sleep(60)                # the parent sends a signal meanwhile
     # "exit": fall off the end without flush() or shutdown(): the exit hook must do it
 """)
@@ -124,16 +130,19 @@ def test_exit_with_a_judge_that_never_finishes_reports_the_shortfall(tmp_path: P
 
 
 @pytest.mark.parametrize("via", ["submit", "chain"])
-def test_sigterm_with_handle_signals_flushes_then_dies_by_sigterm(tmp_path: Path, via: str) -> None:
-    proc, log = start(tmp_path, "slow", "signal", handle_signals=True, exit_timeout_s=20.0, via=via)
+@pytest.mark.parametrize("option", [{}, {"handle_signals": True}], ids=["default", "handle_signals"])
+def test_sigterm_flushes_then_dies_by_sigterm(tmp_path: Path, via: str, option: dict[str, object]) -> None:
+    # Was (by default): killed at once, every pending judgement lost without a word.
+    proc, log = start(tmp_path, "slow", "signal", exit_timeout_s=20.0, via=via, **option)
     proc.send_signal(signal.SIGTERM)
     _, err = finish(proc)
     assert proc.returncode == -signal.SIGTERM, err  # the default disposition, re-raised after the flush
     assert len(lines(log)) == TURNS, err
+    assert err == "", err
 
 
-def test_sigterm_with_handle_signals_and_a_stuck_judge_reports_the_shortfall(tmp_path: Path) -> None:
-    proc, log = start(tmp_path, "stuck", "signal", handle_signals=True, exit_timeout_s=1.0)
+def test_sigterm_with_a_stuck_judge_reports_the_shortfall(tmp_path: Path) -> None:
+    proc, log = start(tmp_path, "stuck", "signal", exit_timeout_s=1.0)
     proc.send_signal(signal.SIGTERM)
     _, err = finish(proc)
     assert proc.returncode == -signal.SIGTERM, err
@@ -141,23 +150,53 @@ def test_sigterm_with_handle_signals_and_a_stuck_judge_reports_the_shortfall(tmp
     assert re.search(SHORTFALL, err), err
 
 
-def test_sigterm_without_handle_signals_is_python_default(tmp_path: Path) -> None:
-    """Characterises the default the option exists for: SIGTERM kills at once, no exit hook runs."""
-    proc, log = start(tmp_path, "stuck", "signal")
+def test_sigterm_with_handle_signals_false_is_python_default(tmp_path: Path) -> None:
+    """The opt-out: SIGTERM kills at once, no exit hook runs (what every process got before)."""
+    proc, log = start(tmp_path, "stuck", "signal", handle_signals=False)
     proc.send_signal(signal.SIGTERM)
     finish(proc)
     assert proc.returncode == -signal.SIGTERM
     assert lines(log) == []
 
 
-def test_host_sigterm_handler_is_kept_and_its_exit_flushes(tmp_path: Path) -> None:
-    proc, log = start(tmp_path, "slow", "host_handler", handle_signals=True, exit_timeout_s=20.0)
+def test_a_host_handler_installed_before_is_chained_after_the_flush(tmp_path: Path) -> None:
+    # The host's handler ends with os._exit (no exit hooks): every line logged before it ran shows
+    # ragaudit's handler flushed first and then called it. Was: left alone, everything lost.
+    proc, log = start(tmp_path, "slow", "host_before_osexit", exit_timeout_s=20.0)
     proc.send_signal(signal.SIGTERM)
     out, err = finish(proc)
-    assert "host handler ran" in out  # not replaced by ragaudit's
-    assert "leaves it in place" in err  # and not silently: the warning says so
+    assert f"host handler ran, {TURNS} lines logged" in out, (out, err)
+    assert proc.returncode == 0 and err == "", err
+    assert len(lines(log)) == TURNS
+
+
+def test_a_host_handler_installed_before_hears_what_the_flush_could_not_record(tmp_path: Path) -> None:
+    proc, _ = start(tmp_path, "stuck", "host_before_osexit", exit_timeout_s=1.0)
+    proc.send_signal(signal.SIGTERM)
+    out, err = finish(proc)
+    assert "host handler ran, 0 lines logged" in out, (out, err)
+    assert re.search(rf"ragaudit: SIGTERM: {TURNS} judgement\(s\) still pending .*handler runs now", err), err
+
+
+def test_a_host_handler_installed_after_replaces_ours_and_its_sys_exit_flushes(tmp_path: Path) -> None:
+    proc, log = start(tmp_path, "slow", "host_after_sysexit", exit_timeout_s=20.0)
+    proc.send_signal(signal.SIGTERM)
+    out, err = finish(proc)
+    assert "host handler ran" in out, (out, err)
     assert proc.returncode == 0, err
-    assert len(lines(log)) == TURNS, err
+    assert len(lines(log)) == TURNS, err  # by the normal exit flush its sys.exit runs
+    assert "SIGTERM" not in err
+
+
+def test_a_host_handler_installed_after_replaces_ours_entirely(tmp_path: Path) -> None:
+    # With a stuck judge a flush of ours would say on stderr what it could not record before the
+    # host's handler ran: nothing is said, because ours is off. The host's os._exit runs no exit
+    # hook, so nothing is recorded: the host's choice, as documented.
+    proc, _ = start(tmp_path, "stuck", "host_after_osexit", exit_timeout_s=1.0)
+    proc.send_signal(signal.SIGTERM)
+    out, err = finish(proc)
+    assert "host handler ran, 0 lines logged" in out, (out, err)
+    assert proc.returncode == 0 and err == "", err
 
 
 def test_sigint_unwinds_normally_and_flushes(tmp_path: Path) -> None:
@@ -168,18 +207,62 @@ def test_sigint_unwinds_normally_and_flushes(tmp_path: Path) -> None:
     assert len(lines(log)) == TURNS, err
 
 
-def test_handle_signals_from_a_worker_thread_warns_instead_of_failing(caplog: pytest.LogCaptureFixture) -> None:
-    import threading
-
-    from ragaudit import Auditor, FakeJudge
-
-    before = signal.getsignal(signal.SIGTERM)
-    made: list[Auditor] = []
-    thread = threading.Thread(target=lambda: made.append(
-        Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log=None, handle_signals=True)))
-    with caplog.at_level("WARNING", logger="ragaudit"):
+def test_handle_signals_from_a_worker_thread_warns_instead_of_failing() -> None:
+    # A fresh process: in this one an Auditor made on the main thread has installed the handler
+    # already (then one made on a worker thread is covered by it, and nothing needs saying).
+    code = textwrap.dedent("""
+        import logging, signal, threading
+        from ragaudit import Auditor, FakeJudge
+        logging.basicConfig(level=logging.WARNING)
+        before = signal.getsignal(signal.SIGTERM)
+        made = []
+        thread = threading.Thread(target=lambda: made.append(
+            Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log=None, handle_signals=True)))
         thread.start()
         thread.join(10)
-    assert made and signal.getsignal(signal.SIGTERM) is before
-    assert any("needs the main thread" in r.getMessage() for r in caplog.records)
-    made[0].shutdown()
+        assert made and signal.getsignal(signal.SIGTERM) is before
+        made[0].shutdown()
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "needs the main thread" in proc.stderr
+
+
+# -- nothing at exit but what we mean to say (issue 25 item 8) -------------------------------------
+
+QUIET_CONSTRUCTED = """
+from ragaudit import Auditor, FakeJudge
+auditor = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}))
+"""
+QUIET_JUDGED = """
+import sys
+from ragaudit import Auditor, ChatRagJudge, RagTurn, RetrievedDoc
+from tests.support.llm_server import LLMServer
+with LLMServer() as srv:
+    auditor = Auditor(ChatRagJudge(base_url=srv.base_url, api_key="test", timeout_s=10, max_retries=0),
+                      audit_log=sys.argv[1])
+    docs = (RetrievedDoc(id="d1", content="Returns are accepted within 30 days.", rank=1),)
+    assert auditor.submit(RagTurn(turn_id="t1", query="How do returns work?", answer="30 days.",
+                                  documents=docs)) == "queued"
+    assert auditor.flush(20)
+"""
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("script", [QUIET_CONSTRUCTED, QUIET_JUDGED], ids=["constructed", "judged"])
+def test_normal_exit_prints_nothing_in_20_runs(tmp_path: Path, script: str) -> None:
+    # Was: "Exception ignored in: <function WeakMethod.__new__.<locals>._cb>" on stderr at exit, in
+    # about one run of ten (the after-fork hook's WeakMethod and its Auditor freed together).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}
+    outputs = []
+    for batch in range(4):  # 5 at a time: 20 fresh interpreters
+        procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / f"audit-{batch}-{i}.jsonl")],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
+                 for i in range(5)]
+        for proc in procs:
+            out, err = finish(proc, timeout=120)
+            outputs.append((proc.returncode, out, err))
+    noisy = [o for o in outputs if o != (0, "", "")]
+    print(f"\nexit output: {len(outputs) - len(noisy)} of {len(outputs)} runs silent")
+    assert noisy == [], noisy[:3]

@@ -138,7 +138,7 @@ def test_an_auditor_nobody_references_releases_its_threads_and_file(tmp_path: Pa
     before_threads, before_fds = ragaudit_threads(), open_fds()
     auditor = Auditor(FakeJudge(scores), audit_log=tmp_path / "a.jsonl")
     assert ragaudit_threads() == before_threads and open_fds() == before_fds  # construction: nothing
-    auditor.defer(lambda: None)
+    auditor.closer.defer(lambda: None)
     assert auditor.submit(turn(1)) == "queued"
     assert auditor.flush(10)
     assert ragaudit_threads() > before_threads and open_fds() > before_fds

@@ -238,7 +238,7 @@ def test_redact_reaches_every_recorded_text(wiring: str, server: LLMServer, trac
             log = tmp_path / "ragaudit-audit.jsonl"
             handler = RagAuditCallbackHandler(judge=judge, tracer_provider=traced.provider, redact=redact)
             auditor = handler.auditor
-            assert handler.recorder.content.redact is redact
+            assert handler.recorder.content_policy.redact is redact
         else:
             auditor = Auditor(judge, audit_log=log, tracer_provider=traced.provider, redact=redact, sinks=sinks)
             handler = RagAuditCallbackHandler(auditor=auditor)

@@ -27,13 +27,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ragaudit import Auditor, ChatRagJudge, JudgeRequest, RagTurn, RetrievedDoc
-from ragaudit.judges.llm.fullaudit import PROTOCOL_NAMES, THREE_SCORE
-from ragaudit.judges.llm.parsing import _SCALE_RE, Quoted, choose_verdict, parse_judgement
+from ragaudit.judges.llm.fullaudit import FULL_AUDIT, THREE_SCORE
+from ragaudit.judges.llm.parsing import Quoted, choose_verdict, parse_judgement
+from ragaudit.judges.llm.scales import _SCALE_RE
 from ragaudit.records import SCORE_NAMES
 from ragaudit.tracing import conventions as c
 from ragaudit.tracing.files import MAX_RAW_OUTPUT_CHARS, read_audit_log
 from tests.support.judges import open_judge
 from tests.support.llm_server import LLMServer, Reply, judgement_json
+
+PROTOCOL_NAMES = (THREE_SCORE, FULL_AUDIT)  # the protocols that read the three scores by the same rules
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -94,13 +97,18 @@ CASES: list[Case] = [
     Case("stated 0-10", '8 / 9 / 6 with "scale": "0 to 10"', (obj(8, 9, 6, scale="0 to 10"),), (0.8, 0.9, 0.6)),
     Case("stated 1-5", '2 / 4 / 3 with "scale": [1, 5]', (obj(2, 4, 3, scale=[1, 5]),), (0.25, 0.75, 0.5)),
     Case("stated scale does not fit", '7 / 0.5 / 0.5 with "scale": "1-5"; repair gives nothing',
-         (obj(7, 0.5, 0.5, scale="1-5"), NO_VERDICT), (None, 0.5, 0.5), 2),
+         (obj(7, 0.5, 0.5, scale="1-5"), NO_VERDICT), NONE3, 2, True),
     Case("7 beside two 0.5", "a second scale in one verdict; the repair gives nothing",
-         (obj(7, 0.5, 0.5), NO_VERDICT), (None, 0.5, 0.5), 2),
+         (obj(7, 0.5, 0.5), NO_VERDICT), NONE3, 2, True),
     Case("7 beside two 0.5, repaired", "then a 0-1 verdict", (obj(7, 0.5, 0.5), OWN), OWN_SCORES, 2),
-    Case("10 beside 0.5 and 0", "0.5 rules out 0-10", (obj(10, 0, 0.5), NO_VERDICT), (None, 0.0, 0.5), 2),
-    Case("1e308", "a huge number", (obj(1e308, 0.5, 0.5), NO_VERDICT), (None, 0.5, 0.5), 2),
-    Case("just above 1", "1.0000001", (obj(1.0000001, 0.3, 0.4), NO_VERDICT), (None, 0.3, 0.4), 2),
+    Case("10 beside 0.5 and 0", "0.5 rules out 0-10", (obj(10, 0, 0.5), NO_VERDICT), NONE3, 2, True),
+    Case("1e308", "a huge number", (obj(1e308, 0.5, 0.5), NO_VERDICT), NONE3, 2, True),
+    Case("just above 1", "1.0000001", (obj(1.0000001, 0.3, 0.4), NO_VERDICT), NONE3, 2,
+         True),
+    # A value off [0, 1] on no certain scale puts the whole verdict's scale in doubt: 1 is no perfect score.
+    Case("0, 1 and 2", "0 / 1 / 2: no scale stated, none certain; the repair gives nothing",
+         (obj(0, 1, 2), NO_VERDICT), NONE3, 2, True),
+    Case("0, 1 and 2, repaired", "then a 0-1 verdict", (obj(0, 1, 2), OWN), OWN_SCORES, 2),
     Case("-1", "-1 and \"-1\" (N/A sentinels)", (obj(-1, "-1", 0.4),), (None, None, 0.4)),
     Case("negative fraction", "-0.5", (obj(-0.5, 0.3, 0.4),), (None, 0.3, 0.4)),
     Case("NaN and Infinity", "JSON NaN / Infinity / \"inf\"", (obj(math.nan, math.inf, "inf"), OWN), OWN_SCORES, 2),
@@ -249,7 +257,7 @@ def test_judge_identity_on_the_judgement_span_events_and_audit_log(srv: LLMServe
     identity = line["judge_identity"]
     assert identity["model"] == "judge-model" and identity["response_model"] == "judge-model-2025-01"
     assert identity["endpoint"] == f"127.0.0.1:{srv.port}"  # no scheme, no credentials, no path
-    assert identity["protocol"] == judge._protocol_version()
+    assert identity["protocol"] == judge.protocol_version
     assert identity["response_id"].startswith("chatcmpl-loopback-") and len(identity["prompt_hash"]) == 16
     (span,) = [s for s in spans if s.name == c.SPAN_JUDGE]
     attrs = dict(span.attributes or {})

@@ -157,7 +157,7 @@ class Reply:
         return ""
 
 
-FaultKind = Literal["status", "hang", "malformed", "empty_choices", "drop"]
+FaultKind = Literal["status", "hang", "malformed", "empty_choices", "drop", "trickle"]
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,9 @@ class Fault:
     ``status``: an HTTP error with an OpenAI-style error body (``retry_after`` sets the Retry-After
     header, in seconds, fractions allowed); ``hang``: no reply for ``seconds`` then the connection is
     closed; ``malformed``: HTTP 200 with a truncated JSON body; ``empty_choices``: HTTP 200 with
-    ``choices: []``; ``drop``: the connection is closed without any response.
+    ``choices: []``; ``drop``: the connection is closed without any response; ``trickle``: HTTP 200
+    with a valid completion whose body is sent one byte every ``seconds`` (each read gets a byte, so a
+    per-read timeout never fires).
     """
 
     kind: FaultKind
@@ -211,6 +213,11 @@ class Fault:
     def hang(cls, seconds: float = 10.0) -> Fault:
         """Send nothing for *seconds* (past the client's timeout), then close the connection."""
         return cls("hang", seconds=seconds)
+
+    @classmethod
+    def trickle(cls, seconds: float = 0.1) -> Fault:
+        """A valid completion, its body sent one byte every *seconds* (a per-read timeout never fires)."""
+        return cls("trickle", seconds=seconds)
 
     @classmethod
     def malformed(cls) -> Fault:
@@ -344,6 +351,8 @@ class LLMServer:
         self.response_formats = tuple(response_formats)
         self.enforce_schema = enforce_schema
         self.schema_violations: list[str] = []
+        self.trickled: list[tuple[int, int]] = []
+        """Per trickled reply, when it ended: (bytes sent, bytes in the body)."""
         self._initial = (rule, default, delay, reject_response_format, logprobs, honour_n, self.response_formats,
                          enforce_schema)
         self._lock = threading.Lock()
@@ -766,6 +775,8 @@ class _Handler(BaseHTTPRequestHandler):
             )
         elif fault.kind == "malformed":
             self._send_bytes(200, _MALFORMED_BODY)
+        elif fault.kind == "trickle":
+            self._trickle(fault.seconds, seq)
         elif fault.kind == "empty_choices":
             self._send_json(
                 200,
@@ -782,6 +793,29 @@ class _Handler(BaseHTTPRequestHandler):
             if fault.kind == "hang":
                 owner._sleep(fault.seconds)
             self._close_without_response()
+
+    def _trickle(self, seconds: float, seq: int) -> None:
+        owner = self.server.owner
+        payload, _ = owner._completion({}, judgement_json(), seq)
+        data = json.dumps(payload).encode("utf-8")
+        sent = 0
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.flush()
+            for i in range(len(data)):
+                if owner._stopping.wait(seconds):
+                    break
+                self.wfile.write(data[i : i + 1])
+                self.wfile.flush()
+                sent += 1
+        except OSError:  # the client gave up
+            pass
+        with owner._lock:
+            owner.trickled.append((sent, len(data)))
+        self.close_connection = True
 
     def _close_without_response(self) -> None:
         self.close_connection = True

@@ -6,6 +6,9 @@ with OTLPReceiver() as rx:                      # http://127.0.0.1:PORT, POST ..
     ...
     spans = rx.wait_for_spans(4, timeout=10)    # [{name, trace_id, span_id, parent_span_id, attributes, ...}]
 
+logs = rx.wait_for_logs(3)      # OTLP log records: {event_name, trace_id, span_id, body, attributes, ...}
+rx.metric_names()               # names of the metrics received over /v1/metrics
+
 rx.fail_with(500)        # answer every export with 500 (sink-failure tests); rx.fail_with(None) to heal
 rx.hang(5.0)             # hold each request up to 5 s before answering; rx.hang(0) to stop
 ```
@@ -35,7 +38,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-__all__ = ["OTLPGrpcReceiver", "OTLPReceiver", "decode_any_value", "decode_request"]
+__all__ = ["OTLPGrpcReceiver", "OTLPReceiver", "decode_any_value", "decode_logs", "decode_request"]
 
 
 def decode_any_value(value: AnyValue) -> Any:
@@ -100,12 +103,38 @@ def decode_request(request: ExportTraceServiceRequest) -> list[dict[str, Any]]:
     return spans
 
 
+def decode_logs(request: Any) -> list[dict[str, Any]]:
+    """Flatten an ``ExportLogsServiceRequest`` into log record dicts (hex ids, decoded attributes)."""
+    records: list[dict[str, Any]] = []
+    for resource_logs in request.resource_logs:
+        resource = _attributes(resource_logs.resource.attributes)
+        for scope_logs in resource_logs.scope_logs:
+            for record in scope_logs.log_records:
+                records.append({
+                    "event_name": record.event_name,
+                    "trace_id": _hex(record.trace_id),
+                    "span_id": _hex(record.span_id),
+                    "time_unix_nano": record.time_unix_nano,
+                    "body": decode_any_value(record.body),
+                    "attributes": _attributes(record.attributes),
+                    "resource": resource,
+                    "scope": scope_logs.scope.name,
+                })
+    return records
+
+
+def _metric_names(request: Any) -> list[str]:
+    return [m.name for rm in request.resource_metrics for sm in rm.scope_metrics for m in sm.metrics]
+
+
 class _Collector:
     """Thread-safe span store shared by the HTTP and gRPC receivers."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._spans: list[dict[str, Any]] = []
+        self._logs: list[dict[str, Any]] = []
+        self._metric_names: list[str] = []
         self.requests: list[dict[str, Any]] = []
         self._status: int | None = None
         self._hang_s = 0.0
@@ -124,6 +153,8 @@ class _Collector:
         """Forget the spans and requests received so far."""
         with self._cond:
             self._spans.clear()
+            self._logs.clear()
+            self._metric_names.clear()
             self.requests.clear()
 
     @property
@@ -131,6 +162,36 @@ class _Collector:
         """A copy of every span received (and accepted) so far."""
         with self._cond:
             return list(self._spans)
+
+    @property
+    def logs(self) -> list[dict[str, Any]]:
+        """A copy of every log record received so far (OTLP/HTTP ``/v1/logs``)."""
+        with self._cond:
+            return list(self._logs)
+
+    def metric_names(self) -> set[str]:
+        """The names of every metric received so far (OTLP/HTTP ``/v1/metrics``)."""
+        with self._cond:
+            return set(self._metric_names)
+
+    def wait_for_logs(self, count: int, timeout: float = 10.0,
+                      predicate: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
+        """Wait until at least *count* log records (matching *predicate*) arrived; return them all."""
+        return self._wait(self._logs, "log records", count, timeout, predicate)
+
+    def _wait(self, store: list[dict[str, Any]], what: str, count: int, timeout: float,
+              predicate: Callable[[dict[str, Any]], bool] | None) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                matching = [s for s in store if predicate is None or predicate(s)]
+                if len(matching) >= count:
+                    return matching
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    names = [s.get("name", s.get("event_name")) for s in store]
+                    raise TimeoutError(f"got {len(matching)} of {count} {what} in {timeout}s; received {names}")
+                self._cond.wait(remaining)
 
     def spans_named(self, name: str) -> list[dict[str, Any]]:
         """The received spans called *name*."""
@@ -146,19 +207,7 @@ class _Collector:
 
         Raises TimeoutError naming what did arrive.
         """
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                matching = [s for s in self._spans if predicate is None or predicate(s)]
-                if len(matching) >= count:
-                    return matching
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    names = [s["name"] for s in self._spans]
-                    raise TimeoutError(
-                        f"got {len(matching)} of {count} spans in {timeout}s; received {names}"
-                    )
-                self._cond.wait(remaining)
+        return self._wait(self._spans, "spans", count, timeout, predicate)
 
     def _before_answer(self) -> int | None:
         if self._hang_s:
@@ -173,6 +222,29 @@ class _Collector:
             if log["status"] == 200:
                 self._spans.extend(spans)
             self._cond.notify_all()
+
+    def _accept_other(self, kind: str, body: bytes, log: dict[str, Any]) -> None:
+        if kind == "logs":
+            from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+            logs_request = ExportLogsServiceRequest()
+            logs_request.ParseFromString(body)
+            records = decode_logs(logs_request)
+            with self._cond:
+                self.requests.append(log)
+                if log["status"] == 200:
+                    self._logs.extend(records)
+                self._cond.notify_all()
+        else:
+            from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+            metrics_request = ExportMetricsServiceRequest()
+            metrics_request.ParseFromString(body)
+            with self._cond:
+                self.requests.append(log)
+                if log["status"] == 200:
+                    self._metric_names.extend(_metric_names(metrics_request))
+                self._cond.notify_all()
 
     def _stop_hanging(self) -> None:
         self._release.set()
@@ -192,10 +264,23 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _read_chunked(self) -> bytes:
+        parts: list[bytes] = []
+        while True:
+            size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(parts)
+            parts.append(self.rfile.read(size))
+            self.rfile.readline()
+
     def do_POST(self) -> None:
         collector = self.server.collector
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length)
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            body = self._read_chunked()  # Node's OTLP exporter streams its body with no Content-Length
+        else:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         headers = {k.lower(): v for k, v in self.headers.items()}
         log: dict[str, Any] = {
             "path": self.path,
@@ -204,6 +289,14 @@ class _Handler(BaseHTTPRequestHandler):
             "content_encoding": headers.get("content-encoding"),
             "span_count": 0,
         }
+        other = next((k for k in ("logs", "metrics") if self.path.rstrip("/").endswith(f"/v1/{k}")), None)
+        if other is not None:
+            log["status"] = collector._before_answer() or 200
+            if log["content_encoding"] == "gzip":
+                body = gzip.decompress(body)
+            collector._accept_other(other, body, log)
+            self._reply(log["status"], b"", "application/x-protobuf")
+            return
         if not self.path.rstrip("/").endswith("/v1/traces"):
             log["status"] = 404
             with collector._cond:

@@ -10,15 +10,17 @@ from .._sampling import sampled
 from .._sink import BaseJudgementSink, JudgementSink
 from .._turn_metrics import DEFAULT_TURN_MEASURES, turn_metrics
 from ._auditor import Auditor, OnJudgement, Submission, SubmitStatus
+from ._governor import Budget
 
 __all__ = [
-           "DEFAULT_TURN_MEASURES",
-           "Auditor",
-           "BaseJudgementSink",
-           "JudgementSink",
-           "OnJudgement",
-           "Submission",
-           "SubmitStatus",
-           "sampled",
-           "turn_metrics",
+    "DEFAULT_TURN_MEASURES",
+    "Auditor",
+    "BaseJudgementSink",
+    "Budget",
+    "JudgementSink",
+    "OnJudgement",
+    "Submission",
+    "SubmitStatus",
+    "sampled",
+    "turn_metrics",
 ]

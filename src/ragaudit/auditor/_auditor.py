@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from .. import _fork
 from .._deprecation import renamed_kwargs, warn_deprecated
 from .._export import Exporter
 from .._log import RateLimitedLog
@@ -31,6 +31,8 @@ from ..turn_audit import COMPUTE, audit_record
 from ._closing import TurnCloser, TurnSource
 from ._draining import Draining
 from ._exporting import ExportStage, LegacySinkExporter, OnJudgementExporter
+from ._first_run import say_where_things_are
+from ._governor import NOT_SENT, Budget, CostControl
 from ._judge_health import JudgeFailureLog
 from ._judging import judge_request
 from ._lifecycle import flush_on_sigterm, track
@@ -49,7 +51,7 @@ __all__ = ["Auditor", "JudgementSink", "OnJudgement", "Submission", "SubmitStatu
 
 logger = logging.getLogger("ragaudit")
 
-SubmitStatus = Literal["queued", "judged", "failed", "dropped", "sampled_out"]
+SubmitStatus = Literal["queued", "judged", "failed", "dropped", "sampled_out", "filtered_out", "not_sent"]
 """What :meth:`Auditor.submit` did with a turn."""
 
 OnJudgement = Callable[[RagTurn, Judgement], None]
@@ -96,6 +98,28 @@ def _check_arguments(mode: str, sample_rate: float, max_queue: int, max_closing:
         raise ConfigurationError("redact must be callable(text) -> text")
 
 
+def _resolve_judge(judge: RagJudge | None) -> RagJudge:
+    """*judge*, or the default judge for None; a ConfigurationError for anything that is no RagJudge."""
+    if judge is None:
+        from ..judges import default_judge
+
+        judge = default_judge()
+    if not isinstance(judge, RagJudge):
+        raise ConfigurationError(f"judge must implement RagJudge (name, judge, ajudge, blocking, aclose_loop, "
+                                 f"config_key, close, calls_per_judgement, timeout_s): "
+                                 f"derive it from ragaudit.BaseRagJudge; got {type(judge).__name__}")
+    return judge
+
+
+def _metrics(turn: RagTurn, policy: ContentPolicy) -> Any:
+    try:
+        return turn_metrics(turn)
+    except Exception as exc:
+        logger.warning("ragaudit: computing the retrieval metrics of turn %s failed: %s", turn.turn_id,
+                       policy.exception(exc))
+        return None
+
+
 def _as_exporters(sinks: Iterable[Any]) -> list[Exporter]:
     out: list[Exporter] = []
     for sink in sinks:
@@ -124,7 +148,7 @@ class Auditor(Draining):
     ``mode="inline"`` judges before :meth:`submit` returns (for scripts and tests). A judge that
     fails is said at WARNING: the first failure at once, then a summary at most once a minute
     while failures go on (how many, the last error's type and HTTP status, what to check).
-    Integrations hand finished turns over with :meth:`defer`; at most *max_closing* wait to be recorded (a burst
+    Integrations hand finished turns over through :attr:`closer`; at most *max_closing* wait to be recorded (a burst
     past that drops whole turns, spans included, counted in ``stats()["close_dropped"]``), a bound
     separate from *max_queue* so that a small judging queue never costs traces.
 
@@ -154,12 +178,17 @@ class Auditor(Draining):
     shortfall is written to stderr. ``stats()`` always satisfies ``submitted == judged + failed +
     dropped + sampled_out + pending``.
 
-    SIGTERM (``docker stop``, Kubernetes) kills a Python process without running exit hooks, so
-    judgements still pending then are lost. With ``handle_signals=True`` (from the main thread),
-    SIGTERM first flushes every such auditor (within its *exit_timeout_s*, a shortfall reported on
-    stderr) and then terminates the process the default way. A SIGTERM handler the application
-    installed itself is never replaced: it is left in place (with a warning), and the normal exit
-    flush runs if that handler exits the interpreter (``sys.exit``).
+    SIGTERM (``docker stop``, Kubernetes) kills a Python process without running exit hooks. So
+    by default (*handle_signals* None or True) the first Auditor made on the main thread installs
+    a SIGTERM handler that flushes every such auditor (one deadline: the largest *exit_timeout_s*)
+    and then hands over to what SIGTERM did before: the application's own handler, if it installed
+    one before (called with the same arguments; the auditors are only flushed, not shut down, so
+    the application decides whether the process goes on), else the default (the auditors are shut
+    down, then the process dies by SIGTERM). What could not be recorded is said on stderr. A handler
+    the application installs *after* replaces ragaudit's, which then stays off: that handler's own
+    ``sys.exit`` runs the normal exit flush. An ignored SIGTERM (``SIG_IGN``) is left alone. Off
+    the main thread no handler can be installed (with ``handle_signals=True`` a warning says so);
+    ``handle_signals=False`` leaves this auditor out.
     """
 
     def __init__(
@@ -180,18 +209,21 @@ class Auditor(Draining):
         capture_reason: bool | None = None,
         max_context_chars: int = 24_000,
         exit_timeout_s: float = 30.0,
-        handle_signals: bool = False,
+        handle_signals: bool | None = None,
         max_closing: int = 10_000,
         judge_trace: Literal["turn", "separate"] | None = None,
+        budget: Budget | Sequence[Budget] | None = None,
+        max_rps: float | None = None,
+        budget_store: str | None = None, budget_fail: Literal["open", "closed"] = "open",
+        pause_s: float = 60.0,
+        prices: Mapping[str, tuple[float, float]] | None = None,
+        judge_if: Callable[[RagTurn], bool] | None = None,
+        retain_s: float | None = None, max_retained: int = 1_000,
     ) -> None:
         _check_arguments(mode, sample_rate, max_queue, max_closing, max_concurrency, timeout_s, on_judgement, redact)
-        if judge is None:
-            from ..judges import default_judge
-
-            judge = default_judge()
-        if not isinstance(judge, RagJudge):
-            raise ConfigurationError(f"judge must implement RagJudge (name, judge, ajudge, blocking, aclose_loop): "
-                                     f"derive it from ragaudit.BaseRagJudge; got {type(judge).__name__}")
+        judge = _resolve_judge(judge)
+        self._cost = CostControl(judge, budget, max_rps, budget_store, budget_fail, pause_s, prices, judge_if,
+                                 retain_s, max_retained)  # budgets, rate, pause, judge_if, feedback
         sinks = tuple(sinks)
         exporters = _as_exporters(sinks)
         # Sinks of the older interface get the Auditor's recorder (their content policy, provider).
@@ -210,11 +242,11 @@ class Auditor(Draining):
         self.exit_timeout_s = exit_timeout_s
         self._sinks = tuple(exporters)
         # The one policy for every text this auditor and its exporters record.
-        self.content = ContentPolicy(capture_content=capture_content, capture_reason=capture_reason,
+        self._content_policy = ContentPolicy(capture_content=capture_content, capture_reason=capture_reason,
                                      redact=redact)
-        self._policies = PolicyBook(self.content, capture_content is not None or capture_reason is not None
+        self._policies = PolicyBook(self._content_policy, capture_content is not None or capture_reason is not None
                                     or redact is not None)
-        self._recorder = SpanRecorder(tracer_provider, content=self.content, judge_trace=judge_trace)
+        self._recorder = SpanRecorder(tracer_provider, content=self._content_policy, judge_trace=judge_trace)
         for sink in legacy:
             sink.bind_recorder(self._recorder)
         stage = self._exporters(audit_log, exporters, on_judgement)
@@ -223,16 +255,17 @@ class Auditor(Draining):
         # default executor refuses new work, and exit is exactly when we flush.
         self._sync_judge = bool(judge.blocking)
 
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._counts = {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0,
-                        "unjudged_no_evidence": 0, "unjudged_empty_answer": 0}
+                        "unjudged_no_evidence": 0, "unjudged_empty_answer": 0, **dict.fromkeys(NOT_SENT, 0)}
         self._pending = 0
         self._closed = False
         self._log = RateLimitedLog()
-        self._judge_failures = JudgeFailureLog()
+        self._judge_failures = JudgeFailureLog(on_first=lambda: say_where_things_are(judge.name, self._audit_log,
+                                                                                      self.tracer_provider))
         self._start_workers(stage)
-        if handle_signals:
-            flush_on_sigterm(self)
+        if handle_signals is not False:
+            flush_on_sigterm(self, asked=handle_signals is True)
 
     def _exporters(self, audit_log: str | os.PathLike[str] | None, sinks: Sequence[Exporter],
                    on_judgement: OnJudgement | None) -> list[Exporter]:
@@ -245,7 +278,7 @@ class Auditor(Draining):
 
             # Opened with its first line: a read-only working directory must not make constructing
             # an Auditor (or a handler) raise into the host; a failed write is counted instead.
-            self._audit_log = AuditLog(audit_log, content=self.content, lazy=True)
+            self._audit_log = AuditLog(audit_log, content=self._content_policy, lazy=True)
         # Judge spans first: a sink may refer to them (Phoenix annotations need the span to exist).
         stage: list[Exporter] = [self._spans]
         stage += [self._audit_log] if self._audit_log is not None else []
@@ -282,8 +315,8 @@ class Auditor(Draining):
         if self._sync_judge:
             self._blocking = BatchWorker("judge", run_jobs, max_queue=bound, max_batch=1,
                                          threads=self.max_concurrency, paced=True)
-        self._export = ExportStage(exporters, delivered, self.content, max_queue=bound)
-        self._closer = TurnCloser(self.max_closing, job_failed)
+        self._export = ExportStage(exporters, delivered, self._content_policy, max_queue=bound)
+        self._closer = TurnCloser(self.max_closing, job_failed, inline=self.mode == "inline")
         workers = [w for w in (self._closer.worker, self._judging, self._blocking, self._export.worker)
                    if w is not None]
         weakref.finalize(self, _release, workers, self._audit_log)
@@ -299,9 +332,14 @@ class Auditor(Draining):
 
     @property
     def content_policy(self) -> ContentPolicy:
-        """The :class:`~ragaudit.content.ContentPolicy` of every text this auditor records (also
-        :attr:`content`)."""
-        return self.content
+        """The :class:`~ragaudit.content.ContentPolicy` of every text this auditor records."""
+        return self._content_policy
+
+    @property
+    def content(self) -> ContentPolicy:
+        """Deprecated: :attr:`content_policy` (``content`` also names a document's text)."""
+        warn_deprecated("Auditor.content", "Auditor.content_policy")
+        return self._content_policy
 
     @property
     def tracer_provider(self) -> TracerProvider | None:
@@ -311,7 +349,7 @@ class Auditor(Draining):
     @property
     def redact(self) -> Callable[[str], str] | None:
         """The redaction hook applied to every text this auditor records (None: none)."""
-        return self.content.redact
+        return self._content_policy.redact
 
     @property
     def closed(self) -> bool:
@@ -363,7 +401,7 @@ class Auditor(Draining):
         """
         if recorder is not None:
             warn_deprecated("Auditor.submit(recorder=...)", "submit(content_policy=..., tracer_provider=...)")
-            content_policy, tracer_provider = recorder.content, recorder.tracer_provider
+            content_policy, tracer_provider = recorder.content_policy, recorder.tracer_provider
         return self.submit_turn(turn, content_policy=content_policy, tracer_provider=tracer_provider).status
 
     def submit_turn(self, turn: RagTurn, *, content_policy: ContentPolicy | None = None,
@@ -374,26 +412,37 @@ class Auditor(Draining):
         try:
             policy = self._policies.resolve(content_policy)
             if ground_truth_metrics is COMPUTE:
-                ground_truth_metrics = self._metrics(turn, policy)
+                ground_truth_metrics = _metrics(turn, policy)
             job = _Job(turn, policy, tracer_provider, ground_truth_metrics)
             status, record = self._submit(job)
             return Submission(status, ground_truth_metrics, record)
         except Exception as exc:  # the host pipeline must never see our failure
-            policy = content_policy if isinstance(content_policy, ContentPolicy) else self.content
+            policy = content_policy if isinstance(content_policy, ContentPolicy) else self._content_policy
             logger.error("ragaudit: submit failed; turn counted as dropped: %s", policy.exception(exc),
-                         exc_info=exc if policy.capture_content and self.content.capture_content else None)
+                         exc_info=exc if policy.capture_content and self._content_policy.capture_content else None)
             with self._lock:
                 self._counts["submitted"] += 1
                 self._counts["dropped"] += 1
             return Submission("dropped")
 
-    def attach_source(self, source: TurnSource) -> None:
-        """Register an integration handler whose half-finished turns :meth:`shutdown` should close.
+    @property
+    def closer(self) -> TurnCloser:
+        """Where integrations hand finished runs over to be closed into turns (:meth:`TurnCloser.defer
+        <ragaudit.auditor._closing.TurnCloser.defer>`) and register themselves for closing at
+        shutdown (``attach``). The Auditor never calls into a job: it drains the closer before it
+        stops taking turns (:meth:`flush`, :meth:`shutdown`, exit)."""
+        return self._closer
 
-        *source* has a ``close_ended_turns()`` method; it is held weakly (a handler made per call
-        costs nothing once it is gone).
-        """
+    def attach_source(self, source: TurnSource) -> None:
+        """Deprecated: ``auditor.closer.attach(source)``."""
+        warn_deprecated("Auditor.attach_source()", "Auditor.closer.attach()")
         self._closer.attach(source)
+
+    def feedback(self, turn_id: str, value: Any) -> str:
+        """A user's feedback on the answer of *turn_id*; never raises, never blocks. A thumbs-down on a
+        turn the sampler left out and that is still kept (``retain_s``) gets it judged: ``"queued"``;
+        see :meth:`CostControl.feedback <ragaudit.auditor._governor.CostControl.feedback>`."""
+        return self._cost.feedback(turn_id, value, lambda job: self._submit(job, sample=False)[0])
 
     def count_unjudged(self, reason: str) -> bool:
         """Count a finished turn that was traced but not judged: *reason* ``"no_evidence"`` (an answer
@@ -421,25 +470,16 @@ class Auditor(Draining):
         return first
 
     def defer(self, job: Callable[[], None]) -> bool:
-        """Run *job* soon on the auditor's closing thread, never on the caller's. Never blocks or raises.
-
-        Integrations close a turn this way: at the end of a run they hand over the raw run data,
-        and *job* builds the :class:`~ragaudit.RagTurn`, records its spans (with the times the
-        framework reported) and :meth:`submit` s it, so none of that work is on the host's thread.
-        Jobs run in order, in batches (one gathers for up to 0.1 s); :meth:`flush`,
-        :meth:`shutdown` and the exit hook run every job deferred before them. In inline mode, and
-        after :meth:`shutdown`, *job* runs at once on the caller's thread. Returns False when
-        *max_closing* jobs are already waiting: *job* is dropped and counted in
-        ``stats()["close_dropped"]``. *job* should not raise; if it does, the error is logged.
-        """
-        return self._closer.defer(job, now=self.mode == "inline" or self._closed)
+        """Deprecated: ``auditor.closer.defer(job)``."""
+        warn_deprecated("Auditor.defer()", "Auditor.closer.defer()")
+        return self._closer.defer(job)
 
     @renamed_kwargs(timeout="timeout_s")
     def flush_turns(self, timeout_s: float | None = 30.0) -> bool:
-        """Wait until every job :meth:`defer` got so far has run: the turns integrations handed over
+        """Wait until every job the :attr:`closer` got so far has run: the turns integrations handed over
         are built, their spans ended and they are submitted. Does not wait for judgements (that is
         :meth:`flush`). Returns False when *timeout_s* (seconds) ran out first."""
-        return self._closer.worker.flush(timeout_s)
+        return self._closer.force_flush(timeout_s)
 
     def stats(self) -> dict[str, int]:
         """Counts: submitted, judged, failed, dropped, sampled_out, pending, sink_errors, close_dropped,
@@ -449,10 +489,18 @@ class Auditor(Draining):
         callback tree) and ``unjudged_empty_answer`` turns whose answer was empty; both are traced,
         never submitted (:meth:`count_unjudged`).
 
+        Cost control (``budget``, ``max_rps``, ``pause_s``, ``judge_if``): ``filtered_out``,
+        ``over_budget``, ``paused``, ``budget_unavailable`` and ``rate_limited`` count the turns not
+        sent to the judge, by reason (each still ends as a record); ``budget_store_errors`` the store
+        calls that failed, ``rate_waits`` the waits for a rate slot, ``judge_tokens`` and ``judge_usd``
+        what the judge calls cost (money where a price is known); ``feedback_judged``,
+        ``feedback_unmatched`` and ``retained_evicted``: see :meth:`feedback`.
+
         One consistent snapshot (one lock): ``submitted == judged + failed + dropped + sampled_out
-        + pending`` always holds, also while judgements are being delivered. ``sink_errors``
+        + pending`` plus the five not-sent reasons always holds, also while judgements are being
+        delivered (a turn judged after a thumbs-down was submitted twice: sampled out, then judged). ``sink_errors``
         includes the sinks' own delivery failures (items a sink gave up on). ``closing`` is how
-        many finished turns wait to be recorded (:meth:`defer`) and ``close_dropped`` how many were
+        many finished turns wait to be recorded (:attr:`closer`) and ``close_dropped`` how many were
         dropped because *max_closing* were waiting already.
         """
         sink_errors = self._export.errors
@@ -461,6 +509,7 @@ class Auditor(Draining):
             stats = {**self._counts, "pending": self._pending, "closing": closing,
                      "close_dropped": self._closer.dropped}
         stats["sink_errors"] = sink_errors
+        stats.update(self._cost.stats())
         return stats
 
     def __enter__(self) -> Auditor:
@@ -471,23 +520,20 @@ class Auditor(Draining):
 
     # -- internals --------------------------------------------------------------------------
 
-    def _metrics(self, turn: RagTurn, policy: ContentPolicy) -> Any:
-        try:
-            return turn_metrics(turn)
-        except Exception as exc:
-            logger.warning("ragaudit: computing the retrieval metrics of turn %s failed: %s", turn.turn_id,
-                           policy.exception(exc))
-            return None
-
-    def _submit(self, job: _Job) -> tuple[SubmitStatus, AuditRecord | None]:
+    def _submit(self, job: _Job, sample: bool = True) -> tuple[SubmitStatus, AuditRecord | None]:
         turn = job.turn
+        selected = self._cost.selected(turn, job.policy) if sample else True
         with self._lock:
             self._counts["submitted"] += 1
             if self._closed:
                 self._counts["dropped"] += 1
                 status: SubmitStatus = "dropped"
-            elif not sampled(turn.turn_id, self.sample_rate):
+            elif not selected:
+                self._counts["filtered_out"] += 1
+                return "filtered_out", None
+            elif sample and not sampled(turn.turn_id, self.sample_rate):
                 self._counts["sampled_out"] += 1
+                self._cost.retain(turn, job)
                 return "sampled_out", None
             elif self._pending >= self.max_queue:
                 self._counts["dropped"] += 1
@@ -506,6 +552,8 @@ class Auditor(Draining):
             except RuntimeError:  # no thread could be started (interpreter shutdown)
                 self._unqueue()
                 return "dropped", None
+            if record.unjudged is not None:
+                return "not_sent", record
             return ("judged" if record.status == "judged" else "failed"), record
         if not self._judging.put(job):
             self._unqueue()
@@ -514,14 +562,15 @@ class Auditor(Draining):
 
     def _after_fork(self) -> None:
         # In a forked child (gunicorn --preload): the parent's judgements in flight are the
-        # parent's to finish; the child's workers start empty, and so do its counts.
-        self._lock = threading.Lock()
+        # parent's to finish; the child's workers start empty, and so do its counts (the lock
+        # itself is reset by ragaudit._fork before this runs).
         self._pending = 0
         self._counts = dict.fromkeys(self._counts, 0)
         self._judge_failures.reset()
         self._export.after_fork()
         self._closer.after_fork()
         self._policies.after_fork()
+        self._cost.after_fork()
 
     def _unqueue(self) -> None:
         with self._lock:
@@ -532,7 +581,19 @@ class Auditor(Draining):
         start_ns = time.time_ns()
         record: AuditRecord | None = None
         try:
+            # Budgets, rate and pause decide first; a turn they turn away ends as a record with its
+            # counted reason, never judged, never queued again.
+            verdict = await self._cost.admit(self.timeout_s)
+            if verdict != "ok":
+                with self._lock:
+                    self._pending -= 1
+                    self._counts[verdict] += 1
+                record = audit_record(job.turn, None, job.policy, unjudged=verdict,
+                                      tracer_provider=job.provider or self.tracer_provider)
+                self._export.put(record)
+                return record
             judgement = await self._judge(job.turn)
+            self._cost.settle(judgement)
             self._judge_failures.note(judgement)
             # The one record of this turn: every derived value computed here, once.
             record = audit_record(job.turn, judgement, job.policy, judge_started_at=start_ns,
@@ -567,7 +628,7 @@ class Auditor(Draining):
     def _job_failed(self, exc: BaseException) -> None:
         # A job is a handler's turn; its policy is not at hand here: the strictest in the process.
         self._log.warning(f"job:{type(exc).__name__}", "ragaudit: closing a turn failed (the pipeline is "
-                          "unaffected): %s", log_exception(exc, self.content))
+                          "unaffected): %s", log_exception(exc, self._content_policy))
 
 
 

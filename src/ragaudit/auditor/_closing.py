@@ -8,11 +8,11 @@ closed) but never looks inside a job: it only drains the closer before it stops 
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+from .. import _fork
 from .._log import RateLimitedLog
 from .._worker import BatchWorker, run_jobs
 
@@ -37,10 +37,11 @@ class TurnCloser:
     waiting; a job past that is dropped and counted (:attr:`dropped`). *failed* is told about a
     job that raised."""
 
-    def __init__(self, max_closing: int, failed: Callable[[BaseException], None]) -> None:
+    def __init__(self, max_closing: int, failed: Callable[[BaseException], None], *, inline: bool = False) -> None:
         self.max_closing = max_closing
+        self.inline = inline
         self._failed = failed
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self.dropped = 0
         self._log = RateLimitedLog()
         self._sources: weakref.WeakSet[TurnSource] = weakref.WeakSet()
@@ -49,14 +50,23 @@ class TurnCloser:
             on_error=failed, paced=True)
 
     def attach(self, source: TurnSource) -> None:
-        """Have :meth:`close_sources` close *source*'s ended turns (held weakly)."""
+        """Have :meth:`close_sources` close *source*'s ended turns before shutdown (held weakly: a
+        handler made per call costs nothing once it is gone)."""
         self._sources.add(source)
 
-    def defer(self, job: Callable[[], None], *, now: bool = False) -> bool:
-        """Queue *job* (run it here and now with *now*, or once the worker is shut down). Returns
-        False when it was dropped (counted). Never raises."""
+    def defer(self, job: Callable[[], None]) -> bool:
+        """Run *job* soon on the closing thread, never on the caller's. Never blocks or raises.
+
+        Integrations close a turn this way: at the end of a run they hand over the raw run data,
+        and *job* builds the :class:`~ragaudit.RagTurn`, records its spans (with the times the
+        framework reported) and submits it, so none of that work is on the host's thread. Jobs run
+        in order, in batches; the Auditor's ``flush()``, ``shutdown()`` and the exit hook drain
+        them first. With an inline Auditor, and after shutdown, *job* runs at once on the caller's
+        thread. Returns False when *max_closing* jobs are already waiting: *job* is dropped and
+        counted (``stats()["close_dropped"]``). A raise from *job* is logged.
+        """
         try:
-            if now or self.worker.closed:
+            if self.inline or self.worker.closed:
                 job()
                 return True
             if self.worker.put(job):
@@ -79,9 +89,14 @@ class TurnCloser:
             except Exception as exc:
                 self._failed(exc)
 
+    def force_flush(self, timeout_s: float | None = 30.0) -> bool:
+        """Wait until every job deferred so far has run (the turns built, their spans ended, they are
+        submitted); not for their judgements. False when *timeout_s* ran out first."""
+        return self.worker.flush(timeout_s)
+
     def __len__(self) -> int:
         return len(self.worker)
 
     def after_fork(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self.dropped = 0

@@ -35,7 +35,7 @@ class Draining:
     """Flush, shutdown and the exit hook's part, over the Auditor's workers and exporters."""
 
     judge: RagJudge
-    content: ContentPolicy
+    _content_policy: ContentPolicy
     exit_timeout_s: float
     _lock: threading.Lock
     _closed: bool
@@ -162,7 +162,7 @@ class Draining:
             self._judging.run_coroutine(self.judge.aclose_loop()).result(timeout=min(timeout_s, 5.0))
         except Exception as exc:
             logger.debug("ragaudit: closing the judge's client for the auditor loop failed: %s",
-                         self.content.exception(exc))
+                         self._content_policy.exception(exc))
 
     def _exit(self, deadline: float) -> None:
         """The exit hook's part for this auditor: shut down by *deadline* (shared by all auditors)."""
@@ -181,3 +181,8 @@ def _shutdown_call(exporter: Exporter) -> Callable[[float], bool]:
         return True
 
     return call
+
+
+# What these are to users: Auditor methods (a deprecated keyword's warning names them so).
+for _method in (Draining.flush, Draining.shutdown):
+    _method.__wrapped__.__qualname__ = _method.__qualname__ = "Auditor." + _method.__name__  # type: ignore[attr-defined]

@@ -12,9 +12,9 @@ the adapter for sinks written against the old ``emit(turn, judgement)`` interfac
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Sequence
 
+from .. import _fork
 from .._export import BaseExporter, Exporter, ExportResult
 from .._log import RateLimitedLog
 from .._sink import JudgementSink
@@ -42,7 +42,7 @@ class _Failures:
     """A count of failed deliveries with a rate-limited warning per kind (never raises)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self.count = 0
         self._log = RateLimitedLog()
 
@@ -54,7 +54,7 @@ class _Failures:
                           policy.exception(exc))
 
     def reset(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self.count = 0
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 import time
+from collections.abc import Callable
 
+from .. import _fork
 from ..records import Judgement
 
 __all__ = ["JudgeFailureLog", "failure_hint"]
@@ -58,9 +59,10 @@ class JudgeFailureLog:
     """Counts judge failures of one Auditor and logs them at WARNING: the first at once, then one
     summary per :data:`SUMMARY_INTERVAL_S` while failures go on (none while judging succeeds)."""
 
-    def __init__(self, interval_s: float = SUMMARY_INTERVAL_S) -> None:
+    def __init__(self, interval_s: float = SUMMARY_INTERVAL_S, on_first: Callable[[], None] | None = None) -> None:
         self.interval_s = interval_s
-        self._lock = threading.Lock()
+        self._on_first = on_first  # called once, with the first judgement that succeeded
+        self._lock = _fork.lock()
         self.failures = 0
         self._since_summary = 0
         self._next_summary = 0.0
@@ -68,6 +70,12 @@ class JudgeFailureLog:
     def note(self, judgement: Judgement) -> None:
         """Record *judgement* (a failed one is counted and maybe logged). Never raises."""
         if judgement.error is None:
+            if self._on_first is not None:
+                on_first, self._on_first = self._on_first, None
+                try:
+                    on_first()
+                except Exception:  # saying where things are must not cost the judgement
+                    pass
             return
         now = time.monotonic()
         with self._lock:
@@ -96,6 +104,6 @@ class JudgeFailureLog:
 
     def reset(self) -> None:
         """Start over (in a forked child)."""
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self.failures = self._since_summary = 0
         self._next_summary = 0.0

@@ -1,4 +1,4 @@
-"""The Auditor's process lifecycle: the exit hook and SIGTERM (``Auditor(handle_signals=True)``).
+"""The Auditor's process lifecycle: the exit hook and SIGTERM (``Auditor(handle_signals=...)``).
 
 Fork is handled where the threads are (:mod:`ragaudit._worker` restarts every worker in the child)
 and by the Auditor's own after-fork reset of its counts.
@@ -14,6 +14,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from .. import _fork
 from .._worker import call_with_deadline, exit_deadline
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ logger = logging.getLogger("ragaudit")
 
 _EXIT_MARGIN_S = 0.5
 
-_lock = threading.Lock()
+_lock = _fork.lock()
 # Weak: an Auditor nobody references is released (its threads stop, its file closes) and drops out
 # of here; one exit hook serves every auditor instead of one closure per auditor.
 _live: weakref.WeakSet[Auditor] = weakref.WeakSet()
@@ -79,49 +80,85 @@ def _register_exit(callback: Any) -> None:
 
 
 _sigterm_auditors: weakref.WeakSet[Auditor] = weakref.WeakSet()
-_sigterm_installed = False
+# The disposition ragaudit's handler chains to (what SIGTERM did before it); None: not installed.
+_sigterm_previous: Any = None
+_sigterm_state = "never"  # "never" installed, "installed", or "declined" (no main thread / not Python's)
 
 
-def flush_on_sigterm(auditor: Auditor) -> None:
-    """Have SIGTERM flush *auditor* before the process dies (``Auditor(handle_signals=True)``)."""
-    global _sigterm_installed
+def flush_on_sigterm(auditor: Auditor, *, asked: bool = False) -> None:
+    """Have SIGTERM flush *auditor* before the process goes on to what SIGTERM did before.
+
+    Installed once per process, by the first Auditor made on the main thread (Python sets signal
+    handlers there only). It chains: the disposition found then (the application's own handler, or
+    the default) still runs after the flush, so an application handler installed *before* keeps
+    working; one installed *after* replaces ragaudit's, which then stays off (never reinstalled).
+    *asked*: the caller passed ``handle_signals=True`` (then a handler that cannot be installed is
+    worth a warning).
+    """
+    global _sigterm_previous, _sigterm_state
     import signal
 
     with _lock:
         _sigterm_auditors.add(auditor)
-        if _sigterm_installed and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        if _sigterm_state == "installed":
             return
-        _sigterm_installed = False
         if threading.current_thread() is not threading.main_thread():
-            logger.warning("ragaudit: handle_signals=True needs the main thread (signal handlers can only be "
-                           "set there); SIGTERM will not flush pending judgements")
+            if asked:
+                logger.warning("ragaudit: handle_signals=True needs the main thread (signal handlers can only be "
+                               "set there); SIGTERM will not flush pending judgements")
             return
         current = signal.getsignal(signal.SIGTERM)
-        if current is not signal.SIG_DFL:
-            logger.warning("ragaudit: the application has its own SIGTERM handler (%r); ragaudit leaves it in "
-                           "place, and pending judgements are flushed only if it exits the interpreter "
-                           "normally (sys.exit)", current)
+        if current is signal.SIG_IGN or current is None:  # ignored, or a handler not set from Python
+            _sigterm_state = "declined"
             return
-        signal.signal(signal.SIGTERM, _on_sigterm)
-        _sigterm_installed = True
+        if _sigterm_state == "declined" and current is not signal.SIG_DFL:
+            return
+        try:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+        except (ValueError, OSError) as exc:  # an embedded interpreter without signals
+            logger.debug("ragaudit: could not install the SIGTERM handler: %r", exc)
+            return
+        _sigterm_previous = current
+        _sigterm_state = "installed"
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     import signal
 
-    auditors = list(_sigterm_auditors)
+    previous = _sigterm_previous
+    auditors = [a for a in list(_sigterm_auditors) if not a._closed]
     if auditors:
-        # Flushed on worker threads, so a lock the interrupted main thread holds cannot deadlock
-        # it; the wait is bounded by the auditors' exit timeouts.
-        budget = max(a.exit_timeout_s for a in auditors)
-        deadline = time.monotonic() + budget
-
-        def flush_all() -> None:
-            for auditor in auditors:
-                auditor.shutdown(min(auditor.exit_timeout_s, max(0.0, deadline - time.monotonic())))
-
-        finished, _ = call_with_deadline(flush_all, budget + _EXIT_MARGIN_S)
-        if not finished:
-            report("SIGTERM: the flush did not finish in time; judgements still pending were not recorded")
+        _flush_for_sigterm(auditors, shut_down=not callable(previous))
+    if callable(previous) and previous is not _on_sigterm:
+        previous(signum, frame)  # the application's own handler: its decision what happens next
+        return
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
+
+
+def _flush_for_sigterm(auditors: list[Auditor], *, shut_down: bool) -> None:
+    # On worker threads, so a lock the interrupted main thread holds cannot deadlock it; the wait
+    # is bounded by the auditors' exit timeouts. Before the default disposition (the process dies
+    # next) each auditor is shut down, which says on stderr what it lost; before an application's
+    # handler (the process may go on, or exit normally and flush again) it is only flushed.
+    budget = max(a.exit_timeout_s for a in auditors)
+    deadline = time.monotonic() + budget
+
+    def flush_all() -> None:
+        for auditor in auditors:
+            left = min(auditor.exit_timeout_s, max(0.0, deadline - time.monotonic()))
+            if shut_down:
+                auditor.shutdown(left)
+            else:
+                auditor.flush(left)
+
+    finished, _ = call_with_deadline(flush_all, budget + _EXIT_MARGIN_S)
+    if shut_down and finished:
+        return
+    pending = sum(a.stats()["pending"] for a in auditors)
+    if shut_down:
+        report(f"SIGTERM: the flush did not finish in {budget:g} s; {pending} judgement(s) still pending "
+               "were not recorded")
+    elif pending or not finished:
+        report(f"SIGTERM: {pending} judgement(s) still pending after {budget:g} s; the application's SIGTERM "
+               "handler runs now (they are recorded only if the process goes on or exits normally)")

@@ -7,10 +7,10 @@ content settings itself, the stricter of both applies to each text.
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Callable
 
+from .. import _fork
 from ..content import ContentPolicy
 
 __all__ = ["PolicyBook", "chained"]
@@ -48,7 +48,7 @@ class PolicyBook:
         # Settings given on purpose bind every turn submitted here; the defaults (the environment's
         # capture setting, no hook) leave each handler's own settings in charge.
         self.given = given
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._made: weakref.WeakSet[ContentPolicy] = weakref.WeakSet()
         self._foreign: weakref.WeakKeyDictionary[ContentPolicy, ContentPolicy] = weakref.WeakKeyDictionary()
 
@@ -84,4 +84,4 @@ class PolicyBook:
         return found
 
     def after_fork(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()

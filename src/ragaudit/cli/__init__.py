@@ -1,4 +1,4 @@
-"""The ``ragaudit`` command: ``demo``, ``eval``, ``metrics``, ``report``, ``calibrate``, ``qrels``.
+"""The ``ragaudit`` command: ``demo``, ``eval``, ``metrics``, ``report``, ``calibrate``, ``qrels``, ``worker``.
 
 Each subcommand's work lives in its own module and is imported only when that subcommand runs,
 so ``ragaudit --help`` needs no optional extra.
@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import logging
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Iterator, Sequence
 
-from .._text import EscapingWriter, escape_controls
+from .._text import EscapingWriter, escape_controls, exception_text
 from .._version import __version__
 from ..errors import RagAuditError
 
@@ -59,16 +61,25 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
 
 
 def _add_metrics(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("metrics", help="retrieval metrics of a run against qrels (trec_eval semantics)")
+    p = sub.add_parser("metrics", help="retrieval metrics of a run against qrels (trec_eval semantics)",
+                       description="trec_eval's short flags work here: -q -c -M N -J -n -lN -m NAME.")
     p.add_argument("--run", required=True, help="TREC run file or JSONL {qid, docid, score}")
     p.add_argument("--qrels", required=True, help="TREC qrels file or JSONL {qid, docid, relevance}")
     p.add_argument("-m", "--metric", action="append", dest="metrics", required=True,
-                   help="e.g. ndcg@10, recall@5, mrr@10, map (repeatable)")
-    p.add_argument("--per-query", action="store_true")
-    p.add_argument("--format", choices=["table", "json"], default="table")
-    p.add_argument("--relevance-level", type=int, default=1, help="minimum label that counts as relevant")
-    p.add_argument("--all-queries", action="store_true",
-                   help="count qrels queries missing from the run as 0 (trec_eval -c)")
+                   help="e.g. ndcg@10, recall@5, mrr@10, map, Rprec, bpref, P_5, ndcg.1=3,2=9 (repeatable)")
+    p.add_argument("-q", "--per-query", action="store_true")
+    p.add_argument("--format", choices=["table", "json", "trec"], default="table",
+                   help="trec: trec_eval's own output layout")
+    p.add_argument("-l", "--relevance-level", type=int, default=1, help="minimum label that counts as relevant")
+    p.add_argument("-c", "--all-queries", action="store_true",
+                   help="count qrels queries missing from the run as empty rankings (trec_eval -c)")
+    p.add_argument("-M", "--max-docs-per-query", type=int, default=None, metavar="N",
+                   help="only the top N docs of each ranking count (trec_eval -M)")
+    p.add_argument("-J", "--judged-docs-only", action="store_true",
+                   help="drop unjudged docs from each ranking first (trec_eval -J)")
+    p.add_argument("-n", "--no-summary", action="store_true", help="no summary line (trec_eval -n)")
+    p.add_argument("--ties", choices=["trec_eval", "pytrec_eval"], default="trec_eval",
+                   help="compare scores as doubles (trec_eval >= 10, default) or 32-bit floats (pytrec_eval)")
     p.add_argument("--keep-duplicates", action="store_true",
                    help="keep the highest score of a doc listed twice for a query (default: refuse, as trec_eval)")
     p.set_defaults(handler=("ragaudit.cli.metrics", "metrics_command"))
@@ -113,18 +124,56 @@ def _add_qrels(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.set_defaults(handler=("ragaudit.cli.qrels", "qrels_command"))
 
 
+def _add_worker(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from .worker import add_worker_parser  # its arguments live with the command (no extra imported)
+
+    add_worker_parser(sub)
+
+
+_DEBUG_HELP = "on an error, also print the Python traceback (for a bug report)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``ragaudit`` command."""
     parser = argparse.ArgumentParser(prog="ragaudit", description="Make every RAG answer auditable.")
     parser.add_argument("--version", action="version", version=f"ragaudit {__version__}")
+    parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_add_demo, _add_eval, _add_metrics, _add_report, _add_calibrate, _add_qrels):
+    for add in (_add_demo, _add_eval, _add_metrics, _add_report, _add_calibrate, _add_qrels, _add_worker):
         add(sub)
+    for command in sub.choices.values():  # also after the command (SUPPRESS: not reset to False there)
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP)
     return parser
 
 
+@contextlib.contextmanager
+def _warnings_on_stderr(command: str) -> Iterator[None]:
+    """ragaudit's own warnings (a skipped cut-off line, a judge that failed) on stderr while a command
+    runs: the library logs to a NullHandler, which a command's user would never see."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(_CommandFormatter(command))
+    log = logging.getLogger("ragaudit")
+    log.addHandler(handler)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+
+
+class _CommandFormatter(logging.Formatter):
+    def __init__(self, command: str) -> None:
+        super().__init__()
+        self._prefix = f"ragaudit {command}: "
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage().removeprefix("ragaudit: ")
+        return escape_controls(self._prefix + message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0 ok, 1 gate failed, 2 usage or input error)."""
+    """Run the command line; returns the exit code (0 ok, 1 gate failed, 2 usage or input error, said in
+    one line on stderr; ``--debug`` adds the traceback)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
@@ -140,10 +189,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # Every command prints recorded (untrusted) text: answers, documents, reasons, question ids.
         # One choke point shows its control characters instead of letting them drive the terminal.
-        with contextlib.redirect_stdout(EscapingWriter(sys.stdout)):
+        with contextlib.redirect_stdout(EscapingWriter(sys.stdout)), _warnings_on_stderr(args.command):
             return int(getattr(module, func_name)(args) or 0)
-    except RagAuditError as exc:
-        print(f"ragaudit {args.command}: {escape_controls(str(exc))}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        # One line, never a traceback (unless --debug): a RagAuditError names the file, the line and
+        # what was expected; anything else is said as what it is, with the way to see more.
+        if args.debug:
+            traceback.print_exc()
+        if isinstance(exc, RagAuditError):
+            message = str(exc)
+        else:
+            hint = "" if args.debug else " (run with --debug for the traceback)"
+            message = f"unexpected error: {exception_text(exc)}{hint}"
+        print(f"ragaudit {args.command}: {escape_controls(message)}", file=sys.stderr)
+        return 2

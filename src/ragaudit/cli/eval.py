@@ -13,9 +13,11 @@ import pkgutil
 import sys
 from typing import Any
 
+from .._text import exception_text
 from ..errors import ConfigurationError, MetricError
 from ..evaluation.report import EvaluationReport
 from ..evaluation.runner import DEFAULT_METRICS, is_pipeline, load_dataset
+from ..judges.base import RagJudge
 from ..records import SCORE_NAMES
 from ._shared import gate, parse_fail_under, write_outputs
 
@@ -39,10 +41,14 @@ def load_object(spec: str, what: str) -> Any:
         sys.path.insert(0, os.getcwd())
     try:
         return pkgutil.resolve_name(spec)  # the standard library's "module:attr.path" resolver
+    except SyntaxError as exc:  # the user's module does not compile: where, and what Python says
+        raise ConfigurationError(f"{what} {spec!r}: {exc.filename} line {exc.lineno}: {exc.msg}") from exc
     except ImportError as exc:
         raise ConfigurationError(f"{what} {spec!r}: cannot import module {module_name!r}: {exc}") from exc
     except (AttributeError, ValueError):
         raise ConfigurationError(f"{what} {spec!r}: {module_name!r} has no attribute {attr!r}") from None
+    except Exception as exc:  # the module's own code raised while it was imported
+        raise ConfigurationError(f"{what} {spec!r}: importing {module_name!r} raised {exception_text(exc)}") from exc
 
 
 def resolve_pipeline(spec: str) -> Any:
@@ -56,6 +62,8 @@ def resolve_pipeline(spec: str) -> Any:
         except TypeError as exc:
             raise ConfigurationError(f"--pipeline {spec!r} is callable but not a zero-argument factory: "
                                      f"{exc}") from exc
+        except Exception as exc:
+            raise ConfigurationError(f"--pipeline {spec!r}: the factory raised {exception_text(exc)}") from exc
         if is_pipeline(built):
             return built
         raise ConfigurationError(f"--pipeline {spec!r}: the factory returned {type(built).__name__}, not a "
@@ -64,7 +72,7 @@ def resolve_pipeline(spec: str) -> Any:
                              "a LlamaIndex query engine or a factory of one")
 
 
-def resolve_judge(spec: str | None, *, dry_run: bool = False) -> Any:
+def resolve_judge(spec: str | None, *, dry_run: bool = False) -> RagJudge:
     """``None`` -> the default judge; ``lexical``; ``chat:<model>``; ``module:attr`` (judge or factory).
 
     With *dry_run*, a ``chat:`` judge is built even without an API key (it is never called).
@@ -91,8 +99,8 @@ def resolve_judge(spec: str | None, *, dry_run: bool = False) -> Any:
         if not callable(obj):
             raise ConfigurationError(f"--judge {spec!r} is not a judge (no judge()/ajudge() methods)")
         obj = obj()
-    if not (callable(getattr(obj, "judge", None)) and callable(getattr(obj, "ajudge", None))):
-        raise ConfigurationError(f"--judge {spec!r} did not give a judge (needs judge() and ajudge())")
+    if not isinstance(obj, RagJudge):
+        raise ConfigurationError(f"--judge {spec!r} did not give a RagJudge (derive it from ragaudit.BaseRagJudge)")
     return obj
 
 
@@ -114,7 +122,7 @@ def _dry_run(dataset: Any, judge_spec: str | None, out: Any = None) -> None:
 
     rows = load_dataset(dataset)
     judge = resolve_judge(judge_spec, dry_run=True)
-    name = str(getattr(judge, "name", type(judge).__name__))
+    name = judge.name
     estimate = estimate_cost(judge, rows)
     print(f"dry run: {estimate.rows} rows, judge {name}", file=out)
     print(f"  judge calls: {estimate.calls}"
@@ -149,8 +157,9 @@ def eval_command(args: argparse.Namespace) -> int:
         dataset = _demo_dataset_path()
     elif not os.path.exists(dataset):
         raise ConfigurationError(f"dataset {dataset!r} not found (give a JSONL file, or 'demo')")
+    rows = load_dataset(dataset)  # a bad line is named before the pipeline module is imported
     if args.dry_run:
-        _dry_run(dataset, args.judge)
+        _dry_run(rows, args.judge)
         return 0
     judge = resolve_judge(args.judge)
 
@@ -165,7 +174,7 @@ def eval_command(args: argparse.Namespace) -> int:
 
     from ..evaluation.runner import evaluate_pipeline
 
-    report = evaluate_pipeline(dataset, pipeline, judge=judge, metrics=metrics, concurrency=args.concurrency,
+    report = evaluate_pipeline(rows, pipeline, judge=judge, metrics=metrics, concurrency=args.concurrency,
                                progress=not args.no_progress)
     _print_summary(report)
     write_outputs(report, args)

@@ -32,7 +32,8 @@ def _print_audit(report: EvaluationReport, limit: int, out: Any = None) -> None:
     _print_problem_sentences(report, limit, out)
     for i, row in enumerate(report.rows[:limit], start=1):
         low = row.min_score()
-        scores = "  ".join(f"{n}={v:.2f}" if v is not None else f"{n}=–" for n, v in row.scores().items())
+        scores = "  ".join(f"{n}={v:.2f}" if v is not None else f"{n}=invalid({row.invalid_scores[n]})"
+                           if n in row.invalid_scores else f"{n}=–" for n, v in row.scores().items())
         print("", file=out)
         print(f"{i:>3}. min {low:.2f}" if low is not None else f"{i:>3}. min –", f"[{row.diagnosis}]",
               f"turn {row.id}", file=out)

@@ -127,7 +127,7 @@ def run_demo(
     base_url = os.environ.get("OPENAI_BASE_URL")
     generator = (f"{model_from_env()} (OpenAI-compatible API{' at ' + base_url if base_url else ''})"
                  if real else CARELESS_MODEL if careless else STANDIN_MODEL)
-    judge_name = getattr(judge, "name", type(judge).__name__)
+    judge_name = judge.name
     result = DemoResult(framework, generator, judge_name, otlp_endpoint=endpoint)
     by_query = {q.text: q.id for q in questions}
     lock = threading.Lock()

@@ -7,16 +7,26 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from .._jsonl import read_jsonl
+from ..errors import RagAuditError
+from ..records import SCORE_NAMES
 from .report import EvaluationReport, RowResult, diagnose
 
 __all__ = ["report_from_audit_log"]
 
 
 def _float_or_none(value: Any) -> float | None:
+    """A logged score in [0, 1]; None for anything else (never clamped: a 7 is not a 1.0)."""
     if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     value = float(value)
-    return None if math.isnan(value) else min(max(value, 0.0), 1.0)
+    return value if 0.0 <= value <= 1.0 else None
+
+
+def _invalid_scores(entry: Mapping[str, Any]) -> dict[str, str]:
+    """The scores of *entry* logged with a value that is not a score in [0, 1] (None is no value)."""
+    return {name: repr(entry[name])[:40] for name in SCORE_NAMES
+            if entry.get(name) is not None and _float_or_none(entry[name]) is None}
 
 
 def _row_from_audit(entry: Mapping[str, Any], index: int, threshold: float) -> RowResult:
@@ -59,6 +69,7 @@ def _row_from_audit(entry: Mapping[str, Any], index: int, threshold: float) -> R
         judge_error=_str_or_none(entry.get("error")),
         trace_id=_str_or_none(entry.get("trace_id")),
         usage=usage,
+        invalid_scores=_invalid_scores(entry),
         **_full_audit_from_entry(entry),
     )
 
@@ -91,18 +102,63 @@ def _lowest_first(row: RowResult) -> tuple[int, int, float]:
     return (flagged, 1, 0.0) if low is None else (flagged, 0, low)
 
 
+# The types each key of an audit line must have (null is always allowed): a line written by hand or
+# by another tool that breaks them is named, not half-read (a number where a list belongs raised
+# TypeError from deep inside the report).
+_TEXT = ("turn_id", "trace_id", "span_id", "query", "answer", "judge", "judge_status", "reason", "error")
+_NUMBERS = ("faithfulness", "context_relevance", "answer_relevance", "citation_precision", "citation_recall",
+            "latency_s")
+_LISTS_OF_OBJECTS = ("documents", "citations", "sentences", "document_grades", "citation_checks")
+_OBJECTS = ("retrieval_metrics", "usage", "judged_metrics")
+
+
+def _check_line(entry: Mapping[str, Any], where: str) -> None:
+    def wrong(key: str, expected: str) -> RagAuditError:
+        return RagAuditError(f"{where}: {key!r} is {_kind(entry[key])}; expected {expected} or null")
+
+    for key in _TEXT:
+        if entry.get(key) is not None and not isinstance(entry[key], str):
+            raise wrong(key, "a string")
+    for key in _NUMBERS:
+        value = entry.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise wrong(key, "a number")
+    for key in _LISTS_OF_OBJECTS:
+        value = entry.get(key)
+        if value is not None and (not isinstance(value, list) or not all(isinstance(x, dict) for x in value)):
+            raise wrong(key, "a list of objects")
+    for key in _OBJECTS:
+        if entry.get(key) is not None and not isinstance(entry[key], dict):
+            raise wrong(key, "an object")
+    if entry.get("relevant_ids") is not None and not isinstance(entry["relevant_ids"], (dict, list)):
+        raise wrong("relevant_ids", "an object or a list")
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, list):
+        return "a list of objects" if value and all(isinstance(x, dict) for x in value) else "a list"
+    return "a string" if isinstance(value, str) else "an object" if isinstance(value, dict) else type(value).__name__
+
+
 def report_from_audit_log(path: str | os.PathLike[str], *, threshold: float = 0.5) -> EvaluationReport:
     """An :class:`EvaluationReport` of the turns in an audit log, flagged turns first, then lowest score.
 
     Turns with an unsupported or contradicted sentence, or a citation that does not hold, come
-    first; then by the minimum of the three scores; turns with no score at all come last.
+    first; then by the minimum of the three scores; turns with no score at all come last. A cut-off
+    last line (its writer was interrupted) is skipped with a warning; any other line that is not a
+    JSON object with the audit log's types raises :class:`~ragaudit.RagAuditError` naming the line.
     """
-    from ..tracing.files import read_audit_log
-
-    entries = read_audit_log(path)
-    rows = [_row_from_audit(entry, i, threshold)
-            for i, entry in enumerate(entries) if isinstance(entry, Mapping)]
+    where = f"audit log {os.fspath(path)!r}"
+    entries = read_jsonl(path, "audit log", error=RagAuditError, cut_tail=True)
+    rows = []
+    for number, entry in entries:
+        _check_line(entry, f"{where} line {number}")
+        rows.append(_row_from_audit(entry, number - 1, threshold))
     rows.sort(key=_lowest_first)
-    judges = sorted({str(e.get("judge")) for e in entries if isinstance(e, Mapping) and e.get("judge")})
+    judges = sorted({str(e["judge"]) for _, e in entries if e.get("judge")})
     return EvaluationReport.from_rows(rows, judge=", ".join(judges) or "unknown", threshold=threshold,
                                       title=f"ragaudit audit report: {os.path.basename(os.fspath(path))}")

@@ -20,12 +20,12 @@ import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
+from .._jsonl import read_jsonl, read_lines
 from ..errors import ConfigurationError, RagAuditError
 from ..judges.base import RagJudge
 from ..records import SCORE_NAMES, Judgement, JudgeRequest
@@ -447,25 +447,8 @@ def _score_value(value: Any, where: str) -> float | None:
 
 
 def _read_text(path: PathLike, what: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RagAuditError(f"cannot read {what} {str(path)!r}: {exc}") from exc
-
-
-def _jsonl(text: str, path: PathLike, what: str) -> list[tuple[int, dict[str, Any]]]:
-    rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigurationError(f"{what} {str(path)!r}: line {number} is not valid JSON: {exc}") from exc
-        if not isinstance(row, dict):
-            raise ConfigurationError(f"{what} {str(path)!r}: line {number} is not a JSON object")
-        rows.append((number, row))
-    return rows
+    lines, _ = read_lines(path, what, error=RagAuditError)  # a BOM accepted, bad UTF-8 named by line
+    return "\n".join(line for _, line in lines)
 
 
 def read_labels(path: PathLike) -> dict[str, dict[str, float]]:
@@ -478,7 +461,7 @@ def read_labels(path: PathLike) -> dict[str, dict[str, float]]:
     twice is an error.
     """
     labels: dict[str, dict[str, float]] = {}
-    for number, row in _jsonl(_read_text(path, "labels"), path, "labels"):
+    for number, row in read_jsonl(path, "labels"):
         where = f"labels {str(path)!r} line {number}"
         key = _row_id(row, where)
         if key in labels:
@@ -517,7 +500,8 @@ def read_judgements(path: PathLike) -> dict[str, dict[str, float | None]]:
                     raise ConfigurationError(f"judgements {str(path)!r}: row {index} is not a JSON object")
                 rows.append((index, row))
     if rows is None:
-        rows = _jsonl(text, path, "judgements")
+        # An audit log whose writer was cut off mid-line: its last line skipped, as `ragaudit report` does.
+        rows = read_jsonl(path, "judgements", cut_tail=True)
     judged: dict[str, dict[str, float | None]] = {}
     for number, row in rows:
         where = f"judgements {str(path)!r} row {number}"

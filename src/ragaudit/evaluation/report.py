@@ -129,6 +129,9 @@ class RowResult:
     judged_metrics: Mapping[str, float] = field(default_factory=dict)
     citation_precision: float | None = None
     citation_recall: float | None = None
+    invalid_scores: Mapping[str, str] = field(default_factory=dict)
+    """Scores logged with a value no score can have (7, -1, "high"), by name, as written; the score
+    itself is then None. A report shows them as invalid, never clamped to [0, 1]."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
@@ -155,6 +158,8 @@ class RowResult:
             object.__setattr__(self, name, tuple(MappingProxyType(dict(x)) for x in getattr(self, name)))
         object.__setattr__(self, "judged_metrics",
                            MappingProxyType({str(k): float(v) for k, v in self.judged_metrics.items()}))
+        object.__setattr__(self, "invalid_scores",
+                           MappingProxyType({str(k): str(v) for k, v in self.invalid_scores.items()}))
 
     @property
     def problem_sentences(self) -> list[Mapping[str, Any]]:
@@ -212,6 +217,7 @@ class RowResult:
             "judged_metrics": dict(self.judged_metrics),
             "citation_precision": self.citation_precision,
             "citation_recall": self.citation_recall,
+            "invalid_scores": dict(self.invalid_scores),
         }
 
 

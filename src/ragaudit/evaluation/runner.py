@@ -10,7 +10,6 @@ each turn captured, scored against the row's ground truth with :mod:`ragaudit.me
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -24,8 +23,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from .._jsonl import read_jsonl
 from ..auditor import Auditor, Submission, SubmitStatus
 from ..errors import ConfigurationError, MetricError
+from ..judges.base import RagJudge
 from ..records import SCORE_NAMES, Judgement, RagTurn, normalize_relevance
 from .report import EvaluationReport, RowResult, diagnose, full_audit_fields
 
@@ -94,7 +95,7 @@ def _row_from_mapping(raw: Any, index: int, where: str) -> DatasetRow:
     return DatasetRow(str(row_id), question, relevant, reference, MappingProxyType(extra))
 
 
-def load_dataset(dataset: str | os.PathLike[str] | Iterable[Mapping[str, Any]]) -> list[DatasetRow]:
+def load_dataset(dataset: str | os.PathLike[str] | Iterable[Mapping[str, Any] | DatasetRow]) -> list[DatasetRow]:
     """Read and check a dataset: a JSONL file path or an iterable of dicts.
 
     Each row needs ``question``; optional ``id`` (default ``row-N``), ``relevant_ids`` (a list of
@@ -105,25 +106,15 @@ def load_dataset(dataset: str | os.PathLike[str] | Iterable[Mapping[str, Any]]) 
     rows: list[DatasetRow] = []
     if isinstance(dataset, (str, os.PathLike)):
         path = os.fspath(dataset)
-        try:
-            with open(path, encoding="utf-8") as fh:
-                lines = fh.readlines()
-        except OSError as exc:
-            raise ConfigurationError(f"cannot read dataset {path!r}: {exc}") from exc
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            where = f"dataset {path!r} line {number}"
-            try:
-                raw = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigurationError(f"{where} is not valid JSON: {exc}") from exc
-            rows.append(_row_from_mapping(raw, len(rows), where))
+        for number, raw in read_jsonl(path, "dataset", objects=False):
+            rows.append(_row_from_mapping(raw, len(rows), f"dataset {path!r} line {number}"))
     else:
         if isinstance(dataset, Mapping):
             raise ConfigurationError("dataset must be a JSONL path or a list of row dicts, not one dict")
         for index, raw in enumerate(dataset):
-            rows.append(_row_from_mapping(raw, index, f"dataset row {index + 1}"))
+            # Rows read already (the command line checks the file before it imports the pipeline).
+            rows.append(raw if isinstance(raw, DatasetRow)
+                        else _row_from_mapping(raw, index, f"dataset row {index + 1}"))
     if not rows:
         raise ConfigurationError("the dataset has no rows")
     seen: set[str] = set()
@@ -356,7 +347,7 @@ def _row_result(
 
 
 def evaluate_pipeline(
-    dataset: str | os.PathLike[str] | Iterable[Mapping[str, Any]],
+    dataset: str | os.PathLike[str] | Iterable[Mapping[str, Any] | DatasetRow],
     pipeline: Any,
     *,
     judge: Any = None,
@@ -402,7 +393,10 @@ def evaluate_pipeline(
         from ..judges import default_judge
 
         judge = default_judge()
-    judge_name = str(getattr(judge, "name", type(judge).__name__))
+    if not isinstance(judge, RagJudge):
+        raise ConfigurationError(f"judge must be a RagJudge (derive it from ragaudit.BaseRagJudge), "
+                                 f"got {type(judge).__name__}")
+    judge_name = judge.name
 
     show = bool(progress) and sys.stderr.isatty()
     bar = _Progress(show, len(rows))

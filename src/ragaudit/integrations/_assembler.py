@@ -472,7 +472,7 @@ def _note_unjudged(auditor: Auditor, turn: RagTurn, reason: str, recorder: SpanR
         return
     try:
         # Counted, and the turn ends as a record (with its reason) like every finished turn.
-        first = auditor.record_unjudged(turn, reason, content_policy=recorder.content,
+        first = auditor.record_unjudged(turn, reason, content_policy=recorder.content_policy,
                                         tracer_provider=recorder.tracer_provider)
     except Exception as exc:  # a user's stand-in auditor
         report_failure("counting an unjudged turn", exc)
@@ -510,7 +510,7 @@ def finish_turn(
     if auditor is not None:
         try:
             # The handler's policy and provider go with the turn: its record follows them.
-            submitted = auditor.submit_turn(turn, content_policy=recorder.content,
+            submitted = auditor.submit_turn(turn, content_policy=recorder.content_policy,
                                             tracer_provider=recorder.tracer_provider, ground_truth_metrics=metrics)
             status, record = submitted.status, submitted.record
         except Exception as exc:  # Auditor.submit_turn never raises; a user's stand-in might

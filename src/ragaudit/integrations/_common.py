@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from opentelemetry import context as _otel_context
 
+from .. import _fork
 from .._log import RateLimitedLog
 from ..content import ContentPolicy, log_exception
 from ..errors import ConfigurationError
@@ -39,6 +39,7 @@ __all__ = [
     "RELEVANT_IDS_KEY",
     "RunStore",
     "check_measures",
+    "close_at_shutdown",
     "close_later",
     "current_context",
     "default_auditor",
@@ -165,22 +166,32 @@ def close_later(auditor: Any, job: Callable[[], None], content: ContentPolicy | 
     A failure of *job* is logged through *content* (the handler's policy: the auditor may be shared
     by handlers with other settings).
 
-    The job goes to *auditor*'s closing thread (:meth:`~ragaudit.Auditor.defer`: bounded, batched,
+    The job goes to *auditor*'s closer (:attr:`~ragaudit.Auditor.closer`: bounded, batched,
     drained by ``flush()``, ``shutdown()`` and at exit; a job the full queue cannot take is
     dropped and counted in ``stats()["close_dropped"]``). It runs at once on this thread when the
-    auditor judges inline (so the turn is judged before the run returns) or is a stand-in without
-    ``defer``. Returns False when the job was dropped.
+    auditor judges inline (so the turn is judged before the run returns) or is a stand-in that is
+    no :class:`~ragaudit.Auditor`. Returns False when the job was dropped.
     """
-    if content is not None and content is not getattr(auditor, "content", None):
+    from ..auditor import Auditor
+
+    if content is not None and not (isinstance(auditor, Auditor) and content is auditor.content_policy):
         job = partial(_guarded, job, content)  # else the auditor logs a failure with this very policy
     try:
-        defer = getattr(auditor, "defer", None)
-        if defer is not None:
-            return bool(defer(job))
+        if isinstance(auditor, Auditor):
+            return auditor.closer.defer(job)
         job()
     except Exception as exc:
         report_failure("closing a turn", exc, content)
     return True
+
+
+def close_at_shutdown(auditor: Any, source: Any) -> None:
+    """Have *auditor* close *source*'s half-finished turns before it shuts down (held weakly); nothing
+    for a stand-in that is no :class:`~ragaudit.Auditor`."""
+    from ..auditor import Auditor
+
+    if isinstance(auditor, Auditor):
+        auditor.closer.attach(source)
 
 
 def _guarded(job: Callable[[], None], content: ContentPolicy) -> None:
@@ -192,7 +203,7 @@ def _guarded(job: Callable[[], None], content: ContentPolicy) -> None:
 
 # --- the shared default auditor --------------------------------------------------------------------
 
-_defaults_lock = threading.Lock()
+_defaults_lock = _fork.lock()
 _default: list[Auditor] = []
 
 
@@ -306,11 +317,18 @@ class RunStore(Generic[S]):
         self.max_runs = max_runs
         # Re-entrant: the garbage collector may finalize an abandoned stream's generator (whose
         # cleanup emits end events) on this thread while it is inside one of these sections.
-        self.lock = threading.RLock()
+        self.lock = _fork.rlock()
         self.evicted = 0
         self._roots: OrderedDict[Hashable, _Root[S]] = OrderedDict()
         self._owner: dict[Hashable, Hashable] = {}
         self._closed: OrderedDict[Hashable, None] = OrderedDict()
+        _fork.on_fork_in_child(self._after_fork)
+
+    def _after_fork(self) -> None:
+        # In a forked child the parent's open runs are the parent's: their threads are not here and
+        # their ends will never come (the lock itself is reset by ragaudit._fork).
+        self._roots.clear()
+        self._owner.clear()
 
     def __len__(self) -> int:
         return len(self._roots)

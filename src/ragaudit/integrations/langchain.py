@@ -11,7 +11,6 @@ model call as a child span, judged in the background by an :class:`~ragaudit.Aud
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
@@ -22,12 +21,14 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 
+from .. import _fork
 from .._deprecation import renamed_kwargs
 from ..auditor import DEFAULT_TURN_MEASURES, Auditor
 from ._assembler import TurnAssembler
 from ._common import (
     RunStore,
     check_measures,
+    close_at_shutdown,
     close_later,
     current_context,
     report_failure,
@@ -121,7 +122,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
     The handler never raises into the chain: a failure inside it is logged (rate-limited) on the
     ``ragaudit`` logger. On the chain's thread it only keeps the raw events (a dictionary update
     under a short lock per event); when a turn closes it hands them to the auditor's closing
-    thread (:meth:`~ragaudit.Auditor.defer`), which builds the turn, finds its citations, records
+    thread (:attr:`~ragaudit.Auditor.closer`), which builds the turn, finds its citations, records
     its spans with the times the events happened and submits it. :meth:`flush` waits for that too.
     With an inline auditor (``mode="inline"``) the turn is closed and judged before the run returns.
     """
@@ -149,7 +150,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
                                                       owner="RagAuditCallbackHandler")
         self._closed_turns = 0
         self._process_wide = False  # set by instrument(): see _start
-        self.auditor.attach_source(self)
+        close_at_shutdown(self.auditor, self)
 
     # -- public helpers -------------------------------------------------------------------------
 
@@ -282,7 +283,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
         now = time.time_ns()
         with self._store.lock:
             self._closed_turns += 1
-        close_later(self.auditor, partial(self._close, turn, now, evicted), self.recorder.content)
+        close_later(self.auditor, partial(self._close, turn, now, evicted), self.recorder.content_policy)
 
     def _close(self, turn: Turn, now: int, evicted: bool) -> None:
         """On the closing thread: hand the turn's steps to the assembler; it does the rest."""
@@ -442,7 +443,7 @@ class _ProcessWideHandler:
         return handler if handler is not None else default
 
 
-_registration_lock = threading.Lock()
+_registration_lock = _fork.lock()
 _process_handler = _ProcessWideHandler()
 _hook_registered = False
 

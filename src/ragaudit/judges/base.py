@@ -23,10 +23,16 @@ class RagJudge(Protocol):
 
     A judge returns a :class:`~ragaudit.Judgement` for a :class:`~ragaudit.JudgeRequest`; it does
     not raise for a failed judgement (it returns one with ``error`` set). ``name`` identifies the
-    judge and its configuration in records and caches.
+    judge in records. Every member has a default on :class:`BaseRagJudge`; derive from it and
+    override what differs.
     """
 
     name: str
+    calls_per_judgement: int
+    """Model calls one judgement costs, for cost estimates (0 for judges that call no model)."""
+    timeout_s: float | None
+    """The judge's own deadline for one request, in seconds (None: it sets none). Work done around
+    a request on the judge's behalf, such as a cache lookup, is bounded by it too."""
 
     def judge(self, request: JudgeRequest) -> Judgement:
         """Judge *request*, blocking the calling thread."""
@@ -44,6 +50,14 @@ class RagJudge(Protocol):
     async def aclose_loop(self) -> None:
         """Close what the judge holds for the running event loop (async HTTP clients); the Auditor calls
         it on its loop at shutdown."""
+        ...
+
+    def config_key(self) -> str:
+        """A string that identifies this judge's configuration (caches key on it)."""
+        ...
+
+    def close(self) -> None:
+        """Release network clients and other resources. Safe to call twice."""
         ...
 
 
@@ -66,6 +80,10 @@ class BaseRagJudge:
     """
 
     name: str = "judge"
+    calls_per_judgement: int = 1
+    """Model calls one judgement costs (cost estimates assume calls the size of the three-score prompt)."""
+    timeout_s: float | None = None
+    """The judge's deadline for one request; None by default (the Auditor's own deadline still holds)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -118,6 +136,8 @@ class FakeJudge(BaseRagJudge):
 
     >>> judge = FakeJudge(lambda req: {"faithfulness": 1.0, "reason": "fine"})
     """
+
+    calls_per_judgement = 0  # a function, no model
 
     def __init__(self, fn: FakeFn, name: str = "fake") -> None:
         if not callable(fn):

@@ -6,33 +6,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .._deprecation import renamed_kwargs
+from .._deprecation import renamed_kwargs, warn_deprecated
 from ..errors import ConfigurationError, JudgeError
-from ..records import DocumentGrade, JudgeIdentity, Judgement, JudgeRequest, SentenceVerdict, truncate
+from ..records import JudgeIdentity, Judgement, JudgeRequest, truncate
 from .base import BaseRagJudge
-from .llm.endpoint import EndpointJudge, Flow, Tally, choice_text, completion_choices, endpoint_host
-from .llm.fullaudit import (
-    FULL_AUDIT,
-    FULL_AUDIT_REPAIR_PROMPT,
-    FULL_AUDIT_SCHEMA,
-    FULL_AUDIT_VERSION,
-    PROTOCOL_NAMES,
-    THREE_SCORE,
-    build_full_audit_messages,
-    read_full_audit,
-)
-from .llm.parsing import DEFAULT_MAX_REPLY_CHARS, Quoted, parse_judgement
-from .llm.prompt import (
-    MAX_ANSWER_CHARS,
-    MAX_QUESTION_CHARS,
-    PROTOCOL_VERSION,
-    REPAIR_PROMPT,
-    VERDICT_SCHEMA,
-    build_messages,
-    build_repair_messages,
-    sanitize_untrusted,
-    template_hash,
-)
+from .cost import CostEstimate, chat_call_estimate, typical_reply_chars
+from .llm.endpoint import EndpointJudge, Flow, Tally, choice_text, completion_choices, endpoint_host, retry_after_s
+from .llm.fullaudit import FULL_AUDIT
+from .llm.parsing import DEFAULT_MAX_REPLY_CHARS, Quoted
+from .llm.prompt import MAX_ANSWER_CHARS, MAX_QUESTION_CHARS, build_repair_messages, sanitize_untrusted, template_hash
+from .protocols import JudgeProtocol, Reading, protocol_named
 
 if TYPE_CHECKING:
     import openai
@@ -51,40 +34,21 @@ class _Run(Tally):
     notes: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
-class _Reading:
-    """What a judge read from one reply (see :meth:`ChatRagJudge._read`).
-
-    ``scores`` by standard score name (a missing name is None); ``details`` go into the judgement's
-    details; ``notes`` say what was repaired, set aside or missing; ``usable`` False asks for the one
-    repair request; ``retry`` True asks for it too, but the reading's scores are kept if the repair
-    gives nothing usable (a score on no certain scale was left out).
-    """
-
-    scores: Mapping[str, float | None]
-    reason: str | None
-    details: Mapping[str, Any]
-    notes: tuple[str, ...]
-    usable: bool
-    retry: bool = False
-    sentences: tuple[SentenceVerdict, ...] = ()
-    document_grades: tuple[DocumentGrade, ...] = ()
-
-
 DEFAULT_PROTOCOL = FULL_AUDIT
-"""The protocol ``ChatRagJudge`` uses unless told (see BENCHMARKS.md "Full audit cost")."""
+"""The name of the protocol ``ChatRagJudge`` uses unless told (see BENCHMARKS.md "Full audit cost")."""
 
 
 class ChatRagJudge(EndpointJudge, BaseRagJudge):
     """A RAG judge backed by any OpenAI-compatible chat-completions endpoint.
 
-    One call per answer returns all three scores, with the fixed protocol of
-    :mod:`ragaudit.judges.llm.prompt`: the system prompt, temperature *temperature* (0 by default),
-    structured output (``response_format`` ``json_schema`` with the verdict's schema, else
-    ``json_object``, else none: the first kind the server takes, remembered), the question, answer
-    and context inside delimiters they cannot close, and a rubric with anchors. The reply is read
-    by :func:`~ragaudit.judges.llm.parsing.parse_judgement` (at most *max_reply_chars* of it): the
-    reply's own verdict object, never one quoted from the judged content, scores never clamped.
+    One call per answer returns the judgement, with the judge protocol :attr:`protocol` (a declared
+    object, :mod:`ragaudit.judges.protocols`: its messages, schema and reader): the full audit by
+    default, the three-score seed protocol, G-Eval's steps or a rubric. Temperature *temperature* (0
+    by default), structured output (``response_format`` ``json_schema`` with the protocol's schema,
+    else ``json_object``, else none: the first kind the server takes, remembered), the question,
+    answer and context inside delimiters they cannot close. The reply is read by the protocol (at
+    most *max_reply_chars* of it): the reply's own verdict object, never one quoted from the judged
+    content, scores never clamped.
 
     Endpoints: OpenAI by default; ``base_url`` for vLLM, Ollama, LM Studio and other compatible
     servers (no key needed there); or a ready ``client``: an ``openai.OpenAI``, ``AsyncOpenAI``,
@@ -98,50 +62,48 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
     Failures never raise by default: a transport error (timeout, connection refused, HTTP 5xx,
     429 after the SDK's own retries), an empty reply or a reply with no readable scores even after
     one repair request, or two verdicts that disagree, gives a :class:`~ragaudit.Judgement` with
-    ``error`` set (exception type and message, never the API key) and no scores. A score given on
-    no stated or certain scale is asked for again once; if the repair gives nothing better, it stays
-    None and the other scores are kept. With ``raise_on_error=True`` failures raise
+    ``error`` set (exception type and message, never the API key) and no scores. A verdict whose
+    scale is in doubt (a value above 1 on no stated or certain scale) has no scores and is asked for
+    again once, like a reply with none. With ``raise_on_error=True`` failures raise
     :class:`~ragaudit.JudgeError` instead (chained to the cause). A server that rejects a
     ``response_format`` with HTTP 400 is asked again with the next weaker one.
 
     Every judgement carries ``usage`` (``calls``; ``prompt_tokens`` and ``completion_tokens`` when the
     server reported them, None when it reported garbage), ``latency_s``, the reply the scores were
     read from as ``raw_output`` (cut at *max_reply_chars*), its ``identity`` (model, endpoint host,
-    protocol, prompt template hash, response id) and, in ``details``, the model the server answered
-    with, parse notes, the scale the scores were read on, and whether a repair was needed.
+    protocol version, prompt template hash, response id) and, in ``details``, the model the server
+    answered with, the protocol version, parse notes, the scale the scores were read on, and whether
+    a repair was needed.
 
-    Judges with their own prompt and reply format subclass it and override the hooks
-    :meth:`_messages`, :meth:`_read` and :meth:`_repair_prompt` (and, for the judgement they
-    return, :meth:`_judgement` and :meth:`_failed`); the call, the repair, usage and errors stay
-    this class's.
+    A judge with its own prompt and reply format is a protocol
+    (:class:`~ragaudit.judges.protocols.BaseJudgeProtocol`), passed as *protocol*; the call, the
+    repair, usage and errors stay this class's.
 
     Args:
         model: model (or Azure deployment) name.
         base_url: endpoint, e.g. ``http://localhost:11434/v1``; default ``OPENAI_BASE_URL`` or OpenAI.
         api_key: default ``OPENAI_API_KEY``; not needed when a base URL is set.
         client: a ready OpenAI client (instead of *base_url* and *api_key*).
-        timeout_s: seconds per HTTP request.
+        timeout_s: the deadline of each HTTP request, connect, write and the whole read included
+            (the SDK's own timeout is per socket read); a client passed in keeps its own timeouts.
         max_retries: SDK retries of 408/409/429/5xx and connection errors.
         temperature: sampling temperature, 0 to 2.
         max_context_chars: the context is cut to this many characters, with a visible marker.
         raise_on_error: raise :class:`~ragaudit.JudgeError` instead of returning a failed judgement.
         name: the judge's name in records; default ``"chat:<model>"``.
         extra_body: extra JSON fields for the request body (e.g. vLLM's ``guided_json``).
-        protocol: ``"three-score"`` (the seed protocol: three scores and a reason) or
-            ``"full-audit"`` (the same one call also returns a verdict per answer sentence and a
-            0-3 grade per document, see :mod:`ragaudit.judges.llm.fullaudit`); default
-            :data:`DEFAULT_PROTOCOL`.
+        protocol: a protocol name, ``"three-score"`` (the seed protocol: three scores and a reason),
+            ``"full-audit"`` (the same one call also returns a verdict per answer sentence and a 0-3
+            grade per document, see :mod:`ragaudit.judges.llm.fullaudit`) or ``"g-eval"`` (evaluation
+            steps, 1-5 scores), or a :class:`~ragaudit.judges.protocols.JudgeProtocol` object (a
+            :class:`~ragaudit.judges.rubric.RubricProtocol`); default :data:`DEFAULT_PROTOCOL`.
         max_reply_chars: at most this much of a reply is read and kept (``details["reply_cut_chars"]``
             says how much was not).
     """
 
-    protocol: ClassVar[str] = PROTOCOL_VERSION
-    """The prompt version, in every judgement's ``details["protocol"]``."""
+    protocol: JudgeProtocol
+    """The judge protocol: what is asked and how the reply is read (:mod:`ragaudit.judges.protocols`)."""
     _name_prefix: ClassVar[str] = "chat"
-    _unusable: ClassVar[str] = "unparseable"  # how error messages call a reply with nothing usable
-    _nothing_read: ClassVar[str] = "no scores"  # the notes of such a reply when there are none
-    _verdict_schema: ClassVar[Mapping[str, Any] | None] = VERDICT_SCHEMA
-    """The ``json_schema`` asked for; None for judges whose reply has another shape (JSON mode then)."""
 
     @renamed_kwargs(timeout="timeout_s")
     def __init__(
@@ -159,15 +121,13 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         name: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
         max_reply_chars: int = DEFAULT_MAX_REPLY_CHARS,
-        protocol: str | None = None,
+        protocol: str | JudgeProtocol | None = None,
     ) -> None:
         if isinstance(max_reply_chars, bool) or not isinstance(max_reply_chars, int) or max_reply_chars < 1:
             raise ConfigurationError(f"max_reply_chars must be an int >= 1, got {max_reply_chars!r}")
         self.max_reply_chars = max_reply_chars
         protocol = DEFAULT_PROTOCOL if protocol is None else protocol
-        if protocol not in PROTOCOL_NAMES:
-            raise ConfigurationError(f"protocol must be one of {PROTOCOL_NAMES}, got {protocol!r}")
-        self.protocol_name = protocol
+        self.protocol = protocol if isinstance(protocol, JudgeProtocol) else protocol_named(protocol)
         self._connect(model, base_url=base_url, api_key=api_key, client=client, timeout_s=timeout_s,
                       max_retries=max_retries, temperature=temperature, max_context_chars=max_context_chars,
                       raise_on_error=raise_on_error, name=name, extra_body=extra_body)
@@ -183,10 +143,34 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         """Judge *request* with the async client (never blocks the event loop)."""
         return await self._endpoint.run_async(self._flow(request))
 
+    @property
+    def protocol_version(self) -> str:
+        """The protocol's wire version (``"ragaudit-full-audit/1"``), in every judgement's identity."""
+        return self.protocol.version
+
+    @property
+    def protocol_name(self) -> str:
+        """Deprecated: ``protocol.name``."""
+        warn_deprecated("ChatRagJudge.protocol_name", "ChatRagJudge.protocol.name")
+        return self.protocol.name
+
+    @property
+    def full_audit(self) -> bool:
+        """Deprecated: ``protocol.name == "full-audit"``."""
+        warn_deprecated("ChatRagJudge.full_audit", 'ChatRagJudge.protocol.name == "full-audit"')
+        return self.protocol.name == FULL_AUDIT
+
     def config_key(self) -> str:
         """Model, endpoint, temperature, context limit, extra body and protocol version, as JSON."""
-        return self._config_json("chat", self._protocol_version(), temperature=self.temperature,
+        return self._config_json("chat", self.protocol_version, temperature=self.temperature,
                                  max_context_chars=self.max_context_chars, extra_body=self.extra_body)
+
+    def estimate_request_cost(
+        self, request: JudgeRequest, *, chars_per_token: float, exact: bool = True
+    ) -> CostEstimate:
+        """One call: this judge's exact prompt for *request* and a typical reply (see ``judges.cost``)."""
+        reply = typical_reply_chars(self.protocol.reply_shape(request))
+        return chat_call_estimate(self._messages(request), reply, chars_per_token)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, base_url={self.base_url!r})"
@@ -195,40 +179,15 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
     def _sync_client(self) -> openai.OpenAI | None:  # read by tests that tune the client in place
         return self._endpoint._sync_client
 
-    # -- hooks for judges with their own prompt and reply -----------------------------------------
-
-    @property
-    def full_audit(self) -> bool:
-        """True when this judge runs the full-audit protocol (its own hooks, not a subclass's)."""
-        return getattr(self, "protocol_name", THREE_SCORE) == FULL_AUDIT and type(self)._read is ChatRagJudge._read
-
-    def _protocol_version(self) -> str:
-        return FULL_AUDIT_VERSION if self.full_audit else PROTOCOL_VERSION
-
-    def _schema(self) -> Mapping[str, Any] | None:
-        """The ``json_schema`` asked for: the full audit's, or the class's verdict schema."""
-        return FULL_AUDIT_SCHEMA if self.full_audit else self._verdict_schema
+    # -- the protocol's parts, for this judge's settings --------------------------------------------
 
     def _messages(self, request: JudgeRequest) -> list[dict[str, Any]]:
         """The chat messages asking for the judgement of *request*."""
-        if self.full_audit:
-            return build_full_audit_messages(request, max_context_chars=self.max_context_chars)
-        return build_messages(request, max_context_chars=self.max_context_chars)
+        return self.protocol.messages(request, max_context_chars=self.max_context_chars)
 
-    def _read(self, text: str, request: JudgeRequest) -> _Reading:
+    def _read(self, text: str, request: JudgeRequest) -> Reading:
         """What the reply *text* says; an unusable reading gets one repair request."""
-        if self.full_audit:
-            audit = read_full_audit(text, request, quoted=self._quoted(request), max_chars=self.max_reply_chars)
-            return _Reading(audit.scores, audit.reason, audit.details, audit.notes, audit.usable,
-                            retry=audit.retry, sentences=audit.sentences, document_grades=audit.document_grades)
-        parsed = parse_judgement(text, quoted=self._quoted(request), max_chars=self.max_reply_chars)
-        details: dict[str, Any] = {"scale": parsed.scale}
-        if parsed.ambiguous:
-            details["ambiguous"] = True
-        if parsed.rejected:
-            details["rejected_scores"] = list(parsed.rejected)
-        usable = parsed.has_scores and not parsed.ambiguous
-        return _Reading(parsed.scores(), parsed.reason, details, parsed.notes, usable, retry=bool(parsed.rejected))
+        return self.protocol.read(text, request, quoted=self._quoted(request), max_chars=self.max_reply_chars)
 
     def _quoted(self, request: JudgeRequest) -> Quoted:
         """The untrusted texts as the judge was shown them: a verdict written there is never the judge's."""
@@ -244,11 +203,8 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         shown.extend(text for _, text in request.history)
         return Quoted([*shown, *(sanitize_untrusted(text) for text in shown)])
 
-    def _repair_prompt(self, request: JudgeRequest) -> str:
-        """What the repair request asks, after the prompt and the unusable reply."""
-        return FULL_AUDIT_REPAIR_PROMPT if self.full_audit else REPAIR_PROMPT
 
-    def _judgement(self, run: _Run, reading: _Reading, *, repaired: bool, source: int = -1) -> Judgement:
+    def _judgement(self, run: _Run, reading: Reading, *, repaired: bool, source: int = -1) -> Judgement:
         """The judgement of a usable *reading* of reply number *source* (the last by default)."""
         return Judgement(
             faithfulness=reading.scores.get("faithfulness"),
@@ -270,7 +226,7 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         return JudgeIdentity(
             model=self.model,
             endpoint=endpoint_host(self.base_url),
-            protocol=self._protocol_version() if self.full_audit else self.protocol,
+            protocol=self.protocol_version,
             prompt_hash=run.prompt_hash,
             response_id=run.response_ids[source] if run.response_ids else None,
             response_model=run.response_model,
@@ -281,7 +237,7 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         return truncate(text, self.max_reply_chars)
 
     def _failed(
-        self, run: _Run, error: str, cause: Exception | None = None, reading: _Reading | None = None
+        self, run: _Run, error: str, cause: Exception | None = None, reading: Reading | None = None
     ) -> Judgement:
         """A failed judgement (or JudgeError with ``raise_on_error``); *reading*: what was read, if anything."""
         if self.raise_on_error:
@@ -290,6 +246,9 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         status = getattr(cause, "status_code", None)
         if isinstance(status, int):
             details["status_code"] = status
+            retry_after = retry_after_s(cause)
+            if retry_after is not None:  # the Auditor's rate control holds calls back this long
+                details["retry_after_s"] = retry_after
         return Judgement.failed(
             self.name,
             error,
@@ -305,7 +264,7 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
     def _flow(self, request: JudgeRequest) -> Flow[Judgement]:
         run = _Run()
         messages = self._messages(request)
-        run.prompt_hash = template_hash(messages, self._schema())
+        run.prompt_hash = template_hash(messages, self.protocol.schema)
         outcome = yield from self._ask(messages, run)
         if isinstance(outcome, Exception):
             return self._failed(run, self._endpoint.describe(outcome), outcome)
@@ -316,13 +275,13 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         if reading.usable and not reading.retry:
             return self._judgement(run, reading, repaired=False)
         # One repair request: for no readable verdict, two that disagree, or a score on no certain scale.
-        outcome = yield from self._ask(build_repair_messages(messages, text, self._repair_prompt(request)), run)
+        outcome = yield from self._ask(build_repair_messages(messages, text, self.protocol.repair_prompt(request)), run)
         if isinstance(outcome, Exception):
             failure = self._endpoint.describe(outcome)
             if reading.usable:  # the scores the judge did give on the 0-1 scale stand
                 run.notes.append(f"the repair request failed: {failure}")
                 return self._judgement(run, reading, repaired=False, source=0)
-            return self._failed(run, f"{self._unusable} judge output; the repair request failed: {failure}",
+            return self._failed(run, f"{self.protocol.unusable} judge output; the repair request failed: {failure}",
                                 outcome, reading)
         text = self._take_text(outcome, run)
         repaired = self._read(text[: self.max_reply_chars], request) if text is not None else None
@@ -332,12 +291,12 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
             run.notes.append("the repair reply had no usable verdict; the first reply's scores kept")
             return self._judgement(run, reading, repaired=False, source=0)
         final = repaired if repaired is not None else reading
-        notes = "; ".join(final.notes) or self._nothing_read
-        return self._failed(run, f"JudgeError: {self._unusable} judge output after one repair ({notes})",
+        notes = "; ".join(final.notes) or self.protocol.nothing_read
+        return self._failed(run, f"JudgeError: {self.protocol.unusable} judge output after one repair ({notes})",
                             reading=final)
 
     def _ask(self, messages: list[dict[str, Any]], run: _Run) -> Flow[Any]:
-        params = self._endpoint.params(messages, schema=self._schema(), temperature=self.temperature)
+        params = self._endpoint.params(messages, schema=self.protocol.schema, temperature=self.temperature)
         [result] = yield [params]
         run.usage.record(result)
         run.response_format = result.response_format
@@ -357,11 +316,11 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         run.response_ids.append(response_id if isinstance(response_id, str) else None)
         return text
 
-    def _details(self, run: _Run, reading: _Reading | None, repaired: bool) -> dict[str, Any]:
+    def _details(self, run: _Run, reading: Reading | None, repaired: bool) -> dict[str, Any]:
         details: dict[str, Any] = {
             "model": self.model,
             "response_model": run.response_model,
-            "protocol": FULL_AUDIT_VERSION if self.full_audit else self.protocol,
+            "protocol": self.protocol_version,
             "response_format": run.response_format,
             "finish_reason": run.finish_reason,
             "repaired": repaired,

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, JudgeRequest, truncate
-from .chat import _Reading
-from .llm.parsing import parse_judgement, read_unit_scores
+from .llm.parsing import Quoted, parse_judgement, read_unit_scores
 from .llm.prompt import PROTOCOL_VERSION, REPAIR_PROMPT, build_messages, new_nonce, wrap_untrusted
+from .protocols import BaseJudgeProtocol, Reading
 from .rubric import ScoreName, _find_object, _normalised, _StructuredChatJudge
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from .llm.endpoint import ChatJudgeSettings
 
-__all__ = ["CORRECTNESS_PROTOCOL_VERSION", "CorrectnessJudge"]
+__all__ = ["CORRECTNESS_PROTOCOL_VERSION", "CorrectnessJudge", "CorrectnessProtocol"]
 
 CORRECTNESS_PROTOCOL_VERSION = "ragaudit-correctness/1"
 """Changes whenever the correctness prompt changes (the standard protocol's version is kept apart)."""
@@ -66,6 +66,92 @@ _FORMAT = (
 )
 
 
+class CorrectnessProtocol(BaseJudgeProtocol):
+    """The three scores plus correctness against the request's reference answer, as a judge protocol
+    (``"correctness"``; see :class:`CorrectnessJudge`, which runs it). Without a reference the call is
+    the three-score protocol's. *maps_to*: the standard score correctness also replaces."""
+
+    name = "correctness"
+    version = CORRECTNESS_PROTOCOL_VERSION
+
+    def __init__(self, maps_to: ScoreName | None = None) -> None:
+        if maps_to is not None and maps_to not in SCORE_NAMES:
+            raise ConfigurationError(f"maps_to must be one of {', '.join(SCORE_NAMES)} or None, got {maps_to!r}")
+        self.maps_to = maps_to
+
+    def reply_format(self) -> str:
+        return _FORMAT
+
+    def repair_prompt(self, request: JudgeRequest) -> str:
+        return super().repair_prompt(request) if request.reference is not None else REPAIR_PROMPT
+
+    def reply_shape(self, request: JudgeRequest) -> dict[str, Any]:
+        shape = {"faithfulnessScore": 0.75, "contextRelevanceScore": 0.75, "answerRelevanceScore": 0.75}
+        if request.reference is not None:
+            shape["correctnessScore"] = 0.75
+        return shape
+
+    def messages(self, request: JudgeRequest, *, max_context_chars: int) -> list[dict[str, Any]]:
+        if request.reference is None:
+            return build_messages(request, max_context_chars=max_context_chars)
+        nonce = new_nonce()
+        system, user = build_messages(request, nonce=nonce, max_context_chars=max_context_chars)
+        body = str(user["content"])
+        cut = body.rfind(_RETURN_LINE)
+        if cut >= 0:
+            body = body[:cut]
+        reference = wrap_untrusted("reference", truncate(request.reference, max_context_chars), nonce)
+        content = "\n\n".join([body, _REFERENCE_SECTION.format(reference=reference),
+                               "Return only a JSON object: " + _FORMAT])
+        return [
+            {"role": "system", "content": f"{system['content']} {_SYSTEM_SUFFIX}"},
+            {"role": "user", "content": content},
+        ]
+
+    def read(self, text: str, request: JudgeRequest, *, quoted: Quoted, max_chars: int) -> Reading:
+        parsed = parse_judgement(text, quoted=quoted, max_chars=max_chars)
+        notes = list(parsed.notes)
+        correctness: float | None = None
+        why: str | None = None
+        if request.reference is None:
+            why = NO_REFERENCE
+        else:
+            correctness, why = self._correctness(text, parsed.scale, notes, quoted, max_chars)
+        scores = parsed.scores()
+        details: dict[str, Any] = {
+            "correctness": correctness,
+            "reference_used": request.reference is not None,
+            "scale": parsed.scale,
+        }
+        if why is not None:
+            details["correctness_reason"] = why
+        if self.maps_to is not None:
+            details["replaced"] = {self.maps_to: scores[self.maps_to]}
+            scores[self.maps_to] = correctness
+        usable = (parsed.has_scores and not parsed.ambiguous) or correctness is not None
+        return Reading(scores, parsed.reason, details, tuple(notes), usable, retry=bool(parsed.rejected))
+
+    def _correctness(
+        self, text: str, scale: str | None, notes: list[str], quoted: Quoted, max_chars: int
+    ) -> tuple[float | None, str | None]:
+        obj, found = _find_object(text, lambda o: any(k in _CORRECTNESS_KEYS for k in _normalised(o)),
+                                  quoted, max_chars)
+        notes.extend(n for n in found if n.startswith("ambiguous"))
+        flat = _normalised(obj) if obj is not None else {}
+        raw = next((flat[k] for k in _CORRECTNESS_KEYS if k in flat), None)
+        if isinstance(raw, Mapping):
+            raw = next((v for k, v in _normalised(raw).items() if k in ("score", "value")), None)
+        if raw is None:
+            notes.append("correctness: missing")
+            return None, "the judge gave no correctnessScore"
+        # the same rules as the three scores: the scale they were read on, never a clamp
+        read = read_unit_scores({"correctness": raw}, scale, notes=notes)
+        value = read.scores["correctness"]
+        if value is None:
+            return None, "the judge's correctnessScore is not a number from 0 to 1 on a certain scale"
+        return value, None
+
+
 class CorrectnessJudge(_StructuredChatJudge):
     """The standard three scores plus ``details["correctness"]``, from one chat call.
 
@@ -86,8 +172,8 @@ class CorrectnessJudge(_StructuredChatJudge):
     ``"correctness:<model>"``.
     """
 
-    protocol: ClassVar[str] = CORRECTNESS_PROTOCOL_VERSION
     _name_prefix: ClassVar[str] = "correctness"
+    protocol: CorrectnessProtocol
 
     def __init__(
         self,
@@ -96,83 +182,10 @@ class CorrectnessJudge(_StructuredChatJudge):
         maps_to: ScoreName | None = None,
         **settings: Unpack[ChatJudgeSettings],
     ) -> None:
-        if maps_to is not None and maps_to not in SCORE_NAMES:
-            raise ConfigurationError(f"maps_to must be one of {', '.join(SCORE_NAMES)} or None, got {maps_to!r}")
-        self.maps_to = maps_to
-        super().__init__(model, **settings)
+        protocol = CorrectnessProtocol(maps_to)
+        super().__init__(model, protocol=protocol, **settings)
+        self.maps_to = protocol.maps_to
 
     def config_key(self) -> str:
         """ChatRagJudge's settings plus ``maps_to`` and both protocol versions."""
         return self._config(judge="correctness", maps_to=self.maps_to, base_protocol=PROTOCOL_VERSION)
-
-    def _reply_format(self) -> str:
-        return _FORMAT
-
-    def _repair_prompt(self, request: JudgeRequest) -> str:
-        return super()._repair_prompt(request) if request.reference is not None else REPAIR_PROMPT
-
-    def _reply_shape(self, request: JudgeRequest) -> dict[str, Any]:
-        shape = {"faithfulnessScore": 0.75, "contextRelevanceScore": 0.75, "answerRelevanceScore": 0.75}
-        if request.reference is not None:
-            shape["correctnessScore"] = 0.75
-        return shape
-
-    def _messages(self, request: JudgeRequest) -> list[dict[str, Any]]:
-        if request.reference is None:
-            return build_messages(request, max_context_chars=self.max_context_chars)
-        nonce = new_nonce()
-        system, user = build_messages(request, nonce=nonce, max_context_chars=self.max_context_chars)
-        body = str(user["content"])
-        cut = body.rfind(_RETURN_LINE)
-        if cut >= 0:
-            body = body[:cut]
-        reference = wrap_untrusted("reference", truncate(request.reference, self.max_context_chars), nonce)
-        content = "\n\n".join([body, _REFERENCE_SECTION.format(reference=reference),
-                               "Return only a JSON object: " + _FORMAT])
-        return [
-            {"role": "system", "content": f"{system['content']} {_SYSTEM_SUFFIX}"},
-            {"role": "user", "content": content},
-        ]
-
-    def _read(self, text: str, request: JudgeRequest) -> _Reading:
-        parsed = parse_judgement(text, quoted=self._quoted(request), max_chars=self.max_reply_chars)
-        notes = list(parsed.notes)
-        correctness: float | None = None
-        why: str | None = None
-        if request.reference is None:
-            why = NO_REFERENCE
-        else:
-            correctness, why = self._correctness(text, parsed.scale, notes, request)
-        scores = parsed.scores()
-        details: dict[str, Any] = {
-            "correctness": correctness,
-            "reference_used": request.reference is not None,
-            "scale": parsed.scale,
-        }
-        if why is not None:
-            details["correctness_reason"] = why
-        if self.maps_to is not None:
-            details["replaced"] = {self.maps_to: scores[self.maps_to]}
-            scores[self.maps_to] = correctness
-        usable = (parsed.has_scores and not parsed.ambiguous) or correctness is not None
-        return _Reading(scores, parsed.reason, details, tuple(notes), usable, retry=bool(parsed.rejected))
-
-    def _correctness(
-        self, text: str, scale: str | None, notes: list[str], request: JudgeRequest
-    ) -> tuple[float | None, str | None]:
-        obj, found = _find_object(text, lambda o: any(k in _CORRECTNESS_KEYS for k in _normalised(o)),
-                                  self._quoted(request), self.max_reply_chars)
-        notes.extend(n for n in found if n.startswith("ambiguous"))
-        flat = _normalised(obj) if obj is not None else {}
-        raw = next((flat[k] for k in _CORRECTNESS_KEYS if k in flat), None)
-        if isinstance(raw, Mapping):
-            raw = next((v for k, v in _normalised(raw).items() if k in ("score", "value")), None)
-        if raw is None:
-            notes.append("correctness: missing")
-            return None, "the judge gave no correctnessScore"
-        # the same rules as the three scores: the scale they were read on, never a clamp
-        read = read_unit_scores({"correctness": raw}, scale, notes=notes)
-        value = read.scores["correctness"]
-        if value is None:
-            return None, "the judge's correctnessScore is not a number from 0 to 1 on a certain scale"
-        return value, None

@@ -8,8 +8,8 @@ right for English within about 20 % with OpenAI's tokenizers); repair calls for 
 are not counted, so the figures are what a well-behaved judge costs.
 
 A judge of your own can report its cost by implementing :class:`CostAware`; otherwise it is
-assumed to make ``calls_per_judgement`` (an attribute, default 1) calls the size of the standard
-three-score protocol.
+assumed to make :attr:`~ragaudit.RagJudge.calls_per_judgement` (1 on :class:`~ragaudit.BaseRagJudge`)
+calls the size of the standard three-score protocol.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ConfigurationError
 from ..records import JudgeRequest, RetrievedDoc, stable_doc_id
+from .base import RagJudge
 
 __all__ = [
     "REASON_CHARS",
@@ -120,34 +121,17 @@ def typical_reply_chars(shape: Mapping[str, Any]) -> int:
     return len(json.dumps({**shape, "reason": "x" * REASON_CHARS}))
 
 
-_STANDARD_REPLY = {"faithfulnessScore": 0.75, "contextRelevanceScore": 0.75, "answerRelevanceScore": 0.75}
+def _standard_call(request: JudgeRequest, chars_per_token: float) -> CostEstimate:
+    """One call of the three-score protocol, the context uncut (a judge of unknown limits)."""
+    from .protocols import ThreeScoreProtocol
+
+    protocol = ThreeScoreProtocol()
+    messages = protocol.messages(request, max_context_chars=len(request.context) + 1)
+    return chat_call_estimate(messages, typical_reply_chars(protocol.reply_shape(request)), chars_per_token)
 
 
-def _standard_call(request: JudgeRequest, chars_per_token: float, max_context_chars: int | None) -> CostEstimate:
-    from .llm.prompt import build_messages
-
-    messages = build_messages(request, max_context_chars=max_context_chars)
-    return chat_call_estimate(messages, typical_reply_chars(_STANDARD_REPLY), chars_per_token)
-
-
-def _full_audit_call(request: JudgeRequest, chars_per_token: float, max_context_chars: int | None) -> CostEstimate:
-    from .llm.fullaudit import build_full_audit_messages, numbered_answer
-
-    messages = build_full_audit_messages(request, max_context_chars=max_context_chars)
-    _, spans = numbered_answer(request.answer)
-    reply = {**_STANDARD_REPLY,
-             "sentences": [{"n": i, "verdict": "partially_supported", "docs": [1]} for i in range(1, len(spans) + 1)],
-             "documents": [{"n": d.rank, "grade": 2} for d in request.documents]}
-    return chat_call_estimate(messages, typical_reply_chars(reply), chars_per_token)
-
-
-def _calls_per_judgement(judge: Any) -> int:
-    from .base import FakeJudge
-    from .lexical import LexicalJudge
-
-    if isinstance(judge, (FakeJudge, LexicalJudge)):
-        return 0
-    calls = getattr(judge, "calls_per_judgement", 1)
+def _calls_per_judgement(judge: RagJudge) -> int:
+    calls = judge.calls_per_judgement
     if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
         raise ConfigurationError(f"{type(judge).__name__}.calls_per_judgement must be an int >= 0, got {calls!r}")
     return calls
@@ -163,18 +147,12 @@ def estimate_request(
     a :class:`~ragaudit.ChatRagJudge` counts its exact prompt; ``FakeJudge`` and
     ``LexicalJudge`` cost nothing; any other judge ``calls_per_judgement`` standard calls.
     """
-    if isinstance(judge, CostAware):
+    if isinstance(judge, CostAware):  # ChatRagJudge and the judges on it: their protocol's exact prompt
         return judge.estimate_request_cost(request, chars_per_token=chars_per_token, exact=exact)
-    from .chat import ChatRagJudge
-
-    if isinstance(judge, ChatRagJudge):
-        if judge.full_audit:
-            return _full_audit_call(request, chars_per_token, judge.max_context_chars)
-        return _standard_call(request, chars_per_token, judge.max_context_chars)
     calls = _calls_per_judgement(judge)
     if calls == 0:
         return CostEstimate()
-    one = _standard_call(request, chars_per_token, None)
+    one = _standard_call(request, chars_per_token)
     return CostEstimate(calls=calls, prompt_tokens=one.prompt_tokens * calls,
                         completion_tokens=one.completion_tokens * calls)
 

@@ -143,6 +143,8 @@ class LexicalJudge(BaseRagJudge):
     (:class:`~ragaudit.ChatRagJudge`) where those matter.
     """
 
+    calls_per_judgement = 0  # word overlap, no model
+
     def __init__(self, name: str = "lexical", *, support_threshold: float = 0.6) -> None:
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"LexicalJudge name must be a non-empty string, got {name!r}")

@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, Judgement, JudgeRequest, truncate
-from .chat import ChatRagJudge, _Reading, _Run
-from .cost import CostEstimate, chat_call_estimate, typical_reply_chars
+from .chat import ChatRagJudge, _Run
 from .llm.parsing import DEFAULT_MAX_REPLY_CHARS, Quoted, find_json_object, norm_key, read_verdict_object
 from .llm.prompt import conversation_block, new_nonce, wrap_untrusted
+from .protocols import BaseJudgeProtocol, Reading
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from .llm.endpoint import ChatJudgeSettings
 
-__all__ = ["RUBRIC_PROTOCOL_VERSION", "Criterion", "RubricJudge", "ScoreName"]
+__all__ = ["RUBRIC_PROTOCOL_VERSION", "Criterion", "RubricJudge", "RubricProtocol", "ScoreName"]
 
 RUBRIC_PROTOCOL_VERSION = "ragaudit-rubric/1"
 """Changes whenever the rubric prompts change, so cached rubric judgements are not reused across it."""
@@ -203,33 +203,14 @@ def _fmt(value: float) -> str:
 
 
 class _StructuredChatJudge(ChatRagJudge):
-    """A :class:`ChatRagJudge` with its own prompt, reply format and reader (its hooks overridden).
+    """A :class:`ChatRagJudge` whose protocol has its own reply shape (JSON mode, its own reader).
 
     The transport stays ChatRagJudge's: sync and async clients, the ``response_format`` fallback,
     usage, errors without secrets, and one repair request when a reply cannot be read.
     """
 
-    protocol: ClassVar[str] = ""
-    _verdict_schema: ClassVar[Mapping[str, Any] | None] = None  # its own reply shape: JSON mode
-    _unusable: ClassVar[str] = "unreadable"
-    _nothing_read: ClassVar[str] = "nothing readable"
-
-    def _reply_format(self) -> str:
-        """The JSON the prompt asks for, as shown to the judge."""
-        raise NotImplementedError
-
-    def _reply_shape(self, request: JudgeRequest) -> dict[str, Any]:
-        """A typical reply without its reason, for cost estimates."""
-        raise NotImplementedError
-
-    def _repair_prompt(self, request: JudgeRequest) -> str:
-        return (
-            "Your previous reply could not be read as the required JSON object. Reply again with only one "
-            f"JSON object of the form {self._reply_format()} and nothing else: no prose, no code fences."
-        )
-
     def _failed(
-        self, run: _Run, error: str, cause: Exception | None = None, reading: _Reading | None = None
+        self, run: _Run, error: str, cause: Exception | None = None, reading: Reading | None = None
     ) -> Judgement:
         """ChatRagJudge's failed judgement; of an unusable *reading* only its notes are kept."""
         failed = super()._failed(run, error, cause)  # raises JudgeError when raise_on_error
@@ -237,16 +218,9 @@ class _StructuredChatJudge(ChatRagJudge):
             return failed
         return replace(failed, details={**failed.details, "parse_notes": list(reading.notes)})
 
-    def estimate_request_cost(
-        self, request: JudgeRequest, *, chars_per_token: float, exact: bool = True
-    ) -> CostEstimate:
-        """One call: this judge's exact prompt for *request* and a typical reply (see ``judges.cost``)."""
-        reply = typical_reply_chars(self._reply_shape(request))
-        return chat_call_estimate(self._messages(request), reply, chars_per_token)
-
     def _config(self, **extra: Any) -> str:
         config = json.loads(super().config_key())
-        config.update(extra, protocol=self.protocol)
+        config.update(extra, protocol=self.protocol_version)
         return json.dumps(config, sort_keys=True, default=str)
 
 
@@ -275,58 +249,20 @@ _FULL_SCALE = (
 Mode = Literal["scale", "threshold", "labels"]
 
 
-class RubricJudge(_StructuredChatJudge):
-    """A judge for user-defined criteria, one chat call per answer (any OpenAI-compatible endpoint).
+class RubricProtocol(BaseJudgeProtocol):
+    """User-defined criteria as a judge protocol (``"rubric"``): each :class:`Criterion` gets an integer
+    level on its own scale (or a pass/fail label), normalised to [0, 1]; see :class:`RubricJudge`,
+    which runs it, for the modes and the reading rules.
 
-    Each :class:`Criterion` gets an integer level on its own scale, normalised to [0, 1] as
-    ``(level - lowest) / (highest - lowest)``. ``details["criteria"]`` holds, per criterion name,
-    ``score``, ``level``, ``scale``, ``maps_to`` (and ``label`` in binary mode). A criterion with
-    ``maps_to`` also sets that standard score; standard scores no criterion maps to are None, never
-    0. A criterion the reply leaves out, or gives a level outside its scale, is None (with a note
-    in ``details["parse_notes"]``); the judgement fails only when no criterion can be read, after
-    one repair request.
-
-    Binary mode (``binary=True``), for monitoring where pass/fail is more consistent than a
-    5-point scale: each criterion's score is 1.0 (pass) or 0.0 (fail), ``label`` is ``"pass"`` or
-    ``"fail"`` and ``details["passed"]`` is True when every criterion passed (False when one failed,
-    None when none failed but one is missing). With a *threshold* the judge still gives levels and
-    a criterion passes when its normalised level is at least *threshold*; without one the prompt
-    asks for ``"pass"``/``"fail"`` labels directly (a criterion met only in part is a fail).
-
-    ``full_scale=True`` adds an instruction to use the whole scale, against lenient judges that
-    give the top level to everything (not for label mode, which has no scale).
-
-    Example, a support team's rubric::
-
-        judge = RubricJudge("gpt-4o-mini", criteria=[
-            Criterion("precision", "States exactly the policy that applies, with its numbers.",
-                      scale=(0, 2), anchors={2: "Quotes the 30-day window and the receipt rule.",
-                                             1: "Right policy, details missing.", 0: "Wrong policy."},
-                      maps_to="faithfulness"),
-            Criterion("clarity", "Easy to follow for a customer.", scale=(1, 5)),
-            Criterion("actionability", "Tells the customer what to do next.", scale=(1, 5),
-                      maps_to="answer_relevance"),
-        ], full_scale=True)
-
-    The other arguments are :class:`~ragaudit.ChatRagJudge`'s (endpoint, client, timeout, retries,
-    temperature, context limit, ``raise_on_error``, ``extra_body``); *name* defaults to
-    ``"rubric:<model>"``. Raises ConfigurationError for no criteria, two criteria with one name or
-    one ``maps_to``, a threshold without ``binary=True``, or ``full_scale`` in label mode.
+    Raises ConfigurationError for no criteria, two criteria with one name or one ``maps_to``, a
+    threshold without ``binary=True``, or ``full_scale`` in label mode.
     """
 
-    protocol: ClassVar[str] = RUBRIC_PROTOCOL_VERSION
-    _name_prefix: ClassVar[str] = "rubric"
+    name = "rubric"
+    version = RUBRIC_PROTOCOL_VERSION
 
-    def __init__(
-        self,
-        model: str = "gpt-4o-mini",
-        *,
-        criteria: Sequence[Criterion],
-        binary: bool = False,
-        threshold: float | None = None,
-        full_scale: bool = False,
-        **settings: Unpack[ChatJudgeSettings],
-    ) -> None:
+    def __init__(self, criteria: Sequence[Criterion], *, binary: bool = False, threshold: float | None = None,
+                 full_scale: bool = False) -> None:
         self.criteria: tuple[Criterion, ...] = _check_criteria(criteria)
         if not isinstance(binary, bool) or not isinstance(full_scale, bool):
             raise ConfigurationError("binary and full_scale must be True or False")
@@ -342,17 +278,7 @@ class RubricJudge(_StructuredChatJudge):
         self.binary = binary
         self.threshold = float(threshold) if threshold is not None else None
         self.full_scale = full_scale
-        super().__init__(model, **settings)
         self._criteria_text = self._describe_criteria()
-
-    def config_key(self) -> str:
-        """ChatRagJudge's settings plus the criteria, the mode and the rubric protocol version."""
-        return self._config(judge="rubric", criteria=[c.to_dict() for c in self.criteria], mode=self.mode,
-                            threshold=self.threshold, full_scale=self.full_scale)
-
-    def __repr__(self) -> str:
-        names = ", ".join(c.name for c in self.criteria)
-        return f"RubricJudge(name={self.name!r}, model={self.model!r}, criteria=[{names}], mode={self.mode!r})"
 
     # -- prompt -----------------------------------------------------------------------------------
 
@@ -395,28 +321,28 @@ class RubricJudge(_StructuredChatJudge):
             lines.append(f"A fail, for example: {anchors[lo]}")
         return lines
 
-    def _reply_format(self) -> str:
+    def reply_format(self) -> str:
         if self.mode == "labels":
             entries = ", ".join(f'"{c.name}": "pass" or "fail"' for c in self.criteria)
             return '{"labels": {' + entries + '}, "reason": "<one or two sentences>"}'
         entries = ", ".join(f'"{c.name}": <integer {c.scale[0]}-{c.scale[1]}>' for c in self.criteria)
         return '{"scores": {' + entries + '}, "reason": "<one or two sentences>"}'
 
-    def _reply_shape(self, request: JudgeRequest) -> dict[str, Any]:
+    def reply_shape(self, request: JudgeRequest) -> dict[str, Any]:
         if self.mode == "labels":
             return {"labels": {c.name: "pass" for c in self.criteria}}
         return {"scores": {c.name: c.scale[1] for c in self.criteria}}
 
-    def _messages(self, request: JudgeRequest) -> list[dict[str, Any]]:
+    def messages(self, request: JudgeRequest, *, max_context_chars: int) -> list[dict[str, Any]]:
         nonce = new_nonce()
-        context = truncate(request.context, self.max_context_chars)
+        context = truncate(request.context, max_context_chars)
         user = "\n\n".join([
             _INTRO.format(nonce=nonce),
             "Question:\n" + wrap_untrusted("question", request.query, nonce) + conversation_block(request, nonce),
             "Answer:\n" + wrap_untrusted("answer", request.answer, nonce),
             "Retrieved context:\n" + wrap_untrusted("context", context, nonce),
             self._criteria_text,
-            "Return only a JSON object: " + self._reply_format(),
+            "Return only a JSON object: " + self.reply_format(),
         ])
         return [{"role": "system", "content": _SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
@@ -426,10 +352,10 @@ class RubricJudge(_StructuredChatJudge):
         keys = set(_normalised(obj))
         return bool(keys & {"scores", "labels", "criteria", "levels"}) or any(c.key in keys for c in self.criteria)
 
-    def _read(self, text: str, request: JudgeRequest) -> _Reading:
-        obj, notes = _find_object(text, self._wanted, self._quoted(request), self.max_reply_chars)
+    def read(self, text: str, request: JudgeRequest, *, quoted: Quoted, max_chars: int) -> Reading:
+        obj, notes = _find_object(text, self._wanted, quoted, max_chars)
         if obj is None:
-            return _Reading({}, None, {}, tuple(notes), usable=False)
+            return Reading({}, None, {}, tuple(notes), usable=False)
         flat = _normalised(obj)
         sections = [_normalised(flat[k]) for k in ("labels", "scores", "criteria", "levels")
                     if isinstance(flat.get(k), Mapping)]
@@ -447,7 +373,7 @@ class RubricJudge(_StructuredChatJudge):
             details["passed"] = False if "fail" in labels else None if None in labels else True
             details["threshold"] = self.threshold
         usable = any(entry["score"] is not None for entry in entries.values())
-        return _Reading(scores, _reason(flat), details, tuple(notes), usable)
+        return Reading(scores, _reason(flat), details, tuple(notes), usable)
 
     def _read_criterion(self, criterion: Criterion, raw: Any, notes: list[str]) -> dict[str, Any]:
         entry: dict[str, Any] = {"score": None}
@@ -492,6 +418,77 @@ class RubricJudge(_StructuredChatJudge):
             score = 1.0 if passed else 0.0
         entry["score"] = score
         return entry
+
+
+
+class RubricJudge(_StructuredChatJudge):
+    """A judge for user-defined criteria, one chat call per answer (any OpenAI-compatible endpoint).
+
+    Each :class:`Criterion` gets an integer level on its own scale, normalised to [0, 1] as
+    ``(level - lowest) / (highest - lowest)``. ``details["criteria"]`` holds, per criterion name,
+    ``score``, ``level``, ``scale``, ``maps_to`` (and ``label`` in binary mode). A criterion with
+    ``maps_to`` also sets that standard score; standard scores no criterion maps to are None, never
+    0. A criterion the reply leaves out, or gives a level outside its scale, is None (with a note
+    in ``details["parse_notes"]``); the judgement fails only when no criterion can be read, after
+    one repair request.
+
+    Binary mode (``binary=True``), for monitoring where pass/fail is more consistent than a
+    5-point scale: each criterion's score is 1.0 (pass) or 0.0 (fail), ``label`` is ``"pass"`` or
+    ``"fail"`` and ``details["passed"]`` is True when every criterion passed (False when one failed,
+    None when none failed but one is missing). With a *threshold* the judge still gives levels and
+    a criterion passes when its normalised level is at least *threshold*; without one the prompt
+    asks for ``"pass"``/``"fail"`` labels directly (a criterion met only in part is a fail).
+
+    ``full_scale=True`` adds an instruction to use the whole scale, against lenient judges that
+    give the top level to everything (not for label mode, which has no scale).
+
+    Example, a support team's rubric::
+
+        judge = RubricJudge("gpt-4o-mini", criteria=[
+            Criterion("precision", "States exactly the policy that applies, with its numbers.",
+                      scale=(0, 2), anchors={2: "Quotes the 30-day window and the receipt rule.",
+                                             1: "Right policy, details missing.", 0: "Wrong policy."},
+                      maps_to="faithfulness"),
+            Criterion("clarity", "Easy to follow for a customer.", scale=(1, 5)),
+            Criterion("actionability", "Tells the customer what to do next.", scale=(1, 5),
+                      maps_to="answer_relevance"),
+        ], full_scale=True)
+
+    The other arguments are :class:`~ragaudit.ChatRagJudge`'s (endpoint, client, timeout, retries,
+    temperature, context limit, ``raise_on_error``, ``extra_body``); *name* defaults to
+    ``"rubric:<model>"``. Raises ConfigurationError for no criteria, two criteria with one name or
+    one ``maps_to``, a threshold without ``binary=True``, or ``full_scale`` in label mode.
+    """
+
+    _name_prefix: ClassVar[str] = "rubric"
+    protocol: RubricProtocol
+
+    def __init__(
+        self,
+        model: str = "gpt-4o-mini",
+        *,
+        criteria: Sequence[Criterion],
+        binary: bool = False,
+        threshold: float | None = None,
+        full_scale: bool = False,
+        **settings: Unpack[ChatJudgeSettings],
+    ) -> None:
+        protocol = RubricProtocol(criteria, binary=binary, threshold=threshold, full_scale=full_scale)
+        super().__init__(model, protocol=protocol, **settings)
+        self.criteria = protocol.criteria
+        self.mode = protocol.mode
+        self.binary = protocol.binary
+        self.threshold = protocol.threshold
+        self.full_scale = protocol.full_scale
+
+    def config_key(self) -> str:
+        """ChatRagJudge's settings plus the criteria, the mode and the rubric protocol version."""
+        return self._config(judge="rubric", criteria=[c.to_dict() for c in self.criteria], mode=self.mode,
+                            threshold=self.threshold, full_scale=self.full_scale)
+
+    def __repr__(self) -> str:
+        names = ", ".join(c.name for c in self.criteria)
+        return f"RubricJudge(name={self.name!r}, model={self.model!r}, criteria=[{names}], mode={self.mode!r})"
 
 
 def _label(raw: Any) -> str | None:

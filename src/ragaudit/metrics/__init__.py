@@ -10,8 +10,11 @@ metrics.score_ranking(["d3", "d1", "d7"], {"d1": 1}, ["recall@3", "mrr@3"])  # o
 metrics.evaluate(metrics.read_run("run.trec"), metrics.read_qrels("qrels.txt"), ["P@5"])
 ```
 
-Numbers match ``trec_eval``/``pytrec_eval`` (scores compared as 32-bit floats, ties broken by doc
-id descending, P@K divides by K, NDCG with the raw label as gain ...);
+Numbers match ``trec_eval`` 10, checked against its own test suite (scores compared as doubles, ties
+broken by doc id descending, P@K divides by K, NDCG with the raw label as gain ...); ``ties=
+"pytrec_eval"`` compares scores as 32-bit floats, as pytrec_eval and trec_eval <= 9.0.8 do.
+trec_eval's ``-l``, ``-c``, ``-M``, ``-J`` are ``relevance_level``, ``all_queries``,
+``max_docs_per_query`` and ``judged_docs_only``.
 :mod:`ragaudit.metrics.retrieval` documents every rule, :mod:`ragaudit.metrics.measures` every
 measure (one declared entry each, its formula written once for both batch and single-query use).
 Imports numpy only: no JIT, no pandas (pandas and pyarrow tables are accepted when the caller has
@@ -23,13 +26,14 @@ from __future__ import annotations
 from .._exports import lazy_exports
 from .io import read_qrels, read_run
 from .measures import MEASURE_NAMES, Measure, parse_measure
-from .retrieval import OnDuplicate, Run, evaluate, evaluate_columns, score_ranking
+from .retrieval import OnDuplicate, Run, Ties, evaluate, evaluate_columns, score_ranking
 
 __all__ = [
     "MEASURE_NAMES",
     "Measure",
     "OnDuplicate",
     "Run",
+    "Ties",
     "evaluate",
     "evaluate_columns",
     "parse_measure",

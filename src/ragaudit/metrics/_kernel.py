@@ -1,8 +1,10 @@
 """The ranking kernel: where each judged document landed in its query's ranking, in trec_eval's order.
 
 trec_eval orders a query's documents by score, descending, then by doc id, descending (``strcmp``;
-scores compared as 32-bit floats). The metrics need only the ranks of the documents labelled
->= 1 -- a few per query -- so the run is never sorted as a whole. The rank of such a document is::
+scores compared as doubles since trec_eval 10.0, as 32-bit floats by pytrec_eval and trec_eval <=
+9.0.8: the ``ties`` option). The metrics need only the ranks of the judged documents -- those
+labelled >= 1, or every judged one for bpref, infAP, relstring and -J; a few per query -- so the
+run is never sorted as a whole. The rank of such a document is::
 
     rank(d) = #{e : score(e) > score(d)} + #{e : score(e) == score(d) and id(e) > id(d)}
 
@@ -28,14 +30,14 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from ..errors import MetricError
 from ._inputs import PreparedQrels, PreparedRun, duplicate_message
 
-__all__ = ["Hits", "Judged", "judged_of", "rank_judged", "trec_scores"]
+__all__ = ["TIES", "Hits", "Judged", "Ties", "check_ties", "judged_of", "rank_judged", "trec_scores"]
 
 # Cells per padded block: big enough that numpy's per-call overhead vanishes, small enough to stay
 # in cache.
@@ -44,13 +46,28 @@ _CHUNK_CELLS = 1 << 17
 _COUNT_CELLS = 1 << 19
 
 
-def trec_scores(scores: np.ndarray) -> np.ndarray:
-    """Scores as 32-bit floats, which is how trec_eval stores them (``float sim``).
+Ties = Literal["trec_eval", "pytrec_eval"]
+TIES: tuple[str, ...] = ("trec_eval", "pytrec_eval")
 
-    Two scores equal in single precision tie in trec_eval (and pytrec_eval), and are then
-    ordered by doc id; rounding the same way is what makes the rankings identical. ``-0.0``
-    becomes ``0.0`` (they compare equal anyway).
+
+def check_ties(ties: str) -> None:
+    if ties not in TIES:
+        raise MetricError(
+            f"ties must be 'trec_eval' (scores compared as doubles, trec_eval >= 10.0) or 'pytrec_eval' "
+            f"(as 32-bit floats: pytrec_eval, trec_eval <= 9.0.8), got {ties!r}"
+        )
+
+
+def trec_scores(scores: np.ndarray, ties: str = "trec_eval") -> np.ndarray:
+    """Scores as the chosen trec_eval compares them: doubles (``ties="trec_eval"``: trec_eval >= 10.0
+    reads ``double sim``) or 32-bit floats (``"pytrec_eval"``: pytrec_eval and trec_eval <= 9.0.8
+    store ``float sim``).
+
+    Two scores equal at that precision tie, and are then ordered by doc id; rounding the same way is
+    what makes the rankings identical. ``-0.0`` and ``0.0`` compare equal either way.
     """
+    if ties == "trec_eval":
+        return scores if scores.dtype == np.float64 else scores.astype(np.float64)
     with np.errstate(over="ignore"):
         out = scores.astype(np.float32)
     out += np.float32(0.0)
@@ -61,11 +78,17 @@ def trec_scores(scores: np.ndarray) -> np.ndarray:
 class Judged:
     """The qrels side for the evaluated queries (query index = position in the run's query list).
 
-    ``entry_*``: one per judged doc with a label >= 1 (the only docs that move a metric);
-    ``ideal_*``: the same docs ordered by label, descending, within each query (for ideal DCG).
+    ``entry_*``: one per judged doc with a label >= 1 (the only docs that move most metrics), or
+    with any label when ``every_label`` (bpref, infAP, relstring and -J need the others' ranks);
+    ``ideal_*``: the docs labelled >= 1 ordered by label, descending, within each query (for ideal
+    DCG); ``num_nonrel``: judged non-relevant docs (0 <= label < level) per query; ``num_zero``:
+    docs labelled 0 per query (custom NDCG gains may give level 0 a gain).
     """
 
     num_rel: np.ndarray
+    num_nonrel: np.ndarray
+    num_zero: np.ndarray
+    every_label: bool
     entry_q: np.ndarray
     entry_docids: list[str]
     entry_label: np.ndarray
@@ -83,7 +106,7 @@ class Hits:
     label: np.ndarray
 
 
-def judged_of(run: PreparedRun, qrels: PreparedQrels, level: int) -> Judged:
+def judged_of(run: PreparedRun, qrels: PreparedQrels, level: int, every_label: bool = False) -> Judged:
     n = len(run.qids)
     sel = np.full(len(qrels.qids), -1, dtype=np.int64)
     sel[np.array(list(map(qrels.index.__getitem__, run.qids)), dtype=np.int64)] = np.arange(n)
@@ -91,14 +114,20 @@ def judged_of(run: PreparedRun, qrels: PreparedQrels, level: int) -> Judged:
     in_run = entry_q >= 0
     labels = qrels.labels
     num_rel = np.bincount(entry_q[in_run & (labels >= level)], minlength=n)
+    num_nonrel = np.bincount(entry_q[in_run & (labels >= 0) & (labels < level)], minlength=n)
+    num_zero = np.bincount(entry_q[in_run & (labels == 0)], minlength=n)
     positive = np.flatnonzero(in_run & (labels >= 1))
     ideal_q, ideal_label = _by_query_then_label_desc(entry_q[positive], labels[positive])
-    docids = qrels.docids if len(positive) == len(labels) else [qrels.docids[i] for i in positive.tolist()]
+    entries = np.flatnonzero(in_run) if every_label else positive
+    docids = qrels.docids if len(entries) == len(labels) else [qrels.docids[i] for i in entries.tolist()]
     return Judged(
         num_rel=num_rel,
-        entry_q=entry_q[positive],
+        num_nonrel=num_nonrel,
+        num_zero=num_zero,
+        every_label=every_label,
+        entry_q=entry_q[entries],
         entry_docids=docids,
-        entry_label=labels[positive],
+        entry_label=labels[entries],
         ideal_q=ideal_q,
         ideal_label=ideal_label,
         ideal_rank=rank_in_group(ideal_q),
@@ -262,7 +291,7 @@ def _block(offsets: np.ndarray, qs: np.ndarray, lengths: np.ndarray) -> _Block:
 def _count_ranks(
     block: _Block, scores: np.ndarray, rows: np.ndarray, own: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For judged docs in block rows *rows* with 32-bit scores *own*: how many docs of their row
+    """For judged docs in block rows *rows* with scores *own* (as compared): how many docs of their row
     score higher, and the (judged doc, column) pairs of equal scores (each judged doc itself
     included) whose doc ids decide the order."""
     values = block.cells(scores) if block.span is not None else None
@@ -312,7 +341,7 @@ def _descending_rows(block: _Block, scores: np.ndarray) -> np.ndarray:
 def _search_ranks(
     block: _Block, scores: np.ndarray, rows: np.ndarray, own: np.ndarray, descending: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """For docs in block rows *rows* with 32-bit scores *own*: how many docs of their row score
+    """For docs in block rows *rows* with scores *own* (as compared): how many docs of their row score
     higher, and whether another doc of the row has the same score (then doc ids must decide).
 
     A binary search per doc, all docs at once: in the row itself when it is in score order
@@ -420,7 +449,7 @@ def _get(mapping: Mapping[Any, Any], key: Any, default: Any) -> Any:
     return mapping.get(key, default)
 
 
-def _rank_dict_hits(run: PreparedRun, judged: Judged) -> Hits:
+def _rank_dict_hits(run: PreparedRun, judged: Judged, ties: str) -> Hits:
     """Ranks for a run of dicts, found from the qrels side by dict lookups.
 
     Each labelled doc's score (or, rank-only, its position) comes from its query's dict; its rank
@@ -437,8 +466,8 @@ def _rank_dict_hits(run: PreparedRun, judged: Judged) -> Hits:
     hit_q, hit_label = judged.entry_q[present], judged.entry_label[present]
     if run.scores is None:  # rank-only: the dicts hold positions, which are the ranks
         return _collect([(hit_q, hit_values[present].astype(np.int64), hit_label)])
-    own = trec_scores(hit_values[present])
-    scores = trec_scores(run.scores)
+    own = trec_scores(hit_values[present], ties)
+    scores = trec_scores(run.scores, ties)
     order, q_sorted = _by_query(hit_q)
     lengths = np.diff(run.offsets)
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -506,7 +535,7 @@ def _duplicates(block: _Block, hash_keys: np.ndarray, run: PreparedRun, on_dupli
     return drop
 
 
-def _rank_column_hits(run: PreparedRun, judged: Judged, on_duplicate: str) -> Hits:
+def _rank_column_hits(run: PreparedRun, judged: Judged, on_duplicate: str, ties: str) -> Hits:
     """Find the labelled docs in a run of columns (and any duplicate id), then count their ranks."""
     docs = run.docs
     assert docs is not None
@@ -514,7 +543,7 @@ def _rank_column_hits(run: PreparedRun, judged: Judged, on_duplicate: str) -> Hi
     entry_hash = docs.hash(entry_doc)
     lengths = np.diff(run.offsets)
     order, q_sorted = _by_query(judged.entry_q)
-    scores = None if run.scores is None else trec_scores(run.scores)
+    scores = None if run.scores is None else trec_scores(run.scores, ties)
     # Hashed once, in row order (sequential reads); blocks then gather hashes, not strings.
     run_hashes = docs.hash(docs.ids)
 
@@ -570,16 +599,18 @@ def _rank_column_hits(run: PreparedRun, judged: Judged, on_duplicate: str) -> Hi
     return _collect([part for part, _ in results if part is not None])
 
 
-def rank_judged(run: PreparedRun, judged: Judged, on_duplicate: str) -> tuple[Hits, np.ndarray]:
-    """The ranks of the labelled docs, and the number of docs each query retrieved (duplicates
-    dropped when ``on_duplicate="max"``)."""
+def rank_judged(
+    run: PreparedRun, judged: Judged, on_duplicate: str, ties: str = "trec_eval"
+) -> tuple[Hits, np.ndarray]:
+    """The ranks of the judged docs, and the number of docs each query retrieved (duplicates
+    dropped when ``on_duplicate="max"``); scores compared as *ties* says (:func:`trec_scores`)."""
     if int(run.offsets[-1]) == 0:  # every evaluated query retrieved nothing
         return _collect([]), np.diff(run.offsets)
     if run.docs is None:
-        return _rank_dict_hits(run, judged), np.diff(run.offsets)
+        return _rank_dict_hits(run, judged, ties), np.diff(run.offsets)
     try:
-        hits = _rank_column_hits(run, judged, on_duplicate)
+        hits = _rank_column_hits(run, judged, on_duplicate, ties)
     except _DuplicatesFound as found:
         run = run.without_rows(found.drop)
-        hits = _rank_column_hits(run, judged, on_duplicate)
+        hits = _rank_column_hits(run, judged, on_duplicate, ties)
     return hits, np.diff(run.offsets)

@@ -3,7 +3,8 @@
 Formats:
 
 - TREC run: ``qid Q0 docid rank score tag`` per line (the rank column is ignored, as trec_eval
-  ignores it; a missing tag is allowed).
+  ignores it; a missing tag is allowed, and so are fields after the tag, which trec_eval ignores
+  too, as in its own ``results.trunc`` test input).
 - TREC qrels: ``qid iteration docid relevance`` per line.
 - JSONL run: one ``{"qid": ..., "docid": ..., "score": ...}`` object per line.
 - JSONL qrels: ``{"qid": ..., "docid": ..., "relevance": ...}`` per line, or one line per query
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .._jsonl import read_lines
 from ..errors import MetricError
 from .retrieval import Run
 
@@ -34,14 +36,9 @@ _LABEL_KEYS = ("relevance", "rel", "label")
 
 
 def _lines(path: str | os.PathLike[str], what: str) -> list[tuple[int, str]]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MetricError(f"cannot read {what} file {os.fspath(path)!r}: {exc}") from exc
-    out = [
-        (i, line) for i, line in enumerate(text.splitlines(), 1) if line.strip() and not line.lstrip().startswith("#")
-    ]
+    # One reader for every input file: a BOM accepted, a byte that is not UTF-8 named by line and column.
+    lines, _ = read_lines(path, f"{what} file", error=MetricError)
+    out = [(i, line) for i, line in lines if line.strip() and not line.lstrip().startswith("#")]
     if not out:
         raise MetricError(f"{what} file {os.fspath(path)!r} is empty")
     return out
@@ -96,7 +93,7 @@ def read_run(path: str | os.PathLike[str]) -> Run:
     else:
         for lineno, line in lines:
             fields = line.split()
-            if len(fields) not in (5, 6):
+            if len(fields) < 5:  # fields after the tag are ignored, as trec_eval ignores them
                 hint = " (this looks like a qrels file)" if len(fields) == 4 else ""
                 raise MetricError(
                     f"{name}:{lineno}: expected 'qid Q0 docid rank score tag', got {line.strip()!r}{hint}"

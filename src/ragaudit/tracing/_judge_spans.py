@@ -6,7 +6,6 @@ tracer provider its turn was traced with and through the record's own content po
 
 from __future__ import annotations
 
-import threading
 import time
 import weakref
 from collections.abc import Sequence
@@ -16,12 +15,14 @@ from opentelemetry import trace as _trace_api
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, NonRecordingSpan, SpanKind, Tracer
 
+from .. import _fork
 from .._export import BaseExporter, ExportResult
 from ..content import ContentPolicy, otlp_safe
-from ..records import SCORE_NAMES, AuditRecord, Judgement
+from ..records import AuditRecord, Judgement
 from . import conventions as c
 from ._audit_spans import full_audit_attributes, sentence_events
 from ._span_base import SpanWriter, _span_context
+from .evaluation_logs import evaluation_attributes
 
 __all__ = ["JudgeSpanExporter", "write_judge_span"]
 
@@ -93,22 +94,9 @@ def _judge_span(self: SpanWriter, tracer: Tracer, record: AuditRecord, j: Judgem
         start_time=start_ns,
     )
     try:
-        for name in SCORE_NAMES:
-            value = scores[name]
-            event: dict[str, Any] = {c.GEN_AI_EVALUATION_NAME: name, **identity}
-            if value is not None:
-                event[c.GEN_AI_EVALUATION_SCORE_VALUE] = value
-                if reason is not None:
-                    event[c.GEN_AI_EVALUATION_EXPLANATION] = reason
-            else:
-                event[c.GEN_AI_EVALUATION_SCORE_LABEL] = c.MISSING_SCORE_LABEL
-                event[c.ATTR_ERROR_TYPE] = (
-                    c.ERROR_TYPE_JUDGE_ERROR if error else c.ERROR_TYPE_MISSING_SCORE
-                )
-                if error is not None:
-                    event[c.GEN_AI_EVALUATION_EXPLANATION] = error
-                elif reason is not None:
-                    event[c.GEN_AI_EVALUATION_EXPLANATION] = reason
+        # The same gen_ai.evaluation.result attributes as the log records (tracing.evaluation_logs):
+        # gen_ai.response.id names the evaluated completion (when known), never the judge's own.
+        for event in evaluation_attributes(turn, j, reason, error):
             span.add_event(c.GEN_AI_EVALUATION_RESULT, event, timestamp=end_ns)
         for sentence_event in sentences:
             span.add_event(c.EVENT_SENTENCE, sentence_event, timestamp=end_ns)
@@ -131,7 +119,7 @@ def _verdict_attributes(self: SpanWriter, attrs: dict[str, Any], output: dict[st
     if missing:
         attrs[c.ATTR_JUDGE_MISSING_SCORES] = missing
     # The reason: with capture on, or kept on its own (capture_reason); the error follows capture.
-    reason = self.content.reason(j.reason, self.max_attribute_chars)
+    reason = self.content_policy.reason(j.reason, self.max_attribute_chars)
     reason = otlp_safe(reason) if reason is not None else None
     if j.reason is not None:
         attrs[c.ATTR_JUDGE_REASON_CHARS] = len(j.reason)
@@ -140,7 +128,7 @@ def _verdict_attributes(self: SpanWriter, attrs: dict[str, Any], output: dict[st
         output["reason"] = reason
     status = j.details.get("status_code")
     status = status if isinstance(status, int) and not isinstance(status, bool) else None
-    error = (otlp_safe(self.content.error(j.error, status=status, limit=self.max_attribute_chars) or "")
+    error = (otlp_safe(self.content_policy.error(j.error, status=status, limit=self.max_attribute_chars) or "")
              if j.error else None)
     if error is not None:
         attrs[c.ATTR_JUDGE_ERROR] = error
@@ -188,7 +176,7 @@ class JudgeSpanExporter(BaseExporter):
 
     def __init__(self, default: SpanWriter) -> None:
         self._default = default
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._writers: weakref.WeakKeyDictionary[ContentPolicy, list[SpanWriter]] = weakref.WeakKeyDictionary()
 
     def writer_for(self, record: AuditRecord) -> SpanWriter:
@@ -196,7 +184,7 @@ class JudgeSpanExporter(BaseExporter):
         default = self._default
         provider = record.tracer_provider
         policy = record.content_policy
-        if policy is default.content and (provider is None or provider is default.tracer_provider):
+        if policy is default.content_policy and (provider is None or provider is default.tracer_provider):
             return default
         with self._lock:
             writers = self._writers.setdefault(policy, [])

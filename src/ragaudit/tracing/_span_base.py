@@ -26,6 +26,7 @@ from opentelemetry.trace import (
     TracerProvider,
 )
 
+from .._deprecation import warn_deprecated
 from ..content import ContentPolicy, otlp_safe
 from ..errors import ConfigurationError
 from ..records import truncate
@@ -148,9 +149,9 @@ class SpanWriter:
                 "tracer_provider must be an OpenTelemetry TracerProvider, "
                 f"got {type(tracer_provider).__name__}"
             )
-        self.content = content if content is not None else ContentPolicy(capture_content=capture_content,
+        self.content_policy = content if content is not None else ContentPolicy(capture_content=capture_content,
                                                                         redact=redact)
-        self.capture_content: bool = self.content.capture_content
+        self.capture_content: bool = self.content_policy.capture_content
         self.max_attribute_chars = max_attribute_chars
         self.max_documents = max_documents
         self.judge_trace: JudgeTrace = judge_trace
@@ -196,6 +197,11 @@ class SpanWriter:
                          self._judge_attrs, self._tool_attrs):
                 base[c.LANGFUSE_ENVIRONMENT] = lf_environment
 
+    @property
+    def content(self) -> ContentPolicy:
+        """Deprecated: :attr:`content_policy` (``content`` also names a document's text)."""
+        warn_deprecated("SpanRecorder.content", "SpanRecorder.content_policy")
+        return self.content_policy
 
     @property
     def tracer_provider(self) -> TracerProvider | None:
@@ -245,7 +251,7 @@ class SpanWriter:
     def _report(self, where: str, exc: BaseException) -> None:
         # The exception as the policy allows (its text may quote what failed to be recorded); the
         # traceback only with content capture on.
-        described = self.content.exception(exc)
+        described = self.content_policy.exception(exc)
         if where in self._reported:
             _logger.debug("ragaudit tracing: %s failed again: %s", where, described)
             return
@@ -255,18 +261,18 @@ class SpanWriter:
             "are logged at DEBUG): %s",
             where,
             described,
-            exc_info=exc if self.content.capture_content else None,
+            exc_info=exc if self.content_policy.capture_content else None,
         )
 
     def _text(self, value: str) -> str:
         """A text as recorded: through the content policy (secrets scrubbed, redacted), cut to
         *max_attribute_chars*, encodable by OTLP. Callers decide whether it is recorded at all
         (content only with capture on)."""
-        return otlp_safe(self.content.text(value, self.max_attribute_chars))
+        return otlp_safe(self.content_policy.text(value, self.max_attribute_chars))
 
     def _json(self, value: Any) -> str:
         """*value* (its texts already through the policy) as a JSON attribute, scrubbed and capped."""
-        return self.content.json(value, self.max_attribute_chars)
+        return self.content_policy.json(value, self.max_attribute_chars)
 
     def _cap(self, value: str) -> str:
         """Any string attribute as recorded: cut to *max_attribute_chars*, encodable by OTLP."""
@@ -290,7 +296,7 @@ class SpanWriter:
         self, span: Span, attrs: dict[str, Any], error: str, error_type: str, status: int | None = None
     ) -> None:
         # An error text follows content capture: off, it is its type, status and a fixed message.
-        message = otlp_safe(self.content.error(error, status=status, limit=self.max_attribute_chars) or "")
+        message = otlp_safe(self.content_policy.error(error, status=status, limit=self.max_attribute_chars) or "")
         attrs[c.ATTR_ERROR_TYPE] = error_type
         attrs[c.LANGFUSE_OBSERVATION_LEVEL] = "ERROR"
         attrs[c.LANGFUSE_OBSERVATION_STATUS_MESSAGE] = message
@@ -320,7 +326,7 @@ class SpanWriter:
         on those, not on ``metadata``); ``langfuse.trace.metadata.<key>`` too when the turn is not
         the trace's root (a root's observation metadata is its trace's already)."""
         # keys and values (nested too) through the policy: a key is the host's text as much as a value
-        recorded = self.content.metadata(metadata) or {}
+        recorded = self.content_policy.metadata(metadata) or {}
         attrs[c.METADATA] = self._json(recorded)
         for n, (key, value) in enumerate(recorded.items()):
             if n >= _MAX_METADATA_KEYS:
@@ -333,7 +339,6 @@ class SpanWriter:
             if trace_level:
                 attrs[c.langfuse_metadata_key(c.LANGFUSE_TRACE_METADATA, str(key))] = value
 
-    # --- turns ---------------------------------------------------------------------------------
 
     def _usage(self, attrs: dict[str, Any], input_tokens: int | None, output_tokens: int | None) -> None:
         """Token use as GenAI (Jaeger), OpenInference (Phoenix) and Langfuse usage details."""

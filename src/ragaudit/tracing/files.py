@@ -12,12 +12,14 @@ import json
 import logging
 import math
 import os
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import _fork
+from .._deprecation import warn_deprecated
 from .._export import ExportResult
+from .._jsonl import read_jsonl
 from .._log import RateLimitedLog
 from .._worker import on_fork_in_child
 from ..content import ContentPolicy
@@ -59,32 +61,8 @@ def _dumps(value: Any) -> str:
 
 
 def _read_jsonl(path: PathLike, what: str) -> list[dict[str, Any]]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.read().split("\n")
-    except OSError as exc:
-        raise RagAuditError(f"cannot read {what} {str(path)!r}: {exc}") from exc
-    # A complete file ends with "\n", so the last element is "" unless a writer was cut off mid-line.
-    tail = lines.pop()
-    out: list[dict[str, Any]] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise RagAuditError(f"{what} {str(path)!r}: line {number} is not valid JSON: {exc}") from exc
-    if tail.strip():
-        try:
-            out.append(json.loads(tail))
-        except json.JSONDecodeError:
-            _logger.warning(
-                "%s %r: skipped a truncated last line (%d chars); the writer was probably interrupted",
-                what,
-                str(path),
-                len(tail),
-            )
-    return out
+    # A cut-off last line (a writer interrupted mid-line) is skipped with a warning; a BOM is accepted.
+    return [value for _, value in read_jsonl(path, what, error=RagAuditError, cut_tail=True, objects=False)]
 
 
 # --- spans -------------------------------------------------------------------------------------
@@ -142,7 +120,7 @@ class _AppendFile:
     def __init__(self, path: PathLike, what: str, *, lazy: bool = False) -> None:
         self.path = Path(path).absolute()  # the directory of now, even if the host chdir()s later
         self.what = what
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._closed = False
         self._tail = b""  # the unwritten rest of a line a failed write cut short
         self.lost = 0
@@ -151,7 +129,7 @@ class _AppendFile:
 
     def _after_fork(self) -> None:
         # A parent's thread may have held the lock at fork; the child has no such thread.
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
 
     @property
     def closed(self) -> bool:
@@ -359,12 +337,18 @@ class AuditLog:
         content: ContentPolicy | None = None,
         lazy: bool = False,
     ) -> None:
-        self.content = content if content is not None else ContentPolicy(capture_content=capture_content,
+        self.content_policy = content if content is not None else ContentPolicy(capture_content=capture_content,
                                                                         redact=redact)
         self._out = _AppendFile(path, "audit log", lazy=lazy)
         self.path = self._out.path
-        self.capture_content = self.content.capture_content
+        self.capture_content = self.content_policy.capture_content
         self._log = RateLimitedLog()
+
+    @property
+    def content(self) -> ContentPolicy:
+        """Deprecated: :attr:`content_policy` (``content`` also names a document's text)."""
+        warn_deprecated("AuditLog.content", "AuditLog.content_policy")
+        return self.content_policy
 
     def __enter__(self) -> AuditLog:
         return self
@@ -389,7 +373,7 @@ class AuditLog:
         from ..turn_audit import audit_turn
 
         audit = audit_turn(turn, judgement) if judgement.sentences or judgement.document_grades else None
-        return self._line(turn, judgement, judge_status, retrieval_metrics, self.content if content is None
+        return self._line(turn, judgement, judge_status, retrieval_metrics, self.content_policy if content is None
                           else content, audit)
 
     def record_line(self, record: AuditRecord) -> dict[str, Any] | None:
@@ -411,7 +395,7 @@ class AuditLog:
                 "score": doc.score,
                 "source": policy.identifier(doc.source),
                 "metadata": policy.metadata(doc.metadata),
-                "content": policy.content(doc.content),
+                "content": policy.captured(doc.content),
             }
             if not capture:
                 entry["content_chars"] = len(doc.content)
@@ -423,14 +407,14 @@ class AuditLog:
             "span_id": turn.span_id,
             "framework": turn.framework,
             "model": turn.model,
-            "query": policy.content(turn.query),
-            "answer": policy.content(turn.answer),
+            "query": policy.captured(turn.query),
+            "answer": policy.captured(turn.answer),
             "documents": documents,
             "citations": [
                 {
                     "doc_id": cit.doc_id,
                     "rank": cit.rank,
-                    "marker": policy.content(cit.marker),
+                    "marker": policy.captured(cit.marker),
                     "method": cit.method,
                 }
                 for cit in turn.citations
@@ -452,7 +436,7 @@ class AuditLog:
             "usage": dict(judgement.usage),
             "judge_identity": judgement.identity.to_dict() if judgement.identity is not None else None,
             # the judge's own reply, capped: a 20 MB reply must not make a 20 MB line
-            "raw_output": policy.content(judgement.raw_output, MAX_RAW_OUTPUT_CHARS),
+            "raw_output": policy.captured(judgement.raw_output, MAX_RAW_OUTPUT_CHARS),
             # judge-specific extras (rule results, rubric criteria, distributions) quote the answer
             # and documents: with capture off only their numbers and flags are kept
             "details": policy.details(judgement.details, MAX_RAW_OUTPUT_CHARS),
@@ -470,12 +454,12 @@ class AuditLog:
         sentences = []
         for sentence in judgement.sentences:
             entry = sentence.to_dict()
-            entry["text"] = policy.content(sentence.text)
+            entry["text"] = policy.captured(sentence.text)
             sentences.append(entry)
         checks = []
         for check in audit.citation_checks if audit is not None else ():
             entry = check.to_dict()
-            entry["marker"] = policy.content(check.marker)
+            entry["marker"] = policy.captured(check.marker)
             checks.append(entry)
         return {
             "sentences": sentences,
@@ -514,7 +498,7 @@ class AuditLog:
         """Append one line per judged record, all in one write. Never raises: a line that cannot be
         written is counted in :attr:`errors` (once) and logged (rate-limited)."""
         lines = []
-        policy = self.content
+        policy = self.content_policy
         for record in records:
             line = self.record_line(record)
             if line is not None:
@@ -543,7 +527,7 @@ class AuditLog:
             self.close()
         except OSError as exc:
             self._log.warning("close", "ragaudit: the last audit line could not be written to %s: %s", self.path,
-                              self.content.exception(exc))
+                              self.content_policy.exception(exc))
 
     @property
     def errors(self) -> int:

@@ -12,7 +12,6 @@ import os
 import re
 import socket
 import sys
-import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace as _trace_api
 
+from .. import _fork
 from .._worker import HostFirst, call_with_deadline, exit_deadline
 from ..content import register_headers, register_url
 from ..errors import ConfigurationError
@@ -44,7 +44,7 @@ _HOST_KEYS = ("host.id", "host.ip", "host.name")
 
 # What configure() already attached to each provider, so calling it twice does not export twice.
 _attached: weakref.WeakKeyDictionary[Any, set[tuple[str, ...]]] = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
+_lock = _fork.lock()
 
 
 def _env(*names: str) -> str | None:
@@ -146,7 +146,7 @@ def _export_timeout_s() -> float | None:
     return EXPORT_TIMEOUT_S
 
 
-_failed_lock = threading.Lock()
+_failed_lock = _fork.lock()
 _failed_spans = 0
 
 
@@ -160,7 +160,6 @@ def spans_not_exported() -> int:
 
 _EXPORT_CHUNK = 64
 _EXPORT_PAUSE_S = 0.01
-_never = threading.Event()  # the exporter's pauses are never cut short (they are short)
 
 
 def _counted(exporter: Any) -> Any:
@@ -184,7 +183,7 @@ def _counted(exporter: Any) -> Any:
             result = SpanExportResult.SUCCESS
             for start in range(0, len(spans), _EXPORT_CHUNK):
                 if start:  # short pauses: the processor's queue (2048 spans) must keep draining
-                    self._pacer.pace(0.0, _never, _EXPORT_PAUSE_S)
+                    self._pacer.pace(0.0, None, _EXPORT_PAUSE_S)
                 chunk = spans[start:start + _EXPORT_CHUNK]
                 try:
                     outcome = self._inner.export(chunk)

@@ -20,6 +20,8 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import _fork
+from .._deprecation import warn_deprecated
 from .._export import ExportResult
 from .._log import RateLimitedLog
 from .._sink import BaseJudgementSink
@@ -82,7 +84,7 @@ class HttpSink(BaseJudgementSink):
         self._client = httpx.Client(timeout=timeout_s, headers=dict(headers or {}))
         self._max_retries = max_retries
         self._backoff_s = backoff_s
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._retries = 0
         self._rejected = 0
         self._batch_policy = threading.local()  # the policy log lines of the batch being sent follow
@@ -113,14 +115,20 @@ class HttpSink(BaseJudgementSink):
 
     def bind_recorder(self, recorder: Any) -> None:
         """Kept for sinks written against the old interface: the policy of *recorder*
-        (``recorder.content``) becomes the policy of :meth:`emit` and of log lines."""
+        (``recorder.content_policy``) becomes the policy of :meth:`emit` and of log lines."""
         super().bind_recorder(recorder)
-        policy = recorder.content
+        policy = recorder.content_policy
         if isinstance(policy, ContentPolicy):
             self._content = policy
 
     @property
     def content(self) -> ContentPolicy:
+        """Deprecated: :attr:`content_policy` (``content`` also names a document's text)."""
+        warn_deprecated(f"{type(self).__name__}.content", f"{type(self).__name__}.content_policy")
+        return self.content_policy
+
+    @property
+    def content_policy(self) -> ContentPolicy:
         """The policy of texts that belong to no record (:meth:`emit` without a record, log lines):
         the one bound, else one from the environment. A record's texts follow its own policy."""
         policy = self._content
@@ -131,7 +139,7 @@ class HttpSink(BaseJudgementSink):
     def recorded_reason(self, judgement: Judgement, policy: ContentPolicy | None = None) -> str | None:
         """The judge's reason as *policy* (default :attr:`content`) lets it be recorded: None when it
         withholds reasons (content capture off), else scrubbed, redacted and cut to :attr:`max_text_chars`."""
-        return (policy or self.content).reason(judgement.reason, self.max_text_chars)
+        return (policy or self.content_policy).reason(judgement.reason, self.max_text_chars)
 
     def __repr__(self) -> str:  # never show a credential of the URL
         return f"{type(self).__name__}({scrub_url(self.endpoint)!r})"
@@ -148,7 +156,7 @@ class HttpSink(BaseJudgementSink):
         through :attr:`content`)."""
         if type(self).record_requests is HttpSink.record_requests:
             raise NotImplementedError
-        return self.record_requests(audit_record(turn, judgement, self.content))
+        return self.record_requests(audit_record(turn, judgement, self.content_policy))
 
     def send(self, path: str, bodies: list[dict[str, Any]]) -> int:
         """POST a batch of items for *path*; returns how many were delivered (default: one POST each)."""
@@ -172,7 +180,7 @@ class HttpSink(BaseJudgementSink):
     def emit(self, turn: RagTurn, judgement: Judgement) -> None:
         """Queue what this judgement needs sent: :meth:`export` of its record (texts through
         :attr:`content`)."""
-        self.export([audit_record(turn, judgement, self.content)])
+        self.export([audit_record(turn, judgement, self.content_policy)])
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until everything queued was sent or given up on; False on timeout."""
@@ -228,7 +236,7 @@ class HttpSink(BaseJudgementSink):
 
     def _log_policy(self) -> ContentPolicy:
         found: ContentPolicy | None = getattr(self._batch_policy, "policy", None)
-        return found if found is not None else self.content
+        return found if found is not None else self.content_policy
 
     def _post(self, path: str, body: dict[str, Any]) -> bool:
         delay = self._backoff_s
@@ -336,8 +344,9 @@ class PhoenixSink(HttpSink):
             return []
         reason = self.recorded_reason(judgement, record.content_policy)
         out: list[tuple[str, dict[str, Any]]] = []
+        scores = judgement.scores()
         for name in SCORE_NAMES:
-            score = getattr(judgement, name)
+            score = scores[name]
             if score is None:
                 continue
             out.append(
@@ -463,8 +472,9 @@ class LangfuseSink(HttpSink):
             base["environment"] = environment
         reason = self.recorded_reason(judgement, record.content_policy)
         out = []
+        scores = judgement.scores()
         for name in SCORE_NAMES:
-            score = getattr(judgement, name)
+            score = scores[name]
             if score is not None:
                 out.append(
                     (
@@ -483,9 +493,9 @@ class LangfuseSink(HttpSink):
             name = f"retrieval.{metric}"
             out.append(("/api/public/scores", {"id": score_id(trace_id, turn.span_id, "ragaudit", name),
                                                **base, "name": name, "value": value}))
-        for score in _judged_scores(record, judgement):
-            out.append(("/api/public/scores", {"id": score_id(trace_id, turn.span_id, judgement.judge, score["name"]),
-                                               **base, **score}))
+        for judged in _judged_scores(record, judgement):
+            out.append(("/api/public/scores", {"id": score_id(trace_id, turn.span_id, judgement.judge, judged["name"]),
+                                               **base, **judged}))
         return out
 
 

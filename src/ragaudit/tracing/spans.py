@@ -382,7 +382,7 @@ class SpanRecorder(SpanWriter):
                 meta["source"] = source
             if capture:
                 attrs[keys.content] = self._text(doc.content)
-                meta.update(self.content.metadata(doc.metadata) or {})
+                meta.update(self.content_policy.metadata(doc.metadata) or {})
             attrs[keys.metadata] = self._json(meta)
             summary.append({"id": doc.id, "score": doc.score, "rank": doc.rank, "source": source})
         attrs[c.GEN_AI_RETRIEVAL_DOCUMENTS] = attrs[c.LANGFUSE_OBSERVATION_OUTPUT] = _dumps(summary)
@@ -517,7 +517,7 @@ class SpanRecorder(SpanWriter):
         from ..turn_audit import audit_record
 
         try:
-            record = audit_record(turn, judgement, self.content, tracer_provider=self._provider,
+            record = audit_record(turn, judgement, self.content_policy, tracer_provider=self._provider,
                                   judge_started_at=start_ns, ground_truth_metrics=None)
         except Exception as exc:
             self._report("record_judgement", exc)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -11,6 +10,7 @@ from typing import Any
 from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
 from llama_index.core.chat_engine.types import StreamingAgentChatResponse
 
+from ... import _fork
 from ...auditor import Auditor
 from ...errors import ConfigurationError
 from .._assembler import TurnAssembler
@@ -78,7 +78,7 @@ class Collector:
         self.store: RunStore[Turn] = RunStore(max_runs)
         # Re-entrant: LlamaIndex dispatches events from generator finalizers, which the garbage
         # collector may run on this thread while it is inside one of our own critical sections.
-        self.store.lock = threading.RLock()  # type: ignore[assignment]
+        self.store.lock = _fork.rlock()  # type: ignore[assignment]
         self.closed_turns = 0
         # False once uninstrument() detached us: runs of open turns still finish, nothing new starts.
         self.accepting = True
@@ -387,7 +387,7 @@ class Collector:
             settle(turn)
         except Exception as exc:
             report_failure("closing a LlamaIndex turn", exc)
-        close_later(self.auditor, partial(self._close, turn, now, evicted), self.recorder.content)
+        close_later(self.auditor, partial(self._close, turn, now, evicted), self.recorder.content_policy)
         if drained and self.on_idle is not None:
             self.on_idle()  # the last turn of an uninstrumented instrumentation: leave the dispatcher
 

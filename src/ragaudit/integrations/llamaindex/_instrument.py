@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -10,6 +9,7 @@ from typing import Any
 
 from llama_index.core.instrumentation import get_dispatcher
 
+from ... import _fork
 from ..._deprecation import renamed_kwargs
 from ...auditor import DEFAULT_TURN_MEASURES, Auditor
 from ._collector import Collector
@@ -139,7 +139,7 @@ class LlamaIndexInstrumentation(Audited):
         return f"LlamaIndexInstrumentation(attached={self.attached}, auditor={self.auditor!r})"
 
 
-registration_lock = threading.RLock()
+registration_lock = _fork.rlock()
 _current: LlamaIndexInstrumentation | None = None
 _last: tuple[tuple[Any, ...], LlamaIndexInstrumentation] | None = None  # the last instrument()'s arguments
 _draining: set[LlamaIndexInstrumentation] = set()  # detached, still on the dispatcher for turns in flight

@@ -302,8 +302,13 @@ def template_variables(template: Any, arguments: Any) -> dict[str, str]:
     values: dict[str, str] = {}
     for source in (getattr(template, "kwargs", None), arguments):
         if isinstance(source, Mapping):
-            values.update((k, v) for k, v in source.items() if isinstance(k, str) and isinstance(v, str))
+            values.update((k, v) for k, v in source.items()
+                          if isinstance(k, str) and isinstance(v, str) and k not in _ANSWER_VARIABLES)
     return values
+
+
+# A refine call's earlier answer: the model's own output, not context the answer can be faithful to.
+_ANSWER_VARIABLES = frozenset({"existing_answer"})
 
 
 def output_of(response: Any) -> str | None:

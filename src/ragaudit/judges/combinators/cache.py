@@ -12,19 +12,25 @@ processes::
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import json
 import logging
 import math
 import os
+import queue
 import sqlite3
 import threading
 import time
+import weakref
 from collections import OrderedDict
-from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from ... import _fork
 from ..._deprecation import renamed_kwargs
 from ...errors import ConfigurationError, RagAuditError
 from ...records import DocumentGrade, JudgeIdentity, Judgement, JudgeRequest, SentenceVerdict
@@ -37,6 +43,8 @@ _log = logging.getLogger("ragaudit")
 
 CACHE_KEY_VERSION = "ragaudit-cache/1"
 """Part of every key: changes when the key's recipe changes, so old entries are simply not found."""
+
+T = TypeVar("T")
 
 _JUDGEMENT_FIELDS = tuple(f.name for f in dataclasses.fields(Judgement))
 
@@ -56,26 +64,21 @@ class JudgementCache(Protocol):
     def close(self) -> None: ...
 
 
-def cache_key(judge: Any, request: JudgeRequest) -> str:
+def cache_key(judge: RagJudge, request: JudgeRequest) -> str:
     """The cache key of *request* judged by *judge* (hex SHA-256).
 
-    Made of :data:`CACHE_KEY_VERSION`, ``judge.config_key()`` (``judge.name`` for a judge without
-    one) and the request's query, answer, context and reference (and history and standalone question,
+    Made of :data:`CACHE_KEY_VERSION`, ``judge.config_key()`` and the request's query, answer,
+    context and reference (and history and standalone question,
     when set). Metadata and documents are not
     part of it: the context is what the judge sees.
     """
-    parts: list[Any] = [CACHE_KEY_VERSION, _config_of(judge), request.query, request.answer, request.context,
+    parts: list[Any] = [CACHE_KEY_VERSION, judge.config_key(), request.query, request.answer, request.context,
                         request.reference]
     if request.history or request.standalone_query is not None:
         # The judge sees them too; only added when set, so the keys of single questions stay as they were.
         parts.append([list(request.history), request.standalone_query])
     material = json.dumps(parts, ensure_ascii=False)
     return hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def _config_of(judge: Any) -> str:
-    config_key = getattr(judge, "config_key", None)
-    return str(config_key()) if callable(config_key) else str(getattr(judge, "name", type(judge).__name__))
 
 
 class MemoryCache:
@@ -86,7 +89,7 @@ class MemoryCache:
             raise ConfigurationError(f"max_entries must be an int >= 1, got {max_entries!r}")
         self.max_entries = max_entries
         self._entries: OrderedDict[str, Judgement] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
 
     def get(self, key: str) -> Judgement | None:
         """The judgement stored under *key*, or None (a hit makes it the most recently used)."""
@@ -147,7 +150,7 @@ class SqliteCache:
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
             raise ConfigurationError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
         self.path = os.fspath(path)
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         try:
             if self.path != ":memory:":
                 parent = os.path.dirname(os.path.abspath(self.path))
@@ -250,33 +253,103 @@ def _load(payload: str) -> Judgement:
         raise ValueError(str(exc)) from exc
 
 
+class _CacheThread:
+    """Runs one cache's calls in order on a daemon thread of its own, never on an event loop.
+
+    Started on first use, and again in a forked child (threads do not survive ``fork``). A daemon, so
+    a cache stuck on a lock never holds up interpreter exit; :meth:`stop` (or garbage collection of
+    its owner) ends it. In order: a lookup submitted after a store sees what was stored.
+    """
+
+    __slots__ = ("__weakref__", "_pid", "_queue")
+
+    def __init__(self) -> None:
+        self._pid: int | None = None
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Any, tuple[Any, ...]] | None] | None = None
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        """*fn(*args)* on the thread; its future."""
+        future: Future[T] = Future()
+        self._queue_here().put((future, fn, args))
+        return future
+
+    def _queue_here(self) -> queue.SimpleQueue[tuple[Future[Any], Any, tuple[Any, ...]] | None]:
+        pid = os.getpid()
+        with _START_LOCK:
+            if self._queue is None or self._pid != pid:
+                self._queue, self._pid = queue.SimpleQueue(), pid
+                threading.Thread(target=_serve, args=(self._queue,), name="ragaudit-judgement-cache",
+                                 daemon=True).start()
+            return self._queue
+
+    def stop(self) -> None:
+        """End the thread after the calls already submitted. Safe to call twice."""
+        with _START_LOCK:
+            work, self._queue = self._queue, None
+        if work is not None and self._pid == os.getpid():
+            work.put(None)
+
+
+_START_LOCK = threading.Lock()
+if hasattr(os, "register_at_fork"):  # a parent thread may hold it at fork; the child starts afresh
+    os.register_at_fork(after_in_child=lambda: globals().update(_START_LOCK=threading.Lock()))
+
+
+def _serve(work: queue.SimpleQueue[tuple[Future[Any], Any, tuple[Any, ...]] | None]) -> None:
+    while (item := work.get()) is not None:
+        future, fn, args = item
+        if not future.set_running_or_notify_cancel():  # its caller stopped waiting before it ran
+            continue
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # handed to whoever waits for the future
+            future.set_exception(exc)
+
+
+_DEFAULT_WAIT_S = 5.0
+
+
 class CachedJudge(BaseRagJudge):
     """*judge* behind a cache: a request judged before with the same configuration is not judged again.
 
     A hit returns the stored judgement with ``details["cached"] = True``, ``usage`` zeroed (nothing
     was spent; the original usage is in ``details["cached_usage"]``) and ``latency_s`` the lookup's
     (the original in ``details["cached_latency_s"]``). A judgement with ``error`` set is not
-    stored, so failures are retried next time. A cache that fails (disk full, locked too long) is
-    counted in :meth:`stats` and judging carries on uncached; nothing is raised.
+    stored, so failures are retried next time. A cache that fails (disk full, a broken file) is
+    counted in :meth:`stats` (``cache_errors``) and judging carries on uncached; nothing is raised.
+
+    Lookups and stores of any cache but a :class:`MemoryCache` (a dict, nothing to wait for) run on a
+    thread of this judge's own, in order, never on the event loop of :meth:`ajudge`. A judgement
+    waits for a lookup at most *timeout_s* (default: the wrapped judge's own deadline,
+    :attr:`~ragaudit.RagJudge.timeout_s`, else 5 s); a lookup that takes longer, such as one on a
+    sqlite file another process holds locked, is a miss, counted as ``cache_timeouts``. :meth:`judge`
+    waits for the store as long; :meth:`ajudge` does not wait for it at all.
 
     *cache* defaults to a new :class:`MemoryCache`; :meth:`close` closes the wrapped judge, and the
-    cache only when this judge created it (a cache passed in may be shared). Lookups and stores
-    are synchronous, also in :meth:`ajudge` (a local read or write, well under a millisecond).
-    Requests judged at the same moment with the same key are both judged (there is no in-flight
-    deduplication).
+    cache only when this judge created it (a cache passed in may be shared). Requests judged at the
+    same moment with the same key are both judged (there is no in-flight deduplication).
     """
 
-    def __init__(self, judge: RagJudge, cache: JudgementCache | None = None) -> None:
-        if not (callable(getattr(judge, "judge", None)) and callable(getattr(judge, "ajudge", None))):
-            raise ConfigurationError(f"judge must be a RagJudge (judge/ajudge), got {type(judge).__name__}")
+    def __init__(self, judge: RagJudge, cache: JudgementCache | None = None, *,
+                 timeout_s: float | None = None) -> None:
+        if not isinstance(judge, RagJudge):
+            raise ConfigurationError(
+                f"judge must be a RagJudge (derive it from BaseRagJudge), got {type(judge).__name__}")
         if cache is not None and not (callable(getattr(cache, "get", None)) and callable(getattr(cache, "put", None))):
             raise ConfigurationError(f"cache must have get(key) and put(key, judgement), got {type(cache).__name__}")
+        if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
+                                      or not 0 < timeout_s < math.inf):
+            raise ConfigurationError(f"timeout_s must be a positive number of seconds or None, got {timeout_s!r}")
         self.inner = judge
         self.cache: JudgementCache = cache if cache is not None else MemoryCache()
         self._owns_cache = cache is None
-        self.name = str(getattr(judge, "name", type(judge).__name__))
-        self._lock = threading.Lock()
-        self._counts = {"hits": 0, "misses": 0, "stores": 0, "cache_errors": 0}
+        self.name = judge.name
+        self._wait_s = timeout_s
+        self._lock = _fork.lock()
+        self._counts = {"hits": 0, "misses": 0, "stores": 0, "cache_errors": 0, "cache_timeouts": 0}
+        self._thread: _CacheThread | None = None if isinstance(self.cache, MemoryCache) else _CacheThread()
+        if self._thread is not None:
+            weakref.finalize(self, self._thread.stop)
 
     def key(self, request: JudgeRequest) -> str:
         """The cache key of *request* (see :func:`cache_key`)."""
@@ -284,38 +357,97 @@ class CachedJudge(BaseRagJudge):
 
     @property
     def blocking(self) -> bool:
-        """The wrapped judge's (a lookup is a fast local read)."""
-        return bool(getattr(self.inner, "blocking", False))
+        """The wrapped judge's (lookups and stores never block an event loop)."""
+        return self.inner.blocking
+
+    @property
+    def timeout_s(self) -> float:  # type: ignore[override]
+        """How long a judgement waits for a lookup (or :meth:`judge` for a store)."""
+        if self._wait_s is not None:
+            return float(self._wait_s)
+        return float(self.inner.timeout_s) if self.inner.timeout_s is not None else _DEFAULT_WAIT_S
+
+    @property
+    def calls_per_judgement(self) -> int:  # type: ignore[override]
+        """The wrapped judge's."""
+        return self.inner.calls_per_judgement
 
     def judge(self, request: JudgeRequest) -> Judgement:
         """The cached judgement of *request*, or the wrapped judge's (then stored)."""
         started = time.perf_counter()
         key = self.key(request)
-        hit = self._lookup(key, started)
+        if self._thread is None:
+            stored = self._get(key)
+        else:
+            future = self._thread.submit(self._get, key)
+            try:
+                stored = future.result(timeout=self.timeout_s)
+            except FutureTimeout:
+                self._timed_out(future, "lookup")
+                stored = None
+        hit = self._hit(stored, started)
         if hit is not None:
             return hit
         judgement = self.inner.judge(request)
-        self._store(key, judgement)
+        if judgement.error is None:
+            if self._thread is None:
+                self._put(key, judgement)
+            else:
+                future = self._thread.submit(self._put, key, judgement)
+                try:
+                    future.result(timeout=self.timeout_s)
+                except FutureTimeout:
+                    self._timed_out(future, "store")
         return judgement
 
     async def ajudge(self, request: JudgeRequest) -> Judgement:
-        """Like :meth:`judge`, awaiting the wrapped judge's ``ajudge``."""
+        """Like :meth:`judge`, awaiting the wrapped judge's ``ajudge``; the store is not waited for."""
         started = time.perf_counter()
         key = self.key(request)
-        hit = self._lookup(key, started)
+        if self._thread is None:
+            stored = self._get(key)
+        else:
+            future = self._thread.submit(self._get, key)
+            try:
+                stored = await asyncio.wait_for(asyncio.wrap_future(future), self.timeout_s)
+            except asyncio.TimeoutError:
+                self._timed_out(future, "lookup")
+                stored = None
+        hit = self._hit(stored, started)
         if hit is not None:
             return hit
         judgement = await self.inner.ajudge(request)
-        self._store(key, judgement)
+        if judgement.error is None:
+            if self._thread is None:
+                self._put(key, judgement)
+            else:
+                self._thread.submit(self._put, key, judgement)  # counted when it ends
         return judgement
 
-    def _lookup(self, key: str, started: float) -> Judgement | None:
+    def _get(self, key: str) -> Judgement | None:
+        """The stored judgement; None for a miss and for a cache that fails (counted)."""
         try:
-            stored = self.cache.get(key)
+            return self.cache.get(key)
         except Exception as exc:  # any cache failure degrades to a miss, never to a failed judgement
             self._count("cache_errors")
             self._warn("lookup", exc)
-            stored = None
+            return None
+
+    def _put(self, key: str, judgement: Judgement) -> None:
+        try:
+            self.cache.put(key, judgement)
+        except Exception as exc:
+            self._count("cache_errors")
+            self._warn("store", exc)
+            return
+        self._count("stores")
+
+    def _timed_out(self, future: Future[Any], what: str) -> None:
+        future.cancel()  # not run at all if it is still queued behind the one that holds the thread
+        self._count("cache_timeouts")
+        self._warn(what, TimeoutError(f"no answer within {self.timeout_s:g} s (the cache file locked?)"))
+
+    def _hit(self, stored: Judgement | None, started: float) -> Judgement | None:
         if stored is None:
             self._count("misses")
             return None
@@ -328,34 +460,24 @@ class CachedJudge(BaseRagJudge):
                      "cached_latency_s": stored.latency_s},
         )
 
-    def _store(self, key: str, judgement: Judgement) -> None:
-        if judgement.error is not None:
-            return
-        try:
-            self.cache.put(key, judgement)
-        except Exception as exc:
-            self._count("cache_errors")
-            self._warn("store", exc)
-            return
-        self._count("stores")
-
     def _count(self, name: str) -> None:
         with self._lock:
             self._counts[name] += 1
 
     def _warn(self, what: str, exc: Exception) -> None:
-        first = self._counts["cache_errors"] == 1
+        with self._lock:
+            first = self._counts["cache_errors"] + self._counts["cache_timeouts"] == 1
         _log.log(logging.WARNING if first else logging.DEBUG, "judgement cache %s failed (%s: %s); judging uncached",
                  what, type(exc).__name__, exc)
 
     def stats(self) -> dict[str, int]:
-        """``hits``, ``misses``, ``stores`` and ``cache_errors`` since this judge was made."""
+        """``hits``, ``misses``, ``stores``, ``cache_errors`` and ``cache_timeouts`` since this judge was made."""
         with self._lock:
             return dict(self._counts)
 
     def config_key(self) -> str:
         """The wrapped judge's (a cache does not change what is judged)."""
-        return _config_of(self.inner)
+        return self.inner.config_key()
 
     def estimate_request_cost(
         self, request: JudgeRequest, *, chars_per_token: float, exact: bool = True
@@ -371,13 +493,12 @@ class CachedJudge(BaseRagJudge):
         return estimate_request(self.inner, request, chars_per_token=chars_per_token, exact=exact)
 
     def close(self) -> None:
-        """Close the wrapped judge, and the cache when this judge created it."""
-        close = getattr(self.inner, "close", None)
-        if callable(close):
-            close()
+        """Close the wrapped judge, and the cache when this judge created it; end the cache thread."""
+        self.inner.close()
+        if self._thread is not None:
+            self._thread.stop()
         if self._owns_cache:
             self.cache.close()
 
     def __repr__(self) -> str:
         return f"CachedJudge({self.inner!r}, cache={self.cache!r})"
-

@@ -45,12 +45,12 @@ def trimmed_mean(values: Sequence[float], trim: float) -> float:
 
 def _check_judge(judge: Any, what: str) -> None:
     if not isinstance(judge, RagJudge):
-        raise ConfigurationError(f"{what} must be a RagJudge (name, judge(), ajudge()), got {type(judge).__name__}")
+        raise ConfigurationError(f"{what} must be a RagJudge (derive it from BaseRagJudge), got {type(judge).__name__}")
 
 
 def _failed(judge: RagJudge, exc: Exception) -> Judgement:
     message = f"{type(exc).__name__}: {exc}"
-    return Judgement.failed(getattr(judge, "name", "judge"), message[:_MAX_ERROR_CHARS])
+    return Judgement.failed(judge.name, message[:_MAX_ERROR_CHARS])
 
 
 def _run_sync(judges: Sequence[RagJudge], request: JudgeRequest) -> list[Judgement]:
@@ -169,7 +169,7 @@ class JuryJudge(BaseRagJudge):
                 "judge": "jury",
                 "aggregate": self.aggregate,
                 "trim": self.trim,
-                "jurors": [_config_key(j) for j in self.judges],
+                "jurors": [j.config_key() for j in self.judges],
             },
             sort_keys=True,
         )
@@ -177,7 +177,7 @@ class JuryJudge(BaseRagJudge):
     def close(self) -> None:
         """Close every juror."""
         for judge in self.judges:
-            _close(judge)
+            judge.close()
 
     def _reduce(self, values: list[float]) -> float:
         if self.aggregate == "mean":
@@ -286,11 +286,11 @@ class ConsensusJudge(BaseRagJudge):
 
     def config_key(self) -> str:
         """The number of runs and the inner judge's configuration, as JSON."""
-        return json.dumps({"judge": "consensus", "n": self.n, "inner": _config_key(self.inner)}, sort_keys=True)
+        return json.dumps({"judge": "consensus", "n": self.n, "inner": self.inner.config_key()}, sort_keys=True)
 
     def close(self) -> None:
         """Close the inner judge."""
-        _close(self.inner)
+        self.inner.close()
 
     def _label(self, variance: float | None, count: int) -> ConfidenceLabel:
         if variance is None or count < 2:
@@ -344,15 +344,4 @@ class ConsensusJudge(BaseRagJudge):
             error=error,
             details=details,
         )
-
-
-def _config_key(judge: RagJudge) -> str:
-    key = getattr(judge, "config_key", None)
-    return str(key()) if callable(key) else judge.name
-
-
-def _close(judge: RagJudge) -> None:
-    close = getattr(judge, "close", None)
-    if callable(close):
-        close()
 

@@ -21,7 +21,10 @@ from ...records import Judgement, JudgeRequest
 from ..base import BaseRagJudge, RagJudge
 from ..cost import CostEstimate, estimate_request
 
-__all__ = ["TieredJudge", "sample_key"]
+__all__ = ["DETAILED_SALT", "TieredJudge", "sample_key"]
+
+DETAILED_SALT = "ragaudit.tiered.detailed"
+"""The salt of the detailed-share decision, independent of the Auditor's ``sample_rate``."""
 
 
 def sample_key(request: JudgeRequest) -> str:
@@ -55,24 +58,26 @@ class TieredJudge(BaseRagJudge):
     def __init__(self, cheap: RagJudge, detailed: RagJudge, detailed_rate: float = 0.1, *,
                  name: str | None = None) -> None:
         for label, judge in (("cheap", cheap), ("detailed", detailed)):
-            if not (callable(getattr(judge, "judge", None)) and callable(getattr(judge, "ajudge", None))):
-                raise ConfigurationError(f"{label} must be a RagJudge (judge/ajudge), got {type(judge).__name__}")
+            if not isinstance(judge, RagJudge):
+                raise ConfigurationError(f"{label} must be a RagJudge (derive it from BaseRagJudge), "
+                                         f"got {type(judge).__name__}")
         if isinstance(detailed_rate, bool) or not isinstance(detailed_rate, (int, float)) \
                 or not 0.0 <= float(detailed_rate) <= 1.0:
             raise ConfigurationError(f"detailed_rate must be in [0, 1], got {detailed_rate!r}")
         self.cheap = cheap
         self.detailed = detailed
         self.detailed_rate = float(detailed_rate)
-        self.name = name if name is not None else f"tiered({_name(cheap)},{_name(detailed)})"
+        self.name = name if name is not None else f"tiered({cheap.name},{detailed.name})"
 
     def in_sample(self, request: JudgeRequest) -> bool:
         """Whether the detailed judge runs for *request*."""
-        return sampled(sample_key(request), self.detailed_rate)
+        # Its own salt: the Auditor's sample_rate hashes the same turn id (see ragaudit._sampling).
+        return sampled(sample_key(request), self.detailed_rate, salt=DETAILED_SALT)
 
     @property
     def blocking(self) -> bool:
         """True when either judge blocks a thread (then :meth:`judge` is the one to call)."""
-        return bool(getattr(self.cheap, "blocking", False) or getattr(self.detailed, "blocking", False))
+        return self.cheap.blocking or self.detailed.blocking
 
     def judge(self, request: JudgeRequest) -> Judgement:
         """Run the cheap judge, then the detailed one when sampled (each through its sync API)."""
@@ -92,7 +97,7 @@ class TieredJudge(BaseRagJudge):
             **cheap.details,
             "tiers": ["cheap", "detailed"] if detailed is not None else ["cheap"],
             "cheap_judge": cheap.judge,
-            "detailed_judge": _name(self.detailed),
+            "detailed_judge": self.detailed.name,
         }
         errors = [f"cheap: {cheap.error}"] if cheap.error else []
         if detailed is not None:
@@ -117,7 +122,7 @@ class TieredJudge(BaseRagJudge):
     def config_key(self) -> str:
         """Both judges' configuration keys and the rate, as JSON."""
         return json.dumps(
-            {"judge": "tiered", "cheap": _config_key(self.cheap), "detailed": _config_key(self.detailed),
+            {"judge": "tiered", "cheap": self.cheap.config_key(), "detailed": self.detailed.config_key(),
              "detailed_rate": self.detailed_rate},
             sort_keys=True,
         )
@@ -134,21 +139,10 @@ class TieredJudge(BaseRagJudge):
     def close(self) -> None:
         """Close both judges."""
         for judge in (self.cheap, self.detailed):
-            close = getattr(judge, "close", None)
-            if callable(close):
-                close()
+            judge.close()
 
     def __repr__(self) -> str:
         return f"TieredJudge(cheap={self.cheap!r}, detailed={self.detailed!r}, detailed_rate={self.detailed_rate})"
-
-
-def _name(judge: Any) -> str:
-    return str(getattr(judge, "name", type(judge).__name__))
-
-
-def _config_key(judge: Any) -> str:
-    config_key = getattr(judge, "config_key", None)
-    return str(config_key()) if callable(config_key) else _name(judge)
 
 
 def _add_usage(usages: Iterable[Mapping[str, int | None]]) -> dict[str, int]:

@@ -18,16 +18,23 @@ client (the requests of one batch concurrently). :class:`Tally` counts what one 
 the API key. :class:`EndpointJudge` checks and keeps the settings every chat judge shares
 (:class:`ChatJudgeSettings`) and gives a judge ``base_url``, ``config_key`` JSON, ``close`` and ``aclose``.
 
+**One deadline per request.** The SDK's ``timeout`` bounds each socket operation, so a server that
+trickles its reply a byte at a time keeps a request going for as long as it likes. Clients made here
+carry :class:`RequestDeadline` as httpx event hooks: each HTTP request the SDK sends (every retry is
+a request of its own) must be answered in full, connect, write and the whole read, within
+*timeout_s*; past that the read fails as a timeout (``APITimeoutError``, retried by the SDK like any
+timeout). A client passed in keeps its own timeouts.
+
 Used by ChatRagJudge (and the judges built on it), GEvalJudge and PairwiseJudge.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import os
-import threading
 import time
 import weakref
 from collections.abc import Generator, Mapping
@@ -35,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, TypeVar
 from urllib.parse import urlsplit
 
+from ... import _fork
 from ...content import register_client, register_secret, scrub, scrub_url
 from ...errors import ConfigurationError, JudgeError
 
@@ -48,18 +56,21 @@ __all__ = [
     "Endpoint",
     "EndpointJudge",
     "Flow",
+    "RequestDeadline",
     "Result",
     "Tally",
     "Usage",
     "choice_text",
     "completion_choices",
     "endpoint_host",
+    "retry_after_s",
     "validate_settings",
 ]
 
 T = TypeVar("T")
 
 _LOCAL_API_KEY = "ragaudit-no-key"
+_DEADLINE_KEY = "ragaudit.deadline"  # a request extension: the monotonic time its answer is due
 _MAX_ERROR_CHARS = 500
 
 
@@ -161,6 +172,17 @@ def endpoint_host(base_url: str) -> str | None:
     return f"{host}:{port}" if port is not None else host
 
 
+def retry_after_s(exc: BaseException | None) -> float | None:
+    """The seconds an HTTP error's ``Retry-After`` header asks for (a number of seconds), or None."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    try:
+        value = float(headers.get("retry-after")) if headers is not None else None
+    except (TypeError, ValueError):  # absent, or an HTTP date (rare from APIs): no hold-back
+        return None
+    return value if value is not None and math.isfinite(value) and value >= 0 else None
+
+
 def choice_text(choice: Any) -> str:
     """A choice's message content ("" when it has none)."""
     text = getattr(getattr(choice, "message", None), "content", None)
@@ -197,6 +219,112 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+class RequestDeadline:
+    """httpx event hooks that give every HTTP request one deadline, *seconds* after it is sent.
+
+    The request hook caps each of the request's timeouts (connect, write, read, pool) at *seconds*;
+    the response hook, called when the headers are in, caps the read timeout at what is left and
+    wraps the body so a chunk that arrives past the deadline ends the read with ``httpx.ReadTimeout``.
+    The whole exchange so ends within the deadline plus one socket read, itself bounded by the time
+    left (a server that trickles its *headers* is bounded per read only).
+    """
+
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def hooks(self) -> dict[str, list[Any]]:
+        """``event_hooks`` for an ``httpx.Client``."""
+        return {"request": [self._start], "response": [self._headers_in]}
+
+    def async_hooks(self) -> dict[str, list[Any]]:
+        """``event_hooks`` for an ``httpx.AsyncClient``."""
+
+        async def start(request: Any) -> None:
+            self._start(request)
+
+        async def headers_in(response: Any) -> None:
+            self._headers_in(response, asynchronous=True)
+
+        return {"request": [start], "response": [headers_in]}
+
+    def _start(self, request: Any) -> None:
+        request.extensions[_DEADLINE_KEY] = time.monotonic() + self.seconds
+        _cap_timeouts(request, self.seconds)
+
+    def _headers_in(self, response: Any, asynchronous: bool = False) -> None:
+        import httpx
+
+        request = response.request
+        deadline = request.extensions.get(_DEADLINE_KEY)
+        if not isinstance(deadline, float):
+            return
+        # httpcore reads the request's read timeout when the body's first read starts, which is after
+        # this hook: the body may wait at most for what is left of the deadline.
+        _cap_timeouts(request, max(deadline - time.monotonic(), 0.001))
+        inner = response.stream
+        if asynchronous:
+            async def abody() -> Any:
+                async for chunk in inner:
+                    _check(deadline, request, httpx)
+                    yield chunk
+
+            response.stream = _body_types()[1](abody(), inner)
+        else:
+            def body() -> Any:
+                for chunk in inner:
+                    _check(deadline, request, httpx)
+                    yield chunk
+
+            response.stream = _body_types()[0](body(), inner)
+
+
+def _check(deadline: float, request: Any, httpx: Any) -> None:
+    if time.monotonic() > deadline:
+        raise httpx.ReadTimeout("the request's deadline passed while its reply was being read", request=request)
+
+
+def _cap_timeouts(request: Any, seconds: float) -> None:
+    timeouts = request.extensions.get("timeout")
+    timeouts = dict(timeouts) if isinstance(timeouts, Mapping) else {}
+    for phase in ("connect", "read", "write", "pool"):
+        value = timeouts.get(phase)
+        timeouts[phase] = seconds if not isinstance(value, (int, float)) else min(float(value), seconds)
+    request.extensions["timeout"] = timeouts
+
+
+@functools.cache
+def _body_types() -> tuple[type, type]:
+    """The body wrappers, made on first use (httpx is imported with the SDK, never by ``import ragaudit``).
+
+    httpx insists a response's stream is one of its byte-stream types, so they subclass them.
+    """
+    import httpx
+
+    class SyncBody(httpx.SyncByteStream):
+        def __init__(self, chunks: Any, inner: Any) -> None:
+            self._chunks, self._inner = chunks, inner
+
+        def __iter__(self) -> Any:
+            return iter(self._chunks)
+
+        def close(self) -> None:
+            self._inner.close()
+
+    class AsyncBody(httpx.AsyncByteStream):
+        def __init__(self, chunks: Any, inner: Any) -> None:
+            self._chunks, self._inner = chunks, inner
+
+        def __aiter__(self) -> Any:
+            return self._chunks.__aiter__()
+
+        async def aclose(self) -> None:
+            await self._inner.aclose()
+
+    return SyncBody, AsyncBody
+
+
 class Endpoint:
     """The clients of one judge and the requests it sends (see the module docstring).
 
@@ -223,13 +351,15 @@ class Endpoint:
         self.name = name
         self.extra_body: Mapping[str, Any] | None = dict(extra_body) if extra_body is not None else None
         self.response_format: str | None = "json_schema"  # the best kind the server has not refused
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._sync_client: openai.OpenAI | None = None
         self._async_client: openai.AsyncOpenAI | None = None  # given by the caller: used on every loop
         # id(loop) -> (loop, clients). Not a WeakKeyDictionary: the clients' connections refer to
         # their loop, so the key would never die; entries of closed loops are pruned instead.
         self._async_per_loop: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], _Shards]] = {}
         self._owns_sync = False
+        self.timeout_s = timeout_s
+        self._deadline = RequestDeadline(timeout_s)  # on the clients made here only
         if client is not None:
             if base_url is not None or api_key is not None:
                 raise ConfigurationError("pass either client= or base_url=/api_key=, not both")
@@ -243,7 +373,7 @@ class Endpoint:
                     f"got {type(client).__name__}"
                 )
         else:
-            self._sync_client = _new_client(openai, base_url, api_key, timeout_s, max_retries)
+            self._sync_client = _new_client(openai, base_url, api_key, timeout_s, max_retries, self._deadline)
             self._owns_sync = True
         given = self._sync_client or self._async_client
         # Its key, credential headers (a gateway's x-api-key) and URL parts are scrubbed from every
@@ -281,7 +411,8 @@ class Endpoint:
             if self._sync_client is None:
                 raise JudgeError(f"{self.name} is closed")
             source, sdk = self._sync_client, self._openai
-            shards = _Shards(lambda: _derive(sdk, source, want_async=True))
+            deadline = self._deadline if self._owns_sync else None  # a given client keeps its own timeouts
+            shards = _Shards(lambda: _derive(sdk, source, want_async=True, deadline=deadline))
             self._async_per_loop[id(loop)] = (weakref.ref(loop), shards)
             return shards.clients[0]
 
@@ -465,6 +596,7 @@ class EndpointJudge:
 
     model: str
     name: str
+    timeout_s: float | None  # always set by _connect; declared as RagJudge declares it
     temperature: float
     max_context_chars: int
     raise_on_error: bool
@@ -491,6 +623,7 @@ class EndpointJudge:
         validate_settings(model, timeout_s, max_retries, temperature, max_context_chars, name, extra_body)
         self.model = model
         self.name = name
+        self.timeout_s = float(timeout_s)  # the deadline of each request (RequestDeadline)
         self.temperature = float(temperature)
         self.max_context_chars = max_context_chars
         self.raise_on_error = raise_on_error
@@ -559,7 +692,8 @@ class _Shards:
 
 
 def _new_client(
-    sdk: Any, base_url: str | None, api_key: str | None, timeout_s: float, max_retries: int
+    sdk: Any, base_url: str | None, api_key: str | None, timeout_s: float, max_retries: int,
+    deadline: RequestDeadline,
 ) -> openai.OpenAI:
     if api_key is None and not os.environ.get("OPENAI_API_KEY"):
         if base_url is None and not os.environ.get("OPENAI_BASE_URL"):
@@ -570,15 +704,17 @@ def _new_client(
         api_key = _LOCAL_API_KEY  # local OpenAI-compatible servers ignore the key, the SDK insists on one
     try:
         client: openai.OpenAI = sdk.OpenAI(
-            base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries
+            base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries,
+            http_client=sdk.DefaultHttpxClient(event_hooks=deadline.hooks()),
         )
     except sdk.OpenAIError as exc:
         raise ConfigurationError(f"cannot create the OpenAI client: {exc}") from exc
     return client
 
 
-def _derive(sdk: Any, source: Any, *, want_async: bool) -> Any:
-    """A client of the other kind (sync <-> async) with *source*'s endpoint, credentials and settings."""
+def _derive(sdk: Any, source: Any, *, want_async: bool, deadline: RequestDeadline | None = None) -> Any:
+    """A client of the other kind (sync <-> async) with *source*'s endpoint, credentials and settings
+    (and, with *deadline*, one deadline per request)."""
     common: dict[str, Any] = {
         "base_url": str(source.base_url),
         "timeout": source.timeout,
@@ -588,6 +724,9 @@ def _derive(sdk: Any, source: Any, *, want_async: bool) -> Any:
         "default_headers": dict(getattr(source, "_custom_headers", None) or {}),
         "default_query": dict(getattr(source, "_custom_query", None) or {}),
     }
+    if deadline is not None:
+        common["http_client"] = (sdk.DefaultAsyncHttpxClient(event_hooks=deadline.async_hooks()) if want_async
+                                 else sdk.DefaultHttpxClient(event_hooks=deadline.hooks()))
     if isinstance(source, (sdk.AzureOpenAI, sdk.AsyncAzureOpenAI)):
         token_provider = getattr(source, "_azure_ad_token_provider", None)
         token = getattr(source, "_azure_ad_token", None)

@@ -39,6 +39,7 @@ from typing import Any
 
 from ...records import DocumentGrade, JudgeRequest, SentenceVerdict, truncate
 from ...turn_audit import answer_sentences
+from ..protocols import BaseJudgeProtocol, Reading
 from .parsing import (
     _DATA_SECTION_RE,
     DEFAULT_MAX_REPLY_CHARS,
@@ -57,8 +58,8 @@ __all__ = [
     "FULL_AUDIT_SCHEMA",
     "FULL_AUDIT_SYSTEM_PROMPT",
     "FULL_AUDIT_VERSION",
-    "PROTOCOL_NAMES",
     "THREE_SCORE",
+    "FullAuditProtocol",
     "FullAuditReading",
     "build_full_audit_messages",
     "read_full_audit",
@@ -69,8 +70,6 @@ THREE_SCORE = "three-score"
 
 FULL_AUDIT = "full-audit"
 """The full audit's name: the three scores, sentence verdicts and document grades."""
-
-PROTOCOL_NAMES: tuple[str, str] = (THREE_SCORE, FULL_AUDIT)
 
 FULL_AUDIT_VERSION = "ragaudit-full-audit/1"
 """Changes whenever the full-audit prompt changes (cached judgements of another version are not reused)."""
@@ -437,3 +436,31 @@ def _read_grades(obj: Mapping[str, Any], docs_by_rank: Mapping[int, Any], grades
             grades[number] = None
             continue
         grades[number] = grade
+
+
+class FullAuditProtocol(BaseJudgeProtocol):
+    """The full audit as a :class:`~ragaudit.judges.protocols.JudgeProtocol` (the module's rules)."""
+
+    name = FULL_AUDIT
+    version = FULL_AUDIT_VERSION
+    schema: Mapping[str, Any] | None = FULL_AUDIT_SCHEMA
+    unusable = "unparseable"
+    nothing_read = "no scores"
+
+    def messages(self, request: JudgeRequest, *, max_context_chars: int) -> list[dict[str, Any]]:
+        return build_full_audit_messages(request, max_context_chars=max_context_chars)
+
+    def read(self, text: str, request: JudgeRequest, *, quoted: Quoted, max_chars: int) -> Reading:
+        audit = read_full_audit(text, request, quoted=quoted, max_chars=max_chars)
+        return Reading(audit.scores, audit.reason, audit.details, audit.notes, audit.usable, retry=audit.retry,
+                       sentences=audit.sentences, document_grades=audit.document_grades)
+
+    def repair_prompt(self, request: JudgeRequest) -> str:
+        return FULL_AUDIT_REPAIR_PROMPT
+
+    def reply_shape(self, request: JudgeRequest) -> Mapping[str, Any]:
+        _, spans = numbered_answer(request.answer)
+        return {"faithfulnessScore": 0.75, "contextRelevanceScore": 0.75, "answerRelevanceScore": 0.75,
+                "sentences": [{"n": i, "verdict": "partially_supported", "docs": [1]}
+                              for i in range(1, len(spans) + 1)],
+                "documents": [{"n": d.rank, "grade": 2} for d in request.documents]}

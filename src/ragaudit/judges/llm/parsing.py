@@ -5,8 +5,11 @@ A score the judge did not give is None, never a number we made up. The rules, in
 A. **Bound.** Only the first ``max_chars`` characters of a reply are read (default
    :data:`DEFAULT_MAX_REPLY_CHARS`, 32 KiB); ``cut_chars`` records how many were not.
 B. **Set aside what is not the judge's.** (1) Text between the protocol's markers
-   (``<<<ragaudit:NAME:NONCE>>>`` ... ``<<<end:NAME:NONCE>>>``, or to the end of the reply when the
-   closing marker is missing) is the judge echoing its input: removed. (2) Every verbatim occurrence
+   (``<<<ragaudit:NAME:NONCE>>>`` ... ``<<<end:NAME:NONCE>>>``) is the judge echoing its input:
+   removed. A marker without its partner is a mention, not an echo: the verdict after a reply that
+   names a marker is read (an echo cut off before its closing marker is still caught by (2) and
+   (3)). Text between an opening marker and its closing one is never read, whoever wrote it.
+   (2) Every verbatim occurrence
    of an untrusted text the judge was shown (question, answer, documents: :class:`Quoted`) that
    carries a score key is removed. (3) A JSON object equal to one written in those texts (same JSON,
    or the same text up to whitespace), and a ``key: value`` score pair written in them, is never read.
@@ -35,8 +38,9 @@ E. **The scale** (:func:`read_unit_scores`). Nothing is ever clamped. Plain valu
      that order), and they include *both ends* of it (``4, 5, 1`` is 1-5; ``100, 50, 0`` is
      0-100; ``10, 7, 0`` is 0-10).
 
-   Otherwise (``30, 20, 10``; ``7`` beside two ``0.5``; ``1e308``) such a value is None and listed
-   in ``rejected``, with a note, and the judge is asked once again for scores from 0 to 1. A stated
+   Otherwise (``30, 20, 10``; ``7`` beside two ``0.5``; ``0, 1, 2``; ``1e308``) the scale of the
+   whole verdict is in doubt: **every** score is None (a 1 beside a 2 is no perfect score), each
+   listed in ``rejected``, with a note, and the judge is asked once again for scores from 0 to 1. A stated
    scale that the values do not fit is ignored with a note; percentages above 100% and fractions
    above 1 are None.
 
@@ -51,13 +55,13 @@ from __future__ import annotations
 
 import ast
 import json
-import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ...records import SCORE_NAMES
+from .scales import UnitScores, read_unit_scores
 
 __all__ = [
     "DEFAULT_MAX_REPLY_CHARS",
@@ -90,9 +94,6 @@ _KEYS: dict[str, str] = {
 _REASON_KEYS = ("reason", "reasoning", "explanation", "rationale")
 _SCALE_KEYS = ("scale", "scorescale", "range")
 _NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
-_NUMBER_RE = re.compile(rf"\s*({_NUMBER})\s*(%?)\s*")
-_FRACTION_RE = re.compile(rf"\s*({_NUMBER})\s*/\s*({_NUMBER})\s*")
-_SCALE_RE = re.compile(rf"({_NUMBER})\s*(?:-|–|—|to|\.\.)\s*({_NUMBER})")
 _TRAILING_COMMA_RE = re.compile(r",\s*([}\]])")
 _PY_LITERAL_RE = re.compile(r"\b(True|False|None)\b")
 _JSON_LITERAL_RE = re.compile(r"\b(true|false|null)\b")
@@ -102,13 +103,11 @@ _PATTERN_KEY = r"[\"']?\s*(faithfulness(?:[_ -]?score)?|context[_ -]?relevance(?
     r"|answer[_ -]?relevance(?:[_ -]?score)?)\s*[\"']?\s*[:=]\s*[\"']?\s*"
 _PATTERN_RE = re.compile(_PATTERN_KEY + rf"({_NUMBER}\s*%?)", re.IGNORECASE)
 _SCORE_WORD_RE = re.compile(r"faithfulness|context[\s_-]*relevance|answer[\s_-]*relevance", re.IGNORECASE)
-_BARE_SCALES = {1.0: (0.0, 1.0), 5.0: (1.0, 5.0), 10.0: (0.0, 10.0), 100.0: (0.0, 100.0)}
-_CERTAIN_SCALES = ((1.0, 5.0), (0.0, 10.0), (0.0, 100.0))
 _MAX_STARTS = 256
 _MAX_QUOTED_STARTS = 2000
 _MIN_QUOTED_CHARS = 8
 _DATA_SECTION_RE = re.compile(
-    r"<<<\s*ragaudit\s*:\s*([a-z_]+)\s*:\s*([a-z0-9]+)\s*>>>.*?(?:<<<\s*end\s*:\s*\1\s*:\s*\2\s*>>>|\Z)",
+    r"<<<\s*ragaudit\s*:\s*([a-z_]+)\s*:\s*([a-z0-9]+)\s*>>>.*?<<<\s*end\s*:\s*\1\s*:\s*\2\s*>>>",
     re.IGNORECASE | re.DOTALL,
 )
 _FENCE_RE = re.compile(r"\A```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```\Z", re.DOTALL)
@@ -481,157 +480,6 @@ def _raw_scores(obj: Mapping[str, Any]) -> dict[str, Any]:
     return raw
 
 
-# -- D, E. values and the scale -------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Value:
-    number: float
-    plain: bool  # False: a percentage or fraction, which states its own scale
-
-
-@dataclass(frozen=True, slots=True)
-class UnitScores:
-    """Scores on [0, 1] read by :func:`read_unit_scores`.
-
-    ``scores``: every name given, None where no score could be read; ``scale``: the scale the plain
-    values were read on (``"1-5"``, ...) or None for 0-1; ``rejected``: names whose value was a
-    number above 1 on no stated or certain scale (ask the judge again).
-    """
-
-    scores: Mapping[str, float | None]
-    scale: str | None = None
-    rejected: tuple[str, ...] = ()
-
-
-def read_unit_scores(raw: Mapping[str, Any], scale_hint: Any = None, *, notes: list[str]) -> UnitScores:
-    """Read each value of *raw* (score name -> value as written) onto [0, 1] by rules D and E.
-
-    *scale_hint* is the scale the judge stated, if any (the verdict's ``"scale"``). Never clamps.
-    """
-    values = {name: _read_value(value, name, notes) for name, value in raw.items()}
-    plain = [v.number for v in values.values() if v is not None and v.plain]
-    scale: tuple[float, float] | None = None
-    if scale_hint is not None:
-        stated = _explicit_scale(scale_hint)
-        if stated is None:
-            notes.append(f"unknown scale {str(scale_hint)[:40]!r} ignored")
-        elif any(not stated[0] <= v <= stated[1] for v in plain):
-            notes.append(f"scale {str(scale_hint)[:40]!r} ignored: scores lie outside it")
-        else:
-            scale = stated
-    if scale is None and any(v > 1.0 for v in plain):
-        scale = _certain_scale(plain)
-        if scale is not None:
-            notes.append(f"scores read as a {_fmt(scale[0])}-{_fmt(scale[1])} scale (both ends given)")
-    unit = scale is None or scale == (0.0, 1.0)
-    scores: dict[str, float | None] = {}
-    rejected: list[str] = []
-    for name, value in values.items():
-        if value is None:
-            scores[name] = None
-            continue
-        number = value.number
-        if value.plain and scale is not None and not unit:
-            number = (number - scale[0]) / (scale[1] - scale[0])
-        if not 0.0 <= number <= 1.0:
-            notes.append(f"{name}: {_fmt(value.number)} is on no stated or certain scale: no score")
-            scores[name] = None
-            rejected.append(name)
-            continue
-        scores[name] = number
-    name_of_scale = None if unit or scale is None else f"{_fmt(scale[0])}-{_fmt(scale[1])}"
-    return UnitScores(scores, name_of_scale, tuple(rejected))
-
-
-def _read_value(raw: Any, name: str, notes: list[str]) -> _Value | None:
-    if isinstance(raw, Mapping):
-        inner = next((raw[k] for k in ("score", "value") if k in raw), None)
-        if inner is None:
-            notes.append(f"{name}: no score in {str(raw)[:40]!r}")
-            return None
-        return _read_value(inner, name, notes)
-    if isinstance(raw, bool) or raw is None:
-        notes.append(f"{name}: not a number ({raw!r})")
-        return None
-    value: _Value | None = None
-    if isinstance(raw, (int, float)):
-        try:
-            value = _Value(float(raw), True)
-        except OverflowError:  # an int too large for a float
-            value = _Value(math.inf, True)
-    elif isinstance(raw, str):
-        value = _read_string(raw)
-    if value is None:
-        notes.append(f"{name}: not a number ({str(raw)[:40]!r})")
-        return None
-    if not math.isfinite(value.number):
-        notes.append(f"{name}: not finite ({str(raw)[:40]!r})")
-        return None
-    if value.number < 0.0:
-        notes.append(f"{name}: negative ({str(raw)[:40]!r}), read as no score")
-        return None
-    if not value.plain and value.number > 1.0:
-        notes.append(f"{name}: {str(raw)[:40]!r} is above 100%: no score")
-        return None
-    return value
-
-
-def _read_string(raw: str) -> _Value | None:
-    match = _NUMBER_RE.fullmatch(raw)
-    if match:
-        number = float(match.group(1))
-        if match.group(2):
-            return _Value(number / 100.0, False)
-        return _Value(number, True)
-    match = _FRACTION_RE.fullmatch(raw)
-    if match:
-        numerator, denominator = float(match.group(1)), float(match.group(2))
-        if denominator > 0 and math.isfinite(denominator):
-            return _Value(numerator / denominator, False)
-        return None
-    lowered = raw.strip().lower()
-    if lowered in ("nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"):
-        return _Value(math.nan, True)
-    return None
-
-
-def _explicit_scale(hint: Any) -> tuple[float, float] | None:
-    lo, hi = math.nan, math.nan
-    if isinstance(hint, str):
-        match = _SCALE_RE.search(hint)
-        if match is not None:
-            lo, hi = float(match.group(1)), float(match.group(2))
-        else:
-            single = _read_string(hint)
-            hint = single.number if single is not None and single.plain else None
-    if isinstance(hint, (int, float)) and not isinstance(hint, bool):
-        return _BARE_SCALES.get(float(hint))
-    if isinstance(hint, (list, tuple)) and len(hint) == 2:
-        try:
-            lo, hi = float(hint[0]), float(hint[1])
-        except (TypeError, ValueError, OverflowError):
-            return None
-    if math.isfinite(lo) and math.isfinite(hi) and 0.0 <= lo < hi:
-        return lo, hi
-    return None
-
-
-def _certain_scale(values: Sequence[float]) -> tuple[float, float] | None:
-    """The one scale the plain *values* leave no doubt about (rule E), or None."""
-    if any(0.0 < v < 1.0 for v in values):
-        return None
-    present = set(values)
-    for lo, hi in _CERTAIN_SCALES:
-        if lo in present and hi in present and all(lo <= v <= hi for v in values):
-            return lo, hi
-    return None
-
-
-def _fmt(number: float) -> str:
-    return f"{number:g}"
-
-
 # -- the RAG verdict ------------------------------------------------------------------------------
 
 
@@ -681,8 +529,9 @@ def parse_judgement(
     Never raises, whatever *text* is.
     """
     notes: list[str] = []
+    quoted = quoted if quoted is not None else Quoted()
     try:
-        return _parse(text, quoted if quoted is not None else Quoted(), max_chars, notes)
+        return _parse(text, quoted, max_chars, notes)
     except Exception as exc:  # a parser bug must not take a judgement down with it
         notes.append(f"parser error: {type(exc).__name__}")
         return ParsedScores(notes=tuple(notes))

@@ -1,0 +1,47 @@
+"""The first judgement of a process says where things are, once, at INFO (private).
+
+A newcomer's first question after adding the callback is "where do I look?": the judge in use, the
+audit log (which ``ragaudit report`` reads) and whether the spans are going anywhere — without a
+tracer provider the OpenTelemetry API drops them silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+__all__ = ["say_where_things_are"]
+
+logger = logging.getLogger("ragaudit")
+
+_said = False
+_lock = threading.Lock()
+
+
+def _spans(provider: Any) -> str:
+    if provider is None:
+        from opentelemetry import trace
+
+        provider = trace.get_tracer_provider()
+    name = type(provider).__name__
+    if name in ("ProxyTracerProvider", "NoOpTracerProvider"):
+        return ("spans are not exported: no OpenTelemetry tracer provider is set (call ragaudit.tracing.configure(), "
+                "or set up your application's own)")
+    return f"spans go to the {name} in use"
+
+
+def say_where_things_are(judge: str, audit_log: Any, tracer_provider: Any) -> None:
+    """Log, the first time in this process, the judge, the audit log's path and where the spans go."""
+    global _said
+    with _lock:
+        if _said:
+            return
+        _said = True
+    try:
+        log = (f"audit log {audit_log.path} (read it with `ragaudit report`)" if audit_log is not None
+               else "no audit log (audit_log=None)")
+        logger.info("ragaudit: first judgement of this process: judge %s; %s; %s.", judge, log,
+                    _spans(tracer_provider))
+    except Exception:  # a broken logging handler must not cost the judgement
+        pass

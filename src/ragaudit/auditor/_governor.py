@@ -1,0 +1,463 @@
+"""Cost control at run time: budgets, rate limits and pauses, checked before each judge call (private).
+
+The Auditor asks :meth:`Governor.admit` before it sends a turn to the judge and tells
+:meth:`Governor.settle` what the call cost and how it ended. Three mechanisms, one place:
+
+* **Budgets** (:class:`ragaudit.Budget`): calls, tokens and money per window (``per_s``) or for the
+  process's life. A call is admitted when every budget has room for it; the calls are counted when
+  admitted (atomically, so N processes sharing a store never admit more than the budget), tokens
+  and money when the call has ended (they are known only then, so a window can end a call's worth
+  over, never more). A turn turned away is counted ``over_budget``, never queued.
+* **Rate** (``max_rps``, per judge endpoint): fixed one-second windows aligned to the wall clock, so
+  every process sharing a store counts the same second. A call waits for a free slot within its
+  deadline. An HTTP 429 halves this process's share of the rate (down to a tenth) and a
+  ``Retry-After`` holds calls back until it has passed; each success wins a tenth back.
+* **Pause**: what retrying cannot fix (401, 403, a model that does not exist) pauses the judge: turns
+  are counted ``paused`` and not sent, one WARNING names the cause; after ``pause_s`` one probe call
+  is let through, and its success resumes judging.
+
+Windows live in a counter store: in-process by default (each process its own budget), or Redis
+(``budget_store="redis://host:port/db"``) through the ``limits`` library's atomic
+increment-with-expiry, shared by every app replica and worker. The in-process store is ours because
+``limits``' memory storage starts a timer thread for its expiries, and this package starts none per
+call. A store that fails (Redis down) is skipped for a few seconds and counted
+(``budget_store_errors``); the call is then admitted (``budget_fail="open"``, the default) or turned
+away and counted ``budget_unavailable`` (``"closed"``). Nothing here runs on the host's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Literal, Protocol
+
+from .._log import RateLimitedLog
+from ..errors import ConfigurationError
+from ..records import Judgement
+from ._feedback import FEEDBACK, FeedbackRetention, is_negative
+
+__all__ = ["NOT_SENT", "Budget", "CostControl", "Governor", "Verdict", "price_of"]
+
+logger = logging.getLogger("ragaudit")
+
+Verdict = Literal["ok", "over_budget", "paused", "budget_unavailable", "rate_limited"]
+"""What :meth:`Governor.admit` decided: send the call, or the counted reason not to."""
+
+NOT_SENT = ("filtered_out", "over_budget", "paused", "budget_unavailable", "rate_limited")
+"""The ``stats()`` counters of turns that were not sent to the judge, each with its reason:
+``judge_if`` said no, a budget was spent, the judge is paused, the budget store was down (with
+``budget_fail="closed"``), or no rate slot came free within the judge's deadline."""
+
+_FOREVER_S = 100 * 365 * 86_400  # "no window": the process's (or the store's) whole life
+_STORE_BACKOFF_S = 5.0  # after a store error, the store is not asked again for this long
+_PAUSING_STATUSES = frozenset({401, 403})
+_USD_UNIT = 1_000_000  # money is counted in micro-dollars: the stores count integers
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A ceiling on judge spend: ``Auditor(budget=Budget(max_calls=1000, per_s=86_400))``.
+
+    Any of *max_calls*, *max_tokens* (prompt + completion) and *max_usd* (from the judge's reported
+    usage and a price table: ``genai-prices``, or ``Auditor(prices=...)``); *per_s* is the window in
+    whole seconds (60: per minute, 86400: per day), None for no window. Pass a list for several at
+    once (per minute and per day). A turn that would go over any of them is not judged and is
+    counted in ``stats()["over_budget"]``.
+    """
+
+    max_calls: int | None = None
+    max_tokens: int | None = None
+    max_usd: float | None = None
+    per_s: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_calls is None and self.max_tokens is None and self.max_usd is None:
+            raise ConfigurationError("Budget needs at least one of max_calls, max_tokens, max_usd")
+        for name in ("max_calls", "max_tokens", "per_s"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigurationError(f"Budget.{name} must be a whole number >= 1 or None, got {value!r}")
+        if self.max_usd is not None and (isinstance(self.max_usd, bool) or not isinstance(self.max_usd, (int, float))
+                                         or not math.isfinite(self.max_usd) or self.max_usd <= 0):
+            raise ConfigurationError(f"Budget.max_usd must be a number > 0 or None, got {self.max_usd!r}")
+
+    @property
+    def window_s(self) -> int:
+        return self.per_s if self.per_s is not None else _FOREVER_S
+
+    def key(self) -> str:
+        """This budget's name in a store: budgets with equal limits and window share their counters."""
+        return f"{self.max_calls}:{self.max_tokens}:{self.max_usd}:{self.per_s}"
+
+
+class _Counters(Protocol):
+    """What a store must do: atomically add to a counter that expires *expiry* seconds after its first
+    increment, and read one (0 when absent or expired)."""
+
+    def incr(self, key: str, expiry: int, amount: int = 1) -> int: ...
+
+    def get(self, key: str) -> int: ...
+
+
+class _LocalCounters:
+    """In-process counters with expiry: a dict under a lock, expired entries dropped as they are read."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[str, tuple[int, float]] = {}
+
+    def incr(self, key: str, expiry: int, amount: int = 1) -> int:
+        now = time.time()
+        with self._lock:
+            value, until = self._values.get(key, (0, 0.0))
+            if until <= now:
+                value, until = 0, now + expiry
+            value += amount
+            self._values[key] = (value, until)
+            if len(self._values) > 4096:  # one entry per window and key: drop the expired ones
+                self._values = {k: v for k, v in self._values.items() if v[1] > now}
+            return value
+
+    def get(self, key: str) -> int:
+        with self._lock:
+            value, until = self._values.get(key, (0, 0.0))
+        return value if until > time.time() else 0
+
+
+def _redis_counters(url: str) -> _Counters:
+    try:
+        from limits.storage import storage_from_string
+    except ImportError as exc:
+        raise ConfigurationError("budget_store='redis://...' needs the redis extra: pip install 'ragaudit[redis]'") \
+            from exc
+    # Short socket timeouts: a store that does not answer costs a judgement a quarter of a second,
+    # never the host anything (the governor runs on the Auditor's worker, off its event loop).
+    try:
+        storage = storage_from_string(url, socket_timeout=0.25, socket_connect_timeout=0.25,
+                                      key_prefix="ragaudit")
+    except Exception as exc:
+        raise ConfigurationError(f"budget_store {url!r} cannot be used: {exc}") from exc
+    return storage  # type: ignore[return-value]  # limits' RedisStorage has incr(key, expiry, amount) and get(key)
+
+
+def price_of(model: str | None, usage: Mapping[str, Any], prices: Mapping[str, tuple[float, float]]) -> float | None:
+    """Dollars of one call of *model* with *usage*, or None when the price is not known.
+
+    *prices* (``{model: (usd per million input tokens, usd per million output tokens)}``) win over the
+    ``genai-prices`` table."""
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if not model or not isinstance(prompt, int) or not isinstance(completion, int):
+        return None
+    if model in prices:
+        per_in, per_out = prices[model]
+        return (prompt * per_in + completion * per_out) / 1_000_000
+    try:
+        from genai_prices import Usage, calc_price
+
+        return float(calc_price(Usage(input_tokens=prompt, output_tokens=completion), model_ref=model).total_price)
+    except Exception:  # not installed, or a model the table does not know
+        return None
+
+
+class Governor:
+    """Budgets, rate and pause for one Auditor's judge (see the module docstring)."""
+
+    def __init__(
+        self,
+        budgets: Sequence[Budget] = (),
+        *,
+        max_rps: float | None = None,
+        store: str | None = None,
+        fail: Literal["open", "closed"] = "open",
+        pause_s: float = 60.0,
+        prices: Mapping[str, tuple[float, float]] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if max_rps is not None and (isinstance(max_rps, bool) or not isinstance(max_rps, (int, float))
+                                    or not math.isfinite(max_rps) or max_rps <= 0):
+            raise ConfigurationError(f"max_rps must be a number > 0 or None, got {max_rps!r}")
+        if fail not in ("open", "closed"):
+            raise ConfigurationError(f"budget_fail must be 'open' or 'closed', got {fail!r}")
+        if isinstance(pause_s, bool) or not isinstance(pause_s, (int, float)) or not pause_s > 0:
+            raise ConfigurationError(f"pause_s must be a number > 0, got {pause_s!r}")
+        for budget in budgets:
+            if not isinstance(budget, Budget):
+                raise ConfigurationError(f"budget must be a ragaudit.Budget or a list of them, got {budget!r}")
+        self.budgets = tuple(budgets)
+        self.max_rps = float(max_rps) if max_rps is not None else None
+        self.fail = fail
+        self.pause_s = float(pause_s)
+        self.prices = dict(prices or {})
+        self.store_url = store
+        self._clock = clock
+        self._counters: _Counters = _redis_counters(store) if store else _LocalCounters()
+        self._lock = threading.Lock()
+        self._store_down_until = 0.0
+        self._share = 1.0  # this process's share of max_rps: halved on a 429, won back on success
+        self._not_before = 0.0  # a Retry-After holds calls back until then
+        self._paused_until: float | None = None
+        self._probing = False
+        self._unpriced: set[str] = set()
+        self._money_budgeted = any(b.max_usd is not None for b in self.budgets)
+        self._log = RateLimitedLog()
+        self.counts: dict[str, float] = dict.fromkeys(
+            ("over_budget", "paused", "budget_unavailable", "rate_limited", "budget_store_errors", "rate_waits",
+             "judge_tokens", "judge_usd"), 0)
+
+    @property
+    def active(self) -> bool:
+        """Whether there is anything to check (no budget, no rate: admit is a no-op apart from pauses)."""
+        return bool(self.budgets) or self.max_rps is not None
+
+    def after_fork(self) -> None:
+        """In a forked child: fresh locks and counts (an in-process store starts empty, a shared one is shared)."""
+        self._lock = threading.Lock()
+        if isinstance(self._counters, _LocalCounters):
+            self._counters = _LocalCounters()
+        self.counts = dict.fromkeys(self.counts, 0)
+
+    # -- the decision ------------------------------------------------------------------------
+
+    async def admit(self, endpoint: str, deadline: float) -> Verdict:
+        """May a judge call to *endpoint* go now? Waits (asleep) for a rate slot until *deadline*
+        (``time.monotonic()``). Never raises."""
+        verdict = self._pause_verdict()
+        if verdict != "ok":
+            return self._count(verdict)
+        if self.budgets:
+            verdict = await asyncio.to_thread(self._take_budget)
+            if verdict != "ok":
+                self._end_probe()
+                return self._count(verdict)
+        if self.max_rps is not None:
+            verdict = await self._take_slot(endpoint, deadline)
+            if verdict != "ok":
+                self._end_probe()
+                return self._count(verdict)
+        return "ok"
+
+    def settle(self, judgement: Judgement, model: str | None) -> None:
+        """Account one finished call: its tokens and money, a 429 or Retry-After, a pause or a resume."""
+        usage = judgement.usage
+        tokens = sum(v for k, v in usage.items() if k in ("prompt_tokens", "completion_tokens") and isinstance(v, int))
+        usd = price_of(model, usage, self.prices) if tokens else None
+        if tokens and usd is None and model and model not in self._unpriced and self._money_budgeted:
+            self._unpriced.add(model)
+            logger.warning("ragaudit: no price is known for judge model %r: its budgets count tokens only "
+                           "(give Auditor(prices={%r: (usd_per_mtok_in, usd_per_mtok_out)}))", model, model)
+        with self._lock:
+            self.counts["judge_tokens"] += tokens
+            if usd is not None:
+                self.counts["judge_usd"] += usd
+        if self.budgets and (tokens or usd):
+            self._spend(tokens, usd)
+        status = judgement.details.get("status_code") if judgement.error else None
+        self._after_status(status if isinstance(status, int) else None, judgement)
+
+    # -- pause ----------------------------------------------------------------------------------
+
+    def _pause_verdict(self) -> Verdict:
+        with self._lock:
+            if self._paused_until is None:
+                return "ok"
+            if self._probing or self._clock() < self._paused_until:
+                return "paused"
+            self._probing = True  # this call is the probe; the others stay paused until it settles
+            return "ok"
+
+    def _end_probe(self) -> None:
+        with self._lock:
+            self._probing = False
+
+    def _after_status(self, status: int | None, judgement: Judgement) -> None:
+        error = judgement.error or ""
+        fatal = status in _PAUSING_STATUSES or (status == 404 and "model" in error.lower())
+        with self._lock:
+            was_paused = self._paused_until is not None
+            self._probing = False
+            if fatal:
+                self._paused_until = self._clock() + self.pause_s
+            elif was_paused:  # this was the probe: it resumes judging, or the pause starts again
+                self._paused_until = None if judgement.error is None else self._clock() + self.pause_s
+            if status == 429:
+                self._share = max(0.1, self._share / 2)
+                retry = judgement.details.get("retry_after_s")
+                if isinstance(retry, (int, float)) and retry > 0:
+                    self._not_before = max(self._not_before, self._clock() + float(retry))
+            elif judgement.error is None:
+                self._share = min(1.0, round(self._share + 0.1, 6))
+            resumed = was_paused and self._paused_until is None
+        if fatal and not was_paused:
+            logger.warning(
+                "ragaudit: judging is paused: the judge endpoint answered %s (%s), which retrying cannot fix. "
+                "Turns are counted in stats()['paused'] and not sent; one probe call after pause_s=%gs resumes "
+                "judging once the cause is gone (check the API key, its permissions and the model name).",
+                f"HTTP {status}", error[:200], self.pause_s)
+        elif resumed:
+            logger.warning("ragaudit: judging resumed: the probe call after the pause succeeded")
+
+    # -- budgets --------------------------------------------------------------------------------
+
+    def _store(self, work: Callable[[], Verdict]) -> Verdict:
+        """Run *work* against the store, or decide by ``fail`` while the store is down."""
+        if self._clock() < self._store_down_until:
+            self._tally("budget_store_errors")
+            return "ok" if self.fail == "open" else "budget_unavailable"
+        try:
+            return work()
+        except Exception as exc:  # Redis down or refusing: counted, never raised, never waited on
+            self._store_down_until = self._clock() + _STORE_BACKOFF_S
+            self._tally("budget_store_errors")
+            self._log.warning("budget-store", "ragaudit: the budget store %s failed (%s: %s); calls are %s while "
+                              "it is down (counted in stats()['budget_store_errors'])", self.store_url or "memory",
+                              type(exc).__name__, exc, "admitted" if self.fail == "open" else "turned away")
+            return "ok" if self.fail == "open" else "budget_unavailable"
+
+    def _take_budget(self) -> Verdict:
+        def take() -> Verdict:
+            for budget in self.budgets:  # money and tokens: is any room left? (not consumed here)
+                if budget.max_tokens is not None and self._counters.get(f"tok:{budget.key()}") >= budget.max_tokens:
+                    return "over_budget"
+                if budget.max_usd is not None and \
+                        self._counters.get(f"usd:{budget.key()}") >= budget.max_usd * _USD_UNIT:
+                    return "over_budget"
+            for budget in self.budgets:  # calls: taken atomically, so shared budgets never admit more
+                if budget.max_calls is not None and \
+                        self._counters.incr(f"calls:{budget.key()}", budget.window_s, 1) > budget.max_calls:
+                    return "over_budget"
+            return "ok"
+
+        return self._store(take)
+
+    def _spend(self, tokens: int, usd: float | None) -> None:
+        def spend() -> Verdict:
+            for budget in self.budgets:
+                if budget.max_tokens is not None and tokens:
+                    self._counters.incr(f"tok:{budget.key()}", budget.window_s, tokens)
+                if budget.max_usd is not None and usd:
+                    self._counters.incr(f"usd:{budget.key()}", budget.window_s, max(1, round(usd * _USD_UNIT)))
+            return "ok"
+
+        self._store(spend)
+
+    # -- rate -----------------------------------------------------------------------------------
+
+    def _window(self) -> tuple[int, int]:
+        """(window seconds, calls per window) for this process's current share of ``max_rps``."""
+        assert self.max_rps is not None  # only called with a rate
+        rps = self.max_rps * self._share
+        window = 1 if rps >= 1 else math.ceil(1 / rps)
+        return window, max(1, math.floor(rps * window))
+
+    async def _take_slot(self, endpoint: str, deadline: float) -> Verdict:
+        while True:
+            now = self._clock()
+            wait = self._not_before - now
+            if wait <= 0:
+                window, cap = self._window()
+                start = int(now // window) * window
+                verdict = await asyncio.to_thread(self._store, partial(self._slot, endpoint, start, window, cap))
+                if verdict != "rate_limited":
+                    return verdict
+                wait = start + window - now
+            self._tally("rate_waits")
+            if time.monotonic() + wait >= deadline:
+                return "rate_limited"
+            await asyncio.sleep(wait + 0.001)
+
+    def _slot(self, endpoint: str, start: int, window: int, cap: int) -> Verdict:
+        taken = self._counters.incr(f"rps:{endpoint}:{window}:{start}", window + 1, 1)
+        return "ok" if taken <= cap else "rate_limited"
+
+    def _tally(self, what: str) -> None:
+        with self._lock:
+            self.counts[what] += 1
+
+    def _count(self, what: Verdict) -> Verdict:
+        with self._lock:
+            self.counts[what] += 1
+        return what
+
+
+class CostControl:
+    """What an Auditor holds for cost control: the :class:`Governor` of its judge's endpoint, the
+    ``judge_if`` predicate and the retention of sampled-out turns for feedback (``_feedback``)."""
+
+    def __init__(self, judge: Any, budget: Budget | Sequence[Budget] | None, max_rps: float | None,
+                 budget_store: str | None, budget_fail: Literal["open", "closed"], pause_s: float,
+                 prices: Mapping[str, tuple[float, float]] | None, judge_if: Callable[[Any], bool] | None,
+                 retain_s: float | None, max_retained: int) -> None:
+        from ..judges.llm.endpoint import EndpointJudge, endpoint_host
+
+        if judge_if is not None and not callable(judge_if):
+            raise ConfigurationError("judge_if must be callable(turn) -> bool")
+        budgets = (budget,) if isinstance(budget, Budget) else tuple(budget or ())
+        self.governor = Governor(budgets, max_rps=max_rps, store=budget_store, fail=budget_fail, pause_s=pause_s,
+                                 prices=prices)
+        self.judge_if = judge_if
+        self.retained = FeedbackRetention(retain_s, max_retained)
+        # The rate limit is per judge endpoint: replicas judging through one endpoint share its rate.
+        self.endpoint = (endpoint_host(judge.base_url) or judge.base_url) if isinstance(judge, EndpointJudge) \
+            else str(judge.name)
+        self._log = RateLimitedLog()
+        self._lock = threading.Lock()
+        self.counts = dict.fromkeys(FEEDBACK, 0)
+
+    def retain(self, turn: Any, job: Any) -> None:
+        """Keep a sampled-out *turn* (its submission *job*) for feedback, when retention is on."""
+        evicted = self.retained.keep(turn, job)
+        if evicted:
+            with self._lock:
+                self.counts["retained_evicted"] += evicted
+
+    def feedback(self, turn_id: str, value: Any, resubmit: Callable[[Any], str]) -> str:
+        """A user's feedback on *turn_id*. A thumbs-down (False, a number below 0.5, ``"down"``,
+        ``"bad"``, ...) on a turn the sampler left out and that is still kept (``Auditor(retain_s=...)``)
+        is *resubmit* ted for judging, past the sampler and ``judge_if`` (counted ``feedback_judged``;
+        the status is *resubmit*'s, ``"queued"``); ``"unmatched"`` when no such turn is kept (counted
+        ``feedback_unmatched``), ``"ignored"`` for feedback that is not negative. Never raises."""
+        try:
+            if not is_negative(value):
+                return "ignored"
+            kept = self.retained.take(str(turn_id))
+            with self._lock:
+                self.counts["feedback_unmatched" if kept is None else "feedback_judged"] += 1
+            return "unmatched" if kept is None else resubmit(kept[1])
+        except Exception as exc:  # the host must never see our failure
+            logger.error("ragaudit: feedback failed: %s: %s", type(exc).__name__, exc)
+            return "unmatched"
+
+    def selected(self, turn: Any, content: Any) -> bool:
+        """``judge_if``'s answer for *turn*; a predicate that raises selects the turn (and is logged)."""
+        if self.judge_if is None:
+            return True
+        try:
+            return bool(self.judge_if(turn))
+        except Exception as exc:
+            self._log.warning("judge_if", "ragaudit: judge_if raised; the turn is judged: %s", content.exception(exc))
+            return True
+
+    async def admit(self, timeout_s: float) -> Verdict:
+        return await self.governor.admit(self.endpoint, time.monotonic() + timeout_s)
+
+    def settle(self, judgement: Judgement) -> None:
+        self.governor.settle(judgement, judgement.identity.model if judgement.identity else None)
+
+    def stats(self) -> dict[str, Any]:
+        counts = self.governor.counts
+        with self._lock:
+            feedback = dict(self.counts)
+        return {**{key: int(counts[key]) for key in ("budget_store_errors", "rate_waits", "judge_tokens")},
+                "judge_usd": round(float(counts["judge_usd"]), 6), **feedback}
+
+    def after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self.counts = dict.fromkeys(FEEDBACK, 0)
+        self.governor.after_fork()
+        self.retained.clear()

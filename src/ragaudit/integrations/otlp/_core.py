@@ -1,0 +1,437 @@
+"""The :class:`Worker`: OTLP traces in, turns through the Auditor, judgements out as OTLP."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ... import _fork
+from ..._sink import JudgementSink
+from ...errors import ConfigurationError
+from ...judges.base import RagJudge
+from ...records import Judgement, RagTurn
+from .._assembler import TurnAssembler
+from ..steps import dispatch
+from ._buffer import PendingTrace, TraceBuffer
+from ._decode import SpanData, decode_traces
+from ._output import WORKER_SERVICE, Outputs, build_outputs
+from ._turns import WorkerTurn, turns_of
+
+__all__ = ["IngestOutcome", "Worker"]
+
+logger = logging.getLogger("ragaudit")
+
+_COUNTERS = (
+    "requests", "requests_bad", "requests_unsupported_media_type", "requests_refused_full",
+    "requests_refused_stopping", "spans_received", "spans_rejected", "spans_refused", "spans_own",
+    "traces_assembled", "traces_own", "traces_already_judged", "traces_no_model_call", "turns_found",
+    "turns_submitted", "turns_judged", "turns_judge_failed", "turns_unjudged_error", "turns_unjudged_no_answer",
+    "turns_unjudged_standalone", "turns_unjudged_empty_answer", "turns_unjudged_no_evidence",
+    "turns_unjudged_no_model", "turns_not_submitted", "assembly_errors",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class IngestOutcome:
+    """What :meth:`Worker.ingest` did with one request: spans *accepted*, *rejected* (invalid ids:
+    the response's ``partial_success``), or the whole request *refused* (full: answer 503)."""
+
+    accepted: int
+    rejected: int = 0
+    refused: bool = False
+    message: str = ""
+
+
+class Worker:
+    """Judges the RAG turns of any app that sends OTLP traces (``ragaudit worker``).
+
+    Receives OTLP/HTTP traces on *host*:*port* (``port=0``: a free one, see :attr:`port`), waits
+    for each trace to be ready (root span received and *quiet_s* without a new span, at most
+    *max_wait_s* after its first), reads its spans by convention into turns, and submits them to
+    an :class:`~ragaudit.Auditor` (sampling, judging, budgets), which writes each judgement as a
+    ``ragaudit.judge`` span in the evaluated trace plus ``gen_ai.evaluation.result`` log records
+    (:class:`~ragaudit.tracing.evaluation_logs.EvaluationLogSink`) to *otlp_endpoint* (None: the
+    ``OTEL_EXPORTER_OTLP_*`` variables).
+
+    Bounds: at most *max_traces* traces wait (the oldest is dropped, counted), at most *max_spans*
+    spans are buffered (a request past that is refused with 503 and ``Retry-After``, the sender
+    retries), and at most *max_queue* turns wait for the judge (past that, requests are refused the
+    same way). ``stats()`` counts every span and turn; ``/stats`` serves it as JSON and the same
+    counters go out as OTel metrics.
+
+    *judge*: any :class:`~ragaudit.RagJudge` (None: the default, ``ChatRagJudge`` when
+    ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` is set, else ``LexicalJudge``). *auditor*: an Auditor
+    of your own instead (then *judge*, *sample_rate*, *sinks*, *audit_log* and the output
+    endpoint are its business). *grpc_port*: also serve OTLP/gRPC there (the ``worker-grpc``
+    extra). *clock*: monotonic seconds (tests step it by hand and call :meth:`tick`).
+    """
+
+    def __init__(
+        self,
+        judge: RagJudge | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 4318,
+        otlp_endpoint: str | None = None,
+        otlp_headers: Mapping[str, str] | None = None,
+        quiet_s: float = 2.0,
+        max_wait_s: float = 30.0,
+        max_traces: int = 10_000,
+        max_spans: int = 1_000_000,
+        max_queue: int = 10_000,
+        max_request_bytes: int = 32 * 1024 * 1024,
+        sample_rate: float = 1.0,
+        timeout_s: float = 60.0,
+        audit_log: str | None = None,
+        sinks: Iterable[JudgementSink] = (),
+        auditor: Any = None,
+        shutdown_timeout_s: float = 30.0,
+        metrics_interval_s: float = 10.0,
+        tick_s: float = 0.1,
+        grpc_port: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+            raise ConfigurationError(f"port must be an int in [0, 65535], got {port!r}")
+        for name, value in (("max_spans", max_spans), ("max_request_bytes", max_request_bytes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
+        if not isinstance(shutdown_timeout_s, (int, float)) or shutdown_timeout_s < 0:
+            raise ConfigurationError(f"shutdown_timeout_s must be >= 0, got {shutdown_timeout_s!r}")
+        if grpc_port is not None and (isinstance(grpc_port, bool) or not isinstance(grpc_port, int)
+                                      or not 0 <= grpc_port <= 65535):
+            raise ConfigurationError(f"grpc_port must be None or an int in [0, 65535], got {grpc_port!r}")
+        self.host = host
+        self._port = port
+        self._grpc_port = grpc_port
+        self._clock = clock
+        self._buffer = TraceBuffer(quiet_s=quiet_s, max_wait_s=max_wait_s, max_traces=max_traces, clock=clock)
+        self.max_spans = max_spans
+        self.max_queue = max_queue
+        self.max_request_bytes = max_request_bytes
+        self.shutdown_timeout_s = float(shutdown_timeout_s)
+        self.tick_s = tick_s
+        self.retry_after_s = max(1, round(quiet_s))
+        self._counts = dict.fromkeys(_COUNTERS, 0)
+        self._lock = _fork.lock()
+        self._judge_latency_s = 0.0
+        self._ready_delay_s: list[float] = []
+        self._accepting = True
+        self._outputs: Outputs | None = None
+        if auditor is None:
+            self._outputs = build_outputs(otlp_endpoint, otlp_headers, metrics_interval_s=metrics_interval_s)
+            auditor = self._make_auditor(judge, sample_rate, timeout_s, audit_log, sinks)
+        self.auditor = auditor
+        if self._outputs is not None:
+            self._register_metrics(self._outputs.meter_provider)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._stopped = threading.Event()
+        self._start_error: BaseException | None = None
+
+    # -- construction helpers ---------------------------------------------------------------------
+
+    def _make_auditor(self, judge: RagJudge | None, sample_rate: float, timeout_s: float, audit_log: str | None,
+                      sinks: Iterable[JudgementSink]) -> Any:
+        from ...auditor import Auditor
+        from ...tracing.evaluation_logs import EvaluationLogSink
+
+        assert self._outputs is not None
+        logs = EvaluationLogSink(self._outputs.logger_provider)
+        return Auditor(judge, tracer_provider=self._outputs.tracer_provider, sinks=[logs, *sinks],
+                       audit_log=audit_log, sample_rate=sample_rate, max_queue=self.max_queue, timeout_s=timeout_s,
+                       on_judgement=self._judged, judge_trace="turn", exit_timeout_s=self.shutdown_timeout_s)
+
+    def _register_metrics(self, meter_provider: Any) -> None:
+        from opentelemetry.metrics import CallbackOptions, Observation
+
+        meter = meter_provider.get_meter("ragaudit.worker")
+
+        def observe(key: str) -> Callable[[CallbackOptions], list[Observation]]:
+            return lambda options: [Observation(self.stats()[key])]
+
+        for key in ("spans_received", "spans_rejected", "spans_refused", "spans_own", "late_spans",
+                    "traces_assembled", "turns_found", "turns_submitted", "turns_judged", "turns_judge_failed",
+                    "dropped_evicted_traces", "dropped_evicted_spans", "judge_dropped"):
+            meter.create_observable_counter(f"ragaudit.worker.{key}", callbacks=[observe(key)])
+        for key in ("traces_in_flight", "spans_in_flight", "judge_pending"):
+            meter.create_observable_gauge(f"ragaudit.worker.{key}", callbacks=[observe(key)])
+        self._latency = meter.create_histogram("ragaudit.worker.judge_latency", unit="s")
+
+    # -- counting -----------------------------------------------------------------------------------
+
+    def count(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[key] += n
+
+    def _judged(self, turn: RagTurn, judgement: Judgement) -> None:
+        latency = judgement.latency_s or 0.0
+        with self._lock:
+            self._counts["turns_judged" if judgement.error is None else "turns_judge_failed"] += 1
+            self._judge_latency_s += latency
+        histogram = getattr(self, "_latency", None)
+        if histogram is not None:
+            histogram.record(latency)
+
+    def stats(self) -> dict[str, Any]:
+        """Every counter (a consistent snapshot of the worker's own; the auditor's beside it)."""
+        with self._lock:
+            out: dict[str, Any] = dict(self._counts)
+            judged = out["turns_judged"] + out["turns_judge_failed"]
+            out["judge_latency_mean_s"] = self._judge_latency_s / judged if judged else None
+            delays = sorted(self._ready_delay_s)
+        buffer = self._buffer
+        out.update(late_spans=buffer.late_spans, dropped_evicted_traces=buffer.evicted_traces,
+                   dropped_evicted_spans=buffer.evicted_spans, traces_in_flight=len(buffer),
+                   spans_in_flight=buffer.spans_buffered)
+        out["ready_delay_p50_s"] = delays[len(delays) // 2] if delays else None
+        out["ready_delay_max_s"] = delays[-1] if delays else None
+        try:
+            auditor = self.auditor.stats()
+        except Exception:
+            auditor = {}
+        out["judge_pending"] = auditor.get("pending", 0)
+        out["judge_dropped"] = auditor.get("dropped", 0)
+        out["judge_sampled_out"] = auditor.get("sampled_out", 0)
+        out["auditor"] = auditor
+        out["accepting"] = self._accepting
+        return out
+
+    # -- ingest and readiness (the event loop's thread) ---------------------------------------------
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    def ready(self) -> tuple[bool, str]:
+        """Whether to take traffic (``/readyz``) and why not."""
+        if not self._accepting:
+            return False, "stopping"
+        if self._buffer.spans_buffered >= self.max_spans:
+            return False, "span buffer full"
+        if self._judge_backlog():
+            return False, "judge queue full"
+        return True, "ok"
+
+    def _judge_backlog(self) -> bool:
+        try:
+            return int(self.auditor.stats().get("pending", 0)) >= self.max_queue
+        except Exception:
+            return False
+
+    def ingest(self, body: bytes, *, json_body: bool = False) -> IngestOutcome:
+        """Decode one OTLP request body and buffer its spans. Raises :class:`DecodeError`."""
+        self.count("requests")
+        spans, rejected = decode_traces(body, json_body)
+        return self.add_spans(spans, rejected)
+
+    def add_spans(self, spans: list[SpanData], rejected: int = 0) -> IngestOutcome:
+        """Buffer decoded *spans* (or refuse them all when full; see the class docstring)."""
+        full = None
+        if self._buffer.spans_buffered + len(spans) > self.max_spans:
+            full = f"span buffer full ({self.max_spans} spans in flight)"
+        elif self._judge_backlog():
+            full = f"judge queue full ({self.max_queue} turns waiting)"
+        if full is not None:
+            with self._lock:
+                self._counts["requests_refused_full"] += 1
+                self._counts["spans_refused"] += len(spans)
+            return IngestOutcome(0, rejected, refused=True, message=full)
+        with self._lock:
+            self._counts["spans_received"] += len(spans)
+            self._counts["spans_rejected"] += rejected
+        self._buffer.add(spans, self._clock())
+        message = f"{rejected} span(s) with invalid trace or span ids" if rejected else ""
+        return IngestOutcome(len(spans), rejected, message=message)
+
+    def tick(self, now: float | None = None) -> int:
+        """Assemble and submit every trace ready at *now*; returns how many."""
+        now = self._clock() if now is None else now
+        ready = self._buffer.due(now)
+        for pending in ready:
+            self._assemble(pending, now)
+        return len(ready)
+
+    def _assemble(self, pending: PendingTrace, now: float) -> None:
+        try:
+            found = turns_of(pending, WORKER_SERVICE)
+        except Exception as exc:
+            self.count("assembly_errors")
+            logger.warning("ragaudit worker: could not read trace %s: %s", pending.trace_id, exc)
+            return
+        with self._lock:
+            self._counts["traces_assembled"] += 1
+            self._counts["spans_own"] += found.own_spans
+            if found.skipped is not None:
+                self._counts[f"traces_{found.skipped}"] += 1
+            if pending.root_at is not None:
+                self._ready_delay_s.append(now - pending.root_at)
+                if len(self._ready_delay_s) > 10_000:
+                    del self._ready_delay_s[:5_000]
+        for turn in found.turns:
+            self._submit(turn, pending.trace_id)
+
+    def _submit(self, found: WorkerTurn, trace_id: str) -> None:
+        from ...tracing.spans import TurnHandle
+
+        self.count("turns_found")
+        assembler = TurnAssembler(framework=found.convention)
+        for step in found.steps:
+            dispatch(assembler, step)
+        try:
+            turn = assembler.build(TurnHandle(trace_id, found.root_span_id))
+        except Exception as exc:
+            self.count("assembly_errors")
+            logger.warning("ragaudit worker: could not build a turn of trace %s: %s", trace_id, exc)
+            return
+        reason = assembler.unjudged_reason(turn)
+        if reason is not None:
+            self.count(f"turns_unjudged_{reason}")
+            if reason in ("no_evidence", "empty_answer"):
+                self.auditor.count_unjudged(reason)
+            return
+        status = self.auditor.submit(turn)
+        self.count("turns_submitted" if status in ("queued", "judged", "failed") else "turns_not_submitted")
+
+    def drain(self) -> int:
+        """Assemble and submit every trace still waiting, ready or not (shutdown)."""
+        pending = self._buffer.drain()
+        now = self._clock()
+        for trace in pending:
+            self._assemble(trace, now)
+        return len(pending)
+
+    # -- serving ------------------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The port listened on (the real one once started with ``port=0``)."""
+        return self._port
+
+    @property
+    def grpc_port(self) -> int | None:
+        """The OTLP/gRPC port (the real one once started with ``grpc_port=0``), None: no gRPC."""
+        return self._grpc_port
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` (what a sender's ``OTEL_EXPORTER_OTLP_ENDPOINT`` takes)."""
+        return f"http://{self.host}:{self._port}"
+
+    async def serve(self, ready: Callable[[], None] | None = None) -> None:
+        """Serve until :meth:`stop` (or a signal in :meth:`run`), then shut down gracefully."""
+        from aiohttp import web
+
+        from ._server import make_app
+
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        runner = web.AppRunner(make_app(self, self.max_request_bytes), handle_signals=False, access_log=None,
+                               shutdown_timeout=min(5.0, self.shutdown_timeout_s))
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self._port, reuse_address=True)
+        await site.start()
+        addresses = runner.addresses
+        if addresses:
+            self._port = int(addresses[0][1])
+        grpc_server = None
+        if self._grpc_port is not None:
+            from ._grpc import start_grpc
+
+            grpc_server, self._grpc_port = await start_grpc(self, self.host, self._grpc_port)
+        logger.info("ragaudit worker: listening on %s%s", self.url,
+                    f" (OTLP/gRPC on port {self._grpc_port})" if grpc_server is not None else "")
+        if ready is not None:
+            ready()
+        ticker = asyncio.ensure_future(self._tick_forever())
+        try:
+            await self._stop.wait()
+        finally:
+            deadline = time.monotonic() + self.shutdown_timeout_s
+            self._accepting = False
+            if grpc_server is not None:
+                await grpc_server.stop(min(5.0, self.shutdown_timeout_s))
+            await runner.cleanup()
+            ticker.cancel()
+            self.drain()
+            await asyncio.get_running_loop().run_in_executor(None, self._finish, deadline)
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick_s)
+            try:
+                self.tick()
+            except Exception as exc:  # never stop ticking: a stuck buffer would hold every trace
+                logger.warning("ragaudit worker: tick failed: %s", exc)
+
+    def _finish(self, deadline: float) -> None:
+        remaining = max(0.0, deadline - time.monotonic())
+        self.auditor.shutdown(remaining)
+        if self._outputs is not None:
+            self._outputs.flush(max(0.5, deadline - time.monotonic()))
+            self._outputs.shutdown()
+
+    def run(self) -> None:
+        """Serve in this thread until SIGTERM or SIGINT (the ``ragaudit worker`` command)."""
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self._request_stop)
+            await self.serve()
+
+        asyncio.run(main())
+
+    def _request_stop(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+
+    def start(self, timeout_s: float = 30.0) -> Worker:
+        """Serve on a thread of its own; returns once listening. Raises what failed to start it."""
+        if self._thread is not None:
+            raise ConfigurationError("this Worker was started already")
+
+        def target() -> None:
+            try:
+                asyncio.run(self.serve(ready=self._started.set))
+            except BaseException as exc:
+                self._start_error = exc
+                self._started.set()
+            finally:
+                self._stopped.set()
+
+        self._thread = threading.Thread(target=target, name="ragaudit-worker", daemon=True)
+        self._thread.start()
+        if not self._started.wait(timeout_s):
+            raise ConfigurationError(f"the worker did not start listening within {timeout_s}s")
+        if self._start_error is not None:
+            raise ConfigurationError(f"the worker could not start: {self._start_error}") from self._start_error
+        return self
+
+    def stop(self, timeout_s: float | None = None) -> bool:
+        """Stop accepting, judge (or count) what is in flight, flush, within *timeout_s* (default
+        *shutdown_timeout_s*). True when it all ended in time."""
+        if self._loop is None or self._thread is None or self._stopped.is_set():
+            return True
+        if timeout_s is not None:
+            self.shutdown_timeout_s = float(timeout_s)
+        try:
+            self._loop.call_soon_threadsafe(self._request_stop)
+        except RuntimeError:  # the loop ended meanwhile
+            return True
+        self._stopped.wait(self.shutdown_timeout_s + 5.0)
+        return self._stopped.is_set()
+
+    def __enter__(self) -> Worker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

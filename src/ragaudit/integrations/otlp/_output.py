@@ -1,0 +1,181 @@
+"""The worker's own telemetry: where judge spans, evaluation log records and metrics go.
+
+Standard OTLP/HTTP exporters of the OTel SDK, configured the standard way: an explicit base URL
+(``--otlp-endpoint``; ``/v1/traces``, ``/v1/logs``, ``/v1/metrics`` are added) or, without one, the
+``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_{TRACES,LOGS,METRICS}_ENDPOINT`` and
+``..._HEADERS`` variables, which the exporters read themselves. Every provider's resource says
+``service.name=ragaudit-worker`` (the loop guard: the worker never judges those spans).
+
+Judge span ids are derived from the judged trace (:class:`TraceDerivedIds`): judging the same
+trace again (a redelivery, a restart) writes a span with the same id, which backends store once.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import os
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ...content import register_headers, register_url
+from ...errors import ConfigurationError
+from ...tracing import conventions as c
+
+__all__ = ["WORKER_SERVICE", "Outputs", "TraceDerivedIds", "TraceDerivedProvider", "build_outputs"]
+
+WORKER_SERVICE = "ragaudit-worker"
+"""``service.name`` of everything the worker sends; spans from it are never judged."""
+
+_ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+_seed: contextvars.ContextVar[str | None] = contextvars.ContextVar("ragaudit_worker_span_seed", default=None)
+
+
+class TraceDerivedIds:
+    """An OTel ``IdGenerator``: span ids from a seed set around a judge span's start, else random."""
+
+    def __init__(self) -> None:
+        self._random = random.SystemRandom()
+
+    def generate_span_id(self) -> int:
+        seed = _seed.get()
+        if seed is None:
+            return self._random.getrandbits(64) or 1
+        return int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "big") or 1
+
+    def generate_trace_id(self) -> int:
+        return self._random.getrandbits(128) or 1
+
+
+class _SeededTracer:
+    """A tracer whose spans that name a turn (``ragaudit.turn.id``) get ids derived from it."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def start_span(self, name: str, context: Any = None, *args: Any, **kwargs: Any) -> Any:
+        attributes = kwargs.get("attributes") or {}
+        turn_id = attributes.get(c.ATTR_TURN_ID) if isinstance(attributes, Mapping) else None
+        if not isinstance(turn_id, str):
+            return self._inner.start_span(name, context, *args, **kwargs)
+        token = _seed.set(f"{turn_id}\x1f{name}")
+        try:
+            return self._inner.start_span(name, context, *args, **kwargs)
+        finally:
+            _seed.reset(token)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class TraceDerivedProvider:
+    """Wraps an SDK ``TracerProvider`` made with :class:`TraceDerivedIds` (see the module docstring)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> Any:
+        return _SeededTracer(self._inner.get_tracer(*args, **kwargs))
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return bool(self._inner.force_flush(timeout_millis))
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@dataclass
+class Outputs:
+    """The worker's providers (each ``force_flush`` / ``shutdown`` at stop)."""
+
+    tracer_provider: Any
+    logger_provider: Any
+    meter_provider: Any
+    endpoint: str | None
+
+    def flush(self, timeout_s: float) -> None:
+        for provider in (self.tracer_provider, self.logger_provider, self.meter_provider):
+            if provider is not None:
+                try:
+                    provider.force_flush(max(1, int(timeout_s * 1000)))
+                except Exception:  # a dead endpoint: the exporters count what they lost
+                    pass
+
+    def shutdown(self) -> None:
+        for provider in (self.tracer_provider, self.logger_provider, self.meter_provider):
+            if provider is not None:
+                try:
+                    provider.shutdown()
+                except Exception:
+                    pass
+
+
+def _url(endpoint: str | None, signal: str) -> str | None:
+    return None if endpoint is None else endpoint.rstrip("/") + f"/v1/{signal}"
+
+
+def check_endpoint(endpoint: str | None) -> None:
+    """Refuse to start without anywhere to send judgements (the exporters would default to
+    ``localhost:4318``, which is usually the worker itself)."""
+    if endpoint is not None:
+        if not endpoint.startswith(("http://", "https://")):
+            raise ConfigurationError(f"--otlp-endpoint must be an http(s) URL, got {endpoint!r}")
+        return
+    if not any(os.environ.get(name, "").strip() for name in _ENDPOINT_VARS):
+        raise ConfigurationError(
+            "ragaudit worker needs somewhere to send judgements: set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. the "
+            "Collector's http://otel-collector:4318) or pass --otlp-endpoint")
+
+
+def build_outputs(endpoint: str | None, headers: Mapping[str, str] | None = None, *,
+                  metrics_interval_s: float = 10.0, resource: Mapping[str, Any] | None = None) -> Outputs:
+    """SDK providers with OTLP/HTTP exporters to *endpoint* (None: the ``OTEL_*`` variables)."""
+    check_endpoint(endpoint)
+    try:
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk._logs import LoggerProvider
+        from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError as exc:
+        raise ConfigurationError("ragaudit worker needs its extra: pip install 'ragaudit[worker]'") from exc
+    from ...tracing.setup import _counted
+
+    extra = dict(headers) if headers else None
+    register_headers(extra)
+    for name in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_LOGS_HEADERS"):
+        register_headers(_parse_env_headers(os.environ.get(name)))
+    register_url(endpoint)
+    res = Resource.create({"service.name": WORKER_SERVICE, **dict(resource or {})})
+    tracer_provider = TracerProvider(resource=res, id_generator=TraceDerivedIds(),  # type: ignore[arg-type]
+                                     shutdown_on_exit=False)
+    tracer_provider.add_span_processor(BatchSpanProcessor(_counted(OTLPSpanExporter(endpoint=_url(endpoint, "traces"),
+                                                                                    headers=extra))))
+    logger_provider = LoggerProvider(resource=res, shutdown_on_exit=False)
+    logger_provider.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter(endpoint=_url(endpoint, "logs"),
+                                                                                     headers=extra)))
+    reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=_url(endpoint, "metrics"), headers=extra),
+                                           export_interval_millis=max(1.0, metrics_interval_s * 1000))
+    meter_provider = MeterProvider(resource=res, metric_readers=[reader], shutdown_on_exit=False)
+    return Outputs(TraceDerivedProvider(tracer_provider), logger_provider, meter_provider, endpoint)
+
+
+def _parse_env_headers(value: str | None) -> dict[str, str] | None:
+    if not value:
+        return None
+    out: dict[str, str] = {}
+    for item in value.split(","):
+        key, sep, val = item.partition("=")
+        if sep:
+            out[key.strip()] = val.strip()
+    return out

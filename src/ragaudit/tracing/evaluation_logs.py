@@ -1,0 +1,240 @@
+"""Evaluation results as OpenTelemetry log records: ``gen_ai.evaluation.result`` events.
+
+The OTel GenAI conventions define evaluation results as *events*, and events are log records
+(``event_name`` set), not span events: Logfire's live evaluations, Splunk and AWS AgentCore read log
+records, and Langfuse drops span events. :class:`EvaluationLogSink` writes one record per score of
+every judgement through the OTel Logs SDK, each carrying the **evaluated** span's trace and span
+ids (the model call that produced the answer when the source knows it, else the turn's span), so a
+backend files it under the operation it grades. The judge span keeps its span events too
+(``SpanRecorder``): both, for backends that read either.
+
+```python
+from ragaudit import Auditor
+from ragaudit.tracing.evaluation_logs import EvaluationLogSink
+
+auditor = Auditor(sinks=[EvaluationLogSink()])     # OTLP/HTTP logs to $OTEL_EXPORTER_OTLP_[LOGS_]ENDPOINT
+```
+
+Each record: ``event_name`` and body ``gen_ai.evaluation.result``; attributes
+``gen_ai.evaluation.name`` (the score), ``gen_ai.evaluation.score.value`` (absent when the judge gave
+none: then ``gen_ai.evaluation.score.label = "missing"`` and ``error.type``, never 0),
+``gen_ai.evaluation.explanation`` (the reason, under the content policy), ``gen_ai.response.id``
+of the evaluated completion when known (never the judge's own, which is
+``ragaudit.judge.response_id``), the judge identity, and ``ragaudit.score.id`` /
+``ragaudit.judgement.id``: derived from the trace, the evaluated span, the judge and the score name,
+so judging the same trace again (a redelivery, a restart) gives the same ids.
+
+A source that knows the evaluated operation puts its ids in the turn's metadata under
+:data:`EVALUATED_SPAN_ID` and :data:`EVALUATED_RESPONSE_ID` (``ragaudit worker`` does).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import _fork
+from .._export import BaseExporter, ExportResult
+from ..errors import ConfigurationError
+from ..records import SCORE_NAMES, AuditRecord, Judgement, RagTurn
+from . import conventions as c
+
+__all__ = [
+    "EVALUATED_RESPONSE_ID",
+    "EVALUATED_SPAN_ID",
+    "EvaluationLogSink",
+    "evaluation_attributes",
+    "judgement_id",
+    "score_record_id",
+]
+
+EVALUATED_SPAN_ID: str = "ragaudit.evaluated.span_id"
+"""Turn metadata key: the span id (16 hex digits) of the operation the judgement evaluates."""
+EVALUATED_RESPONSE_ID: str = "ragaudit.evaluated.response_id"
+"""Turn metadata key: the completion id (``gen_ai.response.id``) of the evaluated model call."""
+
+ATTR_SCORE_ID = "ragaudit.score.id"
+ATTR_JUDGEMENT_ID = "ragaudit.judgement.id"
+
+_NAMESPACE = uuid.UUID("6f1d0c1e-8e1b-4f0e-9a57-2b9a4c7e5d10")
+
+
+def judgement_id(trace_id: str | None, span_id: str | None, turn_id: str, judge: str) -> str:
+    """A UUID of one judge's judgement of one turn, the same every time it is judged again."""
+    return str(uuid.uuid5(_NAMESPACE, "\x1f".join((trace_id or "", span_id or "", turn_id, judge))))
+
+
+def score_record_id(judgement: str, name: str) -> str:
+    """The id of score *name* within the judgement with id *judgement*."""
+    return str(uuid.uuid5(_NAMESPACE, f"{judgement}\x1f{name}"))
+
+
+def evaluated_span(turn: RagTurn) -> tuple[str | None, str | None]:
+    """``(trace_id, span_id)`` of the operation *turn*'s judgement evaluates."""
+    span = turn.metadata.get(EVALUATED_SPAN_ID)
+    return turn.trace_id, span if isinstance(span, str) and span else turn.span_id
+
+
+def evaluation_attributes(turn: RagTurn, judgement: Judgement, reason: str | None, error: str | None
+                          ) -> list[dict[str, Any]]:
+    """The attributes of each score's ``gen_ai.evaluation.result`` record, in :data:`SCORE_NAMES` order.
+
+    *reason* and *error* are the texts as the content policy lets them out (None: withheld).
+    """
+    trace_id, span_id = evaluated_span(turn)
+    jid = judgement_id(trace_id, span_id, turn.turn_id, judgement.judge)
+    identity = c.judge_identity_attributes(judgement.identity.to_dict() if judgement.identity is not None else None)
+    # The judge's own completion id stays under ragaudit.judge.response_id: gen_ai.response.id names
+    # the completion being evaluated (the convention), set only when the source knows it.
+    identity.pop(c.GEN_AI_RESPONSE_ID, None)
+    evaluated_response = turn.metadata.get(EVALUATED_RESPONSE_ID)
+    scores = judgement.scores()
+    out: list[dict[str, Any]] = []
+    for name in SCORE_NAMES:
+        value = scores[name]
+        attrs: dict[str, Any] = {c.GEN_AI_EVALUATION_NAME: name, **identity, ATTR_JUDGEMENT_ID: jid,
+                                 ATTR_SCORE_ID: score_record_id(jid, name), c.ATTR_TURN_ID: turn.turn_id,
+                                 c.ATTR_JUDGE_NAME: judgement.judge}
+        if isinstance(evaluated_response, str) and evaluated_response:
+            attrs[c.GEN_AI_RESPONSE_ID] = evaluated_response
+        if value is not None:
+            attrs[c.GEN_AI_EVALUATION_SCORE_VALUE] = float(value)
+            if reason is not None:
+                attrs[c.GEN_AI_EVALUATION_EXPLANATION] = reason
+        else:
+            attrs[c.GEN_AI_EVALUATION_SCORE_LABEL] = c.MISSING_SCORE_LABEL
+            attrs[c.ATTR_ERROR_TYPE] = c.ERROR_TYPE_JUDGE_ERROR if error else c.ERROR_TYPE_MISSING_SCORE
+            explanation = error if error is not None else reason
+            if explanation is not None:
+                attrs[c.GEN_AI_EVALUATION_EXPLANATION] = explanation
+        out.append(attrs)
+    return out
+
+
+class _CountingLogExporter:
+    """Wraps a log exporter and counts the records whose export failed (the sink's ``errors``)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._lock = _fork.lock()
+        self.failed = 0
+
+    def export(self, batch: Sequence[Any]) -> Any:
+        from opentelemetry.sdk._logs.export import LogRecordExportResult
+
+        try:
+            result = self._inner.export(batch)
+        except Exception:
+            result = LogRecordExportResult.FAILURE
+        if result != LogRecordExportResult.SUCCESS:
+            with self._lock:
+                self.failed += len(batch)
+        return result
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return bool(self._inner.force_flush(timeout_millis))
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+
+def _logs_url(endpoint: str | None) -> str | None:
+    if endpoint is None:
+        return None
+    base = endpoint.rstrip("/")
+    return base if base.endswith("/v1/logs") else base + "/v1/logs"
+
+
+class EvaluationLogSink(BaseExporter):
+    """Writes each judgement as ``gen_ai.evaluation.result`` log records (see the module docstring).
+
+    Args:
+        logger_provider: an OTel SDK ``LoggerProvider`` to emit through. None: one of its own with
+            a batch processor and the OTLP/HTTP log exporter (``opentelemetry-exporter-otlp-proto-http``),
+            sending to *endpoint* (a base URL; ``/v1/logs`` is added) or, when that is None, to
+            ``OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT`` as the exporter reads them.
+        headers: extra request headers of that exporter (None: ``OTEL_EXPORTER_OTLP_[LOGS_]HEADERS``).
+        resource: attributes of that provider's resource (e.g. ``{"service.name": "ragaudit-worker"}``).
+
+    Texts (the reason, an error) go out through each record's content policy, as on the judge span.
+    Records that never reached the endpoint (its own provider only) are counted in :attr:`errors`.
+    """
+
+    max_attribute_chars = 8192
+
+    def __init__(
+        self,
+        logger_provider: Any = None,
+        *,
+        endpoint: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        resource: Mapping[str, Any] | None = None,
+    ) -> None:
+        if logger_provider is not None and not hasattr(logger_provider, "get_logger"):
+            raise ConfigurationError(f"logger_provider must be an OTel LoggerProvider, got "
+                                     f"{type(logger_provider).__name__}")
+        if logger_provider is not None and (endpoint is not None or headers is not None or resource is not None):
+            raise ConfigurationError("give EvaluationLogSink a logger_provider or endpoint/headers/resource, not both")
+        self._counting: _CountingLogExporter | None = None
+        self._own = logger_provider is None
+        if logger_provider is None:
+            logger_provider = self._make_provider(_logs_url(endpoint), headers, resource)
+        self._provider = logger_provider
+        self._logger = logger_provider.get_logger(c.TRACER_NAME)
+
+    def _make_provider(self, url: str | None, headers: Mapping[str, str] | None,
+                       resource: Mapping[str, Any] | None) -> Any:
+        try:
+            from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+            from opentelemetry.sdk._logs import LoggerProvider
+            from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+            from opentelemetry.sdk.resources import Resource
+        except ImportError as exc:
+            raise ConfigurationError("EvaluationLogSink needs the OTel SDK and OTLP/HTTP exporter: "
+                                     "pip install 'ragaudit[otlp]'") from exc
+        self._counting = _CountingLogExporter(OTLPLogExporter(endpoint=url, headers=dict(headers) if headers
+                                                              else None))
+        provider = LoggerProvider(resource=Resource.create(dict(resource or {})), shutdown_on_exit=False)
+        provider.add_log_record_processor(BatchLogRecordProcessor(self._counting))  # type: ignore[arg-type]
+        return provider
+
+    def export(self, records: Sequence[AuditRecord]) -> ExportResult:
+        """Emit the ``gen_ai.evaluation.result`` records of every judged record (unjudged: nothing)."""
+        for record in records:
+            if record.judgement is not None:
+                self.emit(record)
+        return ExportResult.SUCCESS
+
+    def emit(self, record: AuditRecord) -> None:
+        """The log records of one judged *record*, on its evaluated span's context."""
+        from opentelemetry import trace as trace_api
+        from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+        turn, judgement = record.turn, record.judgement
+        if judgement is None:
+            return
+        trace_id, span_id = evaluated_span(turn)
+        context = None
+        if trace_id and span_id:
+            span_context = SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True,
+                                       trace_flags=TraceFlags(TraceFlags.SAMPLED))
+            context = trace_api.set_span_in_context(NonRecordingSpan(span_context))
+        policy, limit = record.content_policy, self.max_attribute_chars
+        reason = policy.reason(judgement.reason, limit)
+        error = policy.error(judgement.error, limit=limit) if judgement.error else None
+        for attrs in evaluation_attributes(turn, judgement, reason, error):
+            self._logger.emit(context=context, event_name=c.GEN_AI_EVALUATION_RESULT,
+                              body=c.GEN_AI_EVALUATION_RESULT, attributes=attrs)
+
+    def force_flush(self, timeout_s: float = 30.0) -> bool:
+        return bool(self._provider.force_flush(int(timeout_s * 1000)))
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        if self._own:
+            self._provider.force_flush(int(timeout_s * 1000))
+            self._provider.shutdown()
+
+    @property
+    def errors(self) -> int:
+        return self._counting.failed if self._counting is not None else 0

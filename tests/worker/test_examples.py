@@ -1,0 +1,37 @@
+"""examples/collector: the settings the README promises are in the files (no Collector binary here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parents[2] / "examples" / "collector"
+
+
+def test_tier1_routes_whole_traces_by_trace_id_and_keeps_the_backend() -> None:
+    conf = yaml.safe_load((HERE / "tier1-gateway.yaml").read_text())
+    lb = conf["exporters"]["loadbalancing"]
+    assert lb["routing_key"] == "traceID"
+    assert lb["resolver"]["k8s"]["service"].startswith("ragaudit-workers")
+    assert conf["service"]["pipelines"]["traces"]["exporters"] == ["otlphttp/backend", "loadbalancing"]
+
+
+def test_tier2_tail_sampling_policies() -> None:
+    conf = yaml.safe_load((HERE / "tier2-worker-sidecar.yaml").read_text())
+    sampling = conf["processors"]["tail_sampling"]
+    assert sampling["decision_wait"] == "10s"
+    policies = {p["name"]: p for p in sampling["policies"]}
+    drop = policies["not-the-worker"]["drop"]["drop_sub_policy"][0]["string_attribute"]
+    assert drop == {"key": "service.name", "values": ["ragaudit-worker"]}
+    kinds = [p["type"] for p in policies["rag-turns"]["and"]["and_sub_policy"]]
+    assert kinds == ["ottl_condition", "probabilistic", "rate_limiting"]
+    assert conf["exporters"]["otlphttp/worker"]["endpoint"].endswith(":4319")
+
+
+def test_kubernetes_service_is_headless_and_probes_the_worker() -> None:
+    service, deployment = yaml.safe_load_all((HERE / "k8s-workers.yaml").read_text())
+    assert service["kind"] == "Service" and service["spec"]["clusterIP"] == "None"
+    containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
+    assert containers["worker"]["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert "--port" in (HERE / "Dockerfile").read_text() and "4319" in (HERE / "Dockerfile").read_text()
