@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ragaudit import Auditor, FakeJudge, JudgeRequest
+from ragaudit.records import UNSUBMITTED_REASONS, stable_doc_id
 from ragaudit.tracing import conventions as c
 from tests.support.llm_server import LLMServer, Reply, Scripted, ToolCall
 from tests.support.topics import QUESTIONS, answer_for, topic_documents
@@ -99,6 +100,22 @@ def app_rule(body: dict[str, Any]) -> Scripted:
     return answer_from(texts)
 
 
+def _reply_text(body: Any) -> str:
+    """The text the scripted model answered *body* with ("" for a tool call)."""
+    reply = app_rule(body) if isinstance(body, dict) else ""
+    return reply if isinstance(reply, str) else reply.text() if isinstance(reply, Reply) else ""
+
+
+def final_inputs(prompts: list[tuple[str, str]], expect: Expect) -> list[str]:
+    """The input of the model call that produced the answer (the last whose reply is the answer, else
+    the last), and the inputs of earlier calls whose reply reached it (a query engine tool's synthesis)."""
+    if not prompts:
+        return []
+    final = next((p for p, reply in reversed(prompts) if reply == expect.answer), prompts[-1][0])
+    fed = [p for p, reply in prompts if p != final and len(reply.split()) >= 4 and reply in final]
+    return [final, *fed]
+
+
 # --- the harness ---------------------------------------------------------------------------------------
 
 
@@ -127,10 +144,10 @@ class Env:
         self.judged: list[JudgeRequest] = []
         self.auditor = Auditor(FakeJudge(self._judge), tracer_provider=provider)
         self.expects: list[Expect] = []
-        self.prompts: list[list[str]] = []  # per user message, the app's model prompts
+        self.prompts: list[list[tuple[str, str]]] = []  # per user message, the app's model prompts and replies
         self.handler: Any = None
         self.flushers: list[Callable[[], Any]] = [lambda: self.auditor.flush(20)]
-        self.extra_turns: list[str] = []  # questions of turns traced on their own (not user messages)
+        self.extra_turns: list[str] = []  # questions of retrievers traced on their own (not user messages)
 
     def _judge(self, request: JudgeRequest) -> dict[str, Any]:
         self.judged.append(request)
@@ -140,7 +157,7 @@ class Env:
         """Run one user message; the model prompts it caused are kept for the evidence check."""
         before = self.srv.request_count
         result = run()
-        self.prompts.append([this_turns_text(r.messages) for r in self.srv.requests[before:]])
+        self.prompts.append([(this_turns_text(r.messages), _reply_text(r.body)) for r in self.srv.requests[before:]])
         self.expects.append(expect)
         return result
 
@@ -158,7 +175,7 @@ class Env:
         assert sorted(r.query for r in self.judged) == sorted(e.question for e in judged)
         requests = {r.query: r for r in self.judged}
         for expect, prompts in zip(expects, self.prompts, strict=True):
-            seen = {doc_id for doc_id, text in TEXTS.items() if any(text in p for p in prompts)}
+            seen = {doc_id for doc_id, text in TEXTS.items() if any(text in p for p in final_inputs(prompts, expect))}
             if not expect.judged:
                 continue
             request = requests[expect.question]
@@ -168,17 +185,22 @@ class Env:
             for doc, want in zip(request.documents, expect.ids, strict=True):
                 if want.startswith("tool:"):
                     assert doc.source == want[5:] and doc.id.startswith("call_"), (doc, want)
+                elif want.startswith("prompt:"):  # a passage of the prompt: id from its text
+                    assert doc.source == "prompt" and doc.id == stable_doc_id(TEXTS[want[7:]], "prompt"), (doc, want)
                 else:
                     assert doc.id == want, (ids, expect.ids)
-            # the evidence is exactly the knowledge-base documents whose text reached a model
+            # the evidence is exactly the knowledge-base documents whose text reached the final model call
             in_evidence = {doc_id for doc_id, text in TEXTS.items()
                            if any(text in d.content for d in request.documents)}
             assert in_evidence == seen, (in_evidence, seen)
             assert request.history == expect.history, request.history
             assert request.standalone_query == expect.standalone
         stats = self.auditor.stats()
-        for reason in ("no_evidence", "empty_answer"):
-            assert stats[f"unjudged_{reason}"] == sum(e.unjudged == reason for e in expects), stats
+        for reason in UNSUBMITTED_REASONS:
+            # a retriever traced on its own (an extra turn) is counted as standalone
+            extra = len(self.extra_turns) if reason == "standalone" else 0
+            assert stats[f"unjudged_{reason}"] == sum(e.unjudged == reason for e in expects) + extra, stats
+        assert stats["evidence_from_prompt"] == sum(any(i.startswith("prompt:") for i in e.ids) for e in expects)
         self.check_traces()
 
     def check_traces(self) -> None:
@@ -188,10 +210,11 @@ class Env:
             [e.question for e in self.expects] + self.extra_turns)
         judged = {e.question for e in self.expects if e.judged}
         assert len({t.context.trace_id for t in turns}) == len(turns)  # a trace per user message
+        judge_spans: dict[str, int] = {}
         for turn in turns:
             in_trace = [s for s in spans if s.context.trace_id == turn.context.trace_id]
-            judges = [s for s in in_trace if s.name == c.SPAN_JUDGE]
-            assert len(judges) == (1 if turn.attributes[c.INPUT_VALUE] in judged else 0)
+            question = str(turn.attributes[c.INPUT_VALUE])
+            judge_spans[question] = judge_spans.get(question, 0) + sum(s.name == c.SPAN_JUDGE for s in in_trace)
             expect = next((e for e in self.expects if e.question == turn.attributes[c.INPUT_VALUE]), None)
             if expect is not None and expect.tools:
                 assert len([s for s in in_trace if s.name.startswith(c.SPAN_TOOL + " ")]) == expect.tools
@@ -199,6 +222,8 @@ class Env:
             for span in in_trace:  # every step and the judge hang under the turn span
                 if span is not turn:
                     assert span.parent is not None and span.parent.span_id == turn.context.span_id, span.name
+        # one judge span per judged user message (a retriever traced on its own with the same question: none)
+        assert judge_spans == {q: int(q in judged) for q in judge_spans}, judge_spans
 
 
 @pytest.fixture(scope="module")
@@ -327,7 +352,8 @@ def lc_multi_query(env: Env, kb: Any) -> None:
 
 def lc_thread_pool(env: Env, kb: Any) -> None:
     """A retriever called from a plain thread pool inside a RunnableLambda (failure 5): it leaves the
-    callback tree, so the turn has an answer and no evidence: counted, warned about, not judged."""
+    callback tree, but its documents reach the prompt: judged on the prompt's passages, counted in
+    ``evidence_from_prompt``."""
     from langchain_core.output_parsers import StrOutputParser
     from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 
@@ -340,7 +366,8 @@ def lc_thread_pool(env: Env, kb: Any) -> None:
     q = QUESTIONS[6]
     if env.mode == "instrument":  # the process-wide handler sees the lost retrieval as a turn of its own
         env.extra_turns.append(q)
-    env.ask(Expect(q, [], kb.answers[q], judged=False, unjudged="no_evidence"),
+    # What reached the model is still seen: the prompt's context, as passages with ids from their text.
+    env.ask(Expect(q, [f"prompt:{i}" for i in kb.expected[q]], kb.answers[q]),
             lambda: chain.invoke(q, config=env.config()))
 
 

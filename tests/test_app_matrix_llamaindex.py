@@ -365,11 +365,8 @@ def li_query_engine_failing_model(env: Env, kb: KB) -> None:
         env.model.fail_answers = False
 
 
-# Until the assembler counts failed runs (unjudged_failed, issue 23).
-_PENDING = pytest.mark.xfail(strict=True, reason="the assembler's unjudged_failed counter")
-STYLES = [li_rag_workflow_reranking, pytest.param(li_rag_workflow_failing_model, marks=_PENDING),
-          li_refine, li_tree_summarize,
-          pytest.param(li_query_engine_failing_model, marks=_PENDING)]
+STYLES = [li_rag_workflow_reranking, li_rag_workflow_failing_model, li_refine, li_tree_summarize,
+          li_query_engine_failing_model]
 
 
 @pytest.mark.parametrize("style", STYLES, ids=lambda f: f.__name__)

@@ -24,7 +24,7 @@ from ragaudit.integrations.steps import (
     ToolResult,
     dispatch,
 )
-from ragaudit.records import RagTurn
+from ragaudit.records import UNSUBMITTED_REASONS, RagTurn
 from ragaudit.tracing.spans import SpanRecorder
 
 
@@ -165,6 +165,130 @@ def test_close_counts_and_warns_once_per_auditor(caplog: pytest.LogCaptureFixtur
         assert stats["unjudged_no_evidence"] == 3 and stats["unjudged_empty_answer"] == 1
         assert judged == ["q?"] and stats["submitted"] == 1
         warnings = [r.getMessage() for r in caplog.records if "unjudged_no_evidence" in r.getMessage()]
-        assert len(warnings) == 1 and "ContextThreadPoolExecutor" in warnings[0]
+        assert len(warnings) == 1 and "No retrieval was observed" in warnings[0] and "instrument()" in warnings[0]
     finally:
         auditor.shutdown()
+
+
+def test_the_no_evidence_warning_names_what_it_saw(caplog: pytest.LogCaptureFixture) -> None:
+    auditor = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), mode="inline")
+    try:
+        with caplog.at_level(logging.WARNING, logger="ragaudit"):
+            assembler = assemble(MODEL, answer="An answer.")
+            assembler.retrieval_outside = True  # the source saw a search that belonged to no run
+            assembler.close(SpanRecorder(), auditor)
+            variables = {"context": "Returns are accepted within 30 days of delivery.", "question": "q"}
+            assemble(call("x", variables=variables), answer="An answer.").close(SpanRecorder(), auditor)
+        messages = [r.getMessage() for r in caplog.records]
+        assert any("outside the callback tree" in m and "ContextThreadPoolExecutor" in m for m in messages)
+        assert any("context found only in the prompt" in m and "evidence_from_prompt" in m for m in messages)
+        assert auditor.stats()["evidence_from_prompt"] == 1 and auditor.stats()["judged"] == 1
+    finally:
+        auditor.shutdown()
+
+
+def test_every_unjudged_reason_is_counted() -> None:
+    auditor = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), mode="inline")
+    try:
+        failed = assemble(retrieval("r", "root", "a"), MODEL, ended=False)
+        dispatch(failed, RunEnded("root", 3, error="ValueError: boom"))
+        cases = [failed, assemble(retrieval("r", "root", "a"), answer=None),  # no model, no answer
+                 assemble(answer="canned"),  # an answer no model made
+                 assemble(retrieval("r", "root", "a"), MODEL, kind=RunKind.RETRIEVE, answer="x")]
+        for assembler in cases:
+            assembler.close(SpanRecorder(), auditor)
+        stats = auditor.stats()
+        assert {reason: stats[f"unjudged_{reason}"] for reason in UNSUBMITTED_REASONS} == {
+            "failed": 1, "no_evidence": 0, "empty_answer": 0, "no_answer": 1, "no_model": 1, "standalone": 1}
+        assert stats["submitted"] == 0
+    finally:
+        auditor.shutdown()
+
+
+# --- what the model saw (issue 23) ------------------------------------------------------------------
+
+
+def call(*texts: str, output: str = "x", run: str = "llm", variables: dict[str, str] | None = None,
+         role: str = "user") -> ModelCall:
+    return ModelCall(run, "root", 1, 2, messages=((role, "\n\n".join(texts)),), output=output,
+                     template_variables=variables or {})
+
+
+def test_evidence_is_what_reached_the_final_model_call() -> None:
+    # three retrieved, two kept by the app (a filter, a grader): the judge sees those two
+    turn = build(retrieval("r", "root", "a", "b", "c"), call("Context:", "text of a", "text of c", "Q: q"), answer="x")
+    assert [d.id for d in turn.documents] == ["a", "c"] and [d.rank for d in turn.documents] == [1, 2]
+    assert turn.retrievals[0].used_ids == ("a", "c")
+
+
+def test_an_abandoned_first_retrieval_is_not_evidence() -> None:
+    # agentic RAG: retrieve, grade (rejects), rewrite, retrieve again, generate on the second
+    grade = call("text of a", "Is this relevant? yes or no", output="no", run="grade")
+    rewrite = call("Rewrite the question: q", output="better q", run="rewrite")
+    final = call("Answer from: text of b", output="The answer.", run="generate")
+    turn = build(retrieval("r1", "root", "a"), grade, rewrite, retrieval("r2", "root", "b", query="better q"),
+                 final, answer="The answer.")
+    assert [d.id for d in turn.documents] == ["b"]
+    assert [r.used_ids for r in turn.retrievals] == [(), ("b",)]
+
+
+def test_the_final_call_is_the_one_whose_output_is_the_answer() -> None:
+    answer_call = call("text of a", output="The answer.", run="answer")
+    title_call = call("Give the chat a title: The answer.", output="Refunds", run="title")
+    turn = build(retrieval("r", "root", "a", "b"), answer_call, title_call, answer="The answer.")
+    assert [d.id for d in turn.documents] == ["a"]
+
+
+def test_whitespace_and_a_cut_document_still_match() -> None:
+    long_text = " ".join(f"word{i}" for i in range(100))
+    docs = (RetrievedDoc(id="long", content=long_text), RetrievedDoc(id="spaced", content="one  two\nthree four"))
+    step = RetrievalStep("r", "root", "r", 1, 2, documents=docs)
+    turn = build(step, call(long_text[:300], "one two three\tfour"), answer="x")
+    assert [d.id for d in turn.documents] == ["long", "spaced"]
+
+
+def test_unexplained_template_variables_become_prompt_evidence() -> None:
+    variables = {"context": "Returns are accepted within 30 days.\n\nRefunds go to the original card.",
+                 "question": "How do refunds work?"}
+    assembler = assemble(call("Returns are accepted within 30 days.", "Refunds go to the original card.",
+                              variables=variables), answer="x", question="How do refunds work?")
+    turn = assembler.build()
+    assert [d.content for d in turn.documents] == ["Returns are accepted within 30 days.",
+                                                    "Refunds go to the original card."]
+    assert {d.source for d in turn.documents} == {"prompt"} and assembler.from_prompt == 2
+    assert assembler.unjudged_reason(turn) is None
+    again = assemble(call("x", variables=variables), answer="x", question="How do refunds work?").build()
+    assert [d.id for d in again.documents] == [d.id for d in turn.documents]  # ids from the text
+
+
+def test_template_variables_explained_by_observed_documents_add_nothing() -> None:
+    variables = {"context": "text of a\n\ntext of b", "question": "q"}
+    assembler = assemble(retrieval("r", "root", "a", "b"), call("text of a", "text of b", variables=variables),
+                         answer="x")
+    assert [d.id for d in assembler.build().documents] == ["a", "b"] and assembler.from_prompt == 0
+
+
+def test_system_message_context_is_evidence_when_no_retrieval_was_seen() -> None:
+    context = ("Our store accepts returns of unused items within thirty days of delivery, and refunds "
+               "are paid to the original payment method within five business days of receiving the item. "
+               "Laptops that were opened can be returned within fourteen days for a full refund.")
+    turn = build(ModelCall("llm", "root", 1, 2, messages=(("system", f"Use this context:\n\n{context}"),
+                                                          ("user", "q")), output="x"), answer="x")
+    assert [d.content for d in turn.documents] == [context]  # "Use this context:" is too short to be a passage
+    assert turn.documents[0].source == "prompt"
+
+
+def test_a_short_instruction_is_not_context() -> None:
+    assembler = assemble(ModelCall("llm", "root", 1, 2, messages=(("system", "You are a helpful assistant."),
+                                                                  ("user", "q")), output="x"), answer="x")
+    assert assembler.unjudged_reason(assembler.build()) == "no_evidence"
+
+
+def test_matching_ten_thousand_documents_is_linear() -> None:
+    # 10,000 retrieved, every other one in the prompt: each is found (or not) by one index lookup
+    docs = tuple(RetrievedDoc(id=f"d{i}", content=f"document number {i} says fact {i * 7} about item {i}.")
+                 for i in range(10_000))
+    prompt = "\n\n".join(d.content for d in docs[::2])
+    step = RetrievalStep("r", "root", "r", 1, 2, documents=docs)
+    turn = build(step, call(prompt), answer="x")
+    assert [d.id for d in turn.documents] == [f"d{i}" for i in range(0, 10_000, 2)]

@@ -350,3 +350,46 @@ def test_any_answer_gives_a_valid_sorted_unique_result(answer: str, count: int) 
     assert set(ids) <= {d.id for d in docs}
     assert all(c.method in ("marker", "overlap") for c in found)
     assert found == find_citations(answer, docs)
+
+
+# --- citations after the sentence (issue 23) -------------------------------------------------------------
+
+TRAILING_DOCS = (
+    RetrievedDoc(id="returns", content="Items can be returned within 30 days of delivery for a full refund.",
+                 rank=1, source="returns.md"),
+    RetrievedDoc(id="shipping", content="Standard shipping takes 3 to 5 business days.", rank=2,
+                 source="shipping.md"),
+)
+
+
+@pytest.mark.parametrize("answer", [
+    "Items can be returned within 30 days of delivery for a full refund. (source: returns.md)",
+    "Items can be returned within 30 days of delivery for a full refund. [1]",
+    "Items can be returned within 30 days of delivery for a full refund.\n\nSources: returns.md",
+    "Items can be returned within 30 days of delivery for a full refund [1].\n\n[1] returns.md",
+    "Items can be returned within 30 days of delivery for a full refund. (source: returns.md) "
+    "Standard shipping takes 3 to 5 business days. [2]",
+])
+def test_a_citation_after_the_sentence_belongs_to_it_and_holds(answer: str) -> None:
+    from ragaudit._text import sentence_spans
+    from ragaudit.judges import LexicalJudge
+    from ragaudit.records import JudgeRequest, RagTurn
+    from ragaudit.turn_audit import audit_turn
+
+    claims = answer.count("Items") + answer.count("Standard")
+    assert len(sentence_spans(answer)) == claims  # no citation-only sentence
+    judgement = LexicalJudge().judge(JudgeRequest(query="Can I return it?", answer=answer, context="",
+                                                  documents=TRAILING_DOCS))
+    assert all(s.verdict != "no_claim" for s in judgement.sentences)
+    audit = audit_turn(RagTurn(turn_id="t", query="Can I return it?", answer=answer, documents=TRAILING_DOCS),
+                       judgement)
+    assert audit.citation_checks and audit.citation_precision == 1.0
+
+
+def test_list_items_that_are_claims_stay_sentences() -> None:
+    from ragaudit._text import split_sentences
+
+    assert split_sentences("Refunds:\n1. Items are refunded in 5 days.\n2. Shipping is free.") == [
+        "Refunds:", "1. Items are refunded in 5 days.", "2. Shipping is free."]
+    assert split_sentences("Refunds take 5 days.\n\nSources:\n- returns.md\n- refunds.md") == [
+        "Refunds take 5 days. Sources: - returns.md - refunds.md"]

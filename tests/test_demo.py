@@ -50,7 +50,8 @@ class DemoRun:
     audit: Path
 
     def rows(self) -> dict[str, list[str]]:
-        """Table rows by question id: [question, faithful, ctx rel, ans rel, recall, cited]."""
+        """Table rows by question id: [question, faithful, ctx rel, ans rel, recall, jNDCG, jP, grades, cited,
+        cite P]."""
         return {m.group(1): re.split(r" {2,}", m.group(2).rstrip()) for m in _ROW_RE.finditer(self.stdout)}
 
     def audit_by_question(self) -> dict[str, dict[str, Any]]:
@@ -176,7 +177,7 @@ def test_prompt_round_trips_question_and_numbered_passages() -> None:
 def test_standin_quotes_matching_sentences_with_citations() -> None:
     passages = [Passage(1, _doc("gifts").text), Passage(2, _doc("exchanges").text)]
     answer = extractive_answer("Are size exchanges on clothing free?", passages)
-    assert answer == f"{STANDIN_LABEL} Size exchanges on clothing are free of charge [2]."
+    assert answer == f"{STANDIN_LABEL} Size exchanges on clothing are free of charge. [2]"
 
 
 def test_standin_declines_when_nothing_matches_and_names_the_missing_words() -> None:
@@ -202,11 +203,15 @@ def test_demo_prints_header_and_a_row_per_question(langchain_run: DemoRun) -> No
     assert "judge:     lexical" in out
     rows = langchain_run.rows()
     assert sorted(rows) == [q.id for q in kb.QUESTIONS]
-    assert all(len(cells) == 9 for cells in rows.values()), rows
+    assert all(len(cells) == 10 for cells in rows.values()), rows
     assert rows["q1"][0] == "What is the refund window for ordinary purch…"
     assert rows["q6"][4] == "—" and rows["q7"][4] == "—"  # no relevant document: recall undefined
     assert rows["q1"][4] == "1.00"
     assert "refund_eligibility" in rows["q1"][8] and "exchanges" in rows["q2"][8]
+    # the stand-in cites after the sentence ("... free of charge. [2]"): the citation holds (issue 23)
+    lines = langchain_run.audit_by_question()
+    assert ". [" in lines["q2"]["answer"] and rows["q2"][9] == "1.00"
+    assert all(cells[9] in ("1.00", "—") for cells in rows.values()), rows
     assert "a weak screen, not a verdict" in out and "ChatRagJudge (full audit)" in out
 
 

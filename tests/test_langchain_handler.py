@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
 from langchain_core.messages import AIMessage
 from langchain_core.output_parsers import StrOutputParser
@@ -552,3 +553,72 @@ def test_bad_arguments_fail_at_construction(setup: Setup) -> None:
         RagAuditCallbackHandler(auditor=setup.auditor, max_runs=0)
     with pytest.raises(ConfigurationError, match="auditor"):
         RagAuditCallbackHandler(auditor=object())  # type: ignore[arg-type]
+
+
+# --- vector-store searches (issue 23) --------------------------------------------------------------------
+
+
+class _Retrievals(BaseCallbackHandler):
+    """Another handler of the same run: what it is told of retrievals."""
+
+    def __init__(self) -> None:
+        self.started: list[Any] = []
+
+    def on_retriever_start(self, serialized: Any, query: str, **kwargs: Any) -> None:
+        self.started.append(query)
+
+
+def test_a_vector_store_search_in_a_runnable_is_a_retrieval_with_the_store_ids(setup: Setup, kb: KB) -> None:
+    q = QUESTIONS[4]
+    other = _Retrievals()
+    search = RunnableLambda(lambda question: "\n\n".join(d.page_content for d in kb.store.similarity_search(question,
+                                                                                                          k=2)))
+    chain = {"context": search, "question": RunnablePassthrough()} | PROMPT | ContextEchoModel() | StrOutputParser()
+    assert chain.invoke(q, config={"callbacks": [setup.handler, other]}) == kb.answers[q]
+    setup.handler.flush(10)
+    assert setup.auditor.flush(10)
+    (retrieval,) = setup.spans("retrieval Chroma")
+    ids = [retrieval.attributes[f"retrieval.documents.{i}.document.id"] for i in range(2)]
+    assert ids == kb.expected[q] and retrieval.attributes[c.GEN_AI_RETRIEVAL_QUERY_TEXT] == q
+    assert list(retrieval.attributes[c.ATTR_DOCUMENT_USED]) == [True, True]
+    assert other.started == []  # reported to ragaudit only: other handlers see the run as before
+    (line,) = read_audit_log(setup.log)
+    assert [d["id"] for d in line["documents"]] == kb.expected[q]
+
+
+def test_async_searches_with_scores_and_failing_searches(setup: Setup, kb: KB) -> None:
+    q = QUESTIONS[5]
+
+    async def search(question: str) -> str:
+        found = await kb.store.asimilarity_search_with_score(question, k=2)
+        return "\n\n".join(d.page_content for d, _ in found)
+
+    chain = {"context": RunnableLambda(search), "question": RunnablePassthrough()} | PROMPT | ContextEchoModel()
+    asyncio.run(chain.ainvoke(q, config=setup.config))
+    failing = RunnableLambda(lambda question: kb.store.similarity_search(question))
+    with pytest.raises(RuntimeError, match="vector index unavailable"):  # the app's error, unchanged
+        failing.invoke("FAIL_RETRIEVER", config=setup.config)
+    setup.handler.flush(10)
+    spans = setup.spans("retrieval Chroma")
+    assert len(spans) == 2
+    scored = next(s for s in spans if s.status.status_code is not StatusCode.ERROR)
+    assert [scored.attributes[f"retrieval.documents.{i}.document.id"] for i in range(2)] == kb.expected[q]
+    assert "retrieval.documents.0.document.score" in scored.attributes
+    failed = next(s for s in spans if s.status.status_code is StatusCode.ERROR)
+    assert "vector index unavailable" in str(failed.status.description) or failed.events
+
+
+def test_a_search_outside_any_run_is_not_reported_and_a_subclass_defined_later_is_wrapped(kb: KB) -> None:
+    from langchain_chroma import Chroma
+
+    from ragaudit.integrations._langchain_stores import outside_searches
+
+    class MyChroma(Chroma):
+        def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[Document]:
+            return super().similarity_search(query, k=k, **kwargs)
+
+    before = outside_searches()
+    kb.store.similarity_search(QUESTIONS[0], k=1)  # no run: nothing to report to
+    assert outside_searches() == before + 1
+    # defined after the patch, wrapped by VectorStore.__init_subclass__
+    assert MyChroma.__dict__["similarity_search"].__wrapped__.__qualname__.endswith("MyChroma.similarity_search")

@@ -203,7 +203,6 @@ class OwnStoreFlow(Workflow):
                                                             query_str=ev.query))
 
 
-@pytest.mark.xfail(strict=True, reason="the assembler's evidence rule (issue 23)")
 def test_context_filled_into_a_template_is_the_evidence_when_no_retrieval_was_seen(setup: Setup, kb: KB) -> None:
     llamaindex.instrument(auditor=setup.auditor)
     texts = [n.text for n in make_nodes()]

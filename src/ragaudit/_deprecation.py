@@ -33,10 +33,19 @@ def renamed_kwargs(**renames: str) -> Callable[[F], F]:
                 if old in kwargs:
                     if new in kwargs:
                         raise TypeError(f"{func.__qualname__}() got both {old!r} and {new!r}")
-                    warn_deprecated(f"{func.__qualname__}({old}=...)", f"{new}=", stacklevel=2)
+                    warn_deprecated(f"{_called_name(func, args)}({old}=...)", f"{new}=", stacklevel=2)
                     kwargs[new] = kwargs.pop(old)
             return func(*args, **kwargs)
 
         return cast(F, wrapper)
 
     return decorate
+
+
+def _called_name(func: Callable[..., Any], args: tuple[Any, ...]) -> str:
+    # A method named by the class the user called it on (Auditor.flush), not by the base class
+    # that happens to define it (Draining.flush).
+    owner, _, name = func.__qualname__.rpartition(".")
+    if owner and args and owner in {cls.__qualname__ for cls in type(args[0]).__mro__}:
+        return f"{type(args[0]).__qualname__}.{name}"
+    return func.__qualname__

@@ -241,7 +241,11 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     names such as ``policy.pdf`` stay whole), but not after common abbreviations (``e.g.``,
     ``approx.``, ``Dr.``, ``No. 5``) or single initials; a citation marker right after the stop
     (``... refunded. [1]``) stays with its sentence. Paragraph breaks and list items also end a
-    sentence; a single line break inside a paragraph does not.
+    sentence; a single line break inside a paragraph does not. A segment that only cites
+    (``(source: returns.md)``, ``[1][2]``, ``Sources: a, b``, a footnote line ``[1] returns.md``, the
+    items of a list of sources after it) belongs to the sentence before it, as ALCE reads citations:
+    it is never a sentence of its own. This is the one splitter the judges, the citation checks and
+    the report share.
     """
     spans: list[tuple[int, int]] = []
     pos = 0
@@ -260,7 +264,43 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
             start = match.end()
         _add_span(text, start, block_end, spans)
         pos = block_end
-    return spans
+    return _attach_citations(text, spans)
+
+
+# A segment that only cites (ALCE: it belongs to the sentence before): bracket markers ("[1][2]",
+# "【3】"), a source note ("(source: returns.md)"), a "Sources: a, b" line, a footnote ("[1] returns.md",
+# "[^1]: https://..."), or an item of a list of sources after one of these ("- returns.md").
+_MARKERS = r"(?:\[[^\[\]\n]{1,80}\]|【[^【】\n]{1,80}】)(?:[ \t,;]*(?:\[[^\[\]\n]{1,80}\]|【[^【】\n]{1,80}】))*"
+_NOTE = r"\(\s*(?:sources?|src|refs?|references?|see|cf\.?|from|citations?)\s*:[^()\n]{1,200}\)"
+_CITATION_ONLY_RE = re.compile(
+    rf"(?:{_MARKERS}|{_NOTE})[.,;]?"
+    r"|(?:sources?|references?|citations?|refs?)\s*:[^\n]{0,300}"
+    r"|\[\^?\d{1,3}\]:?[ \t]+\S[^\n]{0,200}",
+    re.IGNORECASE,
+)
+_LEADING_CITATION_RE = re.compile(rf"(?:{_MARKERS}|{_NOTE})[.,;]?(?=\s)", re.IGNORECASE)
+_SOURCE_ITEM_RE = re.compile(r"(?:[-*•·]|\d{1,3}[.)])[ \t]+\S+(?:[ \t]+\S+){0,3}")
+
+
+def _attach_citations(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """*spans* with every citation-only segment joined to the sentence before it, and a citation
+    that opens a segment ("(source: a.md) Next sentence.") moved to the sentence before."""
+    out: list[tuple[int, int]] = []
+    citing = False  # the last segment was citation-only: short list items after it are sources
+    for start, end in spans:
+        segment = text[start:end]
+        if out and (_CITATION_ONLY_RE.fullmatch(segment) or (citing and _SOURCE_ITEM_RE.fullmatch(segment))):
+            out[-1] = (out[-1][0], end)
+            citing = True
+            continue
+        citing = False
+        lead = _LEADING_CITATION_RE.match(segment) if out else None
+        if lead is not None:
+            out[-1] = (out[-1][0], start + lead.end())
+            _add_span(text, start + lead.end(), end, out)
+            continue
+        out.append((start, end))
+    return out
 
 
 def _add_span(text: str, start: int, end: int, spans: list[tuple[int, int]]) -> None:

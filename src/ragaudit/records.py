@@ -27,6 +27,7 @@ __all__ = [
     "SENTENCE_VERDICTS",
     "TRUNCATION_MARKER",
     "UNJUDGED_REASONS",
+    "UNSUBMITTED_REASONS",
     "AuditRecord",
     "Citation",
     "CitationCheck",
@@ -145,17 +146,14 @@ class RetrievedDoc:
         object.__setattr__(self, "metadata", _frozen_mapping(self.metadata, "RetrievedDoc.metadata"))
 
 
-CitationMethod = Literal["marker", "overlap"]
+CitationMethod = Literal["marker", "overlap", "structured"]
 
 
 @dataclass(frozen=True, slots=True)
 class Citation:
-    """A retrieved document the answer cites.
-
-    ``method`` says how it was found: ``"marker"`` (the answer says ``[2]``, ``[doc-id]`` or names
-    the source; ``marker`` holds that text) or ``"overlap"`` (a sentence of the answer is drawn from
-    the document; ``marker`` holds the sentence, cut).
-    """
+    """A retrieved document the answer cites. ``method``: ``"marker"`` (the answer says ``[2]``, ``[doc-id]``
+    or names the source; ``marker`` holds that text), ``"overlap"`` (a sentence is drawn from the document;
+    ``marker`` holds it, cut) or ``"structured"`` (a structured answer's citation field; its value)."""
 
     doc_id: str
     rank: int
@@ -167,13 +165,13 @@ class Citation:
             raise ConfigurationError(f"Citation.doc_id must be a non-empty string, got {self.doc_id!r}")
         if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
             raise ConfigurationError(f"Citation.rank must be an int >= 1, got {self.rank!r}")
-        if self.method not in ("marker", "overlap"):
-            raise ConfigurationError(f"Citation.method must be 'marker' or 'overlap', got {self.method!r}")
+        if self.method not in ("marker", "overlap", "structured"):
+            raise ConfigurationError(f"Citation.method must be marker, overlap or structured, got {self.method!r}")
 
 
 @dataclass(frozen=True, slots=True)
 class Retrieval:
-    """One retriever call inside a turn (a turn may have several, e.g. two retrievers in parallel)."""
+    """One retriever call of a turn; ``used_ids``: its documents that reached the answering call (None: not known)."""
 
     name: str
     documents: tuple[RetrievedDoc, ...] = ()
@@ -181,9 +179,11 @@ class Retrieval:
     started_at: int | None = None
     ended_at: int | None = None
     error: str | None = None
+    used_ids: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "documents", tuple(self.documents))
+        object.__setattr__(self, "used_ids", None if self.used_ids is None else tuple(self.used_ids))
         _check_time("Retrieval.started_at", self.started_at)
         _check_time("Retrieval.ended_at", self.ended_at)
 
@@ -736,9 +736,12 @@ class TurnAudit:
         }
 
 
-UNJUDGED_REASONS: tuple[str, ...] = ("sampled_out", "dropped", "no_evidence", "empty_answer", "failed_run",
+UNSUBMITTED_REASONS: tuple[str, ...] = ("failed", "no_evidence", "empty_answer", "no_answer", "no_model", "standalone")
+"""Why the assembler did not submit a finished turn (each in ``stats()["unjudged_<reason>"]``): the run failed;
+no evidence; an empty answer; no answer read; no model call made it; a retriever or model called on its own."""
+UNJUDGED_REASONS: tuple[str, ...] = ("sampled_out", "dropped", *UNSUBMITTED_REASONS,
                                      "filtered_out", "over_budget", "paused", "budget_unavailable", "rate_limited")
-"""Why a finished turn was not judged (an :class:`AuditRecord`'s ``unjudged``)."""
+"""Why a finished turn was not judged (an :class:`AuditRecord`'s ``unjudged``); the assembler's are above."""
 
 RecordStatus = Literal["judged", "failed", "unjudged"]
 """An :class:`AuditRecord`'s outcome: judged, judged with an error, or not judged (with a reason)."""

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from ._text import sentence_spans
 from ._turn_metrics import DEFAULT_TURN_MEASURES, turn_metrics
-from .records import AuditRecord, CitationCheck, Judgement, RagTurn, RetrievedDoc, TurnAudit
+from .records import AuditRecord, Citation, CitationCheck, Judgement, RagTurn, RetrievedDoc, TurnAudit
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -116,15 +116,19 @@ def judged_metrics(judgement: Judgement, measures: Iterable[str] = JUDGED_MEASUR
     return out
 
 
-def check_citations(answer: str | None, documents: Sequence[RetrievedDoc],
-                    judgement: Judgement) -> tuple[CitationCheck, ...]:
+def check_citations(answer: str | None, documents: Sequence[RetrievedDoc], judgement: Judgement,
+                    structured: Sequence[Citation] = ()) -> tuple[CitationCheck, ...]:
     """Each explicit citation of *answer*, per sentence, checked against *judgement*'s verdicts.
 
-    Empty when the answer has no citation marker or the judgement has no sentence verdicts (a
-    three-score judgement cannot check a citation).
+    *structured*: the citations a structured answer gave as a field (``method="structured"``): they
+    belong to the whole answer, so each holds when the judge lists the document for any sentence
+    (its check names the first such sentence, else sentence 1). Empty when the answer has no citation
+    and the judgement has no sentence verdicts (a three-score judgement cannot check a citation).
     """
     if not judgement.sentences:
         return ()
+    if structured:
+        return tuple(_check_structured(cit, judgement) for cit in structured)
     from .citations import sentence_citations
 
     verdicts = {s.index: s for s in judgement.sentences}
@@ -138,6 +142,14 @@ def check_citations(answer: str | None, documents: Sequence[RetrievedDoc],
             checks.append(CitationCheck(index, cit.doc_id, cit.rank, cit.marker, holds,
                                         verdict.verdict if verdict is not None else None))
     return tuple(checks)
+
+
+def _check_structured(cit: Citation, judgement: Judgement) -> CitationCheck:
+    given = [s for s in judgement.sentences if s.verdict is not None]
+    support = next((s for s in given if cit.doc_id in s.supporting_doc_ids), None)
+    first = support or (given[0] if given else judgement.sentences[0])
+    holds = None if not given else support is not None
+    return CitationCheck(first.index, cit.doc_id, cit.rank, cit.marker, holds, first.verdict)
 
 
 def citation_scores(checks: Sequence[CitationCheck], judgement: Judgement) -> tuple[float | None, float | None]:
@@ -160,7 +172,8 @@ def citation_scores(checks: Sequence[CitationCheck], judgement: Judgement) -> tu
 
 def audit_turn(turn: RagTurn, judgement: Judgement, measures: Iterable[str] = JUDGED_MEASURES) -> TurnAudit:
     """The :class:`TurnAudit` of *turn* and its *judgement*. Pure; raises nothing for any judgement."""
-    checks = check_citations(turn.answer, turn.documents, judgement)
+    checks = check_citations(turn.answer, turn.documents, judgement,
+                             [c for c in turn.citations if c.method == "structured"])
     precision, recall = citation_scores(checks, judgement)
     return TurnAudit(
         metrics=judged_metrics(judgement, measures),

@@ -61,7 +61,8 @@ def test_openllmetry_association_properties_and_ids_from_serialised_documents() 
             pass
         with t.start_as_current_span("ChatOpenAI.chat", attributes={
                 "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini",
-                "gen_ai.prompt.0.role": "user", "gen_ai.prompt.0.content": DOCS[0][1] + "\n" + QUESTION,
+                "gen_ai.prompt.0.role": "user",
+                "gen_ai.prompt.0.content": "\n\n".join(text for _, text in DOCS) + "\n" + QUESTION,
                 "gen_ai.completion.0.role": "assistant", "gen_ai.completion.0.content": ANSWER}):
             pass
     [(turn, _)] = _turns(maker.take())

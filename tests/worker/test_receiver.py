@@ -192,7 +192,7 @@ def test_error_turn_traced_not_judged(worker: Any, clock: Clock) -> None:
     clock.now += 2.5
     wait_for(lambda: worker.stats()["turns_found"] == 1, what="the turn read")
     stats = worker.stats()
-    assert stats["turns_unjudged_error"] == 1 and stats["turns_submitted"] == 0
+    assert stats["turns_unjudged_failed"] == 1 and stats["turns_submitted"] == 0
 
 
 def test_genai_conventions_only(worker: Any, clock: Clock, collector: Any) -> None:

@@ -26,7 +26,7 @@ from .._worker import BatchWorker, on_fork_in_child, run_jobs
 from ..content import ContentPolicy, log_exception
 from ..errors import ConfigurationError
 from ..judges.base import RagJudge
-from ..records import AuditRecord, Judgement, JudgeRequest, RagTurn
+from ..records import UNSUBMITTED_REASONS, AuditRecord, Judgement, JudgeRequest, RagTurn
 from ..turn_audit import COMPUTE, audit_record
 from ._closing import TurnCloser, TurnSource
 from ._draining import Draining
@@ -56,7 +56,6 @@ SubmitStatus = Literal["queued", "judged", "failed", "dropped", "sampled_out", "
 
 OnJudgement = Callable[[RagTurn, Judgement], None]
 
-_UNJUDGED_COUNTED = ("no_evidence", "empty_answer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +256,8 @@ class Auditor(Draining):
 
         self._lock = _fork.lock()
         self._counts = {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0,
-                        "unjudged_no_evidence": 0, "unjudged_empty_answer": 0, **dict.fromkeys(NOT_SENT, 0)}
+                        "evidence_from_prompt": 0, **{f"unjudged_{reason}": 0 for reason in UNSUBMITTED_REASONS},
+                        **dict.fromkeys(NOT_SENT, 0)}
         self._pending = 0
         self._closed = False
         self._log = RateLimitedLog()
@@ -445,10 +445,13 @@ class Auditor(Draining):
         return self._cost.feedback(turn_id, value, lambda job: self._submit(job, sample=False)[0])
 
     def count_unjudged(self, reason: str) -> bool:
-        """Count a finished turn that was traced but not judged: *reason* ``"no_evidence"`` (an answer
-        with no evidence) or ``"empty_answer"``; ``stats()["unjudged_<reason>"]``. Returns True the
-        first time for *reason* (the caller logs the fix once per auditor)."""
-        key = f"unjudged_{reason}"
+        """Count a turn traced and not judged, ``stats()["unjudged_<reason>"]`` (*reason* one of
+        :data:`~ragaudit.records.UNSUBMITTED_REASONS`); True the first time (the caller warns once)."""
+        return self.count(f"unjudged_{reason}")
+
+    def count(self, key: str) -> bool:
+        """Add one to ``stats()[key]``, a count integrations keep (``unjudged_<reason>``,
+        ``evidence_from_prompt``); True the first time. Other keys are not counted."""
         with self._lock:
             if key not in self._counts:
                 return False
@@ -483,11 +486,11 @@ class Auditor(Draining):
 
     def stats(self) -> dict[str, int]:
         """Counts: submitted, judged, failed, dropped, sampled_out, pending, sink_errors, close_dropped,
-        closing, unjudged_no_evidence, unjudged_empty_answer.
+        closing, evidence_from_prompt and ``unjudged_<reason>`` for each of
+        :data:`~ragaudit.records.UNSUBMITTED_REASONS`.
 
-        ``unjudged_no_evidence`` counts turns with an answer and no evidence (a retriever outside the
-        callback tree) and ``unjudged_empty_answer`` turns whose answer was empty; both are traced,
-        never submitted (:meth:`count_unjudged`).
+        ``unjudged_*``: finished turns traced and never submitted, by reason (:meth:`count_unjudged`);
+        ``evidence_from_prompt``: judged turns whose evidence came, at least in part, from the prompt.
 
         Cost control (``budget``, ``max_rps``, ``pause_s``, ``judge_if``): ``filtered_out``,
         ``over_budget``, ``paused``, ``budget_unavailable`` and ``rate_limited`` count the turns not

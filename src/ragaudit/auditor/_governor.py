@@ -30,13 +30,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, Protocol
 
+from .. import _fork
 from .._log import RateLimitedLog
 from ..errors import ConfigurationError
 from ..records import Judgement
@@ -109,7 +109,7 @@ class _LocalCounters:
     """In-process counters with expiry: a dict under a lock, expired entries dropped as they are read."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._values: dict[str, tuple[int, float]] = {}
 
     def incr(self, key: str, expiry: int, amount: int = 1) -> int:
@@ -197,7 +197,7 @@ class Governor:
         self.store_url = store
         self._clock = clock
         self._counters: _Counters = _redis_counters(store) if store else _LocalCounters()
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._store_down_until = 0.0
         self._share = 1.0  # this process's share of max_rps: halved on a 429, won back on success
         self._not_before = 0.0  # a Retry-After holds calls back until then
@@ -217,7 +217,7 @@ class Governor:
 
     def after_fork(self) -> None:
         """In a forked child: fresh locks and counts (an in-process store starts empty, a shared one is shared)."""
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         if isinstance(self._counters, _LocalCounters):
             self._counters = _LocalCounters()
         self.counts = dict.fromkeys(self.counts, 0)
@@ -406,7 +406,7 @@ class CostControl:
         self.endpoint = (endpoint_host(judge.base_url) or judge.base_url) if isinstance(judge, EndpointJudge) \
             else str(judge.name)
         self._log = RateLimitedLog()
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self.counts = dict.fromkeys(FEEDBACK, 0)
 
     def retain(self, turn: Any, job: Any) -> None:
@@ -457,7 +457,7 @@ class CostControl:
                 "judge_usd": round(float(counts["judge_usd"]), 6), **feedback}
 
     def after_fork(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self.counts = dict.fromkeys(FEEDBACK, 0)
         self.governor.after_fork()
         self.retained.clear()

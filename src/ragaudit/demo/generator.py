@@ -181,9 +181,11 @@ def extractive_answer(question: str, passages: Sequence[Passage]) -> str:
 
 
 def _cite(sentence: str, number: int) -> str:
+    # After the sentence, as models most often write it ("... refund. [1]"): the one sentence splitter
+    # keeps such a trailing citation with the sentence before it.
     if sentence and sentence[-1] in _TERMINAL:
-        return f"{sentence[:-1]} [{number}]{sentence[-1]}"
-    return f"{sentence} [{number}]."
+        return f"{sentence} [{number}]"
+    return f"{sentence}. [{number}]"
 
 
 def _decline(question: str, terms: Mapping[str, str], sentences: Sequence[_Sentence]) -> str:

@@ -55,6 +55,8 @@ from ..records import (
     truncate,
 )
 from ._common import ground_truth_from, report_failure
+from ._evidence import Reference, normalize, numbers_from_zero, prompt_passages
+from ._structured import structured_answer, structured_citations
 from .steps import ErrorStep, ModelCall, RetrievalStep, RunEnded, RunKind, RunStarted, ToolResult
 
 if TYPE_CHECKING:
@@ -91,12 +93,30 @@ MAX_HISTORY_MESSAGES = 10
 MAX_MESSAGE_CHARS = 2_000
 """Each history message is cut here."""
 
-_NO_EVIDENCE_FIX = (
-    "ragaudit: a turn had an answer but no evidence, so it was not judged (counted in "
-    "stats()['unjudged_no_evidence']; first: turn %s). The retriever probably ran outside the callback tree: "
-    "in LangChain, pass the run's `config` to the retriever (retriever.invoke(q, config=config)) or run "
-    "it with langchain_core.runnables.config.ContextThreadPoolExecutor instead of a plain thread pool; "
-    "in LlamaIndex, call it inside the engine or agent. Logged once per auditor."
+_NO_EVIDENCE_FIX = {
+    "none": (
+        "ragaudit: a turn had an answer but no evidence, so it was not judged (counted in "
+        "stats()['unjudged_no_evidence']; first: turn %s). No retrieval was observed and the model's input held "
+        "no context beyond the question. If the app retrieves, let ragaudit see it: in LangChain, call "
+        "ragaudit.integrations.langchain.instrument() (it also sees vector-store searches such as "
+        "similarity_search) or use a retriever inside the chain; in LlamaIndex, call the retriever inside the "
+        "engine, agent or workflow. Logged once per auditor."
+    ),
+    "outside": (
+        "ragaudit: a turn had an answer but no evidence, so it was not judged (counted in "
+        "stats()['unjudged_no_evidence']; first: turn %s). A retrieval ran outside the callback tree: in "
+        "LangChain, pass the run's `config` to the retriever (retriever.invoke(q, config=config)) or run it "
+        "with langchain_core.runnables.config.ContextThreadPoolExecutor instead of a plain thread pool. "
+        "Logged once per auditor."
+    ),
+}
+_FROM_PROMPT_NOTE = (
+    "ragaudit: a turn's evidence is context found only in the prompt (passages with ids from their text, "
+    "source='prompt'; counted in stats()['evidence_from_prompt']; first: turn %s): no observed retrieval "
+    "explains it. To judge on the real documents and their ids, let ragaudit see the retrieval: in "
+    "LangChain, ragaudit.integrations.langchain.instrument() sees vector-store searches "
+    "(similarity_search, max_marginal_relevance_search) and retrievers called with the run's config. "
+    "Logged once per auditor."
 )
 
 
@@ -145,13 +165,21 @@ class TurnAssembler:
     *framework* names the source (the turn's ``framework``). *capture_content* False: the model
     calls' prompts and messages and the tool calls' arguments are not kept in the turn (the
     evidence is: the judge needs it; the content policy decides what is exported).
+    *retrieval_outside*: the source saw a retrieval run outside any turn (a vector-store search
+    with no run to belong to), which names the case in the no-evidence warning. *answer_field*:
+    the text field of a structured answer (:mod:`~ragaudit.integrations._structured`).
     """
 
-    __slots__ = ("_capture", "_entries", "_last", "end", "errors", "framework", "parents", "root")
+    __slots__ = ("_capture", "_entries", "_last", "answer_field", "end", "errors", "framework", "from_prompt",
+                 "parents", "retrieval_outside", "root")
 
-    def __init__(self, framework: str, *, capture_content: bool = True) -> None:
+    def __init__(self, framework: str, *, capture_content: bool = True, retrieval_outside: bool = False,
+                 answer_field: str | None = None) -> None:
         self.framework = framework
+        self.answer_field = answer_field
         self._capture = capture_content
+        self.retrieval_outside = retrieval_outside
+        self.from_prompt = 0  # passages of the prompt in the evidence of the last build()
         self.root: RunStarted | None = None
         self.end: RunEnded | None = None
         self.parents: dict[Hashable, Hashable | None] = {}
@@ -225,7 +253,9 @@ class TurnAssembler:
         :meth:`entries`, also the end of a turn whose root never ended. Raises
         :class:`~ragaudit.ConfigurationError` only for values a record rejects.
         """
-        return _build(self, self.entries(closed_at), handle, self._last if closed_at is None else closed_at)
+        turn, found = _build(self, self.entries(closed_at), handle, self._last if closed_at is None else closed_at)
+        self.from_prompt = found.from_prompt
+        return turn
 
     def unjudged_reason(self, turn: RagTurn) -> str | None:
         """Why *turn* (made by :meth:`build`) is not judged, or None (see :func:`unjudged_reason`)."""
@@ -256,7 +286,9 @@ class TurnAssembler:
                            error=f"ragaudit could not build this turn: {exc}")
         reason = unjudged_reason(turn, self.kind)
         if reason is not None:
-            _note_unjudged(auditor, turn, reason, recorder)
+            _note_unjudged(auditor, turn, reason, recorder, "outside" if self.retrieval_outside else "none")
+        elif self.from_prompt:
+            _note_from_prompt(auditor, turn)
         finish_turn(recorder, auditor if reason is None else None, handle, turn, measures=measures)
         return turn
 
@@ -315,9 +347,10 @@ def outermost_retrievals(entries: Sequence[_Entry], parents: Mapping[Hashable, H
             if isinstance(e.record, Retrieval) and not _nested_in(e.run_id, retrieval_runs, parents)]
 
 
-def evidence(entries: Sequence[_Entry], parents: Mapping[Hashable, Hashable | None],
-             sources: Sequence[RetrievedDoc] | None = None) -> tuple[RetrievedDoc, ...]:
-    """The documents that reached the model (see the module docstring), ranked 1..n."""
+def observed(entries: Sequence[_Entry], parents: Mapping[Hashable, Hashable | None],
+             sources: Sequence[RetrievedDoc] | None = None) -> list[Sequence[RetrievedDoc]]:
+    """The documents a turn's steps showed, in groups (one per retrieval or tool, in order): the
+    framework's *sources* when it gave them, else every outermost retrieval; then every tool output."""
     groups: list[Sequence[RetrievedDoc]] = []
     if sources is not None:
         groups.append(sources)
@@ -336,7 +369,90 @@ def evidence(entries: Sequence[_Entry], parents: Mapping[Hashable, Hashable | No
                 groups.append(step.documents)
             elif record.output and entry.run_id not in retrieving_tools:
                 groups.append((tool_document(record.name, record.call_id, record.output),))
-    return merge_documents(groups)
+    return groups
+
+
+def final_call(entries: Sequence[_Entry], answer: str | None) -> ModelCall | None:
+    """The model call that produced the answer: the last successful call whose output is the answer
+    (or holds it, or is held by it: a stream cut short), else the last successful call; None when
+    no call's input is known."""
+    calls = [e.step for e in entries if isinstance(e.step, ModelCall) and e.step.error is None
+             and (e.step.messages or e.step.prompt)]
+    if not calls:
+        return None
+    wanted = normalize(answer or "")
+    if wanted:
+        for call in reversed(calls):
+            said = normalize(call.output or "")
+            if said and (said == wanted or wanted in said or said in wanted):
+                return call
+    return calls[-1]
+
+
+_MIN_FED_WORDS = 4  # a model output this short ("yes", a grade) reaching a prompt says nothing
+
+
+def _feeding(final: ModelCall, entries: Sequence[_Entry], reference: Reference) -> list[Reference]:
+    """The inputs of the earlier model calls whose output reached *final*'s input, directly or through
+    each other: a query engine tool's synthesis read by the agent, a refine step's previous answer,
+    a summary of summaries. What reached those reached the answer too."""
+    calls = [e.step for e in entries if isinstance(e.step, ModelCall) and e.step is not final
+             and e.step.error is None and (e.step.messages or e.step.prompt)
+             and len((e.step.output or "").split()) >= _MIN_FED_WORDS]
+    found: list[Reference] = []
+    frontier = [reference]
+    while frontier and calls:
+        current = frontier.pop()
+        fed = [c for c in calls if current.contains(c.output or "")]
+        taken = {id(c) for c in fed}
+        calls = [c for c in calls if id(c) not in taken]
+        for call in fed:
+            ref = Reference(call.messages, call.prompt)
+            found.append(ref)
+            frontier.append(ref)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """A turn's evidence: ``documents`` ranked 1..n; ``used`` the ids of the observed documents that
+    reached the final model call, or the framework's sources when it named them (None when neither is
+    known: every observed document is evidence then); ``from_prompt`` how many documents are
+    passages of the prompt itself."""
+
+    documents: tuple[RetrievedDoc, ...]
+    used: frozenset[str] | None = None
+    from_prompt: int = 0
+    numbered_from_zero: bool = False  # the final call's input numbers its documents from 0
+
+
+def evidence(
+    entries: Sequence[_Entry],
+    parents: Mapping[Hashable, Hashable | None],
+    *,
+    sources: Sequence[RetrievedDoc] | None = None,
+    answer: str | None = None,
+    question: str = "",
+    template_variables: Mapping[str, str] | None = None,
+) -> Evidence:
+    """What reached the model (see the module docstring): the observed documents whose text is in
+    the input of the call that produced *answer*, then the context of that input no observed
+    document explains (:func:`~ragaudit.integrations._evidence.prompt_passages`)."""
+    groups = observed(entries, parents, sources)
+    call = final_call(entries, answer) if sources is None else None
+    reference = Reference(call.messages, call.prompt) if call is not None else None
+    if call is None or not reference:
+        # the framework's sources are what it built the answer from: those are the used documents
+        used = frozenset(doc.id for doc in sources) if sources is not None else None
+        return Evidence(merge_documents(groups), used)
+    references = [reference, *_feeding(call, entries, reference)]
+    reached = [doc for group in groups for doc in group if any(r.contains(doc.content) for r in references)]
+    kept = merge_documents([reached])
+    variables = call.template_variables or template_variables or {}
+    passages = prompt_passages(call.messages or (("user", call.prompt or ""),), variables, question=question,
+                               explained=kept)
+    return Evidence(merge_documents([kept, passages]), frozenset(doc.id for doc in reached), len(passages),
+                    numbers_from_zero(reference.text))
 
 
 def _cap_history(messages: Iterable[Message]) -> tuple[Message, ...]:
@@ -376,9 +492,14 @@ def conversation(root: RunStarted, entries: Sequence[_Entry], parents: Mapping[H
     return history, standalone
 
 
-def _answer(end: RunEnded | None, error: str | None, generations: Sequence[Generation]) -> str | None:
+def _answer(end: RunEnded | None, error: str | None, generations: Sequence[Generation],
+            answer_field: str | None) -> str | None:
     if error is not None:
         return None
+    if end is not None and end.structured is not None:
+        text = structured_answer(end.structured, answer_field)
+        if text is not None:
+            return text
     if end is not None and end.answer is not None:
         return end.answer
     return next((g.output for g in reversed(generations) if g.output is not None and g.error is None), None)
@@ -396,6 +517,15 @@ def _citations(answer: str | None, documents: Sequence[RetrievedDoc]) -> tuple[C
         return ()
 
 
+def _turn_citations(end: RunEnded | None, answer: str | None, found: Evidence) -> tuple[Citation, ...]:
+    """A structured answer's own citations when it has them, else the markers and overlaps in its text."""
+    if end is not None and end.structured is not None:
+        cited = structured_citations(end.structured, found.documents, zero_based=found.numbered_from_zero)
+        if cited:
+            return cited
+    return _citations(answer, found.documents)
+
+
 def _metadata(root: RunStarted, end: RunEnded | None, reference: str | None) -> dict[str, Any]:
     metadata: dict[str, Any] = {"run_name": root.name} if root.name else {}
     if end is not None:
@@ -408,7 +538,8 @@ def _metadata(root: RunStarted, end: RunEnded | None, reference: str | None) -> 
     return metadata
 
 
-def _build(assembler: TurnAssembler, entries: list[_Entry], handle: TurnHandle | None, now: int) -> RagTurn:
+def _build(assembler: TurnAssembler, entries: list[_Entry], handle: TurnHandle | None,
+           now: int) -> tuple[RagTurn, Evidence]:
     root = assembler.root
     if root is None:
         raise ValueError("no run started: a turn begins with its root's RunStarted step")
@@ -419,15 +550,20 @@ def _build(assembler: TurnAssembler, entries: list[_Entry], handle: TurnHandle |
     tool_calls = tuple(e.record for e in entries if isinstance(e.record, ToolCall))
     query = root.question or last_user_text(root.messages) or next((r.query for r in retrievals if r.query), "")
     history, standalone = conversation(root, entries, assembler.parents, query)
-    answer = _answer(end, error, generations)
-    documents = evidence(entries, assembler.parents, end.sources if end is not None else None)
+    answer = _answer(end, error, generations, assembler.answer_field)
+    found = evidence(entries, assembler.parents, sources=end.sources if end is not None else None, answer=answer,
+                     question=query, template_variables=root.template_variables)
+    documents = found.documents
+    if found.used is not None:
+        used = found.used
+        retrievals = tuple(replace(r, used_ids=tuple(d.id for d in r.documents if d.id in used)) for r in retrievals)
     relevant_ids, reference = ground_truth_from(root.tags)
-    return RagTurn(
+    turn = RagTurn(
         turn_id=_turn_id(root),
         query=query,
         answer=answer,
         documents=documents,
-        citations=_citations(answer, documents),
+        citations=_turn_citations(end, answer, found),
         model=next((g.model for g in reversed(generations) if g.model), None),
         framework=assembler.framework,
         started_at=root.started_at,
@@ -444,17 +580,19 @@ def _build(assembler: TurnAssembler, entries: list[_Entry], handle: TurnHandle |
         history=history,
         standalone_query=standalone,
     )
+    return turn, found
 
 
 def unjudged_reason(turn: RagTurn, kind: RunKind) -> str | None:
-    """Why *turn* is not judged, or None when it is.
+    """Why *turn* is not judged, or None when it is: one of
+    :data:`~ragaudit.records.UNSUBMITTED_REASONS`, each counted.
 
-    ``"error"``, ``"no_answer"``, ``"standalone"`` (a retriever or model called on its own),
-    ``"empty_answer"`` (counted), ``"no_evidence"`` (an answer from a model call and no evidence:
-    counted and warned about), ``"no_model"`` (an answer that no model call made).
+    ``"failed"`` (the run raised, or was cut off), ``"no_answer"``, ``"standalone"`` (a retriever or
+    model called on its own), ``"empty_answer"``, ``"no_evidence"`` (an answer from a model call
+    and no evidence: warned about once), ``"no_model"`` (an answer that no model call made).
     """
     if turn.error is not None:
-        return "error"
+        return "failed"
     if kind.standalone:
         return "standalone"
     if turn.answer is None:
@@ -467,9 +605,7 @@ def unjudged_reason(turn: RagTurn, kind: RunKind) -> str | None:
     return None
 
 
-def _note_unjudged(auditor: Auditor, turn: RagTurn, reason: str, recorder: SpanRecorder) -> None:
-    if reason not in ("no_evidence", "empty_answer"):
-        return
+def _note_unjudged(auditor: Auditor, turn: RagTurn, reason: str, recorder: SpanRecorder, seen: str) -> None:
     try:
         # Counted, and the turn ends as a record (with its reason) like every finished turn.
         first = auditor.record_unjudged(turn, reason, content_policy=recorder.content_policy,
@@ -478,7 +614,17 @@ def _note_unjudged(auditor: Auditor, turn: RagTurn, reason: str, recorder: SpanR
         report_failure("counting an unjudged turn", exc)
         return
     if reason == "no_evidence" and first:
-        logger.warning(_NO_EVIDENCE_FIX, turn.turn_id)
+        logger.warning(_NO_EVIDENCE_FIX[seen], turn.turn_id)
+
+
+def _note_from_prompt(auditor: Auditor, turn: RagTurn) -> None:
+    try:
+        first = auditor.count("evidence_from_prompt")
+    except Exception as exc:  # a user's stand-in auditor
+        report_failure("counting a turn judged on its prompt", exc)
+        return
+    if first:
+        logger.warning(_FROM_PROMPT_NOTE, turn.turn_id)
 
 
 def finish_turn(

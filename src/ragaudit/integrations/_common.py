@@ -268,7 +268,9 @@ def resolve_backend(
     """
     if judge is not None and auditor is not None:
         raise ConfigurationError(f"give {owner} a judge or an auditor, not both")
-    if auditor is not None and not callable(getattr(auditor, "submit", None)):
+    from ..auditor import Auditor
+
+    if auditor is not None and not isinstance(auditor, Auditor):
         raise ConfigurationError(f"auditor must be a ragaudit.Auditor, got {type(auditor).__name__}")
     if auditor is None:
         auditor = default_auditor() if judge is None else judge_auditor(judge)

@@ -6,7 +6,7 @@ them into the steps of :mod:`ragaudit.integrations.steps` on the auditor's closi
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -21,10 +21,12 @@ from ._langchain_values import (
     prompt_text,
     read_llm_result,
     read_tool_output,
+    structured_data,
+    template_variables,
 )
 from .steps import ErrorStep, ModelCall, RetrievalStep, RunEnded, RunKind, RunStarted, Step, ToolResult
 
-__all__ = ["Child", "OpenGeneration", "OpenRetrieval", "OpenTool", "Turn", "turn_steps"]
+__all__ = ["Child", "OpenGeneration", "OpenPrompt", "OpenRetrieval", "OpenTool", "Turn", "is_prompt", "turn_steps"]
 
 ROOT_KINDS = {"chain": RunKind.CHAIN, "retriever": RunKind.RETRIEVE, "llm": RunKind.MODEL}
 
@@ -70,7 +72,20 @@ class OpenTool:
     error: str | None = None
 
 
-Child = OpenRetrieval | OpenGeneration | OpenTool
+@dataclass(slots=True)
+class OpenPrompt:
+    """A prompt template run: the values it filled in, raw (read at close)."""
+
+    inputs: Any
+    started_at: int
+    seq: int = 0
+    key: int = 0
+    parent: int | None = None
+    ended_at: int | None = None
+    error: str | None = None
+
+
+Child = OpenRetrieval | OpenGeneration | OpenTool | OpenPrompt
 
 
 @dataclass(slots=True)
@@ -85,8 +100,10 @@ class Turn:
     context: Any = None  # the OTel context at the root's start: the turn span's parent
     conversation: Any = None  # the root's messages (agents), raw
     history: Any = None  # a chain input's chat_history, raw
+    outside: int = 0  # vector-store searches outside any run before this turn began
     ended: bool = False  # the root run ended
     answer: str | None = None  # read when the root ends: the caller may change its output afterwards
+    structured: Any = None  # a structured answer (with_structured_output), raw: read at close
     error: str | None = None
     seq: int = 0
     parents: dict[int, int | None] = field(default_factory=dict)  # every run of the turn -> its parent
@@ -94,7 +111,15 @@ class Turn:
     finished: list[Child] = field(default_factory=list)
 
 
-def _child_step(child: Child) -> Step:
+def is_prompt(serialized: Any, name: Any) -> bool:
+    """Whether a chain run is a prompt template's (``ChatPromptTemplate``, ``PromptTemplate``, ...)."""
+    if isinstance(name, str) and name.endswith("PromptTemplate"):
+        return True
+    ids = serialized.get("id") if isinstance(serialized, Mapping) else None
+    return isinstance(ids, list) and "prompts" in ids
+
+
+def _child_step(child: OpenRetrieval | OpenGeneration | OpenTool, variables: Mapping[str, str]) -> Step:
     if isinstance(child, OpenRetrieval):
         return RetrievalStep(child.key, child.parent, child.name, child.started_at, child.ended_at,
                              query=child.query, documents=convert_documents(child.documents), error=child.error)
@@ -106,13 +131,24 @@ def _child_step(child: Child) -> Step:
     text = input_tokens = output_tokens = response_model = None
     if child.response is not None and child.error is None:
         text, input_tokens, output_tokens, response_model = read_llm_result(child.response)
-    ended = child.ended_at is not None  # an unfinished call's prompt is not recorded
     return ModelCall(child.key, child.parent, child.started_at, child.ended_at,
-                     messages=prompt_messages(child.prompt) if ended else (),
-                     prompt=prompt_text(child.prompt) if ended else None, output=text,
-                     model=child.model or response_model,
+                     messages=prompt_messages(child.prompt), prompt=prompt_text(child.prompt),
+                     template_variables=variables, output=text, model=child.model or response_model,
                      provider=child.provider, input_tokens=input_tokens, output_tokens=output_tokens,
                      error=child.error)
+
+
+def _children(children: Sequence[Child]) -> Iterator[Step]:
+    """The steps of *children* (in start order); a model call gets the values of the prompt
+    template run just before it."""
+    variables: Mapping[str, str] = {}
+    for child in children:
+        if isinstance(child, OpenPrompt):
+            variables = template_variables(child.inputs)
+            continue
+        yield _child_step(child, variables if isinstance(child, OpenGeneration) else {})
+        if isinstance(child, OpenGeneration):
+            variables = {}
 
 
 def turn_steps(turn: Turn, now: int, evicted_at: int | None) -> Iterator[Step]:
@@ -128,9 +164,8 @@ def turn_steps(turn: Turn, now: int, evicted_at: int | None) -> Iterator[Step]:
     for run, parent in turn.parents.items():
         if run not in child_keys:
             yield RunStarted(run, RunKind.STEP, turn.started_at, parent_id=parent)
-    for child in children:
-        yield _child_step(child)
+    yield from _children(children)
     if evicted_at is not None:
         yield ErrorStep(key, evicted_error(evicted_at), now)
     elif turn.ended:
-        yield RunEnded(key, now, answer=turn.answer, error=turn.error)
+        yield RunEnded(key, now, answer=turn.answer, structured=structured_data(turn.structured), error=turn.error)

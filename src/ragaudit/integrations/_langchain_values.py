@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage, ToolMessage
+from pydantic import BaseModel
 
 from ..records import RetrievedDoc
 from ._common import report_failure, retrieved_doc, score_from
@@ -33,6 +34,9 @@ __all__ = [
     "readable",
     "retriever_name",
     "snapshot_documents",
+    "structured_data",
+    "structured_of",
+    "template_variables",
     "text_of",
 ]
 
@@ -322,3 +326,49 @@ def model_name(invocation_params: Any, metadata: Mapping[str, Any] | None) -> st
     return value if isinstance(value, str) and value else None
 
 
+
+
+def template_variables(inputs: Any) -> dict[str, str]:
+    """The values a prompt template run filled in, as text: strings as they are, a list of documents
+    as their texts joined by blank lines (the join the assembler splits at); other values (a
+    message list: the history) are left out."""
+    if not isinstance(inputs, Mapping):
+        return {}
+    out: dict[str, str] = {}
+    for key, value in inputs.items():
+        if not isinstance(key, str):
+            continue
+        if isinstance(value, str):
+            out[key] = value
+        elif is_documents(value):
+            out[key] = "\n\n".join(str(doc.page_content) for doc in value)
+    return out
+
+
+_STRUCTURED_HINTS = frozenset({"citations", "sources", "source_ids", "cited_ids", "citation_ids", "quotes"})
+
+
+def structured_of(outputs: Any) -> Any:
+    """A root output that is a structured answer (``with_structured_output``), raw, or None: a pydantic
+    object; the ``parsed`` value of ``include_raw=True``; a dict's ``answer`` that is an object (a
+    LangGraph state holding the structured answer); a dict with a ``citations``-like key."""
+    if isinstance(outputs, BaseModel):
+        return outputs
+    if not isinstance(outputs, Mapping):
+        return None
+    if "parsed" in outputs and "raw" in outputs:
+        return structured_of(outputs["parsed"]) if outputs["parsed"] is not None else None
+    for key in _ANSWER_KEYS:
+        value = outputs.get(key)
+        if isinstance(value, BaseModel):
+            return value
+    return outputs if _STRUCTURED_HINTS.intersection(k for k in outputs if isinstance(k, str)) else None
+
+
+def structured_data(value: Any) -> dict[str, Any] | None:
+    """*value* (from :func:`structured_of`) as a plain dict, when the turn closes."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, Mapping):
+        return {k: v for k, v in value.items() if isinstance(k, str)}
+    return None

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from functools import partial, wraps
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
@@ -24,6 +24,7 @@ from langchain_core.messages import BaseMessage
 from .. import _fork
 from .._deprecation import renamed_kwargs
 from ..auditor import DEFAULT_TURN_MEASURES, Auditor
+from ..errors import ConfigurationError
 from ._assembler import TurnAssembler
 from ._common import (
     RunStore,
@@ -34,7 +35,8 @@ from ._common import (
     report_failure,
     resolve_backend,
 )
-from ._langchain_turns import Child, OpenGeneration, OpenRetrieval, OpenTool, Turn, turn_steps
+from ._langchain_stores import SearchObserver, outside_searches, patch_vector_stores
+from ._langchain_turns import Child, OpenGeneration, OpenPrompt, OpenRetrieval, OpenTool, Turn, is_prompt, turn_steps
 from ._langchain_values import (
     RawDoc,
     answer_from,
@@ -46,6 +48,7 @@ from ._langchain_values import (
     readable,
     retriever_name,
     snapshot_documents,
+    structured_of,
 )
 from .steps import ErrorStep, dispatch
 
@@ -71,7 +74,7 @@ def _guarded(event: Callable[Concatenate[_H, _P], None]) -> Callable[Concatenate
     return callback
 
 
-class RagAuditCallbackHandler(BaseCallbackHandler):
+class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
     """A LangChain callback handler that turns each root run into an audited :class:`~ragaudit.RagTurn`.
 
     Pass it in ``config={"callbacks": [handler]}`` (or use :func:`instrument`). One handler can
@@ -89,12 +92,18 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
     * Answer: the root's output (a string, a message, a dict's ``answer``/``output``/``result``/
       ``text`` as ``create_retrieval_chain`` returns, the last AI message of a dict's ``messages``);
       else the text of the last model call (also for a stream abandoned before its end).
-    * Evidence: the documents of every *outermost* retriever run (a retriever inside another, as in
-      compression, multi-query or ensemble retrievers, is a child span only) and every tool output
-      (a ``ToolMessage``'s artifact documents, else its text as a document with source = tool name
-      and id = tool call id), in start order, each id once, ranked 1..n; ids per ``Document.id``,
-      metadata ``id``/``doc_id``, else a hash of source and content; the retriever's score from
-      metadata ``score``/``relevance_score``/``_distance``.
+    * Evidence: what reached the model call that produced the answer (the assembler's rule): of the
+      documents of every *outermost* retriever run (a retriever inside another, as in compression,
+      multi-query or ensemble retrievers, is a child span only), every vector-store search
+      (``similarity_search*``, ``max_marginal_relevance_search*`` and their async forms, run in a
+      middleware, a node or a tool: constructing a handler wraps them once per process) and every
+      tool output (a ``ToolMessage``'s artifact documents, else its text as a document with source =
+      tool name and id = tool call id), those whose text is in that call's input, in start order,
+      each id once, ranked 1..n; ids per ``Document.id``, metadata ``id``/``doc_id``, else a hash of
+      source and content; the score from metadata ``score``/``relevance_score``/``_distance``. A
+      prompt template's values tell the assembler what context a prompt held.
+    * Structured answers (``with_structured_output(CitedAnswer)``): the text field is the answer
+      (*answer_field*), its cited source ids or indices are citations.
     * History: a chain input's ``chat_history``/``history`` (``RunnableWithMessageHistory``), the
       earlier messages of an agent's input, else of its first model call (a checkpointer's
       conversation); the standalone question is the first outermost retrieval's query when it
@@ -118,6 +127,8 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
         max_runs: at most this many turns are tracked at once; beyond it the oldest open turn is
             ended as an error span (``stats()["evicted"]``), so a leak cannot grow without bound.
         turn_measures: retrieval metrics put on the turn span when ground truth is known.
+        answer_field: the text field of a structured answer (default: ``answer``, else its one
+            string field).
 
     The handler never raises into the chain: a failure inside it is logged (rate-limited) on the
     ``ragaudit`` logger. On the chain's thread it only keeps the raw events (a dictionary update
@@ -142,8 +153,12 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
         max_runs: int = 10_000,
         redact: Callable[[str], str] | None = None,
         turn_measures: Sequence[str] = DEFAULT_TURN_MEASURES,
+        answer_field: str | None = None,
     ) -> None:
         super().__init__()
+        if answer_field is not None and (not isinstance(answer_field, str) or not answer_field):
+            raise ConfigurationError(f"answer_field must be a field name (a non-empty string), got {answer_field!r}")
+        self.answer_field = answer_field
         self.turn_measures = check_measures(turn_measures)
         self._store: RunStore[Turn] = RunStore(max_runs)  # keyed by run_id.int
         self.auditor, self.recorder = resolve_backend(judge, auditor, tracer_provider, capture_content, redact,
@@ -151,6 +166,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
         self._closed_turns = 0
         self._process_wide = False  # set by instrument(): see _start
         close_at_shutdown(self.auditor, self)
+        patch_vector_stores()  # once per process: searches in middleware, nodes and tools are retrievals
 
     # -- public helpers -------------------------------------------------------------------------
 
@@ -199,7 +215,8 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
             # A root under a parent we never saw (e.g. a LangSmith @traceable) is a turn too.
             return Turn(run_id, key, kind or "chain", now, name, readable(query_from, question, "question"),
                          metadata, current_context(),
-                         readable(conversation_of, question, "messages") if kind == "chain" else None)
+                         readable(conversation_of, question, "messages") if kind == "chain" else None,
+                         outside=outside_searches())
 
         store = self._store
         with store.lock:
@@ -255,7 +272,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
                         child.documents = documents
                     elif isinstance(child, OpenTool):
                         child.output = outputs
-                    else:
+                    elif isinstance(child, OpenGeneration):
                         child.response = response
                     turn.finished.append(child)
                 if is_root:
@@ -267,6 +284,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
                         turn.error = error_text(error)
                     else:
                         turn.answer = answer_from(outputs)
+                        turn.structured = structured_of(outputs)
             except Exception as exc:  # an unreadable value must not leave the run, and its turn, open
                 report_failure("reading the end of a run", exc)
             turn, complete = store.end(key, force=is_root and error is not None)
@@ -287,7 +305,8 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
 
     def _close(self, turn: Turn, now: int, evicted: bool) -> None:
         """On the closing thread: hand the turn's steps to the assembler; it does the rest."""
-        assembler = TurnAssembler(FRAMEWORK, capture_content=self.recorder.capture_content)
+        assembler = TurnAssembler(FRAMEWORK, capture_content=self.recorder.capture_content,
+                                  retrieval_outside=outside_searches() > turn.outside, answer_field=self.answer_field)
         try:
             for step in turn_steps(turn, now, self._store.max_runs if evicted else None):
                 dispatch(assembler, step)
@@ -306,7 +325,10 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
         name = kwargs.get("name")
         if not isinstance(name, str) and isinstance(serialized, Mapping):
             name = serialized.get("name")
-        self._start(run_id, parent_run_id, "chain", name, inputs, metadata, None, time.time_ns())
+        now = time.time_ns()
+        # A prompt template's run: the values it fills in tell the assembler what context reached the model.
+        child = OpenPrompt(inputs, now) if parent_run_id is not None and is_prompt(serialized, name) else None
+        self._start(run_id, parent_run_id, "chain", name, inputs, metadata, child, now)
 
     @_guarded
     def on_chain_end(self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
@@ -407,6 +429,29 @@ class RagAuditCallbackHandler(BaseCallbackHandler):
     def on_tool_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
                       **kwargs: Any) -> None:
         self._end(run_id, error=error, now=time.time_ns())
+
+    # -- vector-store searches (SearchObserver: reported by the wrapped VectorStore methods) ----------
+
+    def search_started(self, parent_run_id: UUID, name: str, query: str | None) -> UUID | None:
+        now = time.time_ns()
+        parent = parent_run_id.int
+        with self._store.lock:
+            turn = self._store.state_of(parent)
+            if turn is None:
+                return None
+            for child in turn.open_children.values():
+                if isinstance(child, OpenRetrieval) and child.parent == parent:
+                    return None  # a retriever running under the same run: this is its own search
+        run_id = uuid4()
+        self._start(run_id, parent_run_id, None, None, None, None, OpenRetrieval(name, query, now), now)
+        return run_id
+
+    def search_ended(self, run_id: UUID, documents: Sequence[Any] | None, error: BaseException | None) -> None:
+        now = time.time_ns()
+        if error is not None or documents is None:
+            self._end(run_id, error=error or RuntimeError("the search returned nothing readable"), now=now)
+        else:
+            self._end(run_id, documents=snapshot_documents(documents), now=now)
 
     def __repr__(self) -> str:
         return f"RagAuditCallbackHandler(auditor={self.auditor!r})"

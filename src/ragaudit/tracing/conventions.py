@@ -41,6 +41,8 @@ __all__ = [
     "ATTR_DOCUMENT_GRADES",
     "ATTR_DOCUMENT_IDS",
     "ATTR_DOCUMENT_OMITTED",
+    "ATTR_DOCUMENT_USED",
+    "ATTR_DOCUMENT_USED_COUNT",
     "ATTR_ERROR_TYPE",
     "ATTR_EXCEPTION_MESSAGE",
     "ATTR_FRAMEWORK",
@@ -391,6 +393,11 @@ LINK_TYPE_JUDGED_TURN: Final = "judged_turn"
 
 ATTR_DOCUMENT_OMITTED: Final = "ragaudit.document.omitted"
 """Retrieval span: how many documents (the lowest ranked) were not recorded, beyond the cap."""
+ATTR_DOCUMENT_USED: Final = "ragaudit.document.used"
+"""Retrieval span, bool array (the recorded documents, in retrieval order): whether each reached the
+model call that produced the answer; absent when that is not known."""
+ATTR_DOCUMENT_USED_COUNT: Final = "ragaudit.document.used_count"
+"""Retrieval span: how many of its documents reached the model call that produced the answer."""
 ATTR_TOOL_ARGUMENTS_CHARS: Final = "ragaudit.tool.arguments.chars"
 ATTR_TOOL_OUTPUT_CHARS: Final = "ragaudit.tool.output.chars"
 

@@ -368,6 +368,10 @@ class SpanRecorder(SpanWriter):
         attrs[c.ATTR_DOCUMENT_COUNT] = len(r.documents)
         attrs[c.ATTR_DOCUMENT_OMITTED] = len(r.documents) - len(recorded)
         attrs[c.ATTR_DOCUMENT_CHARS] = [len(d.content) for d in recorded]
+        if r.used_ids is not None:
+            used = set(r.used_ids)
+            attrs[c.ATTR_DOCUMENT_USED] = [d.id in used for d in recorded]
+            attrs[c.ATTR_DOCUMENT_USED_COUNT] = sum(d.id in used for d in r.documents)
         summary = []
         for i, doc in enumerate(recorded):
             keys = c.document_keys(i)

@@ -13,9 +13,10 @@ from typing import Any
 
 from ... import _fork
 from ..._sink import JudgementSink
+from ..._worker import BatchWorker, run_jobs
 from ...errors import ConfigurationError
 from ...judges.base import RagJudge
-from ...records import Judgement, RagTurn
+from ...records import UNSUBMITTED_REASONS, Judgement, RagTurn
 from .._assembler import TurnAssembler
 from ..steps import dispatch
 from ._buffer import PendingTrace, TraceBuffer
@@ -31,9 +32,9 @@ _COUNTERS = (
     "requests", "requests_bad", "requests_unsupported_media_type", "requests_refused_full",
     "requests_refused_stopping", "spans_received", "spans_rejected", "spans_refused", "spans_own",
     "traces_assembled", "traces_own", "traces_already_judged", "traces_no_model_call", "turns_found",
-    "turns_submitted", "turns_judged", "turns_judge_failed", "turns_unjudged_error", "turns_unjudged_no_answer",
-    "turns_unjudged_standalone", "turns_unjudged_empty_answer", "turns_unjudged_no_evidence",
-    "turns_unjudged_no_model", "turns_not_submitted", "assembly_errors",
+    "turns_submitted", "turns_judged", "turns_judge_failed",
+    *(f"turns_unjudged_{reason}" for reason in UNSUBMITTED_REASONS),  # the assembler's reasons, one list
+    "turns_not_submitted", "assembly_errors",
 )
 
 
@@ -132,7 +133,7 @@ class Worker:
             self._register_metrics(self._outputs.meter_provider)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
+        self._server: BatchWorker[Callable[[], None]] | None = None
         self._started = threading.Event()
         self._stopped = threading.Event()
         self._start_error: BaseException | None = None
@@ -396,8 +397,12 @@ class Worker:
 
     def start(self, timeout_s: float = 30.0) -> Worker:
         """Serve on a thread of its own; returns once listening. Raises what failed to start it."""
-        if self._thread is not None:
+        if self._server is not None:
             raise ConfigurationError("this Worker was started already")
+
+        # The server is one job on a one-thread BatchWorker of its own (every background thread of
+        # ragaudit is a BatchWorker's); asyncio.run gives it a loop that is closed when it ends.
+        server = self._server = BatchWorker("otlp-worker", run_jobs, max_queue=1, max_batch=1)
 
         def target() -> None:
             try:
@@ -406,10 +411,13 @@ class Worker:
                 self._start_error = exc
                 self._started.set()
             finally:
+                # From its own thread: ends the thread once this job returns (the job is the
+                # one "abandoned" in the worker's private counts; nothing is lost).
+                server.shutdown(0.0)
                 self._stopped.set()
 
-        self._thread = threading.Thread(target=target, name="ragaudit-worker", daemon=True)
-        self._thread.start()
+        if not server.put(target):
+            raise ConfigurationError("the worker could not start a thread (interpreter shutting down?)")
         if not self._started.wait(timeout_s):
             raise ConfigurationError(f"the worker did not start listening within {timeout_s}s")
         if self._start_error is not None:
@@ -419,7 +427,7 @@ class Worker:
     def stop(self, timeout_s: float | None = None) -> bool:
         """Stop accepting, judge (or count) what is in flight, flush, within *timeout_s* (default
         *shutdown_timeout_s*). True when it all ended in time."""
-        if self._loop is None or self._thread is None or self._stopped.is_set():
+        if self._loop is None or self._server is None or self._stopped.is_set():
             return True
         if timeout_s is not None:
             self.shutdown_timeout_s = float(timeout_s)

@@ -19,9 +19,7 @@ import json
 import logging
 import math
 import os
-import queue
 import sqlite3
-import threading
 import time
 import weakref
 from collections import OrderedDict
@@ -32,6 +30,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ... import _fork
 from ..._deprecation import renamed_kwargs
+from ..._worker import BatchWorker, call_on, run_jobs
 from ...errors import ConfigurationError, RagAuditError
 from ...records import DocumentGrade, JudgeIdentity, Judgement, JudgeRequest, SentenceVerdict
 from ..base import BaseRagJudge, RagJudge
@@ -253,57 +252,24 @@ def _load(payload: str) -> Judgement:
         raise ValueError(str(exc)) from exc
 
 
-class _CacheThread:
-    """Runs one cache's calls in order on a daemon thread of its own, never on an event loop.
+def _cache_worker() -> BatchWorker[Callable[[], None]]:
+    """One cache's worker: its calls in order on one daemon thread, never on an event loop.
 
-    Started on first use, and again in a forked child (threads do not survive ``fork``). A daemon, so
-    a cache stuck on a lock never holds up interpreter exit; :meth:`stop` (or garbage collection of
-    its owner) ends it. In order: a lookup submitted after a store sees what was stored.
+    Its thread starts on first use, and again in a forked child (the BatchWorker re-initialises
+    after fork). A daemon, so a cache stuck on a lock never holds up interpreter exit. In order: a
+    lookup submitted after a store sees what was stored.
     """
-
-    __slots__ = ("__weakref__", "_pid", "_queue")
-
-    def __init__(self) -> None:
-        self._pid: int | None = None
-        self._queue: queue.SimpleQueue[tuple[Future[Any], Any, tuple[Any, ...]] | None] | None = None
-
-    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
-        """*fn(*args)* on the thread; its future."""
-        future: Future[T] = Future()
-        self._queue_here().put((future, fn, args))
-        return future
-
-    def _queue_here(self) -> queue.SimpleQueue[tuple[Future[Any], Any, tuple[Any, ...]] | None]:
-        pid = os.getpid()
-        with _START_LOCK:
-            if self._queue is None or self._pid != pid:
-                self._queue, self._pid = queue.SimpleQueue(), pid
-                threading.Thread(target=_serve, args=(self._queue,), name="ragaudit-judgement-cache",
-                                 daemon=True).start()
-            return self._queue
-
-    def stop(self) -> None:
-        """End the thread after the calls already submitted. Safe to call twice."""
-        with _START_LOCK:
-            work, self._queue = self._queue, None
-        if work is not None and self._pid == os.getpid():
-            work.put(None)
+    return BatchWorker("judgement-cache", run_jobs, max_batch=1, threads=1)
 
 
-_START_LOCK = threading.Lock()
-if hasattr(os, "register_at_fork"):  # a parent thread may hold it at fork; the child starts afresh
-    os.register_at_fork(after_in_child=lambda: globals().update(_START_LOCK=threading.Lock()))
+def _stop_cache_worker(worker: BatchWorker[Callable[[], None]]) -> None:
+    # After the calls already submitted, without waiting for them (this may run in a finalizer):
+    # a last job shuts the worker down from its own thread.
+    def stop() -> None:
+        worker.shutdown(0.0)
 
-
-def _serve(work: queue.SimpleQueue[tuple[Future[Any], Any, tuple[Any, ...]] | None]) -> None:
-    while (item := work.get()) is not None:
-        future, fn, args = item
-        if not future.set_running_or_notify_cancel():  # its caller stopped waiting before it ran
-            continue
-        try:
-            future.set_result(fn(*args))
-        except BaseException as exc:  # handed to whoever waits for the future
-            future.set_exception(exc)
+    if not worker.started or not worker.put(stop):
+        stop()
 
 
 _DEFAULT_WAIT_S = 5.0
@@ -347,9 +313,9 @@ class CachedJudge(BaseRagJudge):
         self._wait_s = timeout_s
         self._lock = _fork.lock()
         self._counts = {"hits": 0, "misses": 0, "stores": 0, "cache_errors": 0, "cache_timeouts": 0}
-        self._thread: _CacheThread | None = None if isinstance(self.cache, MemoryCache) else _CacheThread()
-        if self._thread is not None:
-            weakref.finalize(self, self._thread.stop)
+        self._worker = None if isinstance(self.cache, MemoryCache) else _cache_worker()
+        if self._worker is not None:
+            weakref.finalize(self, _stop_cache_worker, self._worker)
 
     def key(self, request: JudgeRequest) -> str:
         """The cache key of *request* (see :func:`cache_key`)."""
@@ -376,10 +342,11 @@ class CachedJudge(BaseRagJudge):
         """The cached judgement of *request*, or the wrapped judge's (then stored)."""
         started = time.perf_counter()
         key = self.key(request)
-        if self._thread is None:
+        if self._worker is None:
             stored = self._get(key)
+        elif (future := self._submit("lookup", lambda: self._get(key))) is None:
+            stored = None
         else:
-            future = self._thread.submit(self._get, key)
             try:
                 stored = future.result(timeout=self.timeout_s)
             except FutureTimeout:
@@ -390,24 +357,24 @@ class CachedJudge(BaseRagJudge):
             return hit
         judgement = self.inner.judge(request)
         if judgement.error is None:
-            if self._thread is None:
+            if self._worker is None:
                 self._put(key, judgement)
-            else:
-                future = self._thread.submit(self._put, key, judgement)
+            elif (stored_future := self._submit("store", lambda: self._put(key, judgement))) is not None:
                 try:
-                    future.result(timeout=self.timeout_s)
+                    stored_future.result(timeout=self.timeout_s)
                 except FutureTimeout:
-                    self._timed_out(future, "store")
+                    self._timed_out(stored_future, "store")
         return judgement
 
     async def ajudge(self, request: JudgeRequest) -> Judgement:
         """Like :meth:`judge`, awaiting the wrapped judge's ``ajudge``; the store is not waited for."""
         started = time.perf_counter()
         key = self.key(request)
-        if self._thread is None:
+        if self._worker is None:
             stored = self._get(key)
+        elif (future := self._submit("lookup", lambda: self._get(key))) is None:
+            stored = None
         else:
-            future = self._thread.submit(self._get, key)
             try:
                 stored = await asyncio.wait_for(asyncio.wrap_future(future), self.timeout_s)
             except asyncio.TimeoutError:
@@ -418,10 +385,10 @@ class CachedJudge(BaseRagJudge):
             return hit
         judgement = await self.inner.ajudge(request)
         if judgement.error is None:
-            if self._thread is None:
+            if self._worker is None:
                 self._put(key, judgement)
             else:
-                self._thread.submit(self._put, key, judgement)  # counted when it ends
+                self._submit("store", lambda: self._put(key, judgement))  # counted when it ends
         return judgement
 
     def _get(self, key: str) -> Judgement | None:
@@ -441,6 +408,16 @@ class CachedJudge(BaseRagJudge):
             self._warn("store", exc)
             return
         self._count("stores")
+
+    def _submit(self, what: str, fn: Callable[[], T]) -> Future[T] | None:
+        """*fn* on this judge's cache worker; None (counted as a cache error) when the worker
+        refused it (its queue full, or the judge closed): the lookup is a miss, the store skipped."""
+        assert self._worker is not None
+        future = call_on(self._worker, fn)
+        if future is None:
+            self._count("cache_errors")
+            self._warn(what, RuntimeError("the cache worker's queue is full or closed"))
+        return future
 
     def _timed_out(self, future: Future[Any], what: str) -> None:
         future.cancel()  # not run at all if it is still queued behind the one that holds the thread
@@ -493,10 +470,10 @@ class CachedJudge(BaseRagJudge):
         return estimate_request(self.inner, request, chars_per_token=chars_per_token, exact=exact)
 
     def close(self) -> None:
-        """Close the wrapped judge, and the cache when this judge created it; end the cache thread."""
+        """Close the wrapped judge, and the cache when this judge created it; end the cache worker."""
         self.inner.close()
-        if self._thread is not None:
-            self._thread.stop()
+        if self._worker is not None:
+            _stop_cache_worker(self._worker)
         if self._owns_cache:
             self.cache.close()
 
