@@ -255,6 +255,7 @@ class Governor:
             self.counts["judge_tokens"] += tokens
             if usd is not None:
                 self.counts["judge_usd"] += usd
+        _meter().record(tokens, usd, model)
         if self.budgets and (tokens or usd):
             self._spend(tokens, usd)
         status = judgement.details.get("status_code") if judgement.error else None
@@ -382,7 +383,52 @@ class Governor:
     def _count(self, what: Verdict) -> Verdict:
         with self._lock:
             self.counts[what] += 1
+        _meter().not_sent(what)
         return what
+
+
+class _Meter:
+    """The cost figures as OpenTelemetry metrics (no-ops until the application sets a MeterProvider):
+    ``ragaudit.judge.tokens`` and ``ragaudit.judge.cost`` (USD, where a price is known) per judge
+    model, ``ragaudit.judge.not_sent`` per reason (over_budget, paused, rate_limited, ...)."""
+
+    def __init__(self) -> None:
+        from opentelemetry import metrics
+
+        meter = metrics.get_meter("ragaudit")
+        self._tokens = meter.create_counter("ragaudit.judge.tokens", unit="{token}",
+                                            description="Tokens of judge calls (prompt + completion)")
+        self._cost = meter.create_counter("ragaudit.judge.cost", unit="USD", description="Cost of judge calls")
+        self._not_sent = meter.create_counter("ragaudit.judge.not_sent", unit="{turn}",
+                                              description="Turns cost control kept from the judge, by reason")
+
+    def record(self, tokens: int, usd: float | None, model: str | None) -> None:
+        attributes = {"gen_ai.request.model": model or "unknown"}
+        try:
+            if tokens:
+                self._tokens.add(tokens, attributes)
+            if usd:
+                self._cost.add(usd, attributes)
+        except Exception:  # a broken metrics pipeline must not cost the judgement
+            pass
+
+    def not_sent(self, reason: str) -> None:
+        try:
+            self._not_sent.add(1, {"ragaudit.reason": reason})
+        except Exception:
+            pass
+
+
+_METER: _Meter | None = None
+
+
+def _meter() -> _Meter:
+    # Made on first use, so that a MeterProvider the application sets after importing us is used
+    # (the API's proxy instruments forward to a provider set later, too).
+    global _METER
+    if _METER is None:
+        _METER = _Meter()
+    return _METER
 
 
 class CostControl:
