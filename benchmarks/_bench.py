@@ -101,13 +101,14 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def summary_ns(values_ns: Sequence[int]) -> dict[str, float]:
-    """Median, p10, p90, mean and count of durations in ns, reported in microseconds."""
+    """Median, p10, p90, p99, mean and count of durations in ns, reported in microseconds."""
     us = [v / 1000.0 for v in values_ns]
     return {
         "n": len(us),
         "median_us": percentile(us, 50),
         "p10_us": percentile(us, 10),
         "p90_us": percentile(us, 90),
+        "p99_us": percentile(us, 99),
         "mean_us": sum(us) / len(us),
     }
 

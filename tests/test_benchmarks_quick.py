@@ -49,6 +49,15 @@ def test_overhead_quick(tmp_path: Path) -> None:
         # every turn was judged; the untraced one exported nothing but still judged every turn.
         ours = configs["ragaudit"]["checks"]
         assert ours["spans_exported"] >= 3 * 20 and ours["auditor"]["judged"] == ours["auditor"]["submitted"] > 0
+        # The default configuration: the audit log has a line per turn, every turn was judged, and
+        # the judging latency and the background CPU are reported.
+        default = configs["ragaudit-default"]
+        assert default["checks"]["audit_lines"] == default["checks"]["auditor"]["judged"] > 0
+        assert set(default["checks"]["judging_latency_ms"]) == {"p50", "p90", "p99"}
+        assert {"overhead_p99", "overhead_background_cpu_us"} <= set(default)
+        assert configs["ragaudit-default-lexical"]["checks"]["auditor"]["judged"] > 0
+        assert set(result["verdict"]["ratios"]) >= {"ragaudit-default", "ragaudit"} or not result["verdict"].get(
+            "lightest_peer")
         untraced = configs["ragaudit-notrace"]["checks"]
         assert untraced["spans_exported"] == 0 and untraced["auditor"]["judged"] > 0
         if "openinference" in configs:
@@ -73,13 +82,30 @@ def test_judge_throughput_quick(tmp_path: Path) -> None:
     assert run["prompt_tokens_per_answer"] > 0 and run["completion_tokens_per_answer"] > 0
     assert set(run["rss_mb"]["at"]) == {"25%", "50%", "75%", "100%"} and run["rss_mb"]["peak"] > 0
     assert doc["results"]["tracemalloc_run"]["tracemalloc_peak_mb"] > 0
+    sdk = doc["results"]["bare_sdk"]  # the bare openai SDK, same request bodies, in the same run
+    assert sdk["failed"] == 0 and sdk["per_s"] > 0 and sdk["requests_replayed"] > 0
+    assert run["ratio_to_bare_sdk"] > 0 and len(run["rounds_per_s"]) == doc["config"]["rounds"]
     judges = doc["results"]["cost"]["judges"]
     assert judges["ragaudit"]["calls_per_answer"] == 1.0
     for peer in ("ragas", "deepeval", "trulens"):
         assert judges[peer]["ran"] is False and judges[peer]["calls"] and judges[peer]["source"]
-    assert set(doc["targets"]) == {"throughput_ratio_ge_0.9", "one_call_per_answer", "no_failures",
-                                   "rss_flat_within_10mb"}
+    assert set(doc["targets"]) == {"throughput_ratio_ge_0.9", "bare_sdk_ratio_ge_0.95", "one_call_per_answer",
+                                   "no_failures", "rss_flat_within_10mb"}
     assert doc["targets"]["one_call_per_answer"] is True
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_profile_background_quick(tmp_path: Path) -> None:
+    doc = run_quick("profile_background.py", tmp_path / "profile_background.json", "--judges", "instant", "chat")
+    assert doc["benchmark"] == "profile_background" and doc["turns"] == 40
+    for judge in ("instant", "chat"):
+        measured, profile = doc["results"][judge]["measured"], doc["results"][judge]["profile"]
+        # every turn recorded (the warm-up's 30 too) and judged; the profile saw the background threads
+        assert measured["audit_lines"] == 70 and measured["stats"]["judged"] == 70
+        assert measured["background_cpu_us_raw"] > 0
+        assert profile["threads"] >= 2 and sum(profile["profiled_s_per_area"].values()) > 0
+    assert "judge" in doc["results"]["chat"]["profile"]["profiled_s_per_area"]
 
 
 def test_overhead_table_prints_when_the_lightest_peer_measured_no_overhead(

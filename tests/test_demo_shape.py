@@ -5,9 +5,10 @@ payloads carry the same keys and values as before (ids, times and latencies asid
 before ``AuditRecord`` and the exporters (main at 1b6d4e3), and the refactoring matched it exactly.
 A change made on purpose rewrites it in the same commit: rewritten once since, for the ids issue 28
 added to each ``gen_ai.evaluation.result`` event (``ragaudit.{judge.name,judgement.id,score.id,
-turn.id}``), nothing else differing; and once for issue 23: the demo stand-in cites after the sentence
-(``... centre. [1]``: the answer and sentence texts) and retrieval spans say which documents reached the
-model (``ragaudit.document.used``, ``ragaudit.document.used_count``), nothing else differing.
+turn.id}``), nothing else differing; and again for issue 23: the demo's offline stand-in cites after
+the sentence ("... purchase. [1]", was "... purchase [1]."), so its answers and sentence texts changed,
+and retrieval spans gained ``ragaudit.document.used`` / ``used_count`` (which of their documents
+reached the model) — nothing else differing.
 """
 
 from __future__ import annotations

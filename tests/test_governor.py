@@ -172,3 +172,31 @@ def test_redis_down_fails_open_or_closed_and_is_counted(redis: RedisServer) -> N
 def test_bad_store_url_is_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match="budget_store"):
         Governor([Budget(max_calls=1)], store="nosuch://x")
+
+
+def test_cost_figures_are_otel_metrics() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from ragaudit.auditor import _governor
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    _governor._METER = None
+    try:
+        from opentelemetry.metrics import _internal as metrics_internal
+
+        saved = metrics_internal._METER_PROVIDER
+        metrics_internal._METER_PROVIDER = provider  # this test's own provider, put back below
+        governor = Governor([Budget(max_calls=1)], prices={"m": (1_000_000.0, 0.0)})
+        assert admit(governor) == "ok"
+        governor.settle(judged(100), model="m")
+        assert admit(governor) == "over_budget"
+        points = {m.name: m.data.data_points for rm in reader.get_metrics_data().resource_metrics
+                  for sm in rm.scope_metrics for m in sm.metrics}
+    finally:
+        metrics_internal._METER_PROVIDER = saved
+        _governor._METER = None
+    assert points["ragaudit.judge.tokens"][0].value == 100
+    assert points["ragaudit.judge.cost"][0].value == pytest.approx(90.0)
+    assert points["ragaudit.judge.not_sent"][0].attributes == {"ragaudit.reason": "over_budget"}

@@ -43,8 +43,8 @@ from . import _fork
 from ._fork import on_fork_in_child
 from .content import log_exception
 
-__all__ = ["BatchWorker", "call_on", "call_with_deadline", "exit_deadline", "on_fork_in_child", "run_coroutine",
-           "run_jobs"]
+__all__ = ["BatchWorker", "HostFirst", "call_on", "call_with_deadline", "exit_deadline", "on_fork_in_child",
+           "run_coroutine", "run_jobs"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -61,7 +61,9 @@ class BatchWorker(Generic[T]):
     None for all; a raise fails the whole batch) or *ahandle* (``async ahandle(item)``, run on the
     worker's event loop, up to *concurrency* at once). *threads* threads share the queue in the
     synchronous mode. *on_error* is told about every exception a handler raised. *max_queue*
-    bounds the items queued plus those being handled.
+    bounds the items queued plus those being handled. *paced*: the host comes first (see
+    :class:`HostFirst`; in the synchronous mode a batch is then handled in slices of *pace_batch*
+    items).
     """
 
     def __init__(
@@ -76,6 +78,8 @@ class BatchWorker(Generic[T]):
         threads: int = 1,
         concurrency: int = 1,
         on_error: Callable[[BaseException], None] | None = None,
+        paced: bool = False,
+        pace_batch: int = 1,
     ) -> None:
         if handle is not None and ahandle is not None:
             raise ValueError("give BatchWorker handle or ahandle, not both (neither: a plain event loop thread)")
@@ -90,6 +94,8 @@ class BatchWorker(Generic[T]):
         self._threads_wanted = 1 if handle is None else threads
         self._concurrency = concurrency
         self._on_error = on_error
+        self._paced = paced
+        self._pace_batch = max(1, pace_batch)
         self._reset()
         with _registry_lock:
             _registry.add(self)
@@ -112,6 +118,8 @@ class BatchWorker(Generic[T]):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._asleep = False
+        self._hurry = threading.Event()  # set while a flush waits: no pauses (see HostFirst)
+        self._pacer = HostFirst()
 
     # -- the host's side ----------------------------------------------------------------------
 
@@ -161,6 +169,7 @@ class BatchWorker(Generic[T]):
             target = self._last_seq
             abandoned = self._counts["abandoned"]
             self._urgent += 1
+            self._hurry.set()
             self._cond.notify_all()
         try:
             with self._cond:
@@ -175,6 +184,8 @@ class BatchWorker(Generic[T]):
         finally:
             with self._cond:
                 self._urgent -= 1
+                if not self._urgent:
+                    self._hurry.clear()
 
     def shutdown(self, timeout_s: float | None = 30.0) -> bool:
         """Flush within *timeout_s*, then stop. Never raises; idempotent.
@@ -191,6 +202,7 @@ class BatchWorker(Generic[T]):
             with self._cond:
                 self._closed = True
                 self._stopping.set()
+                self._hurry.set()
                 lost = len(self._queue) + len(self._inflight)
                 self._counts["abandoned"] += lost
                 self._queue.clear()
@@ -315,6 +327,7 @@ class BatchWorker(Generic[T]):
                 logger.debug("ragaudit: worker %s on_error failed: %s", self.name, log_exception(exc))
 
     def _run(self) -> None:
+        _register_own_thread()
         cond = self._cond
         while True:
             with cond:
@@ -325,7 +338,12 @@ class BatchWorker(Generic[T]):
                 if self._delay_s and not self._urgent and len(self._queue) < self._max_batch:
                     cond.wait(self._delay_s)  # let a batch gather; put() at a full batch or flush() cut this short
                 batch = self._take()
-            if batch:
+            if batch and self._paced:
+                step = self._pace_batch
+                for start in range(0, len(batch), step):  # in slices, the host let in between (HostFirst)
+                    self._handle_batch(batch[start:start + step])
+                    self._pace()
+            elif batch:
                 self._handle_batch(batch)
             # Not kept while waiting for the next batch: a job may be what keeps its owner alive.
             del batch
@@ -349,8 +367,14 @@ class BatchWorker(Generic[T]):
             if isinstance(exc, asyncio.CancelledError) and self._stopping.is_set():
                 raise
             self._finish([entry], None, exc)
-            return
-        self._finish([entry], None, None)
+        else:
+            self._finish([entry], None, None)
+        if self._paced:
+            self._pace()  # on the loop's thread: a pause holds every task of the loop, as it should
+
+    def _pace(self) -> None:
+        backlog = (len(self._queue) + len(self._inflight)) / self.max_queue
+        self._pacer.pace(backlog, self._hurry)
 
     def _wake_loop(self) -> None:
         loop, wake = self._loop, self._wake
@@ -362,6 +386,7 @@ class BatchWorker(Generic[T]):
             pass
 
     def _run_loop(self, loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
+        _register_own_thread()
         asyncio.set_event_loop(loop)
         self._loop = loop
         self._wake = asyncio.Event()
@@ -411,6 +436,109 @@ class BatchWorker(Generic[T]):
             del task
 
 
+class HostFirst:
+    """Keeps the host first: how much interpreter time one background thread takes while the host is busy.
+
+    ragaudit's background threads share the GIL with the host's. A thread that ran a CPU-bound job
+    for a while keeps the host's threads waiting for up to the switch interval (5 ms) each time they
+    want to run, and a host request that hands work between threads (LangChain's executor) waits
+    once per hand-off: that is the host's tail. So a paced worker, after every item, yields the
+    interpreter (``time.sleep(0)``: a host thread waiting for it runs at once). The host is *busy*
+    when its threads -- every thread of the process but ragaudit's, whose CPU clocks are known --
+    ran during a yield that took more than ``BUSY_S``, or used more than ``BUSY_SHARE`` of a core
+    over the last ``PROBE_S`` or more; it stays busy for ``BUSY_FOR_S``. While it is,
+    every item (or ``SLICE_S`` of this thread's CPU) is followed by a pause that holds this thread's
+    share to ``SHARE``: the background work then waits, and its cost shows up as judging latency
+    instead of the host's latency. Past a quarter of its queue the share grows (full speed at half
+    full), so a host that is busy all the time still gets its turns recorded, not dropped. A flush
+    or shutdown pauses nothing (*hurry* is set). Where threads' CPU clocks cannot be read
+    (``time.pthread_getcpuclockid``), nothing is paused; the yield stays.
+    """
+
+    SHARE = 0.02
+    SLICE_S = 0.0005
+    BUSY_SHARE = 0.1
+    BUSY_S = 0.0005
+    PROBE_S = 0.005
+    BUSY_FOR_S = 0.05
+    MAX_PAUSE_S = 0.1
+
+    __slots__ = ("_busy_until", "_cpu", "_probe")
+
+    def __init__(self) -> None:
+        self._cpu: float | None = None  # this thread's CPU clock at the last pause (set on first use)
+        self._busy_until = 0.0
+        self._probe: tuple[float, float] | None = None  # (wall, host CPU) at the last probe
+
+    def pace(self, backlog: float, hurry: threading.Event | None, max_pause_s: float = MAX_PAUSE_S) -> None:
+        """After an item, on the worker's thread: yield, and pause (at most *max_pause_s*) while the
+        host is busy. *backlog*: how full the worker's queue is (0 to 1); *hurry*: set, no pause
+        (None: a pause is never cut short)."""
+        if (hurry is not None and hurry.is_set()) or self._cpu is None:
+            if self._cpu is None:
+                _register_own_thread()
+            self._cpu = time.thread_time()
+            return
+        before, host_before = time.perf_counter(), _host_cpu()
+        time.sleep(0)
+        now = time.perf_counter()
+        if host_before is not None and now - before > self.BUSY_S:
+            # The yield took a while: busy if the host's threads ran meanwhile (not another of ours).
+            host = _host_cpu()
+            if host is not None and host - host_before > 0.5 * (now - before):
+                self._busy_until = now + self.BUSY_FOR_S
+        self._look(now)
+        spent = time.thread_time() - self._cpu
+        if spent < self.SLICE_S:
+            return
+        self._cpu += spent
+        if now >= self._busy_until or backlog >= 0.5:
+            return
+        share = self.SHARE if backlog < 0.25 else self.SHARE + (1.0 - self.SHARE) * (backlog - 0.25) * 4
+        pause = min(max_pause_s, spent * (1.0 - share) / share)
+        if hurry is None:
+            time.sleep(pause)
+        else:
+            hurry.wait(pause)
+        self._cpu = time.thread_time()
+
+    def _look(self, now: float) -> None:
+        if self._probe is not None and now - self._probe[0] < self.PROBE_S:
+            return
+        host = _host_cpu()
+        if host is None:
+            return
+        if self._probe is not None and host - self._probe[1] > self.BUSY_SHARE * (now - self._probe[0]):
+            self._busy_until = now + self.BUSY_FOR_S
+        self._probe = (now, host)
+
+
+# thread ident -> CPU clock id of every thread of ragaudit's (the BatchWorkers' and the paced exporters').
+_own_clocks: dict[int, int] = {}
+
+
+def _register_own_thread() -> None:
+    getclock = getattr(time, "pthread_getcpuclockid", None)
+    if getclock is not None:
+        try:
+            _own_clocks[threading.get_ident()] = getclock(threading.get_ident())
+        except (OSError, OverflowError):
+            pass
+
+
+def _host_cpu() -> float | None:
+    """CPU seconds the process spent outside ragaudit's threads (in the host's threads), or None."""
+    if not _own_clocks:
+        return None
+    total = time.process_time()
+    for ident, clock in list(_own_clocks.items()):
+        try:
+            total -= time.clock_gettime(clock)
+        except OSError:  # the thread ended
+            _own_clocks.pop(ident, None)
+    return total
+
+
 _registry_lock = _fork.lock()
 _registry: weakref.WeakSet[BatchWorker[Any]] = weakref.WeakSet()
 
@@ -418,6 +546,7 @@ _registry: weakref.WeakSet[BatchWorker[Any]] = weakref.WeakSet()
 def _restart_workers_in_child() -> None:
     # The child has one thread (this one): the parent's worker threads and loops are gone. Each
     # worker starts over empty; its threads start again with its next item.
+    _own_clocks.clear()  # the parent's threads are gone
     for worker in list(_registry):
         closed = worker._closed
         worker._reset()

@@ -310,11 +310,11 @@ class Auditor(Draining):
         # counted here under one lock with the judged/failed counts) is what drops turns.
         bound = self.max_queue + self.max_concurrency
         self._judging: BatchWorker[_Job] = BatchWorker("auditor", ahandle=judge_turn, max_queue=bound,
-                                                       concurrency=self.max_concurrency)
+                                                       concurrency=self.max_concurrency, paced=True)
         self._blocking: BatchWorker[Callable[[], None]] | None = None
         if self._sync_judge:
             self._blocking = BatchWorker("judge", run_jobs, max_queue=bound, max_batch=1,
-                                         threads=self.max_concurrency)
+                                         threads=self.max_concurrency, paced=True)
         self._export = ExportStage(exporters, delivered, self._content_policy, max_queue=bound)
         self._closer = TurnCloser(self.max_closing, job_failed, inline=self.mode == "inline")
         workers = [w for w in (self._closer.worker, self._judging, self._blocking, self._export.worker)

@@ -47,7 +47,7 @@ class TurnCloser:
         self._sources: weakref.WeakSet[TurnSource] = weakref.WeakSet()
         self.worker: BatchWorker[Callable[[], None]] = BatchWorker(
             "closer", run_jobs, max_queue=max_closing, max_batch=_CLOSE_BATCH, delay_s=_CLOSE_DELAY_S,
-            on_error=failed)
+            on_error=failed, paced=True)
 
     def attach(self, source: TurnSource) -> None:
         """Have :meth:`close_sources` close *source*'s ended turns before shutdown (held weakly: a

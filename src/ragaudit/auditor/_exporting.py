@@ -27,6 +27,7 @@ __all__ = ["ExportStage", "LegacySinkExporter", "OnJudgementExporter", "exporter
 logger = logging.getLogger("ragaudit")
 
 _EXPORT_BATCH = 64
+_PACE_BATCH = 8
 
 OnJudgement = Callable[[RagTurn, Judgement], None]
 
@@ -128,8 +129,10 @@ class ExportStage:
         self._delivered = delivered
         self._content = content
         self._failures = _Failures()
+        # Paced (the host first): a batch goes to the exporters in slices of _PACE_BATCH records.
         self.worker: BatchWorker[AuditRecord] = BatchWorker("export", self.export_now, max_queue=max_queue,
-                                                            max_batch=_EXPORT_BATCH)
+                                                            max_batch=_EXPORT_BATCH, paced=True,
+                                                            pace_batch=_PACE_BATCH)
 
     def put(self, record: AuditRecord) -> None:
         """Export *record* on the worker (or here and now, when the worker cannot take it)."""

@@ -10,11 +10,11 @@ kept submits it for judging, past the sampler; a turn no longer kept is counted
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections import OrderedDict
 from typing import Any
 
+from .. import _fork
 from ..errors import ConfigurationError
 from ..records import RagTurn
 
@@ -49,7 +49,7 @@ class FeedbackRetention:
             raise ConfigurationError(f"max_retained must be an int >= 1, got {max_retained!r}")
         self.retain_s = retain_s
         self.max_retained = max_retained
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._kept: OrderedDict[str, tuple[float, RagTurn, Any]] = OrderedDict()
 
     @property

@@ -8,15 +8,16 @@ tracer provider the OpenTelemetry API drops them silently.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
+
+from .. import _fork
 
 __all__ = ["say_where_things_are"]
 
 logger = logging.getLogger("ragaudit")
 
 _said = False
-_lock = threading.Lock()
+_lock = _fork.lock()
 
 
 def _spans(provider: Any) -> str:

@@ -30,13 +30,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, Protocol
 
+from .. import _fork
 from .._log import RateLimitedLog
 from ..errors import ConfigurationError
 from ..records import Judgement
@@ -109,7 +109,7 @@ class _LocalCounters:
     """In-process counters with expiry: a dict under a lock, expired entries dropped as they are read."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._values: dict[str, tuple[int, float]] = {}
 
     def incr(self, key: str, expiry: int, amount: int = 1) -> int:
@@ -197,7 +197,7 @@ class Governor:
         self.store_url = store
         self._clock = clock
         self._counters: _Counters = _redis_counters(store) if store else _LocalCounters()
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self._store_down_until = 0.0
         self._share = 1.0  # this process's share of max_rps: halved on a 429, won back on success
         self._not_before = 0.0  # a Retry-After holds calls back until then
@@ -217,7 +217,7 @@ class Governor:
 
     def after_fork(self) -> None:
         """In a forked child: fresh locks and counts (an in-process store starts empty, a shared one is shared)."""
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         if isinstance(self._counters, _LocalCounters):
             self._counters = _LocalCounters()
         self.counts = dict.fromkeys(self.counts, 0)
@@ -255,6 +255,7 @@ class Governor:
             self.counts["judge_tokens"] += tokens
             if usd is not None:
                 self.counts["judge_usd"] += usd
+        _meter().record(tokens, usd, model)
         if self.budgets and (tokens or usd):
             self._spend(tokens, usd)
         status = judgement.details.get("status_code") if judgement.error else None
@@ -382,7 +383,52 @@ class Governor:
     def _count(self, what: Verdict) -> Verdict:
         with self._lock:
             self.counts[what] += 1
+        _meter().not_sent(what)
         return what
+
+
+class _Meter:
+    """The cost figures as OpenTelemetry metrics (no-ops until the application sets a MeterProvider):
+    ``ragaudit.judge.tokens`` and ``ragaudit.judge.cost`` (USD, where a price is known) per judge
+    model, ``ragaudit.judge.not_sent`` per reason (over_budget, paused, rate_limited, ...)."""
+
+    def __init__(self) -> None:
+        from opentelemetry import metrics
+
+        meter = metrics.get_meter("ragaudit")
+        self._tokens = meter.create_counter("ragaudit.judge.tokens", unit="{token}",
+                                            description="Tokens of judge calls (prompt + completion)")
+        self._cost = meter.create_counter("ragaudit.judge.cost", unit="USD", description="Cost of judge calls")
+        self._not_sent = meter.create_counter("ragaudit.judge.not_sent", unit="{turn}",
+                                              description="Turns cost control kept from the judge, by reason")
+
+    def record(self, tokens: int, usd: float | None, model: str | None) -> None:
+        attributes = {"gen_ai.request.model": model or "unknown"}
+        try:
+            if tokens:
+                self._tokens.add(tokens, attributes)
+            if usd:
+                self._cost.add(usd, attributes)
+        except Exception:  # a broken metrics pipeline must not cost the judgement
+            pass
+
+    def not_sent(self, reason: str) -> None:
+        try:
+            self._not_sent.add(1, {"ragaudit.reason": reason})
+        except Exception:
+            pass
+
+
+_METER: _Meter | None = None
+
+
+def _meter() -> _Meter:
+    # Made on first use, so that a MeterProvider the application sets after importing us is used
+    # (the API's proxy instruments forward to a provider set later, too).
+    global _METER
+    if _METER is None:
+        _METER = _Meter()
+    return _METER
 
 
 class CostControl:
@@ -406,7 +452,7 @@ class CostControl:
         self.endpoint = (endpoint_host(judge.base_url) or judge.base_url) if isinstance(judge, EndpointJudge) \
             else str(judge.name)
         self._log = RateLimitedLog()
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self.counts = dict.fromkeys(FEEDBACK, 0)
 
     def retain(self, turn: Any, job: Any) -> None:
@@ -457,7 +503,7 @@ class CostControl:
                 "judge_usd": round(float(counts["judge_usd"]), 6), **feedback}
 
     def after_fork(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _fork.lock()
         self.counts = dict.fromkeys(FEEDBACK, 0)
         self.governor.after_fork()
         self.retained.clear()

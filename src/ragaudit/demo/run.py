@@ -391,6 +391,19 @@ def print_report(result: DemoResult, *, traces: str | os.PathLike[str], audit_lo
     # Answers, reasons and errors are recorded (untrusted) text: control characters are shown, not obeyed.
     escaped = EscapingWriter(out or sys.stdout)
     say: Callable[..., None] = lambda *a: print(*a, file=escaped)  # noqa: E731
+    _print_header(result, questions, say)
+    _print_table(result, questions, escaped, say)
+    _print_sentence_problems(result, questions, say)
+    _print_unjudged(result, questions, say)
+    _print_low_scores(result, questions, say)
+    if result.generator == CARELESS_MODEL:
+        _print_caught(result, questions, say)
+    say("")
+    _print_outputs(result, traces, audit_log, say)
+
+
+def _print_header(result: DemoResult, questions: Sequence[DemoQuestion], say: Callable[..., None]) -> None:
+    """What ran: the knowledge base, the generator (saying plainly when it is no model), the judge."""
     framework = ("LangChain (LCEL chain)" if result.framework == "langchain"
                  else "LlamaIndex (VectorStoreIndex)")
     say(f"ragaudit demo: return-policy knowledge base ({len(DOCUMENTS)} documents in Chroma's in-memory "
@@ -416,6 +429,9 @@ def print_report(result: DemoResult, *, traces: str | os.PathLike[str], audit_lo
         say(f"  judge:     {result.judge} (LLM judge, full audit); scores in [0, 1], — = no score")
     say("")
 
+
+def _print_table(result: DemoResult, questions: Sequence[DemoQuestion], out: Any, say: Callable[..., None]) -> None:
+    """The judged table, one row per question, and what its columns mean."""
     rows = [["#", "question", "faithful", "ctx rel", "ans rel", f"recall@{DEFAULT_K}", f"jNDCG@{DEFAULT_K}",
              f"jP@{DEFAULT_K}", "grades", "cited", "cite P"]]
     for question in questions:
@@ -428,7 +444,7 @@ def print_report(result: DemoResult, *, traces: str | os.PathLike[str], audit_lo
             _fmt(_recall(turn, question)), _fmt(_judged(judgement, "ndcg")), _fmt(_judged(judgement, "P")),
             _grades(judgement), _cited(turn), _citation_precision(turn, judgement),
         ])
-    _table(rows, escaped)
+    _table(rows, out)
     say(f"  recall@{DEFAULT_K} — : no document in the knowledge base is relevant (not covered).")
     say("  grades: the judge's grade of each retrieved document, by rank (0 unrelated, 1 related, 2 partly "
         "answers, 3 answers); no ground truth needed.")
@@ -436,8 +452,10 @@ def print_report(result: DemoResult, *, traces: str | os.PathLike[str], audit_lo
         f"all are equally poor); jP@{DEFAULT_K}: the share graded >= 2.")
     say("  cite P: citation precision (ALCE): the share of the answer's citations whose document the judge "
         "found supports the sentence they follow.")
-    _print_sentence_problems(result, questions, say)
 
+
+def _print_unjudged(result: DemoResult, questions: Sequence[DemoQuestion], say: Callable[..., None]) -> None:
+    """Every question without a judgement, and why (a pipeline error, a judge error, none arrived)."""
     problems = {qid: err for qid, err in result.errors.items()}
     for question in questions:
         judgement = result.judgements.get(question.id)
@@ -451,6 +469,9 @@ def print_report(result: DemoResult, *, traces: str | os.PathLike[str], audit_lo
         for qid, err in problems.items():
             say(f"  {qid}: {_cut(err, _REASON_CHARS)}")
 
+
+def _print_low_scores(result: DemoResult, questions: Sequence[DemoQuestion], say: Callable[..., None]) -> None:
+    """The unfaithful answers and the lowest relevance scores, each with the judge's reason."""
     judged = [(q, result.judgements[q.id]) for q in questions if q.id in result.judgements]
     say("")
     unfaithful = [(q, j) for q, j in judged if j.faithfulness is not None and j.faithfulness < 0.5]
@@ -472,9 +493,10 @@ def print_report(result: DemoResult, *, traces: str | os.PathLike[str], audit_lo
             say(f"  {question.id} {_fmt(value)}  {question.text}")
             say(f"      {_reason_for(judgement.reason, score_name)}")
 
-    if result.generator == CARELESS_MODEL:
-        _print_caught(result, questions, say)
-    say("")
+
+def _print_outputs(result: DemoResult, traces: str | os.PathLike[str], audit_log: str | os.PathLike[str],
+                   say: Callable[..., None]) -> None:
+    """Where the spans and the audit log went, and the auditor's counts."""
     spans = ", ".join(f"{n} {kind}" for kind, n in sorted(result.spans.items())) or "none"
     say(f"Spans:     {sum(result.spans.values())} written to {traces} ({spans})")
     if result.otlp_endpoint:
@@ -482,4 +504,3 @@ def print_report(result: DemoResult, *, traces: str | os.PathLike[str], audit_lo
     say(f"Audit log: {result.audit_lines} lines appended to {audit_log}  (view: ragaudit report {audit_log})")
     stats = ", ".join(f"{k}={v}" for k, v in result.stats.items())
     say(f"Auditor:   {stats}")
-

@@ -379,6 +379,38 @@ def evaluate_pipeline(
     are computed only for rows with at least one relevant document. Raises ConfigurationError
     for a bad dataset, pipeline or argument.
     """
+    rows, framework, measures, judge = _checked(dataset, pipeline, judge, metrics, concurrency, threshold)
+    judge_name = judge.name
+    bar = _Progress(bool(progress) and sys.stderr.isatty(), len(rows))
+    auditor, judgements = _eval_auditor(judge, len(rows), concurrency, auditor_kwargs, bar)
+    keys = [f"{row.id}#{uuid.uuid4().hex[:8]}" for row in rows]
+    try:
+        if framework == "langchain":
+            run, done = _langchain_runner(pipeline, auditor, measures, input_key)
+        else:
+            run, done = _llamaindex_runner(pipeline, auditor, measures)
+        try:
+            errors, latencies = _run_rows(run, rows, keys, concurrency, bar)
+        finally:
+            done()
+        auditor.flush(timeout_s=None)
+    finally:
+        bar.close()
+        auditor.shutdown()
+
+    results = []
+    for row, key in zip(rows, keys):
+        turn, status = auditor.submitted.get(key, (None, None))
+        results.append(_row_result(row, turn, status, judgements.get(key), errors.get(key),
+                                   latencies.get(key), measures, threshold))
+    return EvaluationReport.from_rows(results, judge=judge_name, metrics=measures, threshold=threshold,
+                                      stats=auditor.stats())
+
+
+def _checked(dataset: str | os.PathLike[str] | Iterable[Mapping[str, Any] | DatasetRow], pipeline: Any,
+             judge: Any, metrics: Sequence[str], concurrency: int, threshold: float
+             ) -> tuple[list[DatasetRow], str, tuple[str, ...], RagJudge]:
+    """evaluate_pipeline()'s arguments checked: the rows, the framework, the metrics, the judge."""
     rows = load_dataset(dataset)
     framework = _framework_of(pipeline)
     if framework is None:
@@ -396,10 +428,12 @@ def evaluate_pipeline(
     if not isinstance(judge, RagJudge):
         raise ConfigurationError(f"judge must be a RagJudge (derive it from ragaudit.BaseRagJudge), "
                                  f"got {type(judge).__name__}")
-    judge_name = judge.name
+    return rows, framework, measures, judge
 
-    show = bool(progress) and sys.stderr.isatty()
-    bar = _Progress(show, len(rows))
+
+def _eval_auditor(judge: RagJudge, rows: int, concurrency: int, auditor_kwargs: Mapping[str, Any] | None,
+                  bar: _Progress) -> tuple[_EvalAuditor, dict[str, Judgement]]:
+    """The run's auditor, and the dict it fills with each row's judgement (by row key)."""
     judgements: dict[str, Judgement] = {}
     lock = threading.Lock()
 
@@ -410,50 +444,33 @@ def evaluate_pipeline(
                 judgements[key] = judgement
         bar.judged_one()
 
-    settings: dict[str, Any] = {"audit_log": None, "sample_rate": 1.0, "max_queue": max(len(rows), 1),
+    settings: dict[str, Any] = {"audit_log": None, "sample_rate": 1.0, "max_queue": max(rows, 1),
                                 "max_concurrency": concurrency}
     settings.update(auditor_kwargs or {})
     for reserved in ("judge", "on_judgement"):
         if reserved in settings:
             raise ConfigurationError(f"auditor_kwargs must not set {reserved!r}; pass judge= to evaluate_pipeline()")
-    auditor = _EvalAuditor(judge, on_judgement=on_judgement, **settings)
+    return _EvalAuditor(judge, on_judgement=on_judgement, **settings), judgements
 
-    keys = [f"{row.id}#{uuid.uuid4().hex[:8]}" for row in rows]
+
+def _run_rows(run: RunRow, rows: list[DatasetRow], keys: list[str], concurrency: int, bar: _Progress
+              ) -> tuple[dict[str, str], dict[str, float]]:
+    """Every row through the pipeline, *concurrency* at once: each failed row's error and each row's latency."""
     errors: dict[str, str] = {}
     latencies: dict[str, float] = {}
-    try:
-        if framework == "langchain":
-            run, done = _langchain_runner(pipeline, auditor, measures, input_key)
-        else:
-            run, done = _llamaindex_runner(pipeline, auditor, measures)
 
-        def one(row: DatasetRow, key: str) -> None:
-            started = time.perf_counter()
-            try:
-                run(row, key)
-            except Exception as exc:
-                errors[key] = f"{type(exc).__name__}: {exc}"
-            finally:
-                latencies[key] = time.perf_counter() - started
-
+    def one(row: DatasetRow, key: str) -> None:
+        started = time.perf_counter()
         try:
-            with ThreadPoolExecutor(max_workers=min(concurrency, len(rows)),
-                                    thread_name_prefix="ragaudit-eval") as pool:
-                futures = [pool.submit(one, row, key) for row, key in zip(rows, keys)]
-                for future in as_completed(futures):
-                    future.result()
-                    bar.ran()
+            run(row, key)
+        except Exception as exc:
+            errors[key] = f"{type(exc).__name__}: {exc}"
         finally:
-            done()
-        auditor.flush(timeout_s=None)
-    finally:
-        bar.close()
-        auditor.shutdown()
+            latencies[key] = time.perf_counter() - started
 
-    results = []
-    for row, key in zip(rows, keys):
-        turn, status = auditor.submitted.get(key, (None, None))
-        results.append(_row_result(row, turn, status, judgements.get(key), errors.get(key),
-                                   latencies.get(key), measures, threshold))
-    return EvaluationReport.from_rows(results, judge=judge_name, metrics=measures, threshold=threshold,
-                                      stats=auditor.stats())
+    with ThreadPoolExecutor(max_workers=min(concurrency, len(rows)), thread_name_prefix="ragaudit-eval") as pool:
+        futures = [pool.submit(one, row, key) for row, key in zip(rows, keys)]
+        for future in as_completed(futures):
+            future.result()
+            bar.ran()
+    return errors, latencies

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import threading
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import Any
@@ -24,6 +23,7 @@ from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.vectorstores import VectorStore
 
+from .. import _fork
 from ._common import report_failure
 
 __all__ = ["SEARCH_METHODS", "SearchObserver", "outside_searches", "patch_vector_stores"]
@@ -38,7 +38,7 @@ _wrappers: set[Callable[..., Any]] = set()  # the search wrappers made here (nev
 # Set while a search runs: the searches it calls itself (a store's similarity_search calling its
 # similarity_search_with_score, an async form running the sync one) are the same search, not reported again.
 _in_search: ContextVar[bool] = ContextVar("ragaudit_vector_store_search", default=False)
-_lock = threading.Lock()
+_lock = _fork.lock()
 _patched = False
 
 

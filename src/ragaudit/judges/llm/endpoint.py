@@ -354,9 +354,9 @@ class Endpoint:
         self._lock = _fork.lock()
         self._sync_client: openai.OpenAI | None = None
         self._async_client: openai.AsyncOpenAI | None = None  # given by the caller: used on every loop
-        # id(loop) -> (loop, client). Not a WeakKeyDictionary: the client's connections refer to
+        # id(loop) -> (loop, clients). Not a WeakKeyDictionary: the clients' connections refer to
         # their loop, so the key would never die; entries of closed loops are pruned instead.
-        self._async_per_loop: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], openai.AsyncOpenAI]] = {}
+        self._async_per_loop: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], _Shards]] = {}
         self._owns_sync = False
         self.timeout_s = timeout_s
         self._deadline = RequestDeadline(timeout_s)  # on the clients made here only
@@ -400,20 +400,25 @@ class Endpoint:
             return self._async_client
         # An async client's connections belong to the loop that opened them, so each loop gets its own.
         loop = asyncio.get_running_loop()
+        entry = self._async_per_loop.get(id(loop))
+        if entry is not None and entry[0]() is loop:
+            return entry[1].next()
         with self._lock:
-            entry = self._async_per_loop.get(id(loop))
-            if entry is not None and entry[0]() is loop:
-                return entry[1]
             for key, (ref, _) in list(self._async_per_loop.items()):
                 old = ref()
                 if old is None or old.is_closed():
                     del self._async_per_loop[key]
             if self._sync_client is None:
                 raise JudgeError(f"{self.name} is closed")
+            source, sdk = self._sync_client, self._openai
             deadline = self._deadline if self._owns_sync else None  # a given client keeps its own timeouts
-            client: openai.AsyncOpenAI = _derive(self._openai, self._sync_client, want_async=True, deadline=deadline)
-            self._async_per_loop[id(loop)] = (weakref.ref(loop), client)
-            return client
+            shards = _Shards(lambda: _derive(sdk, source, want_async=True, deadline=deadline))
+            self._async_per_loop[id(loop)] = (weakref.ref(loop), shards)
+            return shards.clients[0]
+
+    def _shards_of_loop(self) -> _Shards | None:
+        entry = self._async_per_loop.get(id(asyncio.get_running_loop()))
+        return entry[1] if entry is not None else None
 
     def close(self) -> None:
         """Close the clients made here (a given client stays open). Safe to call twice."""
@@ -436,7 +441,8 @@ class Endpoint:
         with self._lock:
             entry = self._async_per_loop.pop(id(loop), None)
         if entry is not None:
-            await entry[1].close()
+            for client in entry[1].clients:
+                await client.close()
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -510,10 +516,16 @@ class Endpoint:
         while current is not None:
             calls += 1
             sent = current
+            shards = self._shards_of_loop()
+            if shards is not None:
+                shards.in_flight += 1
             try:
                 outcome: Any = await self.async_client().chat.completions.create(**sent)
             except Exception as exc:  # CancelledError is a BaseException and propagates
                 outcome = exc
+            finally:
+                if shards is not None:
+                    shards.in_flight -= 1
             current = self._next_format(sent, outcome)
         return Result(outcome, calls, _format_kind(sent))
 
@@ -647,6 +659,36 @@ class EndpointJudge:
         The :class:`~ragaudit.Auditor` awaits it before it stops its event loop.
         """
         await self._endpoint.aclose_loop()
+
+
+# Async clients per event loop, each with its own connection pool, used in turn. httpcore's pool
+# re-checks every connection (and, for each, every other one) whenever a request starts or ends:
+# one client holding 32 connections for 32 concurrent judgements spent more CPU on that than on the
+# judgement itself. A pool per _PER_SHARD requests in flight (at most _ASYNC_SHARDS pools, made as
+# the concurrency asks for them) keeps that negligible.
+_ASYNC_SHARDS = 8
+_PER_SHARD = 4
+
+
+class _Shards:
+    """The async clients of one event loop, handed out round-robin (only that loop's thread asks)."""
+
+    __slots__ = ("_make", "_turn", "clients", "in_flight")
+
+    def __init__(self, make: Any) -> None:
+        self._make = make
+        self.clients: list[Any] = [make()]
+        self.in_flight = 0
+        self._turn = 0
+
+    def next(self) -> Any:
+        wanted = min(_ASYNC_SHARDS, 1 + self.in_flight // _PER_SHARD)
+        if wanted > len(self.clients):
+            self.clients.append(self._make())
+            self._turn = len(self.clients) - 1
+        else:
+            self._turn = (self._turn + 1) % len(self.clients)
+        return self.clients[self._turn]
 
 
 def _new_client(
