@@ -12,7 +12,7 @@ import pytest
 from ragaudit import Auditor, ChatRagJudge, FakeJudge, Judgement, JudgeRequest, RagTurn, RetrievedDoc
 from ragaudit.auditor import sampled
 from ragaudit.errors import ConfigurationError
-from ragaudit.judges.combinators.tiered import TieredJudge, sample_key
+from ragaudit.judges.combinators.tiered import DETAILED_SALT, TieredJudge, sample_key
 from ragaudit.judges.rules import RuleJudge
 from tests.support.llm_server import LLMServer, judgement_json
 
@@ -146,7 +146,7 @@ def test_sampling_is_deterministic_and_close_to_the_rate() -> None:
     picked = [tiered.in_sample(r) for r in requests]
     assert picked == [tiered.in_sample(r) for r in requests]  # the same answers, every time
     assert 70 <= sum(picked) <= 130
-    assert picked == [sampled(sample_key(r), 0.1) for r in requests]
+    assert picked == [sampled(sample_key(r), 0.1, salt=DETAILED_SALT) for r in requests]
 
 
 def test_turn_id_in_metadata_is_the_sample_key() -> None:
@@ -156,7 +156,7 @@ def test_turn_id_in_metadata_is_the_sample_key() -> None:
     assert sample_key(JudgeRequest(query="q1", answer="a1", context="c")) != "turn-42"
     rate = 0.5
     tiered = TieredJudge(RuleJudge(max_chars=10), counting_detailed(), detailed_rate=rate)
-    assert tiered.in_sample(a) == tiered.in_sample(b) == sampled("turn-42", rate)
+    assert tiered.in_sample(a) == tiered.in_sample(b) == sampled("turn-42", rate, salt=DETAILED_SALT)
 
 
 def test_merge_when_the_detailed_judge_ran_and_when_it_did_not() -> None:
