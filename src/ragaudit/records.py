@@ -737,8 +737,7 @@ class TurnAudit:
 
 
 UNSUBMITTED_REASONS: tuple[str, ...] = ("failed", "no_evidence", "empty_answer", "no_answer", "no_model", "standalone")
-"""Why the assembler did not submit a finished turn (each in ``stats()["unjudged_<reason>"]``): the run failed;
-no evidence; an empty answer; no answer read; no model call made it; a retriever or model called on its own."""
+"""Why the assembler did not submit a finished turn (each counted in ``stats()["unjudged_<reason>"]``)."""
 UNJUDGED_REASONS: tuple[str, ...] = ("sampled_out", "dropped", *UNSUBMITTED_REASONS,
                                      "filtered_out", "over_budget", "paused", "budget_unavailable", "rate_limited")
 """Why a finished turn was not judged (an :class:`AuditRecord`'s ``unjudged``); the assembler's are above."""
