@@ -182,7 +182,3 @@ def _shutdown_call(exporter: Exporter) -> Callable[[float], bool]:
 
     return call
 
-
-# What these are to users: Auditor methods (a deprecated keyword's warning names them so).
-for _method in (Draining.flush, Draining.shutdown):
-    _method.__wrapped__.__qualname__ = _method.__qualname__ = "Auditor." + _method.__name__  # type: ignore[attr-defined]
