@@ -53,7 +53,10 @@ def test_report_with_no_argument_reads_the_default_audit_log(tmp_path: Path, mon
     assert main(["report"]) == 2
     assert "./ragaudit-audit.jsonl" in capsys.readouterr().err
     line = {"turn_id": "t1", "query": "q?", "answer": "a.", "documents": [], "faithfulness": 0.5,
-            "context_relevance": 0.5, "answer_relevance": 0.5, "judge": "fake", "reason": "r"}
+            "context_relevance": 0.5, "answer_relevance": 0.5, "judge": "fake", "reason": "r",
+            "usage": {"prompt_tokens": 1200, "completion_tokens": 80}}
     (tmp_path / "ragaudit-audit.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
     assert main(["report"]) == 0
-    assert "1 turns in the log" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1 turns in the log" in out
+    assert "judge usage completion_tokens 80, prompt_tokens 1,200" in out  # cost control: totals in the report

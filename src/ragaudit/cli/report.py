@@ -26,6 +26,8 @@ def _print_audit(report: EvaluationReport, limit: int, out: Any = None) -> None:
     print("mean " + " · ".join(f"{name} {s.mean:.3f} (n={s.n}, missing={s.missing})" if s.mean is not None
                                else f"{name} – (n=0, missing={s.missing})"
                                for name, s in report.aggregate.items()), file=out)
+    if report.usage:  # what judging these turns cost, totalled over the log
+        print("judge usage " + ", ".join(f"{k} {v:,}" for k, v in sorted(report.usage.items())), file=out)
     shares = report.diagnosis_shares
     print("diagnosis " + ", ".join(f"{d} {shares[d]:.0%}" for d in DIAGNOSES if report.diagnosis_counts[d]),
           file=out)
