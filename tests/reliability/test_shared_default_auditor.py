@@ -36,6 +36,9 @@ from tests.support.llm_server import LLMServer, judgement_json
 pytestmark = pytest.mark.timeout(120)
 
 CARD = "PII-4111-1111-1111-1111"
+# The card's digits in any form (a redaction that kept part of it), but not inside the random hex of
+# a trace, span or judgement id, which "4111" alone can match by chance.
+_DIGITS = "4111-1111"
 CARD_RE = re.compile(r"PII-[0-9-]+")
 CANARY = "ZEBRAQUARTZ"  # a word only the capture-off handler's documents and questions hold
 PLAIN = "Gift cards are never refunded."
@@ -121,10 +124,10 @@ def check_policies(lines: list[dict[str, Any]], providers: dict[str, Traced], ca
 
     # redact=: the card number is nowhere, its redacted form everywhere the text went.
     line_text = json.dumps(redacted)
-    assert CARD not in line_text and "4111" not in line_text
+    assert CARD not in line_text and _DIGITS not in line_text
     assert "[REDACTED]" in redacted["query"] and "[REDACTED]" in redacted["answer"]
     assert "[REDACTED]" in redacted["reason"] and "[REDACTED]" in redacted["documents"][0]["content"]
-    assert CARD not in redact_spans and "4111" not in redact_spans
+    assert CARD not in redact_spans and _DIGITS not in redact_spans
     (judge,) = providers["redact"].spans(c.SPAN_JUDGE)
     assert "[REDACTED]" in str(judge.attributes[c.ATTR_JUDGE_REASON])
 
@@ -257,7 +260,7 @@ def test_handler_policy_stricter_than_its_auditor_reaches_audit_log_spans_and_si
                                                                           strict["turn_id"]))])
     assert strict_sinks != "[]"  # the sinks got this turn's scores
     for where, text in {"audit": json.dumps(strict), "spans": strict_spans, "sinks": strict_sinks}.items():
-        assert CARD not in text and "4111" not in text, where
+        assert CARD not in text and _DIGITS not in text, where
         if setting == "capture_off":
             assert CANARY not in text, where
     if setting == "redact":
