@@ -92,8 +92,10 @@ def _forms(q: np.ndarray, d: np.ndarray, s: np.ndarray, tmp: Path) -> dict[str, 
         "ArrowDtype": lambda: pd.DataFrame({"qid": pd.Series(ql, dtype=pd.ArrowDtype(pa.string())),
                                             "docid": pd.Series(dl, dtype=pd.ArrowDtype(pa.string())), "score": sl}),
         "pyarrow Table": lambda: pa.table({"qid": ql, "docid": dl, "score": sl}),
-        "pyarrow chunked": lambda: pa.concat_tables([pa.table({"qid": ql[:999], "docid": dl[:999], "score": sl[:999]}),
-                                                     pa.table({"qid": ql[999:], "docid": dl[999:], "score": sl[999:]})]),
+        "pyarrow chunked": lambda: pa.concat_tables(
+            [pa.table({"qid": ql[:999], "docid": dl[:999], "score": sl[:999]}),
+             pa.table({"qid": ql[999:], "docid": dl[999:], "score": sl[999:]})]
+        ),
         "polars DataFrame": lambda: pl.DataFrame({"qid": ql, "docid": dl, "score": sl}),
         "polars Series": lambda: (pl.Series(ql), pl.Series(dl), pl.Series(sl)),
         "TREC file": lambda: metrics.read_run(_write_trec(tmp / "single.trec", q, d, s)),
