@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -329,20 +330,20 @@ def _positions(qid: str, ranked: Sequence[Any], on_duplicate: str) -> dict[str, 
     return out
 
 
-def columns_of_rows(rows: Sequence[Any]) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]:
-    """A run given as ``(qid, docid, score)`` rows, as its three columns: one pass over the rows, in C."""
+def columns_of_rows(rows: Sequence[Any]) -> tuple[list[Any], list[Any], list[Any]]:
+    """A run given as ``(qid, docid, score)`` rows, as its three columns: a pass per column, in C
+    (``zip(*rows)`` is several times slower on millions of rows: each step touches every row)."""
     if not rows:
         raise MetricError("the run is empty: no row")
-    columns: list[tuple[Any, ...]] = []
-    if isinstance(rows[0], (tuple, list)):
-        try:
-            columns = list(zip(*rows, strict=True))
-        except (TypeError, ValueError):
-            pass
-    if len(columns) != 3:
+    try:
+        widths = set(map(len, rows)) if isinstance(rows[0], (tuple, list)) else set()
+    except TypeError:
+        widths = set()
+    if widths != {3}:
         bad = next((i for i, row in enumerate(rows) if not isinstance(row, (tuple, list)) or len(row) != 3), 0)
         raise MetricError(f"run rows must be (qid, docid, score) tuples; row {bad} is {rows[bad]!r}")
-    return columns[0], columns[1], columns[2]
+    qids, docids, scores = (list(map(itemgetter(i), rows)) for i in range(3))
+    return qids, docids, scores
 
 
 def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -> tuple[PreparedRun, int]:

@@ -341,6 +341,8 @@ def python_strings(column: Any) -> Any:
         return column
     if len(values) < _ARROW_MIN_ROWS:
         return column
+    if isinstance(values, tuple):
+        values = list(values)  # pyarrow reads a list several times faster than a tuple
     try:
         import pyarrow as pa
     except ImportError:
