@@ -171,7 +171,8 @@ class Env:
 
     def check_traces(self) -> None:
         spans = list(self.exporter.get_finished_spans())
-        turns = [s for s in spans if s.name == c.SPAN_TURN]
+        # the turn span: ragaudit.turn, or invoke_agent {name} for an agent's turn
+        turns = [s for s in spans if s.name == c.SPAN_TURN or s.name.startswith(c.SPAN_AGENT)]
         assert sorted(str(t.attributes[c.INPUT_VALUE]) for t in turns) == sorted(e.question for e in self.expects)
         assert len({t.context.trace_id for t in turns}) == len(turns)  # a trace per user message
         for turn in turns:

@@ -32,6 +32,7 @@ from ._values import (
     messages_of,
     messages_text,
     model_from,
+    provider_from,
     query_from_args,
     retriever_name,
     span_name,
@@ -142,12 +143,14 @@ def _on_response(c: Collector, e: Any, span_id: str, now: int) -> None:
 
 
 def _on_chat_start(c: Collector, e: Any, span_id: str, now: int) -> None:
-    c.model_called(span_id, model_from(e.model_dict), messages_text(e.messages), now, messages_of(e.messages))
+    c.model_called(span_id, model_from(e.model_dict), messages_text(e.messages), now, messages_of(e.messages),
+                   provider_from(e.model_dict))
     c.conversation_seen(span_id, e.messages)
 
 
 def _on_completion_start(c: Collector, e: Any, span_id: str, now: int) -> None:
-    c.model_called(span_id, model_from(e.model_dict), e.prompt if isinstance(e.prompt, str) else None, now)
+    c.model_called(span_id, model_from(e.model_dict), e.prompt if isinstance(e.prompt, str) else None, now,
+                   provider=provider_from(e.model_dict))
 
 
 def _on_predict_start(c: Collector, e: Any, span_id: str, now: int) -> None:
