@@ -563,10 +563,10 @@ GEN_AI_EVALUATION_EVALUATOR_TYPE: Final = "gen_ai.evaluation.evaluator.type"
 set for other judges (the PR sets a type only where the mechanism is known)."""
 EVALUATOR_TYPE_LLM_JUDGE: Final = "llm_judge"
 GEN_AI_EVALUATION_REFERENCE_SET_ID: Final = "gen_ai.evaluation.reference_set.id"
-"""The dataset the judgement was made against (``ragaudit eval`` / ``evaluate_pipeline`` runs:
-the turn's :data:`REFERENCE_SET_METADATA_KEY`); absent online, where no reference set exists."""
+"""The reference set (dataset) the judgement was made against: the turn's
+:data:`REFERENCE_SET_METADATA_KEY`, absent when the app names none."""
 REFERENCE_SET_METADATA_KEY: Final = "ragaudit.reference_set.id"
-"""Turn metadata key a dataset run puts its dataset's id under."""
+"""Turn metadata key (run metadata, instrument tags) that names the reference set a run is judged against."""
 
 
 def evaluator_attributes(judge: str, identity: Mapping[str, Any] | None,

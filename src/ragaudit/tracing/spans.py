@@ -296,6 +296,10 @@ class SpanRecorder(SpanWriter):
                           c.LANGFUSE_OBSERVATION_TYPE: c.LANGFUSE_TYPE_AGENT})
             if turn.model:
                 attrs[c.GEN_AI_REQUEST_MODEL] = turn.model
+            # required on an agent span: the provider of the agent's model (its calls say it)
+            provider = next((g.provider for g in turn.generations if g.provider), None)
+            if provider is not None:
+                attrs[c.GEN_AI_PROVIDER_NAME] = provider
         if handle._root:
             attrs[c.LANGFUSE_TRACE_NAME] = c.agent_span_name(handle._agent) if handle._agent else handle._name
         self._who(attrs, turn.metadata)
