@@ -228,15 +228,15 @@ class TurnAssembler:
 
     @property
     def agent(self) -> str | None:
-        """The agent's name when the turn is an agent's run (an agent root, or a model that asked for
-        tools: LangGraph's ``create_react_agent`` / ``create_agent``, LlamaIndex agents), else None.
-        The name is the root run's (``"agent"`` when it has none)."""
+        """The agent's name when the turn is an agent's run, else None: an agent root (LlamaIndex
+        agents, OTLP agent spans), or a model in it that asked for tools (LangGraph's
+        ``create_react_agent``, LangChain's ``create_agent``). A chain that runs a tool itself is no
+        agent. The name is the root run's (``"agent"`` when it has none)."""
         root = self.root
         if root is None:
             return None
         if root.kind is not RunKind.AGENT and not any(
-                isinstance(step, ToolResult) or (isinstance(step, ModelCall) and step.tool_calls)
-                for step, _ in self._entries):
+                isinstance(step, ModelCall) and step.tool_calls for step, _ in self._entries):
             return None
         return root.name or "agent"
 
