@@ -1,10 +1,10 @@
 """Every span and log record ragaudit writes, read against the convention packages (issue 28).
 
-Four runs send their spans through the real OTLP/HTTP exporter to a real receiver
+Five runs send their spans through the real OTLP/HTTP exporter to a real receiver
 (:mod:`tests.support.otlp_receiver`): the demo (LangChain and LlamaIndex, lexical judge), an agent
 (``langchain.agents.create_agent``, the LangGraph-built agent of LangChain's "Build a RAG agent" page,
 docs.langchain.com/oss/python/langchain/rag, with the real ``ChatOpenAI`` against the loopback
-chat-completions server), a failing run (the retriever raises) and an LLM-judged run
+chat-completions server), a LlamaIndex ``FunctionAgent`` (the real ``OpenAI`` LLM), a failing run (the retriever raises) and an LLM-judged run
 (``ChatRagJudge`` against a second loopback server, with :class:`EvaluationLogSink` sending the
 ``gen_ai.evaluation.result`` log records to the same receiver).
 
@@ -290,6 +290,39 @@ def agent_spans(rx: OTLPReceiver, llm: LLMServer) -> list[dict[str, Any]]:
     return spans_of(rx, "conformance-agent", 5)
 
 
+def llamaindex_agent_spans(rx: OTLPReceiver, llm: LLMServer) -> list[dict[str, Any]]:
+    """LlamaIndex's agent page (docs.llamaindex.ai, "Building an agent"): a plain function as a tool,
+    ``FunctionAgent(tools=[...], llm=OpenAI(...), system_prompt=...)``, ``await agent.run(user_msg=...)``."""
+    import asyncio
+
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.llms.openai import OpenAI
+
+    from ragaudit.integrations import llamaindex
+
+    def search_policies(query: str) -> str:
+        """Search the shop's return policies."""
+        return "Items can be returned within 30 days of purchase for a full refund."
+
+    question = "How long do I have to return an item?"
+    llm.enqueue(Reply(tool_calls=[ToolCall("search_policies", {"query": question}, id="call_2")]),
+                Reply(content="Items can be returned within 30 days of purchase for a full refund."))
+    agent = FunctionAgent(tools=[search_policies], system_prompt="Answer from the shop's policies.",
+                          llm=OpenAI(model="gpt-4o-mini", api_base=llm.base_url, api_key="sk-test", max_retries=0))
+    provider = otlp_provider(rx, "conformance-li-agent")
+    auditor = Auditor(LexicalJudge(), audit_log=None, tracer_provider=provider)
+    llamaindex.instrument(auditor=auditor, tracer_provider=provider)
+    async def main() -> str:
+        return str(await agent.run(user_msg=question))
+
+    try:
+        asyncio.run(main())
+    finally:
+        llamaindex.uninstrument()
+        finish(auditor, provider)
+    return spans_of(rx, "conformance-li-agent", 4)  # the turn, two chat calls, the tool (and the judge)
+
+
 def failing_spans(rx: OTLPReceiver) -> list[dict[str, Any]]:
     from ragaudit.integrations.langchain import RagAuditCallbackHandler
     from tests.support.langchain_support import KB, rag_chain
@@ -332,12 +365,13 @@ def runs(receiver: OTLPReceiver) -> dict[str, Any]:
     with LLMServer() as llm, LLMServer() as judge_srv:
         spans, records = judged_spans(receiver, judge_srv)
         return {"demo": demo_spans(receiver), "agent": agent_spans(receiver, llm),
+                "llamaindex-agent": llamaindex_agent_spans(receiver, llm),
                 "failing": failing_spans(receiver), "judged": spans, "logs": records}
 
 
 # --- the checks -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("run", ["demo", "agent", "failing", "judged"])
+@pytest.mark.parametrize("run", ["demo", "agent", "llamaindex-agent", "failing", "judged"])
 def test_every_span_follows_the_conventions(runs: dict[str, Any], run: str) -> None:
     spans = runs[run]
     by_id = {s["span_id"]: s for s in spans}
@@ -363,6 +397,12 @@ def test_the_runs_show_what_each_rule_is_about(runs: dict[str, Any]) -> None:
     assert reply[0]["parts"][-1] == {"type": "tool_call", "id": "call_1", "name": "retrieve_context",
                                      "arguments": {"query": reply[0]["parts"][-1]["arguments"]["query"]}}
     assert "execute_tool" in ops("agent")
+    li_turn = [s for s in runs["llamaindex-agent"] if s["attributes"].get(c.GEN_AI_OPERATION_NAME) == "invoke_agent"]
+    assert len(li_turn) == 1 and li_turn[0]["attributes"][c.GEN_AI_PROVIDER_NAME] == "openai"
+    assert li_turn[0]["name"] == "invoke_agent Agent"  # FunctionAgent's default name
+    li_chats = [s for s in runs["llamaindex-agent"] if s["name"].startswith("chat ")]
+    assert li_chats and all(s["attributes"][c.GEN_AI_PROVIDER_NAME] == "openai" for s in li_chats)
+    assert any(s["attributes"].get(c.output_tool_call_keys(0, 0)[1]) == "search_policies" for s in li_chats)
     failed = [s for s in runs["failing"] if s["status"]["code"] == 2]
     assert failed and all(s["attributes"][error_attributes.ERROR_TYPE] == "RuntimeError" for s in failed)
     (judge,) = [s for s in runs["judged"] if s["name"] == c.SPAN_JUDGE]
@@ -410,3 +450,21 @@ def test_the_checker_finds_what_breaks_the_conventions() -> None:
                      "without error.type", "gen_ai.provider.name missing", "span kind 1 for chat",
                      "named 'chat', the convention says 'chat m'", "breaks the schema"):
         assert expected in found
+
+
+def test_a_worker_reads_the_tool_calls_back(runs: dict[str, Any]) -> None:
+    """What we write is what an OTLP source reads (``ragaudit worker``): the reply's tool calls from
+    OpenInference's ``message.tool_calls`` and from GenAI ``tool_call`` parts alike."""
+    from ragaudit.integrations.otlp._conventions import read_span
+    from ragaudit.integrations.otlp._decode import SpanData
+    from ragaudit.integrations.steps import ModelToolCall
+
+    (chat,) = [s for s in runs["agent"] if c.GEN_AI_OUTPUT_MESSAGES in s["attributes"]]
+    expected = json.loads(chat["attributes"][c.output_tool_call_keys(0, 0)[2]])
+    for drop in (("gen_ai.",), ("llm.", "openinference.")):  # each convention on its own
+        attrs = {k: v for k, v in chat["attributes"].items() if not k.startswith(drop) or k == c.GEN_AI_OPERATION_NAME}
+        span = SpanData(chat["trace_id"], chat["span_id"], chat["parent_span_id"], chat["name"], chat["kind"],
+                        chat["start_time_ns"], chat["end_time_ns"], attrs)
+        (call,) = read_span(span).tool_calls
+        assert (call.name, call.call_id) == ("retrieve_context", "call_1")
+        assert isinstance(call, ModelToolCall) and json.loads(call.arguments or "") == expected

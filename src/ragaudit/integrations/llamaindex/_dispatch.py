@@ -29,6 +29,7 @@ from pydantic import Field
 from .._common import report_failure
 from ._collector import Collector
 from ._values import (
+    agent_name,
     messages_of,
     messages_text,
     model_from,
@@ -67,7 +68,9 @@ class SpanHandler(BaseSpanHandler[BaseSpan]):
             name = span_name(id_)
             kind = turn_kind(name, instance)
             collector: Collector = self.collector
-            root = (kind, name, query_from_args(bound_args, collector.query_keys), _own_tags(tags)) \
+            # an agent's turn is named after the agent (its ``name``, "Agent" by default), not the span
+            run_name = agent_name(instance) or name if kind == "agent" else name
+            root = (kind, run_name, query_from_args(bound_args, collector.query_keys), _own_tags(tags)) \
                 if kind is not None else None
             turn = collector.start_run(id_, parent_span_id, root, now)
             if turn is None:

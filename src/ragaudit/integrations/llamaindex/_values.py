@@ -30,6 +30,7 @@ __all__ = [
     "STREAM_KEY",
     "UNSET",
     "WORKFLOW_QUERY_KEYS",
+    "agent_name",
     "answer_from",
     "convert_nodes",
     "error_text",
@@ -115,6 +116,15 @@ def turn_kind(name: str, instance: Any) -> str | None:
     if method in _RETRIEVE_METHODS and isinstance(instance, BaseRetriever):
         return "retrieve"
     return None
+
+
+def agent_name(agent: Any) -> str | None:
+    """The name an app gave its agent (``FunctionAgent(name=...)``; an ``AgentWorkflow``'s root
+    agent), None when it has none."""
+    name = getattr(agent, "name", None)
+    if not isinstance(name, str) or not name:
+        name = getattr(agent, "root_agent", None)
+    return name if isinstance(name, str) and name else None
 
 
 def retriever_name(retriever: Any) -> str:
