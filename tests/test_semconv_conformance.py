@@ -4,9 +4,9 @@ Five runs send their spans through the real OTLP/HTTP exporter to a real receive
 (:mod:`tests.support.otlp_receiver`): the demo (LangChain and LlamaIndex, lexical judge), an agent
 (``langchain.agents.create_agent``, the LangGraph-built agent of LangChain's "Build a RAG agent" page,
 docs.langchain.com/oss/python/langchain/rag, with the real ``ChatOpenAI`` against the loopback
-chat-completions server), a LlamaIndex ``FunctionAgent`` (the real ``OpenAI`` LLM), a failing run (the retriever raises) and an LLM-judged run
-(``ChatRagJudge`` against a second loopback server, with :class:`EvaluationLogSink` sending the
-``gen_ai.evaluation.result`` log records to the same receiver).
+chat-completions server), a LlamaIndex ``FunctionAgent`` (the real ``OpenAI`` LLM), a failing run
+(the retriever raises) and an LLM-judged run (``ChatRagJudge`` against a second loopback server, with
+:class:`EvaluationLogSink` sending the ``gen_ai.evaluation.result`` log records to the same receiver).
 
 Every ``gen_ai.*`` key must be a name of ``opentelemetry-semantic-conventions``' GenAI registry
 (``_incubating.attributes.gen_ai_attributes``), or one of the evaluator names proposed in
