@@ -330,7 +330,9 @@ GEN_AI_DATA_SOURCE_ID: Final = "gen_ai.data_source.id"
 GEN_AI_RETRIEVAL_QUERY_TEXT: Final = "gen_ai.retrieval.query.text"
 """*content* The retrieval query."""
 GEN_AI_RETRIEVAL_DOCUMENTS: Final = "gen_ai.retrieval.documents"
-"""JSON list of ``{id, score, rank, source}`` (semconv: each document SHOULD have id and score)."""
+"""JSON list of ``{id, score, rank, source}`` (semconv: each document SHOULD have id and score); an
+unscored document has no ``score`` key, an unknown source no ``source`` (never null). A JSON string,
+not a structured value: see ``docs/concepts/spans.md`` (Langfuse reads no OTLP maps)."""
 GEN_AI_EVALUATION_RESULT: Final = "gen_ai.evaluation.result"
 """Event name: one per judge score, on the judge span."""
 GEN_AI_EVALUATION_NAME: Final = "gen_ai.evaluation.name"

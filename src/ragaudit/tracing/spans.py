@@ -569,8 +569,9 @@ class SpanRecorder(SpanWriter):
         """Record *judgement* of *turn* as a ``ragaudit.judge`` span.
 
         With ``judge_trace="turn"`` the span's parent is the turn span (from
-        ``turn.trace_id``/``turn.span_id``) and it has no link (Jaeger would show a link to the
-        parent as the parent reference, FOLLOWS_FROM); with ``"separate"`` it is the root of a
+        ``turn.trace_id``/``turn.span_id``) and its one link to the turn (OpenInference) says
+        ``opentracing.ref_type=child_of`` (Jaeger keeps the parent reference CHILD_OF); with
+        ``"separate"`` it is the root of a
         new trace with a link to the turn span. A turn that was never traced gets a judge span of
         its own trace. Present scores become ``ragaudit.judge.<score>`` attributes; each of the
         three scores becomes a ``gen_ai.evaluation.result`` event, where a missing score has no
