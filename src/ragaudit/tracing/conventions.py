@@ -576,7 +576,8 @@ def evaluator_attributes(judge: str, identity: Mapping[str, Any] | None,
     """The ``gen_ai.evaluation.evaluator.*`` / ``reference_set.id`` attributes of a judgement by
     *judge* with *identity* (``JudgeIdentity.to_dict()``) of a turn with *metadata*."""
     identity = identity or {}
-    model, protocol, prompt_hash = (identity.get(k) for k in ("model", "protocol", "prompt_hash"))
+    model, prompt_hash = identity.get("model"), identity.get("prompt_hash")
+    protocol = identity.get("protocol_version") or identity.get("protocol")  # the protocol's wire version
     attrs: dict[str, str] = {GEN_AI_EVALUATION_EVALUATOR_ID: f"{judge}/{model}" if model else judge}
     version = "+".join(v for v in (protocol, prompt_hash) if isinstance(v, str) and v)
     if version:
