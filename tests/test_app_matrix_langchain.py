@@ -148,8 +148,8 @@ class Env:
             self.expects.append(expect)
 
     def check(self) -> None:
-        self.handler.flush(20)
-        assert self.auditor.flush(20)
+        self.handler.force_flush(20)
+        assert self.auditor.force_flush(20)
         judged = [e for e in self.expects if e.unjudged is None]
         assert sorted(t.query for t in self.judged) == sorted(e.question for e in judged)
         assert self.judge_srv.request_count == len(judged)  # one judge call per judged user message
@@ -513,7 +513,7 @@ class _Handler:
         self.handler = RagAuditCallbackHandler(auditor=auditor) if mode == "handler" else instrument(auditor=auditor)
 
     def flush(self, timeout_s: float) -> bool:
-        return self.handler.flush(timeout_s)
+        return self.handler.force_flush(timeout_s)
 
 
 @pytest.mark.parametrize("mode", ["handler", "instrument"])

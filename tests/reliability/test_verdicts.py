@@ -227,7 +227,7 @@ def _audit_one(judge: ChatRagJudge, tmp_path: Path, turn_id: str) -> tuple[dict[
     auditor = Auditor(judge, audit_log=tmp_path / "audit.jsonl", tracer_provider=provider)
     try:
         auditor.submit(RagTurn(turn_id=turn_id, query=REQUEST.query, answer=REQUEST.answer, documents=DOCS))
-        assert auditor.flush(60)
+        assert auditor.force_flush(60)
     finally:
         auditor.shutdown(10)
         provider.shutdown()
