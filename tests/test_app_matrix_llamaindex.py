@@ -210,19 +210,8 @@ def kb() -> Iterator[KB]:
 
 @pytest.fixture(scope="module")
 def app_model() -> AppModel:
+    """The rule of ``app_server`` (``tests/support/app_servers.py``, with ``judge_server``)."""
     return AppModel()
-
-
-@pytest.fixture(scope="module")
-def app_server(app_model: AppModel) -> Iterator[LLMServer]:
-    with LLMServer(app_model) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def judge_server() -> Iterator[LLMServer]:
-    with LLMServer() as srv:  # its default reply is a well-formed three-score judgement
-        yield srv
 
 
 # --- the styles -------------------------------------------------------------------------------------------------
