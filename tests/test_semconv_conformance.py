@@ -230,7 +230,7 @@ def spans_of(rx: OTLPReceiver, service: str, count: int) -> list[dict[str, Any]]
 
 def finish(auditor: Auditor, provider: TracerProvider) -> None:
     try:
-        assert auditor.flush(timeout_s=60)
+        assert auditor.force_flush(timeout_s=60)
     finally:
         auditor.shutdown(timeout_s=30)
         provider.shutdown()
@@ -411,7 +411,8 @@ def test_the_runs_show_what_each_rule_is_about(runs: dict[str, Any]) -> None:
     assert ja[c.GEN_AI_PROVIDER_NAME] == "openai"  # a loopback OpenAI-compatible endpoint
     assert ja[c.GEN_AI_EVALUATION_EVALUATOR_TYPE] == "llm_judge"
     assert ja[c.GEN_AI_EVALUATION_EVALUATOR_ID] == f"{ja[c.ATTR_JUDGE_NAME]}/judge-model"
-    assert ja[c.GEN_AI_EVALUATION_EVALUATOR_VERSION] == f"{ja[c.ATTR_JUDGE_PROTOCOL]}+{ja[c.ATTR_JUDGE_PROMPT_HASH]}"
+    assert ja[c.GEN_AI_EVALUATION_EVALUATOR_VERSION] == (
+        f"{ja[c.ATTR_JUDGE_PROTOCOL_VERSION]}+{ja[c.ATTR_JUDGE_PROMPT_HASH]}")
     assert [link["attributes"].get(opentracing_attributes.OPENTRACING_REF_TYPE) for link in judge["links"]] == [
         "child_of"]
     retrievals = [s for s in runs["demo"] if s["attributes"].get(c.GEN_AI_OPERATION_NAME) == "retrieval"]

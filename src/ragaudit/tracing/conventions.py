@@ -581,7 +581,7 @@ def evaluator_attributes(judge: str, identity: Mapping[str, Any] | None,
     *judge* with *identity* (``JudgeIdentity.to_dict()``) of a turn with *metadata*."""
     identity = identity or {}
     model, prompt_hash = identity.get("model"), identity.get("prompt_hash")
-    protocol = identity.get("protocol_version") or identity.get("protocol")  # the protocol's wire version
+    protocol = identity.get("protocol_version")  # the protocol's wire version (its name is "protocol")
     attrs: dict[str, str] = {GEN_AI_EVALUATION_EVALUATOR_ID: f"{judge}/{model}" if model else judge}
     version = "+".join(v for v in (protocol, prompt_hash) if isinstance(v, str) and v)
     if version:
