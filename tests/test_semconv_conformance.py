@@ -415,6 +415,11 @@ def test_the_runs_show_what_each_rule_is_about(runs: dict[str, Any]) -> None:
         f"{ja[c.ATTR_JUDGE_PROTOCOL_VERSION]}+{ja[c.ATTR_JUDGE_PROMPT_HASH]}")
     assert [link["attributes"].get(opentracing_attributes.OPENTRACING_REF_TYPE) for link in judge["links"]] == [
         "child_of"]
+    # LangChain's Chroma retriever gives no scores: its documents have none (no null, no made-up number)
+    (unscored,) = [s for s in runs["judged"] if s["attributes"].get(c.GEN_AI_OPERATION_NAME) == "retrieval"]
+    documents = json.loads(unscored["attributes"][c.GEN_AI_RETRIEVAL_DOCUMENTS])
+    assert documents and all("score" not in d and isinstance(d["id"], str) for d in documents)
+    assert unscored["attributes"][c.OUTPUT_VALUE] == unscored["attributes"][c.GEN_AI_RETRIEVAL_DOCUMENTS]
     retrievals = [s for s in runs["demo"] if s["attributes"].get(c.GEN_AI_OPERATION_NAME) == "retrieval"]
     assert retrievals and all(s["kind"] == CLIENT for s in retrievals)
     for s in retrievals:
