@@ -2,8 +2,10 @@
 
 Arrow string columns (pyarrow, and pandas 3's Arrow-backed strings) are read straight from their
 buffers as fixed-width bytes; pandas categoricals and Arrow dictionaries give their codes; query
-ids that come in contiguous runs are run-end encoded in C. pyarrow is never imported here unless
-the caller already did (``sys.modules``), so ``import ragaudit.metrics`` loads numpy only.
+ids that come in contiguous runs are run-end encoded in C; Polars columns are Arrow data too. pyarrow
+is never imported here unless the caller already did (``sys.modules``) -- but for
+:func:`python_strings`, which imports it (when installed) to convert a large column of Python
+strings -- so ``import ragaudit.metrics`` loads numpy only.
 """
 
 from __future__ import annotations
