@@ -47,7 +47,8 @@ __all__ = ["Auditor", "JudgementSink", "OnJudgement", "Submission", "SubmitStatu
 logger = logging.getLogger("ragaudit")
 
 SubmitStatus = Literal["queued", "judged", "failed", "dropped", "sampled_out", "filtered_out", "not_sent"]
-"""What :meth:`Auditor.submit` did with a turn."""
+"""What :meth:`Auditor.submit` did with a turn: taken for judging (``"queued"``; inline, the outcome,
+``"judged"`` or ``"failed"``, as the record's status says it) or not, and why."""
 
 OnJudgement = Callable[[RagTurn, Judgement], None]
 
@@ -62,6 +63,11 @@ class Submission:
     status: SubmitStatus
     ground_truth_metrics: Any = None
     record: AuditRecord | None = None
+
+    @property
+    def accepted(self) -> bool:
+        """The Auditor took the turn for judging (queued, or judged inline with or without an error)."""
+        return self.status in ("queued", "judged", "failed")
 
 
 @dataclass(frozen=True, slots=True)
