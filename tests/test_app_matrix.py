@@ -206,7 +206,8 @@ class Env:
 
     def check_traces(self) -> None:
         spans = list(self.exporter.get_finished_spans())
-        turns = [s for s in spans if s.name == c.SPAN_TURN]
+        # the turn span: ragaudit.turn, or invoke_agent {name} for an agent's turn
+        turns = [s for s in spans if s.name == c.SPAN_TURN or s.name.startswith(c.SPAN_AGENT)]
         assert sorted(str(t.attributes[c.INPUT_VALUE]) for t in turns) == sorted(
             [e.question for e in self.expects] + self.extra_turns)
         judged = {e.question for e in self.expects if e.judged}

@@ -104,7 +104,8 @@ def test_invoke_records_turn_with_retrieval_generation_citation_and_judgement(se
     messages = json.loads(str(chat.attributes[c.LANGFUSE_OBSERVATION_INPUT]))  # the real messages, with roles
     assert messages[-1]["role"] == "user" and "Context:" in messages[-1]["content"]
     judge = next(s for s in kids if s.name == c.SPAN_JUDGE)
-    assert not judge.links  # its parent is the turn (children() above): no link to the same span
+    # its parent is the turn (children() above), and its one link (OpenInference) names the turn too
+    assert [link.context.span_id for link in judge.links] == [judge.parent.span_id]
     assert judge.attributes[c.judge_score_key("faithfulness")] == 1.0
     assert turn.attributes[c.ATTR_JUDGE_STATUS] == "queued"
     (line,) = read_audit_log(setup.log)
@@ -489,7 +490,9 @@ def test_spans_reach_a_real_otlp_http_receiver(kb: KB, audit_log_path: Path) -> 
         assert sorted(s["name"] for s in kids) == ["chat context-echo-1", c.SPAN_JUDGE, "retrieval Chroma"]
         (judge,) = [j for j in judges if j["parent_span_id"] == turn["span_id"]]
         assert judge["trace_id"] == turn["trace_id"]
-        assert judge["links"] == []  # a child of the turn, not also linked to it
+        # a child of the turn, and linked to it once, as child_of (Jaeger keeps CHILD_OF)
+        assert [(link["span_id"], link["attributes"].get(c.LINK_REF_TYPE)) for link in judge["links"]] == [
+            (turn["span_id"], c.REF_TYPE_CHILD_OF)]
         assert 0.0 <= judge["attributes"][c.judge_score_key("context_relevance")] <= 1.0
     assert len(judges) == len(questions)
 

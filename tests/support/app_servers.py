@@ -72,7 +72,8 @@ def check_turn_traces(env: Any) -> list[tuple[Any, list[ReadableSpan]]]:
     every span under the turn span, a failed message's turn span an error); each turn as ``(expect,
     the spans of its trace)``."""
     spans = list(env.exporter.get_finished_spans())
-    turns = [s for s in spans if s.name == c.SPAN_TURN]
+    # the turn span: ragaudit.turn, or invoke_agent {name} for an agent's turn
+    turns = [s for s in spans if s.name == c.SPAN_TURN or s.name.startswith(c.SPAN_AGENT)]
     checked = []
     assert sorted(str(t.attributes[c.INPUT_VALUE]) for t in turns) == sorted(e.question for e in env.expects)
     assert len({t.context.trace_id for t in turns}) == len(turns)  # a trace per user message

@@ -39,6 +39,7 @@ from ._values import (
     source_nodes_of,
     span_name,
     stop_result,
+    tool_calls_of,
     usage_of,
 )
 
@@ -313,7 +314,7 @@ class Collector:
                                                 provider=provider_of(caller) if caller is not None else None)
 
     def model_called(self, run_id: str, model: str | None, prompt: str | None, now: int,
-                     messages: tuple[tuple[str, str], ...] = ()) -> None:
+                     messages: tuple[tuple[str, str], ...] = (), provider: str | None = None) -> None:
         with self.store.lock:
             turn = self.store.state_of(run_id)
             if turn is None:
@@ -321,6 +322,8 @@ class Collector:
             generating = self._generating(turn, run_id, now)
             if generating.model is None:
                 generating.model = model
+            if generating.provider is None:  # no span start saw the LLM object (legacy callbacks)
+                generating.provider = provider
             if generating.prompt is None:  # in full: the evidence is matched against it (the assembler
                 generating.prompt = prompt    # keeps it out of the turn when content capture is off)
                 generating.messages = messages
@@ -336,6 +339,7 @@ class Collector:
 
     def model_answered(self, run_id: str, response: Any, now: int, error: Any = None) -> None:
         output = output_of(response)
+        tool_calls = tool_calls_of(response)
         input_tokens, output_tokens = usage_of(response)
         with self.store.lock:
             turn = self.store.state_of(run_id)
@@ -345,6 +349,8 @@ class Collector:
             outermost = turn.llm_key.get(run_id) == run_id
             if output is not None and (outermost or generating.output is None):
                 generating.output = output
+            if tool_calls and (outermost or not generating.tool_calls):
+                generating.tool_calls = tool_calls
             if input_tokens is not None and (outermost or generating.input_tokens is None):
                 generating.input_tokens = input_tokens
             if output_tokens is not None and (outermost or generating.output_tokens is None):
