@@ -8,7 +8,7 @@ turns go: source → closer → Auditor → exporters. :meth:`TurnCloser.force_f
 :meth:`TurnCloser.shutdown` finish what the closer holds and then call the Auditor's own; the
 Auditor never calls back up. The exit hook and SIGTERM (:mod:`ragaudit._lifecycle`) take every
 closer before the Auditors. What the closer drops it counts in its Auditor's ``stats()``
-(``close_dropped``; ``closing`` is how many wait here).
+(``close_dropped``; ``closing`` is how many wait here, as the closing thread last saw at a batch).
 """
 
 from __future__ import annotations
@@ -58,6 +58,10 @@ class TurnCloser:
         ref = weakref.ref(self)
 
         def run(jobs: list[Callable[[], None]]) -> None:
+            # The closing gauge is reported from here, at each batch, never from the host's thread.
+            closer = ref()
+            if closer is not None:
+                closer._waiting()
             run_jobs(jobs)
             closer = ref()
             if closer is not None:
@@ -99,7 +103,6 @@ class TurnCloser:
                 job()
                 return True
             if self.worker.put(job):
-                self._waiting()
                 return True
         except Exception as exc:
             self._failed(exc)
