@@ -97,7 +97,7 @@ class Rig:
         return span
 
     def audit(self) -> list[dict[str, Any]]:
-        assert self.auditor.force_flush(30)
+        assert closer_for(self.auditor).force_flush(30)  # top down: the handler's turns closed, then judged
         # The audit log is opened with its first line: no judgement, no file.
         return read_audit_log(self.log) if self.log.exists() else []
 
