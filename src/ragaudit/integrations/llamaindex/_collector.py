@@ -300,14 +300,17 @@ class Collector:
                            caller: Any = None) -> None:
         """Register a model call inside *outer* (a model call, or None); call with the lock held.
 
-        A call with no parent span at all was made lazily by a stream (an async stream over a sync
-        one): it belongs to the unfinished call of the same LLM object, if there is one.
+        A call whose parent is no model call was made lazily by a stream: with no parent span at all
+        (an async stream over a sync one), or under the span of the stream's consumer (an agent's
+        ``astream_chat_with_tools`` returns at once; its ``astream_chat`` runs as the agent reads):
+        it belongs to the unfinished call of the same LLM object, if there is one, not a second one.
         """
-        key = turn.llm_key.get(outer, run_id) if outer is not None else run_id
+        key = turn.llm_key.get(outer) if outer is not None else None
         caller_id = id(caller) if caller is not None else 0
-        if outer is None and caller_id:
-            key = next((k for k, g in turn.generations.items()
-                        if g.caller == caller_id and g.ended_at is None), run_id)
+        if key is None and caller_id:
+            key = next((k for k, g in turn.generations.items() if g.caller == caller_id and g.ended_at is None), None)
+        if key is None:
+            key = run_id
         turn.llm_key[run_id] = key
         if key not in turn.generations:
             turn.generations[key] = Generating(turn.next_seq(), now, caller=caller_id,
