@@ -52,6 +52,12 @@ class Draining:
     def _job_failed(self, exc: BaseException) -> None:
         raise NotImplementedError
 
+    def _sessions_pending(self) -> bool:
+        return False
+
+    def _end_sessions(self) -> None:
+        """Queue every open session for judging (at shutdown); nothing without sessions."""
+
     @renamed_kwargs(timeout="timeout_s")
     def flush(self, timeout_s: float | None = 30.0) -> bool:
         """Wait until every turn handed over so far is recorded and judged, its spans exported and
@@ -78,6 +84,9 @@ class Draining:
         ok = self._closer.worker.flush(remaining())
         ok = self._judging.flush(remaining()) and ok
         ok = self._export.worker.flush(remaining()) and ok
+        if self._sessions_pending():  # sessions the last turns made due: judged and exported too
+            ok = self._judging.flush(remaining()) and ok
+            ok = self._export.worker.flush(remaining()) and ok
         # Exporters in order: spans first, as a sink may refer to them (Phoenix annotations need the
         # span to exist); the judge-span exporter flushes every provider turns were judged through.
         for exporter in self._export.exporters:
@@ -130,6 +139,7 @@ class Draining:
             if self._closed:
                 return self._pending == 0
             self._closed = True
+        self._end_sessions()
         ok = self._flush(deadline)
         with self._lock:
             lost = self._pending
