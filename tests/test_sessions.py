@@ -15,21 +15,18 @@ import pytest
 
 from ragaudit import (
     Auditor,
-    BaseExporter,
     ChatRagJudge,
     ConfigurationError,
-    ExportResult,
     FakeJudge,
     RagTurn,
     RetrievedDoc,
-    SessionRecord,
     SessionTracking,
 )
 from ragaudit.sessions import Contradiction, SessionJudgement, SessionRequest, SessionTurn, SessionVerdict
 from ragaudit.turn_audit import consistent_faithfulness
 from tests.support.judges import open_judge
 from tests.support.llm_server import LLMServer, is_session_request
-from tests.support.sessions import judge_rule
+from tests.support.sessions import Clock, Kept, judge_rule
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -39,16 +36,6 @@ TURNS = [("Hello, can you help me with refunds?", "Exchanges are free."),
          ("How long do refunds take?", "Refunds take 14 days."),
          ("Are exchanges free?", "Exchanges are free."),
          ("And refunds again, how long?", "Refunds take 30 days.")]
-
-
-class Clock:
-    """The session clock, moved by the test."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -107,20 +94,6 @@ def test_a_four_turn_session_one_judge_call_contradiction_with_both_sentences(se
     assert j.verdict.usage["prompt_tokens"]
     stats = a.stats()
     assert stats["sessions_judged"] == 1 and stats["sessions_open"] == 0 and stats["judged"] == 4
-
-
-class Kept(BaseExporter):
-    """An exporter of the test's own that keeps the session records the export stage hands it."""
-
-    def __init__(self) -> None:
-        self.sessions: list[SessionRecord] = []
-
-    def export(self, records: Any) -> ExportResult:
-        return ExportResult.SUCCESS
-
-    def export_sessions(self, records: Any) -> ExportResult:
-        self.sessions.extend(records)
-        return ExportResult.SUCCESS
 
 
 def test_resolved_and_unresolved_sessions_told_apart(server: LLMServer, clock: Clock) -> None:

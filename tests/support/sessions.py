@@ -17,9 +17,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ragaudit import BaseExporter, ExportResult, SessionRecord
 from tests.support.llm_server import session_json
 
-__all__ = ["audit_reply", "judge_rule", "parse_conversation", "session_reply"]
+__all__ = ["Clock", "Kept", "audit_reply", "judge_rule", "parse_conversation", "session_reply"]
 
 _TURN_RE = re.compile(
     r"Turn (\d+)\nUser:\n<<<ragaudit:question:(\w+)>>>\n(.*?)\n<<<end:question:\2>>>\n"
@@ -93,3 +94,27 @@ def judge_rule(body: dict[str, Any]) -> str:
     from tests.support.llm_server import is_session_request
 
     return session_reply(body) if is_session_request(body) else audit_reply(body)
+
+
+class Kept(BaseExporter):
+    """An exporter of the test's own that keeps the session records the export stage hands it."""
+
+    def __init__(self) -> None:
+        self.sessions: list[SessionRecord] = []
+
+    def export(self, records: Any) -> ExportResult:
+        return ExportResult.SUCCESS
+
+    def export_sessions(self, records: Any) -> ExportResult:
+        self.sessions.extend(records)
+        return ExportResult.SUCCESS
+
+
+class Clock:
+    """An injected monotonic clock the test moves by hand (``clock.now += 300``): nothing sleeps."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now

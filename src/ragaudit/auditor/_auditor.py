@@ -37,7 +37,7 @@ from ._judge_health import JudgeFailureLog
 from ._judging import judge_request
 from ._lifecycle import flush_on_sigterm, track
 from ._policies import PolicyBook
-from ._sessions import SessionJob, Sessions, SessionTracking
+from ._session_part import SessionJudging, SessionTracking
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -133,7 +133,7 @@ def _as_exporters(sinks: Iterable[Any]) -> list[Exporter]:
     return out
 
 
-class Auditor(Draining):
+class Auditor(SessionJudging, Draining):
     """Judges finished :class:`~ragaudit.RagTurn` s in the background and sends the judgements on.
 
     A :class:`~ragaudit._worker.BatchWorker` runs the judging (an asyncio loop on one thread, sync
@@ -218,8 +218,7 @@ class Auditor(Draining):
         pause_s: float = 60.0,
         prices: Mapping[str, tuple[float, float]] | None = None,
         judge_if: Callable[[RagTurn], bool] | None = None,
-        retain_s: float | None = None, max_retained: int = 1_000,
-        sessions: SessionTracking | bool | None = None,
+        retain_s: float | None = None, max_retained: int = 1_000, sessions: SessionTracking | bool | None = None,
     ) -> None:
         _check_arguments(mode, sample_rate, max_queue, max_closing, max_concurrency, timeout_s, on_judgement, redact)
         judge = _resolve_judge(judge)
@@ -250,7 +249,7 @@ class Auditor(Draining):
         self._recorder = SpanRecorder(tracer_provider, content=self._content_policy, judge_trace=judge_trace)
         for sink in legacy:
             sink.bind_recorder(self._recorder)
-        stage = self._exporters(audit_log, exporters, on_judgement)
+        stage = self._exporters(audit_log, exporters, on_judgement, sessions)
         # Sync-only judges (LexicalJudge, a user's BaseRagJudge with judge()) are called in
         # threads of a worker of ours, not through asyncio.to_thread: at interpreter exit the
         # default executor refuses new work, and exit is exactly when we flush.
@@ -265,13 +264,12 @@ class Auditor(Draining):
         self._log = RateLimitedLog()
         self._judge_failures = JudgeFailureLog(on_first=lambda: say_where_things_are(judge.name, self._audit_log,
                                                                                       self.tracer_provider))
-        self._sessions = self._session_part(sessions, stage)
         self._start_workers(stage)
         if handle_signals is not False:
             flush_on_sigterm(self, asked=handle_signals is True)
 
     def _exporters(self, audit_log: str | os.PathLike[str] | None, sinks: Sequence[Exporter],
-                   on_judgement: OnJudgement | None) -> list[Exporter]:
+                   on_judgement: OnJudgement | None, sessions: SessionTracking | bool | None) -> list[Exporter]:
         from ..tracing._judge_spans import JudgeSpanExporter
 
         self._spans = JudgeSpanExporter(self._recorder)
@@ -287,44 +285,17 @@ class Auditor(Draining):
         stage += [self._audit_log] if self._audit_log is not None else []
         stage += sinks
         stage += [OnJudgementExporter(on_judgement)] if on_judgement is not None else []
-        return stage
-
-    def _session_part(self, sessions: SessionTracking | bool | None, stage: list[Exporter]) -> Sessions | None:
-        """The session tracker and judging when *sessions* asks for them (its exporter joins *stage*)."""
-        if sessions is None or sessions is False:
-            return None
-        if sessions is not True and not isinstance(sessions, SessionTracking):
-            raise ConfigurationError(f"sessions must be True or a SessionTracking, got {type(sessions).__name__}")
-        ref = weakref.ref(self)  # the export thread holds the tracker: never the Auditor itself
-
-        def put(job: SessionJob) -> bool:
-            auditor = ref()
-            return auditor is not None and auditor._judging.put(job)
-
-        def export(record: Any) -> None:
-            auditor = ref()
-            if auditor is not None:
-                auditor._export.put(record)
-
-        part = Sessions(SessionTracking() if sessions is True else sessions, self.judge, self._cost, self.timeout_s,
-                        put, export)
-        stage.append(part.tracker)
-        return part
+        return [*stage, *self._session_part(sessions)]  # the session tracker sees every record too
 
     def _start_workers(self, exporters: Sequence[Exporter]) -> None:
         # The workers' handlers reach this auditor through a weak reference, so a running worker
         # thread never keeps an Auditor nobody else references alive; when it goes, they stop.
         ref = weakref.ref(self)
 
-        async def judge_turn(job: _Job | SessionJob) -> None:
+        async def judge_turn(job: Any) -> None:  # a turn's _Job, or a session's (SessionJudging)
             auditor = ref()
-            if auditor is None:
-                return
-            if isinstance(job, SessionJob):
-                if auditor._sessions is not None:
-                    await auditor._sessions.process(job, auditor._blocking)
-            else:
-                await auditor._process(job)
+            if auditor is not None:
+                await auditor._judge_job(job)
 
         def job_failed(exc: BaseException) -> None:
             auditor = ref()
@@ -339,7 +310,7 @@ class Auditor(Draining):
         # The workers' own bounds leave room for the judgements in flight: max_queue (pending,
         # counted here under one lock with the judged/failed counts) is what drops turns.
         bound = self.max_queue + self.max_concurrency
-        self._judging: BatchWorker[_Job | SessionJob] = BatchWorker("auditor", ahandle=judge_turn, max_queue=bound,
+        self._judging: BatchWorker[Any] = BatchWorker("auditor", ahandle=judge_turn, max_queue=bound,
                                                        concurrency=self.max_concurrency, paced=True)
         self._blocking: BatchWorker[Callable[[], None]] | None = None
         if self._sync_judge:
@@ -502,41 +473,6 @@ class Auditor(Draining):
             self._job_failed(exc)
         return first
 
-    def end_session(self, session_id: str) -> bool:
-        """The app says the conversation *session_id* ended: it is judged now (one judge call, in the
-        background), without waiting for ``session_idle_s``. True when such a session was open (with
-        ``Auditor(sessions=...)``). Never raises, never blocks."""
-        try:
-            job = self._sessions.tracker.take(str(session_id)) if self._sessions is not None else None
-            if job is not None and self._sessions is not None:
-                self._sessions.queue([job])
-            return job is not None
-        except Exception as exc:  # never into the host
-            self._job_failed(exc)
-            return False
-
-    def check_sessions(self) -> int:
-        """Judge every session idle for ``session_idle_s`` by the session clock; how many were due. The
-        Auditor checks by itself every few seconds; call it after moving an injected clock. Never raises."""
-        try:
-            if self._sessions is None:
-                return 0
-            jobs = self._sessions.tracker.take_idle()
-            self._sessions.queue(jobs)
-            return len(jobs)
-        except Exception as exc:
-            self._job_failed(exc)
-            return 0
-
-    def _end_sessions(self) -> None:
-        """At shutdown: every open session is judged on what was seen (``ended="shutdown"``)."""
-        if self._sessions is not None:
-            self._sessions.stop_sweeping()
-            self._sessions.queue(self._sessions.tracker.take_all("shutdown"))
-
-    def _sessions_pending(self) -> bool:
-        return self._sessions is not None and self._sessions.stats()["sessions_pending"] > 0
-
     def defer(self, job: Callable[[], None]) -> bool:
         """Deprecated: ``auditor.closer.defer(job)``."""
         warn_deprecated("Auditor.defer()", "Auditor.closer.defer()")
@@ -577,9 +513,7 @@ class Auditor(Draining):
             stats = {**self._counts, "pending": self._pending, "closing": closing,
                      "close_dropped": self._closer.dropped}
         stats["sink_errors"] = sink_errors
-        stats.update(self._cost.stats())
-        if self._sessions is not None:
-            stats.update(self._sessions.stats())
+        stats.update(self._cost.stats(), **self._session_stats())
         return stats
 
     def __enter__(self) -> Auditor:
@@ -603,9 +537,7 @@ class Auditor(Draining):
                 return "filtered_out", None
             elif sample and not sampled(turn.turn_id, self.sample_rate):
                 self._counts["sampled_out"] += 1
-                self._cost.retain(turn, job)
-                if self._sessions is not None:  # its session is judged on what was seen, and says so
-                    self._sessions.tracker.sampled_out(turn)
+                self._sampled_out(turn, job)  # kept for feedback; its session is partial by one turn
                 return "sampled_out", None
             elif self._pending >= self.max_queue:
                 self._counts["dropped"] += 1
@@ -630,8 +562,6 @@ class Auditor(Draining):
         if not self._judging.put(job):
             self._unqueue()
             return "dropped", None
-        if self._sessions is not None:
-            self._sessions.start_sweeping(self._judging, self)
         return "queued", None
 
     def _after_fork(self) -> None:
@@ -645,8 +575,6 @@ class Auditor(Draining):
         self._closer.after_fork()
         self._policies.after_fork()
         self._cost.after_fork()
-        if self._sessions is not None:
-            self._sessions.after_fork()
 
     def _unqueue(self) -> None:
         with self._lock:

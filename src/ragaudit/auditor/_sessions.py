@@ -94,6 +94,10 @@ class SessionJob:
     provider: Any
 
 
+def _started(record: AuditRecord) -> tuple[int, int]:
+    return record.turn.started_at or 0, record.turn.ended_at or 0
+
+
 def _history_users(turn: RagTurn) -> int:
     return sum(1 for role, _ in turn.history if role == "user")
 
@@ -101,9 +105,11 @@ def _history_users(turn: RagTurn) -> int:
 class SessionTracker(BaseExporter):
     """The turns of open sessions, bounded (see the module docstring). Thread-safe, fork-safe."""
 
-    def __init__(self, options: SessionTracking, due: Callable[[list[SessionJob]], None]) -> None:
+    def __init__(self, options: SessionTracking, due: Callable[[list[SessionJob]], None],
+                 first: Callable[[], None] | None = None) -> None:
         self.options = options
         self._due = due
+        self._first = first  # called once, with the first session turn (starts the idle checks)
         self._lock = _fork.lock()
         self._open: OrderedDict[str, _Open] = OrderedDict()  # least recently seen first
         self.counts = dict.fromkeys(("sessions_evicted", "session_turns_evicted"), 0)
@@ -114,12 +120,17 @@ class SessionTracker(BaseExporter):
 
     def export(self, records: Sequence[AuditRecord]) -> ExportResult:
         now = self.options.clock()
+        seen = False
         with self._lock:
             for record in records:
                 session_id = _session_of(record.turn.metadata)
                 if session_id is not None:
                     self._add(session_id, now).records.append(record)
                     self._cap(session_id)
+                    seen = True
+        if seen and self._first is not None:
+            first, self._first = self._first, None
+            first()
         self._due(self.take_idle(now))
         return ExportResult.SUCCESS
 
@@ -145,12 +156,9 @@ class SessionTracker(BaseExporter):
 
     def _cap(self, session_id: str) -> None:
         session = self._open[session_id]
-        if len(session.records) == 1 and not session.missed.get("sampled_out"):
-            earlier = _history_users(session.records[0].turn)
-            if earlier:
-                session.miss("unseen", earlier)
         while len(session.records) > self.options.max_session_turns:
-            session.records.pop(0)
+            # the turn that started first (records come in the order they were judged, not asked)
+            session.records.remove(min(session.records, key=_started))
             session.miss("evicted")
             self.counts["session_turns_evicted"] += 1
 
@@ -175,7 +183,13 @@ class SessionTracker(BaseExporter):
         session = self._open.pop(session_id, None)
         if session is None or not session.records:
             return None  # only sampled-out turns: nothing seen to judge
-        records = sorted(session.records, key=lambda r: (r.turn.started_at or 0, r.turn.ended_at or 0))
+        records = sorted(session.records, key=_started)
+        # The last turn's history says how many user turns came before it: those neither seen, sampled
+        # out nor evicted here were never seen by this process (another replica, before a restart).
+        expected = _history_users(records[-1].turn) + 1
+        known = len(records) + session.missed.get("sampled_out", 0) + session.missed.get("evicted", 0)
+        if expected > known:
+            session.miss("unseen", expected - known)
         turns = tuple(SessionTurn.from_record(r, i) for i, r in enumerate(records, start=1))
         last = records[-1]
         return SessionJob(SessionRequest(session_id, turns, session.missed), ended, last.content_policy,
@@ -198,8 +212,10 @@ class Sessions:
     the counts, the idle sweep. Made only with ``Auditor(sessions=...)``."""
 
     def __init__(self, options: SessionTracking, judge: Any, cost: CostControl, timeout_s: float,
-                 put: Callable[[SessionJob], bool], export: Callable[[SessionRecord], None]) -> None:
-        self.tracker = SessionTracker(options, self.queue)
+                 put: Callable[[SessionJob], bool], export: Callable[[SessionRecord], None],
+                 sweep: Callable[[], None] | None = None) -> None:
+        self.tracker = SessionTracker(options, self.queue, sweep)
+        self._sweep = sweep
         self._judge = judge
         self._cost = cost
         self._timeout_s = timeout_s
@@ -287,3 +303,4 @@ class Sessions:
         self.counts = dict.fromkeys(self.counts, 0)
         self._sweeper = None
         self.tracker.after_fork()
+        self.tracker._first = self._sweep  # the child's loop is new: its idle checks start with its first turn
