@@ -118,3 +118,18 @@ def test_the_audit_log_line_and_the_html_session_view(run: dict[str, Any]) -> No
     assert html.count("sent v-supported x-contradiction") == 1  # turn 2's sentence, marked
     assert html.count("sent v-unsupported x-contradiction") == 1  # turn 4's, marked too
     assert "contradicted by turn 4, S1" in html and "contradicts turn 2, S1" in html
+
+
+def test_langfuse_files_the_session_trace_in_the_session(run: dict[str, Any]) -> None:
+    """By Langfuse's ingestion rules (tests/support/backends.py): the session span's trace is named
+    ragaudit.session and belongs to the session its turns' traces belong to."""
+    from ragaudit.tracing.files import span_to_dict
+    from tests.support.backends import langfuse_trace
+
+    spans = [span_to_dict(s) for s in run["spans"]]
+    for span in spans:  # the receiver's name for the status text
+        span["status"]["message"] = span["status"]["description"]
+    session = next(s for s in spans if s["name"] == c.SPAN_SESSION)
+    trace = langfuse_trace(spans, session["trace_id"])
+    assert (trace["name"], trace["session"]) == (c.SPAN_SESSION, "s1")
+    assert all(langfuse_trace(spans, t.trace_id)["session"] == "s1" for t in run["turns"])

@@ -19,7 +19,7 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from .. import _fork
@@ -72,11 +72,30 @@ class SessionTracking:
             raise ConfigurationError("clock must be callable() -> seconds (monotonic)")
 
 
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """One turn of an open session, as the session keeps it: its session view (no documents: a
+    session holds at most ``max_session_turns`` of these, not the turns' evidence), when it started,
+    how many user turns its history names, and its record's policy and provider."""
+
+    started: tuple[int, int]
+    turn: SessionTurn
+    history_users: int
+    policy: ContentPolicy
+    provider: Any
+
+    @classmethod
+    def of(cls, record: AuditRecord) -> _Seen:
+        t = record.turn
+        return cls((t.started_at or 0, t.ended_at or 0), SessionTurn.from_record(record, 1),
+                   sum(1 for role, _ in t.history if role == "user"), record.content_policy, record.tracer_provider)
+
+
 @dataclass(slots=True)
 class _Open:
-    """One open session: its turns' records so far, what it missed, when a turn was last seen."""
+    """One open session: its turns so far, what it missed, when a turn was last seen."""
 
-    records: list[AuditRecord] = field(default_factory=list)
+    records: list[_Seen] = field(default_factory=list)
     missed: dict[str, int] = field(default_factory=dict)
     last_seen: float = 0.0
 
@@ -94,12 +113,8 @@ class SessionJob:
     provider: Any
 
 
-def _started(record: AuditRecord) -> tuple[int, int]:
-    return record.turn.started_at or 0, record.turn.ended_at or 0
-
-
-def _history_users(turn: RagTurn) -> int:
-    return sum(1 for role, _ in turn.history if role == "user")
+def _started(seen: _Seen) -> tuple[int, int]:
+    return seen.started
 
 
 class SessionTracker(BaseExporter):
@@ -125,7 +140,7 @@ class SessionTracker(BaseExporter):
             for record in records:
                 session_id = _session_of(record.turn.metadata)
                 if session_id is not None:
-                    self._add(session_id, now).records.append(record)
+                    self._add(session_id, now).records.append(_Seen.of(record))
                     self._cap(session_id)
                     seen = True
         if seen and self._first is not None:
@@ -186,14 +201,13 @@ class SessionTracker(BaseExporter):
         records = sorted(session.records, key=_started)
         # The last turn's history says how many user turns came before it: those neither seen, sampled
         # out nor evicted here were never seen by this process (another replica, before a restart).
-        expected = _history_users(records[-1].turn) + 1
+        expected = records[-1].history_users + 1
         known = len(records) + session.missed.get("sampled_out", 0) + session.missed.get("evicted", 0)
         if expected > known:
             session.miss("unseen", expected - known)
-        turns = tuple(SessionTurn.from_record(r, i) for i, r in enumerate(records, start=1))
+        turns = tuple(replace(r.turn, index=i) for i, r in enumerate(records, start=1))
         last = records[-1]
-        return SessionJob(SessionRequest(session_id, turns, session.missed), ended, last.content_policy,
-                          last.tracer_provider)
+        return SessionJob(SessionRequest(session_id, turns, session.missed), ended, last.policy, last.provider)
 
     def after_fork(self) -> None:
         self._lock = _fork.lock()
