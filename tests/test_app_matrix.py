@@ -146,7 +146,7 @@ class Env:
         self.expects: list[Expect] = []
         self.prompts: list[list[tuple[str, str]]] = []  # per user message, the app's model prompts and replies
         self.handler: Any = None
-        self.flushers: list[Callable[[], Any]] = [lambda: self.auditor.flush(20)]
+        self.flushers: list[Callable[[], Any]] = [lambda: self.auditor.force_flush(20)]
         self.extra_turns: list[str] = []  # questions of retrievers traced on their own (not user messages)
 
     def _judge(self, request: JudgeRequest) -> dict[str, Any]:
@@ -518,10 +518,10 @@ def test_langchain_style(style: Callable[[Env, Any], None], mode: str, server: L
     try:
         if mode == "handler":
             env.handler = RagAuditCallbackHandler(auditor=env.auditor)
-            env.flushers.insert(0, env.handler.flush)
+            env.flushers.insert(0, env.handler.force_flush)
         else:
             handler = instrument(auditor=env.auditor)
-            env.flushers.insert(0, handler.flush)
+            env.flushers.insert(0, handler.force_flush)
         with caplog.at_level(logging.WARNING, logger="ragaudit"):
             style(env, lc_kb)
             env.check()
@@ -750,11 +750,11 @@ def test_llamaindex_style(style: Callable[[Env, Any], None], mode: str, server: 
     try:
         if mode == "instrument":
             installed = llamaindex.instrument(auditor=env.auditor)
-            env.flushers.insert(0, installed.flush)
+            env.flushers.insert(0, installed.force_flush)
         else:
             handler = llamaindex.RagAuditLlamaIndexHandler(auditor=env.auditor)
             Settings.callback_manager = CallbackManager([handler])
-            env.flushers.insert(0, handler.flush)
+            env.flushers.insert(0, handler.force_flush)
         style(env, li_kb)
         env.check()
     finally:

@@ -317,7 +317,7 @@ def test_streaming_query_abandoned_half_way(setup: Setup, inst: LlamaIndexInstru
     assert inst.stats()["open_turns"] == 1  # still waiting for the stream
     del response, token
     gc.collect()
-    assert inst.flush(15)
+    assert inst.force_flush(15)
     assert inst.stats() == {"open_turns": 0, "closed_turns": 1, "evicted": 0}
     (turn,) = setup.check(kb, [q], answers={q: received})
     assert received and kb.answers[q].startswith(received) and received != kb.answers[q]
@@ -528,7 +528,7 @@ def test_capture_content_false_keeps_text_out_of_spans(
     q = QUESTIONS[9]
     try:
         kb.engine().query(q)
-        assert auditor.flush(10)
+        assert auditor.force_flush(10)
     finally:
         llamaindex.uninstrument()
         auditor.shutdown()
@@ -553,7 +553,7 @@ def test_judge_without_auditor_gets_a_private_auditor(
     installed = llamaindex.instrument(judge=judge, tracer_provider=memory_provider)
     try:
         kb.engine().query(QUESTIONS[0])
-        assert installed.flush(10)
+        assert installed.force_flush(10)
     finally:
         llamaindex.uninstrument()
         installed.auditor.shutdown()
@@ -596,7 +596,7 @@ def test_legacy_handler_query_stream_and_chat_model(setup: Setup,
     response = kb.engine(streaming=True).query(QUESTIONS[3])
     assert "".join(response.response_gen) == kb.answers[QUESTIONS[3]]
     assert str(kb.engine(llm=ContextEchoLLM(chat_model=True)).query(QUESTIONS[4])) == kb.answers[QUESTIONS[4]]
-    assert handler.flush(15)
+    assert handler.force_flush(15)
     turns = setup.check(kb, QUESTIONS[:5])
     spans = setup.spans()
     for turn in turns:  # the chat model over completion is one generation
@@ -653,7 +653,7 @@ def test_same_spans_and_audit_line_as_langchain_for_the_same_question(
         auditor = Auditor(FakeJudge(doc_ids_judge), audit_log=log, tracer_provider=memory_provider)
         try:
             assert run(auditor) == kb.answers[q]
-            assert auditor.flush(10)
+            assert auditor.force_flush(10)
         finally:
             auditor.shutdown()
         recorded[framework] = list(memory_exporter.get_finished_spans()), read_audit_log(log)[0]

@@ -72,13 +72,13 @@ def test_a_four_turn_session_one_judge_call_contradiction_with_both_sentences(se
     with auditor(judge, clock, sinks=[kept]) as a:
         for i, (q, ans) in enumerate(TURNS, start=1):
             a.submit(turn(i, q, ans))
-        assert a.flush(10)
+        assert a.force_flush(10)
         assert session_calls(server) == 0 and a.stats()["sessions_open"] == 1
         clock.now += 299.0
         assert a.check_sessions() == 0  # not idle yet
         clock.now += 1.0
         assert a.check_sessions() == 1
-        assert a.flush(10)
+        assert a.force_flush(10)
     assert session_calls(server) == 1  # one judge call for the whole session, at the server
     assert len(server.requests) == 4 + 1
     [record] = kept.sessions
@@ -90,7 +90,8 @@ def test_a_four_turn_session_one_judge_call_contradiction_with_both_sentences(se
     assert [s.verdict for s in sentences] == ["supported", "supported", "supported", "unsupported"]
     assert j.groundedness == consistent_faithfulness(sentences) == 0.75
     assert (j.turns, j.turns_judged, j.sentences_judged, j.partial) == (4, 4, 4, False)
-    assert j.verdict.identity is not None and j.verdict.identity.protocol == "ragaudit-session/1"
+    assert j.verdict.identity is not None and j.verdict.identity.protocol == "session"
+    assert j.verdict.identity.protocol_version == "ragaudit-session/1"
     assert j.verdict.usage["prompt_tokens"]
     stats = a.stats()
     assert stats["sessions_judged"] == 1 and stats["sessions_open"] == 0 and stats["judged"] == 4
@@ -102,9 +103,9 @@ def test_resolved_and_unresolved_sessions_told_apart(server: LLMServer, clock: C
         a.submit(turn(1, "How long do refunds take?", "Refunds take 14 days.", session="good"))
         a.submit(turn(1, "Can I return opened software?", "I don't know.", session="bad"))
         a.submit(turn(2, "Can I return opened software?", "I don't know.", session="bad"))
-        a.flush(10)
+        a.force_flush(10)
         assert a.end_session("good") and a.end_session("bad") and not a.end_session("none")
-        a.flush(10)
+        a.force_flush(10)
     by_id = {r.session_id: r.judgement for r in kept.sessions}
     assert by_id["good"].resolved == "yes" and by_id["good"].resolved_turn == 1 and by_id["good"].ended == "ended"
     assert by_id["bad"].resolved == "no" and by_id["bad"].resolved_turn is None
@@ -118,10 +119,10 @@ def test_caps_drop_the_oldest_and_count_it(clock: Clock) -> None:
     with auditor(judge, clock, max_sessions=2, max_session_turns=2, sinks=[kept]) as a:
         for sid in ("a", "b", "c"):  # "a" is pushed out by "c"
             a.submit(turn(1, "q", "A.", session=sid))
-            a.flush(5)
+            a.force_flush(5)
         for i in (2, 3):
             a.submit(turn(i, "q", "A.", session="c"))
-        a.flush(5)
+        a.force_flush(5)
         stats = a.stats()
         assert stats["sessions_evicted"] == 1 and stats["session_turns_evicted"] == 1 and stats["sessions_open"] == 2
         assert not a.end_session("a")
@@ -141,7 +142,7 @@ def test_partial_sessions_sampled_out_and_unseen_are_flagged(clock: Clock) -> No
         # a conversation this process sees from its third turn on (another replica had the first two)
         a.submit(turn(3, "q", "A.", session="late", history=[("user", "q1"), ("assistant", "a1"),
                                                               ("user", "q2"), ("assistant", "a2")]))
-        a.flush(5)
+        a.force_flush(5)
         sampled = a.stats()["sampled_out"]
         assert 0 < sampled < 20
     by_id = {r.session_id: r.judgement for r in kept.sessions}
@@ -156,16 +157,16 @@ def test_idle_detection_by_the_injected_clock_only(clock: Clock) -> None:
     judge = FakeJudge(lambda r: {"faithfulness": 1.0}, session=lambda req: {"resolved": "yes"})
     with auditor(judge, clock, session_idle_s=60) as a:
         a.submit(turn(1, "q", "A."))
-        a.flush(5)
+        a.force_flush(5)
         clock.now += 59.9
         assert a.check_sessions() == 0
         a.submit(turn(2, "q", "A."))  # a new turn: idle time starts again
-        a.flush(5)
+        a.force_flush(5)
         clock.now += 30
         assert a.check_sessions() == 0
         clock.now += 30
         assert a.check_sessions() == 1
-        a.flush(5)
+        a.force_flush(5)
         assert judge.session_calls == 1 and a.stats()["sessions_judged"] == 1
 
 
@@ -174,9 +175,9 @@ def test_none_where_the_judge_gave_nothing(server: LLMServer, clock: Clock) -> N
     kept = Kept()
     with auditor(open_judge(ChatRagJudge, server), clock, sinks=[kept]) as a:
         a.submit(turn(1, "How long do refunds take?", "Refunds take 14 days."))
-        a.flush(10)
+        a.force_flush(10)
         a.end_session("s1")
-        a.flush(10)
+        a.force_flush(10)
     [record] = kept.sessions
     j = record.judgement
     assert j.resolved is None and j.resolved_turn is None and j.contradictions == () and j.error
@@ -192,9 +193,9 @@ def test_a_session_over_budget_is_not_sent_and_counted(clock: Clock) -> None:
     judge = FakeJudge(lambda r: {"faithfulness": 1.0}, session=lambda req: {"resolved": "yes"})
     with auditor(judge, clock, budget=Budget(max_calls=1, per_s=86_400)) as a:
         a.submit(turn(1, "q", "A."))
-        a.flush(5)
+        a.force_flush(5)
         a.end_session("s1")
-        a.flush(5)
+        a.force_flush(5)
         assert a.stats()["sessions_not_sent"] == 1 and judge.session_calls == 0
 
 
@@ -204,7 +205,7 @@ def test_a_judge_without_sessions_gives_a_verdict_with_its_error(clock: Clock) -
     kept = Kept()
     with auditor(LexicalJudge(), clock, sinks=[kept]) as a:
         a.submit(turn(1, "How long do refunds take?", "Refunds take 14 days."))
-        a.flush(5)
+        a.force_flush(5)
     [record] = kept.sessions
     assert "does not judge sessions" in (record.judgement.error or "")
     assert record.judgement.groundedness is not None  # the lexical judge's sentence verdicts

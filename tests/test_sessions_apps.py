@@ -103,11 +103,11 @@ def run(judge_llm: LLMServer) -> Iterator[Callable[..., Any]]:
                           sessions=SessionTracking(clock=clock, session_idle_s=300, **options))
         made.append(auditor)
         app(auditor)
-        assert auditor.flush(30)
+        assert auditor.force_flush(30)
         assert auditor.check_sessions() == 0 and kept.sessions == []  # not idle yet
         clock.now += 300
         due = auditor.check_sessions()
-        assert auditor.flush(30)
+        assert auditor.force_flush(30)
         return {"sessions": {r.session_id: r for r in kept.sessions}, "due": due, "stats": auditor.stats(),
                 "calls": sum(1 for r in judge_llm.requests if is_session_request(r.body))}
 
@@ -194,7 +194,7 @@ def test_langchain_runnable_with_message_history(app_llm: LLMServer, run: Callab
                 chain.invoke({"input": question},
                              config={"configurable": {"session_id": session_id}, "callbacks": [handler],
                                      "metadata": {"session_id": session_id}})
-        handler.flush()
+        handler.force_flush()
 
     result = run(app)
     check_contradiction(result, "lc-good")
@@ -221,7 +221,7 @@ def test_langgraph_checkpointer_agent(app_llm: LLMServer, run: Callable[..., Any
             config = {"configurable": {"thread_id": thread_id}, "callbacks": [handler]}
             for question in questions:
                 agent.invoke({"messages": [{"role": "user", "content": question}]}, config=config)
-        handler.flush()
+        handler.force_flush()
 
     result = run(app)
     check_contradiction(result, "lg-good")
@@ -260,7 +260,7 @@ def li_conversations(app_llm: LLMServer, index: Any, auditor: Auditor) -> None:
             for question in questions:
                 with instrument_tags({"session_id": session_id}):
                     engine.chat(question)
-        installed.flush()
+        installed.force_flush()
     finally:
         llamaindex.uninstrument()
 
@@ -303,7 +303,7 @@ def test_async_chat_turns_share_the_session(app_llm: LLMServer, li_index: Any, r
 
         try:
             asyncio.run(chat())
-            installed.flush()
+            installed.force_flush()
         finally:
             llamaindex.uninstrument()
 

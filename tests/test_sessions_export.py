@@ -49,9 +49,9 @@ def run(tmp_path: Path) -> Iterator[dict[str, Any]]:
             for i, (q, a) in enumerate(TURNS, start=1):
                 traced.append(auditor.recorder.record_turn(turn(i, q, a)))  # the turn span, as integrations do
                 auditor.submit(traced[-1])
-            assert auditor.flush(10)
+            assert auditor.force_flush(10)
             assert auditor.end_session("s1")
-            assert auditor.flush(10)
+            assert auditor.force_flush(10)
         yield {"spans": spans.get_finished_spans(), "logs": logs.get_finished_logs(), "turns": traced,
                "langfuse": [r["body"] for r in langfuse.requests], "audit_log": audit_log, "srv": srv}
 

@@ -716,7 +716,7 @@ def test_auditor_separate_judge_trace(provider: TracerProvider, exporter: InMemo
                  judge_trace="separate") as auditor:
         turn = auditor.recorder.record_turn(make_turn())
         auditor.submit(turn)
-        assert auditor.flush(10)
+        assert auditor.force_flush(10)
     spans = by_name(exporter.get_finished_spans())
     judge, root = spans["ragaudit.judge"], spans["ragaudit.turn"]
     assert judge.parent is None and judge.context.trace_id != root.context.trace_id

@@ -33,7 +33,7 @@ def test_the_session_span_reads_back_from_phoenix(phoenix: PhoenixServer) -> Non
         for i, (q, a) in enumerate(TURNS, start=1):
             traced.append(auditor.recorder.record_turn(turn(i, q, a)))
             auditor.submit(traced[-1])
-        assert auditor.flush(30) and auditor.end_session("s1") and auditor.flush(30)
+        assert auditor.force_flush(30) and auditor.end_session("s1") and auditor.force_flush(30)
     assert provider.force_flush(30_000)
     provider.shutdown()
     spans = phoenix.wait_for_spans(project, lambda s: any(x["name"] == "ragaudit.session" for x in s))

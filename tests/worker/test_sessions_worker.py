@@ -73,7 +73,7 @@ def judge_turns(worker: Any, clock: Clock, count: int) -> None:
     clock.now += 2.5  # past quiet_s: the traces are complete
     wait_for(lambda: worker.stats()["turns_judged"] + worker.stats()["turns_judge_failed"] >= count,
              what=f"{count} judgement(s)")
-    assert worker.auditor.flush(10)
+    assert worker.auditor.force_flush(10)
 
 
 def session_spans(collector: Any, count: int) -> list[dict[str, Any]]:
@@ -95,7 +95,7 @@ def test_one_worker_sees_the_whole_session_and_judges_it_once(make_worker: Any, 
     assert worker.auditor.check_sessions() == 0  # the session is not idle yet on the clock
     clock.now += 120
     assert worker.auditor.check_sessions() == 1
-    assert worker.auditor.flush(10)
+    assert worker.auditor.force_flush(10)
     [span] = session_spans(collector, 1)
     assert [(link["trace_id"], link["span_id"]) for link in span["links"]] == [
         (f"{r.context.trace_id:032x}", f"{r.context.span_id:016x}") for r in roots]
@@ -124,7 +124,7 @@ def test_without_session_routing_each_worker_judges_its_part_flagged_partial(
     clock.now += 300
     for worker in workers:
         assert worker.auditor.check_sessions() == 1
-        assert worker.auditor.flush(10)
+        assert worker.auditor.force_flush(10)
     spans = session_spans(collector, 2)
     by_turns = {s["attributes"]["ragaudit.session.turns"]: s["attributes"] for s in spans}
     assert set(by_turns) == {1, 2}

@@ -431,7 +431,7 @@ class Auditor(SessionJudging, Draining):
         """Where integrations hand finished runs over to be closed into turns (:meth:`TurnCloser.defer
         <ragaudit.auditor._closing.TurnCloser.defer>`) and register themselves for closing at
         shutdown (``attach``). The Auditor never calls into a job: it drains the closer before it
-        stops taking turns (:meth:`flush`, :meth:`shutdown`, exit)."""
+        stops taking turns (:meth:`force_flush`, :meth:`shutdown`, exit)."""
         return self._closer
 
     def attach_source(self, source: TurnSource) -> None:
@@ -482,7 +482,7 @@ class Auditor(SessionJudging, Draining):
     def flush_turns(self, timeout_s: float | None = 30.0) -> bool:
         """Wait until every job the :attr:`closer` got so far has run: the turns integrations handed over
         are built, their spans ended and they are submitted. Does not wait for judgements (that is
-        :meth:`flush`). Returns False when *timeout_s* (seconds) ran out first."""
+        :meth:`force_flush`). Returns False when *timeout_s* (seconds) ran out first."""
         return self._closer.force_flush(timeout_s)
 
     def stats(self) -> dict[str, int]:

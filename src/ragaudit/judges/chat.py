@@ -241,12 +241,14 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
             document_grades=reading.document_grades,
         )
 
-    def _identity(self, run: _Run, source: int = -1, version: str | None = None) -> JudgeIdentity:
+    def _identity(self, run: _Run, source: int = -1,
+                  protocol: JudgeProtocol | SessionJudgeProtocol | None = None) -> JudgeIdentity:
         """Which judge made this judgement: model, endpoint host, protocol, prompt hash, response id."""
         return JudgeIdentity(
             model=self.model,
             endpoint=endpoint_host(self.base_url),
-            protocol=version or self.protocol_version,
+            protocol=(protocol or self.protocol).name,
+            protocol_version=(protocol or self.protocol).version,
             prompt_hash=run.prompt_hash,
             response_id=run.response_ids[source] if run.response_ids else None,
             response_model=run.response_model,
@@ -355,7 +357,7 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
             reason=given.reason if given else None, judge=self.name,
             raw_output=self._kept(run.outputs[-1]) if run.outputs else None, latency_s=run.latency(),
             usage=run.usage.as_dict(), error=error, details=details,
-            identity=self._identity(run, version=protocol.version))
+            identity=self._identity(run, protocol=protocol))
 
     def _ask(self, messages: list[dict[str, Any]], run: _Run, schema: Any = _PROTOCOL_SCHEMA) -> Flow[Any]:
         schema = self.protocol.schema if schema is _PROTOCOL_SCHEMA else schema
@@ -383,7 +385,8 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         details: dict[str, Any] = {
             "model": self.model,
             "response_model": run.response_model,
-            "protocol": self.protocol_version,
+            "protocol": self.protocol.name,
+            "protocol_version": self.protocol_version,
             "response_format": run.response_format,
             "finish_reason": run.finish_reason,
             "repaired": repaired,

@@ -54,6 +54,7 @@ __all__ = [
     "ATTR_JUDGE_NAME",
     "ATTR_JUDGE_PROMPT_HASH",
     "ATTR_JUDGE_PROTOCOL",
+    "ATTR_JUDGE_PROTOCOL_VERSION",
     "ATTR_JUDGE_REASON",
     "ATTR_JUDGE_REASON_CHARS",
     "ATTR_JUDGE_RESPONSE_ID",
@@ -480,7 +481,9 @@ ATTR_JUDGE_MODEL: Final = "ragaudit.judge.model"
 ATTR_JUDGE_ENDPOINT: Final = "ragaudit.judge.endpoint"
 """The judge endpoint's ``host[:port]``: never credentials, path or query."""
 ATTR_JUDGE_PROTOCOL: Final = "ragaudit.judge.protocol"
-"""The judge's prompt protocol version."""
+"""The judge protocol's name (``full-audit``, ``three-score``, ``g-eval``, ...)."""
+ATTR_JUDGE_PROTOCOL_VERSION: Final = "ragaudit.judge.protocol_version"
+"""The judge protocol's wire version (``ragaudit-judge/3``): prompts and verdict schema of that version."""
 ATTR_JUDGE_PROMPT_HASH: Final = "ragaudit.judge.prompt_hash"
 """First 16 hex digits of the SHA-256 of the judge's prompt template and verdict schema."""
 ATTR_JUDGE_RESPONSE_ID: Final = "ragaudit.judge.response_id"
@@ -492,6 +495,7 @@ _IDENTITY_KEYS: Final = {
     "model": ATTR_JUDGE_MODEL,
     "endpoint": ATTR_JUDGE_ENDPOINT,
     "protocol": ATTR_JUDGE_PROTOCOL,
+    "protocol_version": ATTR_JUDGE_PROTOCOL_VERSION,
     "prompt_hash": ATTR_JUDGE_PROMPT_HASH,
     "response_id": ATTR_JUDGE_RESPONSE_ID,
 }
