@@ -65,7 +65,7 @@ class RagJudge(Protocol):
 
 @runtime_checkable
 class SessionJudge(Protocol):
-    """A judge that also judges a whole conversation in one call (``Auditor(judge_sessions=True)``):
+    """A judge that also judges a whole conversation in one call (``Auditor(sessions=True)``):
     :class:`~ragaudit.ChatRagJudge` (its ``session_protocol``) and :class:`FakeJudge` (its *session*
     function). Like :meth:`RagJudge.judge`, it never raises for a failed verdict: it returns one with
     ``error`` set."""
