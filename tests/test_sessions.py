@@ -229,3 +229,15 @@ def test_session_records_are_validated() -> None:
     assert request.contradiction(1, 1, 1, 1) is None and request.repetition(1, 1) is None
     j = SessionJudgement.of(request, SessionVerdict(judge="x"))
     assert j.groundedness is None and j.sentences_missing == 0 and json.dumps(j.to_dict())
+
+
+def test_turns_still_being_judged_at_shutdown_end_in_their_session(clock: Clock) -> None:
+    kept = Kept()
+    judge = FakeJudge(lambda r: {"faithfulness": 1.0}, session=lambda req: {"resolved": "yes"})
+    with auditor(judge, clock, sinks=[kept]) as a:
+        for i in range(1, 4):
+            a.submit(turn(i, f"q{i}", "A.", session="closing"))
+        # no flush: the turns are still queued or being judged when shutdown begins
+    [record] = kept.sessions
+    assert record.judgement.ended == "shutdown" and record.judgement.turns == 3
+    assert a.stats()["sessions_open"] == 0 and a.stats()["sessions_judged"] == 1

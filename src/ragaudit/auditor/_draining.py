@@ -85,6 +85,8 @@ class Draining:
         ok = self._closer.worker.force_flush(remaining())
         ok = self._judging.force_flush(remaining()) and ok
         ok = self._export.worker.force_flush(remaining()) and ok
+        if self._closed:  # shutting down: every open session, its last turns judged by now, is judged too
+            self._end_sessions()
         if self._sessions_pending():  # sessions the last turns made due: judged and exported too
             ok = self._judging.force_flush(remaining()) and ok
             ok = self._export.worker.force_flush(remaining()) and ok
@@ -140,7 +142,6 @@ class Draining:
             if self._closed:
                 return self._pending == 0
             self._closed = True
-        self._end_sessions()
         ok = self._flush(deadline)
         with self._lock:
             lost = self._pending
