@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from ragaudit import Auditor, BaseRagJudge, FakeJudge, Judgement, JudgeRequest
+from ragaudit.integrations import closer_for
 from ragaudit.integrations.langchain import RagAuditCallbackHandler, instrument, uninstrument
 from ragaudit.tracing import conventions as c
 from ragaudit.tracing.files import read_audit_log
@@ -103,7 +104,8 @@ def test_invoke_records_turn_with_retrieval_generation_citation_and_judgement(se
     messages = json.loads(str(chat.attributes[c.LANGFUSE_OBSERVATION_INPUT]))  # the real messages, with roles
     assert messages[-1]["role"] == "user" and "Context:" in messages[-1]["content"]
     judge = next(s for s in kids if s.name == c.SPAN_JUDGE)
-    assert not judge.links  # its parent is the turn (children() above): no link to the same span
+    # its parent is the turn (children() above), and its one link (OpenInference) names the turn too
+    assert [link.context.span_id for link in judge.links] == [judge.parent.span_id]
     assert judge.attributes[c.judge_score_key("faithfulness")] == 1.0
     assert turn.attributes[c.ATTR_JUDGE_STATUS] == "queued"
     (line,) = read_audit_log(setup.log)
@@ -391,7 +393,7 @@ def test_capture_content_false_keeps_text_out_of_spans(
     try:
         q = QUESTIONS[9]
         rag_chain(kb.retriever).invoke(q, config={"callbacks": [handler]})
-        assert auditor.force_flush(10)
+        assert closer_for(auditor).force_flush(10)
     finally:
         auditor.shutdown()
     spans = memory_exporter.get_finished_spans()
@@ -472,7 +474,7 @@ def test_spans_reach_a_real_otlp_http_receiver(kb: KB, audit_log_path: Path) -> 
         questions = QUESTIONS[:5]
         try:
             rag_chain(kb.retriever).batch(questions, config={"callbacks": [handler]})
-            assert auditor.force_flush(10)
+            assert closer_for(auditor).force_flush(10)
             provider.force_flush()
             spans = rx.wait_for_spans(5 * 4, timeout=20)
         finally:
@@ -488,7 +490,9 @@ def test_spans_reach_a_real_otlp_http_receiver(kb: KB, audit_log_path: Path) -> 
         assert sorted(s["name"] for s in kids) == ["chat context-echo-1", c.SPAN_JUDGE, "retrieval Chroma"]
         (judge,) = [j for j in judges if j["parent_span_id"] == turn["span_id"]]
         assert judge["trace_id"] == turn["trace_id"]
-        assert judge["links"] == []  # a child of the turn, not also linked to it
+        # a child of the turn, and linked to it once, as child_of (Jaeger keeps CHILD_OF)
+        assert [(link["span_id"], link["attributes"].get(c.LINK_REF_TYPE)) for link in judge["links"]] == [
+            (turn["span_id"], c.REF_TYPE_CHILD_OF)]
         assert 0.0 <= judge["attributes"][c.judge_score_key("context_relevance")] <= 1.0
     assert len(judges) == len(questions)
 
@@ -501,7 +505,7 @@ def test_otel_provider_unused_when_tracing_is_off(kb: KB, audit_log_path: Path) 
     try:
         assert rag_chain(kb.retriever).batch(QUESTIONS[:3], config={"callbacks": [handler]}) == [
             kb.answers[q] for q in QUESTIONS[:3]]
-        assert auditor.force_flush(10)
+        assert closer_for(auditor).force_flush(10)
     finally:
         auditor.shutdown()
     lines = read_audit_log(audit_log_path)

@@ -133,3 +133,15 @@ def test_langfuse_files_the_session_trace_in_the_session(run: dict[str, Any]) ->
     trace = langfuse_trace(spans, session["trace_id"])
     assert (trace["name"], trace["session"]) == (c.SPAN_SESSION, "s1")
     assert all(langfuse_trace(spans, t.trace_id)["session"] == "s1" for t in run["turns"])
+
+
+def test_the_session_judge_is_named_as_an_evaluator(run: dict[str, Any]) -> None:
+    """gen_ai.evaluation.evaluator.* (issue 28's attributes) on the session span and its records: the
+    judge and model, the session protocol's wire version with the prompt hash."""
+    [span] = [s for s in run["spans"] if s.name == c.SPAN_SESSION]
+    records = [r.log_record.attributes for r in run["logs"]
+               if str(r.log_record.attributes[c.GEN_AI_EVALUATION_NAME]).startswith("session.")]
+    for attrs in (span.attributes, *records):
+        assert attrs[c.GEN_AI_EVALUATION_EVALUATOR_ID] == "chat:judge-model/judge-model"
+        assert str(attrs[c.GEN_AI_EVALUATION_EVALUATOR_VERSION]).startswith("ragaudit-session/1+")
+        assert attrs[c.GEN_AI_EVALUATION_EVALUATOR_TYPE] == c.EVALUATOR_TYPE_LLM_JUDGE

@@ -191,12 +191,10 @@ class Retrieval:
 
 @dataclass(frozen=True, slots=True)
 class Generation:
-    """One LLM call inside a turn. Token counts are None when the model did not report them.
-
-    ``messages`` are the chat messages sent, as ``(role, content)`` pairs (roles ``system``,
-    ``user``, ``assistant``, ``tool``), when the framework gave them; ``prompt`` is the prompt as
-    one text (for completion models, or when the messages are unknown).
-    """
+    """One LLM call inside a turn (token counts None when not reported). ``messages``: the chat
+    messages sent, ``(role, content)`` pairs, when the framework gave them; ``prompt``: the prompt as
+    one text (completion models, or messages unknown); ``tool_calls``: the calls the reply asked for
+    (their ``output`` None), when the reply was a tool call."""
 
     model: str | None = None
     prompt: str | None = None
@@ -208,8 +206,10 @@ class Generation:
     error: str | None = None
     provider: str | None = None
     messages: tuple[tuple[str, str], ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
         _check_time("Generation.started_at", self.started_at)
         _check_time("Generation.ended_at", self.ended_at)
         messages = tuple(tuple(m) for m in self.messages)

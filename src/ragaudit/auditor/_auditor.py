@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import _fork
-from .._deprecation import renamed_kwargs, warn_deprecated
+from .._deprecation import deprecated_alias, warn_deprecated
 from .._export import Exporter
+from .._lifecycle import flush_on_sigterm, track
 from .._log import RateLimitedLog
 from .._sampling import sampled
 from .._sink import BaseJudgementSink, JudgementSink
@@ -28,14 +29,12 @@ from ..errors import ConfigurationError
 from ..judges.base import RagJudge
 from ..records import UNSUBMITTED_REASONS, AuditRecord, Judgement, JudgeRequest, RagTurn
 from ..turn_audit import COMPUTE, audit_record
-from ._closing import TurnCloser, TurnSource
 from ._draining import Draining
 from ._exporting import ExportStage, LegacySinkExporter, OnJudgementExporter
 from ._first_run import say_where_things_are
 from ._governor import NOT_SENT, Budget, CostControl
 from ._judge_health import JudgeFailureLog
 from ._judging import judge_request
-from ._lifecycle import flush_on_sigterm, track
 from ._policies import PolicyBook
 from ._session_part import SessionJudging, SessionTracking
 
@@ -44,16 +43,13 @@ if TYPE_CHECKING:
 
     from ..tracing.spans import SpanRecorder
 
-_CLOSE_BATCH = 64
-_CLOSE_DELAY_S = 0.1
-_CALL_MARGIN_S = 0.05
-
 __all__ = ["Auditor", "JudgementSink", "OnJudgement", "Submission", "SubmitStatus"]
 
 logger = logging.getLogger("ragaudit")
 
 SubmitStatus = Literal["queued", "judged", "failed", "dropped", "sampled_out", "filtered_out", "not_sent"]
-"""What :meth:`Auditor.submit` did with a turn."""
+"""What :meth:`Auditor.submit` did with a turn: taken for judging (``"queued"``; inline, the outcome,
+``"judged"`` or ``"failed"``, as the record's status says it) or not, and why."""
 
 OnJudgement = Callable[[RagTurn, Judgement], None]
 
@@ -68,6 +64,11 @@ class Submission:
     status: SubmitStatus
     ground_truth_metrics: Any = None
     record: AuditRecord | None = None
+
+    @property
+    def accepted(self) -> bool:
+        """The Auditor took the turn for judging (queued, or judged inline with or without an error)."""
+        return self.status in ("queued", "judged", "failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,9 +149,11 @@ class Auditor(SessionJudging, Draining):
     ``mode="inline"`` judges before :meth:`submit` returns (for scripts and tests). A judge that
     fails is said at WARNING: the first failure at once, then a summary at most once a minute
     while failures go on (how many, the last error's type and HTTP status, what to check).
-    Integrations hand finished turns over through :attr:`closer`; at most *max_closing* wait to be recorded (a burst
-    past that drops whole turns, spans included, counted in ``stats()["close_dropped"]``), a bound
-    separate from *max_queue* so that a small judging queue never costs traces.
+    Integrations build their turns on a closing thread of their own, above the Auditor
+    (:mod:`ragaudit.integrations._closing`, one per Auditor); at most *max_closing* wait there to be
+    recorded (a burst past that drops whole turns, spans included, counted in
+    ``stats()["close_dropped"]``), a bound separate from *max_queue* so that a small judging queue
+    never costs traces.
 
     Each finished turn becomes one :class:`~ragaudit.AuditRecord` (made once on the judging
     thread: the judgement and every derived value), and every exporter gets the same record, in
@@ -257,9 +260,11 @@ class Auditor(SessionJudging, Draining):
 
         self._lock = _fork.lock()
         self._counts = {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0,
-                        "evidence_from_prompt": 0, **{f"unjudged_{reason}": 0 for reason in UNSUBMITTED_REASONS},
+                        "evidence_from_prompt": 0, "close_dropped": 0,
+                        **{f"unjudged_{reason}": 0 for reason in UNSUBMITTED_REASONS},
                         **dict.fromkeys(NOT_SENT, 0)}
         self._pending = 0
+        self._closing = 0  # finished turns waiting above, in the integrations' closer (as it reports)
         self._closed = False
         self._log = RateLimitedLog()
         self._judge_failures = JudgeFailureLog(on_first=lambda: say_where_things_are(judge.name, self._audit_log,
@@ -297,11 +302,6 @@ class Auditor(SessionJudging, Draining):
             if auditor is not None:
                 await auditor._judge_job(job)
 
-        def job_failed(exc: BaseException) -> None:
-            auditor = ref()
-            if auditor is not None:
-                auditor._job_failed(exc)
-
         def delivered(records: Sequence[AuditRecord]) -> None:
             auditor = ref()
             if auditor is not None:
@@ -317,9 +317,7 @@ class Auditor(SessionJudging, Draining):
             self._blocking = BatchWorker("judge", run_jobs, max_queue=bound, max_batch=1,
                                          threads=self.max_concurrency, paced=True)
         self._export = ExportStage(exporters, delivered, self._content_policy, max_queue=bound)
-        self._closer = TurnCloser(self.max_closing, job_failed, inline=self.mode == "inline")
-        workers = [w for w in (self._closer.worker, self._judging, self._blocking, self._export.worker)
-                   if w is not None]
+        workers = [w for w in (self._judging, self._blocking, self._export.worker) if w is not None]
         weakref.finalize(self, _release, workers, self._audit_log)
         track(self)
         on_fork_in_child(self._after_fork)
@@ -426,18 +424,11 @@ class Auditor(SessionJudging, Draining):
                 self._counts["dropped"] += 1
             return Submission("dropped")
 
-    @property
-    def closer(self) -> TurnCloser:
-        """Where integrations hand finished runs over to be closed into turns (:meth:`TurnCloser.defer
-        <ragaudit.auditor._closing.TurnCloser.defer>`) and register themselves for closing at
-        shutdown (``attach``). The Auditor never calls into a job: it drains the closer before it
-        stops taking turns (:meth:`force_flush`, :meth:`shutdown`, exit)."""
-        return self._closer
-
-    def attach_source(self, source: TurnSource) -> None:
-        """Deprecated: ``auditor.closer.attach(source)``."""
-        warn_deprecated("Auditor.attach_source()", "Auditor.closer.attach()")
-        self._closer.attach(source)
+    def attach_source(self, source: object) -> None:
+        """Deprecated, and without effect: the Auditor calls no source. Attach *source* to its closer,
+        ``ragaudit.integrations.closer_for(auditor).attach(source)``, whose shutdown (and the exit
+        hook) closes its ended turns before this Auditor's."""
+        warn_deprecated("Auditor.attach_source()", "ragaudit.integrations.closer_for(auditor).attach()")
 
     def feedback(self, turn_id: str, value: Any) -> str:
         """A user's feedback on the answer of *turn_id*; never raises, never blocks. A thumbs-down on a
@@ -474,16 +465,23 @@ class Auditor(SessionJudging, Draining):
         return first
 
     def defer(self, job: Callable[[], None]) -> bool:
-        """Deprecated: ``auditor.closer.defer(job)``."""
-        warn_deprecated("Auditor.defer()", "Auditor.closer.defer()")
-        return self._closer.defer(job)
+        """Deprecated: ``ragaudit.integrations.closer_for(auditor).defer(job)`` closes a turn off the
+        host's thread. The Auditor runs no source's code on its threads: *job* runs now, on the
+        caller's thread. Never raises; False when *job* raised (logged)."""
+        warn_deprecated("Auditor.defer()", "ragaudit.integrations.closer_for(auditor).defer()")
+        try:
+            job()
+            return True
+        except Exception as exc:
+            self._job_failed(exc)
+            return False
 
-    @renamed_kwargs(timeout="timeout_s")
-    def flush_turns(self, timeout_s: float | None = 30.0) -> bool:
-        """Wait until every job the :attr:`closer` got so far has run: the turns integrations handed over
-        are built, their spans ended and they are submitted. Does not wait for judgements (that is
-        :meth:`force_flush`). Returns False when *timeout_s* (seconds) ran out first."""
-        return self._closer.force_flush(timeout_s)
+    flush_turns = deprecated_alias("force_flush", timeout="timeout_s")
+
+    def report_closing(self, waiting: int) -> None:
+        """For the integrations' closer above this Auditor: how many finished turns wait there to be
+        recorded (``stats()["closing"]``). Never raises."""
+        self._closing = max(0, int(waiting))
 
     def stats(self) -> dict[str, int]:
         """Counts: submitted, judged, failed, dropped, sampled_out, pending, sink_errors, close_dropped,
@@ -504,14 +502,13 @@ class Auditor(SessionJudging, Draining):
         + pending`` plus the five not-sent reasons always holds, also while judgements are being
         delivered (a turn judged after a thumbs-down was submitted twice: sampled out, then judged). ``sink_errors``
         includes the sinks' own delivery failures (items a sink gave up on). ``closing`` is how
-        many finished turns wait to be recorded (:attr:`closer`) and ``close_dropped`` how many were
-        dropped because *max_closing* were waiting already.
+        many finished turns wait to be recorded in the integrations' closer above (as its closing
+        thread last reported, at a batch) and
+        ``close_dropped`` how many it dropped because *max_closing* were waiting already.
         """
         sink_errors = self._export.errors
-        closing = len(self._closer)
         with self._lock:
-            stats = {**self._counts, "pending": self._pending, "closing": closing,
-                     "close_dropped": self._closer.dropped}
+            stats = {**self._counts, "pending": self._pending, "closing": self._closing}
         stats["sink_errors"] = sink_errors
         stats.update(self._cost.stats(), **self._session_stats())
         return stats
@@ -571,8 +568,8 @@ class Auditor(SessionJudging, Draining):
         self._pending = 0
         self._counts = dict.fromkeys(self._counts, 0)
         self._judge_failures.reset()
+        self._closing = 0
         self._export.after_fork()
-        self._closer.after_fork()
         self._policies.after_fork()
         self._cost.after_fork()
 

@@ -57,7 +57,9 @@ def _verdict_attrs(writer: SpanWriter, record: SessionRecord) -> dict[str, Any]:
     if scores["session.contradictions"] is not None:
         attrs[c.ATTR_SESSION_CONTRADICTIONS] = len(j.contradictions)
         attrs[c.ATTR_SESSION_REPEATED] = len(j.repeated)
-    attrs.update(c.judge_identity_attributes(v.identity.to_dict() if v.identity is not None else None))
+    identity = v.identity.to_dict() if v.identity is not None else None
+    attrs.update(c.judge_identity_attributes(identity))
+    attrs.update(c.evaluator_attributes(v.judge, identity))
     if v.latency_s is not None:
         attrs[c.ATTR_JUDGE_LATENCY_S] = float(v.latency_s)
     for key, value in v.usage.items():

@@ -92,7 +92,9 @@ def evaluation_attributes(turn: RagTurn, judgement: Judgement, reason: str | Non
     """
     trace_id, span_id = evaluated_span(turn)
     jid = judgement_id(trace_id, span_id, turn.turn_id, judgement.judge)
-    identity = c.judge_identity_attributes(judgement.identity.to_dict() if judgement.identity is not None else None)
+    identity_dict = judgement.identity.to_dict() if judgement.identity is not None else None
+    identity = c.judge_identity_attributes(identity_dict)
+    identity.update(c.evaluator_attributes(judgement.judge, identity_dict, turn.metadata))
     # The judge's own completion id stays under ragaudit.judge.response_id: gen_ai.response.id names
     # the completion being evaluated (the convention), set only when the source knows it.
     identity.pop(c.GEN_AI_RESPONSE_ID, None)
@@ -136,7 +138,9 @@ def session_evaluation_attributes(record: SessionRecord, reason: str | None, err
     turns = record.request.turns
     first = turns[0].turn_id if turns else ""
     jid = judgement_id(None, None, f"session:{record.session_id}:{first}", verdict.judge)
-    identity = c.judge_identity_attributes(verdict.identity.to_dict() if verdict.identity is not None else None)
+    identity_dict = verdict.identity.to_dict() if verdict.identity is not None else None
+    identity = c.judge_identity_attributes(identity_dict)
+    identity.update(c.evaluator_attributes(verdict.judge, identity_dict))  # the session judge's identity
     identity.pop(c.GEN_AI_RESPONSE_ID, None)
     out: list[dict[str, Any]] = []
     for name, value in j.scores().items():

@@ -311,8 +311,8 @@ class Worker:
             if reason in ("no_evidence", "empty_answer"):
                 self.auditor.count_unjudged(reason)
             return
-        status = self.auditor.submit(turn)
-        self.count("turns_submitted" if status in ("queued", "judged", "failed") else "turns_not_submitted")
+        accepted = self.auditor.submit_turn(turn).accepted
+        self.count("turns_submitted" if accepted else "turns_not_submitted")
 
     def drain(self) -> int:
         """Assemble and submit every trace still waiting, ready or not (shutdown)."""

@@ -137,7 +137,8 @@ def _step(span: SpanData, r: Reading, parent: str | None, ids_by_text: Mapping[s
                              documents=_documents(r.documents or (), ids_by_text), error=r.error)
     if r.kind == KIND_LLM:
         return ModelCall(span.span_id, parent, span.start_ns, span.end_ns, messages=tuple(r.messages),
-                         output=r.output_text, model=r.model, provider=r.provider, input_tokens=r.input_tokens,
+                         output=r.output_text, tool_calls=tuple(r.tool_calls), model=r.model, provider=r.provider,
+                         input_tokens=r.input_tokens,
                          output_tokens=r.output_tokens, error=r.error)
     if r.kind == KIND_TOOL:
         return ToolResult(span.span_id, parent, r.tool_name or span.name, span.start_ns, span.end_ns,
@@ -176,6 +177,18 @@ def _tags(trace: _Trace, members: Sequence[str], steps: Sequence[Step], service:
     return tags
 
 
+def _run_name(root: SpanData, kind: RunKind) -> str:
+    """The root's name; an agent's is the agent's own (``gen_ai.agent.name``, OpenInference
+    ``agent.name``), not its span's ``invoke_agent {name}``: our turn span is named after it."""
+    if kind is RunKind.AGENT:
+        for key in ("gen_ai.agent.name", "agent.name"):
+            value = root.attributes.get(key)
+            if isinstance(value, str) and value:
+                return value
+        return root.name.removeprefix("invoke_agent").strip() or root.name
+    return root.name
+
+
 def _turn(trace: _Trace, root_id: str, service: str | None) -> WorkerTurn:
     root = trace.spans[root_id]
     reading = trace.readings[root_id]
@@ -190,7 +203,7 @@ def _turn(trace: _Trace, root_id: str, service: str | None) -> WorkerTurn:
     kind = RunKind.MODEL if reading.kind == KIND_LLM else RunKind.AGENT if reading.kind == KIND_AGENT \
         else RunKind.CHAIN
     question, messages = _question(reading)
-    start = RunStarted(turn_id, kind, root.start_ns, name=root.name, question=question, messages=messages,
+    start = RunStarted(turn_id, kind, root.start_ns, name=_run_name(root, kind), question=question, messages=messages,
                        tags=_tags(trace, members, children, service, reading.convention))
     end = RunEnded(turn_id, max(root.end_ns, root.start_ns), error=reading.error,
                    answer=reading.output_text if reading.kind != KIND_LLM and reading.error is None else None)
