@@ -192,6 +192,9 @@ class Auditor(SessionJudging, Draining):
     ``sys.exit`` runs the normal exit flush. An ignored SIGTERM (``SIG_IGN``) is left alone. Off
     the main thread no handler can be installed (with ``handle_signals=True`` a warning says so);
     ``handle_signals=False`` leaves this auditor out.
+
+    *sessions* (True or a :class:`~ragaudit.SessionTracking`) also judges each conversation as a whole,
+    in one judge call, once idle, ended (:meth:`end_session`) or at shutdown (see the sessions guide).
     """
 
     def __init__(
