@@ -36,6 +36,7 @@ from ._governor import NOT_SENT, Budget, CostControl
 from ._judge_health import JudgeFailureLog
 from ._judging import judge_request
 from ._policies import PolicyBook
+from ._session_part import SessionJudging, SessionTracking
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -133,7 +134,7 @@ def _as_exporters(sinks: Iterable[Any]) -> list[Exporter]:
     return out
 
 
-class Auditor(Draining):
+class Auditor(SessionJudging, Draining):
     """Judges finished :class:`~ragaudit.RagTurn` s in the background and sends the judgements on.
 
     A :class:`~ragaudit._worker.BatchWorker` runs the judging (an asyncio loop on one thread, sync
@@ -220,7 +221,7 @@ class Auditor(Draining):
         pause_s: float = 60.0,
         prices: Mapping[str, tuple[float, float]] | None = None,
         judge_if: Callable[[RagTurn], bool] | None = None,
-        retain_s: float | None = None, max_retained: int = 1_000,
+        retain_s: float | None = None, max_retained: int = 1_000, sessions: SessionTracking | bool | None = None,
     ) -> None:
         _check_arguments(mode, sample_rate, max_queue, max_closing, max_concurrency, timeout_s, on_judgement, redact)
         judge = _resolve_judge(judge)
@@ -251,7 +252,7 @@ class Auditor(Draining):
         self._recorder = SpanRecorder(tracer_provider, content=self._content_policy, judge_trace=judge_trace)
         for sink in legacy:
             sink.bind_recorder(self._recorder)
-        stage = self._exporters(audit_log, exporters, on_judgement)
+        stage = self._exporters(audit_log, exporters, on_judgement, sessions)
         # Sync-only judges (LexicalJudge, a user's BaseRagJudge with judge()) are called in
         # threads of a worker of ours, not through asyncio.to_thread: at interpreter exit the
         # default executor refuses new work, and exit is exactly when we flush.
@@ -273,7 +274,7 @@ class Auditor(Draining):
             flush_on_sigterm(self, asked=handle_signals is True)
 
     def _exporters(self, audit_log: str | os.PathLike[str] | None, sinks: Sequence[Exporter],
-                   on_judgement: OnJudgement | None) -> list[Exporter]:
+                   on_judgement: OnJudgement | None, sessions: SessionTracking | bool | None) -> list[Exporter]:
         from ..tracing._judge_spans import JudgeSpanExporter
 
         self._spans = JudgeSpanExporter(self._recorder)
@@ -289,17 +290,17 @@ class Auditor(Draining):
         stage += [self._audit_log] if self._audit_log is not None else []
         stage += sinks
         stage += [OnJudgementExporter(on_judgement)] if on_judgement is not None else []
-        return stage
+        return [*stage, *self._session_part(sessions)]  # the session tracker sees every record too
 
     def _start_workers(self, exporters: Sequence[Exporter]) -> None:
         # The workers' handlers reach this auditor through a weak reference, so a running worker
         # thread never keeps an Auditor nobody else references alive; when it goes, they stop.
         ref = weakref.ref(self)
 
-        async def judge_turn(job: _Job) -> None:
+        async def judge_turn(job: Any) -> None:  # a turn's _Job, or a session's (SessionJudging)
             auditor = ref()
             if auditor is not None:
-                await auditor._process(job)
+                await auditor._judge_job(job)
 
         def delivered(records: Sequence[AuditRecord]) -> None:
             auditor = ref()
@@ -309,7 +310,7 @@ class Auditor(Draining):
         # The workers' own bounds leave room for the judgements in flight: max_queue (pending,
         # counted here under one lock with the judged/failed counts) is what drops turns.
         bound = self.max_queue + self.max_concurrency
-        self._judging: BatchWorker[_Job] = BatchWorker("auditor", ahandle=judge_turn, max_queue=bound,
+        self._judging: BatchWorker[Any] = BatchWorker("auditor", ahandle=judge_turn, max_queue=bound,
                                                        concurrency=self.max_concurrency, paced=True)
         self._blocking: BatchWorker[Callable[[], None]] | None = None
         if self._sync_judge:
@@ -509,7 +510,7 @@ class Auditor(Draining):
         with self._lock:
             stats = {**self._counts, "pending": self._pending, "closing": self._closing}
         stats["sink_errors"] = sink_errors
-        stats.update(self._cost.stats())
+        stats.update(self._cost.stats(), **self._session_stats())
         return stats
 
     def __enter__(self) -> Auditor:
@@ -533,7 +534,7 @@ class Auditor(Draining):
                 return "filtered_out", None
             elif sample and not sampled(turn.turn_id, self.sample_rate):
                 self._counts["sampled_out"] += 1
-                self._cost.retain(turn, job)
+                self._sampled_out(turn, job)  # kept for feedback; its session is partial by one turn
                 return "sampled_out", None
             elif self._pending >= self.max_queue:
                 self._counts["dropped"] += 1
