@@ -310,7 +310,8 @@ class Auditor(Draining):
         # counted here under one lock with the judged/failed counts) is what drops turns.
         bound = self.max_queue + self.max_concurrency
         self._judging: BatchWorker[_Job] = BatchWorker("auditor", ahandle=judge_turn, max_queue=bound,
-                                                       concurrency=self.max_concurrency, paced=True)
+                                                       concurrency=self.max_concurrency, paced=True,
+                                                       yield_idle=False)
         self._blocking: BatchWorker[Callable[[], None]] | None = None
         if self._sync_judge:
             self._blocking = BatchWorker("judge", run_jobs, max_queue=bound, max_batch=1,

@@ -28,6 +28,9 @@ logger = logging.getLogger("ragaudit")
 
 _EXPORT_BATCH = 64
 _PACE_BATCH = 8
+# A batch gathers for up to 50 ms (a flush cuts that short): woken once per record, the export
+# thread took the interpreter from the judging loop at every judgement (benchmarks/judge_throughput.py).
+_EXPORT_DELAY_S = 0.05
 
 OnJudgement = Callable[[RagTurn, Judgement], None]
 
@@ -131,8 +134,8 @@ class ExportStage:
         self._failures = _Failures()
         # Paced (the host first): a batch goes to the exporters in slices of _PACE_BATCH records.
         self.worker: BatchWorker[AuditRecord] = BatchWorker("export", self.export_now, max_queue=max_queue,
-                                                            max_batch=_EXPORT_BATCH, paced=True,
-                                                            pace_batch=_PACE_BATCH)
+                                                            max_batch=_EXPORT_BATCH, delay_s=_EXPORT_DELAY_S,
+                                                            paced=True, pace_batch=_PACE_BATCH)
 
     def put(self, record: AuditRecord) -> None:
         """Export *record* on the worker (or here and now, when the worker cannot take it)."""
