@@ -102,7 +102,7 @@ CONFIGS: dict[str, tuple[str, ...]] = {
     "langchain": ("baseline", "baseline-2", "noop-handler", "ragaudit-default", "ragaudit-default-lexical",
                   "ragaudit", "ragaudit-notrace", "openinference", "openllmetry", "langfuse"),
     "llamaindex": ("baseline", "baseline-2", "noop-handler", "ragaudit-default", "ragaudit-default-lexical",
-                   "ragaudit", "ragaudit-notrace", "openinference"),
+                   "ragaudit", "ragaudit-notrace", "openinference", "openllmetry"),
 }
 # ragaudit's configurations: (judge, audit log, spans). "default" is what README's setup gives a user:
 # the audit log written, judging in the background, spans through tracing.configure()'s
@@ -134,6 +134,7 @@ REQUIRES = {  # the module a configuration needs; a configuration whose module i
     ("langchain", "openllmetry"): "opentelemetry.instrumentation.langchain",
     ("langchain", "langfuse"): "langfuse.langchain",
     ("llamaindex", "openinference"): "openinference.instrumentation.llama_index",
+    ("llamaindex", "openllmetry"): "opentelemetry.instrumentation.llamaindex",
 }
 TARGET_RATIO = 0.25
 TARGET_US = 300.0
@@ -362,6 +363,12 @@ def _llamaindex_bench(config: str, sink: str | None) -> Bench:
 
         provider, bench.exporter = _memory_provider()
         LlamaIndexInstrumentor().instrument(tracer_provider=provider)
+        bench.flush = provider.force_flush
+    elif config == "openllmetry":
+        from opentelemetry.instrumentation.llamaindex import LlamaIndexInstrumentor as OpenLLMetryInstrumentor
+
+        provider, bench.exporter = _memory_provider()
+        OpenLLMetryInstrumentor().instrument(tracer_provider=provider)
         bench.flush = provider.force_flush
     documents = [Document(text=text, metadata={"source": source}, doc_id=f"doc-{i}")
                  for i, (source, text) in enumerate(DOC_TEXTS)]
