@@ -261,7 +261,7 @@ def run_auditor(base_url: str, turns: list[Any], concurrency: int, *, trace_memo
     # Warm up (connections, the worker thread, imports), then start counting from zero.
     for turn in turns[:concurrency]:
         auditor.submit(turn)
-    auditor.flush(60)
+    auditor.force_flush(60)
     with lock:
         done["n"] = 0
         latencies.clear()
@@ -288,7 +288,7 @@ def run_auditor(base_url: str, turns: list[Any], concurrency: int, *, trace_memo
         while auditor.stats()["pending"] >= window:
             time.sleep(0.005)  # a poll every 5 ms: under 1 judgement at 160/s, and little CPU
         auditor.submit(turn)
-    flushed = auditor.flush(600)
+    flushed = auditor.force_flush(600)
     elapsed = time.perf_counter() - started
     stop.set()
     sampler.join()

@@ -221,7 +221,7 @@ class Bench:
             out["judging_latency_ms"] = {f"p{q}": percentile(self.judging_latency_ns, q) / 1e6 for q in (50, 90, 99)}
         log = self.extra.get("audit_log")
         if log is not None:
-            self.auditor.flush(30)
+            self.auditor.force_flush(30)
             with open(log, encoding="utf-8") as f:
                 out["audit_lines"] = sum(1 for _ in f)
         return out
@@ -270,7 +270,7 @@ def _langchain_bench(config: str, sink: str | None) -> Bench:
         invoke_config["callbacks"] = [handler]
 
         def flush() -> None:
-            handler.flush(30)
+            handler.force_flush(30)
             if provider is not None:
                 provider.force_flush()
 
@@ -353,7 +353,7 @@ def _llamaindex_bench(config: str, sink: str | None) -> Bench:
         installed = llamaindex.instrument(auditor=auditor)
 
         def flush() -> None:
-            installed.flush(30)
+            installed.force_flush(30)
             if provider is not None:
                 provider.force_flush()
 

@@ -146,7 +146,7 @@ def child(judge_kind: str, turns: int, sink: str, llm_url: str | None, profile: 
     chain, handler, (auditor, provider, log) = _build(judge_kind, sink, llm_url)
 
     def flush() -> None:
-        handler.flush(60)
+        handler.force_flush(60)
         provider.force_flush()
 
     bare: dict[str, Any] = {}

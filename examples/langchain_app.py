@@ -30,7 +30,7 @@ tracing.configure(file="ragaudit-traces.jsonl")  # or OTEL_EXPORTER_OTLP_ENDPOIN
 handler = RagAuditCallbackHandler()  # <- the one line: every answer judged, traced and audit-logged
 for question in ("Are size exchanges on clothing free?", "Do you refund international orders?"):
     print(question, "->", chain.invoke(question, config={"callbacks": [handler]}))
-handler.flush()  # wait for the background judge (a normal exit waits too)
+handler.force_flush()  # wait for the background judge (a normal exit waits too)
 for line in tracing.read_audit_log("ragaudit-audit.jsonl")[-2:]:
     print(f"{line['query']}  faithfulness={line['faithfulness']} context={line['context_relevance']} "
           f"answer={line['answer_relevance']}\n  {line['reason']}")

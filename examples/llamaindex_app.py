@@ -29,7 +29,7 @@ engine = index.as_query_engine(llm=llamaindex_openai() if real else llamaindex_s
 
 for question in ("Are size exchanges on clothing free?", "Do you refund international orders?"):
     print(question, "->", engine.query(question))
-audit.flush()  # wait for the background judge (a normal exit waits too)
+audit.force_flush()  # wait for the background judge (a normal exit waits too)
 for line in tracing.read_audit_log("ragaudit-audit.jsonl")[-2:]:
     print(f"{line['query']}  faithfulness={line['faithfulness']} context={line['context_relevance']} "
           f"answer={line['answer_relevance']}\n  {line['reason']}")

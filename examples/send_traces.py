@@ -37,6 +37,6 @@ for q in QUESTIONS:
     answer = chain.invoke(q.text, config={"callbacks": [handler],
                                           "metadata": {"ragaudit_relevant_ids": sorted(QRELS.get(q.id, {}))}})
     print(f"{q.id}: {answer[:100]}")
-auditor.flush(60)
+auditor.force_flush(60)
 provider.force_flush()
 print("stats:", auditor.stats())

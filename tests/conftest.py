@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.app_servers import app_server, judge_server  # noqa: F401  (fixtures of the app matrices)
 from tests.support.judges import close_all
 from tests.support.llm_server import LLMServer
 from tests.support.redis_server import redis  # noqa: F401  (a fixture: a redis-server of the test's own)

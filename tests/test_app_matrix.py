@@ -146,7 +146,7 @@ class Env:
         self.expects: list[Expect] = []
         self.prompts: list[list[tuple[str, str]]] = []  # per user message, the app's model prompts and replies
         self.handler: Any = None
-        self.flushers: list[Callable[[], Any]] = [lambda: self.auditor.flush(20)]
+        self.flushers: list[Callable[[], Any]] = [lambda: self.auditor.force_flush(20)]
         self.extra_turns: list[str] = []  # questions of retrievers traced on their own (not user messages)
 
     def _judge(self, request: JudgeRequest) -> dict[str, Any]:
@@ -205,7 +205,8 @@ class Env:
 
     def check_traces(self) -> None:
         spans = list(self.exporter.get_finished_spans())
-        turns = [s for s in spans if s.name == c.SPAN_TURN]
+        # the turn span: ragaudit.turn, or invoke_agent {name} for an agent's turn
+        turns = [s for s in spans if s.name == c.SPAN_TURN or s.name.startswith(c.SPAN_AGENT)]
         assert sorted(str(t.attributes[c.INPUT_VALUE]) for t in turns) == sorted(
             [e.question for e in self.expects] + self.extra_turns)
         judged = {e.question for e in self.expects if e.judged}
@@ -518,10 +519,10 @@ def test_langchain_style(style: Callable[[Env, Any], None], mode: str, server: L
     try:
         if mode == "handler":
             env.handler = RagAuditCallbackHandler(auditor=env.auditor)
-            env.flushers.insert(0, env.handler.flush)
+            env.flushers.insert(0, env.handler.force_flush)
         else:
             handler = instrument(auditor=env.auditor)
-            env.flushers.insert(0, handler.flush)
+            env.flushers.insert(0, handler.force_flush)
         with caplog.at_level(logging.WARNING, logger="ragaudit"):
             style(env, lc_kb)
             env.check()
@@ -750,11 +751,11 @@ def test_llamaindex_style(style: Callable[[Env, Any], None], mode: str, server: 
     try:
         if mode == "instrument":
             installed = llamaindex.instrument(auditor=env.auditor)
-            env.flushers.insert(0, installed.flush)
+            env.flushers.insert(0, installed.force_flush)
         else:
             handler = llamaindex.RagAuditLlamaIndexHandler(auditor=env.auditor)
             Settings.callback_manager = CallbackManager([handler])
-            env.flushers.insert(0, handler.flush)
+            env.flushers.insert(0, handler.force_flush)
         style(env, li_kb)
         env.check()
     finally:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -148,8 +148,8 @@ class Env:
             self.expects.append(expect)
 
     def check(self) -> None:
-        self.handler.flush(20)
-        assert self.auditor.flush(20)
+        self.handler.force_flush(20)
+        assert self.auditor.force_flush(20)
         judged = [e for e in self.expects if e.unjudged is None]
         assert sorted(t.query for t in self.judged) == sorted(e.question for e in judged)
         assert self.judge_srv.request_count == len(judged)  # one judge call per judged user message
@@ -171,7 +171,8 @@ class Env:
 
     def check_traces(self) -> None:
         spans = list(self.exporter.get_finished_spans())
-        turns = [s for s in spans if s.name == c.SPAN_TURN]
+        # the turn span: ragaudit.turn, or invoke_agent {name} for an agent's turn
+        turns = [s for s in spans if s.name == c.SPAN_TURN or s.name.startswith(c.SPAN_AGENT)]
         assert sorted(str(t.attributes[c.INPUT_VALUE]) for t in turns) == sorted(e.question for e in self.expects)
         assert len({t.context.trace_id for t in turns}) == len(turns)  # a trace per user message
         for turn in turns:
@@ -211,19 +212,8 @@ def kb() -> KB:
 
 @pytest.fixture(scope="module")
 def app_model() -> AppModel:
+    """The rule of ``app_server`` (``tests/support/app_servers.py``, with ``judge_server``)."""
     return AppModel()
-
-
-@pytest.fixture(scope="module")
-def app_server(app_model: AppModel) -> Iterator[LLMServer]:
-    with LLMServer(app_model) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def judge_server() -> Iterator[LLMServer]:
-    with LLMServer() as srv:  # its default reply is a well-formed three-score judgement
-        yield srv
 
 
 # --- the styles ---------------------------------------------------------------------------------------------
@@ -512,8 +502,8 @@ class _Handler:
         self.mode = mode
         self.handler = RagAuditCallbackHandler(auditor=auditor) if mode == "handler" else instrument(auditor=auditor)
 
-    def flush(self, timeout_s: float) -> bool:
-        return self.handler.flush(timeout_s)
+    def force_flush(self, timeout_s: float) -> bool:
+        return self.handler.force_flush(timeout_s)
 
 
 @pytest.mark.parametrize("mode", ["handler", "instrument"])

@@ -144,7 +144,7 @@ class Env:
 
     def check(self) -> None:
         self.flush()
-        assert self.auditor.flush(20)
+        assert self.auditor.force_flush(20)
         judged = [e for e in self.expects if e.unjudged is None]
         assert sorted(t.query for t in self.judged) == sorted(e.question for e in judged)
         assert self.judge_srv.request_count == len(judged)  # one judge call per judged user message
@@ -166,7 +166,8 @@ class Env:
 
     def check_traces(self) -> None:
         spans = list(self.exporter.get_finished_spans())
-        turns = [s for s in spans if s.name == c.SPAN_TURN]
+        # the turn span: ragaudit.turn, or invoke_agent {name} for an agent's turn
+        turns = [s for s in spans if s.name == c.SPAN_TURN or s.name.startswith(c.SPAN_AGENT)]
         assert sorted(str(t.attributes[c.INPUT_VALUE]) for t in turns) == sorted(e.question for e in self.expects)
         assert len({t.context.trace_id for t in turns}) == len(turns)  # a trace per user message
         for turn in turns:
@@ -210,19 +211,8 @@ def kb() -> Iterator[KB]:
 
 @pytest.fixture(scope="module")
 def app_model() -> AppModel:
+    """The rule of ``app_server`` (``tests/support/app_servers.py``, with ``judge_server``)."""
     return AppModel()
-
-
-@pytest.fixture(scope="module")
-def app_server(app_model: AppModel) -> Iterator[LLMServer]:
-    with LLMServer(app_model) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def judge_server() -> Iterator[LLMServer]:
-    with LLMServer() as srv:  # its default reply is a well-formed three-score judgement
-        yield srv
 
 
 # --- the styles -------------------------------------------------------------------------------------------------
@@ -380,7 +370,7 @@ def test_llamaindex_doc_style(style: Callable[[Env, KB], None], app_server: LLMS
     env = Env(app_server, app_model, judge_server, memory_exporter, memory_provider)
     try:
         installed = llamaindex.instrument(auditor=env.auditor)
-        env.flush = installed.flush
+        env.flush = installed.force_flush
         style(env, kb)
         env.check()
     finally:

@@ -36,7 +36,7 @@ def test_background_judging_reaches_log_and_callback(tmp_path: Path) -> None:
     with Auditor(FakeJudge(scores), audit_log=log, on_judgement=lambda t, j: seen.append((t.turn_id, j))) as aud:
         statuses = [aud.submit(make_turn(i)) for i in range(20)]
         assert set(statuses) == {"queued"}
-        assert aud.flush(10)
+        assert aud.force_flush(10)
         stats = aud.stats()
     assert stats["judged"] == 20 and stats["pending"] == 0
     check_invariant(stats)
@@ -63,7 +63,7 @@ def test_queue_full_drops_and_counts_without_blocking(tmp_path: Path) -> None:
     assert stats["dropped"] == 7 and stats["pending"] == 3
     check_invariant(stats)
     gate.set()
-    assert aud.flush(10)
+    assert aud.force_flush(10)
     stats = aud.stats()
     assert stats["judged"] == 3
     check_invariant(stats)
@@ -79,7 +79,7 @@ def test_sampling_is_deterministic_by_turn_id() -> None:
     assert 120 < len(picked) < 280
     with Auditor(FakeJudge(scores), sample_rate=0.1, audit_log=None) as aud:
         statuses = [aud.submit(make_turn(i)) for i in range(200)]
-        aud.flush(10)
+        aud.force_flush(10)
         stats = aud.stats()
     assert stats["sampled_out"] == statuses.count("sampled_out") > 0
     assert stats["judged"] == statuses.count("queued")
@@ -111,7 +111,7 @@ def test_judge_errors_and_timeouts_are_recorded_not_raised(tmp_path: Path) -> No
     with Auditor(FakeJudge(fn), timeout_s=1.0, audit_log=log, on_judgement=lambda t, j: out.append(j)) as aud:
         for i in (1, 2, 3):
             aud.submit(make_turn(i))
-        assert aud.flush(10)
+        assert aud.force_flush(10)
         stats = aud.stats()
     gate.set()
     assert stats["failed"] == 2 and stats["judged"] == 1
@@ -129,7 +129,7 @@ def test_failing_callback_is_counted_and_isolated() -> None:
 
     with Auditor(FakeJudge(scores), audit_log=None, on_judgement=bad) as aud:
         aud.submit(make_turn(1))
-        aud.flush(10)
+        aud.force_flush(10)
         stats = aud.stats()
     assert stats["sink_errors"] == 1 and stats["judged"] == 1
 
@@ -138,9 +138,9 @@ def test_flush_times_out_and_reports_false() -> None:
     gate = threading.Event()
     aud = Auditor(FakeJudge(lambda r: gate.wait(5) and {"faithfulness": 1.0}), audit_log=None)
     aud.submit(make_turn(1))
-    assert aud.flush(0.05) is False
+    assert aud.force_flush(0.05) is False
     gate.set()
-    assert aud.flush(10) is True
+    assert aud.force_flush(10) is True
     aud.shutdown()
 
 

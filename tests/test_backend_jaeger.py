@@ -63,8 +63,9 @@ def test_each_span_type_shows_what_a_user_expects(receiver: OTLPReceiver, captur
     spans, raw = record(receiver, _resource("shop"), capture=capture)
     turn, retrieval, chat, tool, judge = (spans[k] for k in ("ragaudit.turn", "retrieval", "chat", "execute_tool",
                                                             "ragaudit.judge"))
-    # parent reference: every span CHILD_OF the turn, the judge included (no link to its own parent,
-    # which Jaeger would turn into FOLLOWS_FROM), and one trace
+    # parent reference: every span CHILD_OF the turn, the judge included (its link to the turn it
+    # judges, which OpenInference requires, says opentracing.ref_type=child_of: else Jaeger would
+    # turn the parent reference into FOLLOWS_FROM), and one trace
     assert turn["references"] == []
     for child in (retrieval, chat, tool, judge):
         assert child["references"] == [{"type": "CHILD_OF", "trace_id": turn["trace_id"],

@@ -277,7 +277,7 @@ def test_sampled_out_turns_get_no_scores() -> None:
                 turn = auditor.recorder.record_turn(make_turn(turn_id=f"t{i}"))
                 assert turn.trace_id is None and turn.span_id is None and turn.sampled_out
                 assert auditor.submit(turn) == "queued"
-            assert auditor.flush(10)
+            assert auditor.force_flush(10)
             stats = auditor.stats()
         provider.shutdown()
         assert stats["judged"] == 3
@@ -327,11 +327,11 @@ def test_a_sampled_out_turn_leaves_no_orphan_judge_trace(tmp_path: Path) -> None
         with Auditor(judge, audit_log=log, tracer_provider=provider) as auditor:
             turn = auditor.recorder.record_turn(make_turn())
             assert auditor.submit(turn) == "queued"
-            assert auditor.flush(10)
+            assert auditor.force_flush(10)
             judged = auditor.stats()["judged"]
             # a turn recorded elsewhere (never traced) still gets a judge span of its own
             auditor.submit(make_turn(turn_id="untraced"))
-            assert auditor.flush(10)
+            assert auditor.force_flush(10)
         provider.shutdown()
         names = [s["name"] for s in rx.spans]
     assert judged == 1

@@ -25,7 +25,7 @@ def test_items_are_handled_in_batches_and_counted() -> None:
         for n in range(1, 9):
             assert worker.put(n)
         gate.set()
-        assert worker.flush(10)
+        assert worker.force_flush(10)
         assert [n for batch in batches for n in batch] == list(range(9))  # in order, none twice
         assert max(len(b) for b in batches) <= 4
         stats = worker.stats()
@@ -49,7 +49,7 @@ def test_a_handler_that_delivers_part_of_a_batch_is_counted_as_such() -> None:
     worker: BatchWorker[int] = BatchWorker("t-part", lambda batch: len(batch) - 1, max_batch=10)
     try:
         worker.put(1)
-        assert worker.flush(10)
+        assert worker.force_flush(10)
         stats = worker.stats()
         assert stats["handled"] + stats["failed"] == 1 and stats["failed"] == 1
     finally:
@@ -67,7 +67,7 @@ def test_a_raising_handler_fails_its_batch_reports_it_and_the_worker_goes_on() -
     try:
         worker.put(0)
         worker.put(1)
-        assert worker.flush(10)
+        assert worker.force_flush(10)
         assert [type(e) for e in errors] == [ValueError]
         assert worker.stats()["failed"] == 1 and worker.stats()["handled"] == 1
     finally:
@@ -79,7 +79,7 @@ def test_flush_returns_false_when_its_deadline_passes_and_shutdown_counts_what_w
     worker: BatchWorker[int] = BatchWorker("t-abandon", lambda batch: gate.wait(10) and None, max_batch=1)
     worker.put(1)
     worker.put(2)
-    assert worker.flush(0.05) is False
+    assert worker.force_flush(0.05) is False
     assert worker.shutdown(0.05) is False
     stats = worker.stats()
     assert stats["abandoned"] == 2 and stats["accepted"] == stats["handled"] + stats["failed"] + stats["abandoned"]
@@ -93,7 +93,7 @@ def test_threads_start_with_the_first_item_not_at_construction() -> None:
     try:
         assert not worker.started
         worker.put(1)
-        assert worker.flush(10) and worker.started
+        assert worker.force_flush(10) and worker.started
     finally:
         worker.shutdown(1)
 
@@ -116,7 +116,7 @@ def test_asyncio_mode_runs_up_to_concurrency_items_at_once() -> None:
     try:
         for n in range(12):
             worker.put(n)
-        assert worker.flush(10)
+        assert worker.force_flush(10)
         assert 1 <= peak <= 3 and worker.stats()["handled"] == 12
     finally:
         worker.shutdown(1)
@@ -167,7 +167,7 @@ def test_after_fork_the_child_starts_empty_with_threads_of_its_own() -> None:
             gate.set()  # the child's own copy of the gate
             stats = worker.stats()
             ok = stats["queued"] == stats["in_flight"] == stats["accepted"] == 0
-            ok = ok and worker.put(2) and worker.flush(5) and handled == [2]
+            ok = ok and worker.put(2) and worker.force_flush(5) and handled == [2]
             os.write(write, b"1" if ok else b"0")
         finally:
             os._exit(0)

@@ -112,14 +112,15 @@ def test_usage_latency_raw_output_and_details(srv: LLMServer) -> None:
     details = judgement.details
     assert details["response_model"] == "judge-model-2024"
     assert details["model"] == "judge-model"
-    assert details["protocol"] == PROTOCOL_VERSION
+    assert details["protocol"] == "three-score" and details["protocol_version"] == PROTOCOL_VERSION
     assert details["scale"] == "1-5"
     assert details["repaired"] is False
     assert details["response_format"] == "json_schema"
     identity = judgement.identity
     assert identity is not None
     assert identity.model == "judge-model" and identity.response_model == "judge-model-2024"
-    assert identity.endpoint == f"127.0.0.1:{srv.port}" and identity.protocol == PROTOCOL_VERSION
+    assert identity.endpoint == f"127.0.0.1:{srv.port}" and identity.protocol == "three-score"
+    assert identity.protocol_version == PROTOCOL_VERSION
     assert identity.response_id is not None and identity.response_id.startswith("chatcmpl-loopback-")
     assert identity.prompt_hash is not None and len(identity.prompt_hash) == 16
 

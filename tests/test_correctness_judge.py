@@ -64,7 +64,7 @@ def test_reference_is_delimited_and_the_prompt_guards_against_sycophancy(srv: LL
     assert judgement.faithfulness == 1.0
     assert judgement.details["correctness"] == 0.0
     assert judgement.details["reference_used"] is True and "correctness_reason" not in judgement.details
-    assert judgement.details["protocol"] == CORRECTNESS_PROTOCOL_VERSION
+    assert judgement.details["protocol_version"] == CORRECTNESS_PROTOCOL_VERSION
     assert judgement.usage["calls"] == 1 and judgement.judge == "correctness:judge-model"
 
 

@@ -516,7 +516,7 @@ def test_evaluate_llamaindex_gives_back_the_process_instrumentation() -> None:
         dispatcher = get_dispatcher()
         assert installed.attached and installed.span_handler in dispatcher.span_handlers
         engine.query("How long do I have to return an item?")
-        assert installed.flush(10) and app_judged == ["How long do I have to return an item?"]
+        assert installed.force_flush(10) and app_judged == ["How long do I have to return an item?"]
     finally:
         assert llamaindex.uninstrument() is installed
         app_auditor.shutdown()

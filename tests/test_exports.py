@@ -117,8 +117,32 @@ def test_timeout_is_a_deprecated_alias_of_timeout_s(tmp_path: Path) -> None:
         SqliteCache(tmp_path / "c.sqlite", timeout=2.0).close()  # type: ignore[call-arg]
     auditor = Auditor(FakeJudge(lambda request: {"faithfulness": 1.0}), audit_log=None)
     try:
-        with pytest.deprecated_call(match=r"Auditor.flush\(timeout=...\)"):
-            assert auditor.flush(timeout=5.0)  # type: ignore[call-arg]
+        with pytest.deprecated_call(match=r"Auditor.flush\(timeout=...\)"), \
+                pytest.deprecated_call(match=r"Auditor.flush\(\) is deprecated"):
+            assert auditor.flush(timeout=5.0)
     finally:
         with pytest.deprecated_call(match=r"Auditor.shutdown\(timeout=...\)"):
             auditor.shutdown(timeout=5.0)  # type: ignore[call-arg]
+
+
+def test_flush_is_a_deprecated_alias_of_force_flush() -> None:
+    # One name for flushing (OTel's force_flush); the old flush() of the Auditor and of the
+    # integrations' handlers keeps working for one release and says what to call instead.
+    from ragaudit import Auditor, FakeJudge, RagTurn, RetrievedDoc
+    from ragaudit.integrations import llamaindex
+    from ragaudit.integrations.langchain import RagAuditCallbackHandler
+
+    auditor = Auditor(FakeJudge(lambda request: {"faithfulness": 1.0}), audit_log=None)
+    try:
+        auditor.submit(RagTurn(turn_id="t1", query="q", answer="a", documents=[RetrievedDoc(id="d", content="c")]))
+        with pytest.deprecated_call(match=r"Auditor\.flush\(\) is deprecated.*Auditor\.force_flush\(\)"):
+            assert auditor.flush(10) is True
+        assert auditor.stats()["judged"] == 1  # the alias really flushed
+        handler = RagAuditCallbackHandler(auditor=auditor)
+        with pytest.deprecated_call(match=r"RagAuditCallbackHandler\.flush\(\) is deprecated"):
+            assert handler.flush(10) is True
+        with llamaindex.instrumented(auditor=auditor) as installed, \
+                pytest.deprecated_call(match=r"LlamaIndexInstrumentation\.flush\(\) is deprecated"):
+            assert installed.flush(timeout_s=10) is True
+    finally:
+        auditor.shutdown(10)

@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent("""
     doc = RetrievedDoc(id="d1", content="Returns within 30 days.", rank=1)
     for i in range(3):
         auditor.submit(RagTurn(turn_id=f"t{i}", query="q?", answer="Within 30 days.", documents=(doc,)))
-    assert auditor.flush(10)
+    assert auditor.force_flush(10)
 """)
 
 

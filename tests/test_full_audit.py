@@ -67,7 +67,7 @@ def test_full_reply_fills_the_records_and_makes_faithfulness_consistent(srv: LLM
     assert j.faithfulness == pytest.approx(2 / 3, abs=1e-6)
     assert j.details["judge_faithfulness"] == 0.9
     assert j.details["faithfulness_from"] == "sentences"
-    assert j.details["protocol"] == FULL_AUDIT_VERSION
+    assert j.details["protocol"] == "full-audit" and j.details["protocol_version"] == FULL_AUDIT_VERSION
     # the prompt numbered the sentences and the documents
     prompt = srv.requests[-1].messages[1]["content"]
     assert "(S1) You get a full refund within 30 days [1]." in prompt

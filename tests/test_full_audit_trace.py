@@ -131,7 +131,7 @@ def test_inline_judging_puts_judged_metrics_on_the_turn_span_and_grades_on_the_r
     handler = RagAuditCallbackHandler(auditor=auditor, tracer_provider=provider)
     try:
         build_langchain_chain().invoke(QUESTIONS[0].text, config={"callbacks": [handler]})
-        assert auditor.flush(30)
+        assert auditor.force_flush(30)
     finally:
         auditor.shutdown(10)
     spans = {s.name.split(" ")[0]: s for s in exporter.get_finished_spans()}

@@ -132,7 +132,8 @@ def test_single_call_reads_three_distributions_from_one_response(srv: LLMServer)
     assert "n" not in sent.body
     assert judge.logprobs_supported is True
     identity = result.identity  # which judge made these scores
-    assert identity is not None and identity.model == judge.model and identity.protocol == GEVAL_PROTOCOL_VERSION
+    assert identity is not None and identity.model == judge.model and identity.protocol == "g-eval"
+    assert identity.protocol_version == GEVAL_PROTOCOL_VERSION
     assert identity.endpoint == f"127.0.0.1:{srv.port}" and identity.response_id is not None
     assert identity.prompt_hash is not None and len(identity.prompt_hash) == 16
 

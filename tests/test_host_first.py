@@ -48,7 +48,7 @@ def _handled_while_host_busy(paced: bool) -> tuple[int, int]:
     started.wait()
     thread.join()
     handled = worker.stats()["handled"]
-    assert worker.flush(120) is True  # a flush is never paced: everything is handled
+    assert worker.force_flush(120) is True  # a flush is never paced: everything is handled
     assert worker.stats()["handled"] == total
     assert worker.shutdown(10) is True
     return handled, total

@@ -114,7 +114,7 @@ def test_a_locked_sqlite_cache_never_blocks_the_loop_and_a_locked_lookup_is_a_co
                      on_judgement=lambda t, j: arrivals.append((t.turn_id, judge.stats(), time.monotonic()))) as aud:
             for i in range(6):
                 aud.submit(_turn(i))
-            assert aud.flush(60)
+            assert aud.force_flush(60)
             stats = aud.stats()
         assert stats["judged"] == 6 and stats["failed"] == 0
         # Concurrency held (the barrier let all six through) and every judgement arrived before the

@@ -43,8 +43,9 @@ def test_a_protocol_is_chosen_by_name_and_protocol_is_the_object(srv: LLMServer,
     assert judge.protocol_version == judge.protocol.version == VERSIONS[name]
     assert json.loads(judge.config_key())["protocol"] == VERSIONS[name]
     judgement = judge.judge(REQUEST)
-    assert judgement.identity is not None and judgement.identity.protocol == VERSIONS[name]
-    assert judgement.details["protocol"] == VERSIONS[name]
+    assert judgement.identity is not None and judgement.identity.protocol == name
+    assert judgement.identity.protocol_version == VERSIONS[name]
+    assert judgement.details["protocol"] == name and judgement.details["protocol_version"] == VERSIONS[name]
     # what went on the wire is the protocol's: its messages and its schema
     sent = srv.requests[-1].body
     messages = judge.protocol.messages(REQUEST, max_context_chars=judge.max_context_chars)

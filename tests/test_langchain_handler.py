@@ -103,7 +103,8 @@ def test_invoke_records_turn_with_retrieval_generation_citation_and_judgement(se
     messages = json.loads(str(chat.attributes[c.LANGFUSE_OBSERVATION_INPUT]))  # the real messages, with roles
     assert messages[-1]["role"] == "user" and "Context:" in messages[-1]["content"]
     judge = next(s for s in kids if s.name == c.SPAN_JUDGE)
-    assert not judge.links  # its parent is the turn (children() above): no link to the same span
+    # its parent is the turn (children() above), and its one link (OpenInference) names the turn too
+    assert [link.context.span_id for link in judge.links] == [judge.parent.span_id]
     assert judge.attributes[c.judge_score_key("faithfulness")] == 1.0
     assert turn.attributes[c.ATTR_JUDGE_STATUS] == "queued"
     (line,) = read_audit_log(setup.log)
@@ -391,7 +392,7 @@ def test_capture_content_false_keeps_text_out_of_spans(
     try:
         q = QUESTIONS[9]
         rag_chain(kb.retriever).invoke(q, config={"callbacks": [handler]})
-        assert auditor.flush(10)
+        assert auditor.force_flush(10)
     finally:
         auditor.shutdown()
     spans = memory_exporter.get_finished_spans()
@@ -426,7 +427,7 @@ def test_judge_without_auditor_gets_the_auditor_of_that_judge(
     assert released() is None  # nobody holds that judge's auditor any more: it is gone
     try:
         rag_chain(kb.retriever).invoke(QUESTIONS[0], config={"callbacks": [handler]})
-        assert handler.flush(10)
+        assert handler.force_flush(10)
     finally:
         handler.auditor.shutdown()
     assert judge.calls == 1
@@ -472,7 +473,7 @@ def test_spans_reach_a_real_otlp_http_receiver(kb: KB, audit_log_path: Path) -> 
         questions = QUESTIONS[:5]
         try:
             rag_chain(kb.retriever).batch(questions, config={"callbacks": [handler]})
-            assert auditor.flush(10)
+            assert auditor.force_flush(10)
             provider.force_flush()
             spans = rx.wait_for_spans(5 * 4, timeout=20)
         finally:
@@ -488,7 +489,9 @@ def test_spans_reach_a_real_otlp_http_receiver(kb: KB, audit_log_path: Path) -> 
         assert sorted(s["name"] for s in kids) == ["chat context-echo-1", c.SPAN_JUDGE, "retrieval Chroma"]
         (judge,) = [j for j in judges if j["parent_span_id"] == turn["span_id"]]
         assert judge["trace_id"] == turn["trace_id"]
-        assert judge["links"] == []  # a child of the turn, not also linked to it
+        # a child of the turn, and linked to it once, as child_of (Jaeger keeps CHILD_OF)
+        assert [(link["span_id"], link["attributes"].get(c.LINK_REF_TYPE)) for link in judge["links"]] == [
+            (turn["span_id"], c.REF_TYPE_CHILD_OF)]
         assert 0.0 <= judge["attributes"][c.judge_score_key("context_relevance")] <= 1.0
     assert len(judges) == len(questions)
 
@@ -501,7 +504,7 @@ def test_otel_provider_unused_when_tracing_is_off(kb: KB, audit_log_path: Path) 
     try:
         assert rag_chain(kb.retriever).batch(QUESTIONS[:3], config={"callbacks": [handler]}) == [
             kb.answers[q] for q in QUESTIONS[:3]]
-        assert auditor.flush(10)
+        assert auditor.force_flush(10)
     finally:
         auditor.shutdown()
     lines = read_audit_log(audit_log_path)
@@ -575,8 +578,8 @@ def test_a_vector_store_search_in_a_runnable_is_a_retrieval_with_the_store_ids(s
                                                                                                           k=2)))
     chain = {"context": search, "question": RunnablePassthrough()} | PROMPT | ContextEchoModel() | StrOutputParser()
     assert chain.invoke(q, config={"callbacks": [setup.handler, other]}) == kb.answers[q]
-    setup.handler.flush(10)
-    assert setup.auditor.flush(10)
+    setup.handler.force_flush(10)
+    assert setup.auditor.force_flush(10)
     (retrieval,) = setup.spans("retrieval Chroma")
     ids = [retrieval.attributes[f"retrieval.documents.{i}.document.id"] for i in range(2)]
     assert ids == kb.expected[q] and retrieval.attributes[c.GEN_AI_RETRIEVAL_QUERY_TEXT] == q
@@ -598,7 +601,7 @@ def test_async_searches_with_scores_and_failing_searches(setup: Setup, kb: KB) -
     failing = RunnableLambda(lambda question: kb.store.similarity_search(question))
     with pytest.raises(RuntimeError, match="vector index unavailable"):  # the app's error, unchanged
         failing.invoke("FAIL_RETRIEVER", config=setup.config)
-    setup.handler.flush(10)
+    setup.handler.force_flush(10)
     spans = setup.spans("retrieval Chroma")
     assert len(spans) == 2
     scored = next(s for s in spans if s.status.status_code is not StatusCode.ERROR)

@@ -62,7 +62,7 @@ def test_every_exporter_gets_the_same_record_with_every_derived_value() -> None:
     try:
         for n in range(5):
             assert auditor.submit(_turn(n)) == "queued"
-        assert auditor.flush(30)
+        assert auditor.force_flush(30)
     finally:
         auditor.shutdown(10)
     assert isinstance(first, Exporter)
@@ -85,7 +85,7 @@ def test_a_turn_with_no_evidence_ends_as_an_unjudged_record() -> None:
     auditor = Auditor(LexicalJudge(), audit_log=None, sinks=[exporter])
     try:
         assert auditor.record_unjudged(_turn(1, documents=()), "no_evidence") is True
-        assert auditor.flush(10)
+        assert auditor.force_flush(10)
     finally:
         auditor.shutdown(10)
     (record,) = exporter.records
@@ -140,7 +140,7 @@ def test_a_raising_exporter_is_counted_and_the_others_still_get_the_record(caplo
     try:
         with caplog.at_level(logging.WARNING, logger="ragaudit"):
             auditor.submit(_turn())
-            assert not auditor.flush(10)  # a delivery failed during the flush: said truthfully
+            assert not auditor.force_flush(10)  # a delivery failed during the flush: said truthfully
     finally:
         auditor.shutdown(10)
     assert len(after.records) == 1
@@ -161,7 +161,7 @@ def test_a_judge_failing_on_every_turn_is_said_once_then_summarised(caplog: pyte
             with caplog.at_level(logging.WARNING, logger="ragaudit"):
                 for n in range(4):
                     auditor.submit(_turn(n))
-                assert auditor.flush(30)
+                assert auditor.force_flush(30)
         finally:
             auditor.shutdown(10)
     assert auditor.stats()["failed"] == 4

@@ -156,11 +156,14 @@ class TestJudgementValidation:
             Judgement(usage={1: 2})  # type: ignore[dict-item]
 
     def test_identity_round_trips_through_to_dict(self) -> None:
-        identity = JudgeIdentity(model="m", endpoint="host:8000", protocol="p/1", prompt_hash="ab" * 8,
-                                 response_id="r-1")
+        identity = JudgeIdentity(model="m", endpoint="host:8000", protocol="full-audit", protocol_version="p/1",
+                                 prompt_hash="ab" * 8, response_id="r-1")
         j = Judgement(faithfulness=0.5, judge="x", identity=identity)
         assert j.to_dict()["identity"] == identity.to_dict()
         assert JudgeIdentity.from_dict(j.to_dict()["identity"]) == identity
+        # A line written before protocol_version existed held the wire version in "protocol".
+        old = JudgeIdentity.from_dict({"model": "m", "protocol": "ragaudit-judge/3"})
+        assert old == JudgeIdentity(model="m", protocol_version="ragaudit-judge/3")
         with pytest.raises(ConfigurationError, match=r"JudgeIdentity\.model"):
             JudgeIdentity(model=3)  # type: ignore[arg-type]
 

@@ -88,7 +88,7 @@ def test_one_call_with_criteria_anchors_steps_and_delimited_inputs(srv: LLMServe
     assert '{"scores": {"precision": <integer 0-2>, "clarity": <integer 1-5>, "actionability": <integer 1-5>}' \
         in prompt
     assert judgement.usage["calls"] == 1 and judgement.judge == "rubric:judge-model"
-    assert judgement.details["protocol"] == RUBRIC_PROTOCOL_VERSION
+    assert judgement.details["protocol_version"] == RUBRIC_PROTOCOL_VERSION
 
 
 def test_full_scale_instruction_only_when_asked(srv: LLMServer, make: Any) -> None:
@@ -173,7 +173,7 @@ def test_still_unreadable_after_repair_is_a_failed_judgement(srv: LLMServer, mak
     judgement = make().judge(REQUEST)
     assert judgement.error is not None and "after one repair" in judgement.error
     assert judgement.scores() == {"faithfulness": None, "context_relevance": None, "answer_relevance": None}
-    assert judgement.details["protocol"] == RUBRIC_PROTOCOL_VERSION
+    assert judgement.details["protocol_version"] == RUBRIC_PROTOCOL_VERSION
     assert "precision: missing" in judgement.details["parse_notes"]
 
 

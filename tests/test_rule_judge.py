@@ -215,7 +215,7 @@ def test_auditor_runs_rules_on_every_turn_and_the_llm_on_the_sample(server: LLMS
     with Auditor(tiered, sample_rate=1.0, audit_log=None, on_judgement=lambda t, j: judgements.append(j)) as auditor:
         for turn in turns:
             auditor.submit(turn)
-        assert auditor.flush(timeout_s=30)
+        assert auditor.force_flush(timeout_s=30)
         assert auditor.stats()["judged"] == 60
     llm.close()
     expected = sum(tiered.in_sample(JudgeRequest.from_turn(t)) for t in turns)

@@ -95,7 +95,7 @@ def test_failing_backend_never_blocks_and_is_counted(status: int, caplog: pytest
                 for i in range(5):
                     assert aud.submit(RagTurn(turn_id=f"t{i}", query="q", answer="a", trace_id=TRACE,
                                               span_id=SPAN)) == "queued"
-                aud.flush(10)
+                aud.force_flush(10)
             stats = aud.stats()
     assert stats["judged"] == 5
     assert stats["sink_errors"] == 5
@@ -172,7 +172,7 @@ def test_host_chain_unchanged_while_the_sink_answers_500_slowly() -> None:
         answers = [chain.invoke(q, config={"callbacks": [handler]}) for q in questions]
         in_flight = sink.stats()
         # Everything was handled, but the scores never reached the backend: flush says so.
-        assert handler.flush(60) is False
+        assert handler.force_flush(60) is False
         stats = auditor.stats()
         auditor.shutdown()
     assert answers == baseline == [kb.answers[q] for q in questions]

@@ -84,7 +84,8 @@ def check_trace(spans: list[dict[str, Any]]) -> None:
         ("answer_relevance", 1.0),
     ]
     assert events[1]["gen_ai.evaluation.score.label"] == "missing"
-    assert judge["links"] == []  # a child of the turn, not also linked to it (Jaeger: CHILD_OF)
+    # a child of the turn, linked to it once as child_of (OpenInference; Jaeger keeps CHILD_OF)
+    assert [link["attributes"].get("opentracing.ref_type") for link in judge["links"]] == ["child_of"]
     retrieval = named["retrieval chroma"]["attributes"]
     assert retrieval["retrieval.documents.0.document.id"] == "kb-1"
     assert retrieval["retrieval.documents.0.document.score"] == 0.9

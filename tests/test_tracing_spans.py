@@ -251,10 +251,12 @@ def test_judge_span_scores_events_and_link(provider: TracerProvider, exporter: I
     assert judge.end_time is not None and judge.start_time is not None
     assert judge.end_time - judge.start_time == 250 * MS  # start defaults to end - latency
 
-    # Child of the turn, and no link to it: Jaeger turns a link to the parent into FOLLOWS_FROM.
+    # Child of the turn, and exactly one link to it (OpenInference: an annotation written after
+    # the turn ended links to what it judges, whatever its parent).
     assert judge.parent is not None and judge.parent.span_id == root.context.span_id
     assert judge.context.trace_id == root.context.trace_id
-    assert not judge.links
+    assert [(link.context.span_id, dict(link.attributes or {})) for link in judge.links] == [
+        (root.context.span_id, {c.LINK_TYPE: c.LINK_TYPE_JUDGED_TURN, c.LINK_REF_TYPE: c.REF_TYPE_CHILD_OF})]
 
     events = [e for e in judge.events if e.name == "gen_ai.evaluation.result"]
     assert [(e.attributes or {})["gen_ai.evaluation.name"] for e in events] == [
@@ -381,7 +383,9 @@ def test_error_turn_gets_error_status(provider: TracerProvider, exporter: InMemo
     root = spans["ragaudit.turn"]
     assert root.status.status_code is StatusCode.ERROR
     assert root.status.description == "RuntimeError: model exploded"
-    assert (root.attributes or {})[c.ATTR_ERROR_TYPE] == c.ERROR_TYPE_TURN_ERROR
+    # error.type: the exception's type the error names (the convention), not a fixed ragaudit value
+    assert (root.attributes or {})[c.ATTR_ERROR_TYPE] == "RuntimeError"
+    assert (spans["retrieval chroma"].attributes or {})[c.ATTR_ERROR_TYPE] == "ConnectionError"
     assert (root.attributes or {})[c.LANGFUSE_OBSERVATION_LEVEL] == "ERROR"
     assert c.OUTPUT_VALUE not in (root.attributes or {})
     assert spans["retrieval chroma"].status.status_code is StatusCode.ERROR
@@ -716,10 +720,58 @@ def test_auditor_separate_judge_trace(provider: TracerProvider, exporter: InMemo
                  judge_trace="separate") as auditor:
         turn = auditor.recorder.record_turn(make_turn())
         auditor.submit(turn)
-        assert auditor.flush(10)
+        assert auditor.force_flush(10)
     spans = by_name(exporter.get_finished_spans())
     judge, root = spans["ragaudit.judge"], spans["ragaudit.turn"]
     assert judge.parent is None and judge.context.trace_id != root.context.trace_id
     assert [(link.context.span_id, (link.attributes or {})[c.LINK_TYPE]) for link in judge.links] == [
         (root.context.span_id, c.LINK_TYPE_JUDGED_TURN)]
     assert (judge.attributes or {})[c.LANGFUSE_TRACE_NAME] == "ragaudit.judge"
+
+
+@pytest.mark.parametrize(("host", "provider"), [
+    ("api.openai.com", "openai"), ("127.0.0.1:8080", "openai"), ("my-proxy.internal:4000", "openai"),
+    ("shop.openai.azure.com", "azure.ai.openai"), ("api.anthropic.com", "anthropic"),
+    ("generativelanguage.googleapis.com", "gcp.gemini"), ("api.groq.com", "groq"), (None, "openai"),
+])
+def test_the_provider_of_an_endpoint_is_the_registrys_name(host: str | None, provider: str) -> None:
+    assert c.provider_of_endpoint(host) == provider
+
+
+@pytest.mark.parametrize(("error", "error_type"), [
+    ("RuntimeError: model exploded", "RuntimeError"),
+    ("openai.APIConnectionError: refused", "openai.APIConnectionError"),
+    ("ragaudit could not build this turn: boom", c.ERROR_TYPE_OTHER), ("span dropped", c.ERROR_TYPE_OTHER),
+    ("timeout: no judgement within 60s", "timeout"),
+])
+def test_error_type_is_the_exception_type_the_error_names(error: str, error_type: str) -> None:
+    assert c.error_type_of(error) == error_type
+
+
+def test_an_exceptions_type_name_leaves_private_modules_out() -> None:
+    from ragaudit.content import exception_type_name
+    from ragaudit.errors import ConfigurationError
+
+    assert exception_type_name(ValueError("x")) == "ValueError"
+    assert exception_type_name(ConfigurationError("x")) == "ragaudit.errors.ConfigurationError"
+    import httpx
+    import openai
+
+    # defined in openai._exceptions, named where it is public
+    refused = openai.APIConnectionError(request=httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions"))
+    assert exception_type_name(refused) == "openai.APIConnectionError"
+
+    class Local(Exception):
+        pass
+
+    assert exception_type_name(Local()) == "tests.test_tracing_spans.Local"  # no <locals> in a type name
+
+
+def test_evaluator_attributes_of_a_rule_judge_name_no_type() -> None:
+    attrs = c.evaluator_attributes("lexical", None)
+    assert attrs == {c.GEN_AI_EVALUATION_EVALUATOR_ID: "lexical"}
+    llm = c.evaluator_attributes("chat", {"model": "m", "protocol_version": "ragaudit-judge/3", "prompt_hash": "ab"},
+                                 {c.REFERENCE_SET_METADATA_KEY: "golden"})
+    assert llm == {c.GEN_AI_EVALUATION_EVALUATOR_ID: "chat/m",
+                   c.GEN_AI_EVALUATION_EVALUATOR_VERSION: "ragaudit-judge/3+ab",
+                   c.GEN_AI_EVALUATION_EVALUATOR_TYPE: "llm_judge", c.GEN_AI_EVALUATION_REFERENCE_SET_ID: "golden"}

@@ -7,7 +7,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-__all__ = ["renamed_kwargs", "warn_deprecated"]
+__all__ = ["deprecated_alias", "renamed_kwargs", "warn_deprecated"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -29,12 +29,8 @@ def renamed_kwargs(**renames: str) -> Callable[[F], F]:
     def decorate(func: F) -> F:
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            for old, new in renames.items():
-                if old in kwargs:
-                    if new in kwargs:
-                        raise TypeError(f"{func.__qualname__}() got both {old!r} and {new!r}")
-                    warn_deprecated(f"{_called_name(func, args)}({old}=...)", f"{new}=", stacklevel=2)
-                    kwargs[new] = kwargs.pop(old)
+            if renames:
+                _rename(kwargs, renames, lambda: _called_name(func, args))
             return func(*args, **kwargs)
 
         return cast(F, wrapper)
@@ -42,10 +38,53 @@ def renamed_kwargs(**renames: str) -> Callable[[F], F]:
     return decorate
 
 
+def _rename(kwargs: dict[str, Any], renames: dict[str, str], called: Callable[[], str]) -> None:
+    # Old keyword names passed on under their new ones; warns from the user's call (two frames up).
+    for old, new in renames.items():
+        if old in kwargs:
+            if new in kwargs:
+                raise TypeError(f"{called()}() got both {old!r} and {new!r}")
+            warn_deprecated(f"{called()}({old}=...)", f"{new}=", stacklevel=3)
+            kwargs[new] = kwargs.pop(old)
+
+
 def _called_name(func: Callable[..., Any], args: tuple[Any, ...]) -> str:
-    # A method named by the class the user called it on (Auditor.flush), not by the base class
-    # that happens to define it (Draining.flush).
+    # A method named by the class the user called it on (Auditor.shutdown), not by the base class
+    # that happens to define it (Draining.shutdown).
     owner, _, name = func.__qualname__.rpartition(".")
     if owner and args and owner in {cls.__qualname__ for cls in type(args[0]).__mro__}:
         return f"{type(args[0]).__qualname__}.{name}"
     return func.__qualname__
+
+
+class deprecated_alias:  # lower case: used where a method would be defined, as property is
+    """A method's old name, kept for one release: ``flush = deprecated_alias("force_flush")``.
+
+    Calling the old name warns (naming the class it was called on and the new name) and calls the
+    new one with the same arguments; *renames* are old keyword names the alias still accepts, as
+    :func:`renamed_kwargs`.
+    """
+
+    def __init__(self, new: str, **renames: str) -> None:
+        self.new = new
+        self.renames = renames
+        self.old = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.old = name
+        self.__doc__ = f"Deprecated: :meth:`{self.new}`."
+
+    def __get__(self, obj: object, owner: type | None = None) -> Callable[..., Any]:
+        if obj is None:
+            return cast(Callable[..., Any], self)
+        alias = self
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            cls = type(obj).__qualname__
+            warn_deprecated(f"{cls}.{alias.old}()", f"{cls}.{alias.new}()")
+            _rename(kwargs, alias.renames, lambda: f"{cls}.{alias.old}")
+            return getattr(obj, alias.new)(*args, **kwargs)
+
+        call.__doc__ = self.__doc__
+        return call
+

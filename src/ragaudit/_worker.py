@@ -10,7 +10,7 @@ exit, SIGTERM) all go through this one class, in the style of OpenTelemetry's
 - Daemon threads take items in batches of up to *max_batch* (a batch gathers for up to *delay_s*,
   cut short by a flush) and hand them to *handle*; or, in asyncio mode (*ahandle*), one thread runs
   an event loop with up to *concurrency* items in flight.
-- :meth:`BatchWorker.flush` returns within its deadline and says truthfully whether every item put
+- :meth:`BatchWorker.force_flush` returns within its deadline and says truthfully whether every item put
   before it was handled; :meth:`BatchWorker.shutdown` never raises, and what it could not finish is
   counted as ``abandoned`` (a handler that returns later is not counted twice).
 - Threads start with the first item, never at construction; after ``os.fork()`` the child starts
@@ -159,7 +159,7 @@ class BatchWorker(Generic[T]):
             if not self._threads and not self._closed:
                 self._start()
 
-    def flush(self, timeout_s: float | None = 30.0) -> bool:
+    def force_flush(self, timeout_s: float | None = 30.0) -> bool:
         """Wait until every item put before this call was handled (or dropped at shutdown).
 
         Returns within *timeout_s* (None: no limit); False when that ran out first, or when an item
@@ -201,7 +201,7 @@ class BatchWorker(Generic[T]):
             with self._lock:
                 if self._closed:
                     return not self._queue and not self._inflight
-            ok = self.flush(timeout_s)
+            ok = self.force_flush(timeout_s)
             with self._cond:
                 self._closed = True
                 self._stopping.set()
@@ -339,7 +339,7 @@ class BatchWorker(Generic[T]):
                 if self._stopping.is_set():
                     return
                 if self._delay_s and not self._urgent and len(self._queue) < self._max_batch:
-                    cond.wait(self._delay_s)  # let a batch gather; put() at a full batch or flush() cut this short
+                    cond.wait(self._delay_s)  # let a batch gather; a full batch or force_flush() cuts this short
                 batch = self._take()
             if batch and self._paced:
                 step = self._pace_batch

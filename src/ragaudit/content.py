@@ -49,6 +49,7 @@ __all__ = [
     "content_capture_from_env",
     "error_status",
     "error_type",
+    "exception_type_name",
     "log_exception",
     "otlp_safe",
     "register_client",
@@ -301,6 +302,16 @@ def _exception_status(exc: BaseException) -> int | None:
         if isinstance(status, int) and not isinstance(status, bool):
             return status
     return None
+
+
+def exception_type_name(exc: BaseException) -> str:
+    """*exc*'s class as ``error.type`` wants it (its canonical name): ``module.QualName`` with the
+    private modules left out (``openai.APIConnectionError``, not ``openai._exceptions...``), the bare
+    name for builtins (``ValueError``)."""
+    cls = type(exc)
+    module = ".".join(part for part in (cls.__module__ or "").split(".") if not part.startswith("_"))
+    name = cls.__qualname__ if "<" not in cls.__qualname__ else cls.__name__  # a class made in a function
+    return f"{module}.{name}" if module and module != "builtins" else name
 
 
 def _exception_text(exc: BaseException) -> str:

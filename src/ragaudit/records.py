@@ -56,6 +56,7 @@ TRUNCATION_MARKER = "…[truncated {n} chars]"
 """Appended where text was cut; ``{n}`` is the number of characters removed."""
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+_IDENTITY_FIELDS = ("model", "endpoint", "protocol", "protocol_version", "prompt_hash", "response_id", "response_model")
 
 Message = tuple[str, str]
 """One earlier message of a conversation: ``(role, text)``, role ``"user"`` or ``"assistant"``."""
@@ -190,12 +191,10 @@ class Retrieval:
 
 @dataclass(frozen=True, slots=True)
 class Generation:
-    """One LLM call inside a turn. Token counts are None when the model did not report them.
-
-    ``messages`` are the chat messages sent, as ``(role, content)`` pairs (roles ``system``,
-    ``user``, ``assistant``, ``tool``), when the framework gave them; ``prompt`` is the prompt as
-    one text (for completion models, or when the messages are unknown).
-    """
+    """One LLM call inside a turn (token counts None when not reported). ``messages``: the chat
+    messages sent, ``(role, content)`` pairs, when the framework gave them; ``prompt``: the prompt as
+    one text (completion models, or messages unknown); ``tool_calls``: the calls the reply asked for
+    (their ``output`` None), when the reply was a tool call."""
 
     model: str | None = None
     prompt: str | None = None
@@ -207,8 +206,10 @@ class Generation:
     error: str | None = None
     provider: str | None = None
     messages: tuple[tuple[str, str], ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
         _check_time("Generation.started_at", self.started_at)
         _check_time("Generation.ended_at", self.ended_at)
         messages = tuple(tuple(m) for m in self.messages)
@@ -525,7 +526,8 @@ class JudgeIdentity:
 
     ``model``: the model asked (``response_model``: the one the server said answered);
     ``endpoint``: the endpoint's host and port, never credentials, path or query; ``protocol``: the
-    prompt protocol version; ``prompt_hash``: SHA-256 (hex, first 16) of the prompt template and
+    judge protocol's name (``"full-audit"``, ``"g-eval"``, ...), ``protocol_version`` its wire version
+    (``"ragaudit-judge/3"``); ``prompt_hash``: SHA-256 (hex, first 16) of the prompt template and
     verdict schema; ``response_id``: the completion id of the reply the scores were read from.
     """
 
@@ -535,18 +537,15 @@ class JudgeIdentity:
     prompt_hash: str | None = None
     response_id: str | None = None
     response_model: str | None = None
+    protocol_version: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("model", "endpoint", "protocol", "prompt_hash", "response_id", "response_model"):
+        for name in _IDENTITY_FIELDS:
             _check_optional_str(f"JudgeIdentity.{name}", getattr(self, name))
 
     def to_dict(self) -> dict[str, str]:
         """The fields that are set, by name."""
-        return {
-            name: value
-            for name in ("model", "endpoint", "protocol", "prompt_hash", "response_id", "response_model")
-            if (value := getattr(self, name)) is not None
-        }
+        return {name: value for name in _IDENTITY_FIELDS if (value := getattr(self, name)) is not None}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> JudgeIdentity | None:
@@ -555,8 +554,10 @@ class JudgeIdentity:
             return None
         if not isinstance(data, Mapping):
             raise ConfigurationError(f"judge identity must be a mapping, got {type(data).__name__}")
-        known = ("model", "endpoint", "protocol", "prompt_hash", "response_id", "response_model")
-        return cls(**{k: data[k] for k in known if k in data})
+        fields = {k: data[k] for k in _IDENTITY_FIELDS if k in data}
+        if "protocol_version" not in fields and "/" in str(fields.get("protocol", "")):  # 0.1.0: the version
+            fields["protocol_version"] = fields.pop("protocol")
+        return cls(**fields)
 
 
 def _check_optional_str(name: str, value: Any) -> None:
@@ -789,9 +790,7 @@ class AuditRecord:
     @property
     def status(self) -> RecordStatus:
         """``"judged"``, ``"failed"`` (a judgement with an error) or ``"unjudged"``."""
-        if self.judgement is None:
-            return "unjudged"
-        return "judged" if self.judgement.error is None else "failed"
+        return "unjudged" if self.judgement is None else "judged" if self.judgement.error is None else "failed"
 
     @property
     def judge_identity(self) -> JudgeIdentity | None:

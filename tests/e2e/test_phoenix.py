@@ -46,7 +46,7 @@ def traced_run(phoenix: PhoenixServer) -> dict[str, Any]:
     for q in questions:
         chain.invoke(q.text, config={"callbacks": [handler],
                                      "metadata": {"ragaudit_relevant_ids": sorted(QRELS.get(q.id, {}))}})
-    assert auditor.flush(30)
+    assert auditor.force_flush(30)
     assert provider.force_flush(30_000)
     assert sink.force_flush(30)
     stats = auditor.stats()

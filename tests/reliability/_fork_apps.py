@@ -74,7 +74,7 @@ def _fork_children(children: int, deadline_s: float, chain: Any, handler: Any, a
             try:
                 question = questions[index % len(questions)]
                 answer = chain.invoke(question, config={"callbacks": [handler]})
-                flushed = handler.flush(60)
+                flushed = handler.force_flush(60)
                 stats = auditor.stats()
                 (out / f"child-{index}.json").write_text(json.dumps(
                     {"answer": answer, "flushed": flushed, "stats": stats, "pid": os.getpid()}))
@@ -115,7 +115,7 @@ def children_while_a_callback_is_held(workdir: str, children: str = "50", deadli
         # client are running at the fork.
         auditor.submit(RagTurn(turn_id="parent-warmup", query="q", answer="a",
                                documents=(RetrievedDoc(id="d", content="c", rank=1),)))
-        assert auditor.flush(30), "the parent's warm-up judgement"
+        assert auditor.force_flush(30), "the parent's warm-up judgement"
 
         entered, release = threading.Event(), threading.Event()
 
@@ -193,7 +193,7 @@ def audit_log_mid_write(workdir: str, deadline: str = "60") -> None:
             small = (RetrievedDoc(id="d", content="Returns within 30 days.", rank=1),)
             statuses = [auditor.submit(RagTurn(turn_id=f"child-{i}", query="q", answer="a", documents=small))
                         for i in range(5)]
-            flushed = auditor.flush(deadline_s / 3)
+            flushed = auditor.force_flush(deadline_s / 3)
             (out / "child.json").write_text(json.dumps({"statuses": statuses, "flushed": flushed,
                                                          "stats": auditor.stats()}))
             code = 0 if flushed else 1
@@ -215,7 +215,7 @@ def audit_log_mid_write(workdir: str, deadline: str = "60") -> None:
     drainer = threading.Thread(target=drain, daemon=True)
     drainer.start()
     codes = _wait_children({0: pid}, deadline_s)
-    parent_flushed = auditor.flush(10)
+    parent_flushed = auditor.force_flush(10)
     stop.set()
     drainer.join(5)
     while True:  # every write has returned by now: what is left is in the pipe

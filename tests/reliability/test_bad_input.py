@@ -96,7 +96,7 @@ class Rig:
         return span
 
     def audit(self) -> list[dict[str, Any]]:
-        assert self.auditor.flush(30)
+        assert self.auditor.force_flush(30)
         # The audit log is opened with its first line: no judgement, no file.
         return read_audit_log(self.log) if self.log.exists() else []
 
@@ -113,7 +113,7 @@ def check_host_unaffected(rig: Rig, chain: Runnable[Any, Any], question: Any, ca
     baseline = run(chain, question, None, stream)
     with caplog.at_level(logging.DEBUG, logger="ragaudit"):
         audited = run(chain, question, {"callbacks": [rig.handler]}, stream)
-        assert rig.auditor.flush(30)
+        assert rig.auditor.force_flush(30)
     assert audited.same_as(baseline), (baseline, audited)
     ours = [r for r in caplog.records if r.name.startswith("ragaudit") and r.levelno >= logging.WARNING]
     assert ours == [], [r.getMessage() for r in ours]
@@ -197,7 +197,7 @@ def test_control_characters_and_lone_surrogates_survive_otlp_export(rig: Rig, ca
         chain = rag_chain(FixedRetriever(documents=[doc(WEIRD, id="weird", metadata={"note": WEIRD})]))
         with caplog.at_level(logging.WARNING):
             chain.invoke(question, config={"callbacks": [rig.handler]})
-            assert rig.auditor.flush(30)
+            assert rig.auditor.force_flush(30)
             exported = receiver.wait_for_spans(4, timeout=10)
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [], [r.getMessage() for r in errors]
@@ -413,7 +413,7 @@ def test_handler_survives_any_event_sequence(events: list[Event]) -> None:
     try:
         for event in events:
             _call(handler, event)  # raises nothing: the handler reports its own failures
-        assert auditor.flush(10)
+        assert auditor.force_flush(10)
         roots = sum(1 for e in events if e[0] == "chain_start" and e[2] is None)
         assert handler.stats() == {"open_turns": 0, "closed_turns": roots, "evicted": 0}
         stats = auditor.stats()
@@ -433,7 +433,7 @@ def test_a_child_run_that_never_ends_does_not_keep_its_turn_open_forever(traced:
         handler.on_chain_start({"name": "chain"}, "What is covered?", run_id=root)
         handler.on_tool_start({"name": "slow-tool"}, "x", run_id=child, parent_run_id=root)  # never ends
         handler.on_chain_end({"answer": "Two years."}, run_id=root)
-        assert handler.flush(5)
+        assert handler.force_flush(5)
         assert handler.stats()["open_turns"] == 0
         assert len(traced.spans(c.SPAN_TURN)) == 1
     finally:

@@ -85,19 +85,19 @@ def test_a_401_pauses_the_judge_with_one_warning_until_a_probe_succeeds(caplog: 
         auditor = Auditor(judge_for(srv), audit_log=None, pause_s=1.0)
         with caplog.at_level(logging.WARNING, logger="ragaudit"):
             auditor.submit(turn(0))
-            assert auditor.flush(10)
+            assert auditor.force_flush(10)
             for i in range(1, 21):
                 auditor.submit(turn(i))
-            assert auditor.flush(10)
+            assert auditor.force_flush(10)
             assert srv.request_count == 1, "no call while paused"
             time.sleep(1.1)
             auditor.submit(turn("probe-1"))  # the probe: still refused, paused again
-            assert auditor.flush(10)
+            assert auditor.force_flush(10)
             time.sleep(1.1)
             auditor.submit(turn("probe-2"))  # the cause is gone: resumed
-            assert auditor.flush(10)
+            assert auditor.force_flush(10)
             auditor.submit(turn("after"))
-            assert auditor.flush(10)
+            assert auditor.force_flush(10)
         stats = auditor.stats()
         auditor.shutdown()
         assert srv.request_count == 4
@@ -112,14 +112,14 @@ def test_redis_stopped_mid_run_leaves_the_host_unharmed_and_the_loss_counted(red
                           budget_fail="closed")
         for i in range(5):
             auditor.submit(turn(i))
-        assert auditor.flush(10)
+        assert auditor.force_flush(10)
         redis.stop()
         submit_s = []
         for i in range(5, 25):
             started = time.perf_counter()
             assert auditor.submit(turn(i)) == "queued"  # the host never waits on the store
             submit_s.append(time.perf_counter() - started)
-        assert auditor.flush(20)
+        assert auditor.force_flush(20)
         stats = auditor.stats()
         auditor.shutdown()
     assert stats["judged"] == 5 and stats["budget_unavailable"] == 20
@@ -133,10 +133,10 @@ def test_retry_after_of_a_429_holds_the_next_calls_back() -> None:
         srv.fail_next(Fault.rate_limit(retry_after=1.0))
         auditor = Auditor(judge_for(srv), audit_log=None, max_rps=50)
         auditor.submit(turn(0))
-        assert auditor.flush(10)
+        assert auditor.force_flush(10)
         refused_at = srv.requests[0].received_at
         auditor.submit(turn(1))
-        assert auditor.flush(10)
+        assert auditor.force_flush(10)
         stats = auditor.stats()
         auditor.shutdown()
         assert srv.requests[1].received_at - refused_at >= 0.95
@@ -153,7 +153,7 @@ def test_judge_if_and_a_thumbs_down_on_a_sampled_out_turn() -> None:
         assert auditor.feedback("t-0", "down") == "unmatched"  # evicted: only the last 3 are kept
         assert auditor.feedback("t-4", True) == "ignored"
         assert auditor.feedback("t-4", 0) == "queued"
-        assert auditor.flush(10)
+        assert auditor.force_flush(10)
         stats = auditor.stats()
         auditor.shutdown()
         assert srv.request_count == 1
@@ -166,9 +166,9 @@ def test_money_and_tokens_are_in_stats_and_a_money_budget_stops_judging() -> Non
         auditor = Auditor(judge_for(srv), audit_log=None, budget=Budget(max_usd=1e-9),
                           prices={"gpt-4o-mini": (1.0, 1.0)})
         auditor.submit(turn(0))
-        assert auditor.flush(10)
+        assert auditor.force_flush(10)
         auditor.submit(turn(1))
-        assert auditor.flush(10)
+        assert auditor.force_flush(10)
         stats = auditor.stats()
         auditor.shutdown()
     assert stats["judged"] == 1 and stats["over_budget"] == 1

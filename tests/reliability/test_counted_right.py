@@ -43,7 +43,7 @@ def test_a_200_html_login_page_is_a_failure_counted_in_sink_errors(sink_kind: st
         auditor = Auditor(LexicalJudge(), mode="inline", audit_log=None, sinks=[sink])
         try:
             assert auditor.submit(_turn()) == "judged"
-            delivered = auditor.flush(10)
+            delivered = auditor.force_flush(10)
         finally:
             auditor.shutdown(10)
         assert backend.requests, "the sink did post"

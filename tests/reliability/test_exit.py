@@ -245,7 +245,7 @@ with LLMServer() as srv:
     docs = (RetrievedDoc(id="d1", content="Returns are accepted within 30 days.", rank=1),)
     assert auditor.submit(RagTurn(turn_id="t1", query="How do returns work?", answer="30 days.",
                                   documents=docs)) == "queued"
-    assert auditor.flush(20)
+    assert auditor.force_flush(20)
 """
 
 

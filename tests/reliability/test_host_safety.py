@@ -97,7 +97,7 @@ def test_ten_thousand_handlers_made_per_call_leave_no_threads_or_files(tmp_path:
 
     def use(handler: RagAuditCallbackHandler, i: int) -> None:
         assert chain.invoke(f"question {i}", config={"callbacks": [handler]}) == "Returns take 30 days."
-        handler.flush(30)
+        handler.force_flush(30)
 
     # Warm up: the default auditor and `shared` start their workers and open their audit logs once.
     for i in range(4):
@@ -140,7 +140,7 @@ def test_an_auditor_nobody_references_releases_its_threads_and_file(tmp_path: Pa
     assert ragaudit_threads() == before_threads and open_fds() == before_fds  # construction: nothing
     auditor.closer.defer(lambda: None)
     assert auditor.submit(turn(1)) == "queued"
-    assert auditor.flush(10)
+    assert auditor.force_flush(10)
     assert ragaudit_threads() > before_threads and open_fds() > before_fds
     del auditor
     gc.collect()
@@ -177,7 +177,7 @@ def test_read_only_working_directory_constructs_and_traces(tmp_path: Path) -> No
         default = RagAuditCallbackHandler()                    # nor does the default auditor's
         chain = rag_chain(FixedRetriever(documents=[Document(page_content="Returns take 30 days.", id="d1")]))
         answers = [chain.invoke(f"q{i}", config={"callbacks": [handler]}) for i in range(3)]
-        flushed = handler.flush(10)
+        flushed = handler.force_flush(10)
         stats = auditor.stats()
         ok = auditor.shutdown(5)
         names = sorted({s.name for s in spans.get_finished_spans()})
@@ -208,7 +208,7 @@ def test_full_disk_is_counted_and_shutdown_never_raises() -> None:
     auditor = Auditor(FakeJudge(scores), audit_log="/dev/full")
     for i in range(5):
         auditor.submit(turn(i))
-    assert auditor.flush(10) is False
+    assert auditor.force_flush(10) is False
     auditor.shutdown(5)  # must not raise (closing the file cannot write its buffer either)
     stats = auditor.stats()
     assert stats["judged"] == 5 and stats["sink_errors"] >= 5
@@ -248,7 +248,7 @@ DEADLINE_CHILD = """
     for i in range(40):
         aud.submit(RagTurn(turn_id=f"t{i}", query=f"q{i}", answer="30 days.", documents=docs, **ids))
         if i == 19:
-            t0 = time.monotonic(); ok = aud.flush(5); took = time.monotonic() - t0
+            t0 = time.monotonic(); ok = aud.force_flush(5); took = time.monotonic() - t0
     print(json.dumps({"flush_ok": ok, "flush_s": took, "exit_from": time.time()}), flush=True)
 """
 
@@ -313,7 +313,7 @@ HOST_PROVIDER_CHILD = """
             else:
                 host_tracer.start_span(f"host {t.turn_id}").end()
     record(turns[:20])
-    t0 = time.monotonic(); ok = aud.flush(5) if aud is not None else time.sleep(5); took = time.monotonic() - t0
+    t0 = time.monotonic(); ok = aud.force_flush(5) if aud is not None else time.sleep(5); took = time.monotonic() - t0
     record(turns[20:])
     exit_from = time.time()
     print(json.dumps({"flush_ok": ok, "flush_s": took, "exit_from": exit_from}), flush=True)
@@ -356,12 +356,12 @@ def test_a_forked_childs_turns_are_all_judged(tmp_path: Path) -> None:
         aud = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log="audit.jsonl", exit_timeout_s=5)
         for i in range(10):                     # the parent's workers are running before the fork
             aud.submit(RagTurn(turn_id=f"parent{i}", query="q", answer="a", documents=docs))
-        assert aud.flush(10)
+        assert aud.force_flush(10)
         pid = os.fork()
         who = "child" if pid == 0 else "parent"
         statuses = [aud.submit(RagTurn(turn_id=f"{who}-late{i}", query="q", answer="a", documents=docs))
                     for i in range(20)]
-        flushed = aud.flush(10)
+        flushed = aud.force_flush(10)
         print(json.dumps({"who": who, "statuses": sorted(set(statuses)), "flushed": flushed,
                           "stats": aud.stats()}), flush=True)
         if pid == 0:
@@ -389,7 +389,7 @@ def test_batch_worker_restarts_in_a_forked_child_with_an_empty_queue() -> None:
     if pid == 0:  # child: the parent's items are the parent's; a new item is handled here
         code = 1
         try:
-            ok = worker.put(lambda: done.append(1)) and worker.flush(5)
+            ok = worker.put(lambda: done.append(1)) and worker.force_flush(5)
             stats = worker.stats()
             code = 0 if ok and done == [1] and stats["accepted"] == 1 and stats["handled"] == 1 else 2
         finally:
@@ -397,7 +397,7 @@ def test_batch_worker_restarts_in_a_forked_child_with_an_empty_queue() -> None:
     gate.set()
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert worker.flush(5) and done == [0]
+    assert worker.force_flush(5) and done == [0]
     worker.shutdown(1)
 
 
@@ -410,7 +410,7 @@ def test_worker_drops_and_counts_flush_tells_the_truth_and_shutdown_counts_once(
     assert worker.put(lambda: gate.wait(30))
     assert worker.put(lambda: None) and worker.put(lambda: None)
     assert worker.put(lambda: None) is False  # full: dropped, counted, never blocked
-    assert worker.flush(0.2) is False  # a handler that does not return: the deadline holds, and says so
+    assert worker.force_flush(0.2) is False  # a handler that does not return: the deadline holds, and says so
     assert worker.shutdown(0.1) is False
     stats = worker.stats()
     assert stats == {"accepted": 3, "handled": 0, "failed": 0, "dropped": 1, "abandoned": 3, "queued": 0,
@@ -443,7 +443,7 @@ def test_stats_is_a_consistent_snapshot_while_judgements_are_delivered() -> None
         r.start()
     for i in range(300):
         auditor.submit(turn(i))
-    assert auditor.flush(120)
+    assert auditor.force_flush(120)
     stop.set()
     for r in readers:
         r.join()

@@ -116,8 +116,8 @@ def test_toggling_instrument_while_chains_run_gives_one_turn_per_audited_run(tra
                                              work, threads=THREADS, join_s=150)
     assert not errors
     for handler in handlers:
-        assert handler.flush(60)
-    assert auditor.flush(60)
+        assert handler.force_flush(60)
+    assert auditor.force_flush(60)
 
     runs = RUNS_PER_THREAD * THREADS
     spans = traced.spans()
@@ -226,8 +226,8 @@ def test_toggling_llamaindex_instrument_while_engines_run_gives_one_turn_per_aud
                                                   llamaindex.uninstrument, work, threads=LI_THREADS, join_s=240)
     assert not errors, errors[:3]
     for inst in installed:
-        assert inst.flush(60)
-    assert auditor.flush(60)
+        assert inst.force_flush(60)
+    assert auditor.force_flush(60)
 
     runs = LI_RUNS_PER_THREAD * LI_THREADS
     spans = traced.spans()
@@ -281,7 +281,7 @@ def test_a_llamaindex_run_in_flight_at_uninstrument_finishes_as_one_turn(traced:
             gate.set()
             llamaindex.uninstrument()
     assert answers == [_answer(q)]
-    assert inst.flush(30) and auditor.flush(30)
+    assert inst.force_flush(30) and auditor.force_flush(30)
     (turn,) = whole_turns(traced.spans())
     assert turn.attributes[c.INPUT_VALUE] == q
     assert inst.stats() == {"open_turns": 0, "closed_turns": 1, "evicted": 0}
@@ -313,13 +313,13 @@ def test_a_llamaindex_run_in_flight_at_instrument_is_not_audited_not_even_its_la
             inst = llamaindex.instrument(auditor=auditor)
             gate.set()
             runner.join(30)
-            assert answers and inst.flush(30)
+            assert answers and inst.force_flush(30)
             fresh = index.as_chat_engine(chat_mode="context", llm=llm, similarity_top_k=2)
             assert str(fresh.chat(QUESTIONS[7])) == _answer(QUESTIONS[7])  # started under it: audited
         finally:
             gate.set()
             llamaindex.uninstrument()
-    assert inst.flush(30) and auditor.flush(30)
+    assert inst.force_flush(30) and auditor.force_flush(30)
     (turn,) = whole_turns(traced.spans())  # the run in flight left no turn, not even a retrieval one
     assert turn.attributes[c.INPUT_VALUE] == QUESTIONS[7]
     auditor.shutdown()
@@ -341,7 +341,7 @@ def test_a_llamaindex_stream_being_read_at_uninstrument_finishes_as_one_turn(tra
         finally:
             llamaindex.uninstrument()
     assert text == _answer(q)
-    assert inst.flush(30) and auditor.flush(30)
+    assert inst.force_flush(30) and auditor.force_flush(30)
     (turn,) = whole_turns(traced.spans())
     assert turn.attributes[c.OUTPUT_VALUE] == _answer(q)  # the whole streamed answer
     assert ours_on_dispatcher() == 0

@@ -121,7 +121,7 @@ def test_10k_turns_from_8_threads_never_block_and_add_up_exactly(tmp_path: Path,
         assert stats["pending"] == MAX_QUEUE and stats["dropped"] == sampled_in - MAX_QUEUE
 
         gate.set()
-        assert auditor.flush(60)
+        assert auditor.force_flush(60)
         stats = auditor.stats()
         check_exact(stats, TURNS)
         assert stats["judged"] == MAX_QUEUE
@@ -129,7 +129,7 @@ def test_10k_turns_from_8_threads_never_block_and_add_up_exactly(tmp_path: Path,
 
         # Phase 2: the judge runs (1 ms per judgement) while another 10,000 turns pour in.
         statuses2, durations2, _ = submit_from_threads(auditor, TURNS // THREADS, prefix=THREADS)
-        assert auditor.flush(60)
+        assert auditor.force_flush(60)
         stats = auditor.stats()
         check_exact(stats, 2 * TURNS)
         assert stats["judged"] == MAX_QUEUE + statuses2["queued"]
@@ -157,7 +157,7 @@ def test_loopback_judge_with_delay_under_load(tmp_path: Path) -> None:
         try:
             statuses, _, threads = submit_from_threads(auditor, 250)
             assert not any(t.is_alive() for t in threads)
-            assert auditor.flush(60)
+            assert auditor.force_flush(60)
             stats = auditor.stats()
             check_exact(stats, THREADS * 250)
             assert stats["failed"] == 0 and stats["judged"] == statuses["queued"] >= 50
@@ -210,7 +210,7 @@ def test_handler_under_concurrent_chains_with_a_gated_judge(tmp_path: Path) -> N
         assert stats["judged"] == 0 and stats["pending"] == 10
         assert stats["dropped"] + stats["close_dropped"] == 390
         gate.set()
-        assert auditor.flush(30)
+        assert auditor.force_flush(30)
         stats = auditor.stats()
         check_exact(stats, 400 - stats["close_dropped"])
         assert stats["judged"] == 10

@@ -106,7 +106,7 @@ def test_injected_text_stays_inside_intact_delimiters(name: str, protocol: str, 
     chain = rag_chain(FixedRetriever(documents=[document])) | (lambda answer: f"{answer} {payload}")
     try:
         answer = chain.invoke(question, config={"callbacks": [handler]})
-        assert auditor.flush(30)
+        assert auditor.force_flush(30)
     finally:
         auditor.shutdown(10)
         judge.close()

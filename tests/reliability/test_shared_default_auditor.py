@@ -168,7 +168,7 @@ def test_langchain_handlers_share_the_default_auditor_and_keep_their_own_policy(
         for name, handler in handlers.items():
             chain = rag_chain(chroma_store(docs[name]).as_retriever(search_kwargs={"k": 1}))
             chain.invoke(questions[name], config={"callbacks": [handler]})
-        assert auditor.flush(30)
+        assert auditor.force_flush(30)
     assert len(server.requests) == 3  # every turn judged by the one default judge
     check_policies(read_audit_log(default_env), providers, caplog, questions)
 
@@ -207,7 +207,7 @@ def test_llamaindex_instrument_shares_the_default_auditor_and_keeps_each_policy(
             try:
                 auditors.append(installed.auditor)
                 index.as_query_engine(similarity_top_k=1).query(questions[name])
-                assert installed.flush(30)
+                assert installed.force_flush(30)
             finally:
                 llamaindex.uninstrument()
     (auditor,) = _common._default
@@ -242,7 +242,7 @@ def test_handler_policy_stricter_than_its_auditor_reaches_audit_log_spans_and_si
         with caplog.at_level(logging.DEBUG, logger="ragaudit"):
             chain.invoke(f"Was card {CARD} refunded?", config={"callbacks": [handler]})
             chain.invoke("Was the other card refunded?", config={"callbacks": [plain_handler]})
-            assert auditor.flush(30)
+            assert auditor.force_flush(30)
             auditor.shutdown(10)
         sinks = json.dumps([r["body"] for r in backend.requests])
     assert shown["n"] == 2
@@ -289,7 +289,7 @@ def test_flush_of_the_shared_auditor_exports_each_handlers_provider(default_env:
         for handler in handlers:
             chain.invoke("Are gift cards refunded?", config={"callbacks": [handler]})
         assert handlers[0].auditor is handlers[1].auditor
-        assert handlers[0].flush(30)  # one flush: the shared auditor flushes both providers
+        assert handlers[0].force_flush(30)  # one flush: the shared auditor flushes both providers
         for exporter in exporters:
             assert {c.SPAN_TURN, c.SPAN_JUDGE} <= {s.name for s in exporter.get_finished_spans()}
     finally:

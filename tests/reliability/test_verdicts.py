@@ -227,7 +227,7 @@ def _audit_one(judge: ChatRagJudge, tmp_path: Path, turn_id: str) -> tuple[dict[
     auditor = Auditor(judge, audit_log=tmp_path / "audit.jsonl", tracer_provider=provider)
     try:
         auditor.submit(RagTurn(turn_id=turn_id, query=REQUEST.query, answer=REQUEST.answer, documents=DOCS))
-        assert auditor.flush(60)
+        assert auditor.force_flush(60)
     finally:
         auditor.shutdown(10)
         provider.shutdown()
@@ -257,13 +257,16 @@ def test_judge_identity_on_the_judgement_span_events_and_audit_log(srv: LLMServe
     identity = line["judge_identity"]
     assert identity["model"] == "judge-model" and identity["response_model"] == "judge-model-2025-01"
     assert identity["endpoint"] == f"127.0.0.1:{srv.port}"  # no scheme, no credentials, no path
-    assert identity["protocol"] == judge.protocol_version
+    # One meaning per name: the protocol's name, and its wire version beside it.
+    assert identity["protocol"] == judge.protocol.name == "full-audit"
+    assert identity["protocol_version"] == judge.protocol_version
     assert identity["response_id"].startswith("chatcmpl-loopback-") and len(identity["prompt_hash"]) == 16
     (span,) = [s for s in spans if s.name == c.SPAN_JUDGE]
     attrs = dict(span.attributes or {})
     assert attrs[c.ATTR_JUDGE_MODEL] == "judge-model"
     assert attrs[c.ATTR_JUDGE_ENDPOINT] == identity["endpoint"]
     assert attrs[c.ATTR_JUDGE_PROTOCOL] == identity["protocol"]
+    assert attrs[c.ATTR_JUDGE_PROTOCOL_VERSION] == identity["protocol_version"]
     assert attrs[c.ATTR_JUDGE_PROMPT_HASH] == identity["prompt_hash"]
     assert attrs[c.ATTR_JUDGE_RESPONSE_ID] == attrs[c.GEN_AI_RESPONSE_ID] == identity["response_id"]
     events = [e for e in span.events if e.name == c.GEN_AI_EVALUATION_RESULT]

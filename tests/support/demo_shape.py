@@ -61,7 +61,7 @@ def demo_shape() -> dict[str, Any]:
             runner = demo._run_langchain if framework == "langchain" else demo._run_llamaindex
             try:
                 runner(demo.QUESTIONS, auditor, provider, False, result)
-                auditor.flush(timeout_s=60)
+                auditor.force_flush(timeout_s=60)
             finally:
                 auditor.shutdown(timeout_s=60)
                 provider.force_flush()

@@ -57,7 +57,7 @@ class AuditedRun:
 
     def spans(self, name: str | None = None) -> list[ReadableSpan]:
         """Every finished span (or those called *name*) once the Auditor has flushed."""
-        assert self.auditor.flush(15)
+        assert self.auditor.force_flush(15)
         spans = list(self.exporter.get_finished_spans())
         return spans if name is None else [s for s in spans if s.name == name]
 

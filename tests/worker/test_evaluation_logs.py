@@ -24,7 +24,7 @@ def test_log_records_on_the_evaluated_span(collector: Any, memory_provider: Any,
     sink = EvaluationLogSink(endpoint=collector.endpoint)
     auditor = Auditor(LexicalJudge(), mode="inline", tracer_provider=memory_provider, audit_log=None, sinks=[sink])
     assert auditor.submit(_turn(**{EVALUATED_SPAN_ID: LLM_SPAN, EVALUATED_RESPONSE_ID: "chatcmpl-7"})) == "judged"
-    assert auditor.flush(10) and sink.force_flush(10)
+    assert auditor.force_flush(10) and sink.force_flush(10)
     logs = collector.wait_for_logs(3)
     assert {(r["trace_id"], r["span_id"], r["event_name"]) for r in logs} == {
         (TRACE, LLM_SPAN, "gen_ai.evaluation.result")}

@@ -69,7 +69,7 @@ def judge_after(worker: Any, clock: Clock, collector: Any, count: int = 1) -> li
     clock.now += 2.5
     wait_for(lambda: worker.stats()["turns_judged"] + worker.stats()["turns_judge_failed"] >= count,
              what=f"{count} judgement(s)")
-    worker.auditor.flush(10)
+    worker.auditor.force_flush(10)
     return collector.wait_for_spans(count, predicate=lambda s: s["name"] == "ragaudit.judge")
 
 

@@ -444,7 +444,7 @@ class Auditor(Draining, AuditorAliases):
         """Where integrations hand finished runs over to be closed into turns (:meth:`TurnCloser.defer
         <ragaudit.auditor._closing.TurnCloser.defer>`) and register themselves for closing at
         shutdown (``attach``). The Auditor never calls into a job: it drains the closer before it
-        stops taking turns (:meth:`flush`, :meth:`shutdown`, exit)."""
+        stops taking turns (:meth:`force_flush`, :meth:`shutdown`, exit)."""
         return self._closer
 
     def feedback(self, turn_id: str, value: Any) -> str:
@@ -487,7 +487,7 @@ class Auditor(Draining, AuditorAliases):
     def flush_turns(self, timeout_s: float | None = 30.0) -> bool:
         """Wait until every job the :attr:`closer` got so far has run: the turns integrations handed over
         are built, their spans ended and they are submitted. Does not wait for judgements (that is
-        :meth:`flush`). Returns False when *timeout_s* (seconds) ran out first."""
+        :meth:`force_flush`). Returns False when *timeout_s* (seconds) ran out first."""
         return self._closer.force_flush(timeout_s)
 
     def stats(self) -> dict[str, int]:

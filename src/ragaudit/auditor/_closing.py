@@ -2,7 +2,7 @@
 
 A :class:`TurnCloser` is one BatchWorker of close jobs (a job builds the turn, records its spans and
 submits it) and the sources whose half-finished turns must be closed before shutdown. The Auditor
-holds one (so that ``Auditor.flush()``, ``shutdown()`` and the exit hook cover turns still being
+holds one (so that ``Auditor.force_flush()``, ``shutdown()`` and the exit hook cover turns still being
 closed) but never looks inside a job: it only drains the closer before it stops taking turns.
 """
 
@@ -60,7 +60,7 @@ class TurnCloser:
         Integrations close a turn this way: at the end of a run they hand over the raw run data,
         and *job* builds the :class:`~ragaudit.RagTurn`, records its spans (with the times the
         framework reported) and submits it, so none of that work is on the host's thread. Jobs run
-        in order, in batches; the Auditor's ``flush()``, ``shutdown()`` and the exit hook drain
+        in order, in batches; the Auditor's ``force_flush()``, ``shutdown()`` and the exit hook drain
         them first. With an inline Auditor, and after shutdown, *job* runs at once on the caller's
         thread. Returns False when *max_closing* jobs are already waiting: *job* is dropped and
         counted (``stats()["close_dropped"]``). A raise from *job* is logged.
@@ -92,7 +92,7 @@ class TurnCloser:
     def force_flush(self, timeout_s: float | None = 30.0) -> bool:
         """Wait until every job deferred so far has run (the turns built, their spans ended, they are
         submitted); not for their judgements. False when *timeout_s* ran out first."""
-        return self.worker.flush(timeout_s)
+        return self.worker.force_flush(timeout_s)
 
     def __len__(self) -> int:
         return len(self.worker)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._deprecation import renamed_kwargs
+from .._deprecation import deprecated_alias, renamed_kwargs
 from .._export import Exporter
 from .._worker import BatchWorker, call_with_deadline
 from ..content import ContentPolicy
@@ -52,8 +52,7 @@ class Draining:
     def _job_failed(self, exc: BaseException) -> None:
         raise NotImplementedError
 
-    @renamed_kwargs(timeout="timeout_s")
-    def flush(self, timeout_s: float | None = 30.0) -> bool:
+    def force_flush(self, timeout_s: float | None = 30.0) -> bool:
         """Wait until every turn handed over so far is recorded and judged, its spans exported and
         the sinks flushed.
 
@@ -69,15 +68,17 @@ class Draining:
             self._job_failed(exc)
             return False
 
+    flush = deprecated_alias("force_flush", timeout="timeout_s")
+
     def _flush(self, deadline: float | None) -> bool:
         def remaining() -> float | None:
             return None if deadline is None else max(0.0, deadline - time.monotonic())
 
         errors_before = self.stats()["sink_errors"]
         spans_failed_before = self._spans.spans_not_exported()
-        ok = self._closer.worker.flush(remaining())
-        ok = self._judging.flush(remaining()) and ok
-        ok = self._export.worker.flush(remaining()) and ok
+        ok = self._closer.worker.force_flush(remaining())
+        ok = self._judging.force_flush(remaining()) and ok
+        ok = self._export.worker.force_flush(remaining()) and ok
         # Exporters in order: spans first, as a sink may refer to them (Phoenix annotations need the
         # span to exist); the judge-span exporter flushes every provider turns were judged through.
         for exporter in self._export.exporters:
@@ -123,7 +124,7 @@ class Draining:
         # now, their open children marked unfinished, so that exit records them too.
         self._closer.close_sources()
         # Turns still being closed are submitted before the auditor stops accepting them.
-        self._closer.worker.flush(remaining())
+        self._closer.worker.force_flush(remaining())
         unclosed = len(self._closer)
         self._closer.worker.shutdown(0)
         with self._lock:

@@ -150,7 +150,7 @@ def _flush_for_sigterm(auditors: list[Auditor], *, shut_down: bool) -> None:
             if shut_down:
                 auditor.shutdown(left)
             else:
-                auditor.flush(left)
+                auditor.force_flush(left)
 
     finished, _ = call_with_deadline(flush_all, budget + _EXIT_MARGIN_S)
     if shut_down and finished:

@@ -147,7 +147,7 @@ def run_demo(
     try:
         runner = _run_langchain if framework == "langchain" else _run_llamaindex
         runner(questions, auditor, provider, real, result, careless)
-        auditor.flush(timeout_s=_FLUSH_TIMEOUT_S)
+        auditor.force_flush(timeout_s=_FLUSH_TIMEOUT_S)
     finally:
         auditor.shutdown(timeout_s=_FLUSH_TIMEOUT_S)
         provider.force_flush()
@@ -225,7 +225,7 @@ def _run_llamaindex(questions: Sequence[DemoQuestion], auditor: Any, provider: A
     instrumentation = llamaindex.instrument(auditor=auditor, tracer_provider=provider)
     try:
         _ask_all(questions, ask, result)
-        instrumentation.flush(_FLUSH_TIMEOUT_S)  # turns close on the integration's own thread
+        instrumentation.force_flush(_FLUSH_TIMEOUT_S)  # turns close on the integration's own thread
     finally:
         llamaindex.uninstrument()
 

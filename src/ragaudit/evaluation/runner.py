@@ -262,7 +262,7 @@ def _llamaindex_runner(pipeline: Any, auditor: Auditor, measures: Sequence[str]
 
     def done() -> None:
         try:
-            installed.flush(None)
+            installed.force_flush(None)
         finally:
             scope.close()
 
@@ -393,7 +393,7 @@ def evaluate_pipeline(
             errors, latencies = _run_rows(run, rows, keys, concurrency, bar)
         finally:
             done()
-        auditor.flush(timeout_s=None)
+        auditor.force_flush(timeout_s=None)
     finally:
         bar.close()
         auditor.shutdown()

@@ -226,6 +226,20 @@ class TurnAssembler:
         """The root run's kind (:attr:`RunKind.CHAIN` before any run started)."""
         return self.root.kind if self.root is not None else RunKind.CHAIN
 
+    @property
+    def agent(self) -> str | None:
+        """The agent's name when the turn is an agent's run, else None: an agent root (LlamaIndex
+        agents, OTLP agent spans), or a model in it that asked for tools (LangGraph's
+        ``create_react_agent``, LangChain's ``create_agent``). A chain that runs a tool itself is no
+        agent. The name is the root run's (``"agent"`` when it has none)."""
+        root = self.root
+        if root is None:
+            return None
+        if root.kind is not RunKind.AGENT and not any(
+                isinstance(step, ModelCall) and step.tool_calls for step, _ in self._entries):
+            return None
+        return root.name or "agent"
+
     def _record(self, step: _Child, now: int) -> Retrieval | Generation | ToolCall:
         ended_at, error = _end(step.ended_at, step.error, now)
         if isinstance(step, RetrievalStep):
@@ -238,7 +252,10 @@ class TurnAssembler:
         return Generation(model=step.model, prompt=step.prompt if capture else None, output=step.output,
                           input_tokens=step.input_tokens, output_tokens=step.output_tokens,
                           started_at=step.started_at, ended_at=ended_at, error=error, provider=step.provider,
-                          messages=step.messages if capture else ())
+                          messages=step.messages if capture else (),
+                          tool_calls=tuple(ToolCall(name=t.name, call_id=t.call_id,
+                                                    arguments=t.arguments if capture else None)
+                                           for t in step.tool_calls))
 
     def entries(self, closed_at: int | None = None) -> list[_Entry]:
         """The child steps with their records, in the order they were handed over; a step still
@@ -284,6 +301,9 @@ class TurnAssembler:
                            framework=self.framework, started_at=started_at,
                            ended_at=max(started_at, closed_at or self._last),
                            error=f"ragaudit could not build this turn: {exc}")
+        agent = self.agent
+        if agent is not None:  # the turn span is the agent's invoke_agent span
+            recorder.mark_agent(handle, agent)
         reason = unjudged_reason(turn, self.kind)
         if reason is not None:
             _note_unjudged(auditor, turn, reason, recorder, "outside" if self.retrieval_outside else "none")

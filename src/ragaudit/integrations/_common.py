@@ -167,7 +167,7 @@ def close_later(auditor: Any, job: Callable[[], None], content: ContentPolicy | 
     by handlers with other settings).
 
     The job goes to *auditor*'s closer (:attr:`~ragaudit.Auditor.closer`: bounded, batched,
-    drained by ``flush()``, ``shutdown()`` and at exit; a job the full queue cannot take is
+    drained by ``force_flush()``, ``shutdown()`` and at exit; a job the full queue cannot take is
     dropped and counted in ``stats()["close_dropped"]``). It runs at once on this thread when the
     auditor judges inline (so the turn is judged before the run returns) or is a stand-in that is
     no :class:`~ragaudit.Auditor`. Returns False when the job was dropped.

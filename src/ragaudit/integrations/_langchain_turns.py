@@ -20,11 +20,12 @@ from ._langchain_values import (
     prompt_messages,
     prompt_text,
     read_llm_result,
+    read_tool_calls,
     read_tool_output,
     structured_data,
     template_variables,
 )
-from .steps import ErrorStep, ModelCall, RetrievalStep, RunEnded, RunKind, RunStarted, Step, ToolResult
+from .steps import ErrorStep, ModelCall, ModelToolCall, RetrievalStep, RunEnded, RunKind, RunStarted, Step, ToolResult
 
 __all__ = ["Child", "OpenGeneration", "OpenPrompt", "OpenRetrieval", "OpenTool", "Turn", "is_prompt", "turn_steps"]
 
@@ -129,11 +130,14 @@ def _child_step(child: OpenRetrieval | OpenGeneration | OpenTool, variables: Map
                           input=input_text(child.input), output=text if child.ended_at is not None else None,
                           documents=documents, error=child.error or tool_error)
     text = input_tokens = output_tokens = response_model = None
+    tool_calls: tuple[ModelToolCall, ...] = ()
     if child.response is not None and child.error is None:
         text, input_tokens, output_tokens, response_model = read_llm_result(child.response)
+        tool_calls = read_tool_calls(child.response)
     return ModelCall(child.key, child.parent, child.started_at, child.ended_at,
                      messages=prompt_messages(child.prompt), prompt=prompt_text(child.prompt),
-                     template_variables=variables, output=text, model=child.model or response_model,
+                     template_variables=variables, output=text, tool_calls=tool_calls,
+                     model=child.model or response_model,
                      provider=child.provider, input_tokens=input_tokens, output_tokens=output_tokens,
                      error=child.error)
 

@@ -7,14 +7,17 @@ when a turn closes.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage, ToolMessage
 from pydantic import BaseModel
 
+from ..content import exception_type_name
 from ..records import RetrievedDoc
 from ._common import report_failure, retrieved_doc, score_from
+from .steps import ModelToolCall
 
 __all__ = [
     "RawDoc",
@@ -30,6 +33,7 @@ __all__ = [
     "prompt_text",
     "query_from",
     "read_llm_result",
+    "read_tool_calls",
     "read_tool_output",
     "readable",
     "retriever_name",
@@ -195,9 +199,9 @@ def answer_from(outputs: Any) -> str | None:
 
 def error_text(error: BaseException) -> str:
     try:
-        return f"{type(error).__name__}: {error}"
+        return f"{exception_type_name(error)}: {error}"
     except Exception:  # an exception whose __str__ fails
-        return f"{type(error).__name__} (its message could not be read)"
+        return f"{exception_type_name(error)} (its message could not be read)"
 
 
 RawDoc = tuple[Any, Any, Mapping[str, Any]]  # (id, page_content, metadata copy) as the retriever returned it
@@ -288,6 +292,21 @@ def read_llm_result(response: Any) -> tuple[str | None, int | None, int | None, 
             model = response_metadata.get("model_name") or response_metadata.get("model")
     return text if isinstance(text, str) else None, input_tokens, output_tokens, (
         model if isinstance(model, str) and model else None)
+
+
+def read_tool_calls(response: Any) -> tuple[ModelToolCall, ...]:
+    """The tool calls the reply of an ``LLMResult`` asked for (``AIMessage.tool_calls``), arguments
+    as JSON text."""
+    generations = getattr(response, "generations", None)
+    message = getattr(generations[0][0], "message", None) if generations and generations[0] else None
+    calls = getattr(message, "tool_calls", None) if isinstance(message, BaseMessage) else None
+    out = []
+    for call in calls or ():
+        if isinstance(call, Mapping) and isinstance(call.get("name"), str):
+            call_id = call.get("id")
+            out.append(ModelToolCall(call["name"], call_id if isinstance(call_id, str) else None,
+                                     json.dumps(call.get("args") or {}, ensure_ascii=False, default=str)))
+    return tuple(out)
 
 
 def prompt_messages(prompt: Any) -> tuple[tuple[str, str], ...]:

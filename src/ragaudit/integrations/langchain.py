@@ -22,7 +22,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 
 from .. import _fork
-from .._deprecation import renamed_kwargs
+from .._deprecation import deprecated_alias
 from ..auditor import DEFAULT_TURN_MEASURES, Auditor
 from ..errors import ConfigurationError
 from ._assembler import TurnAssembler
@@ -134,7 +134,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
     ``ragaudit`` logger. On the chain's thread it only keeps the raw events (a dictionary update
     under a short lock per event); when a turn closes it hands them to the auditor's closing
     thread (:attr:`~ragaudit.Auditor.closer`), which builds the turn, finds its citations, records
-    its spans with the times the events happened and submits it. :meth:`flush` waits for that too.
+    its spans with the times the events happened and submits it. :meth:`force_flush` waits for that too.
     With an inline auditor (``mode="inline"``) the turn is closed and judged before the run returns.
     """
 
@@ -170,12 +170,13 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
 
     # -- public helpers -------------------------------------------------------------------------
 
-    @renamed_kwargs(timeout="timeout_s")
-    def flush(self, timeout_s: float | None = 30.0) -> bool:
+    def force_flush(self, timeout_s: float | None = 30.0) -> bool:
         """Close the turns whose root run has ended (see :meth:`close_ended_turns`), then wait until
-        the turns closed so far are recorded and judged (see :meth:`Auditor.flush`)."""
+        the turns closed so far are recorded and judged (see :meth:`Auditor.force_flush`)."""
         self.close_ended_turns()
-        return self.auditor.flush(timeout_s)
+        return self.auditor.force_flush(timeout_s)
+
+    flush = deprecated_alias("force_flush", timeout="timeout_s")
 
     def close_ended_turns(self) -> int:
         """Close every turn whose root run has ended but a child run has not (a hung tool thread, a

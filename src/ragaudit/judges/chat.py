@@ -226,7 +226,8 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         return JudgeIdentity(
             model=self.model,
             endpoint=endpoint_host(self.base_url),
-            protocol=self.protocol_version,
+            protocol=self.protocol.name,
+            protocol_version=self.protocol_version,
             prompt_hash=run.prompt_hash,
             response_id=run.response_ids[source] if run.response_ids else None,
             response_model=run.response_model,
@@ -320,7 +321,8 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         details: dict[str, Any] = {
             "model": self.model,
             "response_model": run.response_model,
-            "protocol": self.protocol_version,
+            "protocol": self.protocol.name,
+            "protocol_version": self.protocol_version,
             "response_format": run.response_format,
             "finish_reason": run.finish_reason,
             "repaired": repaired,

@@ -638,7 +638,8 @@ class GEvalJudge(EndpointJudge, BaseRagJudge):
             "mode": self.mode,
             "model": self.model,
             "response_model": run.response_model,
-            "protocol": self.protocol_version,
+            "protocol": self.protocol.name,
+            "protocol_version": self.protocol_version,
             "methods": {name: scores[name].method if name in scores else None for name in SCORE_NAMES},
             "distributions": {
                 name: {str(k): p for k, p in dist.items()}
@@ -678,6 +679,7 @@ class GEvalJudge(EndpointJudge, BaseRagJudge):
             error=error,
             details=details,
             identity=JudgeIdentity(model=self.model, endpoint=endpoint_host(self.base_url),
-                                   protocol=self.protocol_version, prompt_hash=run.prompt_hash,
+                                   protocol=self.protocol.name, protocol_version=self.protocol_version,
+                                   prompt_hash=run.prompt_hash,
                                    response_id=run.response_id, response_model=run.response_model),
         )

@@ -52,20 +52,26 @@ def _judge_span(self: SpanWriter, tracer: Tracer, record: AuditRecord, j: Judgem
     attrs = dict(self._judge_attrs)
     if turn_ctx is None:
         parent = Context()
-    elif self.judge_trace == "turn":
-        parent = _trace_api.set_span_in_context(NonRecordingSpan(turn_ctx))
     else:
-        parent = Context()
-        links = [Link(turn_ctx, {c.LINK_TYPE: c.LINK_TYPE_JUDGED_TURN})]
-    if turn_ctx is None or links is not None:
+        # Exactly one link to the judged turn in either mode: OpenInference requires it of an
+        # annotation written after the turn ended, which a background judgement always is, and a
+        # child span gets it too (its parent alone does not say what it judges).
+        # As a child, the link says child_of: Jaeger's translation turns a link to the parent into
+        # the parent reference's type, FOLLOWS_FROM unless the link names another.
+        child = self.judge_trace == "turn"
+        link_attrs = {c.LINK_TYPE: c.LINK_TYPE_JUDGED_TURN, **({c.LINK_REF_TYPE: c.REF_TYPE_CHILD_OF} if child else {})}
+        links = [Link(turn_ctx, link_attrs)]
+        parent = _trace_api.set_span_in_context(NonRecordingSpan(turn_ctx)) if child else Context()
+    if turn_ctx is None or self.judge_trace != "turn":
         # The judge span is a trace's root: name that trace and put it in the turn's session.
         attrs[c.LANGFUSE_TRACE_NAME] = c.SPAN_JUDGE
         self._who(attrs, turn.metadata)
     attrs[c.ATTR_TURN_ID] = turn.turn_id
     attrs[c.ATTR_JUDGE_NAME] = j.judge
     _judge_model(self, attrs, j)
-    identity = c.judge_identity_attributes(j.identity.to_dict() if j.identity is not None else None)
-    attrs.update(identity)
+    identity_dict = j.identity.to_dict() if j.identity is not None else None
+    attrs.update(c.judge_identity_attributes(identity_dict))
+    attrs.update(c.evaluator_attributes(j.judge, identity_dict, turn.metadata))
     scores = j.scores()
     output: dict[str, Any] = dict(scores)
     reason, error, status = _verdict_attributes(self, attrs, output, j)
@@ -85,10 +91,13 @@ def _judge_span(self: SpanWriter, tracer: Tracer, record: AuditRecord, j: Judgem
     if dropped:
         attrs[c.ATTR_SENTENCES_EVENTS_DROPPED] = dropped
 
+    # An LLM judge's span is also a GenAI inference span (operation chat, its provider; CLIENT: a
+    # call to a model). Its name stays ragaudit.judge: the EVALUATOR span Phoenix and Langfuse show.
+    llm = _llm_judge(attrs, identity_dict)
     span = tracer.start_span(
         c.SPAN_JUDGE,
         context=parent,
-        kind=SpanKind.INTERNAL,
+        kind=SpanKind.CLIENT if llm else SpanKind.INTERNAL,
         attributes=self._bounded(attrs),
         links=links,
         start_time=start_ns,
@@ -102,10 +111,22 @@ def _judge_span(self: SpanWriter, tracer: Tracer, record: AuditRecord, j: Judgem
             span.add_event(c.EVENT_SENTENCE, sentence_event, timestamp=end_ns)
         if j.error:
             extra: dict[str, Any] = {}
-            self._mark_error(span, extra, j.error, c.ERROR_TYPE_JUDGE_ERROR, status)
+            error_type = c.error_type_of(j.error)
+            self._mark_error(span, extra, j.error,
+                             c.ERROR_TYPE_JUDGE_ERROR if error_type == c.ERROR_TYPE_OTHER else error_type, status)
             span.set_attributes(extra)
     finally:
         span.end(end_time=end_ns)
+
+def _llm_judge(attrs: dict[str, Any], identity: dict[str, str] | None) -> bool:
+    """Add the inference-span attributes when the judge asked a model (its identity names one)."""
+    if not identity or not identity.get("model"):
+        return False
+    attrs[c.GEN_AI_OPERATION_NAME] = c.GEN_AI_OPERATION_CHAT
+    attrs.setdefault(c.GEN_AI_REQUEST_MODEL, identity["model"])
+    attrs[c.GEN_AI_PROVIDER_NAME] = attrs[c.LLM_PROVIDER] = c.provider_of_endpoint(identity.get("endpoint"))
+    return True
+
 
 def _verdict_attributes(self: SpanWriter, attrs: dict[str, Any], output: dict[str, Any],
                         j: Judgement) -> tuple[str | None, str | None, int | None]:

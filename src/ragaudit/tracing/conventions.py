@@ -54,6 +54,7 @@ __all__ = [
     "ATTR_JUDGE_NAME",
     "ATTR_JUDGE_PROMPT_HASH",
     "ATTR_JUDGE_PROTOCOL",
+    "ATTR_JUDGE_PROTOCOL_VERSION",
     "ATTR_JUDGE_REASON",
     "ATTR_JUDGE_REASON_CHARS",
     "ATTR_JUDGE_RESPONSE_ID",
@@ -76,21 +77,31 @@ __all__ = [
     "DEPLOYMENT_ENVIRONMENT_KEYS",
     "ERROR_TYPE_JUDGE_ERROR",
     "ERROR_TYPE_MISSING_SCORE",
+    "ERROR_TYPE_OTHER",
     "ERROR_TYPE_TURN_ERROR",
+    "EVALUATOR_TYPE_LLM_JUDGE",
     "EVENT_EXCEPTION",
     "EVENT_SENTENCE",
+    "GEN_AI_AGENT_NAME",
     "GEN_AI_CONVERSATION_ID",
     "GEN_AI_DATA_SOURCE_ID",
+    "GEN_AI_EVALUATION_EVALUATOR_ID",
+    "GEN_AI_EVALUATION_EVALUATOR_TYPE",
+    "GEN_AI_EVALUATION_EVALUATOR_VERSION",
     "GEN_AI_EVALUATION_EXPLANATION",
     "GEN_AI_EVALUATION_NAME",
+    "GEN_AI_EVALUATION_REFERENCE_SET_ID",
     "GEN_AI_EVALUATION_RESULT",
     "GEN_AI_EVALUATION_SCORE_LABEL",
     "GEN_AI_EVALUATION_SCORE_VALUE",
     "GEN_AI_OPERATION_CHAT",
     "GEN_AI_OPERATION_EXECUTE_TOOL",
+    "GEN_AI_OPERATION_INVOKE_AGENT",
     "GEN_AI_OPERATION_NAME",
     "GEN_AI_OPERATION_RETRIEVAL",
+    "GEN_AI_OUTPUT_MESSAGES",
     "GEN_AI_PROVIDER_NAME",
+    "GEN_AI_PROVIDER_OPENAI",
     "GEN_AI_REQUEST_MODEL",
     "GEN_AI_RESPONSE_ID",
     "GEN_AI_RESPONSE_MODEL",
@@ -117,11 +128,13 @@ __all__ = [
     "LANGFUSE_TRACE_METADATA",
     "LANGFUSE_TRACE_NAME",
     "LANGFUSE_TRACE_OUTPUT",
+    "LANGFUSE_TYPE_AGENT",
     "LANGFUSE_TYPE_EVALUATOR",
     "LANGFUSE_TYPE_GENERATION",
     "LANGFUSE_TYPE_RETRIEVER",
     "LANGFUSE_TYPE_SPAN",
     "LANGFUSE_TYPE_TOOL",
+    "LINK_REF_TYPE",
     "LINK_TYPE",
     "LINK_TYPE_JUDGED_TURN",
     "LLM_INPUT_MESSAGES",
@@ -139,10 +152,14 @@ __all__ = [
     "OPENINFERENCE_SPAN_KIND",
     "OUTPUT_MIME_TYPE",
     "OUTPUT_VALUE",
+    "REFERENCE_SET_METADATA_KEY",
+    "REF_TYPE_CHILD_OF",
     "RETRIEVAL_DOCUMENTS",
     "SESSION_ID",
+    "SPAN_AGENT",
     "SPAN_CHAT",
     "SPAN_JUDGE",
+    "SPAN_KIND_AGENT",
     "SPAN_KIND_CHAIN",
     "SPAN_KIND_EVALUATOR",
     "SPAN_KIND_LLM",
@@ -155,14 +172,19 @@ __all__ = [
     "TRACER_NAME",
     "USER_ID",
     "DocumentKeys",
+    "agent_span_name",
     "chat_span_name",
     "document_keys",
+    "error_type_of",
+    "evaluator_attributes",
     "input_message_keys",
     "judge_identity_attributes",
     "judge_score_key",
     "judge_usage_key",
     "langfuse_metadata_key",
     "output_message_keys",
+    "output_tool_call_keys",
+    "provider_of_endpoint",
     "retrieval_metric_key",
     "retrieval_span_name",
     "tool_span_name",
@@ -182,6 +204,15 @@ SPAN_JUDGE: Final = "ragaudit.judge"
 """The judgement of one turn (OpenInference EVALUATOR, Langfuse evaluator)."""
 SPAN_TOOL: Final = "execute_tool"
 """GenAI semconv: a tool call span is named ``execute_tool {gen_ai.tool.name}``."""
+
+
+SPAN_AGENT: Final = "invoke_agent"
+"""GenAI semconv: an agent's turn span is named ``invoke_agent {gen_ai.agent.name}``."""
+
+
+def agent_span_name(agent: str | None) -> str:
+    """``invoke_agent {agent}``, or ``invoke_agent`` when the agent has no name."""
+    return f"{SPAN_AGENT} {agent}" if agent else SPAN_AGENT
 
 
 def retrieval_span_name(source: str | None) -> str:
@@ -206,6 +237,7 @@ SPAN_KIND_RETRIEVER: Final = "RETRIEVER"
 SPAN_KIND_LLM: Final = "LLM"
 SPAN_KIND_EVALUATOR: Final = "EVALUATOR"
 SPAN_KIND_TOOL: Final = "TOOL"
+SPAN_KIND_AGENT: Final = "AGENT"
 TOOL_NAME: Final = "tool.name"
 INPUT_VALUE: Final = "input.value"
 """*content* The span's input: the question (turn, retrieval), the prompt (LLM)."""
@@ -262,11 +294,23 @@ def output_message_keys(i: int) -> tuple[str, str]:
     return f"{LLM_OUTPUT_MESSAGES}.{i}.message.role", f"{LLM_OUTPUT_MESSAGES}.{i}.message.content"
 
 
+def output_tool_call_keys(i: int, j: int) -> tuple[str, str, str]:
+    """``(id key, function name key, arguments key)`` of tool call *j* in output message *i*
+    (OpenInference ``llm.output_messages.{i}.message.tool_calls.{j}.tool_call.*``)."""
+    prefix = f"{LLM_OUTPUT_MESSAGES}.{i}.message.tool_calls.{j}.tool_call."
+    return prefix + "id", prefix + "function.name", prefix + "function.arguments"
+
+
 # --- OTel GenAI semantic conventions (open-telemetry/semantic-conventions-genai, development) --
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
 GEN_AI_OPERATION_RETRIEVAL: Final = "retrieval"
 GEN_AI_OPERATION_CHAT: Final = "chat"
 GEN_AI_OPERATION_EXECUTE_TOOL: Final = "execute_tool"
+GEN_AI_OPERATION_INVOKE_AGENT: Final = "invoke_agent"
+GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+"""The agent's name, as the app named it (LangGraph's graph name, a LlamaIndex agent's ``name``)."""
+GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+"""*content* JSON list of the model's reply messages (``role``, ``parts``: ``text`` / ``tool_call``)."""
 GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
 GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
@@ -276,6 +320,8 @@ GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
 GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
 """The conversation (session) the turn belongs to; also written as :data:`SESSION_ID`."""
 GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+"""Required on inference spans: the provider as the client knows it (see :func:`provider_of_endpoint`)."""
+GEN_AI_PROVIDER_OPENAI: Final = "openai"
 GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
 GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
 GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
@@ -285,7 +331,9 @@ GEN_AI_DATA_SOURCE_ID: Final = "gen_ai.data_source.id"
 GEN_AI_RETRIEVAL_QUERY_TEXT: Final = "gen_ai.retrieval.query.text"
 """*content* The retrieval query."""
 GEN_AI_RETRIEVAL_DOCUMENTS: Final = "gen_ai.retrieval.documents"
-"""JSON list of ``{id, score, rank, source}`` (semconv: each document SHOULD have id and score)."""
+"""JSON list of ``{id, score, rank, source}`` (semconv: each document SHOULD have id and score); an
+unscored document has no ``score`` key, an unknown source no ``source`` (never null). A JSON string,
+not a structured value: see ``docs/concepts/spans.md`` (Langfuse reads no OTLP maps)."""
 GEN_AI_EVALUATION_RESULT: Final = "gen_ai.evaluation.result"
 """Event name: one per judge score, on the judge span."""
 GEN_AI_EVALUATION_NAME: Final = "gen_ai.evaluation.name"
@@ -302,7 +350,10 @@ MISSING_SCORE_LABEL: Final = "missing"
 # --- OTel general conventions ------------------------------------------------------------------
 ATTR_ERROR_TYPE: Final = "error.type"
 """Low-cardinality error class (general semconv; also part of the evaluation event)."""
+ERROR_TYPE_OTHER: Final = "_OTHER"
+"""General semconv fallback of ``error.type`` when the failure names no exception type."""
 ERROR_TYPE_TURN_ERROR: Final = "ragaudit.turn_error"
+"""Deprecated: no longer written (``error.type`` is the exception's type, :func:`error_type_of`)."""
 ERROR_TYPE_JUDGE_ERROR: Final = "ragaudit.judge_error"
 ERROR_TYPE_MISSING_SCORE: Final = "ragaudit.missing_score"
 EVENT_EXCEPTION: Final = "exception"
@@ -326,6 +377,7 @@ LANGFUSE_TYPE_TOOL: Final = "tool"
 LANGFUSE_TYPE_RETRIEVER: Final = "retriever"
 LANGFUSE_TYPE_GENERATION: Final = "generation"
 LANGFUSE_TYPE_EVALUATOR: Final = "evaluator"
+LANGFUSE_TYPE_AGENT: Final = "agent"
 LANGFUSE_OBSERVATION_INPUT: Final = "langfuse.observation.input"
 """*content* The observation's input: question (turn, retrieval), messages JSON (chat), arguments
 (tool), what the judge was shown (judge, JSON)."""
@@ -390,6 +442,10 @@ _RETRIEVAL_METRIC_PREFIX: Final = "ragaudit.retrieval."
 LINK_TYPE: Final = "ragaudit.link.type"
 LINK_TYPE_JUDGED_TURN: Final = "judged_turn"
 """Attribute value on the judge span's link to the turn span."""
+LINK_REF_TYPE: Final = "opentracing.ref_type"
+"""On the judge span's link when the turn is also its parent: :data:`REF_TYPE_CHILD_OF`, so Jaeger
+keeps the parent reference CHILD_OF (a link to the parent otherwise makes it FOLLOWS_FROM)."""
+REF_TYPE_CHILD_OF: Final = "child_of"
 
 ATTR_DOCUMENT_OMITTED: Final = "ragaudit.document.omitted"
 """Retrieval span: how many documents (the lowest ranked) were not recorded, beyond the cap."""
@@ -467,7 +523,9 @@ ATTR_JUDGE_MODEL: Final = "ragaudit.judge.model"
 ATTR_JUDGE_ENDPOINT: Final = "ragaudit.judge.endpoint"
 """The judge endpoint's ``host[:port]``: never credentials, path or query."""
 ATTR_JUDGE_PROTOCOL: Final = "ragaudit.judge.protocol"
-"""The judge's prompt protocol version."""
+"""The judge protocol's name (``full-audit``, ``three-score``, ``g-eval``, ...)."""
+ATTR_JUDGE_PROTOCOL_VERSION: Final = "ragaudit.judge.protocol_version"
+"""The judge protocol's wire version (``ragaudit-judge/3``): prompts and verdict schema of that version."""
 ATTR_JUDGE_PROMPT_HASH: Final = "ragaudit.judge.prompt_hash"
 """First 16 hex digits of the SHA-256 of the judge's prompt template and verdict schema."""
 ATTR_JUDGE_RESPONSE_ID: Final = "ragaudit.judge.response_id"
@@ -479,6 +537,7 @@ _IDENTITY_KEYS: Final = {
     "model": ATTR_JUDGE_MODEL,
     "endpoint": ATTR_JUDGE_ENDPOINT,
     "protocol": ATTR_JUDGE_PROTOCOL,
+    "protocol_version": ATTR_JUDGE_PROTOCOL_VERSION,
     "prompt_hash": ATTR_JUDGE_PROMPT_HASH,
     "response_id": ATTR_JUDGE_RESPONSE_ID,
 }
@@ -494,3 +553,73 @@ def judge_identity_attributes(identity: Mapping[str, Any] | None) -> dict[str, s
     if ATTR_JUDGE_RESPONSE_ID in attrs:
         attrs[GEN_AI_RESPONSE_ID] = attrs[ATTR_JUDGE_RESPONSE_ID]
     return attrs
+
+
+# --- evaluator identity (semantic-conventions-genai PR #359, proposed) ---------------------------
+# Written next to ragaudit.judge.* (kept) on the judge span and on every gen_ai.evaluation.result
+# record. The PR asks for values the evaluator really exposes, never synthesised ones: the judge's
+# name is ragaudit's identifier of the evaluator; what makes two of its results comparable is the
+# model asked plus the protocol and the exact prompt, so those are its version.
+GEN_AI_EVALUATION_EVALUATOR_ID: Final = "gen_ai.evaluation.evaluator.id"
+"""The judge's name (``ragaudit.judge.name``), with its model for an LLM judge: ``chat/gpt-4o-mini``."""
+GEN_AI_EVALUATION_EVALUATOR_VERSION: Final = "gen_ai.evaluation.evaluator.version"
+"""The judge protocol's wire version and prompt hash: ``ragaudit-full-audit/1+3f2a…``."""
+GEN_AI_EVALUATION_EVALUATOR_TYPE: Final = "gen_ai.evaluation.evaluator.type"
+"""The mechanism that decides the score: :data:`EVALUATOR_TYPE_LLM_JUDGE` for an LLM judge; not
+set for other judges (the PR sets a type only where the mechanism is known)."""
+EVALUATOR_TYPE_LLM_JUDGE: Final = "llm_judge"
+GEN_AI_EVALUATION_REFERENCE_SET_ID: Final = "gen_ai.evaluation.reference_set.id"
+"""The reference set (dataset) the judgement was made against: the turn's
+:data:`REFERENCE_SET_METADATA_KEY`, absent when the app names none."""
+REFERENCE_SET_METADATA_KEY: Final = "ragaudit.reference_set.id"
+"""Turn metadata key (run metadata, instrument tags) that names the reference set a run is judged against."""
+
+
+def evaluator_attributes(judge: str, identity: Mapping[str, Any] | None,
+                         metadata: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The ``gen_ai.evaluation.evaluator.*`` / ``reference_set.id`` attributes of a judgement by
+    *judge* with *identity* (``JudgeIdentity.to_dict()``) of a turn with *metadata*."""
+    identity = identity or {}
+    model, prompt_hash = identity.get("model"), identity.get("prompt_hash")
+    protocol = identity.get("protocol_version")  # the protocol's wire version (its name is "protocol")
+    attrs: dict[str, str] = {GEN_AI_EVALUATION_EVALUATOR_ID: f"{judge}/{model}" if model else judge}
+    version = "+".join(v for v in (protocol, prompt_hash) if isinstance(v, str) and v)
+    if version:
+        attrs[GEN_AI_EVALUATION_EVALUATOR_VERSION] = version
+    if model:
+        attrs[GEN_AI_EVALUATION_EVALUATOR_TYPE] = EVALUATOR_TYPE_LLM_JUDGE
+    reference_set = (metadata or {}).get(REFERENCE_SET_METADATA_KEY)
+    if isinstance(reference_set, str) and reference_set:
+        attrs[GEN_AI_EVALUATION_REFERENCE_SET_ID] = reference_set
+    return attrs
+
+
+# Well-known hosts -> gen_ai.provider.name (the registry's values). Any other host is reached with
+# the OpenAI chat-completions client, which the convention names "openai" ("based on the
+# instrumentation's best knowledge": a proxy or local server speaking that API).
+_PROVIDER_HOSTS: Final = (
+    ("openai.azure.com", "azure.ai.openai"), ("services.ai.azure.com", "azure.ai.inference"),
+    ("api.anthropic.com", "anthropic"), ("generativelanguage.googleapis.com", "gcp.gemini"),
+    ("aiplatform.googleapis.com", "gcp.vertex_ai"), ("api.groq.com", "groq"),
+    ("api.deepseek.com", "deepseek"), ("api.mistral.ai", "mistral_ai"), ("api.x.ai", "x_ai"),
+    ("api.perplexity.ai", "perplexity"), ("cohere.com", "cohere"), ("cohere.ai", "cohere"),
+    ("api.moonshot.ai", "moonshot_ai"), ("amazonaws.com", "aws.bedrock"),
+)
+
+
+def provider_of_endpoint(host: str | None) -> str:
+    """``gen_ai.provider.name`` of an OpenAI-compatible endpoint at *host* (``host[:port]``)."""
+    name = (host or "").rsplit(":", 1)[0].lower() if host and not host.startswith("[") else (host or "")
+    for suffix, provider in _PROVIDER_HOSTS:
+        if name == suffix or name.endswith("." + suffix):
+            return provider
+    return GEN_AI_PROVIDER_OPENAI
+
+
+def error_type_of(error: str | None) -> str:
+    """``error.type`` of an error text: the exception's (qualified) class name it starts with
+    (``openai.APIConnectionError: ...``), else ``_OTHER`` (the general convention's fallback)."""
+    from ..content import error_type
+
+    found = error_type(error)
+    return found if found != "Error" or (error or "").lstrip().startswith("Error") else ERROR_TYPE_OTHER

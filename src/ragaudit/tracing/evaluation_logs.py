@@ -84,7 +84,9 @@ def evaluation_attributes(turn: RagTurn, judgement: Judgement, reason: str | Non
     """
     trace_id, span_id = evaluated_span(turn)
     jid = judgement_id(trace_id, span_id, turn.turn_id, judgement.judge)
-    identity = c.judge_identity_attributes(judgement.identity.to_dict() if judgement.identity is not None else None)
+    identity_dict = judgement.identity.to_dict() if judgement.identity is not None else None
+    identity = c.judge_identity_attributes(identity_dict)
+    identity.update(c.evaluator_attributes(judgement.judge, identity_dict, turn.metadata))
     # The judge's own completion id stays under ragaudit.judge.response_id: gen_ai.response.id names
     # the completion being evaluated (the convention), set only when the source knows it.
     identity.pop(c.GEN_AI_RESPONSE_ID, None)

@@ -184,7 +184,7 @@ class HttpSink(BaseJudgementSink):
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until everything queued was sent or given up on; False on timeout."""
-        return self._worker.flush(timeout_s)
+        return self._worker.force_flush(timeout_s)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Flush within *timeout_s*, then stop. Never raises. Items not sent by then are counted as

@@ -16,6 +16,7 @@ returns at once, and nothing here ever raises into the host pipeline or attaches
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -68,7 +69,8 @@ class TurnHandle:
     handle back to :meth:`SpanRecorder.end_turn` exactly once.
     """
 
-    __slots__ = ("_name", "_retrievals", "_root", "_span", "_start_ns", "sampled_out", "span_id", "trace_id")
+    __slots__ = ("_agent", "_name", "_retrievals", "_root", "_span", "_start_ns", "sampled_out", "span_id",
+                 "trace_id")
 
     def __init__(
         self,
@@ -89,6 +91,7 @@ class TurnHandle:
         self._name = name
         # Retrieval spans started by SpanRecorder.start_children, ended by end_turn.
         self._retrievals: list[_OpenRetrieval] | None = None
+        self._agent: str | None = None  # SpanRecorder.mark_agent
 
     def __repr__(self) -> str:
         return f"TurnHandle(trace_id={self.trace_id!r}, span_id={self.span_id!r})"
@@ -167,6 +170,13 @@ class SpanRecorder(SpanWriter):
         except Exception as exc:
             self._report("start_turn", exc)
             return _DISABLED
+
+    def mark_agent(self, handle: TurnHandle, agent: str) -> None:
+        """Make the open turn span of *handle* an agent's: GenAI ``invoke_agent`` (span name
+        ``invoke_agent {agent}``, ``gen_ai.agent.name``), OpenInference AGENT, Langfuse agent.
+        Call before :meth:`end_turn`; never raises."""
+        if handle._span is not None and isinstance(agent, str):
+            handle._agent = agent
 
     def end_turn(
         self,
@@ -278,8 +288,20 @@ class SpanRecorder(SpanWriter):
             attrs[c.ATTR_MODEL] = turn.model
         if turn.answer is not None:
             attrs[c.ATTR_ANSWER_CHARS] = len(turn.answer)
+        if handle._agent is not None:
+            name = c.agent_span_name(handle._agent)
+            span.update_name(name)
+            attrs.update({c.GEN_AI_OPERATION_NAME: c.GEN_AI_OPERATION_INVOKE_AGENT,
+                          c.GEN_AI_AGENT_NAME: handle._agent, c.OPENINFERENCE_SPAN_KIND: c.SPAN_KIND_AGENT,
+                          c.LANGFUSE_OBSERVATION_TYPE: c.LANGFUSE_TYPE_AGENT})
+            if turn.model:
+                attrs[c.GEN_AI_REQUEST_MODEL] = turn.model
+            # required on an agent span: the provider of the agent's model (its calls say it)
+            provider = next((g.provider for g in turn.generations if g.provider), None)
+            if provider is not None:
+                attrs[c.GEN_AI_PROVIDER_NAME] = provider
         if handle._root:
-            attrs[c.LANGFUSE_TRACE_NAME] = handle._name
+            attrs[c.LANGFUSE_TRACE_NAME] = c.agent_span_name(handle._agent) if handle._agent else handle._name
         self._who(attrs, turn.metadata)
         if capture:
             query = self._text(turn.query)
@@ -300,7 +322,7 @@ class SpanRecorder(SpanWriter):
         # A full audit judged before the turn span ends (inline): judged metrics, citation scores.
         attrs.update(turn_audit_attributes(record))
         if turn.error:
-            self._mark_error(span, attrs, turn.error, c.ERROR_TYPE_TURN_ERROR)
+            self._mark_error(span, attrs, turn.error, c.error_type_of(turn.error))
         span.set_attributes(self._bounded(attrs))
 
         tracer = self._tracer
@@ -315,8 +337,10 @@ class SpanRecorder(SpanWriter):
         grades = record_grades(record)
         for retrieval in opened:
             self._end_retrieval(retrieval, grades)
+        # The conversation id goes on each chat span too (the convention's inference-span attribute).
+        conversation = attrs.get(c.GEN_AI_CONVERSATION_ID)
         for generation in turn.generations:
-            self._generation_span(tracer, parent, generation, start_ns, end_ns)
+            self._generation_span(tracer, parent, generation, start_ns, end_ns, conversation)
         for call in turn.tool_calls:
             self._tool_span(tracer, parent, call, start_ns, end_ns)
 
@@ -388,12 +412,16 @@ class SpanRecorder(SpanWriter):
                 attrs[keys.content] = self._text(doc.content)
                 meta.update(self.content_policy.metadata(doc.metadata) or {})
             attrs[keys.metadata] = self._json(meta)
-            summary.append({"id": doc.id, "score": doc.score, "rank": doc.rank, "source": source})
-        attrs[c.GEN_AI_RETRIEVAL_DOCUMENTS] = attrs[c.LANGFUSE_OBSERVATION_OUTPUT] = _dumps(summary)
-        attrs[c.OUTPUT_MIME_TYPE] = c.MIME_JSON
+            summary.append(_document_summary(doc.id, doc.score, doc.rank, source))
+        # One JSON text for all three (see _document_summary): the GenAI documents, and the span's
+        # output for Phoenix (output.value: a mime type never goes out without its value) and Langfuse.
+        documents = _dumps(summary)
+        self._io(attrs, c.OUTPUT_VALUE, c.OUTPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_OUTPUT, documents, c.MIME_JSON)
+        attrs[c.GEN_AI_RETRIEVAL_DOCUMENTS] = documents
         start = r.started_at if r.started_at is not None else start_ns
         end = r.ended_at if r.ended_at is not None else end_ns
-        span = tracer.start_span(c.retrieval_span_name(r.name), context=parent, kind=SpanKind.INTERNAL,
+        # CLIENT: the convention's kind for a retrieval (a call to a store, even an embedded one).
+        span = tracer.start_span(c.retrieval_span_name(r.name), context=parent, kind=SpanKind.CLIENT,
                                  attributes=self._bounded(attrs), start_time=start)
         return _OpenRetrieval(span, recorded, end, r.error)
 
@@ -402,16 +430,19 @@ class SpanRecorder(SpanWriter):
         try:
             extra = retrieval_grades(opened.recorded, grades)
             if opened.error:
-                self._mark_error(span, extra, opened.error, c.ERROR_TYPE_TURN_ERROR)
+                self._mark_error(span, extra, opened.error, c.error_type_of(opened.error))
             if extra:
                 span.set_attributes(self._bounded(extra))
         finally:
             span.end(end_time=opened.end_ns)
 
     def _generation_span(
-        self, tracer: Tracer, parent: Context, g: Generation, start_ns: int, end_ns: int
+        self, tracer: Tracer, parent: Context, g: Generation, start_ns: int, end_ns: int,
+        conversation: str | None = None,
     ) -> None:
         attrs = dict(self._generation_attrs)
+        if conversation is not None:
+            attrs[c.GEN_AI_CONVERSATION_ID] = conversation
         if g.model:
             attrs[c.GEN_AI_REQUEST_MODEL] = attrs[c.LLM_MODEL_NAME] = g.model
             attrs[c.LANGFUSE_OBSERVATION_MODEL_NAME] = g.model
@@ -431,7 +462,9 @@ class SpanRecorder(SpanWriter):
                          c.MIME_TEXT)
                 role_key, content_key = c.input_message_keys(0)
                 attrs[role_key], attrs[content_key] = "user", prompt
-            if g.output is not None:
+            if g.tool_calls:
+                self._tool_call_reply(attrs, g)
+            elif g.output is not None:
                 output = self._text(g.output)
                 self._io(attrs, c.OUTPUT_VALUE, c.OUTPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_OUTPUT, output,
                          c.MIME_TEXT)
@@ -440,6 +473,33 @@ class SpanRecorder(SpanWriter):
         start = g.started_at if g.started_at is not None else start_ns
         end = g.ended_at if g.ended_at is not None else end_ns
         self._child(tracer, parent, c.chat_span_name(g.model), SpanKind.CLIENT, attrs, start, end, g.error)
+
+    def _tool_call_reply(self, attrs: dict[str, Any], g: Generation) -> None:
+        """A reply that asked for tools, with capture on: OpenInference
+        ``llm.output_messages.0.message.tool_calls.{j}.tool_call.*`` (Phoenix) and the GenAI output
+        message with ``tool_call`` parts, as a JSON string (``gen_ai.output.messages``, also the
+        observation's output: Langfuse renders it as the reply). A JSON string, not a structured
+        value: the SDK could send a map, but Langfuse's OTLP reader decodes no ``kvlistValue`` (it
+        would show the wire wrapper) and Jaeger shows a map as its JSON text anyway."""
+        role_key, content_key = c.output_message_keys(0)
+        attrs[role_key] = "assistant"
+        parts: list[dict[str, Any]] = []
+        if g.output:
+            attrs[content_key] = text = self._text(g.output)
+            parts.append({"type": "text", "content": text})
+        for j, call in enumerate(g.tool_calls[:_MAX_MESSAGES]):
+            id_key, name_key, arguments_key = c.output_tool_call_keys(0, j)
+            attrs[name_key] = call.name
+            part: dict[str, Any] = {"type": "tool_call", "name": call.name}
+            if call.call_id:
+                attrs[id_key] = part["id"] = call.call_id
+            if call.arguments is not None:
+                attrs[arguments_key] = arguments = self._text(call.arguments)
+                part["arguments"] = _json_or_text(arguments)
+            parts.append(part)
+        reply = self._json([{"role": "assistant", "parts": parts, "finish_reason": "tool_call"}])
+        attrs[c.GEN_AI_OUTPUT_MESSAGES] = reply
+        self._io(attrs, c.OUTPUT_VALUE, c.OUTPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_OUTPUT, reply, c.MIME_JSON)
 
     def _messages(self, attrs: dict[str, Any], messages: Sequence[tuple[str, str]]) -> None:
         """The chat messages sent: a JSON list of ``{role, content}`` as the input (Langfuse renders
@@ -499,7 +559,7 @@ class SpanRecorder(SpanWriter):
         try:
             if error:
                 extra: dict[str, Any] = {}
-                self._mark_error(span, extra, error, c.ERROR_TYPE_TURN_ERROR)
+                self._mark_error(span, extra, error, c.error_type_of(error))
                 span.set_attributes(extra)
         finally:
             span.end(end_time=end_ns)
@@ -509,8 +569,9 @@ class SpanRecorder(SpanWriter):
         """Record *judgement* of *turn* as a ``ragaudit.judge`` span.
 
         With ``judge_trace="turn"`` the span's parent is the turn span (from
-        ``turn.trace_id``/``turn.span_id``) and it has no link (Jaeger would show a link to the
-        parent as the parent reference, FOLLOWS_FROM); with ``"separate"`` it is the root of a
+        ``turn.trace_id``/``turn.span_id``) and its one link to the turn (OpenInference) says
+        ``opentracing.ref_type=child_of`` (Jaeger keeps the parent reference CHILD_OF); with
+        ``"separate"`` it is the root of a
         new trace with a link to the turn span. A turn that was never traced gets a judge span of
         its own trace. Present scores become ``ragaudit.judge.<score>`` attributes; each of the
         three scores becomes a ``gen_ai.evaluation.result`` event, where a missing score has no
@@ -528,3 +589,26 @@ class SpanRecorder(SpanWriter):
             return
         write_judge_span(self, record)
 
+
+def _document_summary(doc_id: str, score: float | None, rank: int, source: str | None) -> dict[str, Any]:
+    """One entry of ``gen_ai.retrieval.documents``: ``id`` always, ``score`` only when the retriever
+    gave one (the convention asks for id and score, SHOULD, not MUST: a made-up score or a null would
+    claim what the retriever never said, so an unscored document has none), ``rank`` and ``source``
+    (ours). A JSON string, not a structured value: the entries are maps, which Langfuse's OTLP reader
+    does not decode (``kvlistValue``) and Jaeger shows as JSON text anyway."""
+    entry: dict[str, Any] = {"id": doc_id}
+    if score is not None:
+        entry["score"] = score
+    entry["rank"] = rank
+    if source is not None:
+        entry["source"] = source
+    return entry
+
+
+def _json_or_text(text: str) -> Any:
+    """Tool-call arguments as the object they are (the convention: an object, deserialised where the
+    instrumentation can), or the text when it is not JSON (or was cut)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text

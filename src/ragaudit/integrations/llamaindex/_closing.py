@@ -88,6 +88,7 @@ def _children(turn: Turn) -> list[tuple[int, Step]]:
         children.append((g.seq, ModelCall(run_id, turn.parents.get(run_id), g.started_at, g.ended_at,
                                           messages=messages, prompt=g.prompt,
                                           template_variables=g.template_variables or {}, output=g.output,
+                                          tool_calls=g.tool_calls,
                                           model=g.model, provider=g.provider, input_tokens=g.input_tokens,
                                           output_tokens=g.output_tokens, error=g.error)))
     for run_id, t in turn.tools.items():

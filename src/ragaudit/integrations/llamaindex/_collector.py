@@ -39,6 +39,7 @@ from ._values import (
     source_nodes_of,
     span_name,
     stop_result,
+    tool_calls_of,
     usage_of,
 )
 
@@ -299,21 +300,24 @@ class Collector:
                            caller: Any = None) -> None:
         """Register a model call inside *outer* (a model call, or None); call with the lock held.
 
-        A call with no parent span at all was made lazily by a stream (an async stream over a sync
-        one): it belongs to the unfinished call of the same LLM object, if there is one.
+        A call whose parent is no model call was made lazily by a stream: with no parent span at all
+        (an async stream over a sync one), or under the span of the stream's consumer (an agent's
+        ``astream_chat_with_tools`` returns at once; its ``astream_chat`` runs as the agent reads):
+        it belongs to the unfinished call of the same LLM object, if there is one, not a second one.
         """
-        key = turn.llm_key.get(outer, run_id) if outer is not None else run_id
+        key = turn.llm_key.get(outer) if outer is not None else None
         caller_id = id(caller) if caller is not None else 0
-        if outer is None and caller_id:
-            key = next((k for k, g in turn.generations.items()
-                        if g.caller == caller_id and g.ended_at is None), run_id)
+        if key is None and caller_id:
+            key = next((k for k, g in turn.generations.items() if g.caller == caller_id and g.ended_at is None), None)
+        if key is None:
+            key = run_id
         turn.llm_key[run_id] = key
         if key not in turn.generations:
             turn.generations[key] = Generating(turn.next_seq(), now, caller=caller_id,
                                                 provider=provider_of(caller) if caller is not None else None)
 
     def model_called(self, run_id: str, model: str | None, prompt: str | None, now: int,
-                     messages: tuple[tuple[str, str], ...] = ()) -> None:
+                     messages: tuple[tuple[str, str], ...] = (), provider: str | None = None) -> None:
         with self.store.lock:
             turn = self.store.state_of(run_id)
             if turn is None:
@@ -321,6 +325,8 @@ class Collector:
             generating = self._generating(turn, run_id, now)
             if generating.model is None:
                 generating.model = model
+            if generating.provider is None:  # no span start saw the LLM object (legacy callbacks)
+                generating.provider = provider
             if generating.prompt is None:  # in full: the evidence is matched against it (the assembler
                 generating.prompt = prompt    # keeps it out of the turn when content capture is off)
                 generating.messages = messages
@@ -336,6 +342,7 @@ class Collector:
 
     def model_answered(self, run_id: str, response: Any, now: int, error: Any = None) -> None:
         output = output_of(response)
+        tool_calls = tool_calls_of(response)
         input_tokens, output_tokens = usage_of(response)
         with self.store.lock:
             turn = self.store.state_of(run_id)
@@ -345,6 +352,8 @@ class Collector:
             outermost = turn.llm_key.get(run_id) == run_id
             if output is not None and (outermost or generating.output is None):
                 generating.output = output
+            if tool_calls and (outermost or not generating.tool_calls):
+                generating.tool_calls = tool_calls
             if input_tokens is not None and (outermost or generating.input_tokens is None):
                 generating.input_tokens = input_tokens
             if output_tokens is not None and (outermost or generating.output_tokens is None):

@@ -29,9 +29,11 @@ from pydantic import Field
 from .._common import report_failure
 from ._collector import Collector
 from ._values import (
+    agent_name,
     messages_of,
     messages_text,
     model_from,
+    provider_from,
     query_from_args,
     retriever_name,
     span_name,
@@ -66,7 +68,9 @@ class SpanHandler(BaseSpanHandler[BaseSpan]):
             name = span_name(id_)
             kind = turn_kind(name, instance)
             collector: Collector = self.collector
-            root = (kind, name, query_from_args(bound_args, collector.query_keys), _own_tags(tags)) \
+            # an agent's turn is named after the agent (its ``name``, "Agent" by default), not the span
+            run_name = agent_name(instance) or name if kind == "agent" else name
+            root = (kind, run_name, query_from_args(bound_args, collector.query_keys), _own_tags(tags)) \
                 if kind is not None else None
             turn = collector.start_run(id_, parent_span_id, root, now)
             if turn is None:
@@ -142,12 +146,14 @@ def _on_response(c: Collector, e: Any, span_id: str, now: int) -> None:
 
 
 def _on_chat_start(c: Collector, e: Any, span_id: str, now: int) -> None:
-    c.model_called(span_id, model_from(e.model_dict), messages_text(e.messages), now, messages_of(e.messages))
+    c.model_called(span_id, model_from(e.model_dict), messages_text(e.messages), now, messages_of(e.messages),
+                   provider_from(e.model_dict))
     c.conversation_seen(span_id, e.messages)
 
 
 def _on_completion_start(c: Collector, e: Any, span_id: str, now: int) -> None:
-    c.model_called(span_id, model_from(e.model_dict), e.prompt if isinstance(e.prompt, str) else None, now)
+    c.model_called(span_id, model_from(e.model_dict), e.prompt if isinstance(e.prompt, str) else None, now,
+                   provider=provider_from(e.model_dict))
 
 
 def _on_predict_start(c: Collector, e: Any, span_id: str, now: int) -> None:

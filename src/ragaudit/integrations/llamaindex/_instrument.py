@@ -10,7 +10,7 @@ from typing import Any
 from llama_index.core.instrumentation import get_dispatcher
 
 from ... import _fork
-from ..._deprecation import renamed_kwargs
+from ..._deprecation import deprecated_alias
 from ...auditor import DEFAULT_TURN_MEASURES, Auditor
 from ._collector import Collector
 from ._dispatch import EventHandler, SpanHandler
@@ -33,16 +33,17 @@ class Audited:
         """The :class:`~ragaudit.tracing.SpanRecorder` that writes the turn spans."""
         return self._collector.recorder
 
-    @renamed_kwargs(timeout="timeout_s")
-    def flush(self, timeout_s: float | None = 30.0) -> bool:
+    def force_flush(self, timeout_s: float | None = 30.0) -> bool:
         """Close the turns of streams dropped unfinished, then wait for every pending judgement.
 
         Returns False when *timeout_s* (seconds) ran out first.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        ok = stream_closer.flush(timeout_s)
+        ok = stream_closer.force_flush(timeout_s)
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return self._collector.auditor.flush(remaining) and ok
+        return self._collector.auditor.force_flush(remaining) and ok
+
+    flush = deprecated_alias("force_flush", timeout="timeout_s")
 
     def stats(self) -> dict[str, int]:
         """``open_turns`` (in flight now), ``closed_turns`` and ``evicted`` (ended early at *max_runs*)."""
@@ -55,7 +56,7 @@ class Audited:
 class LlamaIndexInstrumentation(Audited):
     """What :func:`instrument` attached to LlamaIndex's root dispatcher; :func:`uninstrument` detaches it.
 
-    ``auditor`` judges the turns, ``recorder`` writes the turn spans. :meth:`flush` waits for the
+    ``auditor`` judges the turns, ``recorder`` writes the turn spans. :meth:`force_flush` waits for the
     judgements of the turns closed so far; :meth:`stats` counts turns. ``attached``: whether runs
     that start now are audited. Once detached, its handlers stay on the dispatcher only until the
     turns in flight then have closed (each as one turn), and ignore everything else.

@@ -14,7 +14,7 @@ from .._common import report_failure
 from ._collector import Collector
 from ._instrument import Audited
 from ._state import LEGACY_LLM, RootInfo
-from ._values import LEGACY_ROOT, UNSET, messages_of, messages_text, model_from, query_text
+from ._values import LEGACY_ROOT, UNSET, messages_of, messages_text, model_from, provider_from, query_text
 
 __all__ = ["RagAuditLlamaIndexHandler"]
 
@@ -92,7 +92,7 @@ class RagAuditLlamaIndexHandler(Audited, BaseCallbackHandler):
             if not isinstance(prompt, str):
                 prompt = messages_text(payload.get(EventPayload.MESSAGES))
                 messages = messages_of(payload.get(EventPayload.MESSAGES))
-            collector.model_called(event_id, model_from(serialized), prompt, now, messages)
+            collector.model_called(event_id, model_from(serialized), prompt, now, messages, provider_from(serialized))
 
     def on_event_end(self, event_type: CBEventType, payload: dict[str, Any] | None = None,
                      event_id: str = "", **kwargs: Any) -> None:

@@ -7,6 +7,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..steps import ModelToolCall
+
 if TYPE_CHECKING:
     from ._collector import Collector
 
@@ -39,6 +41,7 @@ class Generating:
     provider: str | None = None
     messages: tuple[tuple[str, str], ...] = ()
     template_variables: Mapping[str, str] | None = None  # what a predict call filled into its template
+    tool_calls: tuple[ModelToolCall, ...] = ()  # what the reply asked for, when it was a tool call
 
 
 @dataclass(slots=True)

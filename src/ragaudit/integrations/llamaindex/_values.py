@@ -6,6 +6,7 @@ for one thing) and never raises for a value of an unexpected type: it answers No
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,8 +17,10 @@ from llama_index.core.base.response.schema import AsyncStreamingResponse, Stream
 from llama_index.core.chat_engine.types import BaseChatEngine, StreamingAgentChatResponse
 from llama_index.core.workflow import StopEvent, Workflow
 
+from ...content import exception_type_name
 from ...records import RetrievedDoc
 from .._common import retrieved_doc
+from ..steps import ModelToolCall
 
 __all__ = [
     "CHAT_WRITE_METHODS",
@@ -27,6 +30,7 @@ __all__ = [
     "STREAM_KEY",
     "UNSET",
     "WORKFLOW_QUERY_KEYS",
+    "agent_name",
     "answer_from",
     "convert_nodes",
     "error_text",
@@ -34,6 +38,7 @@ __all__ = [
     "messages_text",
     "model_from",
     "output_of",
+    "provider_from",
     "provider_of",
     "query_from_args",
     "query_text",
@@ -43,6 +48,7 @@ __all__ = [
     "span_name",
     "stop_result",
     "template_variables",
+    "tool_calls_of",
     "turn_kind",
     "usage_of",
     "user_message_of",
@@ -71,7 +77,7 @@ _UUID_SUFFIX = 37  # "-" + str(uuid4()) at the end of a dispatcher span id
 
 
 def error_text(error: BaseException | str) -> str:
-    return error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    return error if isinstance(error, str) else f"{exception_type_name(error)}: {error}"
 
 
 def span_name(span_id: str) -> str:
@@ -112,6 +118,15 @@ def turn_kind(name: str, instance: Any) -> str | None:
     return None
 
 
+def agent_name(agent: Any) -> str | None:
+    """The name an app gave its agent (``FunctionAgent(name=...)``; an ``AgentWorkflow``'s root
+    agent), None when it has none."""
+    name = getattr(agent, "name", None)
+    if not isinstance(name, str) or not name:
+        name = getattr(agent, "root_agent", None)
+    return name if isinstance(name, str) and name else None
+
+
 def retriever_name(retriever: Any) -> str:
     """The name of a retrieval span's source: the vector store a vector-index retriever searches
     (``ChromaVectorStore`` -> ``Chroma``, as LangChain names it), else the retriever's class."""
@@ -123,17 +138,31 @@ def retriever_name(retriever: Any) -> str:
     return name if short in ("", "Base", "Simple") else short
 
 
-_PROVIDERS: dict[type, str | None] = {}
+_PROVIDERS: dict[type, str] = {}
 
 
-def provider_of(llm: Any) -> str | None:
+def provider_of(llm: Any) -> str:
     """The provider of an LLM from its integration package: ``llama_index.llms.openai`` ->
-    ``"openai"``; None for LLMs defined elsewhere (``MockLLM``, an application's own)."""
+    ``"openai"``; for LLMs defined elsewhere (``MockLLM``, an application's own) its class name in
+    lower case, as LangChain's ``ls_provider`` names a model class of its own (a chat span's
+    ``gen_ai.provider.name`` is required: every path sets one)."""
     llm_type = type(llm)
     if llm_type not in _PROVIDERS:
         parts = llm_type.__module__.split(".")
-        _PROVIDERS[llm_type] = parts[2] if len(parts) > 2 and parts[:2] == ["llama_index", "llms"] else None
-    return _PROVIDERS[llm_type]
+        _PROVIDERS[llm_type] = (parts[2] if len(parts) > 2 and parts[:2] == ["llama_index", "llms"]
+                                else llm_type.__name__.lower())
+    return _PROVIDERS[llm_type]  # type: ignore[return-value]
+
+
+def provider_from(model_dict: Any) -> str | None:
+    """The provider of the LLM an event's ``model_dict`` (``llm.to_dict()``) describes, from its
+    ``class_name`` (``"openai_llm"`` -> ``"openai"``): for the paths that never see the LLM object
+    (the legacy callback manager, events without a span)."""
+    name = model_dict.get("class_name") if isinstance(model_dict, Mapping) else None
+    if not isinstance(name, str) or not name:
+        return None
+    name = name.lower()
+    return name[: -len("_llm")] if name.endswith("_llm") and len(name) > 4 else name
 
 
 def query_text(value: Any) -> str | None:
@@ -321,6 +350,31 @@ def output_of(response: Any) -> str | None:
         return content if isinstance(content, str) else None
     text = getattr(response, "text", None)
     return text if isinstance(text, str) else None
+
+
+def tool_calls_of(response: Any) -> tuple[ModelToolCall, ...]:
+    """The tool calls a ``ChatResponse``'s message asked for: its ``ToolCallBlock`` blocks (current
+    LlamaIndex), else the OpenAI-style ``additional_kwargs["tool_calls"]``; arguments as JSON text."""
+    message = getattr(response, "message", None)
+    out = []
+    for block in getattr(message, "blocks", None) or ():
+        if getattr(block, "block_type", None) == "tool_call" and isinstance(getattr(block, "tool_name", None), str):
+            kwargs = block.tool_kwargs
+            text = kwargs if isinstance(kwargs, str) else json.dumps(kwargs, ensure_ascii=False, default=str)
+            out.append(ModelToolCall(block.tool_name, block.tool_call_id, text))
+    if out:
+        return tuple(out)
+    extra = getattr(message, "additional_kwargs", None)
+    for call in (extra.get("tool_calls") if isinstance(extra, Mapping) else None) or ():
+        function = call.get("function") if isinstance(call, Mapping) else getattr(call, "function", None)
+        name = function.get("name") if isinstance(function, Mapping) else getattr(function, "name", None)
+        arguments = (function.get("arguments") if isinstance(function, Mapping)
+                     else getattr(function, "arguments", None))
+        call_id = call.get("id") if isinstance(call, Mapping) else getattr(call, "id", None)
+        if isinstance(name, str):
+            out.append(ModelToolCall(name, call_id if isinstance(call_id, str) else None,
+                                     arguments if isinstance(arguments, str) else None))
+    return tuple(out)
 
 
 def _int(value: Any) -> int | None:

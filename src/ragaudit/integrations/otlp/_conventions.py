@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..steps import ModelToolCall
 from ._decode import SpanData
 
 __all__ = ["DocReading", "Reading", "all_documents", "documents_in", "messages_in", "question_in", "read_span"]
@@ -80,6 +81,8 @@ class Reading:
     tool_name: str | None = None
     tool_call_id: str | None = None
     tool_arguments: str | None = None
+    tool_calls: list[ModelToolCall] = field(default_factory=list)
+    """The calls an LLM span's reply asked for (OpenInference ``message.tool_calls``, GenAI ``tool_call`` parts)."""
     error: str | None = None
 
 
@@ -231,6 +234,31 @@ def _oi_messages(attrs: Mapping[str, Any], prefix: str) -> list[Message]:
     return out
 
 
+def _oi_tool_calls(attrs: Mapping[str, Any]) -> list[ModelToolCall]:
+    """``llm.output_messages.{i}.message.tool_calls.{j}.tool_call.*`` of an LLM span, in order."""
+    out = []
+    for message in _indexed(attrs, "llm.output_messages"):
+        for call in _indexed(message, "message.tool_calls"):
+            name = _str(call.get("tool_call.function.name"))
+            if name is not None:
+                out.append(ModelToolCall(name, _str(call.get("tool_call.id")),
+                                         _str(call.get("tool_call.function.arguments"))))
+    return out
+
+
+def _genai_tool_calls(value: Any) -> list[ModelToolCall]:
+    """The ``tool_call`` parts of ``gen_ai.output.messages`` (arguments an object or its JSON text)."""
+    items = _json(value)
+    out = []
+    for item in items if isinstance(items, list) else ():
+        for part in (item.get("parts") if isinstance(item, dict) else None) or ():
+            if isinstance(part, dict) and part.get("type") == "tool_call" and _str(part.get("name")):
+                args = part.get("arguments")
+                out.append(ModelToolCall(part["name"], _str(part.get("id")),
+                                         args if isinstance(args, str) or args is None else json.dumps(args)))
+    return out
+
+
 def _oi_documents(attrs: Mapping[str, Any], output: Any) -> list[DocReading]:
     docs: list[DocReading] = []
     for d in _indexed(attrs, "retrieval.documents"):
@@ -286,6 +314,7 @@ def read_openinference(span: SpanData, kind_value: str) -> Reading:
     elif kind == KIND_LLM:
         r.messages = _oi_messages(attrs, "llm.input_messages")
         out = _oi_messages(attrs, "llm.output_messages")
+        r.tool_calls = _oi_tool_calls(attrs)
         r.output_text = next((t for role, t in reversed(out) if role == "assistant"), None)
         if r.output_text is None and output_json is not None:
             r.output_text = _llm_text_in(output_json)
@@ -453,6 +482,7 @@ def read_genai(span: SpanData, operation: str | None, traceloop_kind: str | None
         if system and not any(role == "system" for role, _ in r.messages):
             r.messages = [("system", t) for _, t in system] + r.messages
         out = _genai_messages(attrs.get("gen_ai.output.messages")) or _prompt_attrs(attrs, "gen_ai.completion")
+        r.tool_calls = _genai_tool_calls(attrs.get("gen_ai.output.messages"))
         r.output_text = next((t for role, t in reversed(out) if role == "assistant"), None)
         r.model = _str(attrs.get("gen_ai.response.model")) or _str(attrs.get("gen_ai.request.model"))
         r.provider = _str(attrs.get("gen_ai.provider.name")) or _str(attrs.get("gen_ai.system"))

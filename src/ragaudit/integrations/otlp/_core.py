@@ -377,7 +377,7 @@ class Worker:
         remaining = max(0.0, deadline - time.monotonic())
         self.auditor.shutdown(remaining)
         if self._outputs is not None:
-            self._outputs.flush(max(0.5, deadline - time.monotonic()))
+            self._outputs.force_flush(max(0.5, deadline - time.monotonic()))
             self._outputs.shutdown()
 
     def run(self) -> None:

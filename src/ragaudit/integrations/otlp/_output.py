@@ -98,13 +98,15 @@ class Outputs:
     meter_provider: Any
     endpoint: str | None
 
-    def flush(self, timeout_s: float) -> None:
+    def force_flush(self, timeout_s: float) -> bool:
+        ok = True
         for provider in (self.tracer_provider, self.logger_provider, self.meter_provider):
             if provider is not None:
                 try:
-                    provider.force_flush(max(1, int(timeout_s * 1000)))
+                    ok = bool(provider.force_flush(max(1, int(timeout_s * 1000)))) and ok
                 except Exception:  # a dead endpoint: the exporters count what they lost
-                    pass
+                    ok = False
+        return ok
 
     def shutdown(self) -> None:
         for provider in (self.tracer_provider, self.logger_provider, self.meter_provider):

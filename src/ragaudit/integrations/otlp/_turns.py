@@ -137,7 +137,8 @@ def _step(span: SpanData, r: Reading, parent: str | None, ids_by_text: Mapping[s
                              documents=_documents(r.documents or (), ids_by_text), error=r.error)
     if r.kind == KIND_LLM:
         return ModelCall(span.span_id, parent, span.start_ns, span.end_ns, messages=tuple(r.messages),
-                         output=r.output_text, model=r.model, provider=r.provider, input_tokens=r.input_tokens,
+                         output=r.output_text, tool_calls=tuple(r.tool_calls), model=r.model, provider=r.provider,
+                         input_tokens=r.input_tokens,
                          output_tokens=r.output_tokens, error=r.error)
     if r.kind == KIND_TOOL:
         return ToolResult(span.span_id, parent, r.tool_name or span.name, span.start_ns, span.end_ns,
