@@ -112,6 +112,7 @@ RAGAUDIT = {
     "ragaudit-default": ("instant", True, "configure"),
     "ragaudit-default-lexical": ("lexical", True, "configure"),
     "ragaudit-default-unpaced": ("instant", True, "configure"),  # only with --configs
+    "ragaudit-worker-mode": ("worker", False, "configure"),  # Auditor(mode="worker"): only with --configs
     "ragaudit": ("instant", False, "memory"),
     "ragaudit-notrace": ("instant", False, None),
 }
@@ -123,6 +124,7 @@ LABELS = {
     "ragaudit-default": "ragaudit default (audit log, configure(), instant judge)",
     "ragaudit-default-lexical": "ragaudit default, LexicalJudge",
     "ragaudit-default-unpaced": "ragaudit default, background not paced",
+    "ragaudit-worker-mode": "ragaudit, judging in ragaudit worker (mode='worker', configure())",
     "ragaudit": "ragaudit lean (in-memory spans, no audit log)",
     "ragaudit-notrace": "ragaudit, tracing not configured",
     "openinference": "OpenInference instrumentor",
@@ -177,6 +179,9 @@ def _ragaudit_auditor(config: str, bench: Bench, sink: str | None) -> tuple[Any,
 
         provider = tracing.configure(endpoint=sink)  # README's line: BatchSpanProcessor + OTLP/HTTP
     log_path = Path(tempfile.mkdtemp(prefix="ragaudit-bench-")) / "ragaudit-audit.jsonl" if audit_log else None
+    if judge_kind == "worker":  # the app records and exports its turns; ragaudit worker judges them
+        bench.auditor = Auditor(mode="worker", audit_log=None, tracer_provider=provider)
+        return bench.auditor, provider
     judge = LexicalJudge() if judge_kind == "lexical" else _fake_judge()
     latencies = bench.judging_latency_ns
 
