@@ -191,7 +191,9 @@ def _ragaudit_auditor(config: str, bench: Bench, sink: str | None) -> tuple[Any,
 
     auditor = Auditor(judge, audit_log=log_path, tracer_provider=provider, on_judgement=on_judgement)
     if not paced:
-        for worker in (auditor._closer.worker, auditor._judging, auditor._export.worker, auditor._blocking):
+        from ragaudit.integrations import closer_for
+
+        for worker in (closer_for(auditor).worker, auditor._judging, auditor._export.worker, auditor._blocking):
             if worker is not None:
                 worker._paced = False  # the host-first pacing off: what it is there to fix, measured
     bench.auditor = auditor

@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ragaudit import Auditor, FakeJudge, JudgeRequest
+from ragaudit.integrations import closer_for
 from ragaudit.records import UNSUBMITTED_REASONS, stable_doc_id
 from ragaudit.tracing import conventions as c
 from tests.support.llm_server import LLMServer, Reply, Scripted, ToolCall
@@ -146,7 +147,7 @@ class Env:
         self.expects: list[Expect] = []
         self.prompts: list[list[tuple[str, str]]] = []  # per user message, the app's model prompts and replies
         self.handler: Any = None
-        self.flushers: list[Callable[[], Any]] = [lambda: self.auditor.force_flush(20)]
+        self.flushers: list[Callable[[], Any]] = [lambda: closer_for(self.auditor).force_flush(20)]
         self.extra_turns: list[str] = []  # questions of retrievers traced on their own (not user messages)
 
     def _judge(self, request: JudgeRequest) -> dict[str, Any]:

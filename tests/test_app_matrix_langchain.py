@@ -38,7 +38,7 @@ from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
 from ragaudit import Auditor, ChatRagJudge, Judgement, RagTurn
-from ragaudit.tracing import conventions as c
+from tests.support.app_servers import check_judged_turns, check_turn_traces, check_unjudged_counts
 from tests.support.judges import open_judge
 from tests.support.llm_server import Fault, LLMServer, Reply, Scripted, ToolCall
 from tests.support.topics import QUESTIONS, answer_for, topic_documents
@@ -150,42 +150,15 @@ class Env:
     def check(self) -> None:
         self.handler.force_flush(20)
         assert self.auditor.force_flush(20)
-        judged = [e for e in self.expects if e.unjudged is None]
-        assert sorted(t.query for t in self.judged) == sorted(e.question for e in judged)
-        assert self.judge_srv.request_count == len(judged)  # one judge call per judged user message
-        turns = {t.query: t for t in self.judged}
-        for expect, final_input in zip(self.expects, self.final_inputs, strict=True):
-            if expect.unjudged is not None:
-                continue
-            turn = turns[expect.question]
-            assert turn.answer == expect.answer, expect.question
-            assert [d.id for d in turn.documents] == expect.ids == final_input, (turn.documents, final_input)
+        for expect, turn in check_judged_turns(self):
             if expect.citations is not None:
                 assert [(x.doc_id, x.method) for x in turn.citations] == [(i, "structured") for i in expect.citations]
             used = [d for r in turn.retrievals for d in r.documents if d.id not in (r.used_ids or ())]
             assert len(used) == expect.dropped, turn.retrievals
-        self.check_traces()
-        stats = self.auditor.stats()
-        for reason in {e.unjudged for e in self.expects} - {None}:
-            assert stats[f"unjudged_{reason}"] == sum(e.unjudged == reason for e in self.expects), stats
-
-    def check_traces(self) -> None:
-        spans = list(self.exporter.get_finished_spans())
-        # the turn span: ragaudit.turn, or invoke_agent {name} for an agent's turn
-        turns = [s for s in spans if s.name == c.SPAN_TURN or s.name.startswith(c.SPAN_AGENT)]
-        assert sorted(str(t.attributes[c.INPUT_VALUE]) for t in turns) == sorted(e.question for e in self.expects)
-        assert len({t.context.trace_id for t in turns}) == len(turns)  # a trace per user message
-        for turn in turns:
-            expect = next(e for e in self.expects if e.question == turn.attributes[c.INPUT_VALUE])
-            in_trace = [s for s in spans if s.context.trace_id == turn.context.trace_id]
-            names = [s.name for s in in_trace]
-            assert names.count(c.SPAN_JUDGE) == (1 if expect.unjudged is None else 0)
-            for span in in_trace:  # every step and the judge hang under the turn span
-                if span is not turn:
-                    assert span.parent is not None and span.parent.span_id == turn.context.span_id, span.name
-            if expect.unjudged == "failed":  # the turn and the model call that failed carry the error
-                assert turn.status.status_code is StatusCode.ERROR
+        for expect, in_trace in check_turn_traces(self):
+            if expect.unjudged == "failed":  # the model call that failed carries the error too
                 assert any(s.status.status_code is StatusCode.ERROR for s in in_trace if s.name.startswith("chat"))
+        check_unjudged_counts(self)
 
 
 # --- the knowledge base ------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from ragaudit import Auditor
 from ragaudit.citations import find_citations
+from ragaudit.integrations import closer_for
 from ragaudit.judges.chat import ChatRagJudge
 from ragaudit.records import DocumentGrade, Judgement, RagTurn, Retrieval, RetrievedDoc, SentenceVerdict
 from ragaudit.tracing import LangfuseSink, PhoenixSink, SpanRecorder
@@ -131,7 +132,7 @@ def test_inline_judging_puts_judged_metrics_on_the_turn_span_and_grades_on_the_r
     handler = RagAuditCallbackHandler(auditor=auditor, tracer_provider=provider)
     try:
         build_langchain_chain().invoke(QUESTIONS[0].text, config={"callbacks": [handler]})
-        assert auditor.force_flush(30)
+        assert closer_for(auditor).force_flush(30)
     finally:
         auditor.shutdown(10)
     spans = {s.name.split(" ")[0]: s for s in exporter.get_finished_spans()}

@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from ragaudit import Auditor, BaseRagJudge, FakeJudge, Judgement, JudgeRequest
+from ragaudit.integrations import closer_for
 from ragaudit.integrations.langchain import RagAuditCallbackHandler, instrument, uninstrument
 from ragaudit.tracing import conventions as c
 from ragaudit.tracing.files import read_audit_log
@@ -392,7 +393,7 @@ def test_capture_content_false_keeps_text_out_of_spans(
     try:
         q = QUESTIONS[9]
         rag_chain(kb.retriever).invoke(q, config={"callbacks": [handler]})
-        assert auditor.force_flush(10)
+        assert closer_for(auditor).force_flush(10)
     finally:
         auditor.shutdown()
     spans = memory_exporter.get_finished_spans()
@@ -473,7 +474,7 @@ def test_spans_reach_a_real_otlp_http_receiver(kb: KB, audit_log_path: Path) -> 
         questions = QUESTIONS[:5]
         try:
             rag_chain(kb.retriever).batch(questions, config={"callbacks": [handler]})
-            assert auditor.force_flush(10)
+            assert closer_for(auditor).force_flush(10)
             provider.force_flush()
             spans = rx.wait_for_spans(5 * 4, timeout=20)
         finally:
@@ -504,7 +505,7 @@ def test_otel_provider_unused_when_tracing_is_off(kb: KB, audit_log_path: Path) 
     try:
         assert rag_chain(kb.retriever).batch(QUESTIONS[:3], config={"callbacks": [handler]}) == [
             kb.answers[q] for q in QUESTIONS[:3]]
-        assert auditor.force_flush(10)
+        assert closer_for(auditor).force_flush(10)
     finally:
         auditor.shutdown()
     lines = read_audit_log(audit_log_path)

@@ -36,7 +36,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from ragaudit import Auditor, BaseRagJudge, FakeJudge, Judgement, JudgeRequest, LexicalJudge
-from ragaudit.integrations import llamaindex
+from ragaudit.integrations import closer_for, llamaindex
 from ragaudit.integrations.llamaindex import (
     JUDGE_CONTEXT_KEY,
     STREAM_KEY,
@@ -530,7 +530,7 @@ def test_capture_content_false_keeps_text_out_of_spans(
     q = QUESTIONS[9]
     try:
         kb.engine().query(q)
-        assert auditor.force_flush(10)
+        assert closer_for(auditor).force_flush(10)
     finally:
         llamaindex.uninstrument()
         auditor.shutdown()
@@ -655,7 +655,7 @@ def test_same_spans_and_audit_line_as_langchain_for_the_same_question(
         auditor = Auditor(FakeJudge(doc_ids_judge), audit_log=log, tracer_provider=memory_provider)
         try:
             assert run(auditor) == kb.answers[q]
-            assert auditor.force_flush(10)
+            assert closer_for(auditor).force_flush(10)
         finally:
             auditor.shutdown()
         recorded[framework] = list(memory_exporter.get_finished_spans()), read_audit_log(log)[0]

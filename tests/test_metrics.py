@@ -343,8 +343,12 @@ def test_bad_options_and_shapes_are_refused() -> None:
         metrics.evaluate({"q1": [("d1", 1.0)]}, QRELS, ["map"])
     with pytest.raises(MetricError, match="must be a mapping"):
         metrics.evaluate(RUN, {"q1": ["d1"]}, ["map"])
+    # A list of rows is a run (issue 31) -- of (qid, docid, score) rows, nothing else.
+    for rows in ([("q1", "d1")], [("q1", "d1", 1.0), ("q1", "d2")], ["q1 d1 1.0"], [{"qid": "q1", "docid": "d1"}]):
+        with pytest.raises(MetricError, match=r"run rows must be \(qid, docid, score\) tuples"):
+            metrics.evaluate(rows, QRELS, ["map"])
     with pytest.raises(MetricError, match="must be a mapping"):
-        metrics.evaluate([("q1", "d1", 1.0)], QRELS, ["map"])
+        metrics.evaluate({("q1", "d1", 1.0)}, QRELS, ["map"])  # a set: no order, no rows
 
 
 @pytest.mark.parametrize("label", [1.5, "1", float("nan"), None, [1]])

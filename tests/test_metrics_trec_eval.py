@@ -391,15 +391,17 @@ def test_hash_collisions_are_settled_by_comparing_ids() -> None:
     prepared_qrels = _inputs.prepare_qrels(qrels)
     prepared, n_run = _inputs.prepare_columns(qids, docids, scores, prepared_qrels)
     assert prepared.docs is not None
-    colliding = dataclasses.replace(prepared, docs=_CollidingIds(prepared.docs.ids))
+    docs = prepared.docs
+    colliding = dataclasses.replace(prepared, docs=_CollidingIds(docs.ids, docs.rows))
     keys = [(name, metrics.parse_measure(name)) for name in MEASURES]
     ours = retrieval._finish(colliding, prepared_qrels, keys, PYTREC_OPTIONS, True, n_run)
     reference = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES).evaluate(nonempty)
     _compare(ours, reference, nonempty, qrels, "colliding hashes")  # type: ignore[arg-type]
-    dup_ids = prepared.docs.ids.copy()
+    dup_ids = docs.ids.copy()
     first = int(prepared.offsets[0])
-    dup_ids[first + 1] = dup_ids[first]
-    duplicated = dataclasses.replace(prepared, docs=_CollidingIds(dup_ids))
+    row_of = np.arange(len(dup_ids)) if docs.rows is None else docs.rows  # run row -> the column's row
+    dup_ids[row_of[first + 1]] = dup_ids[row_of[first]]
+    duplicated = dataclasses.replace(prepared, docs=_CollidingIds(dup_ids, docs.rows))
     with pytest.raises(MetricError, match="more than once"):
         retrieval._finish(duplicated, prepared_qrels, keys, PYTREC_OPTIONS, True, n_run)
 

@@ -172,4 +172,5 @@ def test_every_declared_measure_is_in_trec_evals_suite_or_said_not_to_be() -> No
 def test_run_lines_with_fields_after_the_tag_are_read_as_trec_eval_reads_them() -> None:
     run = metrics.read_run(DATA / "results.trunc")
     assert len(run) == sum(1 for line in (DATA / "results.trunc").read_text().splitlines() if line.strip())
-    assert run.docids[0] == "FBIS3-27619" and run.scores[0] == 2.138276
+    # A TREC file's ids come as their UTF-8 bytes (read_run's docstring).
+    assert run.docids[0] == b"FBIS3-27619" and run.scores[0] == 2.138276

@@ -26,6 +26,7 @@ from ragaudit import (
 )
 from ragaudit.auditor._judge_health import JudgeFailureLog
 from ragaudit.content import ContentPolicy
+from ragaudit.integrations import closer_for
 from ragaudit.metrics import score_ranking
 from tests.support.http_recorder import HttpRecorder
 
@@ -212,9 +213,13 @@ def test_renamed_names_keep_a_deprecated_alias() -> None:
     ran: list[int] = []
     background = Auditor(LexicalJudge(), audit_log=None)
     try:
-        with pytest.deprecated_call(match="closer.defer"):
-            assert background.defer(lambda: ran.append(1))
-        assert background.flush_turns(10) and ran == [1]  # the deferred job ran on the closer
+        # The Auditor runs no source's code on its threads any more: the deprecated defer() runs the
+        # job now, on the caller's thread; closer_for(auditor) is where jobs go.
+        with pytest.deprecated_call(match=r"closer_for\(auditor\)\.defer"):
+            assert background.defer(lambda: ran.append(1)) and ran == [1]
+        with pytest.deprecated_call(match=r"Auditor\.flush_turns\(\) is deprecated.*force_flush"):
+            assert background.flush_turns(10)
+
         class Source:
             closed = 0
 
@@ -223,8 +228,10 @@ def test_renamed_names_keep_a_deprecated_alias() -> None:
                 return 0
 
         source = Source()
-        with pytest.deprecated_call(match="closer.attach"):
+        with pytest.deprecated_call(match=r"closer_for\(auditor\)\.attach"):
             background.attach_source(source)
+        closer_for(background).attach(source)
+        assert closer_for(background) is closer_for(background)  # one closer per Auditor
     finally:
-        background.shutdown(10)
-    assert Source.closed == 1  # closed at shutdown, through the closer
+        assert closer_for(background).shutdown(10) and background.closed  # top down: closer, then Auditor
+    assert Source.closed == 1  # closed by the closer's shutdown, never by the Auditor

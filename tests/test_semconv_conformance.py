@@ -35,6 +35,7 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes, open
 from opentelemetry.semconv.attributes import error_attributes
 
 from ragaudit import Auditor
+from ragaudit.integrations import closer_for
 from ragaudit.judges import ChatRagJudge
 from ragaudit.judges.lexical import LexicalJudge
 from ragaudit.tracing import conventions as c
@@ -230,7 +231,7 @@ def spans_of(rx: OTLPReceiver, service: str, count: int) -> list[dict[str, Any]]
 
 def finish(auditor: Auditor, provider: TracerProvider) -> None:
     try:
-        assert auditor.force_flush(timeout_s=60)
+        assert closer_for(auditor).force_flush(timeout_s=60)  # top down: the turns closed, then judged
     finally:
         auditor.shutdown(timeout_s=30)
         provider.shutdown()

@@ -20,7 +20,7 @@ from typing import Any
 
 from .errors import ConfigurationError, RagAuditError
 
-__all__ = ["read_jsonl", "read_lines"]
+__all__ = ["read_bytes", "read_jsonl", "read_lines"]
 
 _logger = logging.getLogger("ragaudit")
 
@@ -37,6 +37,17 @@ def _decode(data: bytes, where: str, error: type[RagAuditError]) -> str:
                     "expected UTF-8 text") from None
 
 
+def read_bytes(path: str | os.PathLike[str], what: str, *, error: type[RagAuditError] = ConfigurationError) -> bytes:
+    """The bytes of the file at *path*, a byte-order mark at the start removed (not yet decoded:
+    the metrics' run reader splits runs of millions of lines as bytes)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise error(f"cannot read {what} {os.fspath(path)!r}: {exc.strerror or exc}") from exc
+    return data[len(_BOM):] if data.startswith(_BOM) else data
+
+
 def read_lines(path: str | os.PathLike[str], what: str, *,
                error: type[RagAuditError] = ConfigurationError) -> tuple[list[tuple[int, str]], bool]:
     """``([(line number, text), ...], ends_with_newline)`` of the file at *path*, empty lines included.
@@ -45,14 +56,7 @@ def read_lines(path: str | os.PathLike[str], what: str, *,
     (a :class:`~ragaudit.RagAuditError`) for a file that cannot be read or is not UTF-8.
     """
     where = f"{what} {os.fspath(path)!r}"
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise error(f"cannot read {where}: {exc.strerror or exc}") from exc
-    if data.startswith(_BOM):
-        data = data[len(_BOM):]
-    text = _decode(data, where, error)
+    text = _decode(read_bytes(path, what, error=error), where, error)
     complete = text.endswith("\n")
     lines = text.split("\n")
     if complete or lines[-1] == "":

@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from ragaudit import Auditor, Judgement, LexicalJudge, RagTurn
 from ragaudit.demo.kb import QRELS, QUESTIONS
 from ragaudit.demo.pipelines import build_langchain_chain
+from ragaudit.integrations import closer_for
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
 from ragaudit.tracing import PhoenixSink
 from tests.support.phoenix import PhoenixServer
@@ -46,7 +47,7 @@ def traced_run(phoenix: PhoenixServer) -> dict[str, Any]:
     for q in questions:
         chain.invoke(q.text, config={"callbacks": [handler],
                                      "metadata": {"ragaudit_relevant_ids": sorted(QRELS.get(q.id, {}))}})
-    assert auditor.force_flush(30)
+    assert closer_for(auditor).force_flush(30)
     assert provider.force_flush(30_000)
     assert sink.force_flush(30)
     stats = auditor.stats()

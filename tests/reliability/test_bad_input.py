@@ -26,6 +26,7 @@ from langchain_core.outputs import ChatGeneration, LLMResult
 from langchain_core.runnables import Runnable, RunnableLambda
 
 from ragaudit import Auditor, ChatRagJudge, FakeJudge, JudgeRequest, LexicalJudge, RagTurn, RetrievedDoc
+from ragaudit.integrations import closer_for
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
 from ragaudit.records import TRUNCATION_MARKER
 from ragaudit.tracing import conventions as c
@@ -96,7 +97,7 @@ class Rig:
         return span
 
     def audit(self) -> list[dict[str, Any]]:
-        assert self.auditor.force_flush(30)
+        assert closer_for(self.auditor).force_flush(30)  # top down: the handler's turns closed, then judged
         # The audit log is opened with its first line: no judgement, no file.
         return read_audit_log(self.log) if self.log.exists() else []
 
@@ -113,7 +114,7 @@ def check_host_unaffected(rig: Rig, chain: Runnable[Any, Any], question: Any, ca
     baseline = run(chain, question, None, stream)
     with caplog.at_level(logging.DEBUG, logger="ragaudit"):
         audited = run(chain, question, {"callbacks": [rig.handler]}, stream)
-        assert rig.auditor.force_flush(30)
+        assert closer_for(rig.auditor).force_flush(30)
     assert audited.same_as(baseline), (baseline, audited)
     ours = [r for r in caplog.records if r.name.startswith("ragaudit") and r.levelno >= logging.WARNING]
     assert ours == [], [r.getMessage() for r in ours]
@@ -197,7 +198,7 @@ def test_control_characters_and_lone_surrogates_survive_otlp_export(rig: Rig, ca
         chain = rag_chain(FixedRetriever(documents=[doc(WEIRD, id="weird", metadata={"note": WEIRD})]))
         with caplog.at_level(logging.WARNING):
             chain.invoke(question, config={"callbacks": [rig.handler]})
-            assert rig.auditor.force_flush(30)
+            assert closer_for(rig.auditor).force_flush(30)
             exported = receiver.wait_for_spans(4, timeout=10)
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [], [r.getMessage() for r in errors]
@@ -413,7 +414,7 @@ def test_handler_survives_any_event_sequence(events: list[Event]) -> None:
     try:
         for event in events:
             _call(handler, event)  # raises nothing: the handler reports its own failures
-        assert auditor.force_flush(10)
+        assert closer_for(auditor).force_flush(10)
         roots = sum(1 for e in events if e[0] == "chain_start" and e[2] is None)
         assert handler.stats() == {"open_turns": 0, "closed_turns": roots, "evicted": 0}
         stats = auditor.stats()
@@ -441,7 +442,8 @@ def test_a_child_run_that_never_ends_does_not_keep_its_turn_open_forever(traced:
 
 
 def test_shutdown_closes_a_turn_left_open_by_a_hung_child_run(traced: Traced) -> None:
-    """The exit path (Auditor.shutdown, run by the exit hook) records such a turn too."""
+    """The exit path (the closer's shutdown, run by the exit hook before the Auditor's) records such a
+    turn too: the closer closes its sources' ended turns, hands them down, then shuts the Auditor down."""
     auditor = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log=None, tracer_provider=traced.provider)
     handler = RagAuditCallbackHandler(auditor=auditor)
     root, child = uuid.uuid4(), uuid.uuid4()
@@ -449,6 +451,7 @@ def test_shutdown_closes_a_turn_left_open_by_a_hung_child_run(traced: Traced) ->
     handler.on_tool_start({"name": "slow-tool"}, "x", run_id=child, parent_run_id=root)  # never ends
     handler.on_chain_end({"answer": "Two years."}, run_id=root)
     assert handler.stats()["open_turns"] == 1
-    assert auditor.shutdown(5)
+    assert closer_for(auditor).shutdown(5)
+    assert auditor.closed  # shut down by the closer, below it
     assert handler.stats()["open_turns"] == 0
     assert len(traced.spans(c.SPAN_TURN)) == 1

@@ -30,6 +30,7 @@ from langchain_core.retrievers import BaseRetriever
 
 from ragaudit import Auditor, ChatRagJudge
 from ragaudit.content import SECRET_MARKER
+from ragaudit.integrations import closer_for
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
 from ragaudit.tracing import LangfuseSink, PhoenixSink
 from tests.reliability._support import rag_chain
@@ -146,7 +147,7 @@ def run_three_turns(settings: dict[str, Any], server: LLMServer, traced: Traced,
             with pytest.raises(RuntimeError, match=HOST_ERROR):  # the host's own exception, unchanged
                 chain.invoke(f"{QUESTION} host-error", config=config)
             # False: the sinks' deliveries failed (401), as scripted; everything else was recorded
-            assert not auditor.force_flush(30)
+            assert not closer_for(auditor).force_flush(30)
             auditor.shutdown(10)
             stats = auditor.stats()
         # Every turn recorded and counted: two judged turns (one failed), three turn spans.
@@ -244,7 +245,7 @@ def test_no_credential_is_ever_recorded(way: str, traced: Traced, tmp_path: Path
         with caplog.at_level(logging.DEBUG):
             chain.invoke("How long do refunds take?", config={"callbacks": [handler]})
             # the sinks' deliveries fail (401) when they are the ones echoing the key
-            assert auditor.force_flush(30) is not way.startswith("Phoenix")
+            assert closer_for(auditor).force_flush(30) is not way.startswith("Phoenix")
             auditor.shutdown(10)
             assert auditor.stats()["pending"] == 0
         recorded = texts(traced, audit, phoenix, langfuse, caplog)
@@ -277,7 +278,7 @@ def test_a_redact_raising_anything_withholds_the_text_and_loses_no_turn(
         chain = rag_chain(CanaryRetriever(), FakeListChatModel(responses=["Refunds take 14 days."]))
         with caplog.at_level(logging.DEBUG):
             assert chain.invoke(f"{QUESTION} refunds?", config={"callbacks": [handler]}) == "Refunds take 14 days."
-            assert auditor.force_flush(30)
+            assert closer_for(auditor).force_flush(30)
             assert auditor.shutdown(10)
     stats = auditor.stats()
     assert (stats["submitted"], stats["judged"], stats["failed"], stats["dropped"]) == (1, 1, 0, 0)

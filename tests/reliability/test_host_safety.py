@@ -24,6 +24,7 @@ from langchain_core.documents import Document
 
 from ragaudit import Auditor, FakeJudge, Judgement, JudgeRequest, RagTurn, RetrievedDoc
 from ragaudit._worker import BatchWorker, run_jobs
+from ragaudit.integrations import closer_for
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
 from tests.reliability._support import FixedRetriever, rag_chain, wait_until
 
@@ -138,9 +139,9 @@ def test_an_auditor_nobody_references_releases_its_threads_and_file(tmp_path: Pa
     before_threads, before_fds = ragaudit_threads(), open_fds()
     auditor = Auditor(FakeJudge(scores), audit_log=tmp_path / "a.jsonl")
     assert ragaudit_threads() == before_threads and open_fds() == before_fds  # construction: nothing
-    auditor.closer.defer(lambda: None)
+    closer_for(auditor).defer(lambda: None)  # the closer above it goes with it
     assert auditor.submit(turn(1)) == "queued"
-    assert auditor.force_flush(10)
+    assert closer_for(auditor).force_flush(10)
     assert ragaudit_threads() > before_threads and open_fds() > before_fds
     del auditor
     gc.collect()

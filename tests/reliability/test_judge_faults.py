@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ragaudit import Auditor, ChatRagJudge, FakeJudge, JudgeRequest, RagTurn
+from ragaudit.integrations import closer_for
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
 from ragaudit.records import SCORE_NAMES
 from ragaudit.tracing import conventions as c
@@ -165,7 +166,7 @@ def test_fault_leaves_chain_alone_and_is_recorded(case: str, server: LLMServer, 
     assert len(rig.collected) == 0 and rig.auditor.stats()["pending"] == 1
 
     gate.open()
-    assert rig.auditor.force_flush(30)
+    assert closer_for(rig.auditor).force_flush(30)
     (turn_span,) = rig.spans(c.SPAN_TURN)
     assert turn_span.attributes[c.ATTR_JUDGE_STATUS] == "queued"  # submitted, not judged inline
     assert turn_span.attributes[c.OUTPUT_VALUE] == expected_answer
@@ -182,7 +183,7 @@ def test_server_down_from_the_start(retriever: Any, rig_factory: Any, expected_a
     rig = rig_factory(f"http://127.0.0.1:{port}/v1")
     result = rag_chain(retriever).invoke(QUESTION, config={"callbacks": [rig.handler]})
     assert result == expected_answer
-    assert rig.auditor.force_flush(30)
+    assert closer_for(rig.auditor).force_flush(30)
     (turn_span,) = rig.spans(c.SPAN_TURN)
     assert turn_span.attributes[c.ATTR_JUDGE_STATUS] == "queued"  # submitted, not judged inline
     assert_recorded_failure(rig, "APIConnectionError", expected_answer)
@@ -198,7 +199,7 @@ def test_auditor_deadline_cuts_a_judge_that_outlives_it(server: LLMServer, retri
     server.rule = lambda body: Fault.hang(10.0)
     rig = rig_factory(server.base_url, timeout_s=1.5, judge_timeout_s=4.0)
     assert rag_chain(retriever).invoke(QUESTION, config={"callbacks": [rig.handler]}) == expected_answer
-    assert rig.auditor.force_flush(30)
+    assert closer_for(rig.auditor).force_flush(30)
     assert_recorded_failure(rig, "timeout", expected_answer)
     assert server.request_count == 1  # cancelled before any retry
 
@@ -209,7 +210,7 @@ def test_rate_limit_then_success_is_retried_once_and_scored(server: LLMServer, r
     server.default = judgement_json(0.9, 0.8, 0.7)
     rig = rig_factory(server.base_url)
     assert rag_chain(retriever).invoke(QUESTION, config={"callbacks": [rig.handler]}) == expected_answer
-    assert rig.auditor.force_flush(30)
+    assert closer_for(rig.auditor).force_flush(30)
     (judgement,) = rig.collected.judgements
     assert judgement.error is None
     assert (judgement.faithfulness, judgement.context_relevance, judgement.answer_relevance) == (0.9, 0.8, 0.7)
@@ -227,7 +228,7 @@ def test_many_turns_against_a_failing_server_all_recorded(server: LLMServer, ret
     assert not gate.is_open and len(rig.collected) == 0
     assert len(results) == len(questions) and all(isinstance(r, str) and r for r in results)
     gate.open()
-    assert rig.auditor.force_flush(30)
+    assert closer_for(rig.auditor).force_flush(30)
     stats = rig.auditor.stats()
     assert stats["submitted"] == stats["failed"] == len(questions)
     lines = read_audit_log(rig.log)

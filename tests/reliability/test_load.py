@@ -22,6 +22,7 @@ import pytest
 
 from ragaudit import Auditor, ChatRagJudge, FakeJudge, JudgeRequest, RagTurn, RetrievedDoc
 from ragaudit.auditor import sampled
+from ragaudit.integrations import closer_for
 from ragaudit.tracing.files import read_audit_log
 from tests.reliability._support import FixedRetriever, rag_chain, wait_until
 from tests.support.llm_server import LLMServer
@@ -210,7 +211,7 @@ def test_handler_under_concurrent_chains_with_a_gated_judge(tmp_path: Path) -> N
         assert stats["judged"] == 0 and stats["pending"] == 10
         assert stats["dropped"] + stats["close_dropped"] == 390
         gate.set()
-        assert auditor.force_flush(30)
+        assert closer_for(auditor).force_flush(30)
         stats = auditor.stats()
         check_exact(stats, 400 - stats["close_dropped"])
         assert stats["judged"] == 10

@@ -21,6 +21,7 @@ import pytest
 from langchain_core.documents import Document
 
 from ragaudit import Auditor, ChatRagJudge, JudgeRequest, RetrievedDoc
+from ragaudit.integrations import closer_for
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
 from ragaudit.judges.llm.fullaudit import FULL_AUDIT_SYSTEM_PROMPT, numbered_answer
 from ragaudit.judges.llm.prompt import SYSTEM_PROMPT, sanitize_untrusted
@@ -106,7 +107,7 @@ def test_injected_text_stays_inside_intact_delimiters(name: str, protocol: str, 
     chain = rag_chain(FixedRetriever(documents=[document])) | (lambda answer: f"{answer} {payload}")
     try:
         answer = chain.invoke(question, config={"callbacks": [handler]})
-        assert auditor.force_flush(30)
+        assert closer_for(auditor).force_flush(30)
     finally:
         auditor.shutdown(10)
         judge.close()

@@ -20,6 +20,7 @@ import pytest
 from langchain_core.documents import Document
 
 from ragaudit import Auditor, ChatRagJudge, FakeJudge
+from ragaudit.integrations import closer_for
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
 from ragaudit.tracing import LangfuseSink, PhoenixSink
 from ragaudit.tracing.files import read_audit_log
@@ -104,7 +105,7 @@ def test_api_key_never_recorded(source: str, server: LLMServer, traced: Traced, 
     with caplog.at_level(logging.DEBUG):
         for i in range(4):
             chain.invoke(f"How long do refunds take? ({i})", config={"callbacks": [handler]})
-        assert auditor.force_flush(30)
+        assert closer_for(auditor).force_flush(30)
         judgements = read_audit_log(log)
         auditor.shutdown(10)
     # The server really got the key, and really echoed it back in errors.
@@ -182,7 +183,7 @@ def test_capture_off_records_no_text(how: str, server: LLMServer, traced: Traced
             answer = canary_chain().invoke(f"Refunds {CANARIES['question']}?",
                                            config={"callbacks": [handler],
                                                    "metadata": {"tenant": CANARIES["run_metadata"]}})
-            assert auditor.force_flush(30)
+            assert closer_for(auditor).force_flush(30)
             auditor.shutdown(10)
         exported = json.dumps(receiver.wait_for_spans(4, timeout=10), default=str)
         sink_bodies = json.dumps([r["body"] for r in backend.requests])
@@ -248,7 +249,7 @@ def test_redact_reaches_every_recorded_text(wiring: str, server: LLMServer, trac
         with caplog.at_level(logging.DEBUG, logger="ragaudit"):
             for question in (f"Was card {SECRET} refunded?", f"And card {SECRET} again?"):
                 chain.invoke(question, config={"callbacks": [handler], "metadata": {"card": SECRET}})
-            assert auditor.force_flush(30)
+            assert closer_for(auditor).force_flush(30)
             auditor.shutdown(10)
         sink_bodies = json.dumps([r["body"] for r in backend.requests])
     judge.close()
@@ -275,7 +276,7 @@ def test_a_redact_hook_given_to_handler_and_auditor_is_applied_once(tmp_path: Pa
     handler = RagAuditCallbackHandler(auditor=auditor, redact=mark)
     chain = rag_chain(FixedRetriever(documents=[Document(page_content=f"Card {SECRET} refunds.", id="d")]))
     chain.invoke(f"Refund for {SECRET}?", config={"callbacks": [handler]})
-    assert auditor.force_flush(30)
+    assert closer_for(auditor).force_flush(30)
     auditor.shutdown(10)
     (line,) = read_audit_log(log)
     assert line["query"] == "Refund for [REDACTED]?#" and line["reason"] == "fine#"
@@ -293,7 +294,7 @@ def test_a_failing_redact_withholds_the_text_and_loses_no_judgement(traced: Trac
     handler = RagAuditCallbackHandler(auditor=auditor)
     chain = rag_chain(FixedRetriever(documents=[Document(page_content=f"BOOM {SECRET} refunds.", id="d")]))
     answer = chain.invoke(f"Refund for {SECRET}?", config={"callbacks": [handler]})
-    assert auditor.force_flush(30)
+    assert closer_for(auditor).force_flush(30)
     auditor.shutdown(10)
     assert "BOOM" in answer
     (line,) = read_audit_log(log)

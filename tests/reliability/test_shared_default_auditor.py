@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from ragaudit import Auditor, FakeJudge
-from ragaudit.integrations import _common
+from ragaudit.integrations import _common, closer_for
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
 from ragaudit.tracing import LangfuseSink, PhoenixSink
 from ragaudit.tracing import conventions as c
@@ -168,7 +168,7 @@ def test_langchain_handlers_share_the_default_auditor_and_keep_their_own_policy(
         for name, handler in handlers.items():
             chain = rag_chain(chroma_store(docs[name]).as_retriever(search_kwargs={"k": 1}))
             chain.invoke(questions[name], config={"callbacks": [handler]})
-        assert auditor.force_flush(30)
+        assert closer_for(auditor).force_flush(30)
     assert len(server.requests) == 3  # every turn judged by the one default judge
     check_policies(read_audit_log(default_env), providers, caplog, questions)
 
@@ -242,7 +242,7 @@ def test_handler_policy_stricter_than_its_auditor_reaches_audit_log_spans_and_si
         with caplog.at_level(logging.DEBUG, logger="ragaudit"):
             chain.invoke(f"Was card {CARD} refunded?", config={"callbacks": [handler]})
             chain.invoke("Was the other card refunded?", config={"callbacks": [plain_handler]})
-            assert auditor.force_flush(30)
+            assert closer_for(auditor).force_flush(30)
             auditor.shutdown(10)
         sinks = json.dumps([r["body"] for r in backend.requests])
     assert shown["n"] == 2

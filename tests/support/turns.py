@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from ragaudit import Auditor, FakeJudge, JudgeRequest
+from ragaudit.integrations import closer_for
 from ragaudit.tracing import conventions as c
 from ragaudit.tracing.files import read_audit_log
 
@@ -55,9 +56,14 @@ class AuditedRun:
         self.auditor = Auditor(kw.pop("judge", None) or FakeJudge(doc_ids_judge), audit_log=log,
                                tracer_provider=provider, **kw)
 
+    def force_flush(self, timeout_s: float = 15) -> bool:
+        """The turn pipeline flushed top down: the closer above the Auditor (the turns the handlers
+        handed over built and submitted), then the Auditor."""
+        return closer_for(self.auditor).force_flush(timeout_s)
+
     def spans(self, name: str | None = None) -> list[ReadableSpan]:
-        """Every finished span (or those called *name*) once the Auditor has flushed."""
-        assert self.auditor.force_flush(15)
+        """Every finished span (or those called *name*) once the turn pipeline has flushed."""
+        assert self.force_flush(15)
         spans = list(self.exporter.get_finished_spans())
         return spans if name is None else [s for s in spans if s.name == name]
 

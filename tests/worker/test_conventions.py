@@ -36,6 +36,8 @@ def test_openinference_session_and_user() -> None:
 def test_genai_conversation_is_the_session() -> None:
     [(turn, kind)] = _turns(genai_trace(SpanMaker()))
     assert turn.metadata["session_id"] == "conv-7" and kind is RunKind.AGENT
+    # the agent's own name (gen_ai.agent.name), not its span's "invoke_agent support"
+    assert turn.metadata["run_name"] == "support"
     assert (turn.query, turn.answer) == (QUESTION, ANSWER)
     assert [d.id for d in turn.documents] == [d for d, _ in DOCS]
 

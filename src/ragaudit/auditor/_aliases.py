@@ -6,7 +6,6 @@ from collections.abc import Callable
 
 from .._deprecation import warn_deprecated
 from ..content import ContentPolicy
-from ._closing import TurnCloser, TurnSource
 
 __all__ = ["AuditorAliases"]
 
@@ -15,7 +14,9 @@ class AuditorAliases:
     """Deprecated members of :class:`~ragaudit.Auditor` (a base class of it)."""
 
     _content_policy: ContentPolicy
-    _closer: TurnCloser
+
+    def _job_failed(self, exc: BaseException) -> None:
+        raise NotImplementedError
 
     @property
     def content(self) -> ContentPolicy:
@@ -23,12 +24,20 @@ class AuditorAliases:
         warn_deprecated("Auditor.content", "Auditor.content_policy")
         return self._content_policy
 
-    def attach_source(self, source: TurnSource) -> None:
-        """Deprecated: ``auditor.closer.attach(source)``."""
-        warn_deprecated("Auditor.attach_source()", "Auditor.closer.attach()")
-        self._closer.attach(source)
+    def attach_source(self, source: object) -> None:
+        """Deprecated, and without effect: the Auditor calls no source. Attach *source* to its closer,
+        ``ragaudit.integrations.closer_for(auditor).attach(source)``, whose shutdown (and the exit
+        hook) closes its ended turns before this Auditor's."""
+        warn_deprecated("Auditor.attach_source()", "ragaudit.integrations.closer_for(auditor).attach()")
 
     def defer(self, job: Callable[[], None]) -> bool:
-        """Deprecated: ``auditor.closer.defer(job)``."""
-        warn_deprecated("Auditor.defer()", "Auditor.closer.defer()")
-        return self._closer.defer(job)
+        """Deprecated: ``ragaudit.integrations.closer_for(auditor).defer(job)`` closes a turn off the
+        host's thread. The Auditor runs no source's code on its threads: *job* runs now, on the
+        caller's thread. Never raises; False when *job* raised (logged)."""
+        warn_deprecated("Auditor.defer()", "ragaudit.integrations.closer_for(auditor).defer()")
+        try:
+            job()
+            return True
+        except Exception as exc:
+            self._job_failed(exc)
+            return False

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import _fork
-from .._deprecation import renamed_kwargs, warn_deprecated
+from .._deprecation import deprecated_alias, warn_deprecated
 from .._export import Exporter
+from .._lifecycle import flush_on_sigterm, track
 from .._log import RateLimitedLog
 from .._sampling import sampled
 from .._sink import BaseJudgementSink, JudgementSink
@@ -29,15 +30,14 @@ from ..judges.base import RagJudge
 from ..records import UNSUBMITTED_REASONS, AuditRecord, Judgement, JudgeRequest, RagTurn
 from ..turn_audit import COMPUTE, audit_record
 from ._aliases import AuditorAliases
-from ._closing import TurnCloser
 from ._draining import Draining
 from ._exporting import ExportStage, LegacySinkExporter, OnJudgementExporter
 from ._first_run import say_where_things_are
 from ._governor import NOT_SENT, Budget, CostControl
 from ._judge_health import JudgeFailureLog
 from ._judging import judge_request
-from ._lifecycle import flush_on_sigterm, track
 from ._policies import PolicyBook
+from ._session_part import SessionJudging, SessionTracking
 from ._worker_mode import WorkerModeJudge, check_worker_mode
 
 if TYPE_CHECKING:
@@ -45,17 +45,14 @@ if TYPE_CHECKING:
 
     from ..tracing.spans import SpanRecorder
 
-_CLOSE_BATCH = 64
-_CLOSE_DELAY_S = 0.1
-_CALL_MARGIN_S = 0.05
-
 __all__ = ["Auditor", "JudgementSink", "OnJudgement", "Submission", "SubmitStatus"]
 
 logger = logging.getLogger("ragaudit")
 
 SubmitStatus = Literal["queued", "judged", "failed", "dropped", "sampled_out", "filtered_out", "not_sent",
                        "to_worker"]
-"""What :meth:`Auditor.submit` did with a turn."""
+"""What :meth:`Auditor.submit` did with a turn: taken for judging (``"queued"``; inline, the outcome,
+``"judged"`` or ``"failed"``, as the record's status says it) or not, and why."""
 
 OnJudgement = Callable[[RagTurn, Judgement], None]
 
@@ -70,6 +67,11 @@ class Submission:
     status: SubmitStatus
     ground_truth_metrics: Any = None
     record: AuditRecord | None = None
+
+    @property
+    def accepted(self) -> bool:
+        """The Auditor took the turn for judging (queued, or judged inline with or without an error)."""
+        return self.status in ("queued", "judged", "failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +145,7 @@ def _as_exporters(sinks: Iterable[Any]) -> list[Exporter]:
     return out
 
 
-class Auditor(Draining, AuditorAliases):
+class Auditor(SessionJudging, Draining, AuditorAliases):
     """Judges finished :class:`~ragaudit.RagTurn` s in the background and sends the judgements on.
 
     A :class:`~ragaudit._worker.BatchWorker` runs the judging (an asyncio loop on one thread, sync
@@ -160,9 +162,11 @@ class Auditor(Draining, AuditorAliases):
     worker`` judges them (see :mod:`ragaudit.auditor._worker_mode`, counted ``to_worker``). A judge that
     fails is said at WARNING: the first failure at once, then a summary at most once a minute
     while failures go on (how many, the last error's type and HTTP status, what to check).
-    Integrations hand finished turns over through :attr:`closer`; at most *max_closing* wait to be recorded (a burst
-    past that drops whole turns, spans included, counted in ``stats()["close_dropped"]``), a bound
-    separate from *max_queue* so that a small judging queue never costs traces.
+    Integrations build their turns on a closing thread of their own, above the Auditor
+    (:mod:`ragaudit.integrations._closing`, one per Auditor); at most *max_closing* wait there to be
+    recorded (a burst past that drops whole turns, spans included, counted in
+    ``stats()["close_dropped"]``), a bound separate from *max_queue* so that a small judging queue
+    never costs traces.
 
     Each finished turn becomes one :class:`~ragaudit.AuditRecord` (made once on the judging
     thread: the judgement and every derived value), and every exporter gets the same record, in
@@ -230,7 +234,7 @@ class Auditor(Draining, AuditorAliases):
         pause_s: float = 60.0,
         prices: Mapping[str, tuple[float, float]] | None = None,
         judge_if: Callable[[RagTurn], bool] | None = None,
-        retain_s: float | None = None, max_retained: int = 1_000,
+        retain_s: float | None = None, max_retained: int = 1_000, sessions: SessionTracking | bool | None = None,
     ) -> None:
         _check_arguments(mode, sample_rate, max_queue, max_closing, max_concurrency, timeout_s, on_judgement, redact)
         if mode == "worker":
@@ -266,7 +270,7 @@ class Auditor(Draining, AuditorAliases):
         self._recorder = SpanRecorder(tracer_provider, content=self._content_policy, judge_trace=judge_trace)
         for sink in legacy:
             sink.bind_recorder(self._recorder)
-        stage = self._exporters(audit_log, exporters, on_judgement)
+        stage = self._exporters(audit_log, exporters, on_judgement, sessions)
         # Sync-only judges (LexicalJudge, a user's BaseRagJudge with judge()) are called in
         # threads of a worker of ours, not through asyncio.to_thread: at interpreter exit the
         # default executor refuses new work, and exit is exactly when we flush.
@@ -274,9 +278,11 @@ class Auditor(Draining, AuditorAliases):
 
         self._lock = _fork.lock()
         self._counts = {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0, "to_worker": 0,
-                        "evidence_from_prompt": 0, **{f"unjudged_{reason}": 0 for reason in UNSUBMITTED_REASONS},
+                        "evidence_from_prompt": 0, "close_dropped": 0,
+                        **{f"unjudged_{reason}": 0 for reason in UNSUBMITTED_REASONS},
                         **dict.fromkeys(NOT_SENT, 0)}
         self._pending = 0
+        self._closing = 0  # finished turns waiting above, in the integrations' closer (as it reports)
         self._closed = False
         self._log = RateLimitedLog()
         self._judge_failures = JudgeFailureLog(on_first=lambda: say_where_things_are(judge.name, self._audit_log,
@@ -286,7 +292,7 @@ class Auditor(Draining, AuditorAliases):
             flush_on_sigterm(self, asked=handle_signals is True)
 
     def _exporters(self, audit_log: str | os.PathLike[str] | None, sinks: Sequence[Exporter],
-                   on_judgement: OnJudgement | None) -> list[Exporter]:
+                   on_judgement: OnJudgement | None, sessions: SessionTracking | bool | None) -> list[Exporter]:
         from ..tracing._judge_spans import JudgeSpanExporter
 
         self._spans = JudgeSpanExporter(self._recorder)
@@ -302,22 +308,17 @@ class Auditor(Draining, AuditorAliases):
         stage += [self._audit_log] if self._audit_log is not None else []
         stage += sinks
         stage += [OnJudgementExporter(on_judgement)] if on_judgement is not None else []
-        return stage
+        return [*stage, *self._session_part(sessions)]  # the session tracker sees every record too
 
     def _start_workers(self, exporters: Sequence[Exporter]) -> None:
         # The workers' handlers reach this auditor through a weak reference, so a running worker
         # thread never keeps an Auditor nobody else references alive; when it goes, they stop.
         ref = weakref.ref(self)
 
-        async def judge_turn(job: _Job) -> None:
+        async def judge_turn(job: Any) -> None:  # a turn's _Job, or a session's (SessionJudging)
             auditor = ref()
             if auditor is not None:
-                await auditor._process(job)
-
-        def job_failed(exc: BaseException) -> None:
-            auditor = ref()
-            if auditor is not None:
-                auditor._job_failed(exc)
+                await auditor._judge_job(job)
 
         def delivered(records: Sequence[AuditRecord]) -> None:
             auditor = ref()
@@ -327,7 +328,7 @@ class Auditor(Draining, AuditorAliases):
         # The workers' own bounds leave room for the judgements in flight: max_queue (pending,
         # counted here under one lock with the judged/failed counts) is what drops turns.
         bound = self.max_queue + self.max_concurrency
-        self._judging: BatchWorker[_Job] = BatchWorker("auditor", ahandle=judge_turn, max_queue=bound,
+        self._judging: BatchWorker[Any] = BatchWorker("auditor", ahandle=judge_turn, max_queue=bound,
                                                        concurrency=self.max_concurrency, paced=True,
                                                        yield_idle=False)
         self._blocking: BatchWorker[Callable[[], None]] | None = None
@@ -335,9 +336,7 @@ class Auditor(Draining, AuditorAliases):
             self._blocking = BatchWorker("judge", run_jobs, max_queue=bound, max_batch=1,
                                          threads=self.max_concurrency, paced=True)
         self._export = ExportStage(exporters, delivered, self._content_policy, max_queue=bound)
-        self._closer = TurnCloser(self.max_closing, job_failed, inline=self.mode == "inline")
-        workers = [w for w in (self._closer.worker, self._judging, self._blocking, self._export.worker)
-                   if w is not None]
+        workers = [w for w in (self._judging, self._blocking, self._export.worker) if w is not None]
         weakref.finalize(self, _release, workers, self._audit_log)
         track(self)
         on_fork_in_child(self._after_fork)
@@ -439,14 +438,6 @@ class Auditor(Draining, AuditorAliases):
                 self._counts["dropped"] += 1
             return Submission("dropped")
 
-    @property
-    def closer(self) -> TurnCloser:
-        """Where integrations hand finished runs over to be closed into turns (:meth:`TurnCloser.defer
-        <ragaudit.auditor._closing.TurnCloser.defer>`) and register themselves for closing at
-        shutdown (``attach``). The Auditor never calls into a job: it drains the closer before it
-        stops taking turns (:meth:`force_flush`, :meth:`shutdown`, exit)."""
-        return self._closer
-
     def feedback(self, turn_id: str, value: Any) -> str:
         """A user's feedback on the answer of *turn_id*; never raises, never blocks. A thumbs-down on a
         turn the sampler left out and that is still kept (``retain_s``) gets it judged: ``"queued"``;
@@ -483,12 +474,12 @@ class Auditor(Draining, AuditorAliases):
             self._job_failed(exc)
         return first
 
-    @renamed_kwargs(timeout="timeout_s")
-    def flush_turns(self, timeout_s: float | None = 30.0) -> bool:
-        """Wait until every job the :attr:`closer` got so far has run: the turns integrations handed over
-        are built, their spans ended and they are submitted. Does not wait for judgements (that is
-        :meth:`force_flush`). Returns False when *timeout_s* (seconds) ran out first."""
-        return self._closer.force_flush(timeout_s)
+    flush_turns = deprecated_alias("force_flush", timeout="timeout_s")
+
+    def report_closing(self, waiting: int) -> None:
+        """For the integrations' closer above this Auditor: how many finished turns wait there to be
+        recorded (``stats()["closing"]``). Never raises."""
+        self._closing = max(0, int(waiting))
 
     def stats(self) -> dict[str, int]:
         """Counts: submitted, judged, failed, dropped, sampled_out, to_worker, pending, sink_errors, close_dropped,
@@ -509,16 +500,15 @@ class Auditor(Draining, AuditorAliases):
         + pending + to_worker`` plus the five not-sent reasons always holds, also while judgements are being
         delivered (a turn judged after a thumbs-down was submitted twice: sampled out, then judged). ``sink_errors``
         includes the sinks' own delivery failures (items a sink gave up on). ``closing`` is how
-        many finished turns wait to be recorded (:attr:`closer`) and ``close_dropped`` how many were
-        dropped because *max_closing* were waiting already.
+        many finished turns wait to be recorded in the integrations' closer above (as its closing
+        thread last reported, at a batch) and
+        ``close_dropped`` how many it dropped because *max_closing* were waiting already.
         """
         sink_errors = self._export.errors
-        closing = len(self._closer)
         with self._lock:
-            stats = {**self._counts, "pending": self._pending, "closing": closing,
-                     "close_dropped": self._closer.dropped}
+            stats = {**self._counts, "pending": self._pending, "closing": self._closing}
         stats["sink_errors"] = sink_errors
-        stats.update(self._cost.stats())
+        stats.update(self._cost.stats(), **self._session_stats())
         return stats
 
     def __enter__(self) -> Auditor:
@@ -545,7 +535,7 @@ class Auditor(Draining, AuditorAliases):
                 return "filtered_out", None
             elif sample and not sampled(turn.turn_id, self.sample_rate):
                 self._counts["sampled_out"] += 1
-                self._cost.retain(turn, job)
+                self._sampled_out(turn, job)  # kept for feedback; its session is partial by one turn
                 return "sampled_out", None
             elif self._pending >= self.max_queue:
                 self._counts["dropped"] += 1
@@ -580,8 +570,8 @@ class Auditor(Draining, AuditorAliases):
         self._pending = 0
         self._counts = dict.fromkeys(self._counts, 0)
         self._judge_failures.reset()
+        self._closing = 0
         self._export.after_fork()
-        self._closer.after_fork()
         self._policies.after_fork()
         self._cost.after_fork()
 

@@ -1,7 +1,9 @@
 """Flushing and shutting down the Auditor: every deadline holds, whatever a judge, backend or sink does.
 
 :class:`Draining` is the Auditor's base class for these (its workers and exporters are the
-Auditor's); kept apart so the Auditor class stays about taking turns in.
+Auditor's); kept apart so the Auditor class stays about taking turns in. They go down the flow only:
+judging, export, each exporter. Turns still being closed above the Auditor are the integrations'
+closer's to hand down first (:mod:`ragaudit.integrations._closing`, which calls these afterwards).
 """
 
 from __future__ import annotations
@@ -14,12 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from .._deprecation import deprecated_alias, renamed_kwargs
 from .._export import Exporter
+from .._lifecycle import report
 from .._worker import BatchWorker, call_with_deadline
 from ..content import ContentPolicy
 from ..judges.base import RagJudge
-from ._closing import TurnCloser
 from ._exporting import ExportStage
-from ._lifecycle import report
 
 if TYPE_CHECKING:
     from ..tracing._judge_spans import JudgeSpanExporter
@@ -40,7 +41,6 @@ class Draining:
     _lock: threading.Lock
     _closed: bool
     _pending: int
-    _closer: TurnCloser
     _judging: BatchWorker[Any]
     _blocking: BatchWorker[Callable[[], None]] | None
     _export: ExportStage
@@ -52,9 +52,16 @@ class Draining:
     def _job_failed(self, exc: BaseException) -> None:
         raise NotImplementedError
 
+    def _sessions_pending(self) -> bool:
+        return False
+
+    def _end_sessions(self) -> None:
+        """Queue every open session for judging (at shutdown); nothing without sessions."""
+
     def force_flush(self, timeout_s: float | None = 30.0) -> bool:
-        """Wait until every turn handed over so far is recorded and judged, its spans exported and
-        the sinks flushed.
+        """Wait until every turn submitted so far is recorded and judged, its spans exported and
+        the sinks flushed. (Turns an integration is still closing are its own: its ``force_flush()``
+        hands them down first, then calls this.)
 
         Returns within *timeout_s* (seconds) plus a few milliseconds whatever the trace backend or a
         sink does (their flushes run on a worker thread and are abandoned at the deadline), and
@@ -76,9 +83,13 @@ class Draining:
 
         errors_before = self.stats()["sink_errors"]
         spans_failed_before = self._spans.spans_not_exported()
-        ok = self._closer.worker.force_flush(remaining())
-        ok = self._judging.force_flush(remaining()) and ok
+        ok = self._judging.force_flush(remaining())
         ok = self._export.worker.force_flush(remaining()) and ok
+        if self._closed:  # shutting down: every open session, its last turns judged by now, is judged too
+            self._end_sessions()
+        if self._sessions_pending():  # sessions the last turns made due: judged and exported too
+            ok = self._judging.force_flush(remaining()) and ok
+            ok = self._export.worker.force_flush(remaining()) and ok
         # Exporters in order: spans first, as a sink may refer to them (Phoenix annotations need the
         # span to exist); the judge-span exporter flushes every provider turns were judged through.
         for exporter in self._export.exporters:
@@ -120,16 +131,6 @@ class Draining:
         with self._lock:
             if self._closed:
                 return self._pending == 0
-        # Turns whose root ended but a child run never did (a hung tool, a lost callback) are closed
-        # now, their open children marked unfinished, so that exit records them too.
-        self._closer.close_sources()
-        # Turns still being closed are submitted before the auditor stops accepting them.
-        self._closer.worker.force_flush(remaining())
-        unclosed = len(self._closer)
-        self._closer.worker.shutdown(0)
-        with self._lock:
-            if self._closed:
-                return self._pending == 0
             self._closed = True
         ok = self._flush(deadline)
         with self._lock:
@@ -146,13 +147,10 @@ class Draining:
         if lost:
             report(f"{lost} judgement(s) still pending at shutdown were not recorded (flush timeout "
                    f"{budget:g}s); stats={stats}")
-        if unclosed:
-            report(f"{unclosed} finished turn(s) still waiting to be recorded at shutdown were not "
-                   f"recorded (flush timeout {budget:g}s)")
-        if not ok and not lost and not unclosed:
+        if not ok and not lost:
             report(f"spans or sink deliveries were not all confirmed at shutdown (flush timeout {budget:g}s; "
                    f"{stats['sink_errors']} sink item(s) not delivered); stats={stats}")
-        return ok and not lost and not unclosed
+        return ok and not lost
 
     def _release_loop_clients(self, timeout_s: float) -> None:
         # A judge's async HTTP client belongs to our loop: close it while the loop still runs, or
@@ -164,16 +162,6 @@ class Draining:
         except Exception as exc:
             logger.debug("ragaudit: closing the judge's client for the auditor loop failed: %s",
                          self._content_policy.exception(exc))
-
-    def _exit(self, deadline: float) -> None:
-        """The exit hook's part for this auditor: shut down by *deadline* (shared by all auditors)."""
-        if self._closed:
-            return
-        stats = self.stats()
-        if stats["pending"] or stats["closing"]:
-            logger.info("ragaudit: flushing %d pending judgement(s) and %d turn(s) at exit", stats["pending"],
-                        stats["closing"])
-        self.shutdown(min(self.exit_timeout_s, max(0.0, deadline - time.monotonic())))
 
 
 def _shutdown_call(exporter: Exporter) -> Callable[[float], bool]:

@@ -133,7 +133,8 @@ def render_metrics(
         for key, m in keys
         if m.entry.aggregate != "none"
     } if summary else {}
-    counts = _counts(set(np.unique(run.qids).tolist()), qrels, len(per))
+    counts = _counts({q.decode() if isinstance(q, bytes) else str(q) for q in np.unique(run.qids).tolist()}, qrels,
+                     len(per))
     if fmt == "json":
         doc: dict[str, Any] = {"queries": counts, "relevance_level": relevance_level, "all_queries": all_queries,
                                "judged_only": not all_queries, "ties": ties}

@@ -205,6 +205,7 @@ def _run_langchain(questions: Sequence[DemoQuestion], auditor: Any, provider: An
                                             "run_name": "ragaudit-demo"})
 
     _ask_all(questions, ask, result)
+    handler.force_flush(_FLUSH_TIMEOUT_S)  # turns close above the auditor, on the closing thread
 
 
 def _run_llamaindex(questions: Sequence[DemoQuestion], auditor: Any, provider: Any, real: bool,

@@ -243,7 +243,10 @@ def _langchain_runner(pipeline: Any, auditor: Auditor, measures: Sequence[str], 
                   "run_id": uuid.uuid4(), "run_name": f"ragaudit eval {row.id}"}
         pipeline.invoke(_langchain_input(pipeline, row.question, input_key), config=config)
 
-    return run, lambda: None
+    def done() -> None:
+        handler.force_flush(None)  # the turns closed above the auditor, handed down to it
+
+    return run, done
 
 
 def _llamaindex_runner(pipeline: Any, auditor: Auditor, measures: Sequence[str]

@@ -8,12 +8,16 @@ For contributors adding a source of turns (a framework, a span convention): tran
 into the steps of :mod:`ragaudit.integrations.steps` and hand them to a :class:`TurnAssembler`
 through :func:`~ragaudit.integrations.steps.dispatch`; :func:`retrieved_doc` makes a framework's
 document into evidence with the ids the rules expect, :func:`evicted_error` is the error of a turn
-cut off before its root ended. That is the whole contract.
+cut off before its root ended. :func:`closer_for` is where a source hands a finished run over to be
+closed into a turn off the host's thread (``defer``), registers its half-finished turns for shutdown
+(``attach``), and where flushing and shutting down go down the flow: the closer's ``force_flush()`` /
+``shutdown()`` hand its turns to the Auditor, then call the Auditor's own. That is the whole contract.
 """
 
 from __future__ import annotations
 
 from ._assembler import TurnAssembler, evicted_error
+from ._closing import TurnCloser, closer_for
 from ._common import retrieved_doc
 
-__all__ = ["TurnAssembler", "evicted_error", "retrieved_doc"]
+__all__ = ["TurnAssembler", "TurnCloser", "closer_for", "evicted_error", "retrieved_doc"]

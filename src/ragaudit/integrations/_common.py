@@ -30,6 +30,7 @@ from .._log import RateLimitedLog
 from ..content import ContentPolicy, log_exception
 from ..errors import ConfigurationError
 from ..records import RetrievedDoc, normalize_relevance, stable_doc_id
+from ._closing import closer_for
 
 if TYPE_CHECKING:
     from ..auditor import Auditor
@@ -44,6 +45,7 @@ __all__ = [
     "current_context",
     "default_auditor",
     "doc_id_from",
+    "force_flush_turns",
     "ground_truth_from",
     "input_text",
     "judge_auditor",
@@ -166,11 +168,11 @@ def close_later(auditor: Any, job: Callable[[], None], content: ContentPolicy | 
     A failure of *job* is logged through *content* (the handler's policy: the auditor may be shared
     by handlers with other settings).
 
-    The job goes to *auditor*'s closer (:attr:`~ragaudit.Auditor.closer`: bounded, batched,
-    drained by ``force_flush()``, ``shutdown()`` and at exit; a job the full queue cannot take is
-    dropped and counted in ``stats()["close_dropped"]``). It runs at once on this thread when the
-    auditor judges inline (so the turn is judged before the run returns) or is a stand-in that is
-    no :class:`~ragaudit.Auditor`. Returns False when the job was dropped.
+    The job goes to *auditor*'s closer (:func:`~ragaudit.integrations._closing.closer_for`: bounded,
+    batched, drained by the handlers' ``force_flush()``, the closer's ``shutdown()`` and at exit; a
+    job the full queue cannot take is dropped and counted in ``stats()["close_dropped"]``). It runs
+    at once on this thread when the auditor judges inline (so the turn is judged before the run
+    returns) or is a stand-in that is no :class:`~ragaudit.Auditor`. Returns False when the job was dropped.
     """
     from ..auditor import Auditor
 
@@ -178,7 +180,7 @@ def close_later(auditor: Any, job: Callable[[], None], content: ContentPolicy | 
         job = partial(_guarded, job, content)  # else the auditor logs a failure with this very policy
     try:
         if isinstance(auditor, Auditor):
-            return auditor.closer.defer(job)
+            return closer_for(auditor).defer(job)
         job()
     except Exception as exc:
         report_failure("closing a turn", exc, content)
@@ -186,12 +188,22 @@ def close_later(auditor: Any, job: Callable[[], None], content: ContentPolicy | 
 
 
 def close_at_shutdown(auditor: Any, source: Any) -> None:
-    """Have *auditor* close *source*'s half-finished turns before it shuts down (held weakly); nothing
-    for a stand-in that is no :class:`~ragaudit.Auditor`."""
+    """Have *auditor*'s closer close *source*'s half-finished turns before it shuts *auditor* down
+    (held weakly); nothing for a stand-in that is no :class:`~ragaudit.Auditor`."""
     from ..auditor import Auditor
 
     if isinstance(auditor, Auditor):
-        auditor.closer.attach(source)
+        closer_for(auditor).attach(source)
+
+
+def force_flush_turns(auditor: Any, timeout_s: float | None) -> bool:
+    """A handler's ``force_flush()``, top down: *auditor*'s closer (the turns handed over so far
+    built, traced and submitted), then *auditor* itself (:meth:`~ragaudit.Auditor.force_flush`)."""
+    from ..auditor import Auditor
+
+    if isinstance(auditor, Auditor):
+        return closer_for(auditor).force_flush(timeout_s)
+    return bool(auditor.force_flush(timeout_s))
 
 
 def _guarded(job: Callable[[], None], content: ContentPolicy) -> None:

@@ -32,6 +32,7 @@ from ._common import (
     close_at_shutdown,
     close_later,
     current_context,
+    force_flush_turns,
     report_failure,
     resolve_backend,
 )
@@ -132,10 +133,11 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
 
     The handler never raises into the chain: a failure inside it is logged (rate-limited) on the
     ``ragaudit`` logger. On the chain's thread it only keeps the raw events (a dictionary update
-    under a short lock per event); when a turn closes it hands them to the auditor's closing
-    thread (:attr:`~ragaudit.Auditor.closer`), which builds the turn, finds its citations, records
-    its spans with the times the events happened and submits it. :meth:`force_flush` waits for that too.
-    With an inline auditor (``mode="inline"``) the turn is closed and judged before the run returns.
+    under a short lock per event); when a turn closes it hands them to the closing thread above
+    the auditor (:func:`ragaudit.integrations.closer_for`), which builds the turn, finds its
+    citations, records its spans with the times the events happened and submits it.
+    :meth:`force_flush` waits for that too. With an inline auditor (``mode="inline"``) the turn is
+    closed and judged before the run returns.
     """
 
     raise_error: bool = False
@@ -174,14 +176,14 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
         """Close the turns whose root run has ended (see :meth:`close_ended_turns`), then wait until
         the turns closed so far are recorded and judged (see :meth:`Auditor.force_flush`)."""
         self.close_ended_turns()
-        return self.auditor.force_flush(timeout_s)
+        return force_flush_turns(self.auditor, timeout_s)
 
     flush = deprecated_alias("force_flush", timeout="timeout_s")
 
     def close_ended_turns(self) -> int:
         """Close every turn whose root run has ended but a child run has not (a hung tool thread, a
-        lost callback); the open children are recorded as unfinished. Also run at the auditor's
-        shutdown and at exit. Returns how many turns were closed."""
+        lost callback); the open children are recorded as unfinished. Also run by the closer's
+        shutdown and at exit, before the Auditor's. Returns how many turns were closed."""
         with self._store.lock:
             ended = self._store.pop_ended()
         for turn in ended:

@@ -17,8 +17,9 @@ trec_eval's ``-l``, ``-c``, ``-M``, ``-J`` are ``relevance_level``, ``all_querie
 ``max_docs_per_query`` and ``judged_docs_only``.
 :mod:`ragaudit.metrics.retrieval` documents every rule, :mod:`ragaudit.metrics.measures` every
 measure (one declared entry each, its formula written once for both batch and single-query use).
-Imports numpy only: no JIT, no pandas (pandas and pyarrow tables are accepted when the caller has
-them).
+Imports numpy only: no JIT, no pandas (pandas, Polars and pyarrow tables are accepted when the caller
+has them). pyarrow, when installed, is imported for two jobs it does in C: converting a large column
+of Python strings and reading a TREC run file.
 """
 
 from __future__ import annotations

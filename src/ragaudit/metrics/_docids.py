@@ -116,9 +116,22 @@ def _hash_objects(values: Iterable[Any], n: int) -> np.ndarray:
 
 @dataclass(frozen=True, slots=True)
 class DocIds:
-    """Doc ids of the run (for exact checks and tie-breaks) and how to hash them and others alike."""
+    """Doc ids of the run (for exact checks and tie-breaks) and how to hash them and others alike.
+
+    ``rows`` maps a run row (in the query-grouped order the kernel reads) to its id in ``ids``, the
+    caller's column as it came (None: the same order). Grouping spread-out rows, or dropping the
+    rows of queries without qrels, then moves 8-byte row numbers instead of the ids themselves
+    (a doc id column is 13-60 bytes a row, and gathering strings is the slowest gather numpy has).
+    """
 
     ids: np.ndarray
+    rows: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids) if self.rows is None else len(self.rows)
+
+    def _where(self, index: Any) -> Any:
+        return index if self.rows is None else self.rows[index]
 
     def encode(self, docids: list[str]) -> np.ndarray:
         """*docids* (strings) as an array comparable with :attr:`ids`."""
@@ -148,25 +161,32 @@ class DocIds:
             return hash_fixed(encoded)
         return _hash_objects(encoded, len(encoded))
 
+    def row_hashes(self) -> np.ndarray:
+        """The hash of every run row's id, in run order: hashed in the column's own order
+        (sequential reads), then gathered as 8-byte numbers."""
+        hashes = self.hash(self.ids)
+        return hashes if self.rows is None else hashes[self.rows]
+
     def text(self, index: int) -> str:
-        value = self.ids[index]
+        value = self.ids[self._where(index)]
         return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
     def at(self, index: Any) -> np.ndarray:
         """The ids at *index* (an integer array), comparable with each other and with :meth:`encode`'s."""
-        return take(self.ids, index)
+        return take(self.ids, self._where(index))
 
     def take(self, index: np.ndarray) -> DocIds:
-        return DocIds(take(self.ids, index))
+        return DocIds(self.ids, self._where(index))
 
 
-def docids_from_array(arr: np.ndarray) -> DocIds:
+def docids_from_array(arr: np.ndarray, rows: np.ndarray | None = None) -> DocIds:
+    """The run's doc ids; *rows*: run row -> index into *arr* (see :class:`DocIds`)."""
     kind = arr.dtype.kind
     if kind in "iu":
         arr = arr.astype(str)
         kind = "U"
     if kind in "US":
-        return DocIds(arr)
+        return DocIds(arr, rows)
     if kind == "O":
         types = set(map(type, arr))
         if not types <= {str}:
@@ -176,7 +196,7 @@ def docids_from_array(arr: np.ndarray) -> DocIds:
                 if not isinstance(value, (str, bytes, int, np.integer)):
                     raise MetricError(f"doc id at row {i} must be a string, got {value!r}")
             arr = np.array([v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in arr], dtype=object)
-        return DocIds(arr)
+        return DocIds(arr, rows)
     raise MetricError(f"doc ids must be strings (or integers), got an array of {arr.dtype}")
 
 

@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,9 @@ from ._tables import (
     changes,
     coded_ids,
     is_table,
+    python_strings,
     qid_text,
+    same_rows,
     table_column,
     take,
     to_numpy,
@@ -40,6 +43,7 @@ __all__ = [
     "as_label",
     "check_level",
     "check_on_duplicate",
+    "columns_of_rows",
     "duplicate_message",
     "prepare_columns",
     "prepare_dict_run",
@@ -125,7 +129,7 @@ class PreparedRun:
     def without_rows(self, drop: list[int]) -> PreparedRun:
         """The (column) run without the rows *drop*, query order and row order kept."""
         assert self.docs is not None
-        keep = np.ones(len(self.docs.ids), dtype=bool)
+        keep = np.ones(len(self.docs), dtype=bool)
         keep[drop] = False
         group = np.repeat(np.arange(len(self.qids)), np.diff(self.offsets))
         counts = np.bincount(group[keep], minlength=len(self.qids))
@@ -326,8 +330,25 @@ def _positions(qid: str, ranked: Sequence[Any], on_duplicate: str) -> dict[str, 
     return out
 
 
+def columns_of_rows(rows: Sequence[Any]) -> tuple[list[Any], list[Any], list[Any]]:
+    """A run given as ``(qid, docid, score)`` rows, as its three columns: a pass per column, in C
+    (``zip(*rows)`` is several times slower on millions of rows: each step touches every row)."""
+    if not rows:
+        raise MetricError("the run is empty: no row")
+    try:
+        widths = set(map(len, rows)) if isinstance(rows[0], (tuple, list)) else set()
+    except TypeError:
+        widths = set()
+    if widths != {3}:
+        bad = next((i for i, row in enumerate(rows) if not isinstance(row, (tuple, list)) or len(row) != 3), 0)
+        raise MetricError(f"run rows must be (qid, docid, score) tuples; row {bad} is {rows[bad]!r}")
+    qids, docids, scores = (list(map(itemgetter(i), rows)) for i in range(3))
+    return qids, docids, scores
+
+
 def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -> tuple[PreparedRun, int]:
     """A run as aligned columns; *scores* None: rank-only, each query's rows in rank order."""
+    qids, docids = python_strings(qids), python_strings(docids)
     coded = coded_ids(qids, "qids")
     q_names = None
     q_runs = None
@@ -345,6 +366,7 @@ def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -
         raise MetricError(f"run columns differ in length: {n_rows} qids, {len(d_arr)} docids, {n_scores} scores")
     if n_rows == 0:
         raise MetricError("the run is empty: no row")
+    order = None
     if q_runs is not None:
         lengths, run_qids = q_runs.lengths, q_runs.qids
     elif (
@@ -354,26 +376,28 @@ def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -
     ):
         raise MetricError("the run has a missing query id")
     else:
-        lengths, run_qids, d_arr, s_arr = _group_columns(q_arr, q_names, d_arr, s_arr)
+        lengths, run_qids, order = _group_columns(q_arr, q_names)
     selected = np.fromiter(map(qrels.index.__contains__, run_qids), dtype=bool, count=len(run_qids))
     qid_list = run_qids
+    # Row numbers, not rows, are moved: the run's row i (grouped by query) is the columns' row rows[i].
+    rows = order
     if not selected.all():
         qid_list = [q for q, keep in zip(run_qids, selected.tolist()) if keep]
-        row_keep = np.repeat(selected, lengths)
-        d_arr = take(d_arr, np.flatnonzero(row_keep))
-        s_arr = None if s_arr is None else s_arr[row_keep]
+        kept = np.flatnonzero(np.repeat(selected, lengths))
+        rows = kept if rows is None else rows[kept]
         lengths = lengths[selected]
+    if rows is not None and s_arr is not None:
+        s_arr = s_arr[rows]
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    prepared = PreparedRun(qid_list, offsets, s_arr, docids_from_array(d_arr))
+    prepared = PreparedRun(qid_list, offsets, s_arr, docids_from_array(d_arr, rows))
     _check_scores(prepared)
     return prepared, len(run_qids)
 
 
-def _group_columns(
-    q_arr: np.ndarray, q_names: list[str] | None, d_arr: np.ndarray, s_arr: np.ndarray | None
-) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray | None]:
-    """Rows grouped by query: rows per query, the query ids, doc ids and scores in that order.
+def _group_columns(q_arr: np.ndarray, q_names: list[str] | None) -> tuple[np.ndarray, list[str], np.ndarray | None]:
+    """Rows grouped by query: rows per query, the query ids, and the row order (None: rows are
+    grouped already).
 
     *q_names*: *q_arr* holds exact integer codes of these ids.
     """
@@ -382,13 +406,10 @@ def _group_columns(
     run_qids = _id_texts(q_arr[starts], q_names) if len(starts) <= len(q_arr) // 4 else []
     # Contiguous when no id starts two blocks (the texts are the ids, compared as the run is).
     if run_qids and len(set(run_qids)) == len(run_qids):
-        lengths = np.diff(np.append(starts, len(q_arr)))
-    else:
-        # A query's rows are spread out: gather them (queries in order of first appearance).
-        order, run_qids, lengths = _group_rows(q_arr, q_names)
-        d_arr = take(d_arr, order)
-        s_arr = None if s_arr is None else s_arr[order]
-    return lengths, run_qids, d_arr, s_arr
+        return np.diff(np.append(starts, len(q_arr))), run_qids, None
+    # A query's rows are spread out: gather them (queries in order of first appearance).
+    order, run_qids, lengths = _group_rows(q_arr, q_names)
+    return lengths, run_qids, order
 
 
 def _id_texts(ids: np.ndarray, names: list[str] | None) -> list[str]:
@@ -423,8 +444,7 @@ def _group_rows(q_arr: np.ndarray, names: list[str] | None = None) -> tuple[np.n
     new_group = np.ones(n, dtype=bool)
     new_group[1:] = keys[1:] != keys[:-1]
     del keys
-    ids_sorted = take(q_arr, order)
-    if bool((~new_group[1:] & changes(ids_sorted)).any()):
+    if q_arr.dtype.kind not in "iu" and _groups_mixed(q_arr, order, new_group):
         # Two query ids share the code's top bits: group by the ids themselves (slower, exact).
         _, exact = np.unique(np.array([qid_text(v) for v in q_arr.tolist()]), return_inverse=True)
         order = np.argsort(exact, kind="stable")
@@ -437,3 +457,18 @@ def _group_rows(q_arr: np.ndarray, names: list[str] | None = None) -> tuple[np.n
     rows = np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(len(order))
     run_qids = _id_texts(q_arr[first_rows[by_first_row]], names)
     return order[rows], run_qids, sizes
+
+
+def _groups_mixed(q_arr: np.ndarray, order: np.ndarray, new_group: np.ndarray) -> bool:
+    """Whether a group of rows (*order*, groups starting where *new_group*) holds two different ids.
+
+    Each row is compared with its group's first row, in the columns' own order: the ids read
+    sequentially, their groups' first rows from a set small enough to stay in cache (a gather of
+    the ids in group order would be a random read of the whole column).
+    """
+    group = np.cumsum(new_group) - 1
+    first_row = order[np.flatnonzero(new_group)]
+    representative = np.empty(len(order), dtype=np.intp)
+    representative[order] = first_row[group]
+    del group
+    return not bool(same_rows(q_arr, take(q_arr, representative)).all())

@@ -545,7 +545,7 @@ def _rank_column_hits(run: PreparedRun, judged: Judged, on_duplicate: str, ties:
     order, q_sorted = _by_query(judged.entry_q)
     scores = None if run.scores is None else trec_scores(run.scores, ties)
     # Hashed once, in row order (sequential reads); blocks then gather hashes, not strings.
-    run_hashes = docs.hash(docs.ids)
+    run_hashes = docs.row_hashes()
 
     def chunk(qs: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray] | None, list[int]]:
         block = _block(run.offsets, qs, lengths)

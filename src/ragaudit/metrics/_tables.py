@@ -2,8 +2,10 @@
 
 Arrow string columns (pyarrow, and pandas 3's Arrow-backed strings) are read straight from their
 buffers as fixed-width bytes; pandas categoricals and Arrow dictionaries give their codes; query
-ids that come in contiguous runs are run-end encoded in C. pyarrow is never imported here unless
-the caller already did (``sys.modules``), so ``import ragaudit.metrics`` loads numpy only.
+ids that come in contiguous runs are run-end encoded in C; Polars columns are Arrow data too. pyarrow
+is never imported here unless the caller already did (``sys.modules``) -- but for
+:func:`python_strings`, which imports it (when installed) to convert a large column of Python
+strings -- so ``import ragaudit.metrics`` loads numpy only.
 """
 
 from __future__ import annotations
@@ -30,10 +32,14 @@ __all__ = [
     "coded_ids",
     "find_column",
     "is_table",
+    "padded_strings",
+    "python_strings",
     "qid_text",
+    "same_rows",
     "table_column",
     "take",
     "to_numpy",
+    "with_room",
 ]
 
 QID_NAMES = ("qid", "query_id", "query", "q")
@@ -95,14 +101,39 @@ def changes(arr: np.ndarray) -> np.ndarray:
         padded.view(np.uint8).reshape(n, 8)[:, :width] = arr.view(np.uint8).reshape(n, width)
         return padded[1:] != padded[:-1]
     out = np.zeros(n - 1, dtype=bool)
-    for offset in sorted({*range(0, width - 7, 8), width - 8}):
-        words = np.ndarray(shape=(n,), dtype=np.uint64, buffer=arr, offset=offset, strides=(width,))
+    for words in _words(arr):
         out |= words[1:] != words[:-1]
     return out
 
 
+def _words(arr: np.ndarray) -> list[np.ndarray]:
+    """The rows of a contiguous 'S' array of width >= 8 as overlapping unaligned 64-bit words (views)."""
+    width, n = arr.itemsize, len(arr)
+    return [
+        np.ndarray(shape=(n,), dtype=np.uint64, buffer=arr, offset=offset, strides=(width,))
+        for offset in sorted({*range(0, width - 7, 8), width - 8})
+    ]
+
+
+def same_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a == b`` row by row; 'S' arrays of one width (>= 8) compared eight bytes at a time."""
+    if a.dtype.kind != "S" or a.dtype != b.dtype or a.itemsize < 8:
+        return np.asarray(a == b, dtype=bool)
+    out = np.ones(len(a), dtype=bool)
+    for x, y in zip(_words(np.ascontiguousarray(a)), _words(np.ascontiguousarray(b))):
+        out &= x == y
+    return out
+
+
+def _is_polars(obj: Any) -> bool:
+    return type(obj).__module__.split(".", 1)[0] == "polars" and hasattr(obj, "to_arrow")
+
+
 def is_table(obj: Any) -> bool:
-    return hasattr(obj, "column_names") or (hasattr(obj, "columns") and hasattr(obj, "iloc"))
+    """A pyarrow Table, a pandas DataFrame or a Polars DataFrame."""
+    return hasattr(obj, "column_names") or (hasattr(obj, "columns") and hasattr(obj, "iloc")) or (
+        _is_polars(obj) and hasattr(obj, "columns")
+    )
 
 
 def _columns(table: Any) -> list[Any]:
@@ -160,12 +191,16 @@ def _as_arrow(column: Any, combine: bool = True) -> Any:
     """*column* as a pyarrow Array (a ChunkedArray unless *combine*) when it is Arrow data
     (pyarrow, or pandas' pyarrow-backed strings), else None. pyarrow is never imported here
     unless the caller already did."""
+    if _is_polars(column):
+        column = column.to_arrow()  # Polars keeps its columns in Arrow memory
     pa = sys.modules.get("pyarrow")
     if pa is None:
         return None
     if not isinstance(column, (pa.Array, pa.ChunkedArray)):
         dtype = getattr(column, "dtype", None)
-        if getattr(dtype, "storage", None) not in ("pyarrow", "pyarrow_numpy"):
+        # pandas' pyarrow-backed strings: the 'str' and 'string[pyarrow]' dtypes, and ArrowDtype.
+        arrow_backed = getattr(dtype, "storage", None) in ("pyarrow", "pyarrow_numpy")
+        if not (arrow_backed or getattr(dtype, "pyarrow_dtype", None) is not None):
             return None
         try:
             column = pa.array(column)
@@ -186,6 +221,7 @@ def arrow_strings(column: Any, what: str) -> np.ndarray | None:
     if column is None:
         return None
     pa = sys.modules["pyarrow"]
+    column = _without_views(pa, column)
     kind = column.type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_dictionary(kind)):
         return None
@@ -230,19 +266,29 @@ def arrow_strings(column: Any, what: str) -> np.ndarray | None:
         if extremes["min"].as_py() == extremes["max"].as_py() == width:
             start = int(_arrow_offsets(padded)[0])
             return np.frombuffer(padded.buffers()[2], dtype=np.uint8)[start : start + n * width].view(f"S{width}")
-    return _padded_strings(data, offsets[:-1], lengths, width)
+    return padded_strings(data, offsets[:-1], lengths, width)
 
 
-def _padded_strings(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int) -> np.ndarray:
+def with_room(data: np.ndarray) -> np.ndarray:
+    """*data* (bytes) copied with 8 zero bytes after its end, as :func:`padded_strings` reads it."""
+    room = np.zeros(len(data) + 8, dtype=np.uint8)
+    room[: len(data)] = data
+    return room
+
+
+def padded_strings(
+    data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int, *, room: np.ndarray | None = None
+) -> np.ndarray:
     """The byte strings ``data[starts[i] : starts[i] + lengths[i]]`` NUL-padded into an ``S{width}`` array.
 
     Eight bytes per gather: each string is read as 64-bit words (from a copy of *data* with
-    room past its end) and the bytes past its length are masked off.
+    room past its end -- *room*, :func:`with_room`'s, when the caller has one) and the bytes past
+    its length are masked off.
     """
     n = len(starts)
     words = -(-width // 8)
-    room = np.zeros(len(data) + 8, dtype=np.uint8)
-    room[: len(data)] = data
+    if room is None:
+        room = with_room(data)
     if sys.byteorder == "little":
         unaligned = np.ndarray(shape=(len(room) - 7,), dtype=np.uint64, buffer=room, strides=(1,))
         masks = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
@@ -265,6 +311,49 @@ def _padded_strings(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, w
     if words * 8 != width:
         fixed = np.ascontiguousarray(fixed[:, :width])
     return fixed.view(f"S{width}").ravel()
+
+
+def _without_views(pa: Any, column: Any) -> Any:
+    """A ``string_view`` column (Polars' own layout, newer Arrow producers) as ``large_string``:
+    one cast in C, so the buffers have the offsets layout read here."""
+    is_view = getattr(pa.types, "is_string_view", None)
+    if is_view is not None and is_view(column.type):
+        return column.cast(pa.large_string())
+    return column
+
+
+# Python strings converted through pyarrow from this many rows: below it, importing pyarrow would
+# cost more than it saves.
+_ARROW_MIN_ROWS = 1 << 14
+
+
+def python_strings(column: Any) -> Any:
+    """A column of Python strings -- a list, a tuple, a numpy object array, a pandas object Series --
+    as a pyarrow string array, converted in C in one pass over the objects (numpy's own
+    conversion to fixed-width strings, or hashing each object, is several times slower);
+    *column* itself when it is anything else, is short, holds a value that is not a string, or
+    pyarrow is not installed. The generic path then reads it and names any bad value."""
+    values = column
+    if hasattr(column, "iloc") and str(getattr(column, "dtype", "")) == "object":
+        values = column.to_numpy()
+    if isinstance(values, np.ndarray):
+        if values.dtype != object or values.ndim != 1:
+            return column
+    elif not isinstance(values, (list, tuple)):
+        return column
+    if len(values) < _ARROW_MIN_ROWS:
+        return column
+    if isinstance(values, tuple):
+        values = list(values)  # pyarrow reads a list several times faster than a tuple
+    try:
+        import pyarrow as pa
+    except ImportError:
+        return column
+    try:
+        converted = pa.array(values, pa.string(), from_pandas=False)
+    except (TypeError, ValueError, pa.ArrowException):
+        return column
+    return column if converted.null_count else converted
 
 
 def _arrow_offsets(column: Any) -> np.ndarray:
@@ -311,6 +400,7 @@ def coded_ids(column: Any, what: str) -> QidRuns | tuple[np.ndarray, list[str]] 
     if arrow is None:
         return None
     pa = sys.modules["pyarrow"]
+    arrow = _without_views(pa, arrow)
     if pa.types.is_dictionary(arrow.type):
         if isinstance(arrow, pa.ChunkedArray):
             arrow = arrow.combine_chunks()

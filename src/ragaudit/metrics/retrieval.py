@@ -78,6 +78,7 @@ from ._inputs import (
     as_label,
     check_level,
     check_on_duplicate,
+    columns_of_rows,
     duplicate_message,
     prepare_columns,
     prepare_dict_run,
@@ -85,7 +86,16 @@ from ._inputs import (
 )
 from ._kernel import Ties, check_ties, judged_of, rank_judged
 from ._ranked import NONPOOL, BatchRanked, OneRanked, restrict
-from ._tables import DOCID_NAMES, QID_NAMES, RANK_NAMES, SCORE_NAMES, find_column, is_table, table_column
+from ._tables import (
+    DOCID_NAMES,
+    QID_NAMES,
+    RANK_NAMES,
+    SCORE_NAMES,
+    find_column,
+    is_table,
+    qid_text,
+    table_column,
+)
 from .measures import Measure, parse_measure
 
 __all__ = [
@@ -108,7 +118,8 @@ class Run:
 
     What :func:`~ragaudit.metrics.read_run` returns; accepted by :func:`evaluate`. Rows may come in
     any order and a query's rows need not be contiguous. Duplicates are kept as read, so
-    :func:`evaluate` can refuse them as trec_eval does.
+    :func:`evaluate` can refuse them as trec_eval does. Ids may be strings (``U``, objects) or
+    UTF-8 byte strings (``S``, as :func:`~ragaudit.metrics.read_run` gives a TREC file's).
     """
 
     qids: np.ndarray
@@ -134,12 +145,13 @@ class Run:
         """The run as ``{qid: {docid: score}}``; a duplicate doc raises unless ``on_duplicate="max"``."""
         check_on_duplicate(on_duplicate)
         out: dict[str, dict[str, float]] = {}
-        for qid, docid, score in zip(self.qids.tolist(), self.docids.tolist(), self.scores.tolist()):
-            docs = out.setdefault(str(qid), {})
-            key = str(docid)
+        for raw_qid, docid, score in zip(self.qids.tolist(), self.docids.tolist(), self.scores.tolist()):
+            qid = qid_text(raw_qid)
+            docs = out.setdefault(qid, {})
+            key = qid_text(docid)
             if key in docs:
                 if on_duplicate == "error":
-                    raise MetricError(duplicate_message(str(qid), key))
+                    raise MetricError(duplicate_message(qid, key))
                 docs[key] = max(docs[key], float(score))
             else:
                 docs[key] = float(score)
@@ -265,7 +277,7 @@ def _finish(
 
 @overload
 def evaluate(
-    run: Mapping[Any, Mapping[Any, Any]] | Mapping[Any, Sequence[Any]] | Run | Any,
+    run: Mapping[Any, Mapping[Any, Any]] | Mapping[Any, Sequence[Any]] | Sequence[tuple[Any, Any, Any]] | Run | Any,
     qrels: Qrels | Any,
     measures: MeasureSpec | Iterable[MeasureSpec],
     per_query: Literal[False] = False,
@@ -282,7 +294,7 @@ def evaluate(
 
 @overload
 def evaluate(
-    run: Mapping[Any, Mapping[Any, Any]] | Mapping[Any, Sequence[Any]] | Run | Any,
+    run: Mapping[Any, Mapping[Any, Any]] | Mapping[Any, Sequence[Any]] | Sequence[tuple[Any, Any, Any]] | Run | Any,
     qrels: Qrels | Any,
     measures: MeasureSpec | Iterable[MeasureSpec],
     per_query: Literal[True],
@@ -299,7 +311,7 @@ def evaluate(
 
 @overload
 def evaluate(
-    run: Mapping[Any, Mapping[Any, Any]] | Mapping[Any, Sequence[Any]] | Run | Any,
+    run: Mapping[Any, Mapping[Any, Any]] | Mapping[Any, Sequence[Any]] | Sequence[tuple[Any, Any, Any]] | Run | Any,
     qrels: Qrels | Any,
     measures: MeasureSpec | Iterable[MeasureSpec],
     per_query: bool,
@@ -315,7 +327,7 @@ def evaluate(
 
 
 def evaluate(
-    run: Mapping[Any, Mapping[Any, Any]] | Mapping[Any, Sequence[Any]] | Run | Any,
+    run: Mapping[Any, Mapping[Any, Any]] | Mapping[Any, Sequence[Any]] | Sequence[tuple[Any, Any, Any]] | Run | Any,
     qrels: Qrels | Any,
     measures: MeasureSpec | Iterable[MeasureSpec],
     per_query: bool = False,
@@ -330,12 +342,13 @@ def evaluate(
 ) -> dict[str, float] | dict[str, dict[str, Any]]:
     """Score a run against qrels with trec_eval semantics (see the module docstring for the rules).
 
-    *run* is ``{qid: {docid: score}}``, rank-only ``{qid: [docid, ...]}`` (best first), a
-    :class:`Run`, or a pandas DataFrame / pyarrow Table with ``qid``, ``docid`` and ``score`` (or,
-    rank-only, ``rank``) columns; *qrels* is ``{qid: {docid: label}}`` (integer labels,
-    graded allowed) or a table with ``qid``, ``docid`` and ``relevance`` columns. Numpy integers and
-    floats are accepted anywhere. *measures* are names such as ``"ndcg@10"``, ``"recall@5"``,
-    ``"mrr@10"``, ``"map"``, ``"Rprec"``, ``"bpref"`` (see :data:`~ragaudit.metrics.MEASURE_NAMES`).
+    *run* is ``{qid: {docid: score}}``, rank-only ``{qid: [docid, ...]}`` (best first), a list
+    (or tuple) of ``(qid, docid, score)`` rows, a :class:`Run`, or a pandas, Polars or pyarrow
+    table with ``qid``, ``docid`` and ``score`` (or, rank-only, ``rank``) columns; *qrels* is
+    ``{qid: {docid: label}}`` (integer labels, graded allowed) or a table with ``qid``, ``docid``
+    and ``relevance`` columns. Numpy integers and floats are accepted anywhere. *measures* are
+    names such as ``"ndcg@10"``, ``"recall@5"``, ``"mrr@10"``, ``"map"``, ``"Rprec"``, ``"bpref"``
+    (see :data:`~ragaudit.metrics.MEASURE_NAMES`).
 
     Returns ``{measure: summary}`` (the mean; a sum for the counts, the geometric mean for
     ``gm_map``), or ``{qid: {measure: value}}`` with ``per_query=True`` (floats; ``relstring``'s
@@ -359,10 +372,12 @@ def evaluate(
             qids, docids = table_column(run, QID_NAMES, "query id"), table_column(run, DOCID_NAMES, "doc id")
             scores = _table_scores(run)
         return _evaluate_prepared_columns(qids, docids, scores, qrels, keys, opts, per_query)
+    if isinstance(run, (list, tuple)):
+        return _evaluate_prepared_columns(*columns_of_rows(run), qrels, keys, opts, per_query)
     if not isinstance(run, Mapping):
         raise MetricError(
-            f"run must be a mapping {{qid: {{docid: score}}}} (or {{qid: [docid, ...]}}), a Run or a table, "
-            f"got {type(run).__name__}"
+            f"run must be a mapping {{qid: {{docid: score}}}} (or {{qid: [docid, ...]}}), a list of (qid, docid, "
+            f"score) rows, a Run or a table, got {type(run).__name__}"
         )
     prepared_qrels = prepare_qrels(qrels)
     prepared_run, n_run_queries = prepare_dict_run(run, prepared_qrels, opts.on_duplicate)

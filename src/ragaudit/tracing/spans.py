@@ -480,7 +480,8 @@ class SpanRecorder(SpanWriter):
         message with ``tool_call`` parts, as a JSON string (``gen_ai.output.messages``, also the
         observation's output: Langfuse renders it as the reply). A JSON string, not a structured
         value: the SDK could send a map, but Langfuse's OTLP reader decodes no ``kvlistValue`` (it
-        would show the wire wrapper) and Jaeger shows a map as its JSON text anyway."""
+        would show the wire wrapper) and Jaeger shows a map as its JSON text anyway (jaeger-ui
+        renders a JSON string tag as a tree)."""
         role_key, content_key = c.output_message_keys(0)
         attrs[role_key] = "assistant"
         parts: list[dict[str, Any]] = []

@@ -12,6 +12,7 @@ from llama_index.core.instrumentation import get_dispatcher
 from ... import _fork
 from ..._deprecation import deprecated_alias
 from ...auditor import DEFAULT_TURN_MEASURES, Auditor
+from .._common import force_flush_turns
 from ._collector import Collector
 from ._dispatch import EventHandler, SpanHandler
 from ._streams import stream_closer
@@ -41,7 +42,7 @@ class Audited:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         ok = stream_closer.force_flush(timeout_s)
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return self._collector.auditor.force_flush(remaining) and ok
+        return force_flush_turns(self._collector.auditor, remaining) and ok
 
     flush = deprecated_alias("force_flush", timeout="timeout_s")
 

@@ -177,6 +177,18 @@ def _tags(trace: _Trace, members: Sequence[str], steps: Sequence[Step], service:
     return tags
 
 
+def _run_name(root: SpanData, kind: RunKind) -> str:
+    """The root's name; an agent's is the agent's own (``gen_ai.agent.name``, OpenInference
+    ``agent.name``), not its span's ``invoke_agent {name}``: our turn span is named after it."""
+    if kind is RunKind.AGENT:
+        for key in ("gen_ai.agent.name", "agent.name"):
+            value = root.attributes.get(key)
+            if isinstance(value, str) and value:
+                return value
+        return root.name.removeprefix("invoke_agent").strip() or root.name
+    return root.name
+
+
 def _turn(trace: _Trace, root_id: str, service: str | None) -> WorkerTurn:
     root = trace.spans[root_id]
     reading = trace.readings[root_id]
@@ -191,7 +203,7 @@ def _turn(trace: _Trace, root_id: str, service: str | None) -> WorkerTurn:
     kind = RunKind.MODEL if reading.kind == KIND_LLM else RunKind.AGENT if reading.kind == KIND_AGENT \
         else RunKind.CHAIN
     question, messages = _question(reading)
-    start = RunStarted(turn_id, kind, root.start_ns, name=root.name, question=question, messages=messages,
+    start = RunStarted(turn_id, kind, root.start_ns, name=_run_name(root, kind), question=question, messages=messages,
                        tags=_tags(trace, members, children, service, reading.convention))
     end = RunEnded(turn_id, max(root.end_ns, root.start_ns), error=reading.error,
                    answer=reading.output_text if reading.kind != KIND_LLM and reading.error is None else None)

@@ -1,0 +1,195 @@
+"""Turn closing: where a source hands a finished run over to be built into a turn, off the host's
+thread, and where flushing and shutting down the turn pipeline begin.
+
+One :class:`TurnCloser` per Auditor (:func:`closer_for`), shared by every source that submits there:
+a BatchWorker of close jobs (a job builds the turn, records its spans and submits it) and the
+sources whose half-finished turns must be closed before shutdown. Calls go one way, the way the
+turns go: source → closer → Auditor → exporters. :meth:`TurnCloser.force_flush` and
+:meth:`TurnCloser.shutdown` finish what the closer holds and then call the Auditor's own; the
+Auditor never calls back up. The exit hook and SIGTERM (:mod:`ragaudit._lifecycle`) take every
+closer before the Auditors. What the closer drops it counts in its Auditor's ``stats()``
+(``close_dropped``; ``closing`` is how many wait here, as the closing thread last saw at a batch).
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from .. import _fork, _lifecycle
+from .._log import RateLimitedLog
+from .._worker import BatchWorker, run_jobs
+from ..content import ContentPolicy, log_exception
+
+if TYPE_CHECKING:
+    from ..auditor import Auditor
+
+__all__ = ["TurnCloser", "TurnSource", "closer_for"]
+
+_CLOSE_BATCH = 64
+_CLOSE_DELAY_S = 0.1
+
+
+@runtime_checkable
+class TurnSource(Protocol):
+    """An integration handler with turns of its own to close at shutdown."""
+
+    def close_ended_turns(self) -> int:
+        """Close the turns whose root run ended (children still open are marked unfinished);
+        returns how many. Never raises."""
+        ...
+
+
+class TurnCloser:
+    """Runs close jobs in order, in batches (one gathers for up to 0.1 s), at most the Auditor's
+    *max_closing* waiting; a job past that is dropped and counted (``stats()["close_dropped"]``)."""
+
+    def __init__(self, auditor: Auditor) -> None:
+        # Weak: the closer lives as long as its Auditor does (see closer_for), never longer.
+        self._auditor = weakref.ref(auditor)
+        self.max_closing = auditor.max_closing
+        self.inline = auditor.mode == "inline"
+        self.exit_timeout_s = auditor.exit_timeout_s
+        self._log = RateLimitedLog()
+        self._failed = _failure_log(self._log, auditor.content_policy)
+        self._sources: weakref.WeakSet[TurnSource] = weakref.WeakSet()
+        ref = weakref.ref(self)
+
+        def run(jobs: list[Callable[[], None]]) -> None:
+            # The closing gauge is reported from here, at each batch, never from the host's thread.
+            closer = ref()
+            if closer is not None:
+                closer._waiting()
+            run_jobs(jobs)
+            closer = ref()
+            if closer is not None:
+                closer._waiting()
+
+        self.worker: BatchWorker[Callable[[], None]] = BatchWorker(
+            "closer", run, max_queue=self.max_closing, max_batch=_CLOSE_BATCH, delay_s=_CLOSE_DELAY_S,
+            on_error=self._failed, paced=True)
+        weakref.finalize(self, self.worker.shutdown, 0)
+
+    @property
+    def auditor(self) -> Auditor | None:
+        """The Auditor this closer hands turns to (None once it is gone)."""
+        return self._auditor()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`shutdown` has stopped the closing thread (jobs then run at once)."""
+        return self.worker.closed
+
+    def attach(self, source: TurnSource) -> None:
+        """Have :meth:`shutdown` (and the exit hook) close *source*'s ended turns first (held weakly:
+        a handler made per call costs nothing once it is gone)."""
+        self._sources.add(source)
+
+    def defer(self, job: Callable[[], None]) -> bool:
+        """Run *job* soon on the closing thread, never on the caller's. Never blocks or raises.
+
+        A source closes a turn this way: at the end of a run it hands over the raw run data, and *job*
+        builds the :class:`~ragaudit.RagTurn`, records its spans (with the times the framework
+        reported) and submits it, so none of that work is on the host's thread. Jobs run in order, in
+        batches; :meth:`force_flush`, :meth:`shutdown` and the exit hook run them before the Auditor's
+        own. With an inline Auditor, and after shutdown, *job* runs at once on the caller's thread.
+        Returns False when *max_closing* jobs are already waiting: *job* is dropped and counted. A
+        raise from *job* is logged.
+        """
+        try:
+            if self.inline or self.worker.closed:
+                job()
+                return True
+            if self.worker.put(job):
+                return True
+        except Exception as exc:
+            self._failed(exc)
+            return False
+        auditor = self._auditor()
+        if auditor is not None:
+            auditor.count("close_dropped")
+        self._log.warning("close_dropped", "ragaudit: a finished turn was dropped before it was recorded "
+                          "(%d turns already waiting to be closed, max_closing=%d)", len(self.worker),
+                          self.max_closing)
+        return False
+
+    def close_sources(self) -> None:
+        """Close every attached source's ended turns (before a shutdown stops taking turns)."""
+        for source in list(self._sources):
+            try:
+                source.close_ended_turns()
+            except Exception as exc:
+                self._failed(exc)
+
+    def force_flush(self, timeout_s: float | None = 30.0) -> bool:
+        """Wait until every job handed over so far has run (the turns built, traced and submitted),
+        then for the Auditor's :meth:`~ragaudit.Auditor.force_flush`, all within *timeout_s*: every
+        turn recorded and judged, its spans exported, the sinks flushed. False when the time ran out
+        or something was not delivered. Never raises."""
+        deadline = None if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
+        ok = self.worker.force_flush(timeout_s)
+        auditor = self._auditor()
+        return (auditor.force_flush(_left(deadline)) if auditor is not None else True) and ok
+
+    def shutdown(self, timeout_s: float | None = None) -> bool:
+        """Close the sources' ended turns, record the turns waiting here, stop the closing thread, then
+        shut the Auditor down, all within *timeout_s* (default: the Auditor's ``exit_timeout_s``).
+        Idempotent; never raises. False when something was not recorded (said on stderr)."""
+        budget = self.exit_timeout_s if timeout_s is None else max(0.0, timeout_s)
+        deadline = time.monotonic() + budget
+        # Turns whose root ended but a child run never did (a hung tool, a lost callback) are closed
+        # now, their open children marked unfinished, so that exit records them too.
+        self.close_sources()
+        self.worker.force_flush(budget)
+        unclosed = len(self.worker)
+        self.worker.shutdown(0)
+        self._waiting()
+        if unclosed:
+            _lifecycle.report(f"{unclosed} finished turn(s) still waiting to be recorded at shutdown were not "
+                              f"recorded (flush timeout {budget:g}s)")
+        auditor = self._auditor()
+        ok = auditor.shutdown(_left(deadline)) if auditor is not None else True
+        return ok and not unclosed
+
+    def stats(self) -> Mapping[str, int]:
+        """``closing``: finished turns waiting here to be recorded."""
+        return {"closing": len(self.worker)}
+
+    def _waiting(self) -> None:
+        auditor = self._auditor()
+        if auditor is not None:
+            auditor.report_closing(len(self.worker))
+
+    def __len__(self) -> int:
+        return len(self.worker)
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _failure_log(log: RateLimitedLog, policy: ContentPolicy) -> Callable[[BaseException], None]:
+    # Holds no closer: the worker's thread must not keep its closer (and so its Auditor) alive.
+    def failed(exc: BaseException) -> None:
+        log.warning(f"job:{type(exc).__name__}", "ragaudit: closing a turn failed (the pipeline is "
+                    "unaffected): %s", log_exception(exc, policy))
+
+    return failed
+
+
+_lock = _fork.lock()
+# The closer lives while its Auditor does (a weak key; the closer holds the Auditor weakly too).
+_closers: weakref.WeakKeyDictionary[Auditor, TurnCloser] = weakref.WeakKeyDictionary()
+
+
+def closer_for(auditor: Auditor) -> TurnCloser:
+    """The one :class:`TurnCloser` above *auditor*, made with the first source that submits there;
+    the exit hook and SIGTERM shut it down (or flush it) before *auditor*."""
+    with _lock:
+        closer = _closers.get(auditor)
+        if closer is None:
+            closer = _closers[auditor] = TurnCloser(auditor)
+            _lifecycle.track(closer, above=auditor)
+        return closer
