@@ -45,10 +45,13 @@ def _judge_rule(body: dict[str, Any]) -> str:
 
 
 def _run(chain: Any, auditor: Any) -> list[str]:
+    """The questions through *chain* with a handler on *auditor*; every turn closed and submitted."""
     from ragaudit.integrations.langchain import RagAuditCallbackHandler
 
     handler = RagAuditCallbackHandler(auditor=auditor)
-    return [chain.invoke(question, config={"callbacks": [handler]}) for question in _QUESTIONS]
+    answers = [chain.invoke(question, config={"callbacks": [handler]}) for question in _QUESTIONS]
+    assert handler.force_flush(30) and auditor.force_flush(30)
+    return answers
 
 
 def _lines(path: Path) -> dict[str, dict[str, Any]]:
@@ -84,7 +87,6 @@ def test_mode_worker_sends_the_turns_to_ragaudit_worker_which_judges_them_as_in_
     in_process_log = tmp_path / "in-process.jsonl"
     with Auditor(judge(), audit_log=in_process_log, tracer_provider=TracerProvider()) as auditor:
         answers = _run(chain, auditor)
-        assert auditor.force_flush(30)
         in_process_stats = auditor.stats()
     assert in_process_stats["judged"] == len(_QUESTIONS)
 
@@ -100,7 +102,6 @@ def test_mode_worker_sends_the_turns_to_ragaudit_worker_which_judges_them_as_in_
             judge_calls_before = judge_llm.request_count
             with Auditor(mode="worker", tracer_provider=provider, audit_log=tmp_path / "app.jsonl") as app:
                 assert _run(chain, app) == answers
-                assert app.force_flush(30)
                 assert provider.force_flush(30_000)
                 app_stats = app.stats()
             wait_for(lambda: worker.stats()["turns_judged"] == len(_QUESTIONS), timeout=60,
