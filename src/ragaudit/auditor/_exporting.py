@@ -30,6 +30,9 @@ logger = logging.getLogger("ragaudit")
 
 _EXPORT_BATCH = 64
 _PACE_BATCH = 8
+# A batch gathers for up to 50 ms (a flush cuts that short): woken once per record, the export
+# thread took the interpreter from the judging loop at every judgement (benchmarks/judge_throughput.py).
+_EXPORT_DELAY_S = 0.05
 
 OnJudgement = Callable[[RagTurn, Judgement], None]
 
@@ -134,8 +137,8 @@ class ExportStage:
         # Paced (the host first): a batch goes to the exporters in slices of _PACE_BATCH records.
         # A judged session's record takes the same path, to the exporters that take sessions.
         self.worker: BatchWorker[AuditRecord | SessionRecord] = BatchWorker(
-            "export", self.export_now, max_queue=max_queue, max_batch=_EXPORT_BATCH, paced=True,
-            pace_batch=_PACE_BATCH)
+            "export", self.export_now, max_queue=max_queue, max_batch=_EXPORT_BATCH, delay_s=_EXPORT_DELAY_S,
+            paced=True, pace_batch=_PACE_BATCH)
 
     def put(self, record: AuditRecord | SessionRecord) -> None:
         """Export *record* on the worker (or here and now, when the worker cannot take it)."""
