@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["OUR_SYSTEM_PROMPT_START", "reply_for", "synthesize"]
+__all__ = ["OUR_SYSTEM_PROMPT_START", "reply_for", "session_reply", "synthesize"]
 
 OUR_SYSTEM_PROMPT_START = "You are a strict RAG evaluator"
 SENTENCE = "The answer states the return window given in the first passage."
@@ -115,9 +115,27 @@ def _texts(body: Mapping[str, Any]) -> tuple[str, str]:
     return "\n".join(system), "\n".join(every)
 
 
+SESSION_SYSTEM_PROMPT_START = "You are a strict evaluator of conversations"
+_TURN_NUMBER = re.compile(r"^Turn (\d+)$", re.M)
+
+
+def session_reply(text: str) -> str:
+    """A session verdict of a realistic size: resolved at the last turn, one contradiction between the
+    first and the last turn's first sentences, one repeated turn, a one-sentence reason."""
+    turns = [int(n) for n in _TURN_NUMBER.findall(text)] or [1]
+    last = turns[-1]
+    return json.dumps({"resolved": "yes", "resolvedTurn": last,
+                       "contradictions": [{"turn": 1, "sentence": 1, "laterTurn": last, "laterSentence": 1}]
+                       if last > 1 else [],
+                       "repeated": [{"turn": last, "repeats": 1}] if last > 1 else [],
+                       "reason": "The last answer met the need; it contradicts the first one on the return window."})
+
+
 def reply_for(body: Mapping[str, Any]) -> dict[str, Any]:
     """``{"content": str}`` or ``{"tool_call": (name, arguments_json)}`` for one chat request."""
     system, text = _texts(body)
+    if system.startswith(SESSION_SYSTEM_PROMPT_START):
+        return {"content": session_reply(text)}
     if system.startswith(FULL_AUDIT_SYSTEM_PROMPT_START):
         return {"content": full_audit_reply(text)}
     if system.startswith(OUR_SYSTEM_PROMPT_START):

@@ -282,14 +282,14 @@ def run_auditor(base_url: str, turns: list[Any], concurrency: int, *, trace_memo
         tracemalloc.start()
     sampler = threading.Thread(target=sample, daemon=True)
     window = 4 * concurrency
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     sampler.start()
     for turn in turns:
         while auditor.stats()["pending"] >= window:
             time.sleep(0.005)  # a poll every 5 ms: under 1 judgement at 160/s, and little CPU
         auditor.submit(turn)
     flushed = auditor.force_flush(600)
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     stop.set()
     sampler.join()
     traced_peak = None
@@ -313,6 +313,8 @@ def run_auditor(base_url: str, turns: list[Any], concurrency: int, *, trace_memo
         "flushed": flushed,
         "elapsed_s": elapsed,
         "judgements_per_s": stats["judged"] / elapsed if elapsed else None,
+        # The process's CPU (every thread: producer, judging loop, export, sampler) per judged turn.
+        "cpu_ms_per_judgement": 1000 * cpu / n,
         "stats": {k: stats[k] - warm_stats.get(k, 0) if k in ("submitted", "judged", "failed") else stats[k]
                   for k in stats},
         "latency_s": {"p50": percentile(latencies, 50), "p99": percentile(latencies, 99)} if latencies else None,
@@ -346,13 +348,14 @@ def run_bare_sdk(base_url: str, bodies: list[dict[str, Any]], n: int, concurrenc
 
     with ThreadPoolExecutor(concurrency) as pool:
         wait([pool.submit(call, bodies[i % len(bodies)]) for i in range(concurrency)])  # warm up
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         futures = [pool.submit(call, bodies[i % len(bodies)]) for i in range(n)]
         wait(futures)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     client.close()
     done = n - failures["n"]
     return {"turns": n, "elapsed_s": elapsed, "per_s": done / elapsed if elapsed else None,
+            "cpu_ms_per_request": 1000 * cpu / n,
             "failed": failures["n"]}
 
 
@@ -442,11 +445,12 @@ def _interleaved(server: ServerProcess, turns: list[Any], concurrency: int, late
     theirs = sorted(r["per_s"] for r in sdk_runs)
     ours_median, theirs_median = percentile(ours, 50), percentile(theirs, 50)
     run["rounds_per_s"] = [r["judgements_per_s"] for r in auditor_runs]
+    run["rounds_cpu_ms"] = [r["cpu_ms_per_judgement"] for r in auditor_runs]
     run["judgements_per_s"] = ours_median
     run["ratio_to_ideal"] = ours_median / ideal
     run["bare_sdk"] = {"rounds_per_s": [r["per_s"] for r in sdk_runs], "per_s": theirs_median,
                        "ratio_to_ideal": theirs_median / ideal, "failed": sum(r["failed"] for r in sdk_runs),
-                       "requests_replayed": len(bodies)}
+                       "requests_replayed": len(bodies), "rounds_cpu_ms": [r["cpu_ms_per_request"] for r in sdk_runs]}
     run["ratio_to_bare_sdk"] = ours_median / theirs_median if theirs_median else None
     return run
 
@@ -462,6 +466,8 @@ def _print_throughput(run: dict[str, Any], sdk: dict[str, Any], ideal: float, co
     print(f"bare openai SDK, {concurrency} threads, same request bodies: {sdk['per_s']:.1f}/s "
           f"({', '.join(f'{v:.1f}' for v in sdk['rounds_per_s'])}); Auditor / bare SDK = "
           f"{'n/a' if ratio is None else f'{ratio:.2f}'}x (target >= {TARGET_SDK_RATIO})")
+    print("process CPU ms per judgement, each round: Auditor " + ", ".join(f"{v:.2f}" for v in run["rounds_cpu_ms"])
+          + "; bare SDK " + ", ".join(f"{v:.2f}" for v in sdk["rounds_cpu_ms"]))
     rss = run["rss_mb"]
     print(f"RSS: peak {rss['peak']:.1f} MB; at 25/50/75/100 %: "
           + " / ".join(f"{v:.1f}" for v in rss["at"].values() if v is not None)

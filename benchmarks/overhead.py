@@ -102,7 +102,7 @@ CONFIGS: dict[str, tuple[str, ...]] = {
     "langchain": ("baseline", "baseline-2", "noop-handler", "ragaudit-default", "ragaudit-default-lexical",
                   "ragaudit", "ragaudit-notrace", "openinference", "openllmetry", "langfuse"),
     "llamaindex": ("baseline", "baseline-2", "noop-handler", "ragaudit-default", "ragaudit-default-lexical",
-                   "ragaudit", "ragaudit-notrace", "openinference"),
+                   "ragaudit", "ragaudit-notrace", "openinference", "openllmetry"),
 }
 # ragaudit's configurations: (judge, audit log, spans). "default" is what README's setup gives a user:
 # the audit log written, judging in the background, spans through tracing.configure()'s
@@ -112,6 +112,7 @@ RAGAUDIT = {
     "ragaudit-default": ("instant", True, "configure"),
     "ragaudit-default-lexical": ("lexical", True, "configure"),
     "ragaudit-default-unpaced": ("instant", True, "configure"),  # only with --configs
+    "ragaudit-worker-mode": ("worker", False, "configure"),  # Auditor(mode="worker"): only with --configs
     "ragaudit": ("instant", False, "memory"),
     "ragaudit-notrace": ("instant", False, None),
 }
@@ -123,6 +124,7 @@ LABELS = {
     "ragaudit-default": "ragaudit default (audit log, configure(), instant judge)",
     "ragaudit-default-lexical": "ragaudit default, LexicalJudge",
     "ragaudit-default-unpaced": "ragaudit default, background not paced",
+    "ragaudit-worker-mode": "ragaudit, judging in ragaudit worker (mode='worker', configure())",
     "ragaudit": "ragaudit lean (in-memory spans, no audit log)",
     "ragaudit-notrace": "ragaudit, tracing not configured",
     "openinference": "OpenInference instrumentor",
@@ -134,6 +136,7 @@ REQUIRES = {  # the module a configuration needs; a configuration whose module i
     ("langchain", "openllmetry"): "opentelemetry.instrumentation.langchain",
     ("langchain", "langfuse"): "langfuse.langchain",
     ("llamaindex", "openinference"): "openinference.instrumentation.llama_index",
+    ("llamaindex", "openllmetry"): "opentelemetry.instrumentation.llamaindex",
 }
 TARGET_RATIO = 0.25
 TARGET_US = 300.0
@@ -176,6 +179,9 @@ def _ragaudit_auditor(config: str, bench: Bench, sink: str | None) -> tuple[Any,
 
         provider = tracing.configure(endpoint=sink)  # README's line: BatchSpanProcessor + OTLP/HTTP
     log_path = Path(tempfile.mkdtemp(prefix="ragaudit-bench-")) / "ragaudit-audit.jsonl" if audit_log else None
+    if judge_kind == "worker":  # the app records and exports its turns; ragaudit worker judges them
+        bench.auditor = Auditor(mode="worker", audit_log=None, tracer_provider=provider)
+        return bench.auditor, provider
     judge = LexicalJudge() if judge_kind == "lexical" else _fake_judge()
     latencies = bench.judging_latency_ns
 
@@ -364,6 +370,12 @@ def _llamaindex_bench(config: str, sink: str | None) -> Bench:
 
         provider, bench.exporter = _memory_provider()
         LlamaIndexInstrumentor().instrument(tracer_provider=provider)
+        bench.flush = provider.force_flush
+    elif config == "openllmetry":
+        from opentelemetry.instrumentation.llamaindex import LlamaIndexInstrumentor as OpenLLMetryInstrumentor
+
+        provider, bench.exporter = _memory_provider()
+        OpenLLMetryInstrumentor().instrument(tracer_provider=provider)
         bench.flush = provider.force_flush
     documents = [Document(text=text, metadata={"source": source}, doc_id=f"doc-{i}")
                  for i, (source, text) in enumerate(DOC_TEXTS)]

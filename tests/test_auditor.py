@@ -106,10 +106,14 @@ def test_judge_errors_and_timeouts_are_recorded_not_raised(tmp_path: Path) -> No
             gate.wait(10)
         return {"faithfulness": 0.5}
 
-    # 1 s, not less: on a loaded machine turn 3's instant judge must not be cut by the deadline too.
+    # Turn 3's instant judge is judged (and flushed) before the hanging one is submitted, so on a
+    # loaded machine it cannot be cut by the deadline the hanging judge runs into (it once was, at
+    # load 8-11 with turns 1-3 in flight together).
     log = tmp_path / "a.jsonl"
     with Auditor(FakeJudge(fn), timeout_s=1.0, audit_log=log, on_judgement=lambda t, j: out.append(j)) as aud:
-        for i in (1, 2, 3):
+        aud.submit(make_turn(3))
+        assert aud.force_flush(10)
+        for i in (1, 2):
             aud.submit(make_turn(i))
         assert aud.force_flush(10)
         stats = aud.stats()

@@ -153,6 +153,27 @@ def test_extra_body_is_sent(srv: LLMServer) -> None:
     assert body["seed"] == 7 and body["guided_json"] == {"type": "object"}
 
 
+
+def test_the_request_on_the_wire_is_the_one_the_sdk_create_sends(srv: LLMServer) -> None:
+    # The endpoint sends its body through the client's post() (no typed-dict transform): the server
+    # must see exactly what chat.completions.create(**params) sends, headers included, sync and async.
+    judge = make_judge(srv, protocol="full-audit", extra_body={"seed": 7, "temperature": 0.5})
+    endpoint = judge._endpoint
+    params = endpoint.params(judge._messages(REQUEST), schema=judge.protocol.schema, temperature=judge.temperature)
+    results = [endpoint.create(params), run_async(judge, endpoint.acreate(params))]
+    assert all(isinstance(r.outcome, openai.types.chat.ChatCompletion) and r.calls == 1 for r in results)
+    with openai.OpenAI(base_url=srv.base_url, api_key=SECRET, max_retries=0) as client:
+        client.chat.completions.create(**params)
+    *ours, sdk = srv.requests
+    assert sdk.body["temperature"] == 0.5 and sdk.body["seed"] == 7  # extra_body wins, as in the SDK
+    assert sdk.body["response_format"]["type"] == "json_schema"
+    for request in ours:
+        assert request.path == sdk.path
+        assert request.body == sdk.body
+        for header in ("authorization", "content-type", "accept"):
+            assert request.headers[header] == sdk.headers[header]
+
+
 # --- parsing through the judge ----------------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ from .records import (
     SentenceVerdict,
     ToolCall,
 )
+from .sessions import SessionJudgement, SessionRecord, SessionRequest, SessionVerdict
 
 if TYPE_CHECKING:  # for type checkers; `X as X` marks a re-export (tests/test_exports.py checks it matches)
     from . import metrics as metrics
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # for type checkers; `X as X` marks a re-export (tests/test_e
     from ._version import __version__ as __version__
     from .auditor import Auditor as Auditor
     from .auditor import Budget as Budget
+    from .auditor import SessionTracking as SessionTracking
     from .evaluation import EvaluationReport as EvaluationReport
     from .evaluation import assert_rag_quality as assert_rag_quality
     from .evaluation import evaluate_pipeline as evaluate_pipeline
@@ -63,6 +65,7 @@ _EXPORTS = {
     "__version__": "._version",
     "Auditor": ".auditor",
     "Budget": ".auditor",
+    "SessionTracking": ".auditor",
     "ChatRagJudge": ".judges",
     "LexicalJudge": ".judges",
     "RubricJudge": ".judges",
@@ -115,6 +118,10 @@ __all__ = [
     "Retrieval",
     "RetrievedDoc",
     "SentenceVerdict",
+    "SessionJudgement",
+    "SessionRecord",
+    "SessionRequest",
+    "SessionVerdict",
     "ToolCall",
     *_EXPORTS,
 ]

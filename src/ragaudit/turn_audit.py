@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from ._text import sentence_spans
 from ._turn_metrics import DEFAULT_TURN_MEASURES, turn_metrics
-from .records import AuditRecord, Citation, CitationCheck, Judgement, RagTurn, RetrievedDoc, TurnAudit
+from .records import AuditRecord, Citation, CitationCheck, Judgement, RagTurn, RetrievedDoc, SentenceVerdict, TurnAudit
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -52,6 +52,7 @@ __all__ = [
     "audit_turn",
     "check_citations",
     "citation_scores",
+    "consistent_faithfulness",
     "judged_labels",
     "judged_metrics",
 ]
@@ -81,6 +82,20 @@ def answer_sentences(answer: str | None) -> list[tuple[int, int]]:
     if not isinstance(answer, str) or not answer.strip():
         return []
     return sentence_spans(answer)[:_MAX_SENTENCES]
+
+
+def consistent_faithfulness(sentences: Sequence[SentenceVerdict]) -> float | None:
+    """Faithfulness from sentence verdicts, the full audit's rule (:mod:`ragaudit.judges.llm.fullaudit`):
+    supported 1, partially supported 0.5, unsupported and contradicted 0, over the sentences that make
+    a claim (1.0 when none does); None when no sentence has a verdict. Also a session's groundedness."""
+    judged = [s.verdict for s in sentences if s.verdict is not None]
+    if not judged:
+        return None
+    claims = [v for v in judged if v != "no_claim"]
+    if not claims:
+        return 1.0
+    credit = sum(1.0 if v == "supported" else 0.5 if v == "partially_supported" else 0.0 for v in claims)
+    return round(credit / len(claims), 6)
 
 
 def judged_labels(judgement: Judgement) -> dict[str, int] | None:

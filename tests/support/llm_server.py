@@ -74,7 +74,9 @@ __all__ = [
     "Scripted",
     "Token",
     "ToolCall",
+    "is_session_request",
     "judgement_json",
+    "session_json",
 ]
 
 
@@ -95,6 +97,36 @@ def judgement_json(
             **extra,
         }
     )
+
+
+def session_json(
+    resolved: Any = "yes",
+    resolved_turn: Any = None,
+    contradictions: Sequence[tuple[int, int, int, int]] = (),
+    repeated: Sequence[tuple[int, int]] = (),
+    reason: str = "scripted session verdict",
+    **extra: Any,
+) -> str:
+    """The JSON text a well-behaved session judge returns (ragaudit's session protocol):
+    *contradictions* as ``(turn, sentence, later_turn, later_sentence)``, *repeated* as ``(turn, repeats)``."""
+    return json.dumps({
+        "resolved": resolved, "resolvedTurn": resolved_turn,
+        "contradictions": [{"turn": a, "sentence": i, "laterTurn": b, "laterSentence": j}
+                           for a, i, b, j in contradictions],
+        "repeated": [{"turn": t, "repeats": r} for t, r in repeated],
+        "reason": reason, **extra,
+    })
+
+
+def is_session_request(body: Mapping[str, Any]) -> bool:
+    """True for a request of ragaudit's session protocol (a whole conversation judged), by its schema
+    name or its system prompt; a rule answers it with :func:`session_json`."""
+    fmt = body.get("response_format") or {}
+    if isinstance(fmt, Mapping) and (fmt.get("json_schema") or {}).get("name") == "ragaudit_session":
+        return True
+    messages = body.get("messages") or []
+    first = messages[0].get("content") if messages and isinstance(messages[0], Mapping) else None
+    return isinstance(first, str) and "evaluator of conversations" in first
 
 
 DEFAULT_CONTENT = judgement_json(reason="loopback default reply")

@@ -35,3 +35,11 @@ def test_kubernetes_service_is_headless_and_probes_the_worker() -> None:
     containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
     assert containers["worker"]["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert "--port" in (HERE / "Dockerfile").read_text() and "4319" in (HERE / "Dockerfile").read_text()
+
+
+def test_tier1_for_sessions_routes_by_the_session_attribute() -> None:
+    conf = yaml.safe_load((HERE / "tier1-gateway-sessions.yaml").read_text())
+    lb = conf["exporters"]["loadbalancing"]
+    assert lb["routing_key"] == "attributes" and lb["routing_attributes"] == ["session.id"]
+    assert lb["resolver"]["k8s"]["service"].startswith("ragaudit-workers")
+    assert conf["service"]["pipelines"]["traces"]["exporters"] == ["otlphttp/backend", "loadbalancing"]

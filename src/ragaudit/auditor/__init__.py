@@ -11,6 +11,7 @@ from .._sink import BaseJudgementSink, JudgementSink
 from .._turn_metrics import DEFAULT_TURN_MEASURES, turn_metrics
 from ._auditor import Auditor, OnJudgement, Submission, SubmitStatus
 from ._governor import Budget
+from ._sessions import SessionTracking
 
 __all__ = [
     "DEFAULT_TURN_MEASURES",
@@ -19,6 +20,7 @@ __all__ = [
     "Budget",
     "JudgementSink",
     "OnJudgement",
+    "SessionTracking",
     "Submission",
     "SubmitStatus",
     "sampled",

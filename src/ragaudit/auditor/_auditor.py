@@ -29,6 +29,7 @@ from ..errors import ConfigurationError
 from ..judges.base import RagJudge
 from ..records import UNSUBMITTED_REASONS, AuditRecord, Judgement, JudgeRequest, RagTurn
 from ..turn_audit import COMPUTE, audit_record
+from ._aliases import AuditorAliases
 from ._draining import Draining
 from ._exporting import ExportStage, LegacySinkExporter, OnJudgementExporter
 from ._first_run import say_where_things_are
@@ -36,6 +37,8 @@ from ._governor import NOT_SENT, Budget, CostControl
 from ._judge_health import JudgeFailureLog
 from ._judging import judge_request
 from ._policies import PolicyBook
+from ._session_part import SessionJudging, SessionTracking
+from ._worker_mode import WorkerModeJudge, check_worker_mode
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -46,7 +49,8 @@ __all__ = ["Auditor", "JudgementSink", "OnJudgement", "Submission", "SubmitStatu
 
 logger = logging.getLogger("ragaudit")
 
-SubmitStatus = Literal["queued", "judged", "failed", "dropped", "sampled_out", "filtered_out", "not_sent"]
+SubmitStatus = Literal["queued", "judged", "failed", "dropped", "sampled_out", "filtered_out", "not_sent",
+                       "to_worker"]
 """What :meth:`Auditor.submit` did with a turn: taken for judging (``"queued"``; inline, the outcome,
 ``"judged"`` or ``"failed"``, as the record's status says it) or not, and why."""
 
@@ -80,8 +84,8 @@ class _Job:
 
 def _check_arguments(mode: str, sample_rate: float, max_queue: int, max_closing: int, max_concurrency: int,
                      timeout_s: float, on_judgement: Any, redact: Any) -> None:
-    if mode not in ("background", "inline"):
-        raise ConfigurationError(f"mode must be 'background' or 'inline', got {mode!r}")
+    if mode not in ("background", "inline", "worker"):
+        raise ConfigurationError(f"mode must be 'background', 'inline' or 'worker', got {mode!r}")
     if not isinstance(sample_rate, (int, float)) or not 0.0 <= float(sample_rate) <= 1.0:
         raise ConfigurationError(f"sample_rate must be in [0, 1], got {sample_rate!r}")
     if not isinstance(max_queue, int) or max_queue < 1:
@@ -96,6 +100,21 @@ def _check_arguments(mode: str, sample_rate: float, max_queue: int, max_closing:
         raise ConfigurationError("on_judgement must be callable(turn, judgement)")
     if redact is not None and not callable(redact):
         raise ConfigurationError("redact must be callable(text) -> text")
+
+
+def _drop_reason(closed: bool, mode: str, max_queue: int) -> str:
+    if closed:
+        return "auditor shut down"
+    if mode == "worker":
+        return "mode='worker' and the turn has no trace for ragaudit worker: is tracing configured?"
+    return f"queue full, max_queue={max_queue}"
+
+
+def _zero_counts() -> dict[str, int]:
+    """Every count of ``stats()``, at zero (the gauges, ``pending`` and ``closing``, are kept apart)."""
+    return {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0, "to_worker": 0,
+            "evidence_from_prompt": 0, "close_dropped": 0,
+            **{f"unjudged_{reason}": 0 for reason in UNSUBMITTED_REASONS}, **dict.fromkeys(NOT_SENT, 0)}
 
 
 def _resolve_judge(judge: RagJudge | None) -> RagJudge:
@@ -133,7 +152,7 @@ def _as_exporters(sinks: Iterable[Any]) -> list[Exporter]:
     return out
 
 
-class Auditor(Draining):
+class Auditor(SessionJudging, Draining, AuditorAliases):
     """Judges finished :class:`~ragaudit.RagTurn` s in the background and sends the judgements on.
 
     A :class:`~ragaudit._worker.BatchWorker` runs the judging (an asyncio loop on one thread, sync
@@ -145,7 +164,9 @@ class Auditor(Draining):
     *max_queue* turns wait or are being judged; past that a turn is
     **dropped and counted**, never lost silently. At most *max_concurrency* judgements run at once,
     each bounded by *timeout_s*. *sample_rate* keeps a deterministic share of turns (by turn id).
-    ``mode="inline"`` judges before :meth:`submit` returns (for scripts and tests). A judge that
+    ``mode="inline"`` judges before :meth:`submit` returns (for scripts and tests);
+    ``mode="worker"`` judges nothing here: the turns' traces go out over OTLP and ``ragaudit
+    worker`` judges them (see :mod:`ragaudit.auditor._worker_mode`, counted ``to_worker``). A judge that
     fails is said at WARNING: the first failure at once, then a summary at most once a minute
     while failures go on (how many, the last error's type and HTTP status, what to check).
     Integrations build their turns on a closing thread of their own, above the Auditor
@@ -178,7 +199,7 @@ class Auditor(Draining):
 
     Pending judgements are flushed at normal interpreter exit (within *exit_timeout_s*); a
     shortfall is written to stderr. ``stats()`` always satisfies ``submitted == judged + failed +
-    dropped + sampled_out + pending``.
+    dropped + sampled_out + pending`` plus the turns not sent (see :meth:`stats`).
 
     SIGTERM (``docker stop``, Kubernetes) kills a Python process without running exit hooks. So
     by default (*handle_signals* None or True) the first Auditor made on the main thread installs
@@ -191,13 +212,16 @@ class Auditor(Draining):
     ``sys.exit`` runs the normal exit flush. An ignored SIGTERM (``SIG_IGN``) is left alone. Off
     the main thread no handler can be installed (with ``handle_signals=True`` a warning says so);
     ``handle_signals=False`` leaves this auditor out.
+
+    *sessions* (True or a :class:`~ragaudit.SessionTracking`) also judges each conversation as a whole,
+    in one judge call, once idle, ended (:meth:`end_session`) or at shutdown (see the sessions guide).
     """
 
     def __init__(
         self,
         judge: RagJudge | None = None,
         *,
-        mode: Literal["background", "inline"] = "background",
+        mode: Literal["background", "inline", "worker"] = "background",
         sample_rate: float = 1.0,
         max_queue: int = 10_000,
         max_concurrency: int = 16,
@@ -220,10 +244,15 @@ class Auditor(Draining):
         pause_s: float = 60.0,
         prices: Mapping[str, tuple[float, float]] | None = None,
         judge_if: Callable[[RagTurn], bool] | None = None,
-        retain_s: float | None = None, max_retained: int = 1_000,
+        retain_s: float | None = None, max_retained: int = 1_000, sessions: SessionTracking | bool | None = None,
     ) -> None:
         _check_arguments(mode, sample_rate, max_queue, max_closing, max_concurrency, timeout_s, on_judgement, redact)
-        judge = _resolve_judge(judge)
+        if mode == "worker":
+            check_worker_mode({"judge": judge is not None, "sample_rate": sample_rate != 1.0, "sinks": bool(sinks),
+                               "on_judgement": on_judgement is not None, "budget": budget is not None,
+                               "max_rps": max_rps is not None, "budget_store": budget_store is not None,
+                               "judge_if": judge_if is not None, "retain_s": retain_s is not None})
+        judge = _resolve_judge(judge) if mode != "worker" else WorkerModeJudge()
         self._cost = CostControl(judge, budget, max_rps, budget_store, budget_fail, pause_s, prices, judge_if,
                                  retain_s, max_retained)  # budgets, rate, pause, judge_if, feedback
         sinks = tuple(sinks)
@@ -251,17 +280,14 @@ class Auditor(Draining):
         self._recorder = SpanRecorder(tracer_provider, content=self._content_policy, judge_trace=judge_trace)
         for sink in legacy:
             sink.bind_recorder(self._recorder)
-        stage = self._exporters(audit_log, exporters, on_judgement)
+        stage = self._exporters(audit_log, exporters, on_judgement, sessions)
         # Sync-only judges (LexicalJudge, a user's BaseRagJudge with judge()) are called in
         # threads of a worker of ours, not through asyncio.to_thread: at interpreter exit the
         # default executor refuses new work, and exit is exactly when we flush.
         self._sync_judge = bool(judge.blocking)
 
         self._lock = _fork.lock()
-        self._counts = {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0,
-                        "evidence_from_prompt": 0, "close_dropped": 0,
-                        **{f"unjudged_{reason}": 0 for reason in UNSUBMITTED_REASONS},
-                        **dict.fromkeys(NOT_SENT, 0)}
+        self._counts = _zero_counts()
         self._pending = 0
         self._closing = 0  # finished turns waiting above, in the integrations' closer (as it reports)
         self._closed = False
@@ -273,7 +299,7 @@ class Auditor(Draining):
             flush_on_sigterm(self, asked=handle_signals is True)
 
     def _exporters(self, audit_log: str | os.PathLike[str] | None, sinks: Sequence[Exporter],
-                   on_judgement: OnJudgement | None) -> list[Exporter]:
+                   on_judgement: OnJudgement | None, sessions: SessionTracking | bool | None) -> list[Exporter]:
         from ..tracing._judge_spans import JudgeSpanExporter
 
         self._spans = JudgeSpanExporter(self._recorder)
@@ -289,17 +315,17 @@ class Auditor(Draining):
         stage += [self._audit_log] if self._audit_log is not None else []
         stage += sinks
         stage += [OnJudgementExporter(on_judgement)] if on_judgement is not None else []
-        return stage
+        return [*stage, *self._session_part(sessions)]  # the session tracker sees every record too
 
     def _start_workers(self, exporters: Sequence[Exporter]) -> None:
         # The workers' handlers reach this auditor through a weak reference, so a running worker
         # thread never keeps an Auditor nobody else references alive; when it goes, they stop.
         ref = weakref.ref(self)
 
-        async def judge_turn(job: _Job) -> None:
+        async def judge_turn(job: Any) -> None:  # a turn's _Job, or a session's (SessionJudging)
             auditor = ref()
             if auditor is not None:
-                await auditor._process(job)
+                await auditor._judge_job(job)
 
         def delivered(records: Sequence[AuditRecord]) -> None:
             auditor = ref()
@@ -309,8 +335,9 @@ class Auditor(Draining):
         # The workers' own bounds leave room for the judgements in flight: max_queue (pending,
         # counted here under one lock with the judged/failed counts) is what drops turns.
         bound = self.max_queue + self.max_concurrency
-        self._judging: BatchWorker[_Job] = BatchWorker("auditor", ahandle=judge_turn, max_queue=bound,
-                                                       concurrency=self.max_concurrency, paced=True)
+        self._judging: BatchWorker[Any] = BatchWorker("auditor", ahandle=judge_turn, max_queue=bound,
+                                                       concurrency=self.max_concurrency, paced=True,
+                                                       yield_idle=False)
         self._blocking: BatchWorker[Callable[[], None]] | None = None
         if self._sync_judge:
             self._blocking = BatchWorker("judge", run_jobs, max_queue=bound, max_batch=1,
@@ -331,12 +358,6 @@ class Auditor(Draining):
     @property
     def content_policy(self) -> ContentPolicy:
         """The :class:`~ragaudit.content.ContentPolicy` of every text this auditor records."""
-        return self._content_policy
-
-    @property
-    def content(self) -> ContentPolicy:
-        """Deprecated: :attr:`content_policy` (``content`` also names a document's text)."""
-        warn_deprecated("Auditor.content", "Auditor.content_policy")
         return self._content_policy
 
     @property
@@ -395,7 +416,8 @@ class Auditor(Draining):
         deprecated.)
 
         Returns ``"queued"``, ``"sampled_out"`` or ``"dropped"`` (queue full or auditor shut
-        down); in inline mode ``"judged"`` or ``"failed"`` once the judgement is made.
+        down); in inline mode ``"judged"`` or ``"failed"`` once the judgement is made; in worker
+        mode ``"to_worker"`` (or ``"dropped"``: the turn has no trace to send).
         """
         if recorder is not None:
             warn_deprecated("Auditor.submit(recorder=...)", "submit(content_policy=..., tracer_provider=...)")
@@ -423,12 +445,6 @@ class Auditor(Draining):
                 self._counts["dropped"] += 1
             return Submission("dropped")
 
-    def attach_source(self, source: object) -> None:
-        """Deprecated, and without effect: the Auditor calls no source. Attach *source* to its closer,
-        ``ragaudit.integrations.closer_for(auditor).attach(source)``, whose shutdown (and the exit
-        hook) closes its ended turns before this Auditor's."""
-        warn_deprecated("Auditor.attach_source()", "ragaudit.integrations.closer_for(auditor).attach()")
-
     def feedback(self, turn_id: str, value: Any) -> str:
         """A user's feedback on the answer of *turn_id*; never raises, never blocks. A thumbs-down on a
         turn the sampler left out and that is still kept (``retain_s``) gets it judged: ``"queued"``;
@@ -455,6 +471,8 @@ class Auditor(Draining):
         exporter, so that every finished turn ends as a record. Returns True the first time for
         *reason*. Never raises."""
         first = self.count_unjudged(reason)
+        if self.mode == "worker":  # ragaudit worker makes the record, from the same trace
+            return first
         try:
             policy = self._policies.resolve(content_policy)
             self._export.put(audit_record(turn, None, policy, unjudged=reason,
@@ -462,18 +480,6 @@ class Auditor(Draining):
         except Exception as exc:
             self._job_failed(exc)
         return first
-
-    def defer(self, job: Callable[[], None]) -> bool:
-        """Deprecated: ``ragaudit.integrations.closer_for(auditor).defer(job)`` closes a turn off the
-        host's thread. The Auditor runs no source's code on its threads: *job* runs now, on the
-        caller's thread. Never raises; False when *job* raised (logged)."""
-        warn_deprecated("Auditor.defer()", "ragaudit.integrations.closer_for(auditor).defer()")
-        try:
-            job()
-            return True
-        except Exception as exc:
-            self._job_failed(exc)
-            return False
 
     flush_turns = deprecated_alias("force_flush", timeout="timeout_s")
 
@@ -483,7 +489,7 @@ class Auditor(Draining):
         self._closing = max(0, int(waiting))
 
     def stats(self) -> dict[str, int]:
-        """Counts: submitted, judged, failed, dropped, sampled_out, pending, sink_errors, close_dropped,
+        """Counts: submitted, judged, failed, dropped, sampled_out, to_worker, pending, sink_errors, close_dropped,
         closing, evidence_from_prompt and ``unjudged_<reason>`` for each of
         :data:`~ragaudit.records.UNSUBMITTED_REASONS`.
 
@@ -498,7 +504,7 @@ class Auditor(Draining):
         ``feedback_unmatched`` and ``retained_evicted``: see :meth:`feedback`.
 
         One consistent snapshot (one lock): ``submitted == judged + failed + dropped + sampled_out
-        + pending`` plus the five not-sent reasons always holds, also while judgements are being
+        + pending + to_worker`` plus the five not-sent reasons always holds, also while judgements are being
         delivered (a turn judged after a thumbs-down was submitted twice: sampled out, then judged). ``sink_errors``
         includes the sinks' own delivery failures (items a sink gave up on). ``closing`` is how
         many finished turns wait to be recorded in the integrations' closer above (as its closing
@@ -509,7 +515,7 @@ class Auditor(Draining):
         with self._lock:
             stats = {**self._counts, "pending": self._pending, "closing": self._closing}
         stats["sink_errors"] = sink_errors
-        stats.update(self._cost.stats())
+        stats.update(self._cost.stats(), **self._session_stats())
         return stats
 
     def __enter__(self) -> Auditor:
@@ -528,12 +534,15 @@ class Auditor(Draining):
             if self._closed:
                 self._counts["dropped"] += 1
                 status: SubmitStatus = "dropped"
+            elif self.mode == "worker":  # judged by ragaudit worker from the turn's trace, if it has one
+                status = "to_worker" if turn.trace_id is not None else "dropped"
+                self._counts[status] += 1
             elif not selected:
                 self._counts["filtered_out"] += 1
                 return "filtered_out", None
             elif sample and not sampled(turn.turn_id, self.sample_rate):
                 self._counts["sampled_out"] += 1
-                self._cost.retain(turn, job)
+                self._sampled_out(turn, job)  # kept for feedback; its session is partial by one turn
                 return "sampled_out", None
             elif self._pending >= self.max_queue:
                 self._counts["dropped"] += 1
@@ -543,8 +552,9 @@ class Auditor(Draining):
                 status = "queued"
         if status == "dropped":
             self._log.warning("dropped", "ragaudit: turn %s dropped (%s); stats=%s", turn.turn_id,
-                              "auditor shut down" if self._closed else f"queue full, max_queue={self.max_queue}",
-                              self.stats())
+                              _drop_reason(self._closed, self.mode, self.max_queue), self.stats())
+            return status, None
+        if status == "to_worker":
             return status, None
         if self.mode == "inline":
             try:

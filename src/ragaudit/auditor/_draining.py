@@ -52,6 +52,12 @@ class Draining:
     def _job_failed(self, exc: BaseException) -> None:
         raise NotImplementedError
 
+    def _sessions_pending(self) -> bool:
+        return False
+
+    def _end_sessions(self) -> None:
+        """Queue every open session for judging (at shutdown); nothing without sessions."""
+
     def force_flush(self, timeout_s: float | None = 30.0) -> bool:
         """Wait until every turn submitted so far is recorded and judged, its spans exported and
         the sinks flushed. (Turns an integration is still closing are its own: its ``force_flush()``
@@ -79,6 +85,11 @@ class Draining:
         spans_failed_before = self._spans.spans_not_exported()
         ok = self._judging.force_flush(remaining())
         ok = self._export.worker.force_flush(remaining()) and ok
+        if self._closed:  # shutting down: every open session, its last turns judged by now, is judged too
+            self._end_sessions()
+        if self._sessions_pending():  # sessions the last turns made due: judged and exported too
+            ok = self._judging.force_flush(remaining()) and ok
+            ok = self._export.worker.force_flush(remaining()) and ok
         # Exporters in order: spans first, as a sink may refer to them (Phoenix annotations need the
         # span to exist); the judge-span exporter flushes every provider turns were judged through.
         for exporter in self._export.exporters:

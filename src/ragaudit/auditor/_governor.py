@@ -33,7 +33,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from typing import Any, Literal, Protocol
 
 from .. import _fork
@@ -157,12 +157,25 @@ def price_of(model: str | None, usage: Mapping[str, Any], prices: Mapping[str, t
     if model in prices:
         per_in, per_out = prices[model]
         return (prompt * per_in + completion * per_out) / 1_000_000
+    table = _genai_prices()
+    if table is None:
+        return None
+    usage_type, calc_price = table
+    try:
+        return float(calc_price(usage_type(input_tokens=prompt, output_tokens=completion), model_ref=model).total_price)
+    except Exception:  # a model the table does not know
+        return None
+
+
+@cache
+def _genai_prices() -> tuple[Any, Any] | None:
+    """genai-prices' ``Usage`` and ``calc_price``, or None without the ``prices`` extra. Looked up once: a
+    failed import is not remembered by Python and cost about 0.1 ms on every judgement."""
     try:
         from genai_prices import Usage, calc_price
-
-        return float(calc_price(Usage(input_tokens=prompt, output_tokens=completion), model_ref=model).total_price)
-    except Exception:  # not installed, or a model the table does not know
+    except ImportError:
         return None
+    return Usage, calc_price
 
 
 class Governor:

@@ -45,6 +45,13 @@ def add_worker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--sink", dest="sinks", action="append", default=[], metavar="MODULE:OBJECT",
                    help="an exporter of audit records (or a zero-argument factory of one), e.g. "
                    "ragaudit.tracing:PhoenixSink or ragaudit.tracing:LangfuseSink; repeatable")
+    p.add_argument("--sessions", action="store_true",
+                   help="also judge each conversation as a whole, once idle (route by session in the Collector: "
+                   "see the scale guide)")
+    p.add_argument("--session-idle", dest="session_idle_s", type=float, default=300.0,
+                   help="seconds without a new turn after which a session is judged (default 300)")
+    p.add_argument("--max-sessions", type=int, default=1_000,
+                   help="sessions held in memory; the oldest is dropped and counted past this (default 1000)")
     p.add_argument("--shutdown-timeout", dest="shutdown_timeout_s", type=float, default=30.0,
                    help="seconds to judge what is in flight at SIGTERM (default 30)")
     p.set_defaults(handler=("ragaudit.cli.worker", "worker_command"))
@@ -77,10 +84,15 @@ def worker_command(args: argparse.Namespace) -> int:
         raise ConfigurationError(f"--port must be in [0, 65535], got {args.port}")
     judge: Any = resolve_judge(args.judge)
     sinks = [_sink(spec) for spec in args.sinks]
+    sessions = None
+    if args.sessions:
+        from ..auditor import SessionTracking
+
+        sessions = SessionTracking(session_idle_s=args.session_idle_s, max_sessions=args.max_sessions)
     worker = Worker(judge, host=args.host, port=args.port, otlp_endpoint=args.otlp_endpoint,
                     quiet_s=args.quiet_s, max_wait_s=args.max_wait_s, max_traces=args.max_traces,
                     max_spans=args.max_spans, sample_rate=args.sample_rate, audit_log=args.audit_log, sinks=sinks,
-                    shutdown_timeout_s=args.shutdown_timeout_s, grpc_port=args.grpc_port)
+                    shutdown_timeout_s=args.shutdown_timeout_s, grpc_port=args.grpc_port, sessions=sessions)
     if not logging.getLogger("ragaudit").handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))

@@ -154,6 +154,8 @@ def report_from_audit_log(path: str | os.PathLike[str], *, threshold: float = 0.
     """
     where = f"audit log {os.fspath(path)!r}"
     entries = read_jsonl(path, "audit log", error=RagAuditError, cut_tail=True)
+    sessions = [entry for _, entry in entries if entry.get("kind") == "session"]
+    entries = [(number, entry) for number, entry in entries if entry.get("kind") != "session"]
     rows = []
     for number, entry in entries:
         _check_line(entry, f"{where} line {number}")
@@ -161,4 +163,5 @@ def report_from_audit_log(path: str | os.PathLike[str], *, threshold: float = 0.
     rows.sort(key=_lowest_first)
     judges = sorted({str(e["judge"]) for _, e in entries if e.get("judge")})
     return EvaluationReport.from_rows(rows, judge=", ".join(judges) or "unknown", threshold=threshold,
-                                      title=f"ragaudit audit report: {os.path.basename(os.fspath(path))}")
+                                      title=f"ragaudit audit report: {os.path.basename(os.fspath(path))}",
+                                      sessions=sessions)

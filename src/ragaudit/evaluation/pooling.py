@@ -92,8 +92,8 @@ def pool_qrels(entries_by_log: Mapping[str, Iterable[Mapping[str, Any]]]) -> Poo
         pooled.runs[log_name] = run
         for entry in entries:
             query = entry.get("query")
-            if not isinstance(query, str) or not query.strip():
-                continue
+            if entry.get("kind") == "session" or not isinstance(query, str) or not query.strip():
+                continue  # a judged session's line (a whole conversation) is no turn
             pooled.turns += 1
             qid = qid_for(query)
             pooled.questions.setdefault(qid, " ".join(query.split()))

@@ -324,8 +324,9 @@ class EvaluationReport:
     ``aggregate`` maps each judge score and retrieval metric to its :class:`Summary`;
     ``distributions`` maps the same names to :data:`HISTOGRAM_BINS` counts over [0, 1];
     ``diagnosis_counts`` counts rows per diagnosis (every one of :data:`DIAGNOSES`, zeros included);
-    ``usage`` totals the judge's token usage; ``stats`` are the Auditor's counters. Build one with
-    :meth:`from_rows`.
+    ``usage`` totals the judge's token usage; ``stats`` are the Auditor's counters; ``sessions`` the
+    judged sessions of an audit log (its ``"kind": "session"`` lines, shown as conversations in the
+    HTML report). Build one with :meth:`from_rows`.
     """
 
     rows: tuple[RowResult, ...]
@@ -338,6 +339,7 @@ class EvaluationReport:
     threshold: float = 0.5
     stats: Mapping[str, int] = field(default_factory=dict)
     title: str = "ragaudit evaluation report"
+    sessions: tuple[Mapping[str, Any], ...] = ()
 
     @classmethod
     def from_rows(
@@ -349,6 +351,7 @@ class EvaluationReport:
         threshold: float = 0.5,
         stats: Mapping[str, int] | None = None,
         title: str = "ragaudit evaluation report",
+        sessions: Sequence[Mapping[str, Any]] = (),
     ) -> EvaluationReport:
         """Aggregate *rows*: None-aware summaries, histograms, diagnosis counts and usage totals.
 
@@ -383,6 +386,7 @@ class EvaluationReport:
             threshold=threshold,
             stats=MappingProxyType(dict(stats or {})),
             title=title,
+            sessions=tuple(sessions),
         )
 
     # -- derived --------------------------------------------------------------------------------
@@ -454,6 +458,7 @@ class EvaluationReport:
             "usage": dict(self.usage),
             "stats": dict(self.stats),
             "rows": [row.to_dict() for row in self.rows],
+            **({"sessions": [dict(session) for session in self.sessions]} if self.sessions else {}),
         }
 
     def to_json(self, path: str | os.PathLike[str] | None = None, *, indent: int | None = 2) -> str:

@@ -1,4 +1,5 @@
-"""The judge extension point: the :class:`RagJudge` protocol, :class:`BaseRagJudge`, :class:`FakeJudge`."""
+"""The judge extension point: the :class:`RagJudge` protocol, :class:`BaseRagJudge`, :class:`FakeJudge`,
+and :class:`SessionJudge` for judges that also judge a whole conversation."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any, Protocol, TypeVar, Union, runtime_checkable
 from .._worker import run_coroutine
 from ..errors import ConfigurationError, JudgeError
 from ..records import SCORE_NAMES, Judgement, JudgeRequest
+from ..sessions import SessionRequest, SessionVerdict
 
-__all__ = ["BaseRagJudge", "FakeJudge", "JudgeError", "RagJudge", "run_sync"]
+__all__ = ["BaseRagJudge", "FakeJudge", "JudgeError", "RagJudge", "SessionJudge", "run_sync"]
 
 T = TypeVar("T")
 
@@ -58,6 +60,24 @@ class RagJudge(Protocol):
 
     def close(self) -> None:
         """Release network clients and other resources. Safe to call twice."""
+        ...
+
+
+@runtime_checkable
+class SessionJudge(Protocol):
+    """A judge that also judges a whole conversation in one call (``Auditor(sessions=True)``):
+    :class:`~ragaudit.ChatRagJudge` (its ``session_protocol``) and :class:`FakeJudge` (its *session*
+    function). Like :meth:`RagJudge.judge`, it never raises for a failed verdict: it returns one with
+    ``error`` set."""
+
+    name: str
+
+    def judge_session(self, request: SessionRequest) -> SessionVerdict:
+        """The verdict on the conversation of *request*, blocking the calling thread."""
+        ...
+
+    async def ajudge_session(self, request: SessionRequest) -> SessionVerdict:
+        """The verdict on the conversation of *request*, without blocking the event loop."""
         ...
 
 
@@ -124,6 +144,9 @@ class BaseRagJudge:
 
 FakeResult = Union[Judgement, Mapping[str, Any]]  # noqa: UP007 - runtime alias on 3.10
 FakeFn = Callable[[JudgeRequest], FakeResult | Awaitable[FakeResult]]
+FakeSessionResult = Union[SessionVerdict, Mapping[str, Any]]  # noqa: UP007 - runtime alias on 3.10
+FakeSessionFn = Callable[[SessionRequest], FakeSessionResult]
+_SESSION_KEYS = {"resolved", "resolved_turn", "contradictions", "repeated", "reason", "error", "usage", "details"}
 
 
 class FakeJudge(BaseRagJudge):
@@ -135,16 +158,55 @@ class FakeJudge(BaseRagJudge):
     ``error`` set, as for any real judge.
 
     >>> judge = FakeJudge(lambda req: {"faithfulness": 1.0, "reason": "fine"})
+
+    *session* (optional) judges whole conversations (a :class:`SessionJudge`): it takes the
+    :class:`~ragaudit.sessions.SessionRequest` and returns a :class:`~ragaudit.sessions.SessionVerdict`
+    or a mapping with any of ``resolved``, ``resolved_turn``, ``contradictions`` (``(turn, sentence,
+    later_turn, later_sentence)`` tuples; the texts come from the request), ``repeated`` (``(turn,
+    repeats)``), ``reason``; ``session_calls`` counts its calls. Without it a session verdict has
+    ``error`` set.
     """
 
     calls_per_judgement = 0  # a function, no model
 
-    def __init__(self, fn: FakeFn, name: str = "fake") -> None:
+    def __init__(self, fn: FakeFn, name: str = "fake", *, session: FakeSessionFn | None = None) -> None:
         if not callable(fn):
             raise ConfigurationError(f"FakeJudge needs a callable, got {type(fn).__name__}")
+        if session is not None and not callable(session):
+            raise ConfigurationError(f"FakeJudge(session=...) needs a callable, got {type(session).__name__}")
         self._fn = fn
+        self._session = session
         self.name = name
         self.calls = 0
+        self.session_calls = 0
+
+    def judge_session(self, request: SessionRequest) -> SessionVerdict:
+        if self._session is None:
+            return SessionVerdict.failed(self.name, "FakeJudge was given no session function")
+        self.session_calls += 1
+        started = time.perf_counter()
+        try:
+            return self._session_verdict(self._session(request), request, started)
+        except Exception as exc:  # a test double reports, like a real judge, instead of raising
+            return SessionVerdict.failed(self.name, f"{type(exc).__name__}: {exc}",
+                                         latency_s=time.perf_counter() - started)
+
+    async def ajudge_session(self, request: SessionRequest) -> SessionVerdict:
+        return self.judge_session(request)
+
+    def _session_verdict(self, result: FakeSessionResult, request: SessionRequest, started: float) -> SessionVerdict:
+        if isinstance(result, SessionVerdict):
+            return result
+        if not isinstance(result, Mapping) or set(result) - _SESSION_KEYS:
+            raise JudgeError(f"FakeJudge session function must return a SessionVerdict or a mapping of "
+                             f"{sorted(_SESSION_KEYS)}, got {result!r}")
+        fields = dict(result)
+        pairs = [request.contradiction(*pair) for pair in fields.pop("contradictions", ())]
+        repeats = [request.repetition(*pair) for pair in fields.pop("repeated", ())]
+        if None in pairs or None in repeats:
+            raise JudgeError("FakeJudge session function named turns or sentences the session does not have")
+        return SessionVerdict(judge=self.name, latency_s=time.perf_counter() - started,
+                              contradictions=pairs, repeated=repeats, **fields)  # type: ignore[arg-type]
 
     def _convert(self, result: FakeResult, started: float) -> Judgement:
         latency = time.perf_counter() - started

@@ -9,13 +9,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .._deprecation import renamed_kwargs, warn_deprecated
 from ..errors import ConfigurationError, JudgeError
 from ..records import JudgeIdentity, Judgement, JudgeRequest, truncate
+from ..sessions import SessionRequest, SessionVerdict
 from .base import BaseRagJudge
 from .cost import CostEstimate, chat_call_estimate, typical_reply_chars
 from .llm.endpoint import EndpointJudge, Flow, Tally, choice_text, completion_choices, endpoint_host, retry_after_s
 from .llm.fullaudit import FULL_AUDIT
 from .llm.parsing import DEFAULT_MAX_REPLY_CHARS, Quoted
 from .llm.prompt import MAX_ANSWER_CHARS, MAX_QUESTION_CHARS, build_repair_messages, sanitize_untrusted, template_hash
-from .protocols import JudgeProtocol, Reading, protocol_named
+from .llm.session import SessionProtocol, session_quoted
+from .protocols import JudgeProtocol, Reading, SessionJudgeProtocol, SessionReading, protocol_named
 
 if TYPE_CHECKING:
     import openai
@@ -33,6 +35,8 @@ class _Run(Tally):
     prompt_hash: str | None = None
     notes: list[str] = field(default_factory=list)
 
+
+_PROTOCOL_SCHEMA: Any = object()  # _ask's default: the per-turn protocol's schema (None means JSON mode)
 
 DEFAULT_PROTOCOL = FULL_AUDIT
 """The name of the protocol ``ChatRagJudge`` uses unless told (see BENCHMARKS.md "Full audit cost")."""
@@ -99,6 +103,9 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
             :class:`~ragaudit.judges.rubric.RubricProtocol`); default :data:`DEFAULT_PROTOCOL`.
         max_reply_chars: at most this much of a reply is read and kept (``details["reply_cut_chars"]``
             says how much was not).
+        session_protocol: how :meth:`judge_session` asks about a whole conversation (a
+            :class:`~ragaudit.judges.protocols.SessionJudgeProtocol`); default
+            :class:`~ragaudit.judges.llm.session.SessionProtocol`.
     """
 
     protocol: JudgeProtocol
@@ -122,12 +129,17 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         extra_body: Mapping[str, Any] | None = None,
         max_reply_chars: int = DEFAULT_MAX_REPLY_CHARS,
         protocol: str | JudgeProtocol | None = None,
+        session_protocol: SessionJudgeProtocol | None = None,
     ) -> None:
         if isinstance(max_reply_chars, bool) or not isinstance(max_reply_chars, int) or max_reply_chars < 1:
             raise ConfigurationError(f"max_reply_chars must be an int >= 1, got {max_reply_chars!r}")
         self.max_reply_chars = max_reply_chars
         protocol = DEFAULT_PROTOCOL if protocol is None else protocol
         self.protocol = protocol if isinstance(protocol, JudgeProtocol) else protocol_named(protocol)
+        if session_protocol is not None and not isinstance(session_protocol, SessionJudgeProtocol):
+            raise ConfigurationError("session_protocol must be a SessionJudgeProtocol (name, version, schema, "
+                                     f"messages, read, repair_prompt), got {type(session_protocol).__name__}")
+        self.session_protocol: SessionJudgeProtocol = session_protocol or SessionProtocol()
         self._connect(model, base_url=base_url, api_key=api_key, client=client, timeout_s=timeout_s,
                       max_retries=max_retries, temperature=temperature, max_context_chars=max_context_chars,
                       raise_on_error=raise_on_error, name=name, extra_body=extra_body)
@@ -142,6 +154,14 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
     async def ajudge(self, request: JudgeRequest) -> Judgement:
         """Judge *request* with the async client (never blocks the event loop)."""
         return await self._endpoint.run_async(self._flow(request))
+
+    def judge_session(self, request: SessionRequest) -> SessionVerdict:
+        """The verdict on a whole conversation (one call, :attr:`session_protocol`), sync client."""
+        return self._endpoint.run_sync(self._session_flow(request))
+
+    async def ajudge_session(self, request: SessionRequest) -> SessionVerdict:
+        """The verdict on a whole conversation (one call, :attr:`session_protocol`), async client."""
+        return await self._endpoint.run_async(self._session_flow(request))
 
     @property
     def protocol_version(self) -> str:
@@ -221,13 +241,14 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
             document_grades=reading.document_grades,
         )
 
-    def _identity(self, run: _Run, source: int = -1) -> JudgeIdentity:
+    def _identity(self, run: _Run, source: int = -1,
+                  protocol: JudgeProtocol | SessionJudgeProtocol | None = None) -> JudgeIdentity:
         """Which judge made this judgement: model, endpoint host, protocol, prompt hash, response id."""
         return JudgeIdentity(
             model=self.model,
             endpoint=endpoint_host(self.base_url),
-            protocol=self.protocol.name,
-            protocol_version=self.protocol_version,
+            protocol=(protocol or self.protocol).name,
+            protocol_version=(protocol or self.protocol).version,
             prompt_hash=run.prompt_hash,
             response_id=run.response_ids[source] if run.response_ids else None,
             response_model=run.response_model,
@@ -296,8 +317,51 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         return self._failed(run, f"JudgeError: {self.protocol.unusable} judge output after one repair ({notes})",
                             reading=final)
 
-    def _ask(self, messages: list[dict[str, Any]], run: _Run) -> Flow[Any]:
-        params = self._endpoint.params(messages, schema=self.protocol.schema, temperature=self.temperature)
+    def _session_flow(self, request: SessionRequest) -> Flow[SessionVerdict]:
+        """One call (and at most one repair request) for the verdict on *request*'s conversation."""
+        protocol, run = self.session_protocol, _Run()
+        messages = protocol.messages(request, max_context_chars=self.max_context_chars)
+        run.prompt_hash = template_hash(messages, protocol.schema)
+        asked, reading = messages, None
+        for attempt in ("first", "repair"):
+            outcome = yield from self._ask(asked, run, protocol.schema)
+            if isinstance(outcome, Exception):
+                return self._session_verdict(run, reading, protocol, self._endpoint.describe(outcome), outcome)
+            text = self._take_text(outcome, run)
+            if text is None:
+                return self._session_verdict(run, reading, protocol, "JudgeError: the judge returned no choices")
+            reading = protocol.read(text[: self.max_reply_chars], request, quoted=session_quoted(request),
+                                    max_chars=self.max_reply_chars)
+            if reading.usable:
+                return self._session_verdict(run, reading, protocol, repaired=attempt == "repair")
+            asked = build_repair_messages(messages, text, protocol.repair_prompt(request))
+        notes = "; ".join(reading.notes if reading else ()) or "nothing readable"
+        return self._session_verdict(run, reading, protocol, f"JudgeError: unreadable session verdict after one "
+                                     f"repair ({notes})")
+
+    def _session_verdict(self, run: _Run, reading: SessionReading | None, protocol: SessionJudgeProtocol,
+                         error: str | None = None, cause: Exception | None = None,
+                         repaired: bool = False) -> SessionVerdict:
+        if error is not None and self.raise_on_error:
+            raise JudgeError(f"{self.name}: {error}") from cause
+        details: dict[str, Any] = {"model": self.model, "response_model": run.response_model,
+                                   "protocol": protocol.version, "response_format": run.response_format,
+                                   "repaired": repaired, "notes": list(reading.notes) if reading else []}
+        status = getattr(cause, "status_code", None)
+        if isinstance(status, int):
+            details["status_code"] = status
+        given = reading if reading is not None and reading.usable and error is None else None
+        return SessionVerdict(
+            resolved=given.resolved if given else None, resolved_turn=given.resolved_turn if given else None,
+            contradictions=given.contradictions if given else (), repeated=given.repeated if given else (),
+            reason=given.reason if given else None, judge=self.name,
+            raw_output=self._kept(run.outputs[-1]) if run.outputs else None, latency_s=run.latency(),
+            usage=run.usage.as_dict(), error=error, details=details,
+            identity=self._identity(run, protocol=protocol))
+
+    def _ask(self, messages: list[dict[str, Any]], run: _Run, schema: Any = _PROTOCOL_SCHEMA) -> Flow[Any]:
+        schema = self.protocol.schema if schema is _PROTOCOL_SCHEMA else schema
+        params = self._endpoint.params(messages, schema=schema, temperature=self.temperature)
         [result] = yield [params]
         run.usage.record(result)
         run.response_format = result.response_format

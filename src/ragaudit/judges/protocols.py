@@ -16,6 +16,12 @@ also a verdict per answer sentence and a grade per document), ``"g-eval"``
 :class:`~ragaudit.GEvalJudge` adds token probabilities and sampling on top) and rubric
 (:class:`~ragaudit.judges.rubric.RubricProtocol`, user criteria: made with its criteria, or by
 :class:`~ragaudit.RubricJudge`). A protocol of your own derives from :class:`BaseJudgeProtocol`.
+
+A **session protocol** (:class:`SessionJudgeProtocol`) asks about a whole conversation instead of one
+answer: its messages are built from a :class:`~ragaudit.sessions.SessionRequest` and its reader gives a
+:class:`SessionReading` (resolved, contradictions, repeated turns). ``ChatRagJudge(session_protocol=...)``
+runs it through the same endpoint, structured-output fallback and one repair request; the default is
+:class:`~ragaudit.judges.llm.session.SessionProtocol`.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ConfigurationError
 from ..records import DocumentGrade, JudgeRequest, SentenceVerdict
+from ..sessions import Contradiction, Repetition, Resolution, SessionRequest
 from .llm.parsing import Quoted, parse_judgement
 from .llm.prompt import PROTOCOL_VERSION, REPAIR_PROMPT, VERDICT_SCHEMA, build_messages
 
@@ -35,6 +42,8 @@ __all__ = [
     "BaseJudgeProtocol",
     "JudgeProtocol",
     "Reading",
+    "SessionJudgeProtocol",
+    "SessionReading",
     "ThreeScoreProtocol",
     "protocol_named",
 ]
@@ -155,6 +164,45 @@ class ThreeScoreProtocol(BaseJudgeProtocol):
 
     def reply_shape(self, request: JudgeRequest) -> Mapping[str, Any]:
         return _THREE_SCORE_SHAPE
+
+
+@dataclass(frozen=True, slots=True)
+class SessionReading:
+    """What a session protocol read from one reply: None or empty where the reply gave nothing;
+    ``notes`` say what was set aside; ``usable`` False asks for the one repair request."""
+
+    resolved: Resolution | None
+    resolved_turn: int | None
+    contradictions: tuple[Contradiction, ...]
+    repeated: tuple[Repetition, ...]
+    reason: str | None
+    notes: tuple[str, ...]
+    usable: bool
+
+
+@runtime_checkable
+class SessionJudgeProtocol(Protocol):
+    """What a chat judge asks about a whole conversation and how it reads the reply."""
+
+    name: str
+    """The protocol's name."""
+    version: str
+    """The wire version, in the session verdict's judge identity; changes with the prompt or reader."""
+    schema: Mapping[str, Any] | None
+    """The ``json_schema`` object asked for; None for JSON mode."""
+
+    def messages(self, request: SessionRequest, *, max_context_chars: int) -> list[dict[str, Any]]:
+        """The chat messages asking for the verdict on the conversation of *request*."""
+        ...
+
+    def read(self, text: str, request: SessionRequest, *, quoted: Quoted, max_chars: int) -> SessionReading:
+        """What the reply *text* says about *request* (turn and sentence numbers checked against it;
+        sentence texts taken from it, never from the reply). Never raises."""
+        ...
+
+    def repair_prompt(self, request: SessionRequest) -> str:
+        """What the one repair request asks, after the prompt and the unusable reply."""
+        ...
 
 
 # name -> (module, class) of the protocols that need no settings; imported on first use

@@ -1,4 +1,5 @@
-"""Judge spans: one ``ragaudit.judge`` span per judged :class:`~ragaudit.AuditRecord`.
+"""Judge spans: one ``ragaudit.judge`` span per judged :class:`~ragaudit.AuditRecord` (and one
+``ragaudit.session`` span per judged session, :mod:`ragaudit.tracing._session_spans`).
 
 :class:`JudgeSpanExporter` is the Auditor's exporter of judge spans; each record is written with the
 tracer provider its turn was traced with and through the record's own content policy.
@@ -19,8 +20,10 @@ from .. import _fork
 from .._export import BaseExporter, ExportResult
 from ..content import ContentPolicy, otlp_safe
 from ..records import AuditRecord, Judgement
+from ..sessions import SessionRecord
 from . import conventions as c
 from ._audit_spans import full_audit_attributes, sentence_events
+from ._session_spans import write_session_span
 from ._span_base import SpanWriter, _span_context
 from .evaluation_logs import evaluation_attributes
 
@@ -200,8 +203,8 @@ class JudgeSpanExporter(BaseExporter):
         self._lock = _fork.lock()
         self._writers: weakref.WeakKeyDictionary[ContentPolicy, list[SpanWriter]] = weakref.WeakKeyDictionary()
 
-    def writer_for(self, record: AuditRecord) -> SpanWriter:
-        """The writer of *record*'s judge span (same policy and provider as its turn)."""
+    def writer_for(self, record: AuditRecord | SessionRecord) -> SpanWriter:
+        """The writer of *record*'s judge span (same policy and provider as its turn or turns)."""
         default = self._default
         provider = record.tracer_provider
         policy = record.content_policy
@@ -222,6 +225,12 @@ class JudgeSpanExporter(BaseExporter):
         for record in records:
             if record.judgement is not None:
                 write_judge_span(self.writer_for(record), record)
+        return ExportResult.SUCCESS
+
+    def export_sessions(self, records: Sequence[SessionRecord]) -> ExportResult:
+        """The ``ragaudit.session`` span of every judged session, linked to its turns' spans."""
+        for record in records:
+            write_session_span(self.writer_for(record), record)
         return ExportResult.SUCCESS
 
     def providers(self) -> list[SpanWriter]:

@@ -30,6 +30,7 @@ from .._deprecation import warn_deprecated
 from ..content import ContentPolicy, otlp_safe
 from ..errors import ConfigurationError
 from ..records import truncate
+from ..sessions import session_id_of
 from . import conventions as c
 
 __all__ = ["DEFAULT_MAX_DOCUMENTS", "JUDGE_TRACE_ENV", "LANGFUSE_ENVIRONMENT_ENV", "JudgeTrace", "SpanWriter",
@@ -43,9 +44,8 @@ LANGFUSE_ENVIRONMENT_ENV = "LANGFUSE_TRACING_ENVIRONMENT"
 """Langfuse's own variable for the environment of traces and scores (written as ``langfuse.environment``)."""
 JudgeTrace = Literal["turn", "separate"]
 _JUDGE_TRACES: tuple[str, ...] = ("turn", "separate")
-# Turn metadata keys that name the app's session / user (LangChain ``config["metadata"]``, LangGraph's
-# ``thread_id``, LlamaIndex instrument tags), first match wins.
-_SESSION_KEYS = ("langfuse_session_id", "session_id", "thread_id", "conversation_id")
+# Turn metadata keys that name the app's user (LangChain ``config["metadata"]``, LlamaIndex instrument
+# tags), first match wins; the session's are ragaudit.sessions.SESSION_KEYS (the session judge's too).
 _USER_KEYS = ("langfuse_user_id", "user_id")
 _MAX_METADATA_KEYS = 16
 _MAX_MESSAGES = 32
@@ -313,7 +313,7 @@ class SpanWriter:
         """Session and user of the turn, from its metadata: Langfuse's Sessions and Users views
         read ``session.id`` / ``user.id`` (also OpenInference's keys). Ids, not content: kept with
         capture off, but redacted like every text."""
-        session = _first_id(metadata, _SESSION_KEYS)
+        session = session_id_of(metadata)
         if session is not None:
             attrs[c.SESSION_ID] = attrs[c.GEN_AI_CONVERSATION_ID] = self._text(session)
         user = _first_id(metadata, _USER_KEYS)

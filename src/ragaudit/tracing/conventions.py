@@ -71,6 +71,16 @@ __all__ = [
     "ATTR_SENTENCE_SUPPORTING_DOC_IDS",
     "ATTR_SENTENCE_TEXT",
     "ATTR_SENTENCE_VERDICT",
+    "ATTR_SESSION_CONTRADICTIONS",
+    "ATTR_SESSION_ENDED",
+    "ATTR_SESSION_GROUNDEDNESS",
+    "ATTR_SESSION_MISSED_PREFIX",
+    "ATTR_SESSION_PARTIAL",
+    "ATTR_SESSION_REPEATED",
+    "ATTR_SESSION_RESOLVED",
+    "ATTR_SESSION_RESOLVED_TURN",
+    "ATTR_SESSION_TURNS",
+    "ATTR_SESSION_TURNS_JUDGED",
     "ATTR_TOOL_ARGUMENTS_CHARS",
     "ATTR_TOOL_OUTPUT_CHARS",
     "ATTR_TURN_ID",
@@ -82,6 +92,7 @@ __all__ = [
     "EVALUATOR_TYPE_LLM_JUDGE",
     "EVENT_EXCEPTION",
     "EVENT_SENTENCE",
+    "EVENT_SESSION_CONTRADICTION",
     "GEN_AI_AGENT_NAME",
     "GEN_AI_CONVERSATION_ID",
     "GEN_AI_DATA_SOURCE_ID",
@@ -137,6 +148,7 @@ __all__ = [
     "LINK_REF_TYPE",
     "LINK_TYPE",
     "LINK_TYPE_JUDGED_TURN",
+    "LINK_TYPE_SESSION_TURN",
     "LLM_INPUT_MESSAGES",
     "LLM_MODEL_NAME",
     "LLM_OUTPUT_MESSAGES",
@@ -166,6 +178,7 @@ __all__ = [
     "SPAN_KIND_RETRIEVER",
     "SPAN_KIND_TOOL",
     "SPAN_RETRIEVAL",
+    "SPAN_SESSION",
     "SPAN_TOOL",
     "SPAN_TURN",
     "TOOL_NAME",
@@ -553,6 +566,35 @@ def judge_identity_attributes(identity: Mapping[str, Any] | None) -> dict[str, s
     if ATTR_JUDGE_RESPONSE_ID in attrs:
         attrs[GEN_AI_RESPONSE_ID] = attrs[ATTR_JUDGE_RESPONSE_ID]
     return attrs
+
+
+# --- conversations judged as a whole (ragaudit.sessions) ---------------------------------------------
+SPAN_SESSION: Final = "ragaudit.session"
+"""The session judge span: the root of a trace of its own, linked to every judged turn's span."""
+LINK_TYPE_SESSION_TURN: Final = "session_turn"
+"""Attribute value on the session span's link to each turn span."""
+ATTR_SESSION_RESOLVED: Final = "ragaudit.session.resolved"
+"""``yes``, ``partly`` or ``no``; absent when the judge gave none."""
+ATTR_SESSION_RESOLVED_TURN: Final = "ragaudit.session.resolved_turn"
+"""The 1-based turn where the user's need was resolved."""
+ATTR_SESSION_GROUNDEDNESS: Final = "ragaudit.session.groundedness"
+"""Computed from the turns' own sentence verdicts (never asked of the judge); absent when none had any."""
+ATTR_SESSION_CONTRADICTIONS: Final = "ragaudit.session.contradictions"
+"""How many cross-turn contradictions the judge found (absent when it gave no verdict)."""
+ATTR_SESSION_REPEATED: Final = "ragaudit.session.repeated_turns"
+"""How many turns the user had to repeat or rephrase (absent when the judge gave no verdict)."""
+ATTR_SESSION_TURNS: Final = "ragaudit.session.turns"
+"""Turns seen (and judged as the session)."""
+ATTR_SESSION_TURNS_JUDGED: Final = "ragaudit.session.turns_judged"
+"""Turns seen that had a judgement of their own."""
+ATTR_SESSION_PARTIAL: Final = "ragaudit.session.partial"
+"""True when the session was seen only in part (then ``ragaudit.session.missed.<reason>`` say what)."""
+ATTR_SESSION_MISSED_PREFIX: Final = "ragaudit.session.missed."
+"""Prefix: turns missed by reason (``sampled_out``, ``evicted``, ``unseen``)."""
+ATTR_SESSION_ENDED: Final = "ragaudit.session.ended"
+"""Why the session was judged: ``idle``, ``ended``, ``shutdown``."""
+EVENT_SESSION_CONTRADICTION: Final = "ragaudit.session.contradiction"
+"""Session span event per contradiction: both turns' and sentences' numbers (texts with capture on)."""
 
 
 # --- evaluator identity (semantic-conventions-genai PR #359, proposed) ---------------------------

@@ -24,6 +24,12 @@ of the evaluated completion when known (never the judge's own, which is
 ``ragaudit.judgement.id``: derived from the trace, the evaluated span, the judge and the score name,
 so judging the same trace again (a redelivery, a restart) gives the same ids.
 
+A judged session (:class:`~ragaudit.sessions.SessionRecord`) gives one record per session number,
+named ``session.resolved`` (1 / 0.5 / 0, with the label ``yes`` / ``partly`` / ``no``),
+``session.groundedness`` (computed from the turns' sentence verdicts), ``session.contradictions`` and
+``session.repeated_turns`` (counts), with ``session.id`` and ``gen_ai.conversation.id``, on the context
+of the session's last turn (:func:`session_evaluation_attributes`).
+
 A source that knows the evaluated operation puts its ids in the turn's metadata under
 :data:`EVALUATED_SPAN_ID` and :data:`EVALUATED_RESPONSE_ID` (``ragaudit worker`` does).
 """
@@ -38,6 +44,7 @@ from .. import _fork
 from .._export import BaseExporter, ExportResult
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, AuditRecord, Judgement, RagTurn
+from ..sessions import SessionRecord
 from . import conventions as c
 
 __all__ = [
@@ -47,6 +54,7 @@ __all__ = [
     "evaluation_attributes",
     "judgement_id",
     "score_record_id",
+    "session_evaluation_attributes",
 ]
 
 EVALUATED_SPAN_ID: str = "ragaudit.evaluated.span_id"
@@ -100,18 +108,62 @@ def evaluation_attributes(turn: RagTurn, judgement: Judgement, reason: str | Non
                                  c.ATTR_JUDGE_NAME: judgement.judge}
         if isinstance(evaluated_response, str) and evaluated_response:
             attrs[c.GEN_AI_RESPONSE_ID] = evaluated_response
-        if value is not None:
-            attrs[c.GEN_AI_EVALUATION_SCORE_VALUE] = float(value)
-            if reason is not None:
-                attrs[c.GEN_AI_EVALUATION_EXPLANATION] = reason
-        else:
-            attrs[c.GEN_AI_EVALUATION_SCORE_LABEL] = c.MISSING_SCORE_LABEL
-            attrs[c.ATTR_ERROR_TYPE] = c.ERROR_TYPE_JUDGE_ERROR if error else c.ERROR_TYPE_MISSING_SCORE
-            explanation = error if error is not None else reason
-            if explanation is not None:
-                attrs[c.GEN_AI_EVALUATION_EXPLANATION] = explanation
-        out.append(attrs)
+        out.append(_scored(attrs, value, reason, error))
     return out
+
+
+def _scored(attrs: dict[str, Any], value: float | None, reason: str | None, error: str | None) -> dict[str, Any]:
+    """*attrs* with the score *value* and its explanation, or, for a score not given, ``missing``
+    (never 0) with the error type and the error (else the reason) as the explanation."""
+    if value is not None:
+        attrs[c.GEN_AI_EVALUATION_SCORE_VALUE] = float(value)
+        if reason is not None:
+            attrs[c.GEN_AI_EVALUATION_EXPLANATION] = reason
+        return attrs
+    attrs[c.GEN_AI_EVALUATION_SCORE_LABEL] = c.MISSING_SCORE_LABEL
+    attrs[c.ATTR_ERROR_TYPE] = c.ERROR_TYPE_JUDGE_ERROR if error else c.ERROR_TYPE_MISSING_SCORE
+    explanation = error if error is not None else reason
+    if explanation is not None:
+        attrs[c.GEN_AI_EVALUATION_EXPLANATION] = explanation
+    return attrs
+
+
+def session_evaluation_attributes(record: SessionRecord, reason: str | None, error: str | None
+                                  ) -> list[dict[str, Any]]:
+    """The attributes of each ``session.*`` ``gen_ai.evaluation.result`` record of a judged session
+    (*reason*, *error*: as the content policy lets them out). A number the judge did not give is
+    ``missing``, never 0."""
+    j = record.judgement
+    verdict = j.verdict
+    turns = record.request.turns
+    first = turns[0].turn_id if turns else ""
+    jid = judgement_id(None, None, f"session:{record.session_id}:{first}", verdict.judge)
+    identity_dict = verdict.identity.to_dict() if verdict.identity is not None else None
+    identity = c.judge_identity_attributes(identity_dict)
+    identity.update(c.evaluator_attributes(verdict.judge, identity_dict))  # the session judge's identity
+    identity.pop(c.GEN_AI_RESPONSE_ID, None)
+    out: list[dict[str, Any]] = []
+    for name, value in j.scores().items():
+        attrs: dict[str, Any] = {c.GEN_AI_EVALUATION_NAME: name, **identity, ATTR_JUDGEMENT_ID: jid,
+                                 ATTR_SCORE_ID: score_record_id(jid, name), c.SESSION_ID: record.session_id,
+                                 c.GEN_AI_CONVERSATION_ID: record.session_id, c.ATTR_JUDGE_NAME: verdict.judge,
+                                 c.ATTR_SESSION_PARTIAL: j.partial}
+        if name == "session.resolved" and j.resolved is not None:
+            attrs[c.GEN_AI_EVALUATION_SCORE_LABEL] = j.resolved
+        out.append(_scored(attrs, value, reason, error))
+    return out
+
+
+def _span_context_of(trace_id: str | None, span_id: str | None) -> Any:
+    """An OTel context whose current span is the remote span (trace_id, span_id); None without both."""
+    from opentelemetry import trace as trace_api
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    if not (trace_id and span_id):
+        return None
+    span_context = SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True,
+                               trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    return trace_api.set_span_in_context(NonRecordingSpan(span_context))
 
 
 class _CountingLogExporter:
@@ -208,20 +260,25 @@ class EvaluationLogSink(BaseExporter):
                 self.emit(record)
         return ExportResult.SUCCESS
 
+    def export_sessions(self, records: Sequence[SessionRecord]) -> ExportResult:
+        """Emit the ``session.*`` records of every judged session, on its last traced turn's context."""
+        for record in records:
+            contexts = list(record.turn_contexts())
+            context = _span_context_of(*contexts[-1]) if contexts else None
+            verdict, policy, limit = record.judgement.verdict, record.content_policy, self.max_attribute_chars
+            reason = policy.reason(verdict.reason, limit)
+            error = policy.error(verdict.error, limit=limit) if verdict.error else None
+            for attrs in session_evaluation_attributes(record, reason, error):
+                self._logger.emit(context=context, event_name=c.GEN_AI_EVALUATION_RESULT,
+                                  body=c.GEN_AI_EVALUATION_RESULT, attributes=attrs)
+        return ExportResult.SUCCESS
+
     def emit(self, record: AuditRecord) -> None:
         """The log records of one judged *record*, on its evaluated span's context."""
-        from opentelemetry import trace as trace_api
-        from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
-
         turn, judgement = record.turn, record.judgement
         if judgement is None:
             return
-        trace_id, span_id = evaluated_span(turn)
-        context = None
-        if trace_id and span_id:
-            span_context = SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True,
-                                       trace_flags=TraceFlags(TraceFlags.SAMPLED))
-            context = trace_api.set_span_in_context(NonRecordingSpan(span_context))
+        context = _span_context_of(*evaluated_span(turn))
         policy, limit = record.content_policy, self.max_attribute_chars
         reason = policy.reason(judgement.reason, limit)
         error = policy.error(judgement.error, limit=limit) if judgement.error else None

@@ -25,6 +25,7 @@ from .._worker import on_fork_in_child
 from ..content import ContentPolicy
 from ..errors import ConfigurationError, RagAuditError
 from ..records import AuditRecord, Judgement, RagTurn, TurnAudit
+from ..sessions import SessionRecord
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -298,7 +299,11 @@ def _finite(value: Any) -> Any:
 
 
 def _status(judgement: Judgement) -> int | None:
-    status = judgement.details.get("status_code")
+    return _status_of(judgement.details)
+
+
+def _status_of(details: Mapping[str, Any]) -> int | None:
+    status = details.get("status_code")
     return status if isinstance(status, int) and not isinstance(status, bool) else None
 
 
@@ -315,6 +320,12 @@ class AuditLog:
     (``[{rank, doc_id, grade, method}]``), judged_metrics (``{"judged_ndcg@10": ...}`` or null),
     citation_checks (``[{sentence, doc_id, rank, marker, holds, verdict}]``), citation_precision and
     citation_recall (null when nothing is cited).
+
+    A judged session (:meth:`export_sessions`) is one line with ``"kind": "session"`` (turn lines have
+    no ``kind``): ts, session_id, the :class:`~ragaudit.sessions.SessionJudgement` keys (resolved,
+    resolved_turn, contradictions with both sentences, repeated, groundedness, partial, missed,
+    ended, counts, the judge's reason, error, usage, identity) and ``turns`` (``[{index, turn_id,
+    trace_id, span_id, query, answer, scores, status, sentences}]``), texts under the same policy.
 
     Every text goes through a :class:`~ragaudit.content.ContentPolicy` (*content*, the Auditor's;
     else one made of *capture_content* and *redact*). With content capture off query, answer,
@@ -505,6 +516,10 @@ class AuditLog:
                 lines.append(_dumps(line) + "\n")
                 if not record.content_policy.capture_content:
                     policy = record.content_policy  # the log line about a failure follows the strictest
+        return self._append(lines, policy)
+
+    def _append(self, lines: list[str], policy: ContentPolicy) -> ExportResult:
+        """Write *lines* at once; a failure is counted (once per line lost) and logged under *policy*."""
         if not lines:
             return ExportResult.SUCCESS
         lost_before = self._out.lost
@@ -516,6 +531,32 @@ class AuditLog:
                               self.path, policy.exception(exc))
             return ExportResult.FAILURE
         return ExportResult.SUCCESS
+
+    def session_line(self, record: SessionRecord) -> dict[str, Any]:
+        """The dict :meth:`export_sessions` writes for *record* (texts through its content policy)."""
+        policy = record.content_policy
+        j = record.judgement
+        v = j.verdict
+        line: dict[str, Any] = {"ts": _utc_now(), "kind": "session", **j.to_dict()}
+        line.update(reason=policy.reason(v.reason), error=policy.error(v.error, status=_status_of(v.details)),
+                    raw_output=policy.captured(v.raw_output, MAX_RAW_OUTPUT_CHARS),
+                    details=policy.details(v.details, MAX_RAW_OUTPUT_CHARS),
+                    contradictions=[{**c.to_dict(), "first_text": policy.captured(c.first_text),
+                                     "second_text": policy.captured(c.second_text)} for c in j.contradictions])
+        turns = []
+        for turn in record.request.turns:
+            entry = turn.to_dict()
+            entry.update(query=policy.captured(turn.query), answer=policy.captured(turn.answer),
+                         sentences=[{**s.to_dict(), "text": policy.captured(s.text)} for s in turn.sentences])
+            turns.append(entry)
+        line["turns"] = turns
+        return line
+
+    def export_sessions(self, records: Sequence[SessionRecord]) -> ExportResult:
+        """Append one ``"kind": "session"`` line per judged session (see the class docstring)."""
+        return self._append([_dumps(self.session_line(r)) + "\n" for r in records],
+                            next((r.content_policy for r in records if not r.content_policy.capture_content),
+                                 self.content_policy))
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
         """Nothing is buffered (each line is written at once): True unless a cut line's rest waits."""

@@ -29,6 +29,7 @@ from .._worker import BatchWorker
 from ..content import ContentPolicy, register_headers, register_secret, register_url, scrub_url
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, AuditRecord, Judgement, RagTurn, Retrieval
+from ..sessions import SessionRecord
 from ..turn_audit import audit_record
 from ._responses import ResponseCheck, check_response
 from .spans import LANGFUSE_ENVIRONMENT_ENV, environment_of
@@ -169,13 +170,19 @@ class HttpSink(BaseJudgementSink):
         drops and counts (FAILURE then)."""
         ok = True
         for record in records:
-            for path, body in self.record_requests(record):
-                if not self._worker.put((path, body, record.content_policy)):
-                    ok = False
-                    self._log.warning(
-                        "queue-full", "ragaudit: %s queue full or shut down; judgement dropped", type(self).__name__
-                    )
+            ok = self._queue(self.record_requests(record), record.content_policy) and ok
         return ExportResult.SUCCESS if ok else ExportResult.FAILURE
+
+    def _queue(self, items: list[tuple[str, dict[str, Any]]], policy: ContentPolicy) -> bool:
+        """Queue *items* for sending; False when one was dropped (queue full, shut down), counted."""
+        ok = True
+        for path, body in items:
+            if not self._worker.put((path, body, policy)):
+                ok = False
+                self._log.warning(
+                    "queue-full", "ragaudit: %s queue full or shut down; judgement dropped", type(self).__name__
+                )
+        return ok
 
     def emit(self, turn: RagTurn, judgement: Judgement) -> None:
         """Queue what this judgement needs sent: :meth:`export` of its record (texts through
@@ -448,7 +455,7 @@ class LangfuseSink(HttpSink):
     def __repr__(self) -> str:  # never show the keys
         return f"LangfuseSink(host={scrub_url(self.endpoint)!r})"
 
-    def _environment(self, record: AuditRecord) -> str | None:
+    def _environment(self, record: AuditRecord | SessionRecord) -> str | None:
         if self.environment:
             return self.environment
         provider = record.tracer_provider
@@ -497,6 +504,31 @@ class LangfuseSink(HttpSink):
             out.append(("/api/public/scores", {"id": score_id(trace_id, turn.span_id, judgement.judge, judged["name"]),
                                                **base, **judged}))
         return out
+
+    def session_requests(self, record: SessionRecord) -> list[tuple[str, dict[str, Any]]]:
+        """Langfuse **session** scores (``sessionId``) of a judged session: ``session.resolved`` (1 yes,
+        0.5 partly, 0 no), ``session.groundedness``, ``session.contradictions``, ``session.repeated_turns``;
+        a number the judge did not give is not sent. Ids derived as for turns (a retry updates)."""
+        j = record.judgement
+        verdict = j.verdict
+        base: dict[str, Any] = {"sessionId": record.session_id, "dataType": "NUMERIC"}
+        environment = self._environment(record)
+        if environment:
+            base["environment"] = environment
+        reason = record.content_policy.reason(verdict.reason, self.max_text_chars)
+        metadata = {"judge": verdict.judge, "resolved": j.resolved, "partial": j.partial, "turns": j.turns,
+                    **({"missed": dict(j.missed)} if j.partial else {})}
+        return [("/api/public/scores", {"id": score_id(f"session:{record.session_id}", None, verdict.judge, name),
+                                        **base, "name": name, "value": value, "comment": reason,
+                                        "metadata": metadata})
+                for name, value in j.scores().items() if value is not None]
+
+    def export_sessions(self, records: Sequence[SessionRecord]) -> ExportResult:
+        """Queue the session scores of every judged session (see :meth:`session_requests`)."""
+        ok = True
+        for record in records:
+            ok = self._queue(self.session_requests(record), record.content_policy) and ok
+        return ExportResult.SUCCESS if ok else ExportResult.FAILURE
 
 
 def _judged_document_annotations(turn: RagTurn, judgement: Judgement,

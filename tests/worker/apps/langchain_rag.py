@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 import uuid
+from typing import Any
 
 from tests.worker.apps.kb import DOCUMENTS, HashEmbeddings
 from tests.worker.apps.tracing import tracer_provider
@@ -36,16 +37,8 @@ def _instrument(kind: str, provider: object) -> None:
         raise SystemExit(f"unknown instrumentation {kind!r}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--instrumentation", default="openinference")
-    parser.add_argument("--service", default="lc-rag-app")
-    parser.add_argument("questions", nargs="+")
-    args = parser.parse_args(argv)
-
-    provider = tracer_provider(args.service)
-    _instrument(args.instrumentation, provider)
-
+def make_chain() -> tuple[Any, Any]:
+    """The Chroma store and the LCEL RAG chain over it (the docs' form, see the module docstring)."""
     import chromadb
     from langchain_chroma import Chroma
     from langchain_core.output_parsers import StrOutputParser
@@ -65,6 +58,19 @@ def main(argv: list[str] | None = None) -> int:
         return "\n\n".join(d.page_content for d in docs)
 
     chain = {"context": retriever | format_docs, "question": RunnablePassthrough()} | prompt | llm | StrOutputParser()
+    return store, chain
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--instrumentation", default="openinference")
+    parser.add_argument("--service", default="lc-rag-app")
+    parser.add_argument("questions", nargs="+")
+    args = parser.parse_args(argv)
+
+    provider = tracer_provider(args.service)
+    _instrument(args.instrumentation, provider)
+    store, chain = make_chain()
     for question in args.questions:
         ids = [str(d.id) for d in store.similarity_search(question, k=2)]
         answer = chain.invoke(question)

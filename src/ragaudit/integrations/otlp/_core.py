@@ -71,6 +71,12 @@ class Worker:
     of your own instead (then *judge*, *sample_rate*, *sinks*, *audit_log* and the output
     endpoint are its business). *grpc_port*: also serve OTLP/gRPC there (the ``worker-grpc``
     extra). *clock*: monotonic seconds (tests step it by hand and call :meth:`tick`).
+
+    *sessions*: judge conversations as a whole (``True`` or a
+    :class:`~ragaudit.SessionTracking`; True uses *clock* as the session clock). The turns of a
+    session arrive in many traces; one worker sees a whole session only when the Collector routes by
+    the session attribute (``load_balancing`` with ``routing_key: attributes``, see the scale guide);
+    otherwise each worker judges the part it saw, flagged partial.
     """
 
     def __init__(
@@ -97,6 +103,7 @@ class Worker:
         tick_s: float = 0.1,
         grpc_port: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        sessions: Any = None,
     ) -> None:
         if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
             raise ConfigurationError(f"port must be an int in [0, 65535], got {port!r}")
@@ -127,7 +134,11 @@ class Worker:
         self._outputs: Outputs | None = None
         if auditor is None:
             self._outputs = build_outputs(otlp_endpoint, otlp_headers, metrics_interval_s=metrics_interval_s)
-            auditor = self._make_auditor(judge, sample_rate, timeout_s, audit_log, sinks)
+            if sessions is True:
+                from ...auditor import SessionTracking
+
+                sessions = SessionTracking(clock=clock)
+            auditor = self._make_auditor(judge, sample_rate, timeout_s, audit_log, sinks, sessions)
         self.auditor = auditor
         if self._outputs is not None:
             self._register_metrics(self._outputs.meter_provider)
@@ -141,7 +152,7 @@ class Worker:
     # -- construction helpers ---------------------------------------------------------------------
 
     def _make_auditor(self, judge: RagJudge | None, sample_rate: float, timeout_s: float, audit_log: str | None,
-                      sinks: Iterable[JudgementSink]) -> Any:
+                      sinks: Iterable[JudgementSink], sessions: Any = None) -> Any:
         from ...auditor import Auditor
         from ...tracing.evaluation_logs import EvaluationLogSink
 
@@ -149,7 +160,8 @@ class Worker:
         logs = EvaluationLogSink(self._outputs.logger_provider)
         return Auditor(judge, tracer_provider=self._outputs.tracer_provider, sinks=[logs, *sinks],
                        audit_log=audit_log, sample_rate=sample_rate, max_queue=self.max_queue, timeout_s=timeout_s,
-                       on_judgement=self._judged, judge_trace="turn", exit_timeout_s=self.shutdown_timeout_s)
+                       on_judgement=self._judged, judge_trace="turn", exit_timeout_s=self.shutdown_timeout_s,
+                       sessions=sessions)
 
     def _register_metrics(self, meter_provider: Any) -> None:
         from opentelemetry.metrics import CallbackOptions, Observation

@@ -48,6 +48,10 @@ class TraceDerivedIds:
     def generate_trace_id(self) -> int:
         return self._random.getrandbits(128) or 1
 
+    def is_trace_id_random(self) -> bool:
+        """Trace ids are random (the SDK asks when it starts a root span: a session span is one)."""
+        return True
+
 
 class _SeededTracer:
     """A tracer whose spans that name a turn (``ragaudit.turn.id``) get ids derived from it."""

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...records import DocumentGrade, JudgeRequest, SentenceVerdict, truncate
-from ...turn_audit import answer_sentences
+from ...turn_audit import answer_sentences, consistent_faithfulness
 from ..protocols import BaseJudgeProtocol, Reading
 from .parsing import (
     _DATA_SECTION_RE,
@@ -364,18 +364,6 @@ def _read(text: str, request: JudgeRequest, notes: list[str], quoted: Quoted, ma
         g.grade is not None for g in document_grades)) and not parsed.ambiguous and not ambiguous
     return FullAuditReading(scores, parsed.reason, sentences, document_grades, details, tuple(notes), usable,
                             retry=bool(parsed.rejected))
-
-
-def consistent_faithfulness(sentences: Sequence[SentenceVerdict]) -> float | None:
-    """Faithfulness from sentence verdicts (module rule); None when no sentence has a verdict."""
-    judged = [s.verdict for s in sentences if s.verdict is not None]
-    if not judged:
-        return None
-    claims = [v for v in judged if v != "no_claim"]
-    if not claims:
-        return 1.0
-    credit = sum(1.0 if v == "supported" else 0.5 if v == "partially_supported" else 0.0 for v in claims)
-    return round(credit / len(claims), 6)
 
 
 def _read_sentences(obj: Mapping[str, Any], count: int, docs_by_rank: Mapping[int, Any],
