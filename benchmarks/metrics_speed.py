@@ -154,13 +154,15 @@ def calls(inputs: dict[str, Any], tools: list[str]) -> dict[str, Callable[[], An
 
 
 def _exactness(per_query: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[str, Any]]:
-    """Per tool: the largest per-query difference from pytrec_eval and how many queries differ."""
-    reference = per_query.get("pytrec_eval")
+    """Per tool: the largest per-query difference from pytrec_eval (on dicts, else on the TREC file)
+    and how many queries differ."""
+    name = "pytrec_eval" if "pytrec_eval" in per_query else "pytrec_trec"
+    reference = per_query.get(name)
     out: dict[str, dict[str, Any]] = {}
     if reference is None:
         return out
     for tool, values in per_query.items():
-        if tool == "pytrec_eval":
+        if tool == name:
             continue
         if set(values) != set(reference):
             out[tool] = {"max_abs_diff_per_query": float("inf"), "queries_differing": None,

@@ -91,6 +91,8 @@ def _forms(q: np.ndarray, d: np.ndarray, s: np.ndarray, tmp: Path) -> dict[str, 
                                                  "docid": pd.Series(dl, dtype="string[pyarrow]"), "score": sl}),
         "ArrowDtype": lambda: pd.DataFrame({"qid": pd.Series(ql, dtype=pd.ArrowDtype(pa.string())),
                                             "docid": pd.Series(dl, dtype=pd.ArrowDtype(pa.string())), "score": sl}),
+        "pandas categorical": lambda: pd.DataFrame({"qid": pd.Categorical(ql, categories=sorted(set(ql))[::-1]),
+                                                    "docid": dl, "score": sl}),
         "pyarrow Table": lambda: pa.table({"qid": ql, "docid": dl, "score": sl}),
         "pyarrow chunked": lambda: pa.concat_tables(
             [pa.table({"qid": ql[:999], "docid": dl[:999], "score": sl[:999]}),
@@ -131,6 +133,15 @@ def test_every_input_form_equals_pytrec_eval_and_the_dict_path(tmp_path: Path, s
         assert list(ours) == list(by_dict), label  # the same queries, in the run's order
         assert ours == by_dict, label  # every value of every query equal: the same arithmetic
         assert _evaluate(form, qrels) == default_dict, label  # ties="trec_eval" (doubles) too
+
+
+@pytest.mark.parametrize("spread", [False, True], ids=["contiguous", "spread"])
+def test_without_pyarrow_the_numpy_paths_give_the_same(monkeypatch: pytest.MonkeyPatch, spread: bool) -> None:
+    q, d, s, qrels = _case(seed=6, spread=spread)
+    want = metrics.evaluate(_nested(q, d, s), qrels, MEASURES, per_query=True)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if pyarrow were not installed
+    for form in ((q, d, s), (q.astype(object), d.astype(object), s), list(zip(q.tolist(), d.tolist(), s.tolist()))):
+        assert _evaluate(form, qrels) == want
 
 
 def test_duplicates_and_nan_scores_are_named_in_every_form(tmp_path: Path) -> None:

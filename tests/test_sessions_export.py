@@ -145,3 +145,12 @@ def test_the_session_judge_is_named_as_an_evaluator(run: dict[str, Any]) -> None
         assert attrs[c.GEN_AI_EVALUATION_EVALUATOR_ID] == "chat:judge-model/judge-model"
         assert str(attrs[c.GEN_AI_EVALUATION_EVALUATOR_VERSION]).startswith("ragaudit-session/1+")
         assert attrs[c.GEN_AI_EVALUATION_EVALUATOR_TYPE] == c.EVALUATOR_TYPE_LLM_JUDGE
+
+
+def test_ragaudit_report_writes_the_session_view(run: dict[str, Any], tmp_path: Path) -> None:
+    from ragaudit.cli import main
+
+    out = tmp_path / "report.html"
+    assert main(["report", str(run["audit_log"]), "--html", str(out)]) == 0
+    html = out.read_text(encoding="utf-8")
+    assert "Session s1" in html and "contradicts turn 2, S1" in html

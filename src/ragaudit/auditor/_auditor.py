@@ -110,6 +110,13 @@ def _drop_reason(closed: bool, mode: str, max_queue: int) -> str:
     return f"queue full, max_queue={max_queue}"
 
 
+def _zero_counts() -> dict[str, int]:
+    """Every count of ``stats()``, at zero (the gauges, ``pending`` and ``closing``, are kept apart)."""
+    return {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0, "to_worker": 0,
+            "evidence_from_prompt": 0, "close_dropped": 0,
+            **{f"unjudged_{reason}": 0 for reason in UNSUBMITTED_REASONS}, **dict.fromkeys(NOT_SENT, 0)}
+
+
 def _resolve_judge(judge: RagJudge | None) -> RagJudge:
     """*judge*, or the default judge for None; a ConfigurationError for anything that is no RagJudge."""
     if judge is None:
@@ -205,6 +212,9 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
     ``sys.exit`` runs the normal exit flush. An ignored SIGTERM (``SIG_IGN``) is left alone. Off
     the main thread no handler can be installed (with ``handle_signals=True`` a warning says so);
     ``handle_signals=False`` leaves this auditor out.
+
+    *sessions* (True or a :class:`~ragaudit.SessionTracking`) also judges each conversation as a whole,
+    in one judge call, once idle, ended (:meth:`end_session`) or at shutdown (see the sessions guide).
     """
 
     def __init__(
@@ -277,10 +287,7 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
         self._sync_judge = bool(judge.blocking)
 
         self._lock = _fork.lock()
-        self._counts = {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0, "to_worker": 0,
-                        "evidence_from_prompt": 0, "close_dropped": 0,
-                        **{f"unjudged_{reason}": 0 for reason in UNSUBMITTED_REASONS},
-                        **dict.fromkeys(NOT_SENT, 0)}
+        self._counts = _zero_counts()
         self._pending = 0
         self._closing = 0  # finished turns waiting above, in the integrations' closer (as it reports)
         self._closed = False

@@ -28,6 +28,7 @@ from ._tables import (
     ascii_bytes,
     changes,
     coded_ids,
+    fixed_width_codes,
     is_table,
     python_strings,
     qid_text,
@@ -407,9 +408,42 @@ def _group_columns(q_arr: np.ndarray, q_names: list[str] | None) -> tuple[np.nda
     # Contiguous when no id starts two blocks (the texts are the ids, compared as the run is).
     if run_qids and len(set(run_qids)) == len(run_qids):
         return np.diff(np.append(starts, len(q_arr))), run_qids, None
-    # A query's rows are spread out: gather them (queries in order of first appearance).
-    order, run_qids, lengths = _group_rows(q_arr, q_names)
+    # A query's rows are spread out: gather them (queries in order of first appearance), by exact
+    # codes of the ids when there are (categories, Arrow's dictionary, pyarrow's hash of 'S' ids).
+    if q_names is not None and q_arr.dtype.kind in "iu":
+        order, run_qids, lengths = _group_codes(q_arr, q_names)
+    else:
+        coded = fixed_width_codes(q_arr)
+        if coded is not None:
+            order, run_qids, lengths = _group_codes(coded[0], _id_texts(coded[1], None))
+        else:
+            order, run_qids, lengths = _group_rows(q_arr, q_names)
     return lengths, run_qids, order
+
+
+def _group_codes(codes: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """:func:`_group_rows` for exact codes ``0 <= code < len(names)``: no hash, no check of it."""
+    n = len(codes)
+    row_bits = max(n - 1, 1).bit_length()
+    if max(len(names) - 1, 1).bit_length() + row_bits > 64:
+        return _group_rows(codes, names)
+    # One plain sort of (code, row) packed in 64 bits: rows of a query stay in their order.
+    keys = codes.astype(np.uint64) << np.uint64(row_bits)
+    keys |= np.arange(n, dtype=np.uint64)
+    keys.sort()
+    order = (keys & np.uint64((1 << row_bits) - 1)).astype(np.intp)
+    del keys
+    counts = np.bincount(codes, minlength=len(names))
+    present = np.flatnonzero(counts)
+    sizes = counts[present]
+    starts = np.cumsum(sizes) - sizes
+    first_rows = order[starts]
+    if len(first_rows) > 1 and not bool((first_rows[1:] > first_rows[:-1]).all()):
+        # Codes not in order of first appearance (categories): reorder the groups.
+        by_first_row = np.argsort(first_rows)
+        present, starts, sizes = present[by_first_row], starts[by_first_row], sizes[by_first_row]
+        order = order[np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(n)]
+    return order, [names[c] for c in present.tolist()], sizes
 
 
 def _id_texts(ids: np.ndarray, names: list[str] | None) -> list[str]:

@@ -31,6 +31,7 @@ __all__ = [
     "changes",
     "coded_ids",
     "find_column",
+    "fixed_width_codes",
     "is_table",
     "padded_strings",
     "python_strings",
@@ -420,6 +421,26 @@ def coded_ids(column: Any, what: str) -> QidRuns | tuple[np.ndarray, list[str]] 
     encoded = pc.dictionary_encode(arrow)
     codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     return codes, encoded.dictionary.to_pylist()
+
+
+def fixed_width_codes(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Exact integer codes of an 'S' array's ids and the distinct ids, codes in order of first
+    appearance: pyarrow's hash table over the array's own buffer (no copy), when pyarrow is
+    installed; else None."""
+    if arr.dtype.kind != "S" or arr.itemsize == 0 or arr.ndim != 1:
+        return None
+    try:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+    except ImportError:
+        return None
+    arr = np.ascontiguousarray(arr)
+    fixed = pa.Array.from_buffers(pa.binary(arr.itemsize), len(arr), [None, pa.py_buffer(arr)])
+    encoded = pc.dictionary_encode(fixed)
+    dictionary = encoded.dictionary
+    distinct = np.frombuffer(dictionary.buffers()[1], dtype=f"S{arr.itemsize}", count=len(dictionary),
+                             offset=dictionary.offset * arr.itemsize)
+    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False), distinct
 
 
 def _arrow_runs(pc: Any, arrow: Any) -> QidRuns | None:
