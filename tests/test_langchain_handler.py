@@ -116,6 +116,17 @@ def test_invoke_records_turn_with_retrieval_generation_citation_and_judgement(se
     assert setup.handler.stats() == {"open_turns": 0, "closed_turns": 1, "evicted": 0}
 
 
+def test_the_closing_gauge_is_zero_once_a_flush_has_recorded_every_turn(setup: Setup, kb: KB) -> None:
+    # The closing thread reports the gauge at each batch, counting the batch it is running; a flush
+    # must leave it saying what still waits (it once read closing=1 after every turn was judged).
+    chain = rag_chain(kb.retriever)
+    for q in QUESTIONS[:3]:
+        chain.invoke(q, config=setup.config)
+    assert setup.handler.force_flush(10)
+    stats = setup.auditor.stats()
+    assert stats["judged"] == 3 and stats["closing"] == 0
+
+
 def test_ainvoke_20_concurrent(setup: Setup, kb: KB) -> None:
     chain = rag_chain(kb.retriever)
 

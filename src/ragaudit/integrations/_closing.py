@@ -130,6 +130,9 @@ class TurnCloser:
         or something was not delivered. Never raises."""
         deadline = None if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
         ok = self.worker.force_flush(timeout_s)
+        # The batch thread's last report counts the batch it was running; after a flush the gauge
+        # says what still waits (0 once everything is recorded), as ``stats()`` callers expect.
+        self._waiting()
         auditor = self._auditor()
         return (auditor.force_flush(_left(deadline)) if auditor is not None else True) and ok
 
