@@ -110,26 +110,30 @@ class Hits:
 
 def judged_of(run: PreparedRun, qrels: PreparedQrels, level: int, every_label: bool = False) -> Judged:
     n = len(run.qids)
-    sel = np.full(len(qrels.qids), -1, dtype=np.int64)
-    sel[np.array(list(map(qrels.index.__getitem__, run.qids)), dtype=np.int64)] = np.arange(n)
-    entry_q = sel[qrels.entry_q]
-    in_run = entry_q >= 0
     labels = qrels.labels
+    if run.qids == qrels.qids:  # the run has every query of the qrels, in their order (common)
+        entry_q = qrels.entry_q
+        in_run = np.ones(len(entry_q), dtype=bool)
+    else:
+        sel = np.full(len(qrels.qids), -1, dtype=np.int64)
+        sel[np.fromiter(map(qrels.index.__getitem__, run.qids), dtype=np.int64, count=n)] = np.arange(n)
+        entry_q = sel[qrels.entry_q]
+        in_run = entry_q >= 0
     num_rel = np.bincount(entry_q[in_run & (labels >= level)], minlength=n)
     num_nonrel = np.bincount(entry_q[in_run & (labels >= 0) & (labels < level)], minlength=n)
     num_zero = np.bincount(entry_q[in_run & (labels == 0)], minlength=n)
     positive = np.flatnonzero(in_run & (labels >= 1))
     ideal_q, ideal_label = _by_query_then_label_desc(entry_q[positive], labels[positive])
     entries = np.flatnonzero(in_run) if every_label else positive
-    docids = qrels.docids if len(entries) == len(labels) else [qrels.docids[i] for i in entries.tolist()]
+    every = len(entries) == len(labels)
     return Judged(
         num_rel=num_rel,
         num_nonrel=num_nonrel,
         num_zero=num_zero,
         every_label=every_label,
-        entry_q=entry_q[entries],
-        entry_docids=docids,
-        entry_label=labels[entries],
+        entry_q=entry_q if every else entry_q[entries],
+        entry_docids=qrels.docids if every else [qrels.docids[i] for i in entries.tolist()],
+        entry_label=labels if every else labels[entries],
         ideal_q=ideal_q,
         ideal_label=ideal_label,
         ideal_rank=rank_in_group(ideal_q),
@@ -151,7 +155,13 @@ def _by_query_then_label_desc(q: np.ndarray, label: np.ndarray) -> tuple[np.ndar
     if not len(q):
         return q, label
     top, span = int(label.max()), int(label.max()) - int(label.min()) + 1
-    if span * (int(q.max()) + 1) < 2**62:
+    bins = span * (int(q.max()) + 1)
+    if bins <= 4 * len(q):
+        # Few labels (graded 0-3, say): a counting sort of the same key, in three linear passes.
+        counts = np.bincount(q * span + (top - label), minlength=bins)
+        keys = np.repeat(np.arange(bins), counts)
+        return keys // span, top - keys % span
+    if bins < 2**62:
         # Both fit in one integer key: a plain sort of it beats an argsort or a lexsort. The qrels
         # are usually grouped by query already, and timsort ("stable") makes short work of runs.
         keys = np.sort(q * span + (top - label), kind="stable")
