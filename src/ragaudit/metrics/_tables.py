@@ -480,6 +480,10 @@ def coded_ids(column: Any, what: str) -> QidRuns | tuple[np.ndarray, list[str]] 
         if len(set(names)) != len(names):
             return None  # two categories print alike: compare them as strings the slow way
         return codes, names
+    if _is_polars(column):
+        runs = _polars_runs(column, what)
+        if runs is not None:
+            return runs
     arrow = _as_arrow(column, combine=False)
     if arrow is None:
         return None
@@ -524,6 +528,25 @@ def fixed_width_codes(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     distinct = np.frombuffer(dictionary.buffers()[1], dtype=f"S{arr.itemsize}", count=len(dictionary),
                              offset=dictionary.offset * arr.itemsize)
     return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False), distinct
+
+
+def _polars_runs(column: Any, what: str) -> QidRuns | None:
+    """The runs of equal ids of a Polars string (or categorical) Series, as :func:`_arrow_runs`
+    finds them, by Polars' own run-length encoding: its strings are views, which Arrow's
+    encoder does not take, so this spares a copy of the column into Arrow's layout."""
+    pl = sys.modules.get("polars")
+    if pl is None or not hasattr(column, "rle") or column.dtype not in (pl.String, pl.Categorical):
+        return None
+    if column.null_count():
+        raise MetricError(f"{what} has {column.null_count()} missing values")
+    runs = column.rle()
+    lengths = runs.struct.field("len").to_numpy()
+    if not len(lengths) or len(lengths) > len(column) // 4:
+        return None
+    qids = runs.struct.field("value").cast(pl.String).to_list()
+    if len(set(qids)) != len(qids):
+        return None
+    return QidRuns(lengths.astype(np.int64), qids)
 
 
 def _arrow_runs(pc: Any, arrow: Any) -> QidRuns | None:
