@@ -29,8 +29,10 @@ from ._tables import (
     ascii_bytes,
     changes,
     coded_ids,
+    fixed_strings,
     fixed_width_codes,
     is_table,
+    object_runs,
     python_strings,
     qid_text,
     same_rows,
@@ -432,17 +434,20 @@ def _generic_rows(rows: list[Any]) -> tuple[list[Any], list[Any], np.ndarray]:
 
 def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -> tuple[PreparedRun, int]:
     """A run as aligned columns; *scores* None: rank-only, each query's rows in rank order."""
-    qids, docids = python_strings(qids), python_strings(docids)
-    coded = coded_ids(qids, "qids")
     q_names = None
-    q_runs = None
-    if coded is None:
-        q_arr = ascii_bytes(to_numpy(qids, "qids"))
-    elif isinstance(coded, QidRuns):
-        q_runs = coded
-    else:
-        q_arr, q_names = coded
-    d_arr = ascii_bytes(to_numpy(docids, "docids"))
+    # Python strings whose queries come in contiguous runs: found without converting an id.
+    q_runs = object_runs(qids)
+    if q_runs is None:
+        qids = python_strings(qids)
+        coded = coded_ids(qids, "qids")
+        if coded is None:
+            q_arr = ascii_bytes(to_numpy(qids, "qids"))
+        elif isinstance(coded, QidRuns):
+            q_runs = coded
+        else:
+            q_arr, q_names = coded
+    d_fixed = fixed_strings(docids, "docids")
+    d_arr = d_fixed if d_fixed is not None else ascii_bytes(to_numpy(docids, "docids"))
     s_arr = None if scores is None else _scores_array(to_numpy(scores, "scores"), "run")
     n_rows = int(q_runs.lengths.sum()) if q_runs is not None else len(q_arr)
     n_scores = len(d_arr) if s_arr is None else len(s_arr)
