@@ -36,6 +36,7 @@ __all__ = [
     "is_table",
     "object_runs",
     "padded_strings",
+    "placed",
     "python_strings",
     "qid_text",
     "same_rows",
@@ -384,24 +385,33 @@ def fixed_strings(column: Any, what: str) -> np.ndarray | None:
     values = _object_values(column)
     if values is None or len(values) < _ARROW_MIN_ROWS:
         return None
-    n = len(values)
-    out: np.ndarray | None = None  # rows x bytes, as wide as the widest chunk so far
-    for start in range(0, n, _CHUNK_ROWS):
+    out: np.ndarray | None = None
+    for start in range(0, len(values), _CHUNK_ROWS):
         chunk = _to_arrow_strings(values[start : start + _CHUNK_ROWS])
         fixed = None if chunk is None else arrow_strings(chunk, what)
         if fixed is None:
             return None
-        width = fixed.itemsize
-        if out is None or width > out.shape[1]:
-            # A wider chunk: the rows so far move to a wider array (rare: the first chunk nearly
-            # always holds ids of the widest length seen).
-            wider = np.zeros((n, width), dtype=np.uint8)
-            if out is not None:
-                wider[:start, : out.shape[1]] = out[:start]
-            out = wider
-        out[start : start + len(fixed), :width] = fixed.view(np.uint8).reshape(len(fixed), width)
-    assert out is not None
-    return out.view(f"S{out.shape[1]}").reshape(n)
+        out = placed(out, fixed, start, len(values))
+    return out
+
+
+def placed(out: np.ndarray | None, part: np.ndarray, start: int, n: int) -> np.ndarray:
+    """*part* (an ``S`` array) written into rows ``start:`` of *out*, an ``S`` array of *n* rows made
+    -- or widened, when *part* is wider -- as needed. Copied as raw bytes (numpy copies string
+    items one by one); a wider part moves the rows so far once (rare: the first part nearly
+    always holds ids of the widest length seen)."""
+    width = part.itemsize
+    if out is None or width > out.itemsize:
+        wider = np.zeros(n, dtype=f"S{width}")
+        if out is not None:
+            _byte_rows(wider)[:start, : out.itemsize] = _byte_rows(out)[:start]
+        out = wider
+    _byte_rows(out)[start : start + len(part), :width] = _byte_rows(part)
+    return out
+
+
+def _byte_rows(arr: np.ndarray) -> np.ndarray:
+    return arr.view(np.uint8).reshape(len(arr), arr.itemsize)
 
 
 def object_runs(column: Any) -> QidRuns | None:
