@@ -163,23 +163,34 @@ def prepare_qrels(qrels: Any) -> PreparedQrels:
         for raw_qid, docs in zip(raw_qids, docs_per_query):
             if not isinstance(docs, Mapping):
                 raise MetricError(f"qrels for query {raw_qid!r} must be a mapping {{docid: label}}, got {docs!r}")
-    counts = list(map(len, docs_per_query))
-    if 0 in counts:
-        kept = [i for i, count in enumerate(counts) if count]
-        raw_qids = [raw_qids[i] for i in kept]
-        docs_per_query = [docs_per_query[i] for i in kept]
-        counts = [counts[i] for i in kept]
+    # An array, not a list: np.repeat below would convert a list item by item.
+    counts = np.fromiter(map(len, docs_per_query), dtype=np.int64, count=len(docs_per_query))
+    if not counts.all():
+        kept = np.flatnonzero(counts)
+        raw_qids = [raw_qids[i] for i in kept.tolist()]
+        docs_per_query = [docs_per_query[i] for i in kept.tolist()]
+        counts = counts[kept]
     if not raw_qids:
         raise MetricError("the qrels are empty: no query has a judged document")
-    qids = _as_texts(raw_qids)
+    qids = _qrels_texts(raw_qids)
     index = dict(zip(qids, range(len(qids))))
     if len(index) != len(qids):
         raise MetricError(f"query id {_first_repeat(qids)!r} appears twice in the qrels (ids are compared as strings)")
-    docids = _as_texts(list(chain.from_iterable(docs_per_query)))
+    docids = _qrels_texts(list(chain.from_iterable(docs_per_query)))
     values = list(chain.from_iterable(_all_values(docs_per_query)))
     entry_q = np.repeat(np.arange(len(qids), dtype=np.int64), counts)
     labels = _labels_array(values, _LazyQids(qids, entry_q), docids)
     return PreparedQrels(qids, index, entry_q, docids, labels)
+
+
+def _qrels_texts(values: list[Any]) -> list[str]:
+    """Ids as strings: *values* itself when every one is a str, which one ``str.join`` checks in C
+    (a Python-level check, even ``set(map(type, ...))``, costs twice as much on the qrels' ids)."""
+    try:
+        "".join(values)
+    except TypeError:
+        return [qid_text(v) for v in values]
+    return values
 
 
 def _as_texts(values: list[Any]) -> list[str]:
