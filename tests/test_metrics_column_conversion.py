@@ -182,3 +182,24 @@ def test_arrow_string_views_and_chunks_equal_the_numpy_path() -> None:
         split = [0, 1, 4_000, 4_001, len(q)]  # chunks of 1 row, 3,999 rows and the rest
         chunked = [pa.chunked_array([x[a:b] for a, b in pairwise(split)]) for x in (qa, da)]
         assert _evaluate(*chunked, s, qrels) == want, kind
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ["d1", "doc-22", "", "x" * 40],  # mixed widths, an empty id
+        ["abcdefgh12"] * 5,  # one width
+        ["a", ""],
+        [""],
+        [],
+        ["ü-non-ascii", "d1"],  # UTF-8 bytes, wider than the characters
+        ["a\x00b", "c"],  # a NUL inside an id
+    ],
+)
+def test_qrels_doc_ids_encode_as_the_run_ids_are_stored(texts: list[str]) -> None:
+    from ragaudit.metrics._docids import DocIds
+
+    encoded = DocIds(np.array([b"any"])).encode(texts)
+    assert encoded.dtype.kind == "S" and encoded.flags.writeable
+    assert encoded.tolist() == [t.encode("utf-8") for t in texts]
+    assert DocIds(np.array(["any"])).encode(texts).tolist() == texts  # 'U' ids: the texts themselves

@@ -445,18 +445,7 @@ def _generic_rows(rows: list[Any]) -> tuple[list[Any], list[Any], np.ndarray]:
 
 def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -> tuple[PreparedRun, int]:
     """A run as aligned columns; *scores* None: rank-only, each query's rows in rank order."""
-    q_names = None
-    # Python strings whose queries come in contiguous runs: found without converting an id.
-    q_runs = object_runs(qids)
-    if q_runs is None:
-        qids = python_strings(qids)
-        coded = coded_ids(qids, "qids")
-        if coded is None:
-            q_arr = ascii_bytes(to_numpy(qids, "qids"))
-        elif isinstance(coded, QidRuns):
-            q_runs = coded
-        else:
-            q_arr, q_names = coded
+    q_runs, q_arr, q_names = _query_ids(qids)
     d_fixed = fixed_strings(docids, "docids")
     d_arr = d_fixed if d_fixed is not None else ascii_bytes(to_numpy(docids, "docids"))
     s_arr = None if scores is None else _scores_array(to_numpy(scores, "scores"), "run")
@@ -493,6 +482,23 @@ def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -
     prepared = PreparedRun(qid_list, offsets, s_arr, docids_from_array(d_arr, rows))
     _check_scores(prepared)
     return prepared, len(run_qids)
+
+
+def _query_ids(qids: Any) -> tuple[QidRuns | None, np.ndarray, list[str] | None]:
+    """The run's query ids as contiguous runs, or as an array (exact integer codes of the ids
+    *names* when these are given). Any converted copy of the column (Arrow strings) is dropped on
+    return, before the doc ids are converted: it is not part of the peak memory."""
+    # Python strings whose queries come in contiguous runs: found without converting an id.
+    runs = object_runs(qids)
+    if runs is not None:
+        return runs, np.zeros(0, dtype=np.int64), None
+    qids = python_strings(qids)
+    coded = coded_ids(qids, "qids")
+    if coded is None:
+        return None, ascii_bytes(to_numpy(qids, "qids")), None
+    if isinstance(coded, QidRuns):
+        return coded, np.zeros(0, dtype=np.int64), None
+    return None, coded[0], coded[1]
 
 
 def _group_columns(q_arr: np.ndarray, q_names: list[str] | None) -> tuple[np.ndarray, list[str], np.ndarray | None]:
