@@ -776,3 +776,15 @@ def test_rows_in_score_order_are_told_apart_wherever_their_order_breaks(same_dep
     assert (block.span is not None) == same_depth
     assert _kernel._descending_rows(block, scores).tolist() == want
     assert 0 < sum(want) < n
+
+
+@pytest.mark.parametrize("entry_q", [[0, 0, 1, 2, 2], [2, 2, 0, 1, 1, 1], [2, 0, 2, 1, 0], [1], []],
+                         ids=["run order", "grouped, other order", "scattered", "one", "none"])
+def test_entries_grouped_by_query_keep_their_qrels_order(entry_q: list[int]) -> None:
+    q = np.array(entry_q, dtype=np.int64)
+    by_query = _kernel._by_query(q, 4)
+    take, rows = by_query.of(np.arange(4))
+    assert rows.tolist() == sorted(entry_q)
+    assert take.tolist() == sorted(range(len(entry_q)), key=lambda i: (entry_q[i], i))
+    take, rows = by_query.of(np.array([2, 0]))
+    assert [entry_q[i] for i in take.tolist()] == [2] * entry_q.count(2) + [0] * entry_q.count(0)
