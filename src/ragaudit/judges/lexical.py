@@ -131,7 +131,7 @@ class LexicalJudge(BaseRagJudge):
     rule above, with the documents whose own text supports it alone, ``unsupported``, or
     ``no_claim`` (no content words, or a refusal); never ``partially_supported`` or
     ``contradicted``, which words cannot tell. Each document's grade is the share of the question's
-    content words it has: 3 all of them, 2 three quarters, 1 any, 0 none. Judged metrics and citation
+    content words it has: 3 all of them, 2 three quarters, 1 any, 0 none. Graded metrics and citation
     checks follow from them as for an LLM judge -- a cheap screen, not a verdict.
 
     Limits: it sees words, not meaning. Negation and recombination within one passage pass

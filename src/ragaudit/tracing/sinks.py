@@ -395,7 +395,7 @@ class PhoenixSink(HttpSink):
                         "metadata": {"doc_id": doc.id},
                     }))
         if judgement.document_grades:
-            out.extend(_judged_document_annotations(turn, judgement, span_ids))
+            out.extend(_graded_document_annotations(turn, judgement, span_ids))
         return out
 
     def send(self, path: str, bodies: list[dict[str, Any]]) -> int:
@@ -500,9 +500,9 @@ class LangfuseSink(HttpSink):
             name = f"retrieval.{metric}"
             out.append(("/api/public/scores", {"id": score_id(trace_id, turn.span_id, "ragaudit", name),
                                                **base, "name": name, "value": value}))
-        for judged in _judged_scores(record, judgement):
-            out.append(("/api/public/scores", {"id": score_id(trace_id, turn.span_id, judgement.judge, judged["name"]),
-                                               **base, **judged}))
+        for graded in _graded_scores(record, judgement):
+            out.append(("/api/public/scores", {"id": score_id(trace_id, turn.span_id, judgement.judge, graded["name"]),
+                                               **base, **graded}))
         return out
 
     def session_requests(self, record: SessionRecord) -> list[tuple[str, dict[str, Any]]]:
@@ -531,9 +531,9 @@ class LangfuseSink(HttpSink):
         return ExportResult.SUCCESS if ok else ExportResult.FAILURE
 
 
-def _judged_document_annotations(turn: RagTurn, judgement: Judgement,
+def _graded_document_annotations(turn: RagTurn, judgement: Judgement,
                                  span_ids: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
-    """Phoenix document annotations ``judged_relevance`` from the judge's grades (LLM annotator; the
+    """Phoenix document annotations ``graded_relevance`` from the judge's grades (LLM annotator; the
     ground-truth ``relevance`` annotations stay HUMAN). A document the judge did not grade gets none."""
     from ..records import DOCUMENT_GRADES
 
@@ -548,7 +548,7 @@ def _judged_document_annotations(turn: RagTurn, judgement: Judgement,
             body = {
                 "span_id": span_ids[index],
                 "document_position": position,
-                "name": "judged_relevance",
+                "name": "graded_relevance",
                 "annotator_kind": "LLM" if grade.method == "llm" else "CODE",
                 "result": {"label": DOCUMENT_GRADES[grade.grade], "score": float(grade.grade)},
                 "metadata": {"doc_id": doc.id, "judge": judgement.judge, "method": grade.method},
@@ -557,8 +557,8 @@ def _judged_document_annotations(turn: RagTurn, judgement: Judgement,
     return out
 
 
-def _judged_scores(record: AuditRecord, judgement: Judgement) -> list[dict[str, Any]]:
-    """Langfuse scores for the judged retrieval metrics and citation precision/recall (absent ones are not sent)."""
+def _graded_scores(record: AuditRecord, judgement: Judgement) -> list[dict[str, Any]]:
+    """Langfuse scores for the graded retrieval metrics and citation precision/recall (absent ones are not sent)."""
     audit = record.audit
     if audit is None:
         return []
