@@ -46,6 +46,12 @@ _SCORE_ID_NAMESPACE = uuid.UUID("3f0c5a52-5b5e-4d0c-9a57-7261676175de")
 """Fixed: the same (trace, span, judge, score) gives the same score id in every process."""
 
 
+class _BatchPolicy(threading.local):
+    """Per sending thread: the content policy of the batch being sent (None between batches)."""
+
+    policy: ContentPolicy | None = None
+
+
 class HttpSink(BaseJudgementSink):
     """Base for sinks that POST JSON batches from a background thread.
 
@@ -88,7 +94,7 @@ class HttpSink(BaseJudgementSink):
         self._lock = _fork.lock()
         self._retries = 0
         self._rejected = 0
-        self._batch_policy = threading.local()  # the policy log lines of the batch being sent follow
+        self._batch_policy = _BatchPolicy()  # the policy log lines of the batch being sent follow
         self._log = RateLimitedLog(interval=300.0)
         self._closed = False
         ref = weakref.ref(self)
@@ -242,7 +248,7 @@ class HttpSink(BaseJudgementSink):
         return delivered
 
     def _log_policy(self) -> ContentPolicy:
-        found: ContentPolicy | None = getattr(self._batch_policy, "policy", None)
+        found = self._batch_policy.policy
         return found if found is not None else self.content_policy
 
     def _post(self, path: str, body: dict[str, Any]) -> bool:
