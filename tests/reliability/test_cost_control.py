@@ -67,16 +67,19 @@ def test_four_processes_share_one_budget_of_300_calls(redis: RedisServer) -> Non
 def test_a_shared_rate_of_5_rps_holds_over_30_s_at_the_server(redis: RedisServer) -> None:
     with LLMServer() as srv:
         started = time.time()
-        stats = run_apps(srv, redis.url, 4, "--turns", "60", "--max-rps", "5", "--run-s", "32")
+        stats = run_apps(srv, redis.url, 4, "--turns", "60", "--max-rps", "5", "--run-s", "36")
         times = sorted(r.received_at for r in srv.requests)
-    first = times[0]
-    in_window = [t for t in times if t - first < 30.0]
-    print(f"\nshared max_rps=5, 4 processes: {len(in_window)} calls in the first 30 s at the server "
+    # The window opens at the 11th arrival, not the first: each process's first call also opens its
+    # HTTP connection, and on a loaded machine that call can reach the server seconds after its rate
+    # slot was granted -- a window opened by it would then also hold the calls granted before it.
+    first = times[10]
+    in_window = [t for t in times if 0.0 <= t - first < 30.0]
+    print(f"\nshared max_rps=5, 4 processes: {len(in_window)} calls in 30 s at the server "
           f"({len(in_window) / 30:.2f}/s)")
     assert len(in_window) <= 5.5 * 30, f"{len(in_window)} calls in 30 s"
     assert len(in_window) >= 4 * 30, "the rate was used, not starved"
     assert all(s["rate_waits"] > 0 for s in stats)
-    assert time.time() - started >= 30
+    assert time.time() - started >= 36
 
 
 def test_a_401_pauses_the_judge_with_one_warning_until_a_probe_succeeds(caplog: pytest.LogCaptureFixture) -> None:

@@ -31,9 +31,12 @@ __all__ = [
     "changes",
     "coded_ids",
     "find_column",
+    "fixed_strings",
     "fixed_width_codes",
     "is_table",
+    "object_runs",
     "padded_strings",
+    "placed",
     "python_strings",
     "qid_text",
     "same_rows",
@@ -326,6 +329,36 @@ def _without_views(pa: Any, column: Any) -> Any:
 # Python strings converted through pyarrow from this many rows: below it, importing pyarrow would
 # cost more than it saves.
 _ARROW_MIN_ROWS = 1 << 14
+# Python strings converted per pyarrow call: a chunk's Arrow buffers stay small (a whole column at
+# once grows its builder by doubling, ~1.7x the data at the peak) and are reused chunk after chunk.
+_CHUNK_ROWS = 1 << 16
+
+
+def _object_values(column: Any) -> np.ndarray | list[Any] | None:
+    """A column of Python objects -- a numpy object array, a pandas object Series, a list, a tuple --
+    as a 1-d object array or a list (no copy of the objects); None for anything else."""
+    values = column
+    if hasattr(column, "iloc") and str(getattr(column, "dtype", "")) == "object":
+        values = column.to_numpy()
+    if isinstance(values, np.ndarray):
+        return values if values.dtype == object and values.ndim == 1 else None
+    if isinstance(values, tuple):
+        return list(values)  # pyarrow reads a list several times faster than a tuple
+    return values if isinstance(values, list) else None
+
+
+def _to_arrow_strings(values: Any) -> Any:
+    """Python strings as a pyarrow string array, converted in C; None if pyarrow is not installed
+    or a value is not a string (or is missing): the generic path then reads or names it."""
+    try:
+        import pyarrow as pa
+    except ImportError:
+        return None
+    try:
+        converted = pa.array(values, pa.string(), from_pandas=False)
+    except (TypeError, ValueError, pa.ArrowException):
+        return None
+    return None if converted.null_count else converted
 
 
 def python_strings(column: Any) -> Any:
@@ -334,27 +367,87 @@ def python_strings(column: Any) -> Any:
     conversion to fixed-width strings, or hashing each object, is several times slower);
     *column* itself when it is anything else, is short, holds a value that is not a string, or
     pyarrow is not installed. The generic path then reads it and names any bad value."""
-    values = column
-    if hasattr(column, "iloc") and str(getattr(column, "dtype", "")) == "object":
-        values = column.to_numpy()
-    if isinstance(values, np.ndarray):
-        if values.dtype != object or values.ndim != 1:
-            return column
-    elif not isinstance(values, (list, tuple)):
+    values = _object_values(column)
+    if values is None or len(values) < _ARROW_MIN_ROWS:
         return column
-    if len(values) < _ARROW_MIN_ROWS:
-        return column
-    if isinstance(values, tuple):
-        values = list(values)  # pyarrow reads a list several times faster than a tuple
+    converted = _to_arrow_strings(values)
+    return column if converted is None else converted
+
+
+def fixed_strings(column: Any, what: str) -> np.ndarray | None:
+    """A column of Python strings (as :func:`python_strings` takes) as one NUL-padded ``S`` array of
+    their UTF-8 bytes, converted by pyarrow in chunks of :data:`_CHUNK_ROWS` rows written into the
+    result as they come; None where :func:`python_strings` would keep the column.
+
+    Chunks keep the peak memory at the result plus one chunk: converting the whole column first
+    would hold its Arrow copy (with the builder's spare room) and the result at once.
+    """
+    values = _object_values(column)
+    if values is None or len(values) < _ARROW_MIN_ROWS:
+        return None
+    out: np.ndarray | None = None
+    for start in range(0, len(values), _CHUNK_ROWS):
+        chunk = _to_arrow_strings(values[start : start + _CHUNK_ROWS])
+        fixed = None if chunk is None else arrow_strings(chunk, what)
+        if fixed is None:
+            return None
+        out = placed(out, fixed, start, len(values))
+    return out
+
+
+def placed(out: np.ndarray | None, part: np.ndarray, start: int, n: int) -> np.ndarray:
+    """*part* (an ``S`` array) written into rows ``start:`` of *out*, an ``S`` array of *n* rows made
+    -- or widened, when *part* is wider -- as needed. Copied as raw bytes (numpy copies string
+    items one by one); a wider part moves the rows so far once (rare: the first part nearly
+    always holds ids of the widest length seen)."""
+    width = part.itemsize
+    if out is None or width > out.itemsize:
+        wider = np.zeros(n, dtype=f"S{width}")
+        if out is not None:
+            _byte_rows(wider)[:start, : out.itemsize] = _byte_rows(out)[:start]
+        out = wider
+    _byte_rows(out)[start : start + len(part), :width] = _byte_rows(part)
+    return out
+
+
+def _byte_rows(arr: np.ndarray) -> np.ndarray:
+    return arr.view(np.uint8).reshape(len(arr), arr.itemsize)
+
+
+def object_runs(column: Any) -> QidRuns | None:
+    """Query ids held as Python strings whose rows come in contiguous runs (a query's rows
+    together, as nearly always), found by comparing each id with the next in C: one pass over
+    the objects, none of them converted. None when the ids are not all strings (the generic path
+    names a missing one or compares others as strings), a query's rows are spread out, or runs
+    average fewer than 4 rows.
+
+    A row equal to its run's first id is that string: a value of another type never equals a
+    ``str`` (``1 != "1"``, ``None != "q"``), so only the first ids need their type checked.
+    """
+    values = _object_values(column)
+    if values is None or len(values) < 2:
+        return None
+    if isinstance(values, list):
+        array = np.empty(len(values), dtype=object)
+        try:
+            array[:] = values
+        except (TypeError, ValueError):  # items that numpy reads as sequences
+            return None
+        values = array
     try:
-        import pyarrow as pa
-    except ImportError:
-        return column
-    try:
-        converted = pa.array(values, pa.string(), from_pandas=False)
-    except (TypeError, ValueError, pa.ArrowException):
-        return column
-    return column if converted.null_count else converted
+        new_run = np.not_equal(values[1:], values[:-1])
+    except (TypeError, ValueError):  # a value whose comparison raises or is not one boolean
+        return None
+    if new_run.dtype != bool:
+        return None
+    starts = np.flatnonzero(new_run)
+    if len(starts) >= len(values) // 4:
+        return None
+    starts = np.concatenate(([0], starts + 1))
+    heads = values[starts].tolist()
+    if set(map(type, heads)) != {str} or len(set(heads)) != len(heads):
+        return None
+    return QidRuns(np.diff(starts, append=len(values)).astype(np.int64), heads)
 
 
 def _arrow_offsets(column: Any) -> np.ndarray:
@@ -397,6 +490,10 @@ def coded_ids(column: Any, what: str) -> QidRuns | tuple[np.ndarray, list[str]] 
         if len(set(names)) != len(names):
             return None  # two categories print alike: compare them as strings the slow way
         return codes, names
+    if _is_polars(column):
+        runs = _polars_runs(column, what)
+        if runs is not None:
+            return runs
     arrow = _as_arrow(column, combine=False)
     if arrow is None:
         return None
@@ -441,6 +538,25 @@ def fixed_width_codes(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     distinct = np.frombuffer(dictionary.buffers()[1], dtype=f"S{arr.itemsize}", count=len(dictionary),
                              offset=dictionary.offset * arr.itemsize)
     return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False), distinct
+
+
+def _polars_runs(column: Any, what: str) -> QidRuns | None:
+    """The runs of equal ids of a Polars string (or categorical) Series, as :func:`_arrow_runs`
+    finds them, by Polars' own run-length encoding: its strings are views, which Arrow's
+    encoder does not take, so this spares a copy of the column into Arrow's layout."""
+    pl = sys.modules.get("polars")
+    if pl is None or not hasattr(column, "rle") or column.dtype not in (pl.String, pl.Categorical):
+        return None
+    if column.null_count():
+        raise MetricError(f"{what} has {column.null_count()} missing values")
+    runs = column.rle()
+    lengths = runs.struct.field("len").to_numpy()
+    if not len(lengths) or len(lengths) > len(column) // 4:
+        return None
+    qids = runs.struct.field("value").cast(pl.String).to_list()
+    if len(set(qids)) != len(qids):
+        return None
+    return QidRuns(lengths.astype(np.int64), qids)
 
 
 def _arrow_runs(pc: Any, arrow: Any) -> QidRuns | None:

@@ -64,7 +64,7 @@ included, no sort of the run), and :mod:`.measures` holds one formula per measur
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, overload
 
@@ -343,7 +343,7 @@ def evaluate(
     """Score a run against qrels with trec_eval semantics (see the module docstring for the rules).
 
     *run* is ``{qid: {docid: score}}``, rank-only ``{qid: [docid, ...]}`` (best first), a list
-    (or tuple) of ``(qid, docid, score)`` rows, a :class:`Run`, or a pandas, Polars or pyarrow
+    (or tuple, or iterator) of ``(qid, docid, score)`` rows, a :class:`Run`, or a pandas, Polars or pyarrow
     table with ``qid``, ``docid`` and ``score`` (or, rank-only, ``rank``) columns; *qrels* is
     ``{qid: {docid: label}}`` (integer labels, graded allowed) or a table with ``qid``, ``docid``
     and ``relevance`` columns. Numpy integers and floats are accepted anywhere. *measures* are
@@ -372,7 +372,7 @@ def evaluate(
             qids, docids = table_column(run, QID_NAMES, "query id"), table_column(run, DOCID_NAMES, "doc id")
             scores = _table_scores(run)
         return _evaluate_prepared_columns(qids, docids, scores, qrels, keys, opts, per_query)
-    if isinstance(run, (list, tuple)):
+    if isinstance(run, (list, tuple, Iterator)):  # rows: a list, a tuple or a generator of them
         return _evaluate_prepared_columns(*columns_of_rows(run), qrels, keys, opts, per_query)
     if not isinstance(run, Mapping):
         raise MetricError(
