@@ -69,8 +69,8 @@ def _read_both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[object, obj
             run = io.read_run(path)
         except MetricError as exc:
             return str(exc)
-        text = [[v.decode() if isinstance(v, bytes) else str(v) for v in col.tolist()] for col in (run.qids, run.docids)]
-        return text, run.scores.tolist()
+        ids = [[v.decode() if isinstance(v, bytes) else str(v) for v in c.tolist()] for c in (run.qids, run.docids)]
+        return ids, run.scores.tolist()
 
     fast = read()
     with monkeypatch.context() as patched:
