@@ -10,6 +10,7 @@ the clear error naming the row). Every case is compared with the same run as num
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -134,3 +135,71 @@ def test_query_ids_that_are_not_all_strings(rows: int) -> None:
     want = _evaluate(as_text, d, s, numbered)
     assert _evaluate(as_ints, d, s, numbered) == want
     assert _evaluate(half, d, s, numbered) == want
+
+
+def test_polars_columns_equal_the_numpy_path() -> None:
+    pl = pytest.importorskip("polars")
+    q, d, s, qrels = _run(30_000, seed=11)
+    want = _evaluate(q, d, s, qrels)
+    ql, dl = q.tolist(), d.tolist()
+    frames = {
+        "strings": pl.DataFrame({"qid": ql, "docid": dl, "score": s}),
+        "categorical": pl.DataFrame({"qid": pl.Series(ql, dtype=pl.Categorical),
+                                     "docid": pl.Series(dl, dtype=pl.Categorical), "score": s}),
+        # Two chunks: the Series' rle and Arrow export see both.
+        "chunked": pl.concat([pl.DataFrame({"qid": ql[:777], "docid": dl[:777], "score": s[:777]}),
+                              pl.DataFrame({"qid": ql[777:], "docid": dl[777:], "score": s[777:]})], rechunk=False),
+    }
+    for label, frame in frames.items():
+        assert metrics.evaluate(frame, qrels, MEASURES, per_query=True, ties="pytrec_eval") == want, label
+    runs = _tables.coded_ids(frames["strings"]["qid"], "qids")
+    assert isinstance(runs, _tables.QidRuns) and runs.qids == list(dict.fromkeys(ql))
+    # A query whose rows come in two runs, and rows spread out: grouped by id, not as runs.
+    for order in (np.r_[np.arange(100, len(q)), np.arange(100)], np.random.default_rng(1).permutation(len(q))):
+        frame = pl.DataFrame({"qid": q[order].tolist(), "docid": d[order].tolist(), "score": s[order]})
+        assert _tables.coded_ids(frame["qid"], "qids") is not None
+        assert metrics.evaluate(frame, qrels, MEASURES, per_query=True, ties="pytrec_eval") == _evaluate(
+            q[order], d[order], s[order], qrels)
+
+
+def test_polars_and_arrow_missing_ids_are_named() -> None:
+    pl = pytest.importorskip("polars")
+    q, d, s, qrels = _run(20_000, seed=12)
+    with_null = [None if i == 50 else x for i, x in enumerate(q.tolist())]
+    with pytest.raises(MetricError, match="qids has 1 missing values"):
+        metrics.evaluate(pl.DataFrame({"qid": with_null, "docid": d.tolist(), "score": s}), qrels, MEASURES)
+    with pytest.raises(MetricError, match="docids has 1 missing values"):
+        metrics.evaluate(pl.DataFrame({"qid": q.tolist(), "docid": with_null, "score": s}), qrels, MEASURES)
+
+
+def test_arrow_string_views_and_chunks_equal_the_numpy_path() -> None:
+    q, d, s, qrels = _run(20_000, seed=13)
+    want = _evaluate(q, d, s, qrels)
+    kinds = [pa.string(), pa.large_string()] + ([pa.string_view()] if hasattr(pa, "string_view") else [])
+    for kind in kinds:
+        qa, da = pa.array(q.tolist(), kind), pa.array(d.tolist(), kind)
+        assert _evaluate(qa, da, s, qrels) == want, kind
+        split = [0, 1, 4_000, 4_001, len(q)]  # chunks of 1 row, 3,999 rows and the rest
+        chunked = [pa.chunked_array([x[a:b] for a, b in pairwise(split)]) for x in (qa, da)]
+        assert _evaluate(*chunked, s, qrels) == want, kind
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ["d1", "doc-22", "", "x" * 40],  # mixed widths, an empty id
+        ["abcdefgh12"] * 5,  # one width
+        ["a", ""],
+        [""],
+        [],
+        ["ü-non-ascii", "d1"],  # UTF-8 bytes, wider than the characters
+        ["a\x00b", "c"],  # a NUL inside an id
+    ],
+)
+def test_qrels_doc_ids_encode_as_the_run_ids_are_stored(texts: list[str]) -> None:
+    from ragaudit.metrics._docids import DocIds
+
+    encoded = DocIds(np.array([b"any"])).encode(texts)
+    assert encoded.dtype.kind == "S" and encoded.flags.writeable
+    assert encoded.tolist() == [t.encode("utf-8") for t in texts]
+    assert DocIds(np.array(["any"])).encode(texts).tolist() == texts  # 'U' ids: the texts themselves

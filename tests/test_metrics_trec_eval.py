@@ -677,3 +677,79 @@ def test_the_tie_case_in_both_modes_against_pytrec_eval() -> None:
     assert theirs == 1.0
     assert metrics.evaluate(run, qrels, ["recip_rank"], ties="pytrec_eval")["recip_rank"] == theirs
     assert metrics.evaluate(run, qrels, ["recip_rank"])["recip_rank"] == 0.5
+
+
+@pytest.mark.parametrize("counting", [True, False], ids=["counted", "sorted"])
+def test_unsorted_rows_rank_alike_by_counting_or_by_sorting(counting: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Rows out of score order are ranked by counting the cells above each judged doc (short rows)
+    # or by sorting the row and searching it (long rows with many judged docs); force each way on
+    # tie-heavy shuffled rows of every depth (padded blocks included) and on deep rows.
+    monkeypatch.setattr(_kernel, "_counting_pays", lambda docs, rows, depth: counting)
+    run, qrels = _tied_case(seed=41, n_queries=300, tied_share=0.6)
+    _assert_every_path_matches(run, qrels, f"counting={counting}")
+    rng = np.random.default_rng(42)
+    deep = {f"q{q}": {f"doc-{int(d):05d}": float(s) for d, s in zip(rng.choice(9000, 700, replace=False),
+                                                                    np.round(rng.random(700), 2))}
+            for q in range(12)}
+    deep_qrels = {q: {d: int(rng.integers(0, 4)) for d in list(docs)[::3]} for q, docs in deep.items()}
+    _assert_every_path_matches(deep, deep_qrels, f"700 deep, counting={counting}")
+
+
+def test_counting_pays_on_short_rows_and_on_long_rows_with_few_judged_docs() -> None:
+    assert _kernel._counting_pays(docs=5000, rows=1000, depth=100)
+    assert _kernel._counting_pays(docs=1000, rows=1000, depth=1000)
+    assert not _kernel._counting_pays(docs=50_000, rows=1000, depth=1000)
+
+
+@pytest.mark.parametrize("width", ["one length", "several lengths"])
+def test_non_ascii_ids_match_trec_eval_whatever_their_lengths(width: str) -> None:
+    # Labelled ids of one length are encoded from a single join (numpy 'U' runs: UTF-32; 'S' runs:
+    # ASCII only, so these take the general path); ids of several lengths always do.
+    run, qrels = _tied_case(seed=43, n_queries=150)
+
+    def rename(docid: str) -> str:
+        number = int(docid.rsplit("-", 1)[1])
+        return f"dôc-{number:07d}" if width == "one length" else f"dôc-{number}"
+
+    run = {q: {rename(d): s for d, s in docs.items()} for q, docs in run.items()}
+    qrels = {q: {rename(d): lab for d, lab in docs.items()} for q, docs in qrels.items()}
+    _assert_every_path_matches(run, qrels, f"non-ASCII ids, {width}")
+
+
+def test_entries_encoded_by_join_equal_and_hash_as_numpys_own() -> None:
+    for kind in ("U", "S"):
+        for ids in (["ab", "cd", "ef"], ["a", "bcd"], ["é1", "x2"], ["x"]):
+            docs = _docids.DocIds(np.array(["zz", "ab"], dtype=kind))
+            ours, general = _kernel._encode_entries(docs, ids), docs.encode(ids)
+            assert (ours == general).all() and (docs.hash(ours) == docs.hash(general)).all(), (kind, ids)
+
+
+@pytest.mark.parametrize("top_label", [3, 5000], ids=["counting sort", "sorted"])
+def test_ideal_dcg_from_graded_labels_matches_trec_eval(top_label: int) -> None:
+    # Few label values order the ideal ranking by a counting sort; a wide range by a sort.
+    rng = np.random.default_rng(top_label)
+    run = {f"q{q}": {f"d{d}": float(s) for d, s in enumerate(np.round(rng.random(40), 1))} for q in range(200)}
+    qrels = {q: {f"d{int(d)}": int(rng.integers(0, top_label + 1)) for d in rng.choice(60, 15, replace=False)}
+             for q in run}
+    names = ["ndcg", "ndcg@5", "ndcg@10"]
+    reference = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg", "ndcg_cut_5", "ndcg_cut_10"}).evaluate(run)
+    ours = metrics.evaluate(run, qrels, names, per_query=True, ties="pytrec_eval")
+    for qid, values in reference.items():
+        for name, trec in zip(names, ("ndcg", "ndcg_cut_5", "ndcg_cut_10")):
+            assert abs(ours[qid][name] - values[trec]) <= TOL, (qid, name)
+
+
+def test_query_order_of_the_run_does_not_change_any_value() -> None:
+    # A run with exactly the qrels' queries in their order skips remapping queries; reordered,
+    # shortened or padded with qrels-only queries (-c), it must give the same values.
+    run, qrels = _tied_case(seed=44, n_queries=200)
+    same = metrics.evaluate(run, qrels, MEASURES, per_query=True, ties="pytrec_eval")
+    backwards = metrics.evaluate(dict(reversed(run.items())), qrels, MEASURES, per_query=True, ties="pytrec_eval")
+    assert backwards == same
+    part = dict(list(run.items())[::2])
+    padded = metrics.evaluate(part, qrels, MEASURES, per_query=True, ties="pytrec_eval", all_queries=True)
+    for qid, values in padded.items():
+        if qid in part:
+            assert values == same[qid]
+        else:
+            assert values["num_rel"] == same[qid]["num_rel"] and values["map"] == 0.0

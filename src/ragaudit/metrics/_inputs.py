@@ -33,6 +33,7 @@ from ._tables import (
     fixed_width_codes,
     is_table,
     object_runs,
+    placed,
     python_strings,
     qid_text,
     same_rows,
@@ -163,23 +164,34 @@ def prepare_qrels(qrels: Any) -> PreparedQrels:
         for raw_qid, docs in zip(raw_qids, docs_per_query):
             if not isinstance(docs, Mapping):
                 raise MetricError(f"qrels for query {raw_qid!r} must be a mapping {{docid: label}}, got {docs!r}")
-    counts = list(map(len, docs_per_query))
-    if 0 in counts:
-        kept = [i for i, count in enumerate(counts) if count]
-        raw_qids = [raw_qids[i] for i in kept]
-        docs_per_query = [docs_per_query[i] for i in kept]
-        counts = [counts[i] for i in kept]
+    # An array, not a list: np.repeat below would convert a list item by item.
+    counts = np.fromiter(map(len, docs_per_query), dtype=np.int64, count=len(docs_per_query))
+    if not counts.all():
+        kept = np.flatnonzero(counts)
+        raw_qids = [raw_qids[i] for i in kept.tolist()]
+        docs_per_query = [docs_per_query[i] for i in kept.tolist()]
+        counts = counts[kept]
     if not raw_qids:
         raise MetricError("the qrels are empty: no query has a judged document")
-    qids = _as_texts(raw_qids)
+    qids = _qrels_texts(raw_qids)
     index = dict(zip(qids, range(len(qids))))
     if len(index) != len(qids):
         raise MetricError(f"query id {_first_repeat(qids)!r} appears twice in the qrels (ids are compared as strings)")
-    docids = _as_texts(list(chain.from_iterable(docs_per_query)))
+    docids = _qrels_texts(list(chain.from_iterable(docs_per_query)))
     values = list(chain.from_iterable(_all_values(docs_per_query)))
     entry_q = np.repeat(np.arange(len(qids), dtype=np.int64), counts)
     labels = _labels_array(values, _LazyQids(qids, entry_q), docids)
     return PreparedQrels(qids, index, entry_q, docids, labels)
+
+
+def _qrels_texts(values: list[Any]) -> list[str]:
+    """Ids as strings: *values* itself when every one is a str, which one ``str.join`` checks in C
+    (a Python-level check, even ``set(map(type, ...))``, costs twice as much on the qrels' ids)."""
+    try:
+        "".join(values)
+    except TypeError:
+        return [qid_text(v) for v in values]
+    return values
 
 
 def _as_texts(values: list[Any]) -> list[str]:
@@ -393,7 +405,7 @@ def _arrow_rows(rows: list[Any]) -> tuple[Any, np.ndarray, np.ndarray] | None:
         fixed = arrow_strings(d, "doc ids")
         if fixed is None:  # pragma: no cover - a string array always has its bytes
             return None
-        docids = _placed(docids, fixed, start, n)
+        docids = placed(docids, fixed, start, n)
         scores[start : start + len(s)] = s.to_numpy(zero_copy_only=False)
         step_runs = _step_runs(pc, q) if runs is not None else None
         if step_runs is not None and runs is not None:
@@ -439,20 +451,6 @@ def _joined_runs(steps: list[QidRuns]) -> QidRuns | None:
     return QidRuns(np.concatenate(lengths), qids)
 
 
-def _placed(out: np.ndarray | None, part: np.ndarray, start: int, n: int) -> np.ndarray:
-    """*part* ('S') copied into rows ``start:`` of *out*, an ``S`` array of *n* rows made (or widened,
-    if *part* is wider: rare, ids of one run mostly share a width) as needed."""
-    if out is None:
-        out = np.empty(n, dtype=part.dtype)
-    elif part.itemsize > out.itemsize:
-        out = out.astype(part.dtype)
-    if part.itemsize == out.itemsize:  # the bytes as they are: numpy copies string items one by one
-        out.view(np.uint8)[start * out.itemsize : (start + len(part)) * out.itemsize] = part.view(np.uint8)
-    else:
-        out[start : start + len(part)] = part
-    return out
-
-
 def _generic_rows(rows: list[Any]) -> tuple[list[Any], list[Any], np.ndarray]:
     """*rows* as two id lists and float64 scores: a pass per column, in C (``zip(*rows)`` is
     several times slower on millions of rows: each step touches every row); the first row that is
@@ -480,18 +478,7 @@ def _generic_rows(rows: list[Any]) -> tuple[list[Any], list[Any], np.ndarray]:
 
 def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -> tuple[PreparedRun, int]:
     """A run as aligned columns; *scores* None: rank-only, each query's rows in rank order."""
-    q_names = None
-    # Python strings whose queries come in contiguous runs: found without converting an id.
-    q_runs = qids if isinstance(qids, QidRuns) else object_runs(qids)
-    if q_runs is None:
-        qids = python_strings(qids)
-        coded = coded_ids(qids, "qids")
-        if coded is None:
-            q_arr = ascii_bytes(to_numpy(qids, "qids"))
-        elif isinstance(coded, QidRuns):
-            q_runs = coded
-        else:
-            q_arr, q_names = coded
+    q_runs, q_arr, q_names = _query_ids(qids)
     d_fixed = fixed_strings(docids, "docids")
     d_arr = d_fixed if d_fixed is not None else ascii_bytes(to_numpy(docids, "docids"))
     s_arr = None if scores is None else _scores_array(to_numpy(scores, "scores"), "run")
@@ -528,6 +515,24 @@ def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -
     prepared = PreparedRun(qid_list, offsets, s_arr, docids_from_array(d_arr, rows))
     _check_scores(prepared)
     return prepared, len(run_qids)
+
+
+def _query_ids(qids: Any) -> tuple[QidRuns | None, np.ndarray, list[str] | None]:
+    """The run's query ids as contiguous runs, or as an array (exact integer codes of the ids
+    *names* when these are given). Any converted copy of the column (Arrow strings) is dropped on
+    return, before the doc ids are converted: it is not part of the peak memory."""
+    # Rows already run-end encoded (columns_of_rows), or Python strings whose queries come in
+    # contiguous runs: found without converting an id.
+    runs = qids if isinstance(qids, QidRuns) else object_runs(qids)
+    if runs is not None:
+        return runs, np.zeros(0, dtype=np.int64), None
+    qids = python_strings(qids)
+    coded = coded_ids(qids, "qids")
+    if coded is None:
+        return None, ascii_bytes(to_numpy(qids, "qids")), None
+    if isinstance(coded, QidRuns):
+        return coded, np.zeros(0, dtype=np.int64), None
+    return None, coded[0], coded[1]
 
 
 def _group_columns(q_arr: np.ndarray, q_names: list[str] | None) -> tuple[np.ndarray, list[str], np.ndarray | None]:

@@ -27,6 +27,7 @@ then confirmed by comparing the ids themselves.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import repeat
@@ -35,6 +36,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import MetricError
+from ._docids import DocIds
 from ._inputs import PreparedQrels, PreparedRun, duplicate_message
 
 __all__ = ["TIES", "Hits", "Judged", "Ties", "check_ties", "judged_of", "rank_judged", "trec_scores"]
@@ -108,26 +110,30 @@ class Hits:
 
 def judged_of(run: PreparedRun, qrels: PreparedQrels, level: int, every_label: bool = False) -> Judged:
     n = len(run.qids)
-    sel = np.full(len(qrels.qids), -1, dtype=np.int64)
-    sel[np.array(list(map(qrels.index.__getitem__, run.qids)), dtype=np.int64)] = np.arange(n)
-    entry_q = sel[qrels.entry_q]
-    in_run = entry_q >= 0
     labels = qrels.labels
+    if run.qids == qrels.qids:  # the run has every query of the qrels, in their order (common)
+        entry_q = qrels.entry_q
+        in_run = np.ones(len(entry_q), dtype=bool)
+    else:
+        sel = np.full(len(qrels.qids), -1, dtype=np.int64)
+        sel[np.fromiter(map(qrels.index.__getitem__, run.qids), dtype=np.int64, count=n)] = np.arange(n)
+        entry_q = sel[qrels.entry_q]
+        in_run = entry_q >= 0
     num_rel = np.bincount(entry_q[in_run & (labels >= level)], minlength=n)
     num_nonrel = np.bincount(entry_q[in_run & (labels >= 0) & (labels < level)], minlength=n)
     num_zero = np.bincount(entry_q[in_run & (labels == 0)], minlength=n)
     positive = np.flatnonzero(in_run & (labels >= 1))
     ideal_q, ideal_label = _by_query_then_label_desc(entry_q[positive], labels[positive])
     entries = np.flatnonzero(in_run) if every_label else positive
-    docids = qrels.docids if len(entries) == len(labels) else [qrels.docids[i] for i in entries.tolist()]
+    every = len(entries) == len(labels)
     return Judged(
         num_rel=num_rel,
         num_nonrel=num_nonrel,
         num_zero=num_zero,
         every_label=every_label,
-        entry_q=entry_q[entries],
-        entry_docids=docids,
-        entry_label=labels[entries],
+        entry_q=entry_q if every else entry_q[entries],
+        entry_docids=qrels.docids if every else [qrels.docids[i] for i in entries.tolist()],
+        entry_label=labels if every else labels[entries],
         ideal_q=ideal_q,
         ideal_label=ideal_label,
         ideal_rank=rank_in_group(ideal_q),
@@ -149,7 +155,13 @@ def _by_query_then_label_desc(q: np.ndarray, label: np.ndarray) -> tuple[np.ndar
     if not len(q):
         return q, label
     top, span = int(label.max()), int(label.max()) - int(label.min()) + 1
-    if span * (int(q.max()) + 1) < 2**62:
+    bins = span * (int(q.max()) + 1)
+    if bins <= 4 * len(q):
+        # Few labels (graded 0-3, say): a counting sort of the same key, in three linear passes.
+        counts = np.bincount(q * span + (top - label), minlength=bins)
+        keys = np.repeat(np.arange(bins), counts)
+        return keys // span, top - keys % span
+    if bins < 2**62:
         # Both fit in one integer key: a plain sort of it beats an argsort or a lexsort. The qrels
         # are usually grouped by query already, and timsort ("stable") makes short work of runs.
         keys = np.sort(q * span + (top - label), kind="stable")
@@ -192,7 +204,7 @@ class _Block:
     qs: np.ndarray
     lengths: np.ndarray
     depth: int
-    doc_index: np.ndarray
+    doc_index: np.ndarray | None  # run row of each cell; None when the rows are one contiguous span
     valid: np.ndarray | None
     starts: np.ndarray
     span: tuple[int, int] | None
@@ -220,7 +232,13 @@ class _Block:
         """
         if self.span is not None:
             return column[self.span[0] : self.span[1]].reshape(len(self.qs), self.depth)
+        assert self.doc_index is not None
         return column[self.doc_index]
+
+    def cells_index(self) -> np.ndarray:
+        """The run row of every cell (padding: some other row), for a block that is not one span."""
+        assert self.doc_index is not None
+        return self.doc_index
 
     def value_part(self, values: np.ndarray, bits_in: int) -> np.ndarray:
         """The top ``value_bits`` of *values* (which use *bits_in* bits), shifted above the column."""
@@ -267,10 +285,10 @@ def _block(offsets: np.ndarray, qs: np.ndarray, lengths: np.ndarray) -> _Block:
     starts = offsets[qs]
     full = bool((ls == depth).all())
     span = None
+    doc_index = None
     n_rows = int(offsets[-1])
     if full and len(qs) > 0 and bool((np.diff(qs) == 1).all()):
         span = (int(starts[0]), int(starts[0]) + len(qs) * depth)
-        doc_index = np.arange(span[0], span[1]).reshape(len(qs), depth)
     else:
         doc_index = np.minimum(starts[:, None] + np.arange(depth), max(n_rows - 1, 0))
     return _Block(
@@ -302,7 +320,7 @@ def _count_ranks(
     for start in range(0, len(rows), step):
         part = rows[start : start + step]
         mine = own[start : start + step, None]
-        row_values = values[part] if values is not None else scores[block.doc_index[part]]
+        row_values = values[part] if values is not None else scores[block.cells_index()[part]]
         if block.valid is not None:
             # NaN never compares: padding neither outranks nor ties (NaN scores are refused earlier).
             row_values = np.where(block.valid[part], row_values, np.float32(np.nan))
@@ -344,8 +362,9 @@ def _search_ranks(
     """For docs in block rows *rows* with scores *own* (as compared): how many docs of their row score
     higher, and whether another doc of the row has the same score (then doc ids must decide).
 
-    A binary search per doc, all docs at once: in the row itself when it is in score order
-    (*descending*, per block row), else in a sorted copy of the row. No [docs x depth] matrix.
+    A binary search per doc, all docs at once, in the row itself when it is in score order
+    (*descending*, per block row). Other rows: a count of the cells above each doc when that is
+    cheaper (:func:`_counting_pays`: short rows), else a binary search in a sorted copy of the row.
     """
     higher = np.zeros(len(rows), dtype=np.int64)
     tied = np.zeros(len(rows), dtype=bool)
@@ -359,18 +378,58 @@ def _search_ranks(
         nxt = np.minimum(starts + first + 1, len(scores) - 1)
         tied[fast] = (first + 1 < lengths[fast]) & (scores[nxt] == own[fast])
     slow = np.flatnonzero(~in_order)
-    if len(slow):
-        # Sort the rows (ascending; padding as +inf sorts after every real score) and search them.
-        need, where = np.unique(rows[slow], return_inverse=True)
-        values = block.cells(scores)[need]
+    if not len(slow):
+        return higher, tied
+    slow_rows = rows[slow]
+    # Rows come sorted, so this counts the distinct ones without np.unique's sort (were they not,
+    # it would overcount, which only sways the choice below).
+    distinct = 1 + int(np.count_nonzero(slow_rows[1:] != slow_rows[:-1]))
+    if _counting_pays(len(slow), distinct, block.depth):
+        higher[slow], tied[slow] = _count_higher(block, scores, slow_rows, own[slow])
+        return higher, tied
+    # Sort the rows (ascending; padding as +inf sorts after every real score) and search them.
+    need, where = np.unique(slow_rows, return_inverse=True)
+    values = block.cells(scores)[need]
+    if block.valid is not None:
+        values = np.where(block.valid[need], values, np.float32(np.inf))
+    values.sort(axis=1)
+    flat = values.ravel()
+    starts = where.ravel().astype(np.int64) * block.depth
+    above = _first_index(flat, starts, lengths[slow], own[slow], ascending=True, depth=block.depth)
+    higher[slow] = lengths[slow] - above
+    tied[slow] = (above >= 2) & (flat[np.maximum(starts + above - 2, 0)] == own[slow])
+    return higher, tied
+
+
+def _counting_pays(docs: int, rows: int, depth: int) -> bool:
+    """Whether comparing each of *docs* docs with every cell of its row (one SIMD pass per cell,
+    about 1 ns) beats sorting the *rows* rows and a binary search per doc (numpy's row sort is
+    about 1.2 ns a cell; the search's few vectorised steps cost about 100 ns a doc). Counting
+    wins on short rows, however many docs; on long rows only with few docs per row."""
+    return docs * (depth - 100) <= 1.2 * rows * depth
+
+
+def _count_higher(
+    block: _Block, scores: np.ndarray, rows: np.ndarray, own: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_search_ranks` by counting: per doc, the cells of its row scoring higher, and whether
+    another cell scores the same. Compares ``[docs x depth]`` in steps of _COUNT_CELLS cells."""
+    higher = np.empty(len(rows), dtype=np.int64)
+    tied = np.empty(len(rows), dtype=bool)
+    values = block.cells(scores) if block.span is not None else None
+    # Counts fit the narrowest integer: the reduction then moves a byte per cell, not eight.
+    count_type = np.uint8 if block.depth < 256 else np.int64
+    step = max(1, _COUNT_CELLS // block.depth)
+    for start in range(0, len(rows), step):
+        part = rows[start : start + step]
+        row_values = np.take(values, part, axis=0) if values is not None else scores[block.cells_index()[part]]
         if block.valid is not None:
-            values = np.where(block.valid[need], values, np.float32(np.inf))
-        values.sort(axis=1)
-        flat = values.ravel()
-        starts = where.ravel().astype(np.int64) * block.depth
-        above = _first_index(flat, starts, lengths[slow], own[slow], ascending=True, depth=block.depth)
-        higher[slow] = lengths[slow] - above
-        tied[slow] = (above >= 2) & (flat[np.maximum(starts + above - 2, 0)] == own[slow])
+            # NaN never compares: padding neither outranks nor ties (NaN scores are refused earlier).
+            np.copyto(row_values, np.nan, where=~block.valid[part])
+        mine = own[start : start + step, None]
+        higher[start : start + step] = np.add.reduce((row_values > mine).view(np.uint8), axis=1, dtype=count_type)
+        equal = np.add.reduce((row_values == mine).view(np.uint8), axis=1, dtype=count_type)
+        tied[start : start + step] = equal > 1
     return higher, tied
 
 
@@ -404,20 +463,28 @@ def _has_equal_neighbour(
     return before | after
 
 
-def _entries_of(qs: np.ndarray, entry_order: np.ndarray, entry_q_sorted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The entries of the queries *qs*, and the row (position in *qs*) of each."""
-    lo = np.searchsorted(entry_q_sorted, qs, side="left")
-    counts = np.searchsorted(entry_q_sorted, qs, side="right") - lo
-    rows = np.repeat(np.arange(len(qs)), counts)
-    firsts = np.cumsum(counts) - counts
-    return entry_order[np.repeat(lo - firsts, counts) + np.arange(int(counts.sum()))], rows
+@dataclass(frozen=True, slots=True)
+class _ByQuery:
+    """Entries grouped by query: query q's are ``order[first[q] : first[q] + count[q]]``."""
+
+    order: np.ndarray
+    first: np.ndarray
+    count: np.ndarray
+
+    def of(self, qs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The entries of the queries *qs*, and the row (position in *qs*) of each."""
+        counts = self.count[qs]
+        rows = np.repeat(np.arange(len(qs)), counts)
+        firsts = np.cumsum(counts) - counts
+        return self.order[np.repeat(self.first[qs] - firsts, counts) + np.arange(len(rows))], rows
 
 
-def _by_query(entry_q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _by_query(entry_q: np.ndarray, n_queries: int) -> _ByQuery:
+    count = np.bincount(entry_q, minlength=n_queries)
+    first = np.cumsum(count) - count
     if len(entry_q) < 2 or bool((entry_q[1:] >= entry_q[:-1]).all()):  # qrels in the run's query order
-        return np.arange(len(entry_q)), entry_q
-    order = np.argsort(entry_q, kind="stable")
-    return order, entry_q[order]
+        return _ByQuery(np.arange(len(entry_q)), first, count)
+    return _ByQuery(np.argsort(entry_q, kind="stable"), first, count)
 
 
 def _collect(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> Hits:
@@ -468,12 +535,12 @@ def _rank_dict_hits(run: PreparedRun, judged: Judged, ties: str) -> Hits:
         return _collect([(hit_q, hit_values[present].astype(np.int64), hit_label)])
     own = trec_scores(hit_values[present], ties)
     scores = trec_scores(run.scores, ties)
-    order, q_sorted = _by_query(hit_q)
+    by_query = _by_query(hit_q, len(run.qids))
     lengths = np.diff(run.offsets)
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     for qs in _chunks(lengths):
         block = _block(run.offsets, qs, lengths)
-        take, rows = _entries_of(qs, order, q_sorted)
+        take, rows = by_query.of(qs)
         mine = own[take]
         ranks, tied = _search_ranks(block, scores, rows, mine, _descending_rows(block, scores))
         # Docs whose score ties another's: counted, and the doc ids decide.
@@ -514,8 +581,8 @@ def _duplicates(block: _Block, hash_keys: np.ndarray, run: PreparedRun, on_dupli
     assert docs is not None
     width = block.depth
     row = pairs // width
-    a = block.doc_index[row, (hash_keys[pairs] & block.col_mask).astype(np.int64)]
-    b = block.doc_index[row, (hash_keys[pairs + 1] & block.col_mask).astype(np.int64)]
+    a = block.flat(row, (hash_keys[pairs] & block.col_mask).astype(np.int64))
+    b = block.flat(row, (hash_keys[pairs + 1] & block.col_mask).astype(np.int64))
     real = docs.at(a) == docs.at(b)
     if not np.any(real):
         return []
@@ -535,64 +602,136 @@ def _duplicates(block: _Block, hash_keys: np.ndarray, run: PreparedRun, on_dupli
     return drop
 
 
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """What every block of a run of columns reads: the run with its row hashes and scores (as
+    compared), and the labelled docs (encoded, hashed) grouped by query."""
+
+    run: PreparedRun
+    docs: DocIds
+    lengths: np.ndarray
+    hashes: np.ndarray
+    scores: np.ndarray | None
+    entry_doc: np.ndarray
+    entry_hash: np.ndarray
+    entry_label: np.ndarray
+    by_query: _ByQuery
+    on_duplicate: str
+
+
+def _find_labelled(
+    c: _Columns, block: _Block, hash_keys: np.ndarray, qs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The labelled docs of the block's queries found in its rows: block row, column, label."""
+    take, rows = c.by_query.of(qs)
+    needles = block.needles(rows, c.entry_hash[take], 63)
+    found = hash_keys[np.minimum(np.searchsorted(hash_keys, needles), len(hash_keys) - 1)]
+    cols = (found & block.col_mask).astype(np.int64)
+    shift = np.uint64(block.col_bits)
+    hit = ((found >> shift) == (needles >> shift)) & (cols < block.depth)
+    cols = np.where(hit, cols, 0)
+    entry_doc = c.entry_doc[take]
+    exact = hit & (c.docs.at(block.flat(rows, cols)) == entry_doc)
+    for e in np.flatnonzero(hit & ~exact).tolist():
+        # Two doc ids of one query share their hash bits: settle it by comparing the strings.
+        r = int(rows[e])
+        own_row = block.starts[r] + np.arange(block.lengths[r])
+        match = np.flatnonzero(c.docs.at(own_row) == entry_doc[e])
+        if len(match):
+            exact[e], cols[e] = True, int(match[0])
+    return rows[exact], cols[exact], c.entry_label[take][exact]
+
+
+def _column_ranks(c: _Columns, block: _Block, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """The ranks of the found docs (block rows *rows*, columns *cols*) of a run with scores."""
+    scores = c.scores
+    assert scores is not None
+    own_rows = block.flat(rows, cols)
+    own = scores[own_rows]
+    descending = _descending_rows(block, scores)
+    # Rows in score order (as retrievers write them): a doc whose neighbours score
+    # differently ranks at its column. Other rows are searched; ties are counted.
+    ranks = cols.copy()
+    search = np.flatnonzero(~descending[rows] | _has_equal_neighbour(block, scores, rows, cols, own))
+    if not len(search):
+        return ranks
+    found, tied = _search_ranks(block, scores, rows[search], own[search], descending)
+    ranks[search] = found
+    count = search[tied]
+    if len(count):
+        sub = own_rows[count]
+        counted, tie_hit, tie_col = _count_ranks(block, scores, rows[count], own[count])
+        if len(tie_hit):
+            # Tied scores: doc id descending decides (the doc itself is not greater than itself).
+            greater = c.docs.at(block.flat(rows[count][tie_hit], tie_col)) > c.docs.at(sub[tie_hit])
+            counted += np.bincount(tie_hit, weights=greater, minlength=len(counted)).astype(np.int64)
+        ranks[count] = counted
+    return ranks
+
+
+def _column_block(c: _Columns, qs: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray] | None, list[int]]:
+    """One block's hits (query, rank, label), or the rows to drop as duplicates."""
+    block = _block(c.run.offsets, qs, c.lengths)
+    hash_keys = block.sorted_keys(block.cells(c.hashes), 63)
+    found_dups = _duplicates(block, hash_keys, c.run, c.on_duplicate)
+    if found_dups:
+        return None, found_dups
+    rows, cols, labels = _find_labelled(c, block, hash_keys, qs)
+    if c.scores is None:
+        return (qs[rows], cols, labels), []  # rank-only: rows are in rank order
+    return (qs[rows], _column_ranks(c, block, rows, cols), labels), []
+
+
+def _encode_entries(docs: DocIds, docids: list[str]) -> np.ndarray:
+    """``docs.encode(docids)``; for ids of one length (the usual case), from a single join.
+
+    numpy converts a list of strings to a fixed-width array at some 40 ns an item; one
+    ``"\\0".join`` and one ``str.encode`` move the same characters in bulk. Each id then ends in a
+    NUL, which fixed-width strings read as padding: it changes neither comparisons nor hashes.
+    """
+    kind = docs.ids.dtype.kind
+    n = len(docids)
+    if kind not in "US" or not n:
+        return docs.encode(docids)
+    joined = "\0".join(docids) + "\0"
+    width = len(joined) // n
+    # Exactly n NULs, each ending a row of *width* units: every id has width - 1 characters. (An
+    # id holding a NUL, or ids of several lengths, take the general path.)
+    if len(joined) != width * n or joined.count("\0") != n:
+        return docs.encode(docids)
+    if kind == "S":
+        try:
+            data = joined.encode("ascii")  # ASCII ids: their UTF-8, one byte a character
+        except UnicodeEncodeError:
+            return docs.encode(docids)
+        unit, dtype = np.uint8, f"S{width}"
+    else:
+        data = joined.encode("utf-32-le" if sys.byteorder == "little" else "utf-32-be")
+        unit, dtype = np.uint32, f"U{width}"
+    if np.frombuffer(data, dtype=unit).reshape(n, width)[:, -1].any():
+        return docs.encode(docids)
+    return np.frombuffer(data, dtype=dtype)
+
+
 def _rank_column_hits(run: PreparedRun, judged: Judged, on_duplicate: str, ties: str) -> Hits:
     """Find the labelled docs in a run of columns (and any duplicate id), then count their ranks."""
     docs = run.docs
     assert docs is not None
-    entry_doc = docs.encode(judged.entry_docids)
-    entry_hash = docs.hash(entry_doc)
-    lengths = np.diff(run.offsets)
-    order, q_sorted = _by_query(judged.entry_q)
-    scores = None if run.scores is None else trec_scores(run.scores, ties)
-    # Hashed once, in row order (sequential reads); blocks then gather hashes, not strings.
-    run_hashes = docs.row_hashes()
-
-    def chunk(qs: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray] | None, list[int]]:
-        block = _block(run.offsets, qs, lengths)
-        hashes = block.cells(run_hashes)
-        hash_keys = block.sorted_keys(hashes, 63)
-        found_dups = _duplicates(block, hash_keys, run, on_duplicate)
-        if found_dups:
-            return None, found_dups
-        take, rows = _entries_of(qs, order, q_sorted)
-        needles = block.needles(rows, entry_hash[take], 63)
-        found = hash_keys[np.minimum(np.searchsorted(hash_keys, needles), len(hash_keys) - 1)]
-        cols = (found & block.col_mask).astype(np.int64)
-        shift = np.uint64(block.col_bits)
-        hit = ((found >> shift) == (needles >> shift)) & (cols < block.depth)
-        cols = np.where(hit, cols, 0)
-        exact = hit & (docs.at(block.flat(rows, cols)) == entry_doc[take])
-        for e in np.flatnonzero(hit & ~exact).tolist():
-            # Two doc ids of one query share their hash bits: settle it by comparing the strings.
-            r = int(rows[e])
-            match = np.flatnonzero(docs.at(block.doc_index[r, : block.lengths[r]]) == entry_doc[take][e])
-            if len(match):
-                exact[e], cols[e] = True, int(match[0])
-        rows, cols, labels = rows[exact], cols[exact], judged.entry_label[take][exact]
-        if scores is None:
-            return (qs[rows], cols, labels), []  # rank-only: rows are in rank order
-        own_rows = block.flat(rows, cols)
-        own = scores[own_rows]
-        descending = _descending_rows(block, scores)
-        # Rows in score order (as retrievers write them): a doc whose neighbours score
-        # differently ranks at its column. Other rows are searched; ties are counted.
-        ranks = cols.copy()
-        search = np.flatnonzero(~descending[rows] | _has_equal_neighbour(block, scores, rows, cols, own))
-        if len(search):
-            found, tied = _search_ranks(block, scores, rows[search], own[search], descending)
-            ranks[search] = found
-            count = search[tied]
-            if len(count):
-                sub = own_rows[count]
-                counted, tie_hit, tie_col = _count_ranks(block, scores, rows[count], own[count])
-                if len(tie_hit):
-                    # Tied scores: doc id descending decides (the doc itself is not greater than itself).
-                    greater = docs.at(block.flat(rows[count][tie_hit], tie_col)) > docs.at(sub[tie_hit])
-                    counted += np.bincount(tie_hit, weights=greater, minlength=len(counted)).astype(np.int64)
-                ranks[count] = counted
-        return (qs[rows], ranks, labels), []
-
-    results = [chunk(qs) for qs in _chunks(lengths)]
+    entry_doc = _encode_entries(docs, judged.entry_docids)
+    c = _Columns(
+        run=run,
+        docs=docs,
+        lengths=np.diff(run.offsets),
+        # Hashed once, in row order (sequential reads); blocks then gather hashes, not strings.
+        hashes=docs.row_hashes(),
+        scores=None if run.scores is None else trec_scores(run.scores, ties),
+        entry_doc=entry_doc,
+        entry_hash=docs.hash(entry_doc),
+        entry_label=judged.entry_label,
+        by_query=_by_query(judged.entry_q, len(run.qids)),
+        on_duplicate=on_duplicate,
+    )
+    results = [_column_block(c, qs) for qs in _chunks(c.lengths)]
     drop = [row for _, dups in results for row in dups]
     if drop:
         raise _DuplicatesFound(drop)

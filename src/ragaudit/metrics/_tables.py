@@ -36,6 +36,7 @@ __all__ = [
     "is_table",
     "object_runs",
     "padded_strings",
+    "placed",
     "python_strings",
     "qid_text",
     "same_rows",
@@ -362,15 +363,21 @@ def _to_arrow_strings(values: Any) -> Any:
 
 def python_strings(column: Any) -> Any:
     """A column of Python strings -- a list, a tuple, a numpy object array, a pandas object Series --
-    as a pyarrow string array, converted in C in one pass over the objects (numpy's own
-    conversion to fixed-width strings, or hashing each object, is several times slower);
-    *column* itself when it is anything else, is short, holds a value that is not a string, or
-    pyarrow is not installed. The generic path then reads it and names any bad value."""
+    as a pyarrow string array (chunked past :data:`_CHUNK_ROWS` rows), converted in C in one pass
+    over the objects (numpy's own conversion to fixed-width strings, or hashing each object, is
+    several times slower); *column* itself when it is anything else, is short, holds a value that
+    is not a string, or pyarrow is not installed. The generic path then reads it and names any
+    bad value."""
     values = _object_values(column)
     if values is None or len(values) < _ARROW_MIN_ROWS:
         return column
-    converted = _to_arrow_strings(values)
-    return column if converted is None else converted
+    chunks = []
+    for start in range(0, len(values), _CHUNK_ROWS):  # chunks: see _CHUNK_ROWS
+        chunk = _to_arrow_strings(values[start : start + _CHUNK_ROWS])
+        if chunk is None:
+            return column
+        chunks.append(chunk)
+    return chunks[0] if len(chunks) == 1 else sys.modules["pyarrow"].chunked_array(chunks)
 
 
 def fixed_strings(column: Any, what: str) -> np.ndarray | None:
@@ -384,24 +391,33 @@ def fixed_strings(column: Any, what: str) -> np.ndarray | None:
     values = _object_values(column)
     if values is None or len(values) < _ARROW_MIN_ROWS:
         return None
-    n = len(values)
-    out: np.ndarray | None = None  # rows x bytes, as wide as the widest chunk so far
-    for start in range(0, n, _CHUNK_ROWS):
+    out: np.ndarray | None = None
+    for start in range(0, len(values), _CHUNK_ROWS):
         chunk = _to_arrow_strings(values[start : start + _CHUNK_ROWS])
         fixed = None if chunk is None else arrow_strings(chunk, what)
         if fixed is None:
             return None
-        width = fixed.itemsize
-        if out is None or width > out.shape[1]:
-            # A wider chunk: the rows so far move to a wider array (rare: the first chunk nearly
-            # always holds ids of the widest length seen).
-            wider = np.zeros((n, width), dtype=np.uint8)
-            if out is not None:
-                wider[:start, : out.shape[1]] = out[:start]
-            out = wider
-        out[start : start + len(fixed), :width] = fixed.view(np.uint8).reshape(len(fixed), width)
-    assert out is not None
-    return out.view(f"S{out.shape[1]}").reshape(n)
+        out = placed(out, fixed, start, len(values))
+    return out
+
+
+def placed(out: np.ndarray | None, part: np.ndarray, start: int, n: int) -> np.ndarray:
+    """*part* (an ``S`` array) written into rows ``start:`` of *out*, an ``S`` array of *n* rows made
+    -- or widened, when *part* is wider -- as needed. Copied as raw bytes (numpy copies string
+    items one by one); a wider part moves the rows so far once (rare: the first part nearly
+    always holds ids of the widest length seen)."""
+    width = part.itemsize
+    if out is None or width > out.itemsize:
+        wider = np.zeros(n, dtype=f"S{width}")
+        if out is not None:
+            _byte_rows(wider)[:start, : out.itemsize] = _byte_rows(out)[:start]
+        out = wider
+    _byte_rows(out)[start : start + len(part), :width] = _byte_rows(part)
+    return out
+
+
+def _byte_rows(arr: np.ndarray) -> np.ndarray:
+    return arr.view(np.uint8).reshape(len(arr), arr.itemsize)
 
 
 def object_runs(column: Any) -> QidRuns | None:
@@ -480,6 +496,10 @@ def coded_ids(column: Any, what: str) -> QidRuns | tuple[np.ndarray, list[str]] 
         if len(set(names)) != len(names):
             return None  # two categories print alike: compare them as strings the slow way
         return codes, names
+    if _is_polars(column):
+        runs = _polars_runs(column, what)
+        if runs is not None:
+            return runs
     arrow = _as_arrow(column, combine=False)
     if arrow is None:
         return None
@@ -499,9 +519,19 @@ def coded_ids(column: Any, what: str) -> QidRuns | tuple[np.ndarray, list[str]] 
     runs = _arrow_runs(pc, arrow)
     if runs is not None:
         return runs
-    if isinstance(arrow, pa.ChunkedArray):
-        arrow = arrow.combine_chunks()
     encoded = pc.dictionary_encode(arrow)
+    if isinstance(encoded, pa.ChunkedArray):
+        # Arrow's encoder keeps one table across the chunks, so their codes share one dictionary:
+        # read chunk by chunk, with no combined copy of the ids (checked, else combined).
+        chunks = encoded.chunks
+        if not chunks:
+            return np.zeros(0, dtype=np.int64), []
+        dictionary = chunks[-1].dictionary
+        if not all(chunk.dictionary.equals(dictionary) for chunk in chunks):
+            encoded = pc.dictionary_encode(arrow.combine_chunks())
+        else:
+            codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in chunks]).astype(np.int64)
+            return codes, dictionary.to_pylist()
     codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     return codes, encoded.dictionary.to_pylist()
 
@@ -524,6 +554,25 @@ def fixed_width_codes(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     distinct = np.frombuffer(dictionary.buffers()[1], dtype=f"S{arr.itemsize}", count=len(dictionary),
                              offset=dictionary.offset * arr.itemsize)
     return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False), distinct
+
+
+def _polars_runs(column: Any, what: str) -> QidRuns | None:
+    """The runs of equal ids of a Polars string (or categorical) Series, as :func:`_arrow_runs`
+    finds them, by Polars' own run-length encoding: its strings are views, which Arrow's
+    encoder does not take, so this spares a copy of the column into Arrow's layout."""
+    pl = sys.modules.get("polars")
+    if pl is None or not hasattr(column, "rle") or column.dtype not in (pl.String, pl.Categorical):
+        return None
+    if column.null_count():
+        raise MetricError(f"{what} has {column.null_count()} missing values")
+    runs = column.rle()
+    lengths = runs.struct.field("len").to_numpy()
+    if not len(lengths) or len(lengths) > len(column) // 4:
+        return None
+    qids = runs.struct.field("value").cast(pl.String).to_list()
+    if len(set(qids)) != len(qids):
+        return None
+    return QidRuns(lengths.astype(np.int64), qids)
 
 
 def _arrow_runs(pc: Any, arrow: Any) -> QidRuns | None:
