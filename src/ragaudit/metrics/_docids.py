@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import MetricError
-from ._tables import arrow_strings, ascii_bytes, qid_text, take
+from ._tables import arrow_strings, padded_strings, qid_text, take
 
-__all__ = ["DocIds", "docids_from_array", "hash_fixed", "id_codes"]
+__all__ = ["DocIds", "SeriesDocIds", "docids_from_array", "hash_fixed", "id_codes", "plain_polars_strings"]
 
 _HASH_MASK = np.uint64(0x7FFF_FFFF_FFFF_FFFF)
 # Rows hashed per step: the block's words stay in cache across the per-word passes.
@@ -114,6 +114,32 @@ def _hash_objects(values: Iterable[Any], n: int) -> np.ndarray:
     return np.fromiter(map(hash, values), dtype=np.int64, count=n).view(np.uint64) & _HASH_MASK
 
 
+def _ascii_fixed(texts: list[str]) -> np.ndarray | None:
+    """*texts* as a NUL-padded ``S`` array when all are ASCII (their bytes are then their UTF-8),
+    else None (and for ids holding a NUL, which an ``S`` array cannot keep apart).
+
+    One join in C does it all: the joined text is ASCII exactly when every string is (CPython
+    knows it without a scan), and its NUL separators give every string's length -- several
+    times faster than numpy's conversion or a ``len`` per string, which cost a call each.
+    """
+    if not texts:
+        return np.zeros(0, dtype="S1")
+    joined = "\x00".join(texts)
+    if not joined.isascii():
+        return None
+    data = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
+    ends = np.flatnonzero(data == 0)
+    if len(ends) != len(texts) - 1:
+        return None
+    starts = np.concatenate(([0], ends + 1))
+    lengths = np.append(ends, len(data)) - starts
+    width = max(int(lengths.max()), 1)
+    if bool((lengths == width).all()):  # one width: drop the separators
+        rows = np.ndarray(shape=(len(texts), width), dtype=np.uint8, buffer=data, strides=(width + 1, 1))
+        return np.array(rows).view(f"S{width}").ravel()  # a copy: the joined bytes are read-only
+    return padded_strings(data, starts, lengths, width)
+
+
 @dataclass(frozen=True, slots=True)
 class DocIds:
     """Doc ids of the run (for exact checks and tie-breaks) and how to hash them and others alike.
@@ -137,13 +163,13 @@ class DocIds:
         """*docids* (strings) as an array comparable with :attr:`ids`."""
         kind = self.ids.dtype.kind
         if kind in "US":
+            if kind == "S":
+                ascii = _ascii_fixed(docids)  # nearly always: their bytes found in C, no call per id
+                if ascii is not None:
+                    return ascii
             width = max(map(len, docids), default=1) or 1
-            texts = np.fromiter(docids, dtype=f"U{width}", count=len(docids))
             if kind == "U":
-                return texts
-            narrowed = ascii_bytes(texts)  # ASCII ids (nearly always): their UTF-8 in one copy
-            if narrowed.dtype.kind == "S":
-                return narrowed
+                return np.fromiter(docids, dtype=f"U{width}", count=len(docids))
             pa = sys.modules.get("pyarrow")
             if pa is not None:
                 fixed = arrow_strings(pa.array(docids, pa.string()), "doc ids")
@@ -177,6 +203,62 @@ class DocIds:
 
     def take(self, index: np.ndarray) -> DocIds:
         return DocIds(self.ids, self._where(index))
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesDocIds(DocIds):
+    """Doc ids kept in the caller's Polars string Series (``series``): hashed by Polars in one pass
+    over its own string views, and gathered from it only where ids are compared (matches found by
+    hash, tied scores) -- the column is never copied whole into Arrow's layout, nor hashed again
+    by numpy. ``ids`` is an empty byte-string array: the kind :meth:`at` and :meth:`encode` give.
+    """
+
+    series: Any = None
+
+    def __len__(self) -> int:
+        return len(self.series) if self.rows is None else len(self.rows)
+
+    def hash(self, encoded: np.ndarray) -> np.ndarray:
+        # The same bytes as a Polars string Series hash as the run's ids do (numpy's trailing NULs
+        # are padding, dropped in the conversion; no qrels id ends in one: see plain_polars_strings).
+        pl = sys.modules["polars"]
+        return _masked(pl.Series(encoded).cast(pl.String).hash())
+
+    def row_hashes(self) -> np.ndarray:
+        hashes = _masked(self.series.hash())
+        return hashes if self.rows is None else hashes[self.rows]
+
+    def text(self, index: int) -> str:
+        return str(self.series[int(self._where(index))])
+
+    def at(self, index: Any) -> np.ndarray:
+        where = self._where(index)
+        if isinstance(where, slice):
+            where = np.arange(len(self))[where]
+        gathered = self.series.gather(np.atleast_1d(np.asarray(where, dtype=np.int64)))
+        fixed = arrow_strings(gathered.to_arrow(), "doc ids")
+        assert fixed is not None  # a Polars string Series exports Arrow strings
+        return fixed if np.ndim(where) else fixed[0]
+
+    def take(self, index: np.ndarray) -> DocIds:
+        return SeriesDocIds(self.ids, self._where(index), self.series)
+
+
+def _masked(hashes: Any) -> np.ndarray:
+    return hashes.to_numpy().astype(np.uint64, copy=False) & _HASH_MASK
+
+
+def plain_polars_strings(column: Any, qrels_docids: list[str]) -> bool:
+    """Whether :class:`SeriesDocIds` can keep *column*: a Polars string Series without nulls (the
+    array path names them), judged against doc ids none of which ends in a NUL -- numpy's byte
+    strings, as which the qrels' ids are encoded, drop trailing NULs as padding, so such an id
+    would no longer hash as the run's equal id does (one join and one search in C tell)."""
+    pl = sys.modules.get("polars")
+    if pl is None or type(column).__module__.split(".", 1)[0] != "polars" or not hasattr(column, "str"):
+        return False
+    if column.dtype != pl.String or column.null_count():
+        return False
+    return "\x00\x01" not in "\x01".join(qrels_docids) + "\x01"
 
 
 def docids_from_array(arr: np.ndarray, rows: np.ndarray | None = None) -> DocIds:

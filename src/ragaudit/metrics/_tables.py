@@ -2,11 +2,11 @@
 
 Arrow string columns (pyarrow, and pandas 3's Arrow-backed strings) are read straight from their
 buffers as fixed-width bytes; pandas categoricals and Arrow dictionaries give their codes; query
-ids that come in contiguous runs are run-end encoded in C; Polars columns are Arrow data too. pyarrow
-is never imported here unless the caller already did (``sys.modules``) -- but for
-:func:`python_strings`, which imports it (when installed) to convert a large column of Python
-strings -- so ``import ragaudit.metrics`` loads numpy only.
-"""
+ids that come in contiguous runs are run-end encoded in C (Polars' by Polars, Python strings by
+comparing neighbours); Polars columns are Arrow data too. pyarrow is never imported here unless
+the caller already did (``sys.modules``) -- but for :func:`python_strings` and
+:func:`fixed_strings`, which import it (when installed) to convert a large column of Python
+strings -- so ``import ragaudit.metrics`` loads numpy only."""
 
 from __future__ import annotations
 
@@ -363,15 +363,21 @@ def _to_arrow_strings(values: Any) -> Any:
 
 def python_strings(column: Any) -> Any:
     """A column of Python strings -- a list, a tuple, a numpy object array, a pandas object Series --
-    as a pyarrow string array, converted in C in one pass over the objects (numpy's own
-    conversion to fixed-width strings, or hashing each object, is several times slower);
-    *column* itself when it is anything else, is short, holds a value that is not a string, or
-    pyarrow is not installed. The generic path then reads it and names any bad value."""
+    as a pyarrow string array (chunked past :data:`_CHUNK_ROWS` rows), converted in C in one pass
+    over the objects (numpy's own conversion to fixed-width strings, or hashing each object, is
+    several times slower); *column* itself when it is anything else, is short, holds a value that
+    is not a string, or pyarrow is not installed. The generic path then reads it and names any
+    bad value."""
     values = _object_values(column)
     if values is None or len(values) < _ARROW_MIN_ROWS:
         return column
-    converted = _to_arrow_strings(values)
-    return column if converted is None else converted
+    chunks = []
+    for start in range(0, len(values), _CHUNK_ROWS):  # chunks: see _CHUNK_ROWS
+        chunk = _to_arrow_strings(values[start : start + _CHUNK_ROWS])
+        if chunk is None:
+            return column
+        chunks.append(chunk)
+    return chunks[0] if len(chunks) == 1 else sys.modules["pyarrow"].chunked_array(chunks)
 
 
 def fixed_strings(column: Any, what: str) -> np.ndarray | None:
@@ -513,9 +519,19 @@ def coded_ids(column: Any, what: str) -> QidRuns | tuple[np.ndarray, list[str]] 
     runs = _arrow_runs(pc, arrow)
     if runs is not None:
         return runs
-    if isinstance(arrow, pa.ChunkedArray):
-        arrow = arrow.combine_chunks()
     encoded = pc.dictionary_encode(arrow)
+    if isinstance(encoded, pa.ChunkedArray):
+        # Arrow's encoder keeps one table across the chunks, so their codes share one dictionary:
+        # read chunk by chunk, with no combined copy of the ids (checked, else combined).
+        chunks = encoded.chunks
+        if not chunks:
+            return np.zeros(0, dtype=np.int64), []
+        dictionary = chunks[-1].dictionary
+        if not all(chunk.dictionary.equals(dictionary) for chunk in chunks):
+            encoded = pc.dictionary_encode(arrow.combine_chunks())
+        else:
+            codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in chunks]).astype(np.int64)
+            return codes, dictionary.to_pylist()
     codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     return codes, encoded.dictionary.to_pylist()
 
