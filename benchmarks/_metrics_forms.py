@@ -65,9 +65,10 @@ RANX_OF = {"dicts": "ranx_dicts", "pandas_object": "ranx_pandas", "trec_file": "
 RANX_NAMES = {"ndcg@10": "ndcg@10", "recall@10": "recall@10", "mrr@10": "mrr@10", "map@100": "map@100"}
 
 
-def nested(qids: np.ndarray, docids: np.ndarray, values: np.ndarray) -> dict[str, dict[str, Any]]:
+def nested(qids: Any, docids: Any, values: Any) -> dict[str, dict[str, Any]]:
+    """``{qid: {docid: value}}`` of three arrays (or lists: their strings are then shared)."""
     out: dict[str, dict[str, Any]] = {}
-    for q, d, v in zip(qids.tolist(), docids.tolist(), values.tolist()):
+    for q, d, v in zip(*(c if isinstance(c, list) else c.tolist() for c in (qids, docids, values))):
         out.setdefault(q, {})[d] = v
     return out
 
@@ -88,7 +89,9 @@ def build(data: dict[str, Any], needs: set[str], tmp: Path) -> dict[str, Any]:
     if needs & {"rows", "pandas_object", "pandas_str", "pandas_arrow", "polars", "object_columns"}:
         lists = (q.tolist(), d.tolist(), s.tolist())
     if "run" in needs:
-        out["run"] = nested(q, d, s)
+        # From the lists when the rows (or another form) has them: the dicts then share their strings,
+        # as when a user builds one from the other, and a 20 M-row cell fits in memory with both.
+        out["run"] = nested(*lists) if lists is not None else nested(q, d, s)
     if "rows" in needs:
         assert lists is not None
         out["rows"] = list(zip(*lists))

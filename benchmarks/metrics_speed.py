@@ -269,28 +269,29 @@ def memory_worker(tool: str, data_path: Path) -> dict[str, Any]:
     }
 
 
-def measure_memory(data: dict[str, Any], tools: list[str], tmp: Path) -> dict[str, Any]:
-    path = tmp / "cell.npz"
+def save_cell(data: dict[str, Any], path: Path) -> Path:
+    """The cell's arrays in *path* (``.npz``), for the memory workers to load."""
     np.savez(path, **{k: v for k, v in data.items() if isinstance(v, np.ndarray)})
+    return path
+
+
+def measure_memory(path: Path, tools: list[str], tmp: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    try:
-        for tool in tools:
-            result = tmp / f"{tool}.json"
-            done = subprocess.run(
-                [sys.executable, __file__, "--memory-worker", tool, "--data", str(path), "--result", str(result),
-                 "--tie-mode", OURS["ties"]],
-                env=_child_env(),
-                capture_output=True,
-                text=True,
-                timeout=3600,
-            )
-            if done.returncode != 0:
-                tail = done.stderr.strip().splitlines()
-                out[tool] = {"error": tail[-1] if tail else f"exit {done.returncode}"}
-                continue
-            out[tool] = json.loads(result.read_text())
-    finally:
-        path.unlink(missing_ok=True)
+    for tool in tools:
+        result = tmp / f"{tool}.json"
+        done = subprocess.run(
+            [sys.executable, __file__, "--memory-worker", tool, "--data", str(path), "--result", str(result),
+             "--tie-mode", OURS["ties"]],
+            env=_child_env(),
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
+        if done.returncode != 0:
+            tail = done.stderr.strip().splitlines()
+            out[tool] = {"error": tail[-1] if tail else f"exit {done.returncode}"}
+            continue
+        out[tool] = json.loads(result.read_text())
     return out
 
 
@@ -300,16 +301,22 @@ def run_cell(
     """One cell of the grid, timed (and its memory measured) in this process, which runs nothing else."""
     data = make_cell(args.queries, args.depth, args.relevant, tie, order, args.seed + index, args.long_ids)
     with tempfile.TemporaryDirectory(prefix="ragaudit-metrics-cell-") as tmp:
+        stored = save_cell(data, Path(tmp) / "cell.npz") if memory else None
         inputs = build_inputs(data, tools, Path(tmp))
+        # The cell's numpy arrays go before the clock starts (4 GB at 200,000 queries): each tool's
+        # input is built, and the memory workers load the saved copy.
+        levels, tied_share = data["levels"], data["tied_share_measured"]
+        del data
+        gc.collect()
         speed = time_cell(inputs, tools, args.rounds)
         del inputs
         gc.collect()
-        measured = measure_memory(data, memory, Path(tmp)) if memory else {}
+        measured = measure_memory(stored, memory, Path(tmp)) if stored is not None else {}
     cell = {
         "ties": tie,
         "order": order,
-        "score_levels": data["levels"],
-        "tied_share_measured": data["tied_share_measured"],
+        "score_levels": levels,
+        "tied_share_measured": tied_share,
         "speed": speed,
         "memory": measured,
         "max_abs_diff_per_query": speed.get("numpy", {}).get("max_abs_diff_per_query"),

@@ -88,3 +88,32 @@ def test_profile_metrics_prints_every_stage_for_every_column_input() -> None:
         total, *stages = map(float, row[1:6])
         # Every stage ran (was timed) and the stages are parts of the whole.
         assert all(s > 0 for s in stages) and sum(stages) <= total + 1e-3
+
+
+def test_metrics_grid_plans_every_step_of_the_issue_grid() -> None:
+    """The final grid's one command: every step a metrics_speed.py run of known tools, each step
+    its own result file, the sizes and orders of issue 31 (shuffled and spread; 10k, 50k, 200k)."""
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "metrics_grid.py"), "--plan"],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    sys.path.insert(0, str(REPO))
+    from benchmarks import metrics_grid
+    from benchmarks._metrics_forms import FORMS
+
+    plan = dict(line.split(": ", 1) for line in done.stdout.splitlines())
+    assert list(plan) == list(metrics_grid.STEPS)
+    outs = set()
+    covered: dict[str, set[str]] = {}
+    for step, line in plan.items():
+        words = line.split()
+        assert words[:2] == ["python", "benchmarks/metrics_speed.py"], step
+        tools = words[words.index("--tools") + 1].split(",")
+        assert set(tools) <= set(FORMS), step
+        queries = words[words.index("--queries") + 1] if "--queries" in words else "50000"
+        orders = words[words.index("--orders") + 1]
+        covered.setdefault(f"{queries} {orders}", set()).update(tools)
+        outs.add(words[words.index("--out") + 1])
+    assert len(outs) == len(plan)  # no step overwrites another's results
+    ours = {t for t, form in FORMS.items() if form.ours}
+    for cell in ("50000 shuffled", "50000 spread", "10000 shuffled", "200000 shuffled"):
+        assert ours | {"pytrec_eval", "pytrec_trec", "ranx_prebuilt"} <= covered[cell], cell

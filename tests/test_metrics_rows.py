@@ -68,8 +68,10 @@ def test_rows_of_every_container_equal_the_dict_path(arrow: bool, spread: bool) 
     rows, qrels = _case(seed=3 if spread else 4, spread=spread)
     want = metrics.evaluate(_nested(rows), qrels, MEASURES, per_query=True, ties="pytrec_eval")
     qids, docids, _ = _inputs.columns_of_rows(rows)
-    # The fast path gives Arrow query ids and fixed-width doc ids; the generic one, lists.
+    # The fast path gives fixed-width doc ids and the query ids' runs (contiguous) or Arrow strings
+    # (spread); the generic one, lists.
     assert isinstance(qids, list) is not arrow and isinstance(docids, np.ndarray) is arrow
+    assert isinstance(qids, _inputs.QidRuns) is (arrow and not spread)
     for form in (rows, tuple(rows), iter(rows), (row for row in rows), map(tuple, rows), [list(r) for r in rows]):
         assert metrics.evaluate(form, qrels, MEASURES, per_query=True, ties="pytrec_eval") == want
 
@@ -122,3 +124,24 @@ def test_duplicate_rows_are_refused_or_the_best_kept(arrow: bool) -> None:
     want = metrics.evaluate(rows, qrels, MEASURES, per_query=True)
     assert metrics.evaluate(twice, qrels, MEASURES, per_query=True, on_duplicate="max") == want
     assert metrics.evaluate([*rows, rows[5]], qrels, MEASURES, per_query=True, on_duplicate="max") == want
+
+
+def test_queries_found_in_runs_until_they_are_not(arrow: bool) -> None:
+    """Rows in runs of queries for some steps, then spread; and runs in which a query comes twice
+    (two runs concatenated): both grouped as if the rows were contiguous."""
+    rows, qrels = _case(seed=7, spread=False)
+    half = len(rows) // 2
+    rng = np.random.default_rng(7)
+    late_spread = rows[:half] + [rows[half + int(i)] for i in rng.permutation(len(rows) - half).tolist()]
+    want = metrics.evaluate(_nested(rows), qrels, MEASURES, per_query=True)
+    for form in (late_spread, rows[half:] + rows[:half]):
+        got = metrics.evaluate(form, qrels, MEASURES, per_query=True)
+        assert got == want and set(got) == set(want)
+    # A query whose rows come in two places, and the qrels' queries in another order.
+    split = rows[:half] + [(q, d + "-again", s) for q, d, s in rows[:50]] + rows[half:]
+    twice = _nested(split)
+    assert metrics.evaluate(split, qrels, MEASURES, per_query=True) == metrics.evaluate(
+        twice, qrels, MEASURES, per_query=True
+    )
+    qids, _, _ = _inputs.columns_of_rows(split)
+    assert not isinstance(qids, _inputs.QidRuns)

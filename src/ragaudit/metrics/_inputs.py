@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MetricError
-from ._docids import DocIds, docids_from_array, id_codes
+from ._docids import DocIds, SeriesDocIds, docids_from_array, id_codes, plain_polars_strings
 from ._tables import (
     DOCID_NAMES,
     LABEL_NAMES,
@@ -33,6 +33,7 @@ from ._tables import (
     fixed_width_codes,
     is_table,
     object_runs,
+    placed,
     python_strings,
     qid_text,
     same_rows,
@@ -376,13 +377,20 @@ def columns_of_rows(rows: Iterable[Any]) -> tuple[Any, Any, Any]:
 
 def _arrow_rows(rows: list[Any]) -> tuple[Any, np.ndarray, np.ndarray] | None:
     """The columns of *rows* read by pyarrow step by step; None when pyarrow is not installed or
-    refuses a step (the generic path then reads, or names, what it refused)."""
+    refuses a step (the generic path then reads, or names, what it refused).
+
+    Query ids come as :class:`QidRuns` when each query's rows are contiguous (as nearly always):
+    each step's ids are run-end encoded as they come, so no column of them is kept (at 5 M rows
+    of 18-character ids, 110 MB less). Else as Arrow strings, to be grouped.
+    """
     try:
         import pyarrow as pa
+        import pyarrow.compute as pc
     except ImportError:
         return None
     kind = pa.struct([("qid", pa.string()), ("docid", pa.string()), ("score", pa.float64())])
     n = len(rows)
+    runs: list[QidRuns] | None = []  # None once a step's rows are not in runs of queries
     qids: list[Any] = []
     scores = np.empty(n, dtype=np.float64)
     docids: np.ndarray | None = None
@@ -397,25 +405,50 @@ def _arrow_rows(rows: list[Any]) -> tuple[Any, np.ndarray, np.ndarray] | None:
         fixed = arrow_strings(d, "doc ids")
         if fixed is None:  # pragma: no cover - a string array always has its bytes
             return None
-        docids = _placed(docids, fixed, start, n)
+        docids = placed(docids, fixed, start, n)
         scores[start : start + len(s)] = s.to_numpy(zero_copy_only=False)
+        step_runs = _step_runs(pc, q) if runs is not None else None
+        if step_runs is not None and runs is not None:
+            runs.append(step_runs)
+            continue
+        if runs is not None:  # the first step not in runs: the ids before it as strings again
+            qids = [pa.array(list(map(itemgetter(0), rows[:start])), pa.string())] if start else []
+            runs = None
         qids.append(q)
     assert docids is not None
-    return pa.chunked_array(qids, type=pa.string()), docids, scores
+    joined = _joined_runs(runs) if runs is not None else None
+    if runs is not None and joined is None:  # a query's rows in two places: group them after all
+        qids = [pa.array(list(map(itemgetter(0), rows)), pa.string())]
+    return (joined if joined is not None else pa.chunked_array(qids, type=pa.string())), docids, scores
 
 
-def _placed(out: np.ndarray | None, part: np.ndarray, start: int, n: int) -> np.ndarray:
-    """*part* ('S') copied into rows ``start:`` of *out*, an ``S`` array of *n* rows made (or widened,
-    if *part* is wider: rare, ids of one run mostly share a width) as needed."""
-    if out is None:
-        out = np.empty(n, dtype=part.dtype)
-    elif part.itemsize > out.itemsize:
-        out = out.astype(part.dtype)
-    if part.itemsize == out.itemsize:  # the bytes as they are: numpy copies string items one by one
-        out.view(np.uint8)[start * out.itemsize : (start + len(part)) * out.itemsize] = part.view(np.uint8)
-    else:
-        out[start : start + len(part)] = part
-    return out
+def _step_runs(pc: Any, qids: Any) -> QidRuns | None:
+    """A step's query ids as runs of equal ids (each id one run), or None if they average fewer than
+    4 rows a run (then spread: encoding more steps would be wasted)."""
+    encoded = pc.run_end_encode(qids)
+    if len(encoded.values) > max(len(qids) // 4, 1):
+        return None
+    return QidRuns(np.diff(encoded.run_ends.to_numpy(zero_copy_only=False), prepend=0).astype(np.int64),
+                   encoded.values.to_pylist())
+
+
+def _joined_runs(steps: list[QidRuns]) -> QidRuns | None:
+    """The steps' runs as one (a run that crosses into the next step is one run); None when an id
+    makes two runs: its rows are not contiguous."""
+    lengths: list[np.ndarray] = []
+    qids: list[str] = []
+    for step in steps:
+        sizes, names = step.lengths, step.qids
+        if qids and names[0] == qids[-1]:
+            lengths[-1] = lengths[-1].copy()
+            lengths[-1][-1] += sizes[0]
+            sizes, names = sizes[1:], names[1:]
+        if len(sizes):
+            lengths.append(sizes)
+            qids.extend(names)
+    if len(set(qids)) != len(qids):
+        return None
+    return QidRuns(np.concatenate(lengths), qids)
 
 
 def _generic_rows(rows: list[Any]) -> tuple[list[Any], list[Any], np.ndarray]:
@@ -446,13 +479,13 @@ def _generic_rows(rows: list[Any]) -> tuple[list[Any], list[Any], np.ndarray]:
 def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -> tuple[PreparedRun, int]:
     """A run as aligned columns; *scores* None: rank-only, each query's rows in rank order."""
     q_runs, q_arr, q_names = _query_ids(qids)
-    d_fixed = fixed_strings(docids, "docids")
-    d_arr = d_fixed if d_fixed is not None else ascii_bytes(to_numpy(docids, "docids"))
+    d_arr, d_series = _doc_ids(docids, qrels)
+    n_docs = len(d_series) if d_series is not None else len(d_arr)
     s_arr = None if scores is None else _scores_array(to_numpy(scores, "scores"), "run")
     n_rows = int(q_runs.lengths.sum()) if q_runs is not None else len(q_arr)
-    n_scores = len(d_arr) if s_arr is None else len(s_arr)
-    if not n_rows == len(d_arr) == n_scores:
-        raise MetricError(f"run columns differ in length: {n_rows} qids, {len(d_arr)} docids, {n_scores} scores")
+    n_scores = n_docs if s_arr is None else len(s_arr)
+    if not n_rows == n_docs == n_scores:
+        raise MetricError(f"run columns differ in length: {n_rows} qids, {n_docs} docids, {n_scores} scores")
     if n_rows == 0:
         raise MetricError("the run is empty: no row")
     order = None
@@ -479,17 +512,28 @@ def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -
         s_arr = s_arr[rows]
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    prepared = PreparedRun(qid_list, offsets, s_arr, docids_from_array(d_arr, rows))
+    docs = docids_from_array(d_arr, rows) if d_series is None else SeriesDocIds(d_arr, rows, d_series)
+    prepared = PreparedRun(qid_list, offsets, s_arr, docs)
     _check_scores(prepared)
     return prepared, len(run_qids)
+
+
+def _doc_ids(docids: Any, qrels: PreparedQrels) -> tuple[np.ndarray, Any]:
+    """The run's doc ids as an array, or (the array empty: the kind of ids it gives) as the caller's
+    Polars string Series, which :class:`SeriesDocIds` reads in place."""
+    if plain_polars_strings(docids, qrels.docids):
+        return np.zeros(0, dtype="S1"), docids
+    fixed = fixed_strings(docids, "docids")
+    return (fixed if fixed is not None else ascii_bytes(to_numpy(docids, "docids"))), None
 
 
 def _query_ids(qids: Any) -> tuple[QidRuns | None, np.ndarray, list[str] | None]:
     """The run's query ids as contiguous runs, or as an array (exact integer codes of the ids
     *names* when these are given). Any converted copy of the column (Arrow strings) is dropped on
     return, before the doc ids are converted: it is not part of the peak memory."""
-    # Python strings whose queries come in contiguous runs: found without converting an id.
-    runs = object_runs(qids)
+    # Rows already run-end encoded (columns_of_rows), or Python strings whose queries come in
+    # contiguous runs: found without converting an id.
+    runs = qids if isinstance(qids, QidRuns) else object_runs(qids)
     if runs is not None:
         return runs, np.zeros(0, dtype=np.int64), None
     qids = python_strings(qids)

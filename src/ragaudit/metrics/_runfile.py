@@ -16,6 +16,8 @@ any error by file and line, as it always has).
 
 from __future__ import annotations
 
+import mmap
+import os
 import re
 
 import numpy as np
@@ -23,7 +25,7 @@ import numpy as np
 from ..errors import MetricError
 from ._tables import arrow_strings, padded_strings, with_room
 
-__all__ = ["trec_columns"]
+__all__ = ["mapped", "trec_columns"]
 
 # Bytes per block (whole lines): big enough that numpy's per-call costs vanish, small enough that
 # the per-byte masks and per-field positions of a block stay small next to the columns.
@@ -34,7 +36,32 @@ _UNICODE_SPACE = re.compile("[\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205
 _FIELDS = 5  # qid Q0 docid rank score; the tag and anything after it are ignored, as trec_eval does
 
 
-def trec_columns(data: bytes, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def mapped(path: str | os.PathLike[str]) -> mmap.mmap | None:
+    """The file at *path* mapped read-only (its pages read in at once where the system can), for
+    :func:`trec_columns`; None for an empty file, one that starts with a byte-order mark, or one that
+    cannot be mapped (the caller reads it instead).
+
+    A mapping reads the page cache in place: reading a file of millions of lines into a ``bytes``
+    copies it into as much fresh memory, whose page faults cost more than the copy and vary from
+    call to call with what the allocator kept. Nothing :func:`trec_columns` returns points into the
+    mapping; it is unmapped when the last reference goes.
+    """
+    try:
+        with open(path, "rb") as fh:
+            populate = getattr(mmap, "MAP_POPULATE", 0)
+            if populate:
+                data = mmap.mmap(fh.fileno(), 0, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ)
+            else:  # pragma: no cover - not Linux
+                data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):  # empty, not a regular file, or no mapping here
+        return None
+    if data[:3] == b"\xef\xbb\xbf":  # a byte-order mark: the reader strips it from a copy
+        data.close()
+        return None
+    return data
+
+
+def trec_columns(data: bytes | mmap.mmap, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(query ids, doc ids, scores) of a TREC run file's *data* (BOM removed): 'S' arrays of the
     ids' UTF-8 bytes and float64 scores, rows in file order; None where the line reader must read it.
 
@@ -74,29 +101,39 @@ def _scan(buf: np.ndarray) -> tuple[bool, bool]:
     keeps inside a field (below 32, but for \\t \\n \\v \\f \\r and 28-31, which it splits at).
     *single*: every line is fields joined by single spaces -- no other whitespace, no space at a
     line's start or end or next to another, \\r only before \\n, no comment line -- which a CSV
-    reader splits as ``str.split`` does. A few vector operations per block, no Python per byte
-    (``bytes.find`` of a two-byte pattern such as a double space is several times slower here:
-    spaces and newlines, its first bytes, are everywhere)."""
-    single = True
-    for start in range(0, len(buf), _BLOCK_BYTES):
+    reader splits as ``str.split`` does.
+
+    Six vector passes per block, no Python per byte: control bytes other than newlines are counted
+    (a plain file has none), then pairs of adjacent blank bytes (<= 32) are found -- a plain file
+    has only "\\r\\n" and blank lines' "\\n\\n" there, so the few pairs are then looked at one by
+    one --, then the '#' bytes (comment lines start with one; ids rarely hold one). ``bytes.find``
+    of a two-byte pattern such as a double space is several times slower: spaces and newlines, its
+    first bytes, are everywhere."""
+    n = len(buf)
+    single = n == 0 or (buf[0] != 32 and buf[-1] != 32)  # no space at the file's start or end
+    for start in range(0, n, _BLOCK_BYTES):
         block = buf[start : start + _BLOCK_BYTES + 1]  # one byte of overlap: pairs across blocks
-        low = np.count_nonzero(block < 32)
-        newlines = np.count_nonzero(block == 10)
-        if low != newlines:  # rare: something else than newlines below 32
+        if np.count_nonzero(block < 32) != np.count_nonzero(block == 10):  # rare: other control bytes
             if bool(((block < 9) | ((block >= 14) & (block < 28))).any()):
                 return True, False
-            returns = block == 13
-            at_end = start + len(block) >= len(buf)
-            lone = bool((returns[:-1] & (block[1:] != 10)).any()) or bool(returns[-1] and at_end)
-            single = single and not lone and low == newlines + np.count_nonzero(returns)
+            if single:
+                returns = block == 13
+                lone = bool((returns[:-1] & (block[1:] != 10)).any()) or bool(returns[-1] and start + len(block) >= n)
+                other = np.count_nonzero(block < 32) - np.count_nonzero(block == 10) - np.count_nonzero(returns)
+                single = not lone and other == 0
         if single:
-            space, blank = block == 32, block <= 32
-            single = not (bool((space[1:] & blank[:-1]).any()) or bool((space[:-1] & blank[1:]).any()))
-            single = single and not bool(((block[:-1] == 10) & (block[1:] == ord("#"))).any())
+            blank = block <= 32
+            pairs = np.flatnonzero(blank[1:] & blank[:-1])
+            del blank
+            # A pair is fine only as "\r\n" or "\n\n" (no space in it: spaces are single, inside lines).
+            single = not len(pairs) or not bool(((block[pairs] == 32) | (block[pairs + 1] == 32)).any())
+        if single:
+            hashes = np.flatnonzero(block == 35)
+            single = not bool((block[np.maximum(hashes - 1, 0)] == 10).any()) and not (start == 0 and buf[0] == 35)
     return False, single
 
 
-def _arrow_csv(data: bytes, buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _arrow_csv(data: bytes | mmap.mmap, buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The columns read by pyarrow's CSV reader (C++, a few times the speed of splitting with
     numpy) when pyarrow is installed, for a single-spaced file (:func:`_scan`) whose lines all have
     one field count >= 5 and whose scores are all numbers (not NaN); else None."""
@@ -134,10 +171,10 @@ def _arrow_csv(data: bytes, buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     return qids, docids, scores
 
 
-def _plain_text(data: bytes) -> bool:
+def _plain_text(data: bytes | mmap.mmap) -> bool:
     """Whether non-ASCII *data* is UTF-8 without Unicode whitespace (``str.split`` splits there)."""
     try:
-        text = data.decode("utf-8")
+        text = str(data, "utf-8")  # bytes or a mapping, decoded in place
     except UnicodeDecodeError:
         return False
     return _UNICODE_SPACE.search(text) is None

@@ -26,7 +26,7 @@ import numpy as np
 
 from .._jsonl import read_bytes, read_lines
 from ..errors import MetricError
-from ._runfile import trec_columns
+from ._runfile import mapped, trec_columns
 from .retrieval import Run
 
 __all__ = ["read_qrels", "read_run"]
@@ -79,7 +79,9 @@ def read_run(path: str | os.PathLike[str]) -> Run:
     including a qrels file passed by mistake.
     """
     name = os.fspath(path)
-    fast = trec_columns(read_bytes(path, "run file", error=MetricError), name)
+    data = mapped(path)
+    fast = trec_columns(data if data is not None else read_bytes(path, "run file", error=MetricError), name)
+    del data  # unmapped once nothing else holds it
     if fast is not None:
         return Run(*fast)
     lines = _lines(path, "run")

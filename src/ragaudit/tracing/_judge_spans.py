@@ -88,7 +88,7 @@ def _judge_span(self: SpanWriter, tracer: Tracer, record: AuditRecord, j: Judgem
              c.MIME_JSON)
     self._io(attrs, c.OUTPUT_VALUE, c.OUTPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_OUTPUT,
              self._json(output), c.MIME_JSON)
-    # The full audit (sentence verdicts, grades, judged metrics, citation checks): see _audit_spans.
+    # The full audit (sentence verdicts, grades, graded metrics, citation checks): see _audit_spans.
     attrs.update(full_audit_attributes(record, capture, self._text))
     sentences, dropped = sentence_events(j, capture, self._text)
     if dropped:
