@@ -662,14 +662,16 @@ def _find_labelled(
     cols = (found & block.col_mask).astype(np.int64)
     shift = np.uint64(block.col_bits)
     hit = ((found >> shift) == (needles >> shift)) & (cols < block.depth)
-    cols = np.where(hit, cols, 0)
-    entry_doc = c.entry_doc[take]
-    exact = hit & (c.docs.at(block.flat(rows, cols)) == entry_doc)
+    # Confirm the hash hits only (a labelled doc is often not retrieved): the ids are compared as
+    # strings, the costliest comparison here.
+    exact = np.zeros(len(take), dtype=bool)
+    at = np.flatnonzero(hit)
+    exact[at] = c.docs.at(block.flat(rows[at], cols[at])) == c.entry_doc[take[at]]
     for e in np.flatnonzero(hit & ~exact).tolist():
         # Two doc ids of one query share their hash bits: settle it by comparing the strings.
         r = int(rows[e])
         own_row = block.starts[r] + np.arange(block.lengths[r])
-        match = np.flatnonzero(c.docs.at(own_row) == entry_doc[e])
+        match = np.flatnonzero(c.docs.at(own_row) == c.entry_doc[take[e]])
         if len(match):
             exact[e], cols[e] = True, int(match[0])
     return rows[exact], cols[exact], c.entry_label[take][exact]
