@@ -88,10 +88,12 @@ def main(argv: list[str] | None = None) -> int:
             rows[tool].append(row)
             print(f"round {r} {tool:8s} " + " ".join(f"{k} {v:.4f}" for k, v in row.items()), flush=True)
     print(f"\nmedian CPU seconds, {args.queries:,} queries x {args.depth}, ties {args.ties:.0%}, rows {args.order}:")
+    # A stage no tool went through (the dict run's preparation, for columns) is left out.
+    stages = tuple(s for s in stages if any(row[s] > 0 for tool in tools for row in rows[tool]))
     print(f"{'tool':8s} " + " ".join(f"{k:>16s}" for k in ("total", *stages, "rest")))
     for tool in tools:
         med = {k: statistics.median(row[k] for row in rows[tool]) for k in ("total", *stages)}
-        rest = med["total"] - sum(med[s] for s in STAGES)  # the kernel's parts are inside rank_judged
+        rest = med["total"] - sum(med.get(s, 0.0) for s in STAGES)  # the kernel's parts are inside rank_judged
         print(f"{tool:8s} " + " ".join(f"{v:16.4f}" for v in (*med.values(), rest)))
     return 0
 
