@@ -203,3 +203,43 @@ def test_qrels_doc_ids_encode_as_the_run_ids_are_stored(texts: list[str]) -> Non
     assert encoded.dtype.kind == "S" and encoded.flags.writeable
     assert encoded.tolist() == [t.encode("utf-8") for t in texts]
     assert DocIds(np.array(["any"])).encode(texts).tolist() == texts  # 'U' ids: the texts themselves
+
+
+def test_polars_doc_ids_are_read_in_place_and_give_the_numpy_values() -> None:
+    pl = pytest.importorskip("polars")
+    from ragaudit.metrics._docids import SeriesDocIds
+    from ragaudit.metrics._inputs import prepare_columns, prepare_qrels
+
+    q, d, s, qrels = _run(20_000, seed=14)
+    d = d.astype(object)
+    d[::97] = "a\x00b"  # a NUL inside an id is kept (numpy drops trailing NULs only)
+    qrels[q[0]]["a\x00b"] = 2
+    series = pl.Series(d.tolist())
+    prepared, _ = prepare_columns(pl.Series(q.tolist()), series, s, prepare_qrels(qrels))
+    assert isinstance(prepared.docs, SeriesDocIds)
+    assert len(prepared.docs) == len(q) and prepared.docs.text(3) == d[3]
+    want = _evaluate(q, d.astype(str), s, qrels)
+    frame = pl.DataFrame({"qid": q.tolist(), "docid": series, "score": s})
+    assert metrics.evaluate(frame, qrels, MEASURES, per_query=True, ties="pytrec_eval") == want
+    # Queries not in the qrels dropped (the ids' rows move), and rank-only runs: the same as numpy.
+    fewer = {k: v for i, (k, v) in enumerate(qrels.items()) if i % 3}
+    assert _evaluate(frame["qid"], frame["docid"], s, fewer) == _evaluate(q, d.astype(str), s, fewer)
+    ranked = metrics.evaluate_columns(frame["qid"], frame["docid"], None, qrels, MEASURES, per_query=True)
+    assert ranked == metrics.evaluate_columns(q, d.astype(str), None, qrels, MEASURES, per_query=True)
+
+
+def test_polars_doc_ids_judged_against_ids_ending_in_a_nul_take_the_array_path() -> None:
+    pl = pytest.importorskip("polars")
+    from ragaudit.metrics._docids import SeriesDocIds
+    from ragaudit.metrics._inputs import prepare_columns, prepare_qrels
+
+    q, d, s, qrels = _run(20_000, seed=15)
+    d = d.astype(object)
+    d[5] = "nul-ended\x00"
+    qrels[q[5]]["nul-ended\x00"] = 3
+    prepared, _ = prepare_columns(pl.Series(q.tolist()), pl.Series(d.tolist()), s, prepare_qrels(qrels))
+    assert not isinstance(prepared.docs, SeriesDocIds)
+    frame = pl.DataFrame({"qid": q.tolist(), "docid": d.tolist(), "score": s})
+    # As every byte-string path reads it (numpy, Arrow, TREC files): the trailing NUL is padding.
+    assert metrics.evaluate(frame, qrels, MEASURES, per_query=True, ties="pytrec_eval") == _evaluate(
+        q, d.astype(object), s, qrels)

@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import MetricError
 from ._tables import arrow_strings, padded_strings, qid_text, take
 
-__all__ = ["DocIds", "docids_from_array", "hash_fixed", "id_codes"]
+__all__ = ["DocIds", "SeriesDocIds", "docids_from_array", "hash_fixed", "id_codes", "plain_polars_strings"]
 
 _HASH_MASK = np.uint64(0x7FFF_FFFF_FFFF_FFFF)
 # Rows hashed per step: the block's words stay in cache across the per-word passes.
@@ -203,6 +203,62 @@ class DocIds:
 
     def take(self, index: np.ndarray) -> DocIds:
         return DocIds(self.ids, self._where(index))
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesDocIds(DocIds):
+    """Doc ids kept in the caller's Polars string Series (``series``): hashed by Polars in one pass
+    over its own string views, and gathered from it only where ids are compared (matches found by
+    hash, tied scores) -- the column is never copied whole into Arrow's layout, nor hashed again
+    by numpy. ``ids`` is an empty byte-string array: the kind :meth:`at` and :meth:`encode` give.
+    """
+
+    series: Any = None
+
+    def __len__(self) -> int:
+        return len(self.series) if self.rows is None else len(self.rows)
+
+    def hash(self, encoded: np.ndarray) -> np.ndarray:
+        # The same bytes as a Polars string Series hash as the run's ids do (numpy's trailing NULs
+        # are padding, dropped in the conversion; no qrels id ends in one: see plain_polars_strings).
+        pl = sys.modules["polars"]
+        return _masked(pl.Series(encoded).cast(pl.String).hash())
+
+    def row_hashes(self) -> np.ndarray:
+        hashes = _masked(self.series.hash())
+        return hashes if self.rows is None else hashes[self.rows]
+
+    def text(self, index: int) -> str:
+        return str(self.series[int(self._where(index))])
+
+    def at(self, index: Any) -> np.ndarray:
+        where = self._where(index)
+        if isinstance(where, slice):
+            where = np.arange(len(self))[where]
+        gathered = self.series.gather(np.atleast_1d(np.asarray(where, dtype=np.int64)))
+        fixed = arrow_strings(gathered.to_arrow(), "doc ids")
+        assert fixed is not None  # a Polars string Series exports Arrow strings
+        return fixed if np.ndim(where) else fixed[0]
+
+    def take(self, index: np.ndarray) -> DocIds:
+        return SeriesDocIds(self.ids, self._where(index), self.series)
+
+
+def _masked(hashes: Any) -> np.ndarray:
+    return hashes.to_numpy().astype(np.uint64, copy=False) & _HASH_MASK
+
+
+def plain_polars_strings(column: Any, qrels_docids: list[str]) -> bool:
+    """Whether :class:`SeriesDocIds` can keep *column*: a Polars string Series without nulls (the
+    array path names them), judged against doc ids none of which ends in a NUL -- numpy's byte
+    strings, as which the qrels' ids are encoded, drop trailing NULs as padding, so such an id
+    would no longer hash as the run's equal id does (one join and one search in C tell)."""
+    pl = sys.modules.get("polars")
+    if pl is None or type(column).__module__.split(".", 1)[0] != "polars" or not hasattr(column, "str"):
+        return False
+    if column.dtype != pl.String or column.null_count():
+        return False
+    return "\x00\x01" not in "\x01".join(qrels_docids) + "\x01"
 
 
 def docids_from_array(arr: np.ndarray, rows: np.ndarray | None = None) -> DocIds:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MetricError
-from ._docids import DocIds, docids_from_array, id_codes
+from ._docids import DocIds, SeriesDocIds, docids_from_array, id_codes, plain_polars_strings
 from ._tables import (
     DOCID_NAMES,
     LABEL_NAMES,
@@ -481,13 +481,13 @@ def _generic_rows(rows: list[Any]) -> tuple[list[Any], list[Any], np.ndarray]:
 def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -> tuple[PreparedRun, int]:
     """A run as aligned columns; *scores* None: rank-only, each query's rows in rank order."""
     q_runs, q_arr, q_names = _query_ids(qids)
-    d_fixed = fixed_strings(docids, "docids")
-    d_arr = d_fixed if d_fixed is not None else ascii_bytes(to_numpy(docids, "docids"))
+    d_arr, d_series = _doc_ids(docids, qrels)
+    n_docs = len(d_series) if d_series is not None else len(d_arr)
     s_arr = None if scores is None else _scores_array(to_numpy(scores, "scores"), "run")
     n_rows = int(q_runs.lengths.sum()) if q_runs is not None else len(q_arr)
-    n_scores = len(d_arr) if s_arr is None else len(s_arr)
-    if not n_rows == len(d_arr) == n_scores:
-        raise MetricError(f"run columns differ in length: {n_rows} qids, {len(d_arr)} docids, {n_scores} scores")
+    n_scores = n_docs if s_arr is None else len(s_arr)
+    if not n_rows == n_docs == n_scores:
+        raise MetricError(f"run columns differ in length: {n_rows} qids, {n_docs} docids, {n_scores} scores")
     if n_rows == 0:
         raise MetricError("the run is empty: no row")
     order = None
@@ -514,9 +514,19 @@ def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -
         s_arr = s_arr[rows]
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    prepared = PreparedRun(qid_list, offsets, s_arr, docids_from_array(d_arr, rows))
+    docs = docids_from_array(d_arr, rows) if d_series is None else SeriesDocIds(d_arr, rows, d_series)
+    prepared = PreparedRun(qid_list, offsets, s_arr, docs)
     _check_scores(prepared)
     return prepared, len(run_qids)
+
+
+def _doc_ids(docids: Any, qrels: PreparedQrels) -> tuple[np.ndarray, Any]:
+    """The run's doc ids as an array, or (the array empty: the kind of ids it gives) as the caller's
+    Polars string Series, which :class:`SeriesDocIds` reads in place."""
+    if plain_polars_strings(docids, qrels.docids):
+        return np.zeros(0, dtype="S1"), docids
+    fixed = fixed_strings(docids, "docids")
+    return (fixed if fixed is not None else ascii_bytes(to_numpy(docids, "docids"))), None
 
 
 def _query_ids(qids: Any) -> tuple[QidRuns | None, np.ndarray, list[str] | None]:

@@ -2,11 +2,11 @@
 
 Arrow string columns (pyarrow, and pandas 3's Arrow-backed strings) are read straight from their
 buffers as fixed-width bytes; pandas categoricals and Arrow dictionaries give their codes; query
-ids that come in contiguous runs are run-end encoded in C; Polars columns are Arrow data too. pyarrow
-is never imported here unless the caller already did (``sys.modules``) -- but for
-:func:`python_strings`, which imports it (when installed) to convert a large column of Python
-strings -- so ``import ragaudit.metrics`` loads numpy only.
-"""
+ids that come in contiguous runs are run-end encoded in C (Polars' by Polars, Python strings by
+comparing neighbours); Polars columns are Arrow data too. pyarrow is never imported here unless
+the caller already did (``sys.modules``) -- but for :func:`python_strings` and
+:func:`fixed_strings`, which import it (when installed) to convert a large column of Python
+strings -- so ``import ragaudit.metrics`` loads numpy only."""
 
 from __future__ import annotations
 
