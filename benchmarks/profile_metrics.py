@@ -2,10 +2,13 @@
 
     python benchmarks/profile_metrics.py                             # 5 %-tied, rank order, 100k x 100
     python benchmarks/profile_metrics.py --ties 0.6 --order shuffled --rounds 5
+    python benchmarks/profile_metrics.py --queries 50000 --ties 0.6 --order shuffled --tools dicts,pandas --kernel
 
 The cell is the one ``metrics_speed.py`` builds for the same arguments. Each stage of the
-evaluation (``prepare_qrels``, ``prepare_columns``, ``judged_of``, ``rank_judged``) is wrapped to
-add up its CPU time (``time.process_time``); the rest of a call is the measures and the means.
+evaluation (``prepare_qrels``, ``prepare_columns`` or ``prepare_dict_run``, ``judged_of``,
+``rank_judged``) is wrapped to add up its CPU time (``time.process_time``); the rest of a call is
+the measures and the means. ``--kernel`` also splits ``rank_judged`` of a run of columns: hashing
+the run's ids, encoding the labelled ids, the blocks (duplicates, lookups, ranks) and collecting.
 Tools run interleaved, one call each per round, after one untimed warm-up; printed per round,
 then the medians. No cProfile: its per-call cost would inflate the many small numpy calls.
 """
@@ -24,7 +27,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-STAGES = ("prepare_qrels", "prepare_columns", "judged_of", "rank_judged")
+STAGES = ("prepare_qrels", "prepare_columns", "prepare_dict_run", "judged_of", "rank_judged")
+# Inside rank_judged (--kernel): (module, object, attribute) wrapped, and the name printed.
+KERNEL_STAGES = {
+    "hash_run_ids": ("_docids", "DocIds", "row_hashes"),
+    "encode_labelled": ("_kernel", None, "_encode_entries"),
+    "blocks": ("_kernel", None, "_column_block"),
+    "collect": ("_kernel", None, "_collect"),
+}
 
 
 def _timed(totals: dict[str, float], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -46,10 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--order", choices=("rank", "shuffled"), default="rank")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tools", default="numpy,pandas,pyarrow")
+    parser.add_argument("--kernel", action="store_true", help="split rank_judged of column runs too")
     args = parser.parse_args(argv)
     from benchmarks import metrics_speed
 
-    from ragaudit.metrics import retrieval
+    from ragaudit.metrics import _docids, _kernel, retrieval
 
     tools = [t for t in args.tools.split(",") if t]
     data = metrics_speed.make_cell(args.queries, args.depth, 5, args.ties, args.order, seed=0)
@@ -57,6 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     totals: dict[str, float] = {}
     for stage in STAGES:  # the names retrieval.py calls them by
         setattr(retrieval, stage, _timed(totals, stage, getattr(retrieval, stage)))
+    stages: tuple[str, ...] = STAGES
+    if args.kernel:
+        modules = {"_docids": _docids, "_kernel": _kernel}
+        for stage, (module, owner, name) in KERNEL_STAGES.items():
+            where = modules[module] if owner is None else getattr(modules[module], owner)
+            setattr(where, name, _timed(totals, stage, getattr(where, name)))
+        stages = STAGES + tuple(KERNEL_STAGES)
     for fn in call.values():
         fn()
     rows: dict[str, list[dict[str, float]]] = {tool: [] for tool in tools}
@@ -66,14 +84,16 @@ def main(argv: list[str] | None = None) -> int:
             totals.clear()
             started = time.process_time()
             call[tool]()
-            row = {"total": time.process_time() - started, **{s: totals.get(s, 0.0) for s in STAGES}}
+            row = {"total": time.process_time() - started, **{s: totals.get(s, 0.0) for s in stages}}
             rows[tool].append(row)
             print(f"round {r} {tool:8s} " + " ".join(f"{k} {v:.4f}" for k, v in row.items()), flush=True)
     print(f"\nmedian CPU seconds, {args.queries:,} queries x {args.depth}, ties {args.ties:.0%}, rows {args.order}:")
-    print(f"{'tool':8s} " + " ".join(f"{k:>16s}" for k in ("total", *STAGES, "rest")))
+    # A stage no tool went through (the dict run's preparation, for columns) is left out.
+    stages = tuple(s for s in stages if any(row[s] > 0 for tool in tools for row in rows[tool]))
+    print(f"{'tool':8s} " + " ".join(f"{k:>16s}" for k in ("total", *stages, "rest")))
     for tool in tools:
-        med = {k: statistics.median(row[k] for row in rows[tool]) for k in ("total", *STAGES)}
-        rest = med["total"] - sum(med[s] for s in STAGES)
+        med = {k: statistics.median(row[k] for row in rows[tool]) for k in ("total", *stages)}
+        rest = med["total"] - sum(med.get(s, 0.0) for s in STAGES)  # the kernel's parts are inside rank_judged
         print(f"{tool:8s} " + " ".join(f"{v:16.4f}" for v in (*med.values(), rest)))
     return 0
 

@@ -50,7 +50,7 @@ class DemoRun:
     audit: Path
 
     def rows(self) -> dict[str, list[str]]:
-        """Table rows by question id: [question, faithful, ctx rel, ans rel, recall, jNDCG, jP, grades, cited,
+        """Table rows by question id: [question, faithful, ctx rel, ans rel, recall, gNDCG, gP, grades, cited,
         cite P]."""
         return {m.group(1): re.split(r" {2,}", m.group(2).rstrip()) for m in _ROW_RE.finditer(self.stdout)}
 
@@ -215,17 +215,17 @@ def test_demo_prints_header_and_a_row_per_question(langchain_run: DemoRun) -> No
     assert "a weak screen, not a verdict" in out and "ChatRagJudge (full audit)" in out
 
 
-def test_demo_prints_judged_ndcg_and_grades_low_for_uncovered_questions(langchain_run: DemoRun) -> None:
+def test_demo_prints_graded_ndcg_and_grades_low_for_uncovered_questions(langchain_run: DemoRun) -> None:
     rows = langchain_run.rows()
     lines = langchain_run.audit_by_question()
     for qid, line in lines.items():
-        # the printed judged NDCG@2 is the audit line's (2 documents: ndcg@10 == ndcg@2)
-        assert rows[qid][5] == f"{line['judged_metrics']['judged_ndcg@10']:.2f}", qid
+        # the printed graded NDCG@2 is the audit line's (2 documents: ndcg@10 == ndcg@2)
+        assert rows[qid][5] == f"{line['graded_metrics']['graded_ndcg@10']:.2f}", qid
         assert rows[qid][7] == " ".join(str(g["grade"]) for g in line["document_grades"])
         assert all(s["method"] == "lexical" for s in line["sentences"])
     for qid in ("q6", "q7"):  # not covered by the knowledge base: no document graded as answering
         assert all(g["grade"] <= 1 for g in lines[qid]["document_grades"]), lines[qid]["document_grades"]
-        assert rows[qid][6] == "0.00"  # judged P@2
+        assert rows[qid][6] == "0.00"  # graded P@2
     for qid in ("q1", "q2", "q5"):
         assert lines[qid]["document_grades"][0]["grade"] == 3
     assert "Unsupported or contradicted sentences: none" in langchain_run.stdout

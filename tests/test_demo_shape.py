@@ -8,7 +8,10 @@ added to each ``gen_ai.evaluation.result`` event (``ragaudit.{judge.name,judgeme
 turn.id}``), nothing else differing; and again for issue 23: the demo's offline stand-in cites after
 the sentence ("... purchase. [1]", was "... purchase [1]."), so its answers and sentence texts changed,
 and retrieval spans gained ``ragaudit.document.used`` / ``used_count`` (which of their documents
-reached the model) — nothing else differing.
+reached the model) — nothing else differing; and for issue 24's rename of the retrieval metrics of
+the judge's grades: ``judged_metrics`` / ``judged_<metric>`` / ``ragaudit.retrieval.judged_*`` /
+Phoenix ``judged_relevance`` / Langfuse ``retrieval.judged_*`` became ``graded_*`` — the old file with
+those names replaced (and its lists sorted again) equals the new one.
 """
 
 from __future__ import annotations

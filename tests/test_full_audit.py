@@ -13,7 +13,7 @@ from ragaudit.errors import ConfigurationError
 from ragaudit.judges.chat import ChatRagJudge
 from ragaudit.judges.llm.fullaudit import FULL_AUDIT_VERSION, read_full_audit
 from ragaudit.records import DocumentGrade, Judgement, JudgeRequest, RagTurn, RetrievedDoc, SentenceVerdict
-from ragaudit.turn_audit import audit_turn, check_citations, citation_scores, judged_metrics
+from ragaudit.turn_audit import audit_turn, check_citations, citation_scores, graded_metrics
 from tests.support.judges import open_judge
 from tests.support.llm_server import LLMServer
 
@@ -91,7 +91,7 @@ def test_three_scores_only_keeps_judge_faithfulness_and_no_verdicts(srv: LLMServ
     assert j.faithfulness == 0.9 and j.details["faithfulness_from"] == "judge"
     assert all(s.verdict is None for s in j.sentences) and len(j.sentences) == 4
     assert all(g.grade is None for g in j.document_grades)
-    assert judged_metrics(j) is None
+    assert graded_metrics(j) is None
     assert "sentences: 4 of 4 without a verdict" in j.details["parse_notes"]
 
 
@@ -145,17 +145,17 @@ def test_protocol_is_chosen_by_name_and_seed_stays_available(srv: LLMServer) -> 
     assert seed.config_key() != judge(srv).config_key()
 
 
-def test_judged_metrics_equal_ragaudit_metrics_on_the_same_labels(srv: LLMServer) -> None:
+def test_graded_metrics_equal_ragaudit_metrics_on_the_same_labels(srv: LLMServer) -> None:
     srv.enqueue(FULL)
     j = judge(srv).judge(REQUEST)
-    got = judged_metrics(j, ["ndcg@3", "P@2", "mrr@3"])
+    got = graded_metrics(j, ["ndcg@3", "P@2", "mrr@3"])
     qrels = {"q": {"refunds": 3, "exchanges": 1, "gifts": 0}}
     run = {"q": {"refunds": 3.0, "exchanges": 2.0, "gifts": 1.0}}
     assert got is not None
-    assert got["judged_ndcg@3"] == pytest.approx(metrics.evaluate(run, qrels, ["ndcg@3"])["ndcg@3"])
-    assert got["judged_P@2"] == pytest.approx(metrics.evaluate(run, qrels, ["P@2"], relevance_level=2)["P@2"])
-    assert got["judged_mrr@3"] == 1.0
-    assert got["judged_P@2"] == 0.5  # only "refunds" has grade >= 2
+    assert got["graded_ndcg@3"] == pytest.approx(metrics.evaluate(run, qrels, ["ndcg@3"])["ndcg@3"])
+    assert got["graded_P@2"] == pytest.approx(metrics.evaluate(run, qrels, ["P@2"], relevance_level=2)["P@2"])
+    assert got["graded_mrr@3"] == 1.0
+    assert got["graded_P@2"] == 0.5  # only "refunds" has grade >= 2
 
 
 def _judgement(verdicts: list[tuple[str | None, tuple[int, ...]]]) -> Judgement:
@@ -195,7 +195,7 @@ def test_audit_turn_counts_problems_and_missing() -> None:
                   document_grades=(DocumentGrade(1, "refunds", 0), DocumentGrade(2, "exchanges")))
     audit = audit_turn(TURN, j)
     assert (audit.unsupported, audit.sentences_missing, audit.grades_missing) == (1, 1, 1)
-    assert audit.metrics == {"judged_ndcg@10": 0.0, "judged_P@5": 0.0, "judged_mrr@10": 0.0}
+    assert audit.metrics == {"graded_ndcg@10": 0.0, "graded_P@5": 0.0, "graded_mrr@10": 0.0}
 
 
 def test_records_validate() -> None:

@@ -1,5 +1,5 @@
 """The full audit in the trace (judge span attributes and sentence events), the sinks (Phoenix document
-annotations from grades, Langfuse scores for judged metrics) and the audit log, through the Auditor."""
+annotations from grades, Langfuse scores for graded metrics) and the audit log, through the Auditor."""
 
 from __future__ import annotations
 
@@ -48,8 +48,8 @@ def test_judge_span_carries_grades_metrics_citation_scores_and_sentence_events()
     attrs = dict(span.attributes or {})
     assert json.loads(attrs[c.ATTR_DOCUMENT_GRADES])[0] == {"rank": 1, "doc_id": "kb-refunds", "grade": 3,
                                                            "method": "llm"}
-    assert attrs[c.retrieval_metric_key("judged_ndcg@10")] == 1.0
-    assert attrs[c.retrieval_metric_key("judged_P@5")] == pytest.approx(0.2)
+    assert attrs[c.retrieval_metric_key("graded_ndcg@10")] == 1.0
+    assert attrs[c.retrieval_metric_key("graded_P@5")] == pytest.approx(0.2)
     assert attrs[c.ATTR_CITATION_PRECISION] == 0.5  # [1] holds for S1, not for S2
     assert attrs[c.ATTR_CITATION_RECALL] == 1.0
     assert attrs[c.ATTR_SENTENCES_UNSUPPORTED] == 1
@@ -74,7 +74,7 @@ def test_sentence_events_are_capped_and_the_rest_counted() -> None:
     assert all(c.ATTR_SENTENCE_TEXT not in (e.attributes or {}) for e in events)  # content capture off
 
 
-def test_phoenix_document_annotations_from_grades_and_langfuse_judged_scores() -> None:
+def test_phoenix_document_annotations_from_grades_and_langfuse_graded_scores() -> None:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
     recorder = SpanRecorder(provider)
@@ -91,10 +91,10 @@ def test_phoenix_document_annotations_from_grades_and_langfuse_judged_scores() -
         reqs = rec.requests
     docs = [d for r in reqs if r["path"].startswith("/v1/document_annotations") for d in r["body"]["data"]]
     assert [(d["name"], d["document_position"], d["result"]["score"], d["annotator_kind"]) for d in docs] == [
-        ("judged_relevance", 0, 3.0, "LLM"), ("judged_relevance", 1, 1.0, "LLM")]
+        ("graded_relevance", 0, 3.0, "LLM"), ("graded_relevance", 1, 1.0, "LLM")]
     assert traced.retrieval_span_ids and docs[0]["span_id"] == traced.retrieval_span_ids[0]
     scores = {r["body"]["name"]: r["body"]["value"] for r in reqs if r["path"] == "/api/public/scores"}
-    assert scores["retrieval.judged_ndcg@10"] == 1.0 and scores["retrieval.judged_mrr@10"] == 1.0
+    assert scores["retrieval.graded_ndcg@10"] == 1.0 and scores["retrieval.graded_mrr@10"] == 1.0
     assert scores["citation_precision"] == 0.5 and scores["citation_recall"] == 1.0
 
 
@@ -111,13 +111,13 @@ def test_auditor_with_full_audit_judge_writes_the_audit_log(srv: LLMServer, tmp_
     assert line["faithfulness"] == 0.5 and line["details"]["judge_faithfulness"] == 1
     assert [s["verdict"] for s in line["sentences"]] == ["supported", "contradicted"]
     assert [g["grade"] for g in line["document_grades"]] == [3, 1]
-    assert line["judged_metrics"]["judged_ndcg@10"] == 1.0
+    assert line["graded_metrics"]["graded_ndcg@10"] == 1.0
     assert [(ch["sentence"], ch["doc_id"], ch["holds"]) for ch in line["citation_checks"]] == [
         (1, "kb-refunds", True), (2, "kb-refunds", False)]
     assert (line["citation_precision"], line["citation_recall"]) == (0.5, 1.0)
 
 
-def test_inline_judging_puts_judged_metrics_on_the_turn_span_and_grades_on_the_retrieval_span() -> None:
+def test_inline_judging_puts_graded_metrics_on_the_turn_span_and_grades_on_the_retrieval_span() -> None:
     """Through a real LangChain chain: judged before the turn span ends, so the turn and retrieval spans
     carry the full audit too (in background mode only the judge span can, see _audit_spans)."""
     from ragaudit.demo.kb import QUESTIONS
@@ -137,7 +137,7 @@ def test_inline_judging_puts_judged_metrics_on_the_turn_span_and_grades_on_the_r
         auditor.shutdown(10)
     spans = {s.name.split(" ")[0]: s for s in exporter.get_finished_spans()}
     judge, turn, retrieval = (dict(spans[n].attributes or {}) for n in (c.SPAN_JUDGE, c.SPAN_TURN, "retrieval"))
-    key = c.retrieval_metric_key("judged_ndcg@10")
+    key = c.retrieval_metric_key("graded_ndcg@10")
     assert turn[key] == judge[key]
     assert turn[c.ATTR_CITATION_PRECISION] == judge[c.ATTR_CITATION_PRECISION] == 1.0
     grades = [g["grade"] for g in json.loads(judge[c.ATTR_DOCUMENT_GRADES])]

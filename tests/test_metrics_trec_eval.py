@@ -753,3 +753,38 @@ def test_query_order_of_the_run_does_not_change_any_value() -> None:
             assert values == same[qid]
         else:
             assert values["num_rel"] == same[qid]["num_rel"] and values["map"] == 0.0
+
+
+@pytest.mark.parametrize("same_depth", [True, False], ids=["one span", "padded"])
+def test_rows_in_score_order_are_told_apart_wherever_their_order_breaks(same_depth: bool) -> None:
+    # A row's first pairs are checked before the whole row: a row out of order only after them
+    # (or only in its last pair) must still count as out of order, a short padded row as in order.
+    rng = np.random.default_rng(45)
+    n = 300
+    lengths = np.full(n, 40) if same_depth else rng.integers(1, 60, n)
+    rows, want = [], []
+    for length in lengths.tolist():
+        row = np.sort(np.round(rng.random(length), 1))[::-1].copy()
+        if length > 1 and rng.random() < 0.5:
+            at = int(rng.choice([0, length - 2, int(rng.integers(0, length - 1))]))
+            row[at], row[at + 1] = row[at + 1] - 0.05, row[at]
+        rows.append(row)
+        want.append(bool((row[1:] <= row[:-1]).all()))
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    scores = np.concatenate(rows).astype(np.float32)
+    block = _kernel._block(offsets, np.arange(n), lengths)
+    assert (block.span is not None) == same_depth
+    assert _kernel._descending_rows(block, scores).tolist() == want
+    assert 0 < sum(want) < n
+
+
+@pytest.mark.parametrize("entry_q", [[0, 0, 1, 2, 2], [2, 2, 0, 1, 1, 1], [2, 0, 2, 1, 0], [1], []],
+                         ids=["run order", "grouped, other order", "scattered", "one", "none"])
+def test_entries_grouped_by_query_keep_their_qrels_order(entry_q: list[int]) -> None:
+    q = np.array(entry_q, dtype=np.int64)
+    by_query = _kernel._by_query(q, 4)
+    take, rows = by_query.of(np.arange(4))
+    assert rows.tolist() == sorted(entry_q)
+    assert take.tolist() == sorted(range(len(entry_q)), key=lambda i: (entry_q[i], i))
+    take, rows = by_query.of(np.array([2, 0]))
+    assert [entry_q[i] for i in take.tolist()] == [2] * entry_q.count(2) + [0] * entry_q.count(0)

@@ -151,7 +151,7 @@ def _report() -> EvaluationReport:
                                     "verdict": "supported"},
                                    {"sentence": 2, "doc_id": "kb-refunds", "rank": 1, "holds": False,
                                     "verdict": "contradicted"}),
-                  judged_metrics={"judged_ndcg@10": 1.0, "judged_P@5": 0.2}, citation_precision=0.5,
+                  graded_metrics={"graded_ndcg@10": 1.0, "graded_P@5": 0.2}, citation_precision=0.5,
                   citation_recall=1.0),
     ]
     return EvaluationReport.from_rows(rows, judge="chat:<model>", metrics=["recall@5", "ndcg@10"])

@@ -211,6 +211,21 @@ def test_a_judge_without_sessions_gives_a_verdict_with_its_error(clock: Clock) -
     assert record.judgement.groundedness is not None  # the lexical judge's sentence verdicts
 
 
+def test_a_session_judged_at_once_at_shutdown_is_never_lost(clock: Clock) -> None:
+    # A judge without sessions answers at once: the session ended at shutdown could be judged (no
+    # longer pending) while its record still waited in the export queue, and the shutdown, which
+    # flushed the export stage again only while a session was pending, dropped it uncounted (about
+    # one shutdown in five). Many shutdowns, so that losing it even rarely fails here.
+    from ragaudit import LexicalJudge
+
+    for i in range(40):
+        kept = Kept()
+        with auditor(LexicalJudge(), Clock(), sinks=[kept]) as a:
+            a.submit(turn(1, "How long do refunds take?", "Refunds take 14 days.", session=f"s{i}"))
+        assert [r.session_id for r in kept.sessions] == [f"s{i}"], i
+        assert a.stats()["sessions_failed"] == 1 and a.stats()["sessions_pending"] == 0
+
+
 def test_session_records_are_validated() -> None:
     t = SessionTurn(index=1, turn_id="t", query="q", answer="A.")
     with pytest.raises(ConfigurationError, match=r"numbered 1\.\.n"):

@@ -28,7 +28,7 @@ AUDIT_KEYS = {
     "ts",
     "sentences",
     "document_grades",
-    "judged_metrics",
+    "graded_metrics",
     "citation_checks",
     "citation_precision",
     "citation_recall",

@@ -319,3 +319,65 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith(heavy))))
 """
     )
     assert json.loads(result.stdout) == []
+
+
+# The child of the test below: two tracer providers in one process, one of them failing.
+TWO_PROVIDERS = """
+import threading
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from ragaudit import Auditor, FakeJudge, RagTurn, RetrievedDoc
+from ragaudit.tracing import configure
+from ragaudit.tracing.setup import spans_not_exported
+
+failing = configure(endpoint=ENDPOINT)
+own, delivered = TracerProvider(), InMemorySpanExporter()
+own.add_span_processor(SimpleSpanProcessor(delivered))
+judge = FakeJudge(lambda r: {"faithfulness": 1.0})
+mine = Auditor(judge, audit_log=None, tracer_provider=own)
+follower = Auditor(judge, audit_log=None)
+docs = (RetrievedDoc(id="d1", content="Returns within 30 days.", rank=1),)
+stop = threading.Event()
+
+def fail_continuously():
+    tracer = trace.get_tracer("elsewhere")
+    while not stop.is_set():
+        with tracer.start_as_current_span("refused"):
+            pass
+        failing.force_flush(5_000)
+
+other = threading.Thread(target=fail_continuously)
+other.start()
+answers = []
+for i in range(150):
+    mine.submit(RagTurn(turn_id=f"m{i}", query="How long?", answer="30 days.", documents=docs))
+    answers.append(mine.force_flush(10))
+stop.set()
+other.join()
+follower.submit(RagTurn(turn_id="f0", query="How long?", answer="30 days.", documents=docs))
+print("mine", sum(answers), "of", len(answers))
+print("follower", follower.force_flush(10))
+print("failed elsewhere", spans_not_exported(failing) > 0, "failed here", spans_not_exported(own))
+print("delivered", len(delivered.get_finished_spans()) > 0)
+mine.shutdown(); follower.shutdown()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_an_auditor_flush_answers_for_its_own_provider_not_for_another_failing_one() -> None:
+    # Two destinations in one process: configure() sends the global provider's spans to a collector
+    # that refuses everything, while an Auditor records to the host's own provider, which delivers.
+    # That Auditor's flushes are true: the failures belong to the other provider, whose own flushes
+    # (by the Auditor that follows the global provider) are false. With one process-wide failure
+    # count, the first answer depended on when the other provider's exports happened to fail (146 or
+    # 147 of 150 true in three runs).
+    with OTLPReceiver() as rx:
+        rx.fail_with(500)
+        child = TWO_PROVIDERS.replace("ENDPOINT", repr(rx.endpoint))
+        lines = run(child, env={"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "1"}, timeout=110).stdout.strip().splitlines()
+    assert "mine 150 of 150" in lines
+    assert "follower False" in lines
+    assert "failed elsewhere True failed here 0" in lines
+    assert "delivered True" in lines

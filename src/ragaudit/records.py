@@ -709,7 +709,7 @@ class CitationCheck:
 class TurnAudit:
     """Everything derived from one fully audited turn, for spans, the audit log, sinks and reports.
 
-    ``metrics`` are the judged retrieval metrics (None without grades); ``citation_checks`` one per
+    ``metrics`` are the graded retrieval metrics (None without grades); ``citation_checks`` one per
     explicit citation; ``citation_precision``/``citation_recall`` the ALCE scores (see
     :mod:`ragaudit.turn_audit`). ``unsupported`` counts ``unsupported`` and ``contradicted``
     sentences, ``sentences_missing`` the sentences the judge gave no verdict, ``grades_missing`` the
@@ -727,7 +727,7 @@ class TurnAudit:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return {
-            "judged_metrics": dict(self.metrics) if self.metrics is not None else None,
+            "graded_metrics": dict(self.metrics) if self.metrics is not None else None,
             "citation_checks": [c.to_dict() for c in self.citation_checks],
             "citation_precision": self.citation_precision,
             "citation_recall": self.citation_recall,
@@ -754,7 +754,7 @@ class AuditRecord:
     ``turn`` (its span context: ``turn.trace_id``, ``turn.span_id``, ``turn.retrieval_span_ids``),
     the ``judgement`` or, for a turn not judged, the ``unjudged`` reason (one of
     :data:`UNJUDGED_REASONS`); every derived value, computed once: ``ground_truth_metrics`` (the
-    turn's retrieval metrics against its ``relevant_ids``, None when unknown) and ``audit`` (judged
+    turn's retrieval metrics against its ``relevant_ids``, None when unknown) and ``audit`` (graded
     metrics and citation checks of a full audit, None otherwise). ``content_policy`` is the one
     :class:`~ragaudit.content.ContentPolicy` every text of this record is exported through (the
     turn's integration handler's, or the Auditor's); ``tracer_provider`` the provider the turn was

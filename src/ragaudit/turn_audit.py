@@ -1,4 +1,4 @@
-"""What is derived from a judged turn: judged retrieval metrics, citation checks, the audit record.
+"""What is derived from a judged turn: graded retrieval metrics, citation checks, the audit record.
 
 (Was ``ragaudit.judged``, one letter from ``ragaudit.judges``; that name stays, deprecated, for one
 release.)
@@ -7,11 +7,12 @@ A full-audit judgement (:attr:`~ragaudit.Judgement.sentences`, :attr:`~ragaudit.
 says which answer sentence each document supports and how relevant each retrieved document is.
 From it, on every turn and without ground truth:
 
-- **Judged retrieval metrics** (:func:`judged_metrics`): the grades are the relevance labels of the
+- **Graded retrieval metrics** (:func:`graded_metrics`): the grades are the relevance labels of the
   turn's ranking and :func:`ragaudit.metrics.score_ranking` computes NDCG@k with the grade as gain,
   and P@k and MRR@k with *relevant = grade >= 2* (trec_eval semantics: a document the judge did not
-  grade counts as not relevant; no grade at all gives None). They are named ``judged_<metric>`` so
-  they never mix with the ground-truth metrics. Judged **recall** is not defined for one turn: the
+  grade counts as not relevant; no grade at all gives None). They are named ``graded_<metric>`` so
+  they never mix with the ground-truth metrics (0.1.0 named them ``judged_<metric>``; the old
+  Python names stay, deprecated, for one release). Graded **recall** is not defined for one turn: the
   relevant documents the retriever missed were never shown to the judge. Pool many turns with
   ``ragaudit qrels`` and compare retrievers with ``ragaudit metrics`` for that.
 - **Citation checks** (:func:`check_citations`): every explicit citation marker of the answer
@@ -32,6 +33,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from ._compat import GRADED_PREFIX, OLD_GRADED_PREFIX
+from ._exports import lazy_exports
 from ._text import sentence_spans
 from ._turn_metrics import DEFAULT_TURN_MEASURES, turn_metrics
 from .records import AuditRecord, Citation, CitationCheck, Judgement, RagTurn, RetrievedDoc, SentenceVerdict, TurnAudit
@@ -42,8 +45,8 @@ if TYPE_CHECKING:
     from .content import ContentPolicy
 
 __all__ = [
-    "JUDGED_MEASURES",
-    "JUDGED_PREFIX",
+    "GRADED_MEASURES",
+    "GRADED_PREFIX",
     "RELEVANT_GRADE",
     "CitationCheck",
     "TurnAudit",
@@ -53,15 +56,15 @@ __all__ = [
     "check_citations",
     "citation_scores",
     "consistent_faithfulness",
-    "judged_labels",
-    "judged_metrics",
+    "graded_labels",
+    "graded_metrics",
 ]
 
-JUDGED_MEASURES: tuple[str, ...] = ("ndcg@10", "P@5", "mrr@10")
-"""The judged retrieval metrics put on every fully audited turn (named ``judged_<metric>``)."""
+GRADED_MEASURES: tuple[str, ...] = ("ndcg@10", "P@5", "mrr@10")
+"""The graded retrieval metrics put on every fully audited turn (named ``graded_<metric>``)."""
 
-JUDGED_PREFIX = "judged_"
-"""Judged metrics are named apart from ground-truth ones: ``judged_ndcg@10``."""
+# GRADED_PREFIX (from ._compat, where files of the previous release are read): graded metrics are
+# named apart from ground-truth ones, ``graded_ndcg@10``.
 
 RELEVANT_GRADE = 2
 """The UMBRELA grade from which a document counts as relevant for P@k, MRR@k (and pooled recall)."""
@@ -98,7 +101,7 @@ def consistent_faithfulness(sentences: Sequence[SentenceVerdict]) -> float | Non
     return round(credit / len(claims), 6)
 
 
-def judged_labels(judgement: Judgement) -> dict[str, int] | None:
+def graded_labels(judgement: Judgement) -> dict[str, int] | None:
     """The judge's grades as qrels for one turn: ``{doc_id: grade}``; None when no document was graded.
 
     A document graded twice (two retrievers returned it) keeps its highest grade.
@@ -110,14 +113,14 @@ def judged_labels(judgement: Judgement) -> dict[str, int] | None:
     return labels or None
 
 
-def judged_metrics(judgement: Judgement, measures: Iterable[str] = JUDGED_MEASURES) -> dict[str, float] | None:
-    """The judged retrieval metrics of the graded ranking, keyed ``judged_<metric>``; None without grades.
+def graded_metrics(judgement: Judgement, measures: Iterable[str] = GRADED_MEASURES) -> dict[str, float] | None:
+    """The retrieval metrics of the graded ranking, keyed ``graded_<metric>``; None without grades.
 
     The ranking is the graded documents by rank. Graded metrics (``ndcg``) use the grade as gain;
     binary ones (P, MRR, ...) count grade >= :data:`RELEVANT_GRADE` as relevant. Computed by
     :func:`ragaudit.metrics.score_ranking`, so they equal ``ragaudit.metrics`` on the same labels.
     """
-    labels = judged_labels(judgement)
+    labels = graded_labels(judgement)
     if labels is None:
         return None
     from .metrics import parse_measure, score_ranking
@@ -127,7 +130,7 @@ def judged_metrics(judgement: Judgement, measures: Iterable[str] = JUDGED_MEASUR
     for measure in measures:
         name = str(parse_measure(measure))
         level = RELEVANT_GRADE if parse_measure(measure).name in _BINARY else 1
-        out[JUDGED_PREFIX + name] = score_ranking(ranked, labels, [name], relevance_level=level)[name]
+        out[GRADED_PREFIX + name] = score_ranking(ranked, labels, [name], relevance_level=level)[name]
     return out
 
 
@@ -185,13 +188,13 @@ def citation_scores(checks: Sequence[CitationCheck], judgement: Judgement) -> tu
     return precision, recall
 
 
-def audit_turn(turn: RagTurn, judgement: Judgement, measures: Iterable[str] = JUDGED_MEASURES) -> TurnAudit:
+def audit_turn(turn: RagTurn, judgement: Judgement, measures: Iterable[str] = GRADED_MEASURES) -> TurnAudit:
     """The :class:`TurnAudit` of *turn* and its *judgement*. Pure; raises nothing for any judgement."""
     checks = check_citations(turn.answer, turn.documents, judgement,
                              [c for c in turn.citations if c.method == "structured"])
     precision, recall = citation_scores(checks, judgement)
     return TurnAudit(
-        metrics=judged_metrics(judgement, measures),
+        metrics=graded_metrics(judgement, measures),
         citation_checks=checks,
         citation_precision=precision,
         citation_recall=recall,
@@ -226,3 +229,21 @@ def audit_record(
     return AuditRecord(turn=turn, content_policy=content_policy, judgement=judgement, unjudged=unjudged,
                        ground_truth_metrics=metrics,  # type: ignore[arg-type]
                        audit=audit, tracer_provider=tracer_provider, judge_started_at=judge_started_at)
+
+
+def _judged_metrics(judgement: Judgement, measures: Iterable[str] = GRADED_MEASURES) -> dict[str, float] | None:
+    # The deprecated judged_metrics(): as it was, keyed judged_<metric>, so its callers' lookups hold.
+    graded = graded_metrics(judgement, measures)
+    if graded is None:
+        return None
+    return {OLD_GRADED_PREFIX + name[len(GRADED_PREFIX):]: value for name, value in graded.items()}
+
+
+# The names 0.1.0 had (``judged`` now means only what the Auditor did with a turn): each warns and
+# resolves for one release. judged_metrics() still keys its result judged_<metric>.
+__getattr__, __dir__ = lazy_exports(__name__, {}, deprecated={
+    "judged_metrics": (f"{__name__}:_judged_metrics", f"{__name__}.graded_metrics"),
+    "judged_labels": (f"{__name__}:graded_labels", f"{__name__}.graded_labels"),
+    "JUDGED_MEASURES": (f"{__name__}:GRADED_MEASURES", f"{__name__}.GRADED_MEASURES"),
+    "JUDGED_PREFIX": ("ragaudit._compat:OLD_GRADED_PREFIX", f"{__name__}.GRADED_PREFIX"),
+})

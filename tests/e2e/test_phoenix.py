@@ -97,7 +97,7 @@ def test_annotations_visible_through_phoenix_api(phoenix: PhoenixServer, traced_
     stats = traced_run["sink"].stats()
     assert stats["failed"] == 0 and stats["dropped"] == 0
     # three span annotations per turn, plus one document annotation per retrieved document (the
-    # turns carry ground truth) and one judged_relevance annotation per graded document (the
+    # turns carry ground truth) and one graded_relevance annotation per graded document (the
     # lexical judge grades every one); Phoenix accepted every one of them (2xx)
     expected = sum(3 + len(turn.documents) + sum(g.grade is not None for g in judgement.document_grades)
                    for turn, judgement in traced_run["judged"])

@@ -138,7 +138,7 @@ def test_mode_worker_sends_the_turns_to_ragaudit_worker_which_judges_them_as_in_
         mine, worker_line = ours[question], theirs[question]
         assert sorted(worker_line) == sorted(mine)
         for key in ("answer", "faithfulness", "context_relevance", "answer_relevance", "reason", "judge_status",
-                    "sentences", "document_grades", "judged_metrics", "citation_checks", "error"):
+                    "sentences", "document_grades", "graded_metrics", "citation_checks", "error"):
             assert worker_line[key] == mine[key], key
         assert [d["id"] for d in worker_line["documents"]] == [d["id"] for d in mine["documents"]]
         assert sorted(worker_line["judge_identity"]) == sorted(mine["judge_identity"])

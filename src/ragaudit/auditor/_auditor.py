@@ -62,7 +62,7 @@ OnJudgement = Callable[[RagTurn, Judgement], None]
 class Submission:
     """What :meth:`Auditor.submit_turn` did: the ``status``, the turn's ``ground_truth_metrics``
     (computed once, for its span and its record) and, when it was judged before the call returned
-    (inline mode), its ``record`` (for the turn span: judged metrics, grades)."""
+    (inline mode), its ``record`` (for the turn span: graded metrics, grades)."""
 
     status: SubmitStatus
     ground_truth_metrics: Any = None

@@ -52,7 +52,7 @@ class Draining:
     def _job_failed(self, exc: BaseException) -> None:
         raise NotImplementedError
 
-    def _sessions_pending(self) -> bool:
+    def _has_sessions(self) -> bool:
         return False
 
     def _end_sessions(self) -> None:
@@ -87,7 +87,10 @@ class Draining:
         ok = self._export.worker.force_flush(remaining()) and ok
         if self._closed:  # shutting down: every open session, its last turns judged by now, is judged too
             self._end_sessions()
-        if self._sessions_pending():  # sessions the last turns made due: judged and exported too
+        # Sessions the last turns made due (or shutdown ended): judged and exported too. Always, not
+        # only while one is pending: a session judged at once (a judge without sessions answers
+        # instantly) is no longer pending while its record still waits in the export queue.
+        if self._has_sessions():
             ok = self._judging.force_flush(remaining()) and ok
             ok = self._export.worker.force_flush(remaining()) and ok
         # Exporters in order: spans first, as a sink may refer to them (Phoenix annotations need the

@@ -124,5 +124,5 @@ class SessionJudging:
             self._sessions.stop_sweeping()
             self._sessions.queue(self._sessions.tracker.take_all("shutdown"))
 
-    def _sessions_pending(self) -> bool:
-        return self._sessions is not None and self._sessions.stats()["sessions_pending"] > 0
+    def _has_sessions(self) -> bool:
+        return self._sessions is not None

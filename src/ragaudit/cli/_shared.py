@@ -65,10 +65,10 @@ def gate(report: EvaluationReport, thresholds: Mapping[str, float]) -> int:
 
 def write_outputs(report: EvaluationReport, args: argparse.Namespace) -> None:
     """Write the report files the arguments ask for (``--json``, ``--markdown``, ``--html``)."""
-    for attr, method in (("json_out", report.to_json), ("md_out", getattr(report, "to_markdown", None)),
+    for attr, method in (("json_out", report.to_json), ("md_out", report.to_markdown),
                          ("html_out", report.to_html)):
         path = getattr(args, attr, None)
-        if path and method is not None:
+        if path:
             try:
                 method(path)
             except OSError as exc:

@@ -20,11 +20,11 @@ def calibrate_command(args: argparse.Namespace, out: TextIO | None = None) -> in
     Prints the calibration table (or JSON) and returns 0. Bad input raises
     :class:`~ragaudit.RagAuditError`, which the command line reports with exit code 2.
     """
-    if getattr(args, "grades", False):
+    if args.grades:
         from .qrels import calibrate_grades_command
 
         return calibrate_grades_command(args)
-    if getattr(args, "more", None):
+    if args.more:
         raise RagAuditError("more than one judgements file is only read with --grades")
     out = out if out is not None else sys.stdout
     labels = read_labels(args.labels)

@@ -20,7 +20,7 @@ def demo_command(args: argparse.Namespace) -> int:
             audit_log=args.audit_log,
             otlp_endpoint=args.otlp_endpoint,
             offline=args.offline,
-            careless=getattr(args, "careless", False),
+            careless=args.careless,
         )
     except ImportError as exc:
         raise ConfigurationError(

@@ -42,10 +42,10 @@ def _print_audit(report: EvaluationReport, limit: int, out: Any = None) -> None:
         print(f"     {scores}", file=out)
         if row.retrieval_metrics:
             print("     " + "  ".join(f"{k}={v:.2f}" for k, v in row.retrieval_metrics.items()), file=out)
-        if row.judged_metrics or row.document_grades:
+        if row.graded_metrics or row.document_grades:
             grades = " ".join("–" if g.get("grade") is None else str(g.get("grade")) for g in row.document_grades)
-            judged = "  ".join(f"{k}={v:.2f}" for k, v in row.judged_metrics.items())
-            print(f"     grades by rank: {grades or '–'}  {judged}", file=out)
+            graded = "  ".join(f"{k}={v:.2f}" for k, v in row.graded_metrics.items())
+            print(f"     grades by rank: {grades or '–'}  {graded}", file=out)
         if row.citation_checks:
             print(f"     citation precision {_num(row.citation_precision)}, recall {_num(row.citation_recall)}",
                   file=out)

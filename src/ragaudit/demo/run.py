@@ -293,13 +293,13 @@ _MISTAKE_LABELS = {"wrong_number": "a wrong number", "wrong_citation": "a citati
 _LABEL_RE = re.compile(r"^\[[^\[\]]{20,}\]\s*")  # the stand-ins' "[offline ...]" label, not a citation
 
 
-def _judged(judgement: Judgement | None, measure: str) -> float | None:
+def _graded(judgement: Judgement | None, measure: str) -> float | None:
     if judgement is None:
         return None
-    from ..turn_audit import judged_metrics
+    from ..turn_audit import GRADED_PREFIX, graded_metrics
 
-    found = judged_metrics(judgement, [f"{measure}@{DEFAULT_K}"])
-    return None if found is None else found[f"judged_{measure}@{DEFAULT_K}"]
+    found = graded_metrics(judgement, [f"{measure}@{DEFAULT_K}"])
+    return None if found is None else found[f"{GRADED_PREFIX}{measure}@{DEFAULT_K}"]
 
 
 def _grades(judgement: Judgement | None) -> str:
@@ -433,8 +433,8 @@ def _print_header(result: DemoResult, questions: Sequence[DemoQuestion], say: Ca
 
 def _print_table(result: DemoResult, questions: Sequence[DemoQuestion], out: Any, say: Callable[..., None]) -> None:
     """The judged table, one row per question, and what its columns mean."""
-    rows = [["#", "question", "faithful", "ctx rel", "ans rel", f"recall@{DEFAULT_K}", f"jNDCG@{DEFAULT_K}",
-             f"jP@{DEFAULT_K}", "grades", "cited", "cite P"]]
+    rows = [["#", "question", "faithful", "ctx rel", "ans rel", f"recall@{DEFAULT_K}", f"gNDCG@{DEFAULT_K}",
+             f"gP@{DEFAULT_K}", "grades", "cited", "cite P"]]
     for question in questions:
         turn = result.turns.get(question.id)
         judgement = result.judgements.get(question.id)
@@ -442,15 +442,15 @@ def _print_table(result: DemoResult, questions: Sequence[DemoQuestion], out: Any
         rows.append([
             question.id, _cut(question.text, _QUESTION_CHARS), _fmt(scores["faithfulness"]),
             _fmt(scores["context_relevance"]), _fmt(scores["answer_relevance"]),
-            _fmt(_recall(turn, question)), _fmt(_judged(judgement, "ndcg")), _fmt(_judged(judgement, "P")),
+            _fmt(_recall(turn, question)), _fmt(_graded(judgement, "ndcg")), _fmt(_graded(judgement, "P")),
             _grades(judgement), _cited(turn), _citation_precision(turn, judgement),
         ])
     _table(rows, out)
     say(f"  recall@{DEFAULT_K} — : no document in the knowledge base is relevant (not covered).")
     say("  grades: the judge's grade of each retrieved document, by rank (0 unrelated, 1 related, 2 partly "
         "answers, 3 answers); no ground truth needed.")
-    say(f"  jNDCG@{DEFAULT_K}: judged NDCG from those grades -- the ORDER of what was retrieved (1.00 when "
-        f"all are equally poor); jP@{DEFAULT_K}: the share graded >= 2.")
+    say(f"  gNDCG@{DEFAULT_K}: graded NDCG, from those grades -- the ORDER of what was retrieved (1.00 when "
+        f"all are equally poor); gP@{DEFAULT_K}: the share graded >= 2.")
     say("  cite P: citation precision (ALCE): the share of the answer's citations whose document the judge "
         "found supports the sentence they follow.")
 

@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from .._compat import current_audit_line
 from .._jsonl import read_jsonl
 from ..errors import RagAuditError
 from ..records import SCORE_NAMES
@@ -75,16 +76,17 @@ def _row_from_audit(entry: Mapping[str, Any], index: int, threshold: float) -> R
 
 
 def _full_audit_from_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """The full-audit fields of an audit-log line (absent keys in older logs give empty values)."""
+    """The full-audit fields of an audit-log line (absent keys in older logs give empty values; a
+    0.1.0 line's ``judged_metrics`` was read as ``graded_metrics`` with the line)."""
     def dicts(key: str) -> tuple[Mapping[str, Any], ...]:
         return tuple(x for x in entry.get(key) or () if isinstance(x, Mapping))
 
-    judged = entry.get("judged_metrics") or {}
+    graded = entry.get("graded_metrics") or {}
     return {
         "sentences": dicts("sentences"),
         "document_grades": dicts("document_grades"),
         "citation_checks": dicts("citation_checks"),
-        "judged_metrics": {str(k): float(v) for k, v in judged.items() if isinstance(v, (int, float))
+        "graded_metrics": {str(k): float(v) for k, v in graded.items() if isinstance(v, (int, float))
                            and not isinstance(v, bool) and math.isfinite(float(v))},
         "citation_precision": _float_or_none(entry.get("citation_precision")),
         "citation_recall": _float_or_none(entry.get("citation_recall")),
@@ -109,7 +111,7 @@ _TEXT = ("turn_id", "trace_id", "span_id", "query", "answer", "judge", "judge_st
 _NUMBERS = ("faithfulness", "context_relevance", "answer_relevance", "citation_precision", "citation_recall",
             "latency_s")
 _LISTS_OF_OBJECTS = ("documents", "citations", "sentences", "document_grades", "citation_checks")
-_OBJECTS = ("retrieval_metrics", "usage", "judged_metrics")
+_OBJECTS = ("retrieval_metrics", "usage", "graded_metrics")
 
 
 def _check_line(entry: Mapping[str, Any], where: str) -> None:
@@ -153,7 +155,8 @@ def report_from_audit_log(path: str | os.PathLike[str], *, threshold: float = 0.
     JSON object with the audit log's types raises :class:`~ragaudit.RagAuditError` naming the line.
     """
     where = f"audit log {os.fspath(path)!r}"
-    entries = read_jsonl(path, "audit log", error=RagAuditError, cut_tail=True)
+    entries = [(number, current_audit_line(entry))
+               for number, entry in read_jsonl(path, "audit log", error=RagAuditError, cut_tail=True)]
     sessions = [entry for _, entry in entries if entry.get("kind") == "session"]
     entries = [(number, entry) for number, entry in entries if entry.get("kind") != "session"]
     rows = []

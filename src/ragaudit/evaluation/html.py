@@ -286,7 +286,7 @@ def _answer_html(row: RowResult, metrics: Sequence[str], threshold: float) -> st
     scores = [_score_text(_LABELS[n], v, threshold) for n, v in row.scores().items()]
     scores += [_score_text(m, row.retrieval_metrics.get(m), None) for m in metrics
                if row.retrieval_metrics.get(m) is not None]
-    scores += [_score_text(m, v, None) for m, v in row.judged_metrics.items()]
+    scores += [_score_text(m, v, None) for m, v in row.graded_metrics.items()]
     if row.citation_checks:
         scores += [_score_text("citation precision", row.citation_precision, threshold),
                    _score_text("citation recall", row.citation_recall, threshold)]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from .._deprecation import renamed_kwargs, warn_deprecated
 from ..content import scrub
 from ..errors import ConfigurationError, MetricError
 from ..records import SCORE_NAMES
@@ -101,7 +102,9 @@ class RowResult:
     Scores are None where the judge gave none; ``retrieval_metrics`` is empty when the row has no
     ground truth (``has_ground_truth`` False) or its pipeline raised (``error`` set). ``citations``
     hold ``{doc_id, rank, source, method, marker}`` for each cited document. ``judge_error`` is set
-    when the judgement could not be made in full.
+    when the judgement could not be made in full. ``graded_metrics`` are the retrieval metrics of the
+    judge's document grades (``graded_ndcg@10``, ...; was ``judged_metrics``, still accepted and
+    readable, deprecated, for one release).
     """
 
     id: str
@@ -126,7 +129,7 @@ class RowResult:
     sentences: tuple[Mapping[str, Any], ...] = ()
     document_grades: tuple[Mapping[str, Any], ...] = ()
     citation_checks: tuple[Mapping[str, Any], ...] = ()
-    judged_metrics: Mapping[str, float] = field(default_factory=dict)
+    graded_metrics: Mapping[str, float] = field(default_factory=dict)
     citation_precision: float | None = None
     citation_recall: float | None = None
     invalid_scores: Mapping[str, str] = field(default_factory=dict)
@@ -156,10 +159,16 @@ class RowResult:
         object.__setattr__(self, "usage", MappingProxyType(dict(self.usage)))
         for name in ("sentences", "document_grades", "citation_checks"):
             object.__setattr__(self, name, tuple(MappingProxyType(dict(x)) for x in getattr(self, name)))
-        object.__setattr__(self, "judged_metrics",
-                           MappingProxyType({str(k): float(v) for k, v in self.judged_metrics.items()}))
+        object.__setattr__(self, "graded_metrics",
+                           MappingProxyType({str(k): float(v) for k, v in self.graded_metrics.items()}))
         object.__setattr__(self, "invalid_scores",
                            MappingProxyType({str(k): str(v) for k, v in self.invalid_scores.items()}))
+
+    @property
+    def judged_metrics(self) -> Mapping[str, float]:
+        """Deprecated: :attr:`graded_metrics` (``judged`` also names a turn's status)."""
+        warn_deprecated("RowResult.judged_metrics", "RowResult.graded_metrics")
+        return self.graded_metrics
 
     @property
     def problem_sentences(self) -> list[Mapping[str, Any]]:
@@ -214,15 +223,19 @@ class RowResult:
             "sentences": [dict(x) for x in self.sentences],
             "document_grades": [dict(x) for x in self.document_grades],
             "citation_checks": [dict(x) for x in self.citation_checks],
-            "judged_metrics": dict(self.judged_metrics),
+            "graded_metrics": dict(self.graded_metrics),
             "citation_precision": self.citation_precision,
             "citation_recall": self.citation_recall,
             "invalid_scores": dict(self.invalid_scores),
         }
 
 
+# RowResult(judged_metrics=...), 0.1.0's keyword, is passed on as graded_metrics for one release.
+RowResult.__init__ = renamed_kwargs(judged_metrics="graded_metrics")(RowResult.__init__)  # type: ignore[method-assign]
+
+
 def full_audit_fields(turn: Any, judgement: Any) -> dict[str, Any]:
-    """The :class:`RowResult` fields of a full audit (sentences, grades, citation checks, judged
+    """The :class:`RowResult` fields of a full audit (sentences, grades, citation checks, graded
     metrics, citation precision/recall) for *turn* and *judgement*; empty when either is None."""
     if turn is None or judgement is None or (not judgement.sentences and not judgement.document_grades):
         return {}
@@ -233,7 +246,7 @@ def full_audit_fields(turn: Any, judgement: Any) -> dict[str, Any]:
         "sentences": tuple(x.to_dict() for x in judgement.sentences),
         "document_grades": tuple(g.to_dict() for g in judgement.document_grades),
         "citation_checks": tuple(c.to_dict() for c in audit.citation_checks),
-        "judged_metrics": dict(audit.metrics or {}),
+        "graded_metrics": dict(audit.metrics or {}),
         "citation_precision": audit.citation_precision,
         "citation_recall": audit.citation_recall,
     }

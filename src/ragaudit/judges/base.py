@@ -7,7 +7,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any, Protocol, TypeVar, Union, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeVar, Union, runtime_checkable
 
 from .._worker import run_coroutine
 from ..errors import ConfigurationError, JudgeError
@@ -104,11 +104,13 @@ class BaseRagJudge:
     """Model calls one judgement costs (cost estimates assume calls the size of the three-score prompt)."""
     timeout_s: float | None = None
     """The judge's deadline for one request; None by default (the Auditor's own deadline still holds)."""
+    _abstract_judge: ClassVar[bool] = False
+    # True on an intermediate base class that leaves judge()/ajudge() to its own subclasses.
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         derived_both = cls.judge is BaseRagJudge.judge and cls.ajudge is BaseRagJudge.ajudge
-        if derived_both and not inspect.isabstract(cls) and not getattr(cls, "_abstract_judge", False):
+        if derived_both and not inspect.isabstract(cls) and not cls._abstract_judge:
             raise TypeError(f"{cls.__name__} must implement judge() or ajudge()")
 
     def judge(self, request: JudgeRequest) -> Judgement:

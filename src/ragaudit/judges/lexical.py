@@ -131,7 +131,7 @@ class LexicalJudge(BaseRagJudge):
     rule above, with the documents whose own text supports it alone, ``unsupported``, or
     ``no_claim`` (no content words, or a refusal); never ``partially_supported`` or
     ``contradicted``, which words cannot tell. Each document's grade is the share of the question's
-    content words it has: 3 all of them, 2 three quarters, 1 any, 0 none. Judged metrics and citation
+    content words it has: 3 all of them, 2 three quarters, 1 any, 0 none. Graded metrics and citation
     checks follow from them as for an LLM judge -- a cheap screen, not a verdict.
 
     Limits: it sees words, not meaning. Negation and recombination within one passage pass
@@ -165,7 +165,7 @@ class LexicalJudge(BaseRagJudge):
 
     async def ajudge(self, request: JudgeRequest) -> Judgement:
         # The work is a fraction of a millisecond for ordinary requests: a thread hop would cost more.
-        size = len(getattr(request, "context", "") or "") + len(getattr(request, "answer", "") or "")
+        size = len(request.context) + len(request.answer)
         if size <= _INLINE_CHARS:
             return self.judge(request)
         return await asyncio.to_thread(self.judge, request)
@@ -432,8 +432,7 @@ _MAX_DOCUMENT_CHARS = 24_000
 
 def _document_texts(documents: Sequence[RetrievedDoc], context: str) -> list[str]:
     # Each document is read up to the judge's context cap: a 5 MB page must not cost seconds of CPU.
-    texts = [d.content[:_MAX_DOCUMENT_CHARS] for d in documents
-             if isinstance(getattr(d, "content", None), str) and d.content.strip()]
+    texts = [d.content[:_MAX_DOCUMENT_CHARS] for d in documents if d.content.strip()]
     return texts or _passages(context)
 
 

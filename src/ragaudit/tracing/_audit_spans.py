@@ -1,8 +1,8 @@
-"""The full audit in the trace: document grades, judged metrics, citation checks, sentence events.
+"""The full audit in the trace: document grades, graded metrics, citation checks, sentence events.
 
 Always on the judge span, read from the turn's :class:`~ragaudit.AuditRecord` (computed once). A
 turn judged before its span ends (inline judging: the record is handed to ``end_turn``) also gets
-the judged metrics and citation precision/recall on the turn span and the grades on the retrieval
+the graded metrics and citation precision/recall on the turn span and the grades on the retrieval
 spans; a background judgement arrives after those spans have ended (the judge never holds the
 host's spans open), so it cannot. Kept apart from
 :mod:`ragaudit.tracing.spans` so the span recorder calls a few small functions.
@@ -25,7 +25,7 @@ def _dumps(value: Any) -> str:
 
 
 def turn_audit_attributes(record: AuditRecord | None) -> dict[str, Any]:
-    """The turn span's share of a full audit: judged metrics and citation precision/recall (empty
+    """The turn span's share of a full audit: graded metrics and citation precision/recall (empty
     without a record or without a full audit)."""
     audit = record.audit if record is not None else None
     if audit is None:

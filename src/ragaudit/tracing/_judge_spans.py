@@ -88,7 +88,7 @@ def _judge_span(self: SpanWriter, tracer: Tracer, record: AuditRecord, j: Judgem
              c.MIME_JSON)
     self._io(attrs, c.OUTPUT_VALUE, c.OUTPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_OUTPUT,
              self._json(output), c.MIME_JSON)
-    # The full audit (sentence verdicts, grades, judged metrics, citation checks): see _audit_spans.
+    # The full audit (sentence verdicts, grades, graded metrics, citation checks): see _audit_spans.
     attrs.update(full_audit_attributes(record, capture, self._text))
     sentences, dropped = sentence_events(j, capture, self._text)
     if dropped:
@@ -245,12 +245,18 @@ class JudgeSpanExporter(BaseExporter):
         return out
 
     def spans_not_exported(self) -> int:
-        """Spans the exporters :func:`ragaudit.tracing.configure` installed failed to export so far
-        (a flush says truthfully whether its spans were delivered: the SDK's ``force_flush`` returns
-        True even when the export failed)."""
+        """Spans the exporters :func:`ragaudit.tracing.configure` installed on the providers judge
+        spans went to failed to export so far (a flush says truthfully whether its spans were
+        delivered: the SDK's ``force_flush`` returns True even when the export failed). A provider
+        of another Auditor, or of the host alone, is not counted."""
         from .setup import spans_not_exported
 
-        return spans_not_exported()
+        seen: dict[int, Any] = {}
+        for writer in self.providers():
+            provider = writer.tracer_provider
+            provider = provider if provider is not None else _trace_api.get_tracer_provider()
+            seen.setdefault(id(provider), provider)
+        return sum(spans_not_exported(provider) for provider in seen.values())
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
         """Flush every provider judge spans went to within *timeout_s* (shared)."""

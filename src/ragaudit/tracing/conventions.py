@@ -494,9 +494,10 @@ def retrieval_metric_key(metric: str) -> str:
 # --- the full audit (judge span) ---------------------------------------------------------------
 # The turn and retrieval spans have ended when a background judge answers (the judge never holds
 # the host's spans open), so the full audit's results go on the judge span, a child of the turn
-# span; a judgement made before the turn span ends (inline) also puts the judged metrics and the
-# citation scores on the turn span and the grades on the retrieval spans. Judged metrics use
-# retrieval_metric_key("judged_<metric>").
+# span; a judgement made before the turn span ends (inline) also puts the graded metrics (the
+# retrieval metrics of the judge's grades) and the citation scores on the turn span and the grades
+# on the retrieval spans. Graded metrics use retrieval_metric_key("graded_<metric>") (0.1.0:
+# "judged_<metric>", read under the new name from span files by tracing.read_spans).
 ATTR_DOCUMENT_GRADES: Final = "ragaudit.judge.document_grades"
 """JSON list of ``{rank, doc_id, grade, method}``; ``grade`` 0-3 (UMBRELA) or null when not given."""
 ATTR_RETRIEVAL_DOCUMENT_GRADES: Final = "ragaudit.document.grades"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import _fork
+from .._compat import current_audit_line, current_name
 from .._deprecation import warn_deprecated
 from .._export import ExportResult
 from .._jsonl import read_jsonl
@@ -26,6 +27,7 @@ from ..content import ContentPolicy
 from ..errors import ConfigurationError, RagAuditError
 from ..records import AuditRecord, Judgement, RagTurn, TurnAudit
 from ..sessions import SessionRecord
+from .conventions import retrieval_metric_key
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -283,9 +285,20 @@ def read_spans(path: PathLike) -> list[dict[str, Any]]:
     """The spans a :class:`JsonlSpanExporter` wrote to *path*, as dicts, in file order.
 
     A truncated last line (an interrupted writer) is skipped with a warning; any other bad line
-    raises :class:`~ragaudit.RagAuditError`.
+    raises :class:`~ragaudit.RagAuditError`. A span written by 0.1.0 is read under today's
+    attribute names (``ragaudit.retrieval.judged_*`` as ``ragaudit.retrieval.graded_*``).
     """
-    return _read_jsonl(path, "span file")
+    return [_current_span(span) for span in _read_jsonl(path, "span file")]
+
+
+def _current_span(span: Any) -> Any:
+    attrs = span.get("attributes") if isinstance(span, dict) else None
+    if not isinstance(attrs, dict):
+        return span
+    prefix = retrieval_metric_key("")
+    if not any(key.startswith(prefix) and current_name(key, prefix) != key for key in attrs):
+        return span
+    return {**span, "attributes": {current_name(key, prefix): value for key, value in attrs.items()}}
 
 
 # --- audit log ---------------------------------------------------------------------------------
@@ -317,7 +330,8 @@ class AuditLog:
     faithfulness, context_relevance, answer_relevance (None when the judge gave none), reason,
     raw_output, error, latency_s, usage; from a full audit: sentences (``[{index, text, verdict,
     supporting_ranks, supporting_doc_ids, start, end, method}]``), document_grades
-    (``[{rank, doc_id, grade, method}]``), judged_metrics (``{"judged_ndcg@10": ...}`` or null),
+    (``[{rank, doc_id, grade, method}]``), graded_metrics (``{"graded_ndcg@10": ...}`` or null; 0.1.0
+    wrote ``judged_metrics``, :func:`read_audit_log` reads it as ``graded_metrics``),
     citation_checks (``[{sentence, doc_id, rank, marker, holds, verdict}]``), citation_precision and
     citation_recall (null when nothing is cited).
 
@@ -461,7 +475,7 @@ class AuditLog:
 
     def _full_audit(self, judgement: Judgement, policy: ContentPolicy, audit: TurnAudit | None) -> dict[str, Any]:
         """The full audit's keys: sentence verdicts (text follows content capture), document grades,
-        judged retrieval metrics, citation checks and citation precision/recall."""
+        graded retrieval metrics, citation checks and citation precision/recall."""
         sentences = []
         for sentence in judgement.sentences:
             entry = sentence.to_dict()
@@ -475,7 +489,7 @@ class AuditLog:
         return {
             "sentences": sentences,
             "document_grades": [g.to_dict() for g in judgement.document_grades],
-            "judged_metrics": dict(audit.metrics) if audit is not None and audit.metrics is not None else None,
+            "graded_metrics": dict(audit.metrics) if audit is not None and audit.metrics is not None else None,
             "citation_checks": checks,
             "citation_precision": audit.citation_precision if audit is not None else None,
             "citation_recall": audit.citation_recall if audit is not None else None,
@@ -596,6 +610,7 @@ def read_audit_log(path: PathLike) -> list[dict[str, Any]]:
     """The lines of an audit log as dicts, in file order.
 
     A truncated last line (a process killed mid-write) is skipped with a warning; any other bad
-    line raises :class:`~ragaudit.RagAuditError`.
+    line raises :class:`~ragaudit.RagAuditError`. A line written by 0.1.0 is read under today's
+    keys (its ``judged_metrics`` as ``graded_metrics``, ``judged_<metric>`` as ``graded_<metric>``).
     """
-    return _read_jsonl(path, "audit log")
+    return [current_audit_line(line) if isinstance(line, dict) else line for line in _read_jsonl(path, "audit log")]

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
 
-__all__ = ["LANGFUSE_DEFAULT_HOST", "PROTOCOLS", "configure", "langfuse_host"]
+__all__ = ["LANGFUSE_DEFAULT_HOST", "PROTOCOLS", "configure", "counted_exporter", "langfuse_host", "spans_not_exported"]
 
 _logger = logging.getLogger("ragaudit")
 
@@ -147,23 +147,33 @@ def _export_timeout_s() -> float | None:
 
 
 _failed_lock = _fork.lock()
-_failed_spans = 0
+# Spans each provider's counted exporters failed to export, by provider, so that a flush is answered
+# for the providers its writers use only (another Auditor's dead endpoint is not this one's failure).
+# Weak keys: a provider the host drops takes its count with it.
+_failed: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
-def spans_not_exported() -> int:
-    """How many spans the exporters :func:`configure` added failed to export so far (so that a
-    flush can say truthfully whether everything was delivered: the SDK's ``force_flush`` returns
-    True even when the export failed)."""
+def spans_not_exported(provider: Any = None) -> int:
+    """How many spans the exporters :func:`configure` (or the worker) added to *provider* failed to
+    export so far; every provider's together when *provider* is None. A flush uses it to say
+    truthfully whether its spans were delivered: the SDK's ``force_flush`` returns True even when
+    the export failed."""
     with _failed_lock:
-        return _failed_spans
+        if provider is None:
+            return sum(_failed.values())
+        return _failed.get(provider, 0)
 
 
 _EXPORT_CHUNK = 64
 _EXPORT_PAUSE_S = 0.01
 
 
-def _counted(exporter: Any) -> Any:
+def counted_exporter(exporter: Any, provider: Any) -> Any:
+    """*exporter*, its failures counted under *provider* (see :func:`spans_not_exported`) and its
+    batches sent in chunks with the host let in between."""
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    owner = weakref.ref(provider)
 
     class CountedExporter(SpanExporter):  # type: ignore[misc]
         def __init__(self, inner: Any) -> None:
@@ -171,9 +181,11 @@ def _counted(exporter: Any) -> Any:
             self._pacer = HostFirst()
 
         def _failed(self, count: int) -> None:
-            global _failed_spans
+            target = owner()
+            if target is None:  # the provider is gone: nobody can flush it any more
+                return
             with _failed_lock:
-                _failed_spans += count
+                _failed[target] = _failed.get(target, 0) + count
 
         def export(self, spans: Any) -> Any:
             # The batch processor hands over up to 512 spans at once; encoding them is tens of ms
@@ -406,7 +418,7 @@ def configure(
         for key, factory in wanted:
             if key in done:
                 continue
-            provider.add_span_processor(BatchSpanProcessor(_counted(factory())))
+            provider.add_span_processor(BatchSpanProcessor(counted_exporter(factory(), provider)))
             done.add(key)
     if not wanted:
         _logger.warning(

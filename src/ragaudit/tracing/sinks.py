@@ -46,6 +46,12 @@ _SCORE_ID_NAMESPACE = uuid.UUID("3f0c5a52-5b5e-4d0c-9a57-7261676175de")
 """Fixed: the same (trace, span, judge, score) gives the same score id in every process."""
 
 
+class _BatchPolicy(threading.local):
+    """Per sending thread: the content policy of the batch being sent (None between batches)."""
+
+    policy: ContentPolicy | None = None
+
+
 class HttpSink(BaseJudgementSink):
     """Base for sinks that POST JSON batches from a background thread.
 
@@ -88,7 +94,7 @@ class HttpSink(BaseJudgementSink):
         self._lock = _fork.lock()
         self._retries = 0
         self._rejected = 0
-        self._batch_policy = threading.local()  # the policy log lines of the batch being sent follow
+        self._batch_policy = _BatchPolicy()  # the policy log lines of the batch being sent follow
         self._log = RateLimitedLog(interval=300.0)
         self._closed = False
         ref = weakref.ref(self)
@@ -242,7 +248,7 @@ class HttpSink(BaseJudgementSink):
         return delivered
 
     def _log_policy(self) -> ContentPolicy:
-        found: ContentPolicy | None = getattr(self._batch_policy, "policy", None)
+        found = self._batch_policy.policy
         return found if found is not None else self.content_policy
 
     def _post(self, path: str, body: dict[str, Any]) -> bool:
@@ -395,7 +401,7 @@ class PhoenixSink(HttpSink):
                         "metadata": {"doc_id": doc.id},
                     }))
         if judgement.document_grades:
-            out.extend(_judged_document_annotations(turn, judgement, span_ids))
+            out.extend(_graded_document_annotations(turn, judgement, span_ids))
         return out
 
     def send(self, path: str, bodies: list[dict[str, Any]]) -> int:
@@ -500,9 +506,9 @@ class LangfuseSink(HttpSink):
             name = f"retrieval.{metric}"
             out.append(("/api/public/scores", {"id": score_id(trace_id, turn.span_id, "ragaudit", name),
                                                **base, "name": name, "value": value}))
-        for judged in _judged_scores(record, judgement):
-            out.append(("/api/public/scores", {"id": score_id(trace_id, turn.span_id, judgement.judge, judged["name"]),
-                                               **base, **judged}))
+        for graded in _graded_scores(record, judgement):
+            out.append(("/api/public/scores", {"id": score_id(trace_id, turn.span_id, judgement.judge, graded["name"]),
+                                               **base, **graded}))
         return out
 
     def session_requests(self, record: SessionRecord) -> list[tuple[str, dict[str, Any]]]:
@@ -531,9 +537,9 @@ class LangfuseSink(HttpSink):
         return ExportResult.SUCCESS if ok else ExportResult.FAILURE
 
 
-def _judged_document_annotations(turn: RagTurn, judgement: Judgement,
+def _graded_document_annotations(turn: RagTurn, judgement: Judgement,
                                  span_ids: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
-    """Phoenix document annotations ``judged_relevance`` from the judge's grades (LLM annotator; the
+    """Phoenix document annotations ``graded_relevance`` from the judge's grades (LLM annotator; the
     ground-truth ``relevance`` annotations stay HUMAN). A document the judge did not grade gets none."""
     from ..records import DOCUMENT_GRADES
 
@@ -548,7 +554,7 @@ def _judged_document_annotations(turn: RagTurn, judgement: Judgement,
             body = {
                 "span_id": span_ids[index],
                 "document_position": position,
-                "name": "judged_relevance",
+                "name": "graded_relevance",
                 "annotator_kind": "LLM" if grade.method == "llm" else "CODE",
                 "result": {"label": DOCUMENT_GRADES[grade.grade], "score": float(grade.grade)},
                 "metadata": {"doc_id": doc.id, "judge": judgement.judge, "method": grade.method},
@@ -557,8 +563,8 @@ def _judged_document_annotations(turn: RagTurn, judgement: Judgement,
     return out
 
 
-def _judged_scores(record: AuditRecord, judgement: Judgement) -> list[dict[str, Any]]:
-    """Langfuse scores for the judged retrieval metrics and citation precision/recall (absent ones are not sent)."""
+def _graded_scores(record: AuditRecord, judgement: Judgement) -> list[dict[str, Any]]:
+    """Langfuse scores for the graded retrieval metrics and citation precision/recall (absent ones are not sent)."""
     audit = record.audit
     if audit is None:
         return []

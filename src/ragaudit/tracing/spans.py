@@ -193,7 +193,7 @@ class SpanRecorder(SpanWriter):
         turn has documents but no ``retrievals``, one retrieval span is made from its documents
         (retrieval spans :meth:`start_children` started are ended here). The span gets error status
         when ``turn.error`` is set and ends at ``turn.ended_at``. *record*: the turn's audit record
-        when it was judged before its span ends (inline): its judged metrics and citation scores go
+        when it was judged before its span ends (inline): its graded metrics and citation scores go
         on the turn span, its document grades on the retrieval spans.
         """
         span = handle._span
@@ -319,7 +319,7 @@ class SpanRecorder(SpanWriter):
         self._evidence_attributes(attrs, turn, retrieval_metrics)
         if judge_status:
             attrs[c.ATTR_JUDGE_STATUS] = judge_status
-        # A full audit judged before the turn span ends (inline): judged metrics, citation scores.
+        # A full audit judged before the turn span ends (inline): graded metrics, citation scores.
         attrs.update(turn_audit_attributes(record))
         if turn.error:
             self._mark_error(span, attrs, turn.error, c.error_type_of(turn.error))

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ... import _fork
 from ..._sink import JudgementSink
@@ -23,6 +23,9 @@ from ._buffer import PendingTrace, TraceBuffer
 from ._decode import SpanData, decode_traces
 from ._output import WORKER_SERVICE, Outputs, build_outputs
 from ._turns import WorkerTurn, turns_of
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import Histogram
 
 __all__ = ["IngestOutcome", "Worker"]
 
@@ -129,6 +132,7 @@ class Worker:
         self._counts = dict.fromkeys(_COUNTERS, 0)
         self._lock = _fork.lock()
         self._judge_latency_s = 0.0
+        self._latency: Histogram | None = None  # the judge-latency histogram, with the OTLP outputs
         self._ready_delay_s: list[float] = []
         self._accepting = True
         self._outputs: Outputs | None = None
@@ -190,9 +194,8 @@ class Worker:
         with self._lock:
             self._counts["turns_judged" if judgement.error is None else "turns_judge_failed"] += 1
             self._judge_latency_s += latency
-        histogram = getattr(self, "_latency", None)
-        if histogram is not None:
-            histogram.record(latency)
+        if self._latency is not None:
+            self._latency.record(latency)
 
     def stats(self) -> dict[str, Any]:
         """Every counter (a consistent snapshot of the worker's own; the auditor's beside it)."""

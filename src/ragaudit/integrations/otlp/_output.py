@@ -155,7 +155,7 @@ def build_outputs(endpoint: str | None, headers: Mapping[str, str] | None = None
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError as exc:
         raise ConfigurationError("ragaudit worker needs its extra: pip install 'ragaudit[worker]'") from exc
-    from ...tracing.setup import _counted
+    from ...tracing.setup import counted_exporter
 
     extra = dict(headers) if headers else None
     register_headers(extra)
@@ -165,8 +165,8 @@ def build_outputs(endpoint: str | None, headers: Mapping[str, str] | None = None
     res = Resource.create({"service.name": WORKER_SERVICE, **dict(resource or {})})
     tracer_provider = TracerProvider(resource=res, id_generator=TraceDerivedIds(),  # type: ignore[arg-type]
                                      shutdown_on_exit=False)
-    tracer_provider.add_span_processor(BatchSpanProcessor(_counted(OTLPSpanExporter(endpoint=_url(endpoint, "traces"),
-                                                                                    headers=extra))))
+    spans_out = OTLPSpanExporter(endpoint=_url(endpoint, "traces"), headers=extra)
+    tracer_provider.add_span_processor(BatchSpanProcessor(counted_exporter(spans_out, tracer_provider)))
     logger_provider = LoggerProvider(resource=res, shutdown_on_exit=False)
     logger_provider.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter(endpoint=_url(endpoint, "logs"),
                                                                                      headers=extra)))
