@@ -363,9 +363,9 @@ def columns_of_rows(rows: Iterable[Any]) -> tuple[Any, Any, Any]:
     three columns for :func:`prepare_columns`.
 
     With pyarrow: each step of rows is read by pyarrow in C, one pass over its tuples (a struct
-    array), into query ids as Arrow strings, doc ids as fixed-width bytes and float64 scores --
-    several times faster than a pass per column and a conversion per column, and without the
-    three lists of 8-byte pointers those passes build. Anything that conversion refuses (a row
+    array), into query ids (their runs, or Arrow strings), doc ids as fixed-width bytes and float64
+    scores -- several times faster than a pass per column and a conversion per column, and without
+    the three lists of 8-byte pointers those passes build. Anything that conversion refuses (a row
     that is not a 3-tuple, ids that are not strings, a missing value, a score that is no number)
     sends the whole run to the generic path, which names the first bad row.
     """
@@ -468,7 +468,7 @@ def _generic_rows(rows: list[Any]) -> tuple[list[Any], list[Any], np.ndarray]:
     # numpy reads None as NaN and parses strings: both are named here instead.
     if not set(map(type, map(itemgetter(2), rows))) <= _SCORE_TYPES:
         for i, (_, _, score) in enumerate(rows):
-            if score is None or isinstance(score, (str, bytes)) or not isinstance(score, (int, float, np.number)):
+            if not isinstance(score, (int, float, np.number, np.bool_)):  # None, a string, anything else
                 what = "is missing" if score is None else f"must be a number, got {score!r}"
                 raise MetricError(f"score of row {i} ({rows[i][0]!r}, {rows[i][1]!r}) {what}")
     try:
