@@ -5,6 +5,7 @@
     python benchmarks/metrics_grid.py --plan             # print the commands, run nothing
     python benchmarks/metrics_grid.py --only 10k,200k-trec
     python benchmarks/metrics_grid.py --plot             # the ratios per form, from the result files
+    python benchmarks/metrics_grid.py --summary          # BENCHMARKS.md's comparison tables, from them
 
 Steps: 50,000 queries with rows shuffled within each query (every tool, peak memory of each) and
 with rows spread through the run (the same data: the same seed, rows permuted); 10,000 queries
@@ -36,16 +37,19 @@ OURS = [t for t, form in FORMS.items() if form.ours]
 PEERS = ["pytrec_eval", "pytrec_trec", "ranx_pandas", "ranx_prebuilt", "ir_measures"]
 EVERY = ",".join(["pytrec_eval", "pytrec_trec", *OURS, "ranx_pandas", "ranx_prebuilt", "ir_measures"])
 MEASURED = ",".join(["pytrec_eval", "pytrec_trec", *OURS])  # peak memory: ours and the references
+# The spread and 10k steps leave out the two slowest peers (ranx from a DataFrame, ir_measures: 16 and
+# 6 s a call at 50,000 queries), which the shuffled step measures: the grid has to fit its window.
+LEAN = ",".join(["pytrec_eval", "pytrec_trec", *OURS, "ranx_prebuilt"])
 BIG = ["--queries", "200000", "--rounds", "2", "--orders", "shuffled"]
 
 STEPS: dict[str, list[str]] = {
     "50k-shuffled": ["--orders", "shuffled", "--tools", EVERY, "--memory-tools", MEASURED],
-    "50k-spread": ["--orders", "spread", "--memory", "none", "--tools", EVERY],
-    "10k": ["--queries", "10000", "--orders", "shuffled", "--memory", "none", "--tools", EVERY],
+    "50k-spread": ["--orders", "spread", "--memory", "none", "--tools", LEAN],
+    "10k": ["--queries", "10000", "--orders", "shuffled", "--memory", "none", "--tools", LEAN],
+    "200k-dicts": [*BIG, "--memory", "first", "--tools", "pytrec_eval,dicts,rows"],
+    "200k-trec": [*BIG, "--memory", "first", "--tools", "pytrec_trec,trec_file"],
     "200k-columns": [*BIG, "--memory", "first", "--tools", "pytrec_eval,numpy,numpy_object,pyarrow"],
     "200k-tables": [*BIG, "--memory", "first", "--tools", "pytrec_eval,pandas_object,pandas,pandas_arrow,polars"],
-    "200k-trec": [*BIG, "--memory", "first", "--tools", "pytrec_trec,trec_file"],
-    "200k-dicts": [*BIG, "--memory", "first", "--tools", "pytrec_eval,dicts,rows"],
     "200k-ranx": [*BIG, "--memory", "none", "--tools", "pytrec_eval,ranx_prebuilt"],
 }
 OUT = {"50k-shuffled": "metrics_speed.json", "50k-spread": "metrics_speed_spread.json", "10k": "metrics_speed_10k.json"}
@@ -108,8 +112,8 @@ def plot(path: Path) -> Path | None:
         if target:
             ax.hlines(target, i - 0.45, i + 0.45, colors="black", linestyles="dashed", linewidth=1)
     ax.set_xticks(range(len(OURS)), [FORMS[t].label.removeprefix("ragaudit, ") for t in OURS], rotation=30, ha="right")
-    ax.set_ylabel("× pytrec_eval (wall clock, median)")
-    ax.set_title("ragaudit on each input form against pytrec_eval (dashed: the target)")
+    ax.set_ylabel("× reference (wall clock, median)")
+    ax.set_title("ragaudit on each input form against pytrec_eval (TREC file: parse_run + evaluate); dashed: target")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -117,16 +121,105 @@ def plot(path: Path) -> Path | None:
     return path
 
 
+def _cells(steps: list[str]) -> list[dict[str, Any]]:
+    """The first cell of each step's result file that exists (a 200,000-query group's, each)."""
+    return [json.loads(out_file(s).read_text())["cells"][0] for s in steps if out_file(s).exists()]
+
+
+def _merged(steps: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Speed and memory of every tool over *steps* (the first step that has a tool gives it)."""
+    speed: dict[str, Any] = {}
+    memory: dict[str, Any] = {}
+    for cell in _cells(steps):
+        for tool, r in cell["speed"].items():
+            speed.setdefault(tool, r)
+        for tool, m in cell["memory"].items():
+            memory.setdefault(tool, m)
+    return speed, memory
+
+
+BIG_STEPS = ["200k-columns", "200k-tables", "200k-trec", "200k-dicts", "200k-ranx"]
+
+
+def _per_row(rows: dict[str, int]) -> str:
+    """CPU nanoseconds per row of every tool at each size, and their growth."""
+    sizes = {"10k": ["10k"], "50k": ["50k-shuffled"], "200k": BIG_STEPS}
+    cpu = {size: {t: r["cpu_median_s"] for t, r in _merged(steps)[0].items()} for size, steps in sizes.items()}
+    out = ["| tool | 10k: ns/row (CPU) | 50k | 200k | 50k / 10k | 200k / 50k | 200k / 10k |",
+           "|---|--:|--:|--:|--:|--:|--:|"]
+    for tool in FORMS:
+        ns = {size: cpu[size][tool] * 1e9 / rows[size] for size in sizes if tool in cpu[size]}
+        if not ns:
+            continue
+        grown = [f"{ns[b] / ns[a]:.2f}" if a in ns and b in ns else "–"
+                 for a, b in (("10k", "50k"), ("50k", "200k"), ("10k", "200k"))]
+        cells = [f"{ns[size]:,.0f}" if size in ns else "–" for size in sizes]
+        out.append(f"| {FORMS[tool].label} | {' | '.join(cells + grown)} |")
+    return "\n".join(out)
+
+
+def _spread() -> str:
+    """Spread rows against contiguous ones (the same data, 50,000 queries), CPU seconds."""
+    contiguous, _ = _merged(["50k-shuffled"])
+    spread, _ = _merged(["50k-spread"])
+    out = ["| tool | contiguous (shuffled) CPU s | spread CPU s | spread / contiguous | spread: × reference "
+           "(wall; CPU) |", "|---|--:|--:|--:|--:|"]
+    for tool in FORMS:
+        if tool in contiguous and tool in spread:
+            a, b = contiguous[tool]["cpu_median_s"], spread[tool]["cpu_median_s"]
+            out.append(f"| {FORMS[tool].label} | {a:.2f} | {b:.2f} | {b / a:.2f} | {_ratio(spread[tool])} |")
+    return "\n".join(out)
+
+
+def _ratio(r: dict[str, Any] | None) -> str:
+    return f"{r['vs_reference']:.2f}×; {r['cpu_vs_reference']:.2f}×" if r and "vs_reference" in r else "–"
+
+
+def _peak(memory: dict[str, Any], tool: str) -> str:
+    mine, ref = memory.get(tool, {}).get("peak_mb"), memory.get(FORMS[tool].reference, {}).get("peak_mb")
+    return f"{mine:,.0f} vs {ref:,.0f}" if mine is not None and ref is not None else "–"
+
+
+def _diff(speed: dict[str, Any], tool: str) -> str:
+    value = speed.get(tool, {}).get("max_abs_diff_per_query")
+    return "–" if value is None else f"{value:.2g}"
+
+
+def _targets() -> str:
+    """Each of our forms against its targets: speed-up (50k, 200k), peak memory, exactness."""
+    out = ["| form | target | 50k: × reference (wall; CPU) | 200k: × reference (wall; CPU) | × ranx prebuilt "
+           "Run, 50k (wall) | peak MB, ours vs reference's, 50k | 200k | max per-query diff vs pytrec_eval "
+           "(50k; 200k) |", "|---|--:|--:|--:|--:|--:|--:|--:|"]
+    small, small_mem = _merged(["50k-shuffled"])
+    big, big_mem = _merged(BIG_STEPS)
+    for tool in OURS:
+        ranx = small.get(tool, {}).get("vs_ranx_prebuilt")
+        out.append(f"| {FORMS[tool].label.removeprefix('ragaudit, ')} | ≥ {FORMS[tool].target:g}× | "
+                   f"{_ratio(small.get(tool))} | {_ratio(big.get(tool))} | "
+                   f"{'–' if ranx is None else f'{ranx:.2f}×'} | {_peak(small_mem, tool)} | "
+                   f"{_peak(big_mem, tool)} | {_diff(small, tool)}; {_diff(big, tool)} |")
+    return "\n".join(out)
+
+
+def summary() -> str:
+    rows = {"10k": 1_000_000, "50k": 5_000_000, "200k": 20_000_000}
+    return "\n\n".join([_targets(), _per_row(rows), _spread()])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--plan", action="store_true", help="print the commands, run nothing")
     parser.add_argument("--only", default=None, help="comma-separated steps: " + ", ".join(STEPS))
     parser.add_argument("--plot", action="store_true", help="draw the ratios from the result files")
+    parser.add_argument("--summary", action="store_true", help="print the comparison tables of the result files")
     args = parser.parse_args(argv)
     steps = list(STEPS) if not args.only else [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = sorted(set(steps) - set(STEPS))
     if unknown:
         parser.error(f"unknown steps: {unknown}")
+    if args.summary:
+        print(summary())
+        return 0
     if args.plot:
         return 0 if plot(RESULTS / "metrics_speed_ratios.png") else 1
     if args.plan:

@@ -145,3 +145,23 @@ def test_queries_found_in_runs_until_they_are_not(arrow: bool) -> None:
     )
     qids, _, _ = _inputs.columns_of_rows(split)
     assert not isinstance(qids, _inputs.QidRuns)
+
+
+@pytest.mark.parametrize("sample", [64, 1 << 14])
+def test_spread_runs_are_told_from_their_first_rows_alike(monkeypatch: pytest.MonkeyPatch, sample: int) -> None:
+    """Query ids whose first rows are spread are grouped without a search for contiguous blocks;
+    a run that is spread only at its start, or only after it, is grouped all the same."""
+    monkeypatch.setattr(_inputs, "_SPREAD_SAMPLE", sample)
+    rows, qrels = _case(seed=8, spread=False, rows=40_000)
+    rng = np.random.default_rng(8)
+    cut = 3 * sample
+
+    def shuffled(part: list[tuple[str, str, float]]) -> list[tuple[str, str, float]]:
+        return [part[int(i)] for i in rng.permutation(len(part)).tolist()]
+
+    want = metrics.evaluate(_nested(rows), qrels, MEASURES, per_query=True)
+    for form in (shuffled(rows), shuffled(rows[:cut]) + rows[cut:], rows[:cut] + shuffled(rows[cut:])):
+        q, d, s = (np.array(col) for col in zip(*form))
+        for qids in (q, q.astype(object)):
+            got = metrics.evaluate_columns(qids, d, s, qrels, MEASURES, per_query=True)
+            assert got == want

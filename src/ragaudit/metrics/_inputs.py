@@ -346,6 +346,8 @@ def _positions(qid: str, ranked: Sequence[Any], on_duplicate: str) -> dict[str, 
     return out
 
 
+# Rows at the start of a run looked at to tell spread query ids (then not searched for blocks).
+_SPREAD_SAMPLE = 1 << 14
 # Rows converted per step by pyarrow: a step's tuples, strings and Arrow buffers stay in cache while
 # they are read (64 Ki rows convert ~30 % faster than 1 Mi), and the step's Arrow copy is released
 # before the next, so the conversion holds little beyond the compact columns it fills.
@@ -361,9 +363,9 @@ def columns_of_rows(rows: Iterable[Any]) -> tuple[Any, Any, Any]:
     three columns for :func:`prepare_columns`.
 
     With pyarrow: each step of rows is read by pyarrow in C, one pass over its tuples (a struct
-    array), into query ids as Arrow strings, doc ids as fixed-width bytes and float64 scores --
-    several times faster than a pass per column and a conversion per column, and without the
-    three lists of 8-byte pointers those passes build. Anything that conversion refuses (a row
+    array), into query ids (their runs, or Arrow strings), doc ids as fixed-width bytes and float64
+    scores -- several times faster than a pass per column and a conversion per column, and without
+    the three lists of 8-byte pointers those passes build. Anything that conversion refuses (a row
     that is not a 3-tuple, ids that are not strings, a missing value, a score that is no number)
     sends the whole run to the generic path, which names the first bad row.
     """
@@ -466,7 +468,7 @@ def _generic_rows(rows: list[Any]) -> tuple[list[Any], list[Any], np.ndarray]:
     # numpy reads None as NaN and parses strings: both are named here instead.
     if not set(map(type, map(itemgetter(2), rows))) <= _SCORE_TYPES:
         for i, (_, _, score) in enumerate(rows):
-            if score is None or isinstance(score, (str, bytes)) or not isinstance(score, (int, float, np.number)):
+            if not isinstance(score, (int, float, np.number, np.bool_)):  # None, a string, anything else
                 what = "is missing" if score is None else f"must be a number, got {score!r}"
                 raise MetricError(f"score of row {i} ({rows[i][0]!r}, {rows[i][1]!r}) {what}")
     try:
@@ -551,12 +553,15 @@ def _group_columns(q_arr: np.ndarray, q_names: list[str] | None) -> tuple[np.nda
 
     *q_names*: *q_arr* holds exact integer codes of these ids.
     """
-    # Rows of a query are nearly always contiguous: find the blocks without sorting any strings.
-    starts = np.concatenate(([0], np.flatnonzero(changes(q_arr)) + 1))
-    run_qids = _id_texts(q_arr[starts], q_names) if len(starts) <= len(q_arr) // 4 else []
-    # Contiguous when no id starts two blocks (the texts are the ids, compared as the run is).
-    if run_qids and len(set(run_qids)) == len(run_qids):
-        return np.diff(np.append(starts, len(q_arr))), run_qids, None
+    # Rows of a query are nearly always contiguous: find the blocks without sorting any strings --
+    # unless the first rows already change query at every other row (spread: the pass is wasted).
+    head = q_arr[:_SPREAD_SAMPLE]
+    if len(q_arr) <= 2 * len(head) or int(np.count_nonzero(changes(head))) <= len(head) // 4:
+        starts = np.concatenate(([0], np.flatnonzero(changes(q_arr)) + 1))
+        run_qids = _id_texts(q_arr[starts], q_names) if len(starts) <= len(q_arr) // 4 else []
+        # Contiguous when no id starts two blocks (the texts are the ids, compared as the run is).
+        if run_qids and len(set(run_qids)) == len(run_qids):
+            return np.diff(np.append(starts, len(q_arr))), run_qids, None
     # A query's rows are spread out: gather them (queries in order of first appearance), by exact
     # codes of the ids when there are (categories, Arrow's dictionary, pyarrow's hash of 'S' ids).
     if q_names is not None and q_arr.dtype.kind in "iu":
@@ -576,12 +581,14 @@ def _group_codes(codes: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[
     row_bits = max(n - 1, 1).bit_length()
     if max(len(names) - 1, 1).bit_length() + row_bits > 64:
         return _group_rows(codes, names)
-    # One plain sort of (code, row) packed in 64 bits: rows of a query stay in their order.
-    keys = codes.astype(np.uint64) << np.uint64(row_bits)
+    # One plain sort of (code, row) packed in 64 bits: rows of a query stay in their order. In
+    # place, and the row numbers read back as a view: each pass over 8 bytes a row counts here.
+    keys = codes.astype(np.uint64)
+    keys <<= np.uint64(row_bits)
     keys |= np.arange(n, dtype=np.uint64)
     keys.sort()
-    order = (keys & np.uint64((1 << row_bits) - 1)).astype(np.intp)
-    del keys
+    keys &= np.uint64((1 << row_bits) - 1)
+    order = keys.view(np.int64)
     counts = np.bincount(codes, minlength=len(names))
     present = np.flatnonzero(counts)
     sizes = counts[present]

@@ -43,8 +43,9 @@ def mapped(path: str | os.PathLike[str]) -> mmap.mmap | None:
 
     A mapping reads the page cache in place: reading a file of millions of lines into a ``bytes``
     copies it into as much fresh memory, whose page faults cost more than the copy and vary from
-    call to call with what the allocator kept. Nothing :func:`trec_columns` returns points into the
-    mapping; it is unmapped when the last reference goes.
+    call to call with what the allocator kept. (A file truncated while it is mapped would stop the
+    process with SIGBUS; a run file is not rewritten while it is evaluated.) Nothing that
+    :func:`trec_columns` returns points into the mapping; it is unmapped when the last reference goes.
     """
     try:
         with open(path, "rb") as fh:
