@@ -60,7 +60,10 @@ def out_file(step: str) -> Path:
 
 
 def command(step: str) -> list[str]:
-    return [sys.executable, str(ROOT / "benchmarks" / "metrics_speed.py"), *STEPS[step], "--out", str(out_file(step))]
+    # Paths relative to the checkout (the step runs there): the command is recorded in the result
+    # JSON, which is committed, and says nothing of the machine it ran on.
+    script = Path("benchmarks") / "metrics_speed.py"
+    return [sys.executable, str(script), *STEPS[step], "--out", str(out_file(step).relative_to(ROOT))]
 
 
 def _uptime() -> str:

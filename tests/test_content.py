@@ -211,11 +211,11 @@ def test_environment_keys_and_otlp_headers(monkeypatch: pytest.MonkeyPatch) -> N
                        "x-honeycomb-team=otlp-team-key-42,Authorization=Basic%20b3RscDpzZWNyZXQ=")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "api-key=otlp-traces-key-24")
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
-    monkeypatch.setenv("PWD", "/work/somewhere/long")
+    monkeypatch.setenv("PWD", "/srv/somewhere/long")
     ContentPolicy()  # building a policy rereads the environment at once
     text = scrub("env-key-value-123456 hf_tokenvalue987654 otlp-team-key-42 b3RscDpzZWNyZXQ= otlp-traces-key-24 "
-                 "false /work/somewhere/long")
-    assert text == " ".join([SECRET_MARKER] * 5) + " false /work/somewhere/long"
+                 "false /srv/somewhere/long")
+    assert text == " ".join([SECRET_MARKER] * 5) + " false /srv/somewhere/long"
 
 
 def test_a_secret_containing_another_is_replaced_whole() -> None:
