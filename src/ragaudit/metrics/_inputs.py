@@ -29,9 +29,11 @@ from ._tables import (
     ascii_bytes,
     changes,
     coded_ids,
+    encoded_runs,
     fixed_strings,
     fixed_width_codes,
     is_table,
+    joined_runs,
     object_runs,
     placed,
     python_strings,
@@ -418,7 +420,7 @@ def _arrow_rows(rows: list[Any]) -> tuple[Any, np.ndarray, np.ndarray] | None:
             runs = None
         qids.append(q)
     assert docids is not None
-    joined = _joined_runs(runs) if runs is not None else None
+    joined = joined_runs(runs) if runs is not None else None
     if runs is not None and joined is None:  # a query's rows in two places: group them after all
         qids = [pa.array(list(map(itemgetter(0), rows)), pa.string())]
     return (joined if joined is not None else pa.chunked_array(qids, type=pa.string())), docids, scores
@@ -430,27 +432,7 @@ def _step_runs(pc: Any, qids: Any) -> QidRuns | None:
     encoded = pc.run_end_encode(qids)
     if len(encoded.values) > max(len(qids) // 4, 1):
         return None
-    return QidRuns(np.diff(encoded.run_ends.to_numpy(zero_copy_only=False), prepend=0).astype(np.int64),
-                   encoded.values.to_pylist())
-
-
-def _joined_runs(steps: list[QidRuns]) -> QidRuns | None:
-    """The steps' runs as one (a run that crosses into the next step is one run); None when an id
-    makes two runs: its rows are not contiguous."""
-    lengths: list[np.ndarray] = []
-    qids: list[str] = []
-    for step in steps:
-        sizes, names = step.lengths, step.qids
-        if qids and names[0] == qids[-1]:
-            lengths[-1] = lengths[-1].copy()
-            lengths[-1][-1] += sizes[0]
-            sizes, names = sizes[1:], names[1:]
-        if len(sizes):
-            lengths.append(sizes)
-            qids.extend(names)
-    if len(set(qids)) != len(qids):
-        return None
-    return QidRuns(np.concatenate(lengths), qids)
+    return encoded_runs(encoded)
 
 
 def _generic_rows(rows: list[Any]) -> tuple[list[Any], list[Any], np.ndarray]:

@@ -11,7 +11,7 @@ strings -- so ``import ragaudit.metrics`` loads numpy only."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,10 +30,12 @@ __all__ = [
     "ascii_bytes",
     "changes",
     "coded_ids",
+    "encoded_runs",
     "find_column",
     "fixed_strings",
     "fixed_width_codes",
     "is_table",
+    "joined_runs",
     "object_runs",
     "padded_strings",
     "placed",
@@ -586,20 +588,35 @@ def _arrow_runs(pc: Any, arrow: Any) -> QidRuns | None:
     encoded = [pc.run_end_encode(c) for c in chunks]
     if sum(len(e.values) for e in encoded) - (len(encoded) - 1) > n // 4:
         return None
+    return joined_runs(encoded_runs(e) for e in encoded)
+
+
+def encoded_runs(encoded: Any) -> QidRuns:
+    """The runs of one Arrow run-end-encoded array of ids."""
+    return QidRuns(np.diff(encoded.run_ends.to_numpy(zero_copy_only=False), prepend=0).astype(np.int64),
+                   encoded.values.to_pylist())
+
+
+def joined_runs(steps: Iterable[QidRuns]) -> QidRuns | None:
+    """Runs of consecutive pieces of one column (Arrow chunks, steps of rows) as one: a run that
+    crosses into the next piece is one run. None when an id makes two runs: its rows are not
+    contiguous."""
+    lengths: list[np.ndarray] = []
     qids: list[str] = []
-    sizes: list[np.ndarray] = []
-    for e in encoded:
-        values = e.values.to_pylist()
-        part = np.diff(e.run_ends.to_numpy(zero_copy_only=False), prepend=0).astype(np.int64)
-        if qids and values[0] == qids[-1]:  # a run split across two chunks
-            sizes[-1][-1] += part[0]
-            values, part = values[1:], part[1:]
-        if len(part):
-            qids.extend(values)
-            sizes.append(part)
+    for step in steps:
+        sizes, names = step.lengths, step.qids
+        if not len(sizes):
+            continue
+        if qids and names[0] == qids[-1]:
+            lengths[-1] = lengths[-1].copy()  # a piece's lengths may be the caller's: never edited
+            lengths[-1][-1] += sizes[0]
+            sizes, names = sizes[1:], names[1:]
+        if len(sizes):
+            lengths.append(sizes)
+            qids.extend(names)
     if len(set(qids)) != len(qids):
         return None
-    return QidRuns(np.concatenate(sizes), qids)
+    return QidRuns(np.concatenate(lengths), qids)
 
 
 def qid_text(value: Any) -> str:
