@@ -53,17 +53,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=100_000)
     parser.add_argument("--depth", type=int, default=100)
     parser.add_argument("--ties", type=float, default=0.05)
-    parser.add_argument("--order", choices=("rank", "shuffled"), default="rank")
+    parser.add_argument("--order", choices=("rank", "shuffled", "spread"), default="rank")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tools", default="numpy,pandas,pyarrow")
     parser.add_argument("--kernel", action="store_true", help="split rank_judged of column runs too")
+    parser.add_argument("--long-ids", action="store_true", help="32-character doc ids, as metrics_grid.py's cells")
     args = parser.parse_args(argv)
     from benchmarks import metrics_speed
 
     from ragaudit.metrics import _docids, _kernel, retrieval
 
     tools = [t for t in args.tools.split(",") if t]
-    data = metrics_speed.make_cell(args.queries, args.depth, 5, args.ties, args.order, seed=0)
+    data = metrics_speed.make_cell(args.queries, args.depth, 5, args.ties, args.order, seed=0, long_ids=args.long_ids)
     call = metrics_speed.calls(metrics_speed.build_inputs(data, tools), tools)
     totals: dict[str, float] = {}
     for stage in STAGES:  # the names retrieval.py calls them by

@@ -152,12 +152,12 @@ def test_polars_columns_equal_the_numpy_path() -> None:
     }
     for label, frame in frames.items():
         assert metrics.evaluate(frame, qrels, MEASURES, per_query=True, ties="pytrec_eval") == want, label
-    runs = _tables.coded_ids(frames["strings"]["qid"], "qids")
+    runs = _tables.coded_ids(frames["strings"]["qid"], "qids", 1 << 14)
     assert isinstance(runs, _tables.QidRuns) and runs.qids == list(dict.fromkeys(ql))
     # A query whose rows come in two runs, and rows spread out: grouped by id, not as runs.
     for order in (np.r_[np.arange(100, len(q)), np.arange(100)], np.random.default_rng(1).permutation(len(q))):
         frame = pl.DataFrame({"qid": q[order].tolist(), "docid": d[order].tolist(), "score": s[order]})
-        assert _tables.coded_ids(frame["qid"], "qids") is not None
+        assert _tables.coded_ids(frame["qid"], "qids", 1 << 14) is not None
         assert metrics.evaluate(frame, qrels, MEASURES, per_query=True, ties="pytrec_eval") == _evaluate(
             q[order], d[order], s[order], qrels)
 

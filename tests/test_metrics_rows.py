@@ -15,7 +15,7 @@ import pytest
 
 from ragaudit import metrics
 from ragaudit.errors import MetricError
-from ragaudit.metrics import _inputs
+from ragaudit.metrics import _inputs, _tables
 
 MEASURES = ["ndcg@10", "recall@10", "mrr", "map@100", "P@5", "bpref", "num_ret"]
 
@@ -162,6 +162,39 @@ def test_spread_runs_are_told_from_their_first_rows_alike(monkeypatch: pytest.Mo
     want = metrics.evaluate(_nested(rows), qrels, MEASURES, per_query=True)
     for form in (shuffled(rows), shuffled(rows[:cut]) + rows[cut:], rows[:cut] + shuffled(rows[cut:])):
         q, d, s = (np.array(col) for col in zip(*form))
-        for qids in (q, q.astype(object)):
+        for qids in (q, q.astype(object), *_arrow_and_polars(q.tolist())):
             got = metrics.evaluate_columns(qids, d, s, qrels, MEASURES, per_query=True)
-            assert got == want
+            assert got == want, type(qids)
+
+
+def test_arrow_and_polars_ids_changing_at_their_first_rows_are_not_searched_for_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Query ids that change at most of the first sampled rows are grouped by their codes: runs are
+    not looked for over the whole column (a wasted pass when the ids are spread), even where the
+    whole would have made runs; the results stay the same."""
+    pa = pytest.importorskip("pyarrow")
+    pc = pytest.importorskip("pyarrow.compute")
+    pl = pytest.importorskip("polars")
+    rows, qrels = _case(seed=9, spread=False, rows=40_000)
+    # 64 queries of one row first, then the contiguous rows: runs over the whole, none in the head.
+    form = [(f"single-{i}", f"doc-{i}", 1.0) for i in range(64)] + rows
+    q = [row[0] for row in form]
+    for sample, runs in ((64, False), (1 << 14, True)):
+        assert (_tables._arrow_runs(pc, pa.array(q, pa.string()), sample) is not None) is runs
+        assert (_tables._polars_runs(pl.Series(q), "qids", sample) is not None) is runs
+    monkeypatch.setattr(_inputs, "_SPREAD_SAMPLE", 64)
+    want = metrics.evaluate(_nested(form), qrels, MEASURES, per_query=True)
+    _, d, s = (np.array(col) for col in zip(*form))
+    for qids in _arrow_and_polars(q):
+        assert metrics.evaluate_columns(qids, d, s, qrels, MEASURES, per_query=True) == want, type(qids)
+
+
+def _arrow_and_polars(qids: list[str]) -> list[Any]:
+    """*qids* as a pyarrow array, a chunked one, a Polars Series and a pandas ``string[pyarrow]`` one."""
+    pa = pytest.importorskip("pyarrow")
+    pl = pytest.importorskip("polars")
+    pd = pytest.importorskip("pandas")
+    half = len(qids) // 2
+    return [pa.array(qids, pa.string()), pa.chunked_array([qids[:half], qids[half:]], pa.string()),
+            pl.Series(qids), pd.Series(qids, dtype="string[pyarrow]")]

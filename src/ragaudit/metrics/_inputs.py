@@ -521,7 +521,7 @@ def _query_ids(qids: Any) -> tuple[QidRuns | None, np.ndarray, list[str] | None]
     if runs is not None:
         return runs, np.zeros(0, dtype=np.int64), None
     qids = python_strings(qids)
-    coded = coded_ids(qids, "qids")
+    coded = coded_ids(qids, "qids", _SPREAD_SAMPLE)
     if coded is None:
         return None, ascii_bytes(to_numpy(qids, "qids")), None
     if isinstance(coded, QidRuns):

@@ -485,10 +485,14 @@ class QidRuns:
     qids: list[str]
 
 
-def coded_ids(column: Any, what: str) -> QidRuns | tuple[np.ndarray, list[str]] | None:
+def coded_ids(column: Any, what: str, sample: int) -> QidRuns | tuple[np.ndarray, list[str]] | None:
     """Query ids as integer codes and the distinct ids (as strings) they index, without a
     Python object per row: Arrow string columns are dictionary-encoded in C, pandas categoricals
-    give their codes. None for any other column (numpy arrays take the generic path)."""
+    give their codes. None for any other column (numpy arrays take the generic path).
+
+    Contiguous runs are looked for first, unless the column's first *sample* rows already change
+    id at more than one row in four (spread: the search would be wasted, as in ``_group_columns``).
+    """
     categories = getattr(getattr(column, "cat", None), "categories", None)
     if categories is not None and hasattr(column, "iloc"):
         codes = np.asarray(column.cat.codes.to_numpy(), dtype=np.int64)
@@ -499,7 +503,7 @@ def coded_ids(column: Any, what: str) -> QidRuns | tuple[np.ndarray, list[str]] 
             return None  # two categories print alike: compare them as strings the slow way
         return codes, names
     if _is_polars(column):
-        runs = _polars_runs(column, what)
+        runs = _polars_runs(column, what, sample)
         if runs is not None:
             return runs
     arrow = _as_arrow(column, combine=False)
@@ -518,7 +522,7 @@ def coded_ids(column: Any, what: str) -> QidRuns | tuple[np.ndarray, list[str]] 
     pc = _arrow_compute()
     if pc is None:
         return None
-    runs = _arrow_runs(pc, arrow)
+    runs = _arrow_runs(pc, arrow, sample)
     if runs is not None:
         return runs
     encoded = pc.dictionary_encode(arrow)
@@ -558,7 +562,7 @@ def fixed_width_codes(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False), distinct
 
 
-def _polars_runs(column: Any, what: str) -> QidRuns | None:
+def _polars_runs(column: Any, what: str, sample: int) -> QidRuns | None:
     """The runs of equal ids of a Polars string (or categorical) Series, as :func:`_arrow_runs`
     finds them, by Polars' own run-length encoding: its strings are views, which Arrow's
     encoder does not take, so this spares a copy of the column into Arrow's layout."""
@@ -567,6 +571,8 @@ def _polars_runs(column: Any, what: str) -> QidRuns | None:
         return None
     if column.null_count():
         raise MetricError(f"{what} has {column.null_count()} missing values")
+    if len(column) > 2 * sample and len(column.head(sample).rle()) > sample // 4:
+        return None  # spread from the start
     runs = column.rle()
     lengths = runs.struct.field("len").to_numpy()
     if not len(lengths) or len(lengths) > len(column) // 4:
@@ -577,14 +583,17 @@ def _polars_runs(column: Any, what: str) -> QidRuns | None:
     return QidRuns(lengths.astype(np.int64), qids)
 
 
-def _arrow_runs(pc: Any, arrow: Any) -> QidRuns | None:
+def _arrow_runs(pc: Any, arrow: Any, sample: int) -> QidRuns | None:
     """The runs of equal ids of an Arrow string column (chunked or not) when each id makes one
     run and runs average 4 rows or more (a query's rows are nearly always contiguous), else None.
-    The ids are then never looked at row by row."""
+    The ids are then never looked at row by row. None at once when the first *sample* rows
+    average fewer than 4 rows a run (spread from the start: encoding the whole column is wasted)."""
     n = len(arrow)
     if not n or not hasattr(pc, "run_end_encode"):
         return None
     chunks = [c for c in getattr(arrow, "chunks", [arrow]) if len(c)]
+    if n > 2 * sample and len(pc.run_end_encode(chunks[0].slice(0, sample)).values) > sample // 4:
+        return None
     encoded = [pc.run_end_encode(c) for c in chunks]
     if sum(len(e.values) for e in encoded) - (len(encoded) - 1) > n // 4:
         return None
