@@ -68,6 +68,24 @@ def test_metrics_speed_quick_writes_its_grid(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(300)
+def test_spread_qids_times_both_sides_for_every_arrow_and_polars_form(tmp_path: Path) -> None:
+    for module in ("pandas", "pyarrow", "polars"):
+        pytest.importorskip(module)
+    out = tmp_path / "spread_qids.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "spread_qids.py"), "--queries", "2000", "--rounds", "2",
+         "--quick", "--out", str(out)],
+        capture_output=True, text=True, timeout=280, cwd=REPO,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    doc = json.loads(out.read_text())
+    assert doc["benchmark"] == "spread_qids" and doc["quick"] is True and doc["rounds"] == 2
+    assert set(doc["results"]) == {"pyarrow", "pandas 3 str", "string[pyarrow]", "Polars"}
+    for form in doc["results"].values():
+        assert {side: len(v) for side, v in form["rounds_cpu_s"].items()} == {"first rows": 2, "whole column": 2}
+
+
+@pytest.mark.timeout(300)
 def test_profile_metrics_prints_every_stage_for_every_column_input() -> None:
     pytest.importorskip("pandas")
     pytest.importorskip("pyarrow")
