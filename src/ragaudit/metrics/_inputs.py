@@ -39,6 +39,7 @@ from ._tables import (
     python_strings,
     qid_text,
     same_rows,
+    spread_from_start,
     table_column,
     take,
     to_numpy,
@@ -536,9 +537,8 @@ def _group_columns(q_arr: np.ndarray, q_names: list[str] | None) -> tuple[np.nda
     *q_names*: *q_arr* holds exact integer codes of these ids.
     """
     # Rows of a query are nearly always contiguous: find the blocks without sorting any strings --
-    # unless the first rows already change query at every other row (spread: the pass is wasted).
-    head = q_arr[:_SPREAD_SAMPLE]
-    if len(q_arr) <= 2 * len(head) or int(np.count_nonzero(changes(head))) <= len(head) // 4:
+    # unless the ids are spread from the start (then the pass is wasted).
+    if not spread_from_start(len(q_arr), int(np.count_nonzero(changes(q_arr[:_SPREAD_SAMPLE]))), _SPREAD_SAMPLE):
         starts = np.concatenate(([0], np.flatnonzero(changes(q_arr)) + 1))
         run_qids = _id_texts(q_arr[starts], q_names) if len(starts) <= len(q_arr) // 4 else []
         # Contiguous when no id starts two blocks (the texts are the ids, compared as the run is).

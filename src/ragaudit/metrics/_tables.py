@@ -42,6 +42,7 @@ __all__ = [
     "python_strings",
     "qid_text",
     "same_rows",
+    "spread_from_start",
     "table_column",
     "take",
     "to_numpy",
@@ -490,8 +491,7 @@ def coded_ids(column: Any, what: str, sample: int) -> QidRuns | tuple[np.ndarray
     Python object per row: Arrow string columns are dictionary-encoded in C, pandas categoricals
     give their codes. None for any other column (numpy arrays take the generic path).
 
-    Contiguous runs are looked for first, unless the column's first *sample* rows already change
-    id at more than one row in four (spread: the search would be wasted, as in ``_group_columns``).
+    Contiguous runs are looked for first, unless the ids are :func:`spread_from_start`.
     """
     categories = getattr(getattr(column, "cat", None), "categories", None)
     if categories is not None and hasattr(column, "iloc"):
@@ -562,6 +562,14 @@ def fixed_width_codes(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False), distinct
 
 
+def spread_from_start(n: int, head_changes: int, sample: int) -> bool:
+    """Whether a column of *n* ids whose first *sample* rows change id *head_changes* times is
+    spread from its start: more than one change in four rows there (and a column over twice the
+    sample). Its rows are then grouped at once, with no search for contiguous runs first -- a
+    pass that spread ids would waste."""
+    return n > 2 * sample and head_changes > sample // 4
+
+
 def _polars_runs(column: Any, what: str, sample: int) -> QidRuns | None:
     """The runs of equal ids of a Polars string (or categorical) Series, as :func:`_arrow_runs`
     finds them, by Polars' own run-length encoding: its strings are views, which Arrow's
@@ -571,8 +579,8 @@ def _polars_runs(column: Any, what: str, sample: int) -> QidRuns | None:
         return None
     if column.null_count():
         raise MetricError(f"{what} has {column.null_count()} missing values")
-    if len(column) > 2 * sample and len(column.head(sample).rle()) > sample // 4:
-        return None  # spread from the start
+    if spread_from_start(len(column), len(column.head(sample).rle()) - 1, sample):
+        return None
     runs = column.rle()
     lengths = runs.struct.field("len").to_numpy()
     if not len(lengths) or len(lengths) > len(column) // 4:
@@ -592,7 +600,7 @@ def _arrow_runs(pc: Any, arrow: Any, sample: int) -> QidRuns | None:
     if not n or not hasattr(pc, "run_end_encode"):
         return None
     chunks = [c for c in getattr(arrow, "chunks", [arrow]) if len(c)]
-    if n > 2 * sample and len(pc.run_end_encode(chunks[0].slice(0, sample)).values) > sample // 4:
+    if spread_from_start(n, len(pc.run_end_encode(chunks[0].slice(0, sample)).values) - 1, sample):
         return None
     encoded = [pc.run_end_encode(c) for c in chunks]
     if sum(len(e.values) for e in encoded) - (len(encoded) - 1) > n // 4:
