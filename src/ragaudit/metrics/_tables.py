@@ -594,8 +594,8 @@ def _polars_runs(column: Any, what: str, sample: int) -> QidRuns | None:
 def _arrow_runs(pc: Any, arrow: Any, sample: int) -> QidRuns | None:
     """The runs of equal ids of an Arrow string column (chunked or not) when each id makes one
     run and runs average 4 rows or more (a query's rows are nearly always contiguous), else None.
-    The ids are then never looked at row by row. None at once when the first *sample* rows
-    average fewer than 4 rows a run (spread from the start: encoding the whole column is wasted)."""
+    The ids are then never looked at row by row. None at once when they are
+    :func:`spread_from_start` (encoding the whole column would be wasted)."""
     n = len(arrow)
     if not n or not hasattr(pc, "run_end_encode"):
         return None
