@@ -37,6 +37,9 @@ class Form:
     target: float | None = None
     module: str | None = None
     ours: bool = True
+    # Ours with the C speedups turned off for the call (ragaudit.metrics._fast.speedups = None): the
+    # pure path of a form, timed in the same rounds as the built one. Not in the grid's steps.
+    pure: bool = False
 
 
 FORMS: dict[str, Form] = {
@@ -53,6 +56,12 @@ FORMS: dict[str, Form] = {
     "pyarrow": Form("ragaudit, pyarrow Table", "table", target=5, module="pyarrow"),
     "polars": Form("ragaudit, Polars DataFrame", "polars", target=5, module="polars"),
     "trec_file": Form("ragaudit, TREC file (read_run + evaluate)", "trec_path", reference="pytrec_trec", target=3),
+    "rows_pure": Form("ragaudit, list of (qid, docid, score), pure Python", "rows", target=3, pure=True),
+    "numpy_pure": Form("ragaudit, numpy U columns, pure Python", "columns", target=5, pure=True),
+    "numpy_object_pure": Form("ragaudit, numpy object columns, pure Python", "object_columns", target=5,
+                              pure=True),
+    "pandas_object_pure": Form("ragaudit, pandas object DataFrame, pure Python", "pandas_object", target=5,
+                               module="pandas", pure=True),
     "ranx_dicts": Form("ranx, nested dicts (Run(dict) + evaluate)", "run", module="ranx", ours=False),
     "ranx_pandas": Form("ranx, pandas object DataFrame (Run.from_df + evaluate)", "pandas_object", module="ranx",
                         ours=False),
@@ -163,8 +172,27 @@ def _ranx(qrels: Any, run: Any) -> dict[str, Any]:
     return ranx.evaluate(qrels, run, list(RANX_NAMES.values()), return_mean=False, save_results_in_run=False)
 
 
+def _without_speedups(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """*fn* run with the C speedups turned off (the pure path), then turned back on."""
+    from ragaudit.metrics import _fast
+
+    def pure() -> Any:
+        built, _fast.speedups = _fast.speedups, None
+        try:
+            return fn()
+        finally:
+            _fast.speedups = built
+
+    return pure
+
+
 def per_query_call(tool: str, inputs: dict[str, Any]) -> Callable[[], dict[str, dict[str, float]]]:
     """The tool's per-query values ({qid: {measure: value}}), for the exactness check."""
+    call = _per_query_call(tool, inputs)
+    return _without_speedups(call) if FORMS[tool].pure else call
+
+
+def _per_query_call(tool: str, inputs: dict[str, Any]) -> Callable[[], dict[str, dict[str, float]]]:
     from ragaudit import metrics
 
     qrels = inputs["qrels"]
@@ -192,6 +220,11 @@ def per_query_call(tool: str, inputs: dict[str, Any]) -> Callable[[], dict[str, 
 
 def timed_call(tool: str, inputs: dict[str, Any]) -> Callable[[], Any]:
     """The call the clock measures: from the tool's input to its means."""
+    call = _timed_call(tool, inputs)
+    return _without_speedups(call) if FORMS[tool].pure else call
+
+
+def _timed_call(tool: str, inputs: dict[str, Any]) -> Callable[[], Any]:
     from ragaudit import metrics
 
     qrels = inputs["qrels"]

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from benchmarks._metrics_forms import FORMS  # noqa: E402
 
-OURS = [t for t, form in FORMS.items() if form.ours]
+OURS = [t for t, form in FORMS.items() if form.ours and not form.pure]
 PEERS = ["pytrec_eval", "pytrec_trec", "ranx_pandas", "ranx_prebuilt", "ir_measures"]
 EVERY = ",".join(["pytrec_eval", "pytrec_trec", *OURS, "ranx_pandas", "ranx_prebuilt", "ir_measures"])
 MEASURED = ",".join(["pytrec_eval", "pytrec_trec", *OURS])  # peak memory: ours and the references
@@ -41,6 +41,8 @@ MEASURED = ",".join(["pytrec_eval", "pytrec_trec", *OURS])  # peak memory: ours 
 # 6 s a call at 50,000 queries), which the shuffled step measures: the grid has to fit its window.
 LEAN = ",".join(["pytrec_eval", "pytrec_trec", *OURS, "ranx_prebuilt"])
 BIG = ["--queries", "200000", "--rounds", "2", "--orders", "shuffled"]
+# The forms the C speedups read (Python objects, numpy U), each beside its pure twin.
+PURE = ",".join(f"{t},{t}_pure" for t in ("rows", "numpy", "numpy_object", "pandas_object"))
 
 STEPS: dict[str, list[str]] = {
     "50k-shuffled": ["--orders", "shuffled", "--tools", EVERY, "--memory-tools", MEASURED],
@@ -51,8 +53,11 @@ STEPS: dict[str, list[str]] = {
     "200k-columns": [*BIG, "--memory", "first", "--tools", "pytrec_eval,numpy,numpy_object,pyarrow"],
     "200k-tables": [*BIG, "--memory", "first", "--tools", "pytrec_eval,pandas_object,pandas,pandas_arrow,polars"],
     "200k-ranx": [*BIG, "--memory", "none", "--tools", "pytrec_eval,ranx_prebuilt"],
+    # The C speedups against the pure path, in the same process and rounds (with pytrec_eval).
+    "50k-pure": ["--orders", "shuffled", "--memory-tools", PURE, "--tools", f"pytrec_eval,{PURE}"],
 }
-OUT = {"50k-shuffled": "metrics_speed.json", "50k-spread": "metrics_speed_spread.json", "10k": "metrics_speed_10k.json"}
+OUT = {"50k-shuffled": "metrics_speed.json", "50k-spread": "metrics_speed_spread.json", "10k": "metrics_speed_10k.json",
+       "50k-pure": "metrics_speed_pure.json"}
 
 
 def out_file(step: str) -> Path:

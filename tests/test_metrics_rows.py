@@ -15,7 +15,7 @@ import pytest
 
 from ragaudit import metrics
 from ragaudit.errors import MetricError
-from ragaudit.metrics import _inputs, _tables
+from ragaudit.metrics import _fast, _inputs, _tables
 
 MEASURES = ["ndcg@10", "recall@10", "mrr", "map@100", "P@5", "bpref", "num_ret"]
 
@@ -60,6 +60,8 @@ def arrow(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bo
     else:
         monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if pyarrow were not installed
     monkeypatch.setattr(_inputs, "_ROWS_STEP", 1_000)  # many steps: queries and id widths straddle them
+    # The paths without the C speedups (tests/test_metrics_speedups.py compares those with them).
+    monkeypatch.setattr(_fast, "speedups", None)
     return bool(request.param)
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from ragaudit import metrics
 from ragaudit.errors import MetricError
-from ragaudit.metrics import _docids, _inputs, _kernel, retrieval
+from ragaudit.metrics import _docids, _fast, _inputs, _kernel, retrieval
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
 
@@ -379,12 +379,36 @@ class _CollidingIds(_docids.DocIds):
     """Doc ids whose hash function maps everything to two values: collisions everywhere."""
 
     def hash(self, encoded: np.ndarray) -> np.ndarray:
-        return (_docids.hash_fixed(encoded) & np.uint64(1)) << np.uint64(62)
+        return _collide(_docids.hash_fixed(encoded))
 
 
-def test_hash_collisions_are_settled_by_comparing_ids() -> None:
+class _CollidingHashed(_docids.HashedDocIds):
+    """The same for doc ids hashed by the C speedups (kept in the caller's column)."""
+
+    def hash(self, encoded: np.ndarray) -> np.ndarray:
+        return _collide(_docids.hash_fixed(encoded))
+
+
+def _collide(hashes: np.ndarray) -> np.ndarray:
+    return (hashes & np.uint64(1)) << np.uint64(62)
+
+
+def _colliding(docs: _docids.DocIds, ids: np.ndarray | None = None) -> _docids.DocIds:
+    if isinstance(docs, _docids.HashedDocIds):
+        hashed = docs if ids is None else _docids.hashed_docids(ids)  # new ids: hashed again
+        assert hashed is not None and hashed.hashes is not None
+        return _CollidingHashed(docs.ids, docs.rows, hashed.column, docs.field, _collide(hashed.hashes))
+    return _CollidingIds(docs.ids if ids is None else ids, docs.rows)
+
+
+@pytest.mark.parametrize("speedups", [False, True], ids=["pure", "C speedups"])
+def test_hash_collisions_are_settled_by_comparing_ids(speedups: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     # With a hash that collides for half of all ids, duplicate detection and the qrels join must
     # fall back to comparing the strings and still agree with trec_eval.
+    if speedups and _fast.speedups is None:
+        pytest.skip("the C speedups are not built in this install")
+    if not speedups:
+        monkeypatch.setattr(_fast, "speedups", None)
     run, qrels = _random_case(seed=11, n_queries=200)
     nonempty = {q: d for q, d in run.items() if d}
     qids, docids, scores = _columns(nonempty)
@@ -392,16 +416,17 @@ def test_hash_collisions_are_settled_by_comparing_ids() -> None:
     prepared, n_run = _inputs.prepare_columns(qids, docids, scores, prepared_qrels)
     assert prepared.docs is not None
     docs = prepared.docs
-    colliding = dataclasses.replace(prepared, docs=_CollidingIds(docs.ids, docs.rows))
+    assert isinstance(docs, _docids.HashedDocIds) is speedups
+    colliding = dataclasses.replace(prepared, docs=_colliding(docs))
     keys = [(name, metrics.parse_measure(name)) for name in MEASURES]
     ours = retrieval._finish(colliding, prepared_qrels, keys, PYTREC_OPTIONS, True, n_run)
     reference = pytrec_eval.RelevanceEvaluator(qrels, TREC_NAMES).evaluate(nonempty)
     _compare(ours, reference, nonempty, qrels, "colliding hashes")  # type: ignore[arg-type]
-    dup_ids = docs.ids.copy()
+    dup_ids = (docs.column if isinstance(docs, _docids.HashedDocIds) else docs.ids).copy()
     first = int(prepared.offsets[0])
     row_of = np.arange(len(dup_ids)) if docs.rows is None else docs.rows  # run row -> the column's row
     dup_ids[row_of[first + 1]] = dup_ids[row_of[first]]
-    duplicated = dataclasses.replace(prepared, docs=_CollidingIds(dup_ids, docs.rows))
+    duplicated = dataclasses.replace(prepared, docs=_colliding(docs, dup_ids))
     with pytest.raises(MetricError, match="more than once"):
         retrieval._finish(duplicated, prepared_qrels, keys, PYTREC_OPTIONS, True, n_run)
 

@@ -12,14 +12,27 @@ import math
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
 from ..errors import MetricError
-from ._tables import arrow_strings, padded_strings, qid_text, take
+from . import _fast
+from ._tables import arrow_strings, ascii_bytes, object_values, padded_strings, qid_text, take
 
-__all__ = ["DocIds", "SeriesDocIds", "docids_from_array", "hash_fixed", "id_codes", "plain_polars_strings"]
+__all__ = [
+    "WEIGHTS",
+    "DocIds",
+    "HashedDocIds",
+    "SeriesDocIds",
+    "docids_from_array",
+    "hash_fixed",
+    "hashed_docids",
+    "id_codes",
+    "plain_polars_strings",
+    "string_hashes",
+]
 
 _HASH_MASK = np.uint64(0x7FFF_FFFF_FFFF_FFFF)
 # Rows hashed per step: the block's words stay in cache across the per-word passes.
@@ -31,6 +44,10 @@ def _weights(width: int) -> np.ndarray:
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return (z ^ (z >> np.uint64(31))) | np.uint64(1)
+
+
+# The weights of the first 64 words (ids of up to 512 bytes), as the C speedups read them.
+WEIGHTS = _weights(64).tobytes()
 
 
 def _str_len(arr: np.ndarray) -> np.ndarray:
@@ -108,6 +125,18 @@ def _hash_units(arr: np.ndarray, used: int, unit: int, out: np.ndarray) -> None:
         np.multiply(block[:, 0], weights[0], out=h, casting="unsafe")
         for k in range(1, block.shape[1]):
             h += block[:, k] * weights[k]
+
+
+def string_hashes(values: Any) -> np.ndarray | None:
+    """:func:`hash_fixed`'s hash of each of *values* (a list, tuple or numpy object array of ASCII
+    strings, as their bytes), computed by the C speedups straight from the string objects; None
+    without the speedups, or when a value is not an ASCII ``str`` without NUL of at most 512
+    characters."""
+    native = _fast.speedups
+    if native is None:
+        return None
+    hashes = native.hash_strings(values, WEIGHTS)
+    return None if hashes is None else np.frombuffer(hashes, dtype=np.uint64)
 
 
 def _hash_objects(values: Iterable[Any], n: int) -> np.ndarray:
@@ -242,6 +271,93 @@ class SeriesDocIds(DocIds):
 
     def take(self, index: np.ndarray) -> DocIds:
         return SeriesDocIds(self.ids, self._where(index), self.series)
+
+
+@dataclass(frozen=True, slots=True)
+class HashedDocIds(DocIds):
+    """Doc ids kept in the caller's own column, hashed once by the C speedups (``hashes``, in the
+    column's order) and gathered only where ids are compared (matches found by hash, tied
+    scores). ``column``: Python strings (a list, a tuple, a numpy object array), a numpy ``U``
+    array, or -- with ``field`` 1 -- the caller's list of (qid, docid, score) rows.
+
+    The column is never copied whole into fixed-width bytes: on a 5 M-row run that copy's fresh
+    memory costs more than reading the ids does. Every id is ASCII (the speedups decline anything
+    else), so its bytes are the ones the qrels' ids are encoded to. ``ids`` is an empty
+    byte-string array: the kind :meth:`at` and :meth:`encode` give.
+    """
+
+    column: Any = None
+    field: int | None = None
+    hashes: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        assert self.hashes is not None
+        return len(self.hashes) if self.rows is None else len(self.rows)
+
+    def row_hashes(self) -> np.ndarray:
+        assert self.hashes is not None
+        return self.hashes if self.rows is None else self.hashes[self.rows]
+
+    def _values(self, where: np.ndarray) -> list[str]:
+        index = where.tolist()
+        if self.field is not None:
+            return list(map(itemgetter(self.field), map(self.column.__getitem__, index)))
+        if isinstance(self.column, np.ndarray):
+            return self.column[where].tolist()  # type: ignore[no-any-return]
+        return list(map(self.column.__getitem__, index))
+
+    def _index(self, index: Any) -> np.ndarray:
+        where = self._where(index)
+        if isinstance(where, slice):
+            where = np.arange(len(self))[where]
+        return np.ascontiguousarray(where, dtype=np.intp).reshape(-1)  # C reads it as one buffer
+
+    def text(self, index: int) -> str:
+        return self._values(self._index(index))[0]
+
+    def at(self, index: Any) -> np.ndarray:
+        where = self._index(index)
+        if isinstance(self.column, np.ndarray) and self.column.dtype.kind == "U":
+            fixed = ascii_bytes(take(self.column, where))
+            return fixed if np.ndim(self._where(index)) else fixed[0]
+        native = _fast.speedups
+        field = -1 if self.field is None else self.field
+        gathered = None if native is None else native.gather_ascii(self.column, where, field)
+        if gathered is not None:
+            fixed = np.frombuffer(gathered[0], dtype=f"S{gathered[1]}")
+        else:  # the speedups turned off since (a test): the same bytes, by a join
+            joined = _ascii_fixed(self._values(where))
+            assert joined is not None  # ASCII without NUL: checked by the speedups
+            fixed = joined
+        return fixed if np.ndim(self._where(index)) else fixed[0]
+
+    def take(self, index: np.ndarray) -> DocIds:
+        return HashedDocIds(self.ids, self._where(index), self.column, self.field, self.hashes)
+
+
+def hashed_docids(column: Any, field: int | None = None, hashes: np.ndarray | None = None) -> HashedDocIds | None:
+    """:class:`HashedDocIds` of *column* (Python strings or a numpy ``U`` array; hashed here unless
+    *hashes* are given); None without the speedups, for any other column, or when they decline it."""
+    if hashes is None:
+        values = object_values(column)
+        if values is not None:
+            column, hashes = values, string_hashes(values)
+        elif isinstance(column, np.ndarray) and column.ndim == 1 and column.dtype.kind == "U":
+            column = np.ascontiguousarray(column)
+            hashes = _ucs4_hashes(column)
+        if hashes is None:
+            return None
+    return HashedDocIds(np.zeros(0, dtype="S1"), None, column, field, hashes)
+
+
+def _ucs4_hashes(arr: np.ndarray) -> np.ndarray | None:
+    """:func:`hash_fixed`'s hash of a contiguous ``U`` array's ASCII ids (as their bytes), by the C
+    speedups straight from its code units; None without them, or for ids that are not ASCII."""
+    native = _fast.speedups
+    if native is None or arr.itemsize == 0 or not arr.dtype.isnative:
+        return None
+    hashes = native.hash_ucs4(arr, arr.itemsize // 4, WEIGHTS)
+    return None if hashes is None else np.frombuffer(hashes, dtype=np.uint64)
 
 
 def _masked(hashes: Any) -> np.ndarray:

@@ -19,7 +19,16 @@ from typing import Any
 import numpy as np
 
 from ..errors import MetricError
-from ._docids import DocIds, SeriesDocIds, docids_from_array, id_codes, plain_polars_strings
+from . import _fast
+from ._docids import (
+    WEIGHTS,
+    DocIds,
+    SeriesDocIds,
+    docids_from_array,
+    hashed_docids,
+    id_codes,
+    plain_polars_strings,
+)
 from ._tables import (
     DOCID_NAMES,
     LABEL_NAMES,
@@ -43,6 +52,7 @@ from ._tables import (
     table_column,
     take,
     to_numpy,
+    unicode_runs,
 )
 
 __all__ = [
@@ -376,8 +386,30 @@ def columns_of_rows(rows: Iterable[Any]) -> tuple[Any, Any, Any]:
         rows = list(rows)  # a tuple or an iterator (pyarrow reads a list fastest; a generator once)
     if not rows:
         raise MetricError("the run is empty: no row")
-    fast = _arrow_rows(rows) if len(rows) >= _ARROW_ROWS else None
+    fast: tuple[Any, Any, np.ndarray] | None = _native_rows(rows)
+    if fast is None and len(rows) >= _ARROW_ROWS:
+        fast = _arrow_rows(rows)
     return fast if fast is not None else _generic_rows(rows)
+
+
+def _native_rows(rows: list[Any]) -> tuple[Any, DocIds, np.ndarray] | None:
+    """The columns of *rows* read by the C speedups in one pass over the tuples: query ids as their
+    runs (else the ids themselves, to be grouped), doc ids as their hashes with the ids left in
+    the rows (:class:`HashedDocIds`), float64 scores. None without the speedups, or when they
+    decline a row (see ``_speedups.rows_columns``): pyarrow's path, or the generic one, reads it."""
+    native = _fast.speedups
+    read = None if native is None else native.rows_columns(rows, WEIGHTS)
+    if read is None:
+        return None
+    (heads, lengths), hashes, scores = read
+    docids = hashed_docids(rows, 1, np.frombuffer(hashes, dtype=np.uint64))
+    assert docids is not None
+    qids: Any
+    if heads is not None and len(heads) - 1 < len(rows) // 4 and len(set(heads)) == len(heads):
+        qids = QidRuns(np.frombuffer(lengths, dtype=np.int64), heads)
+    else:  # spread, or a query's rows in two places: grouped by prepare_columns
+        qids = list(map(itemgetter(0), rows))
+    return qids, docids, np.frombuffer(scores, dtype=np.float64)
 
 
 def _arrow_rows(rows: list[Any]) -> tuple[Any, np.ndarray, np.ndarray] | None:
@@ -464,8 +496,8 @@ def _generic_rows(rows: list[Any]) -> tuple[list[Any], list[Any], np.ndarray]:
 def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -> tuple[PreparedRun, int]:
     """A run as aligned columns; *scores* None: rank-only, each query's rows in rank order."""
     q_runs, q_arr, q_names = _query_ids(qids)
-    d_arr, d_series = _doc_ids(docids, qrels)
-    n_docs = len(d_series) if d_series is not None else len(d_arr)
+    d_arr, d_kept = _doc_ids(docids, qrels)
+    n_docs = len(d_kept) if d_kept is not None else len(d_arr)
     s_arr = None if scores is None else _scores_array(to_numpy(scores, "scores"), "run")
     n_rows = int(q_runs.lengths.sum()) if q_runs is not None else len(q_arr)
     n_scores = n_docs if s_arr is None else len(s_arr)
@@ -497,17 +529,25 @@ def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -
         s_arr = s_arr[rows]
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    docs = docids_from_array(d_arr, rows) if d_series is None else SeriesDocIds(d_arr, rows, d_series)
+    docs = docids_from_array(d_arr, rows) if d_kept is None else d_kept.take(rows) if rows is not None else d_kept
     prepared = PreparedRun(qid_list, offsets, s_arr, docs)
     _check_scores(prepared)
     return prepared, len(run_qids)
 
 
-def _doc_ids(docids: Any, qrels: PreparedQrels) -> tuple[np.ndarray, Any]:
-    """The run's doc ids as an array, or (the array empty: the kind of ids it gives) as the caller's
-    Polars string Series, which :class:`SeriesDocIds` reads in place."""
+def _doc_ids(docids: Any, qrels: PreparedQrels) -> tuple[np.ndarray, DocIds | None]:
+    """The run's doc ids as an array -- or, the array then empty, as :class:`DocIds` that keep the
+    caller's own column: ids read by :func:`columns_of_rows` (its :class:`HashedDocIds`), a
+    Polars string Series (:class:`SeriesDocIds`, read in place), Python strings or a numpy ``U``
+    array the C speedups hash in place (:class:`HashedDocIds`)."""
+    empty = np.zeros(0, dtype="S1")
+    if isinstance(docids, DocIds):
+        return empty, docids
     if plain_polars_strings(docids, qrels.docids):
-        return np.zeros(0, dtype="S1"), docids
+        return empty, SeriesDocIds(empty, None, docids)
+    kept = hashed_docids(docids)
+    if kept is not None:
+        return empty, kept
     fixed = fixed_strings(docids, "docids")
     return (fixed if fixed is not None else ascii_bytes(to_numpy(docids, "docids"))), None
 
@@ -518,7 +558,7 @@ def _query_ids(qids: Any) -> tuple[QidRuns | None, np.ndarray, list[str] | None]
     return, before the doc ids are converted: it is not part of the peak memory."""
     # Rows already run-end encoded (columns_of_rows), or Python strings whose queries come in
     # contiguous runs: found without converting an id.
-    runs = qids if isinstance(qids, QidRuns) else object_runs(qids)
+    runs = qids if isinstance(qids, QidRuns) else object_runs(qids) or unicode_runs(qids)
     if runs is not None:
         return runs, np.zeros(0, dtype=np.int64), None
     qids = python_strings(qids)

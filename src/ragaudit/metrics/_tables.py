@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MetricError
+from . import _fast
 
 __all__ = [
     "DOCID_NAMES",
@@ -37,6 +38,7 @@ __all__ = [
     "is_table",
     "joined_runs",
     "object_runs",
+    "object_values",
     "padded_strings",
     "placed",
     "python_strings",
@@ -46,6 +48,7 @@ __all__ = [
     "table_column",
     "take",
     "to_numpy",
+    "unicode_runs",
     "with_room",
 ]
 
@@ -337,7 +340,7 @@ _ARROW_MIN_ROWS = 1 << 14
 _CHUNK_ROWS = 1 << 16
 
 
-def _object_values(column: Any) -> np.ndarray | list[Any] | None:
+def object_values(column: Any) -> np.ndarray | list[Any] | None:
     """A column of Python objects -- a numpy object array, a pandas object Series, a list, a tuple --
     as a 1-d object array or a list (no copy of the objects); None for anything else."""
     values = column
@@ -371,7 +374,7 @@ def python_strings(column: Any) -> Any:
     several times slower); *column* itself when it is anything else, is short, holds a value that
     is not a string, or pyarrow is not installed. The generic path then reads it and names any
     bad value."""
-    values = _object_values(column)
+    values = object_values(column)
     if values is None or len(values) < _ARROW_MIN_ROWS:
         return column
     chunks = []
@@ -391,7 +394,7 @@ def fixed_strings(column: Any, what: str) -> np.ndarray | None:
     Chunks keep the peak memory at the result plus one chunk: converting the whole column first
     would hold its Arrow copy (with the builder's spare room) and the result at once.
     """
-    values = _object_values(column)
+    values = object_values(column)
     if values is None or len(values) < _ARROW_MIN_ROWS:
         return None
     out: np.ndarray | None = None
@@ -433,9 +436,16 @@ def object_runs(column: Any) -> QidRuns | None:
     A row equal to its run's first id is that string: a value of another type never equals a
     ``str`` (``1 != "1"``, ``None != "q"``), so only the first ids need their type checked.
     """
-    values = _object_values(column)
+    values = object_values(column)
     if values is None or len(values) < 2:
         return None
+    native = _fast.speedups
+    found = None if native is None else native.string_runs(values)
+    if found is not None:  # else declined (a value that is not a str): compared below as objects
+        heads, lengths = found
+        if heads is None or len(heads) - 1 >= len(values) // 4 or len(set(heads)) != len(heads):
+            return None  # spread: runs averaging fewer than 4 rows, or a query's rows in two places
+        return QidRuns(np.frombuffer(lengths, dtype=np.int64), heads)
     if isinstance(values, list):
         array = np.empty(len(values), dtype=object)
         try:
@@ -457,6 +467,29 @@ def object_runs(column: Any) -> QidRuns | None:
     if set(map(type, heads)) != {str} or len(set(heads)) != len(heads):
         return None
     return QidRuns(np.diff(starts, append=len(values)).astype(np.int64), heads)
+
+
+def unicode_runs(column: Any) -> QidRuns | None:
+    """Query ids in a numpy ``U`` array whose rows come in contiguous runs, found by the C speedups
+    comparing each row's code units with the previous row's (no narrowed copy of the column);
+    None without the speedups, for any other column, or when the ids are spread out (runs
+    averaging fewer than 4 rows, or a query's rows in two places)."""
+    native = _fast.speedups
+    if native is None or not isinstance(column, np.ndarray) or column.dtype.kind != "U" or column.ndim != 1:
+        return None
+    if len(column) < 2 or column.itemsize == 0:
+        return None
+    arr = np.ascontiguousarray(column)
+    found = native.fixed_runs(arr, arr.itemsize)
+    if found is None:
+        return None
+    starts = np.frombuffer(found, dtype=np.int64)
+    if len(starts) - 1 >= len(arr) // 4:
+        return None
+    heads: list[str] = arr[starts].tolist()
+    if len(set(heads)) != len(heads):
+        return None
+    return QidRuns(np.diff(starts, append=len(arr)), heads)
 
 
 def _arrow_offsets(column: Any) -> np.ndarray:

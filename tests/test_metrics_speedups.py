@@ -1,0 +1,245 @@
+"""The optional C speedups (``ragaudit.metrics._speedups``, issue 31) against the pure path.
+
+Runs given as Python objects -- (qid, docid, score) rows, lists and numpy object arrays of ids,
+pandas object columns -- are read by the speedups in one pass (query ids into runs, doc ids
+straight into their hashes, the ids themselves left in the caller's objects). Every case here is
+evaluated twice in one process, with the speedups and with ``_fast.speedups = None``, and the two
+must give the same per-query values, the same errors and the same duplicate handling; and what
+the speedups decline (non-ASCII ids, a NUL, ids that are not strings, numpy scores, bad rows)
+must reach the pure path, which reads or names it.
+
+CI requires the extension to be built (``RAGAUDIT_REQUIRE_SPEEDUPS=1`` in ``.ci/run``): a build
+that silently fell back to the pure wheel would otherwise pass every test here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ragaudit import metrics
+from ragaudit.errors import MetricError
+from ragaudit.metrics import _docids, _fast, _inputs, _tables
+
+MEASURES = ["ndcg@10", "recall@10", "mrr", "map@100", "P@5", "bpref", "num_ret"]
+built = pytest.mark.skipif(_fast.speedups is None, reason="the C speedups are not built in this install")
+
+Rows = list[tuple[str, str, float]]
+
+
+def test_the_speedups_are_built_where_required() -> None:
+    if os.environ.get("RAGAUDIT_REQUIRE_SPEEDUPS") != "1":
+        pytest.skip("RAGAUDIT_REQUIRE_SPEEDUPS is not set (CI sets it)")
+    assert _fast.speedups is not None, "ragaudit.metrics._speedups did not build: is a C compiler installed?"
+
+
+@pytest.fixture
+def pure(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
+    """``pure(call, *args, **kwargs)``: the call made with the speedups turned off."""
+
+    def run(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        with monkeypatch.context() as m:
+            m.setattr(_fast, "speedups", None)
+            return call(*args, **kwargs)
+
+    return run
+
+
+Qrels = dict[str, dict[str, int]]
+
+
+def _case(seed: int, rows: int = 30_000, order: str = "contiguous", width: int = 32) -> tuple[Rows, Qrels]:
+    """Tie-heavy ASCII rows (what the speedups take): queries of 1-120 docs, doc ids of 1 to *width*
+    characters, some queries without qrels, qrels docs not retrieved; *order*: "contiguous",
+    "spread" (rows shuffled), or "split" (a query's rows in two places)."""
+    rng = np.random.default_rng(seed)
+    out: Rows = []
+    qrels: dict[str, dict[str, int]] = {}
+    q = 0
+    while len(out) < rows:
+        qid = f"query-{q:05d}"
+        depth = int(rng.integers(1, 120))
+        picked = rng.choice(5_000, depth, replace=False)
+        docs = [(f"d{int(x)}-" + "x" * int(x % width))[: max(1, int(x % width))] for x in picked]
+        docs = list(dict.fromkeys(docs))  # a query's doc ids distinct
+        scores = np.round(rng.random(len(docs)), 1).tolist()
+        out += list(zip([qid] * len(docs), docs, scores))
+        if q % 7 != 3:
+            judged = rng.choice(len(docs), min(len(docs), 4), replace=False)
+            qrels[qid] = {docs[int(j)]: int(rng.integers(0, 4)) for j in judged}
+            qrels[qid][f"never-retrieved-{q}"] = 2
+        q += 1
+    if order == "spread":
+        out = [out[i] for i in rng.permutation(len(out)).tolist()]
+    elif order == "split":
+        out = out[len(out) // 3 :] + out[: len(out) // 3]
+        first = out[0][0]
+        out.append((first, "late-doc", 0.5))  # the first query again at the very end
+    return out, qrels
+
+
+def _columns(rows: Rows) -> tuple[list[str], list[str], list[float]]:
+    return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
+
+
+def _forms(rows: Rows) -> Iterator[tuple[str, Callable[..., Any]]]:
+    q, d, s = _columns(rows)
+    qa, da = np.array(q, dtype=object), np.array(d, dtype=object)
+    yield "rows", lambda qrels, **kw: metrics.evaluate(rows, qrels, MEASURES, per_query=True, **kw)
+    yield "rows as lists", lambda qrels, **kw: metrics.evaluate([list(r) for r in rows], qrels, MEASURES,
+                                                                per_query=True, **kw)
+    yield "lists", lambda qrels, **kw: metrics.evaluate_columns(q, d, s, qrels, MEASURES, per_query=True, **kw)
+    yield "tuples", lambda qrels, **kw: metrics.evaluate_columns(tuple(q), tuple(d), s, qrels, MEASURES,
+                                                                 per_query=True, **kw)
+    yield "object arrays", lambda qrels, **kw: metrics.evaluate_columns(qa, da, np.array(s), qrels, MEASURES,
+                                                                        per_query=True, **kw)
+    # A strided view: every other row of arrays twice as long.
+    q2, d2 = np.repeat(qa, 2), np.repeat(da, 2)
+    yield "strided object arrays", lambda qrels, **kw: metrics.evaluate_columns(
+        q2[::2], d2[::2], np.array(s), qrels, MEASURES, per_query=True, **kw)
+    qu, du = np.array(q), np.array(d)  # numpy U arrays
+    yield "numpy U", lambda qrels, **kw: metrics.evaluate_columns(qu, du, np.array(s), qrels, MEASURES,
+                                                                  per_query=True, **kw)
+    yield "strided numpy U", lambda qrels, **kw: metrics.evaluate_columns(
+        np.repeat(qu, 2)[::2], np.repeat(du, 2)[::2], np.array(s), qrels, MEASURES, per_query=True, **kw)
+    yield "rank-only lists", lambda qrels, **kw: metrics.evaluate_columns(q, d, None, qrels, MEASURES,
+                                                                          per_query=True, **kw)
+    try:
+        import pandas as pd
+    except ImportError:
+        return
+    frame = pd.DataFrame({"qid": pd.Series(q, dtype=object), "docid": pd.Series(d, dtype=object), "score": s})
+    yield "pandas object", lambda qrels, **kw: metrics.evaluate(frame, qrels, MEASURES, per_query=True, **kw)
+
+
+@built
+@pytest.mark.parametrize("order", ["contiguous", "spread", "split"])
+@pytest.mark.parametrize("ties", ["pytrec_eval", "trec_eval"])
+def test_every_object_form_equals_the_pure_path(order: str, ties: str, pure: Callable[..., Any]) -> None:
+    rows, qrels = _case(seed={"contiguous": 1, "spread": 2, "split": 3}[order], order=order)
+    dicts = metrics.evaluate({q: dict(docs) for q, docs in _grouped(rows).items()}, qrels, MEASURES,
+                             per_query=True, ties=ties)
+    for name, evaluate in _forms(rows):
+        got = evaluate(qrels, ties=ties)
+        assert got == pure(evaluate, qrels, ties=ties), name
+        if not name.startswith("rank-only"):
+            assert got == dicts, name
+
+
+def _grouped(rows: Rows) -> dict[str, list[tuple[str, float]]]:
+    out: dict[str, list[tuple[str, float]]] = {}
+    for q, d, s in rows:
+        out.setdefault(q, []).append((d, s))
+    return out
+
+
+@built
+def test_the_speedups_read_what_they_say() -> None:
+    """The speedups' own outputs: doc-id hashes equal the pure hash of the same ids as bytes, query
+    ids come as their runs, and each function takes the forms it says."""
+    rows, _ = _case(seed=4, rows=5_000, width=600)
+    native = _fast.speedups
+    assert native is not None
+    q, d, _ = _columns(rows)
+    short = [x for x in d if len(x) <= 512]
+    want = _docids.hash_fixed(np.array([x.encode() for x in short]))
+    as_array = np.array(short, dtype=object)
+    for values in (short, tuple(short), as_array, np.repeat(as_array, 2)[::2]):
+        got = _docids.string_hashes(values)
+        assert got is not None and got.dtype == np.uint64 and np.array_equal(got, want)
+    for width in (None, "U7", "U600"):  # ids cut to 7 units (shorter than a word), or padded far out
+        u = np.array(short, dtype=width)
+        u_hashes = _docids._ucs4_hashes(u)
+        want_u = _docids.hash_fixed(np.array([x.encode() for x in u.tolist()]))
+        assert (u_hashes is None) is (width == "U600") and (u_hashes is None or np.array_equal(u_hashes, want_u))
+    for runs in (_tables.object_runs(q), _tables.unicode_runs(np.array(q))):
+        assert isinstance(runs, _tables.QidRuns) and runs.qids == list(dict.fromkeys(q))
+        assert int(runs.lengths.sum()) == len(q)
+    fast_rows = [r for r in rows if len(r[1]) <= 512]
+    read = _inputs._native_rows(fast_rows)
+    assert read is not None
+    qids, docids, scores = read
+    assert isinstance(qids, _tables.QidRuns) and isinstance(docids, _docids.HashedDocIds)
+    assert np.array_equal(scores, [r[2] for r in fast_rows])
+    assert np.array_equal(docids.row_hashes(), _docids.hash_fixed(np.array([r[1].encode() for r in fast_rows])))
+    assert docids.text(3) == fast_rows[3][1]
+    assert docids.at(np.array([3, 0])).tolist() == [fast_rows[3][1].encode(), fast_rows[0][1].encode()]
+    # Empty inputs, and inputs of no form the speedups know.
+    assert native.hash_strings([], _docids.WEIGHTS) == bytearray()
+    assert native.hash_strings(np.array([1.5, 2.5]), _docids.WEIGHTS) is None
+    assert native.hash_strings(iter(short), _docids.WEIGHTS) is None
+    assert native.string_runs({"a": 1}) is None
+    with pytest.raises(ValueError, match="weights"):
+        native.hash_strings(short, b"short")
+
+
+@built
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ("doc id not ASCII", lambda q, d, s: (q, "dóc-1", s)),
+        ("doc id with a NUL", lambda q, d, s: (q, "doc\x00x", s)),
+        ("doc id of 600 characters", lambda q, d, s: (q, "d" * 600, s)),
+        ("integer doc id", lambda q, d, s: (q, 123, s)),
+        ("a str subclass", lambda q, d, s: (q, type("Id", (str,), {})(d + "-sub"), s)),
+        ("integer query id", lambda q, d, s: (7, d, s)),
+        ("numpy score", lambda q, d, s: (q, d, np.float32(s))),
+        ("bool score", lambda q, d, s: (q, d, True)),
+        ("integer score", lambda q, d, s: (q, d, 3)),
+        ("huge integer score", lambda q, d, s: (q, d, 10**400)),
+    ],
+    ids=lambda bad: bad[0] if isinstance(bad, tuple) else str(bad),
+)
+def test_what_the_speedups_decline_reaches_the_pure_path(bad: Any, pure: Callable[..., Any]) -> None:
+    """One odd row near the end: the speedups read every row before it, then decline (or, for an
+    int score, take it); the answer, or the error, is the pure path's."""
+    rows, qrels = _case(seed=5, rows=20_000)
+    at = len(rows) - 5
+    odd = [*rows[:at], bad[1](*rows[at]), *rows[at + 1 :]]
+    for name, evaluate in _forms(odd):
+        if name != "rows" and name != "rows as lists" and "score" in bad[0]:
+            continue  # scores of columns are one numpy array either way
+        try:
+            want: Any = pure(evaluate, qrels)
+        except (MetricError, OverflowError) as exc:
+            with pytest.raises(type(exc), match=_escaped(str(exc))):
+                evaluate(qrels)
+        else:
+            assert evaluate(qrels) == want, name
+
+
+def _escaped(text: str) -> str:
+    import re
+
+    return re.escape(text)
+
+
+@built
+def test_duplicates_are_named_or_the_best_kept_as_by_the_pure_path(pure: Callable[..., Any]) -> None:
+    rows, qrels = _case(seed=6)
+    q, d, s = next(row for row in rows[200:] if row[0] in qrels)  # an evaluated query
+    twice = [*rows[:5000], (q, d, s - 1.0), *rows[5000:]]
+    twice_spread = [twice[i] for i in np.random.default_rng(6).permutation(len(twice)).tolist()]
+    for run in (twice, twice_spread):
+        for name, evaluate in _forms(run):
+            if name.startswith("rank-only"):
+                continue  # rank-only: each row's rank is its position, a repeat just drops
+            with pytest.raises(MetricError, match=f"query '{q}': doc id '{d}' appears more than once"):
+                evaluate(qrels)
+            assert evaluate(qrels, on_duplicate="max") == pure(evaluate, qrels, on_duplicate="max"), name
+
+
+@built
+def test_a_nan_score_and_a_missing_query_are_named(pure: Callable[..., Any]) -> None:
+    rows, qrels = _case(seed=7, rows=20_000)
+    q, d, _ = rows[-3]
+    with pytest.raises(MetricError, match=f"score for query '{q}', doc '{d}' is NaN"):
+        metrics.evaluate([*rows[:-3], (q, d, float("nan")), *rows[-2:]], qrels, MEASURES)
+    qs, ds, ss = _columns(rows)
+    qs[-3] = None  # type: ignore[call-overload]
+    with pytest.raises(MetricError, match="missing query id"):
+        metrics.evaluate_columns(np.array(qs, dtype=object), np.array(ds, dtype=object), ss, qrels, MEASURES)
