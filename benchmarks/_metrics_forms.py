@@ -58,6 +58,7 @@ FORMS: dict[str, Form] = {
     "trec_file": Form("ragaudit, TREC file (read_run + evaluate)", "trec_path", reference="pytrec_trec", target=3),
     "rows_pure": Form("ragaudit, list of (qid, docid, score), pure Python", "rows", target=3, pure=True),
     "numpy_pure": Form("ragaudit, numpy U columns, pure Python", "columns", target=5, pure=True),
+    "polars_pure": Form("ragaudit, Polars DataFrame, pure Python", "polars", target=5, module="polars", pure=True),
     "numpy_object_pure": Form("ragaudit, numpy object columns, pure Python", "object_columns", target=5,
                               pure=True),
     "pandas_object_pure": Form("ragaudit, pandas object DataFrame, pure Python", "pandas_object", target=5,

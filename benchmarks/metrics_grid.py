@@ -42,7 +42,7 @@ MEASURED = ",".join(["pytrec_eval", "pytrec_trec", *OURS])  # peak memory: ours 
 LEAN = ",".join(["pytrec_eval", "pytrec_trec", *OURS, "ranx_prebuilt"])
 BIG = ["--queries", "200000", "--rounds", "2", "--orders", "shuffled"]
 # The forms the C speedups read (Python objects, numpy U), each beside its pure twin.
-PURE = ",".join(f"{t},{t}_pure" for t in ("rows", "numpy", "numpy_object", "pandas_object"))
+PURE = ",".join(f"{t},{t}_pure" for t in ("rows", "numpy", "numpy_object", "pandas_object", "polars"))
 
 STEPS: dict[str, list[str]] = {
     "50k-shuffled": ["--orders", "shuffled", "--tools", EVERY, "--memory-tools", MEASURED],

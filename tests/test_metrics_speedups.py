@@ -108,6 +108,23 @@ def _forms(rows: Rows) -> Iterator[tuple[str, Callable[..., Any]]]:
         np.repeat(qu, 2)[::2], np.repeat(du, 2)[::2], np.array(s), qrels, MEASURES, per_query=True, **kw)
     yield "rank-only lists", lambda qrels, **kw: metrics.evaluate_columns(q, d, None, qrels, MEASURES,
                                                                           per_query=True, **kw)
+    pframe = None
+    try:
+        import polars as pl
+    except ImportError:
+        pass
+    else:
+        try:
+            pframe = pl.DataFrame({"qid": q, "docid": d, "score": s})
+        except (TypeError, OverflowError, pl.exceptions.PolarsError):
+            pframe = None  # ids of mixed types: Polars refuses them itself
+    if pframe is not None:
+        yield "Polars", lambda qrels, **kw: metrics.evaluate(pframe, qrels, MEASURES, per_query=True, **kw)
+        # Several chunks, and a slice (an offset into the views).
+        chunked = pl.concat([pframe[: len(q) // 2], pframe[len(q) // 2 :]], rechunk=False)
+        yield "Polars chunked", lambda qrels, **kw: metrics.evaluate(chunked, qrels, MEASURES, per_query=True, **kw)
+        sliced = pl.concat([pframe[:1], pframe])[1:]
+        yield "Polars sliced", lambda qrels, **kw: metrics.evaluate(sliced, qrels, MEASURES, per_query=True, **kw)
     try:
         import pandas as pd
     except ImportError:
@@ -159,6 +176,15 @@ def test_the_speedups_read_what_they_say() -> None:
     for runs in (_tables.object_runs(q), _tables.unicode_runs(np.array(q))):
         assert isinstance(runs, _tables.QidRuns) and runs.qids == list(dict.fromkeys(q))
         assert int(runs.lengths.sum()) == len(q)
+    pl = pytest.importorskip("polars")
+    series = pl.Series(short)
+    kept = _docids.hashed_docids(series)
+    assert isinstance(kept, _docids.HashedDocIds) and kept.views is not None  # read in place
+    assert kept.hashes is not None and np.array_equal(kept.hashes, want)
+    assert kept.at(np.array([5, 1])).tolist() == [short[5].encode(), short[1].encode()] and kept.text(2) == short[2]
+    polars_runs = _tables._polars_runs(pl.Series(q), "qids", 1 << 14)
+    assert polars_runs is not None and polars_runs.qids == list(dict.fromkeys(q))
+    assert np.array_equal(polars_runs.lengths, runs.lengths)
     fast_rows = [r for r in rows if len(r[1]) <= 512]
     read = _inputs._native_rows(fast_rows)
     assert read is not None
@@ -201,7 +227,7 @@ def test_what_the_speedups_decline_reaches_the_pure_path(bad: Any, pure: Callabl
     at = len(rows) - 5
     odd = [*rows[:at], bad[1](*rows[at]), *rows[at + 1 :]]
     for name, evaluate in _forms(odd):
-        if name != "rows" and name != "rows as lists" and "score" in bad[0]:
+        if name not in ("rows", "rows as lists") and "score" in bad[0]:
             continue  # scores of columns are one numpy array either way
         try:
             want: Any = pure(evaluate, qrels)

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import MetricError
 from . import _fast
-from ._tables import arrow_strings, ascii_bytes, object_values, padded_strings, qid_text, take
+from ._tables import arrow_strings, ascii_bytes, object_values, padded_strings, polars_views, qid_text, take
 
 __all__ = [
     "WEIGHTS",
@@ -278,7 +278,8 @@ class HashedDocIds(DocIds):
     """Doc ids kept in the caller's own column, hashed once by the C speedups (``hashes``, in the
     column's order) and gathered only where ids are compared (matches found by hash, tied
     scores). ``column``: Python strings (a list, a tuple, a numpy object array), a numpy ``U``
-    array, or -- with ``field`` 1 -- the caller's list of (qid, docid, score) rows.
+    array, a Polars string Series (read through ``views``, its Arrow string views: no copy), or --
+    with ``field`` 1 -- the caller's list of (qid, docid, score) rows.
 
     The column is never copied whole into fixed-width bytes: on a 5 M-row run that copy's fresh
     memory costs more than reading the ids does. Every id is ASCII (the speedups decline anything
@@ -289,6 +290,8 @@ class HashedDocIds(DocIds):
     column: Any = None
     field: int | None = None
     hashes: np.ndarray | None = None
+    # A Polars Series' string views: the arguments the speedups read them by (see polars_views).
+    views: tuple[Any, int, int, list[Any]] | None = None
 
     def __len__(self) -> int:
         assert self.hashes is not None
@@ -299,6 +302,8 @@ class HashedDocIds(DocIds):
         return self.hashes if self.rows is None else self.hashes[self.rows]
 
     def _values(self, where: np.ndarray) -> list[str]:
+        if self.views is not None:  # a Polars Series
+            return self.column.gather(where).to_list()  # type: ignore[no-any-return]
         index = where.tolist()
         if self.field is not None:
             return list(map(itemgetter(self.field), map(self.column.__getitem__, index)))
@@ -322,7 +327,12 @@ class HashedDocIds(DocIds):
             return fixed if np.ndim(self._where(index)) else fixed[0]
         native = _fast.speedups
         field = -1 if self.field is None else self.field
-        gathered = None if native is None else native.gather_ascii(self.column, where, field)
+        if native is None:
+            gathered = None
+        elif self.views is not None:
+            gathered = native.gather_views(*self.views, where)
+        else:
+            gathered = native.gather_ascii(self.column, where, field)
         if gathered is not None:
             fixed = np.frombuffer(gathered[0], dtype=f"S{gathered[1]}")
         else:  # the speedups turned off since (a test): the same bytes, by a join
@@ -332,22 +342,29 @@ class HashedDocIds(DocIds):
         return fixed if np.ndim(self._where(index)) else fixed[0]
 
     def take(self, index: np.ndarray) -> DocIds:
-        return HashedDocIds(self.ids, self._where(index), self.column, self.field, self.hashes)
+        return HashedDocIds(self.ids, self._where(index), self.column, self.field, self.hashes, self.views)
 
 
 def hashed_docids(column: Any, field: int | None = None, hashes: np.ndarray | None = None) -> HashedDocIds | None:
     """:class:`HashedDocIds` of *column* (Python strings or a numpy ``U`` array; hashed here unless
     *hashes* are given); None without the speedups, for any other column, or when they decline it."""
+    views = None
     if hashes is None:
         values = object_values(column)
-        if values is not None:
+        polars = None if values is not None else polars_views(column)
+        if polars is not None:
+            views = polars[1]
+            native = _fast.speedups
+            found = None if native is None else native.hash_views(*views, WEIGHTS)
+            hashes = None if found is None else np.frombuffer(found, dtype=np.uint64)
+        elif values is not None:
             column, hashes = values, string_hashes(values)
         elif isinstance(column, np.ndarray) and column.ndim == 1 and column.dtype.kind == "U":
             column = np.ascontiguousarray(column)
             hashes = _ucs4_hashes(column)
         if hashes is None:
             return None
-    return HashedDocIds(np.zeros(0, dtype="S1"), None, column, field, hashes)
+    return HashedDocIds(np.zeros(0, dtype="S1"), None, column, field, hashes, views)
 
 
 def _ucs4_hashes(arr: np.ndarray) -> np.ndarray | None:

@@ -543,11 +543,11 @@ def _doc_ids(docids: Any, qrels: PreparedQrels) -> tuple[np.ndarray, DocIds | No
     empty = np.zeros(0, dtype="S1")
     if isinstance(docids, DocIds):
         return empty, docids
-    if plain_polars_strings(docids, qrels.docids):
-        return empty, SeriesDocIds(empty, None, docids)
     kept = hashed_docids(docids)
     if kept is not None:
         return empty, kept
+    if plain_polars_strings(docids, qrels.docids):
+        return empty, SeriesDocIds(empty, None, docids)
     fixed = fixed_strings(docids, "docids")
     return (fixed if fixed is not None else ascii_bytes(to_numpy(docids, "docids"))), None
 

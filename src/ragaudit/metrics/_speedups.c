@@ -13,6 +13,9 @@
  * int -- and the caller then takes the pure path, which reads the input again and names any bad
  * value. Nothing here raises on the caller's data: it only declines.
  *
+ * Every function holds the GIL from start to end, so the caller's lists cannot change under a
+ * pass, and every object read is borrowed from a container the caller holds for the call.
+ *
  * setup.py builds this as an optional extension: where no compiler is found the wheel is pure.
  */
 #define PY_SSIZE_T_CLEAN
@@ -102,20 +105,19 @@ static inline int ready(PyObject *s) {
  * *s* is anything else (a hash is masked to 63 bits, so 1 << 63 cannot be one: it flags). */
 #define NOT_HASHED UINT64_C(0x8000000000000000)
 
-static inline uint64_t hash_ascii(PyObject *s, const uint64_t *weights) {
-    if (!PyUnicode_CheckExact(s) || !ready(s) || !PyUnicode_IS_ASCII(s))
-        return NOT_HASHED;
-    Py_ssize_t len = PyUnicode_GET_LENGTH(s);
+/* The hash of *len* bytes known to be ASCII unless *check* (then checked: any byte over 0x7F,
+ * like a NUL or an id over 512 bytes, gives NOT_HASHED). */
+static inline uint64_t hash_bytes(const unsigned char *data, Py_ssize_t len, const uint64_t *weights, int check) {
     if ((len + 7) / 8 > MAX_WORDS)
         return NOT_HASHED;
-    const unsigned char *data = PyUnicode_1BYTE_DATA(s);
     if (len && memchr(data, 0, (size_t)len) != NULL)
         return NOT_HASHED; /* a NUL: fixed-width bytes could not keep "a\0" apart from "a" */
-    uint64_t h = 0;
+    uint64_t h = 0, high = 0;
     Py_ssize_t k = 0;
     for (; (k + 1) * 8 <= len; k++) {
         uint64_t w;
         memcpy(&w, data + 8 * k, 8);
+        high |= w;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
         w = __builtin_bswap64(w);
 #endif
@@ -125,9 +127,18 @@ static inline uint64_t hash_ascii(PyObject *s, const uint64_t *weights) {
         uint64_t w = 0;
         for (Py_ssize_t b = k * 8; b < len; b++)
             w |= (uint64_t)data[b] << (8 * (b - k * 8));
+        high |= w;
         h += w * weights[k];
     }
+    if (check && (high & UINT64_C(0x8080808080808080)) != 0)
+        return NOT_HASHED;
     return h & UINT64_C(0x7FFFFFFFFFFFFFFF);
+}
+
+static inline uint64_t hash_ascii(PyObject *s, const uint64_t *weights) {
+    if (!PyUnicode_CheckExact(s) || !ready(s) || !PyUnicode_IS_ASCII(s))
+        return NOT_HASHED;
+    return hash_bytes(PyUnicode_1BYTE_DATA(s), PyUnicode_GET_LENGTH(s), weights, 0);
 }
 
 static int weights_of(PyObject *obj, Py_buffer *view) {
@@ -196,6 +207,28 @@ static int runs_push(Runs *r, int64_t end) {
     return 0;
 }
 
+/* Row *i* starts a new run: recorded. 1 when the ids are spread -- past a first stretch of 4,096
+ * rows, runs averaging fewer than 4 rows (the caller stops: grouping them is the pure path's);
+ * 0 otherwise; -1 on an error. The one place this rule is written here. */
+static inline int starts_add(Runs *r, Py_ssize_t i) {
+    if (runs_push(r, i) < 0)
+        return -1;
+    return i >= 4096 && r->n_runs > i / 4;
+}
+
+/* The run starts as an int64 bytearray, or None when *spread*. Frees *r*. */
+static PyObject *starts_result(Runs *r, int spread) {
+    PyObject *out = NULL;
+    if (spread) {
+        Py_INCREF(Py_None);
+        out = Py_None;
+    } else {
+        out = PyByteArray_FromStringAndSize((const char *)r->ends, r->n_runs * (Py_ssize_t)sizeof(int64_t));
+    }
+    runs_free(r);
+    return out;
+}
+
 /* Row *i*'s query id *q* (an exact str: checked here). 0: taken; 1: declined; -1: an error. */
 static inline int runs_add(Runs *r, Py_ssize_t i, PyObject *q) {
     if (!PyUnicode_CheckExact(q) || !ready(q))
@@ -205,11 +238,10 @@ static inline int runs_add(Runs *r, Py_ssize_t i, PyObject *q) {
         return 0;
     }
     if (r->prev != NULL) {
-        if (runs_push(r, i) < 0)
+        int spread = starts_add(r, i);
+        if (spread < 0)
             return -1;
-        /* Past a first stretch, runs averaging fewer than 4 rows: the ids are spread out. */
-        if (i >= 4096 && r->n_runs > i / 4)
-            r->spread = 1;
+        r->spread = spread;
     }
     r->prev = q;
     return PyList_Append(r->heads, q) < 0 ? -1 : 0;
@@ -568,28 +600,246 @@ static PyObject *fixed_runs(PyObject *self, PyObject *args) {
     int spread = 0;
     if (n > 0 && runs_push(&runs, 0) < 0)
         goto fail;
-    for (Py_ssize_t i = 1; i < n; i++) {
+    for (Py_ssize_t i = 1; i < n && !spread; i++) {
         if (memcmp(row + i * itemsize, row + (i - 1) * itemsize, (size_t)itemsize) != 0) {
-            if (runs_push(&runs, i) < 0)
+            spread = starts_add(&runs, i);
+            if (spread < 0)
                 goto fail;
-            if (i >= 4096 && runs.n_runs > i / 4) {
-                spread = 1;
-                break;
-            }
         }
     }
     PyBuffer_Release(&view);
-    PyObject *out = NULL;
-    if (!spread)
-        out = PyByteArray_FromStringAndSize((const char *)runs.ends, runs.n_runs * (Py_ssize_t)sizeof(int64_t));
-    runs_free(&runs);
-    if (spread)
-        Py_RETURN_NONE;
-    return out;
+    return starts_result(&runs, spread);
 fail:
     runs_free(&runs);
     PyBuffer_Release(&view);
     return NULL;
+}
+
+/* An Arrow string-view column (Polars' own layout): 16-byte views -- the length (int32), then
+ * up to 12 bytes inline, or a 4-byte prefix, the data buffer's index and the offset in it -- and
+ * the data buffers they point into. Every view is checked against the buffers it points to. */
+typedef struct {
+    const unsigned char *views;
+    Py_ssize_t n;
+    Py_buffer views_buf;
+    Py_buffer *data;
+    Py_ssize_t n_data;
+} Views;
+
+static void views_free(Views *v) {
+    if (v->data != NULL) {
+        for (Py_ssize_t k = 0; k < v->n_data; k++)
+            if (v->data[k].obj != NULL)
+                PyBuffer_Release(&v->data[k]);
+        PyMem_Free(v->data);
+        v->data = NULL;
+    }
+    if (v->views_buf.obj != NULL)
+        PyBuffer_Release(&v->views_buf);
+}
+
+/* *views* (a buffer), the array's *offset* and length *n*, and a list of data buffers. */
+static int views_of(PyObject *views, Py_ssize_t offset, Py_ssize_t n, PyObject *buffers, Views *v) {
+    memset(v, 0, sizeof(*v));
+    if (!PyList_Check(buffers)) {
+        PyErr_SetString(PyExc_TypeError, "buffers must be a list");
+        return -1;
+    }
+    if (PyObject_GetBuffer(views, &v->views_buf, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (offset < 0 || n < 0 || (offset + n) * 16 > v->views_buf.len) {
+        views_free(v);
+        PyErr_SetString(PyExc_ValueError, "the views buffer is shorter than offset + n views");
+        return -1;
+    }
+    v->views = (const unsigned char *)v->views_buf.buf + offset * 16;
+    v->n = n;
+    v->n_data = PyList_GET_SIZE(buffers);
+    v->data = PyMem_Calloc((size_t)(v->n_data ? v->n_data : 1), sizeof(Py_buffer));
+    if (v->data == NULL) {
+        views_free(v);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < v->n_data; k++) {
+        if (PyObject_GetBuffer(PyList_GET_ITEM(buffers, k), &v->data[k], PyBUF_SIMPLE) < 0) {
+            views_free(v);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Row *i*'s bytes and length; NULL for a view that points outside its buffers. */
+static inline const unsigned char *view_at(const Views *v, Py_ssize_t i, Py_ssize_t *len) {
+    const unsigned char *view = v->views + i * 16;
+    int32_t length, index, offset;
+    memcpy(&length, view, 4);
+    if (length < 0)
+        return NULL;
+    *len = length;
+    if (length <= 12)
+        return view + 4;
+    memcpy(&index, view + 8, 4);
+    memcpy(&offset, view + 12, 4);
+    if (index < 0 || index >= v->n_data || offset < 0 || (Py_ssize_t)offset + length > v->data[index].len)
+        return NULL;
+    return (const unsigned char *)v->data[index].buf + offset;
+}
+
+/* hash_views(views, offset, n, buffers, weights) -> bytearray | None
+ *
+ * The hash of every id of a string-view column, as hash_strings gives it for the same text; None
+ * when an id is not ASCII, holds a NUL, is over 512 bytes, or a view points outside its buffers. */
+static PyObject *hash_views(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *views_obj, *buffers, *weights_obj;
+    Py_ssize_t offset, n;
+    if (!PyArg_ParseTuple(args, "OnnOO", &views_obj, &offset, &n, &buffers, &weights_obj))
+        return NULL;
+    Views v;
+    if (views_of(views_obj, offset, n, buffers, &v) < 0)
+        return NULL;
+    Py_buffer wview;
+    if (weights_of(weights_obj, &wview) < 0) {
+        views_free(&v);
+        return NULL;
+    }
+    const uint64_t *weights = (const uint64_t *)wview.buf;
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(uint64_t));
+    if (out != NULL) {
+        uint64_t *hashes = (uint64_t *)PyByteArray_AS_STRING(out);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_ssize_t len;
+            const unsigned char *data = view_at(&v, i, &len);
+            uint64_t h = data == NULL ? NOT_HASHED : hash_bytes(data, len, weights, 1);
+            if (h == NOT_HASHED) {
+                Py_CLEAR(out);
+                break;
+            }
+            hashes[i] = h;
+        }
+    }
+    PyBuffer_Release(&wview);
+    views_free(&v);
+    if (out == NULL && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return out;
+}
+
+/* view_runs(views, offset, n, buffers) -> bytearray | None
+ *
+ * Where each run of equal ids of a string-view column starts (int64, the first 0); None when,
+ * past the first 4,096 rows, the runs average fewer than 4 rows, or a view points outside its
+ * buffers. */
+static PyObject *view_runs(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *views_obj, *buffers;
+    Py_ssize_t offset, n;
+    if (!PyArg_ParseTuple(args, "OnnO", &views_obj, &offset, &n, &buffers))
+        return NULL;
+    Views v;
+    if (views_of(views_obj, offset, n, buffers, &v) < 0)
+        return NULL;
+    Runs runs;
+    if (runs_init(&runs) < 0) {
+        runs_free(&runs);
+        views_free(&v);
+        return NULL;
+    }
+    int declined = 0;
+    if (n > 0 && runs_push(&runs, 0) < 0)
+        goto fail;
+    Py_ssize_t prev_len = 0;
+    const unsigned char *prev = n > 0 ? view_at(&v, 0, &prev_len) : NULL;
+    if (n > 0 && prev == NULL)
+        declined = 1;
+    for (Py_ssize_t i = 1; i < n && !declined; i++) {
+        Py_ssize_t len;
+        const unsigned char *cur = view_at(&v, i, &len);
+        if (cur == NULL) {
+            declined = 1;
+            break;
+        }
+        if (len != prev_len || memcmp(cur, prev, (size_t)len) != 0) {
+            declined = starts_add(&runs, i);
+            if (declined < 0)
+                goto fail;
+        }
+        prev = cur;
+        prev_len = len;
+    }
+    views_free(&v);
+    return starts_result(&runs, declined);
+fail:
+    runs_free(&runs);
+    views_free(&v);
+    return NULL;
+}
+
+/* gather_views(views, offset, n, buffers, index) -> (bytes, width) | None
+ *
+ * gather_ascii for a string-view column: the ids at rows *index* (intp) as NUL-padded rows of the
+ * widest one's width. None for a view that points outside its buffers; IndexError for a row
+ * number out of range. */
+static PyObject *gather_views(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *views_obj, *buffers, *index_obj;
+    Py_ssize_t offset, n;
+    if (!PyArg_ParseTuple(args, "OnnOO", &views_obj, &offset, &n, &buffers, &index_obj))
+        return NULL;
+    Views v;
+    if (views_of(views_obj, offset, n, buffers, &v) < 0)
+        return NULL;
+    Py_buffer ix;
+    if (PyObject_GetBuffer(index_obj, &ix, PyBUF_SIMPLE) < 0) {
+        views_free(&v);
+        return NULL;
+    }
+    const Py_ssize_t *index = (const Py_ssize_t *)ix.buf;
+    Py_ssize_t m = ix.len / (Py_ssize_t)sizeof(Py_ssize_t), width = 1;
+    PyObject *out = NULL;
+    int declined = 0;
+    for (int pass = 0; pass < 2 && !declined; pass++) {
+        char *dst = NULL;
+        if (pass == 1) {
+            out = PyBytes_FromStringAndSize(NULL, m * width);
+            if (out == NULL)
+                break;
+            dst = PyBytes_AS_STRING(out);
+            memset(dst, 0, (size_t)(m * width));
+        }
+        for (Py_ssize_t k = 0; k < m; k++) {
+            if (index[k] < 0 || index[k] >= n) {
+                Py_CLEAR(out);
+                PyBuffer_Release(&ix);
+                views_free(&v);
+                PyErr_SetString(PyExc_IndexError, "row number out of range");
+                return NULL;
+            }
+            Py_ssize_t len;
+            const unsigned char *data = view_at(&v, index[k], &len);
+            if (data == NULL) {
+                declined = 1;
+                break;
+            }
+            if (pass == 0) {
+                if (len > width)
+                    width = len;
+            } else {
+                memcpy(dst + k * width, data, (size_t)len);
+            }
+        }
+    }
+    PyBuffer_Release(&ix);
+    views_free(&v);
+    if (declined) {
+        Py_XDECREF(out);
+        Py_RETURN_NONE;
+    }
+    if (out == NULL)
+        return NULL;
+    return Py_BuildValue("(Nn)", out, width);
 }
 
 static PyMethodDef methods[] = {
@@ -606,6 +856,12 @@ static PyMethodDef methods[] = {
      "hash_ucs4(array, units, weights) -> bytearray | None: the doc-id hash of every row of a numpy U array."},
     {"fixed_runs", fixed_runs, METH_VARARGS,
      "fixed_runs(array, itemsize) -> bytearray | None: where each run of equal rows of a fixed-width array starts."},
+    {"hash_views", hash_views, METH_VARARGS,
+     "hash_views(views, offset, n, buffers, weights) -> bytearray | None: the doc-id hash of a string-view column."},
+    {"view_runs", view_runs, METH_VARARGS,
+     "view_runs(views, offset, n, buffers) -> bytearray | None: where each run of equal ids starts."},
+    {"gather_views", gather_views, METH_VARARGS,
+     "gather_views(views, offset, n, buffers, index) -> (bytes, width) | None: ids at rows index."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -41,6 +41,7 @@ __all__ = [
     "object_values",
     "padded_strings",
     "placed",
+    "polars_views",
     "python_strings",
     "qid_text",
     "same_rows",
@@ -603,6 +604,45 @@ def spread_from_start(n: int, head_changes: int, sample: int) -> bool:
     return n > 2 * sample and head_changes > sample // 4
 
 
+def polars_views(column: Any) -> tuple[Any, tuple[Any, int, int, list[Any]]] | None:
+    """A Polars string Series without nulls as the Arrow string-view array of its own memory (no
+    copy) and the arguments the C speedups read it by (views buffer, offset, length, data
+    buffers); None for anything else, or without the speedups."""
+    pl = sys.modules.get("polars")
+    if _fast.speedups is None or pl is None or not _is_polars(column) or not hasattr(column, "str"):
+        return None
+    if column.dtype != pl.String or column.null_count():
+        return None
+    try:
+        arrow = column.to_arrow(compat_level=pl.CompatLevel.newest())
+    except (TypeError, AttributeError):  # an older Polars
+        return None
+    pa = sys.modules["pyarrow"]
+    is_view = getattr(pa.types, "is_string_view", None)
+    if is_view is None or not is_view(arrow.type) or arrow.null_count:
+        return None
+    buffers = arrow.buffers()
+    return arrow, (buffers[1], arrow.offset, len(arrow), list(buffers[2:]))
+
+
+def _view_runs(column: Any) -> QidRuns | None:
+    """:func:`_polars_runs` by the C speedups, comparing each row's view (and bytes) with the
+    previous one's in the Series' own memory; None when they cannot, or the ids are spread."""
+    native, views = _fast.speedups, polars_views(column)
+    if native is None or views is None or len(column) < 2:
+        return None
+    found = native.view_runs(*views[1])
+    if found is None:
+        return None
+    starts = np.frombuffer(found, dtype=np.int64)
+    if len(starts) - 1 >= len(column) // 4:
+        return None
+    heads = column.gather(starts).to_list()
+    if len(set(heads)) != len(heads):
+        return None
+    return QidRuns(np.diff(starts, append=len(column)), heads)
+
+
 def _polars_runs(column: Any, what: str, sample: int) -> QidRuns | None:
     """The runs of equal ids of a Polars string (or categorical) Series, as :func:`_arrow_runs`
     finds them, by Polars' own run-length encoding: its strings are views, which Arrow's
@@ -612,6 +652,9 @@ def _polars_runs(column: Any, what: str, sample: int) -> QidRuns | None:
         return None
     if column.null_count():
         raise MetricError(f"{what} has {column.null_count()} missing values")
+    viewed = _view_runs(column)
+    if viewed is not None:
+        return viewed
     if spread_from_start(len(column), len(column.head(sample).rle()) - 1, sample):
         return None
     runs = column.rle()
