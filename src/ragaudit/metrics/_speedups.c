@@ -22,6 +22,9 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* Objects are fetched this many items ahead of their use: a column of Python strings is spread
  * through the heap (a shuffled column points into it at random), so several cache misses can be
@@ -543,8 +546,26 @@ static PyObject *hash_ucs4(PyObject *self, PyObject *args) {
         for (Py_ssize_t i = 0; i < n; i++, unit += units) {
             uint64_t h = 0;
             uint32_t seen = 0;
-            /* Eight units a word, straight-line (a unit over 0x7F declines the whole column, so
-             * its high bits never reach a hash that is used). */
+            /* Eight units a word: narrowed by SSE2's saturating packs where there is SSE2 (a unit
+             * over 0x7F declines the whole column, so saturation never reaches a used hash),
+             * else straight-line shifts. */
+#if defined(__SSE2__)
+            __m128i any = _mm_setzero_si128();
+            for (Py_ssize_t k = 0; k < full; k++) {
+                __m128i lo = _mm_loadu_si128((const __m128i *)(unit + 8 * k));
+                __m128i hi = _mm_loadu_si128((const __m128i *)(unit + 8 * k + 4));
+                any = _mm_or_si128(any, _mm_or_si128(lo, hi));
+                __m128i narrow = _mm_packus_epi16(_mm_packs_epi32(lo, hi), _mm_setzero_si128());
+                uint64_t w;
+                _mm_storel_epi64((__m128i *)&w, narrow); /* the low 8 bytes: the 8 units narrowed */
+                h += w * weights[k];
+            }
+            {
+                uint32_t lanes[4];
+                _mm_storeu_si128((__m128i *)lanes, any);
+                seen |= lanes[0] | lanes[1] | lanes[2] | lanes[3];
+            }
+#else
             for (Py_ssize_t k = 0; k < full; k++) {
                 const uint32_t *u = unit + 8 * k;
                 seen |= u[0] | u[1] | u[2] | u[3] | u[4] | u[5] | u[6] | u[7];
@@ -553,6 +574,7 @@ static PyObject *hash_ucs4(PyObject *self, PyObject *args) {
                              (uint64_t)u[7] << 56;
                 h += w * weights[k];
             }
+#endif
             if (full * 8 < units) {
                 uint64_t w = 0;
                 for (Py_ssize_t b = full * 8; b < units; b++) {
