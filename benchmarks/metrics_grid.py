@@ -209,9 +209,28 @@ def _targets() -> str:
     return "\n".join(out)
 
 
+def _pure() -> str:
+    """The C speedups against the pure path: each form and its pure twin, in the same rounds."""
+    speed, memory = _merged(["50k-pure"])
+    out = ["| form | with the C speedups: CPU s | × pytrec_eval (wall; CPU) | peak MB | pure Python: CPU s | "
+           "× pytrec_eval (wall; CPU) | peak MB | pure / built (CPU) | max per-query diff vs pytrec_eval "
+           "(built; pure) |", "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for tool in OURS:
+        twin = f"{tool}_pure"
+        if tool not in speed or twin not in speed:
+            continue
+        built, pure = speed[tool], speed[twin]
+        peaks = [memory.get(t, {}).get("peak_mb") for t in (tool, twin)]
+        mb = [f"{p:,.0f}" if p is not None else "–" for p in peaks]
+        out.append(f"| {FORMS[tool].label.removeprefix('ragaudit, ')} | {built['cpu_median_s']:.3f} | "
+                   f"{_ratio(built)} | {mb[0]} | {pure['cpu_median_s']:.3f} | {_ratio(pure)} | {mb[1]} | "
+                   f"{pure['cpu_median_s'] / built['cpu_median_s']:.2f} | {_diff(speed, tool)}; {_diff(speed, twin)} |")
+    return "\n".join(out)
+
+
 def summary() -> str:
     rows = {"10k": 1_000_000, "50k": 5_000_000, "200k": 20_000_000}
-    return "\n\n".join([_targets(), _per_row(rows), _spread()])
+    return "\n\n".join([_targets(), _per_row(rows), _spread(), _pure()])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -137,3 +137,20 @@ def test_metrics_grid_plans_every_step_of_the_issue_grid() -> None:
         assert ours | {"pytrec_eval", "pytrec_trec", "ranx_prebuilt"} <= covered[cell], cell
     # Every form's pure twin (the C speedups off) at 50,000 queries.
     assert {t for t, form in FORMS.items() if form.pure} <= covered["50000 shuffled"]
+
+
+def test_metrics_grid_summary_has_the_speedups_table_from_the_committed_results() -> None:
+    """BENCHMARKS.md's tables come from ``--summary`` over the committed result files; the last one
+    sets each form the C speedups read beside its pure twin (the ``50k-pure`` step)."""
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "metrics_grid.py"), "--summary"],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    pure_table = done.stdout.strip().split("\n\n")[-1].splitlines()
+    assert pure_table[0].startswith("| form | with the C speedups")
+    sys.path.insert(0, str(REPO))
+    from benchmarks._metrics_forms import FORMS
+
+    twins = [t.removesuffix("_pure") for t, form in FORMS.items() if form.pure]
+    assert [row.split(" | ")[0].removeprefix("| ") for row in pure_table[2:]] == [
+        FORMS[t].label.removeprefix("ragaudit, ") for t in FORMS if t in twins
+    ]
