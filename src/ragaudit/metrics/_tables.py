@@ -435,7 +435,8 @@ def object_runs(column: Any) -> QidRuns | None:
     average fewer than 4 rows.
 
     A row equal to its run's first id is that string: a value of another type never equals a
-    ``str`` (``1 != "1"``, ``None != "q"``), so only the first ids need their type checked.
+    ``str`` (``1 != "1"``, ``None != "q"``), so only the first ids need their type checked. With the
+    C speedups the comparison is theirs (one pass, a pointer or ``memcmp`` per row).
     """
     values = object_values(column)
     if values is None or len(values) < 2:
@@ -615,7 +616,7 @@ def polars_views(column: Any) -> tuple[Any, tuple[Any, int, int, list[Any]]] | N
         return None
     try:
         arrow = column.to_arrow(compat_level=pl.CompatLevel.newest())
-    except (TypeError, AttributeError):  # an older Polars
+    except (ImportError, TypeError, AttributeError):  # no pyarrow (Polars exports through it), an older Polars
         return None
     pa = sys.modules["pyarrow"]
     is_view = getattr(pa.types, "is_string_view", None)
