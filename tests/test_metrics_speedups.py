@@ -23,7 +23,7 @@ import pytest
 
 from ragaudit import metrics
 from ragaudit.errors import MetricError
-from ragaudit.metrics import _docids, _fast, _inputs, _tables
+from ragaudit.metrics import _docids, _fast, _groups, _inputs, _tables
 
 MEASURES = ["ndcg@10", "recall@10", "mrr", "map@100", "P@5", "bpref", "num_ret"]
 built = pytest.mark.skipif(_fast.speedups is None, reason="the C speedups are not built in this install")
@@ -131,6 +131,24 @@ def _forms(rows: Rows) -> Iterator[tuple[str, Callable[..., Any]]]:
         return
     frame = pd.DataFrame({"qid": pd.Series(q, dtype=object), "docid": pd.Series(d, dtype=object), "score": s})
     yield "pandas object", lambda qrels, **kw: metrics.evaluate(frame, qrels, MEASURES, per_query=True, **kw)
+    try:
+        import pyarrow as pa
+    except ImportError:
+        return
+    # Arrow strings: spread ids are grouped from their offsets (string and large_string, chunks, an
+    # offset into the buffers). Ids of other types: pandas and pyarrow refuse them themselves.
+    try:
+        strings = pd.DataFrame({"qid": pd.Series(q, dtype="string[pyarrow]"), "docid": d, "score": s})
+        half = len(q) // 2
+        table = pa.table({"qid": pa.chunked_array([q[:half], q[half:]], pa.large_string()), "docid": d, "score": s})
+        sliced_table = pa.table({"qid": pa.array(["x", *q])[1:], "docid": d, "score": s})
+    except (TypeError, ValueError, pa.ArrowException):
+        return
+    yield "pandas string[pyarrow]", lambda qrels, **kw: metrics.evaluate(strings, qrels, MEASURES, per_query=True,
+                                                                         **kw)
+    yield "pyarrow chunked large_string", lambda qrels, **kw: metrics.evaluate(table, qrels, MEASURES,
+                                                                               per_query=True, **kw)
+    yield "pyarrow sliced", lambda qrels, **kw: metrics.evaluate(sliced_table, qrels, MEASURES, per_query=True, **kw)
 
 
 @built
@@ -269,3 +287,94 @@ def test_a_nan_score_and_a_missing_query_are_named(pure: Callable[..., Any]) -> 
     qs[-3] = None  # type: ignore[call-overload]
     with pytest.raises(MetricError, match="missing query id"):
         metrics.evaluate_columns(np.array(qs, dtype=object), np.array(ds, dtype=object), ss, qrels, MEASURES)
+
+
+def _first_appearance(ids: list[Any]) -> tuple[list[int], list[int], list[int]]:
+    """The pure reference of ``_speedups.group_*``: each row's code (codes in order of first
+    appearance), the rows of each code, each code's first row."""
+    code_of: dict[Any, int] = {}
+    codes, sizes, firsts = [], [], []
+    for i, value in enumerate(ids):
+        code = code_of.setdefault(value, len(code_of))
+        if code == len(sizes):
+            sizes.append(0)
+            firsts.append(i)
+        sizes[code] += 1
+        codes.append(code)
+    return codes, sizes, firsts
+
+
+def _as_lists(found: Any) -> tuple[list[int], list[int], list[int]]:
+    codes, sizes, firsts = found
+    return (np.frombuffer(codes, dtype=np.uint32).tolist(), np.frombuffer(sizes, dtype=np.int64).tolist(),
+            np.frombuffer(firsts, dtype=np.int64).tolist())
+
+
+@built
+def test_spread_query_ids_are_grouped_exactly_from_every_source() -> None:
+    """``group_strings`` / ``group_fixed`` / ``group_offsets`` / ``group_views`` code every row as
+    the pure reference does: ids that share bytes but not their kind, NULs, empty and long ids, a
+    table grown many times (every id new); and ``grouped_rows`` puts rows and columns in numpy's
+    stable order."""
+    native = _fast.speedups
+    assert native is not None
+    rng = np.random.default_rng(8)
+    # "\u0161b" is stored as the 2-byte units 61 01 62 00: the bytes of the 1-byte string "a\x01b\x00".
+    base = ["ab", "a\x00b\x00", "\u0161b", "a\x01b\x00", "ab\U0001f600", "", "a" * 700, "x\x00", "x"]
+    base += [f"q{i}" for i in range(300)]
+    ids = [base[i] for i in rng.integers(0, len(base), 20_000).tolist()]
+    assert _as_lists(native.group_strings(ids)) == _first_appearance(ids)
+    strided = np.repeat(np.array(ids, dtype=object), 2)[::2]
+    assert _as_lists(native.group_strings(strided)) == _first_appearance(ids)
+    distinct = [f"id-{i}" for i in rng.permutation(70_000).tolist()]  # every row a new code: the table grows
+    assert _as_lists(native.group_strings(distinct)) == _first_appearance(distinct)
+    ascii = [x for x in ids if x.isascii() and "\x00" not in x]
+    for dtype in ("U", "S"):
+        arr = np.array(ascii, dtype=dtype)
+        assert _as_lists(native.group_fixed(arr, arr.itemsize)) == _first_appearance(arr.tolist())
+    pa = pytest.importorskip("pyarrow")
+    for arrow in (pa.array(ids), pa.array(ids, pa.large_string()), pa.chunked_array([ids[:7], ids[7:]]),
+                  pa.array(["skip", *ids])[1:]):
+        chunks = [(c.buffers()[1], c.buffers()[2] or b"", c.offset, len(c), pa.types.is_large_string(c.type))
+                  for c in getattr(arrow, "chunks", [arrow])]
+        assert _as_lists(native.group_offsets(chunks)) == _first_appearance(ids)
+    pl = pytest.importorskip("polars")
+    series = pl.Series(ids)  # views of 12 bytes or fewer inline, longer ones in the data buffers
+    views = _tables.polars_views(series)
+    assert views is not None
+    assert _as_lists(native.group_views(*views[1])) == _first_appearance(ids)
+    codes, sizes, _ = native.group_strings(ids)
+    scores, hashes = rng.random(len(ids)), rng.integers(0, 2**63, len(ids), dtype=np.uint64)
+    order, moved_scores, moved_hashes = native.grouped_rows(codes, sizes, [scores, hashes])
+    stable = np.argsort(np.frombuffer(codes, dtype=np.uint32), kind="stable")
+    assert np.array_equal(np.frombuffer(order, dtype=np.int64), stable)
+    assert np.array_equal(np.frombuffer(moved_scores, dtype=np.float64), scores[stable])
+    assert np.array_equal(np.frombuffer(moved_hashes, dtype=np.uint64), hashes[stable])
+
+
+@built
+def test_the_grouping_declines_what_it_cannot_read_and_checks_its_arguments() -> None:
+    native = _fast.speedups
+    assert native is not None
+    assert native.group_strings(["q1", "q2", 3]) is None  # not a str: the pure path names it
+    assert native.group_strings(["q1", type("Id", (str,), {})("q2")]) is None
+    assert native.group_strings({"q1": 1}) is None
+    offsets = np.array([0, 2, 4, 99], dtype=np.int32)  # the last id past its data
+    assert native.group_offsets([(offsets, b"q1q2", 0, 3, False)]) is None
+    with pytest.raises(ValueError, match="offsets"):
+        native.group_offsets([(offsets, b"q1q2", 2, 3, False)])
+    view = np.zeros(4, dtype=np.int32)
+    view[:] = [20, 0, 0, 0]  # 20 bytes in data buffer 0, which holds none
+    assert native.group_views(view.tobytes(), 0, 1, [b""]) is None
+    codes, sizes, _ = native.group_strings(["a", "b", "a"])
+    with pytest.raises(ValueError, match="add up"):
+        native.grouped_rows(codes, np.array([1, 1], dtype=np.int64), [])
+    with pytest.raises(ValueError, match="below"):
+        native.grouped_rows(np.array([0, 5, 0], dtype=np.uint32), sizes, [])
+    with pytest.raises(ValueError, match="8-byte"):
+        native.grouped_rows(codes, sizes, [np.zeros(3, dtype=np.float32)])
+    # Without the speedups (or for columns of other widths) QidGroups orders rows alike, by numpy.
+    groups = _groups.string_groups(["b", "a", "b", "c", "a"])
+    assert groups is not None and groups.qids == ["b", "a", "c"] and groups.lengths.tolist() == [2, 2, 1]
+    narrow = np.array([1.5, 2.5, 3.5, 4.5, 5.5], dtype=np.float32)
+    assert [x.tolist() for x in groups.grouped([narrow])] == [[0, 2, 1, 4, 3], [1.5, 3.5, 2.5, 5.5, 4.5]]

@@ -397,7 +397,9 @@ def _colliding(docs: _docids.DocIds, ids: np.ndarray | None = None) -> _docids.D
     if isinstance(docs, _docids.HashedDocIds):
         hashed = docs if ids is None else _docids.hashed_docids(ids)  # new ids: hashed again
         assert hashed is not None and hashed.hashes is not None
-        return _CollidingHashed(docs.ids, docs.rows, hashed.column, docs.field, _collide(hashed.hashes))
+        return _CollidingHashed(
+            docs.ids, docs.rows, column=hashed.column, field=docs.field, hashes=_collide(hashed.hashes)
+        )
     return _CollidingIds(docs.ids if ids is None else ids, docs.rows)
 
 

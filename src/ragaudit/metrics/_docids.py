@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import itemgetter
 from typing import Any
 
@@ -181,6 +181,9 @@ class DocIds:
 
     ids: np.ndarray
     rows: np.ndarray | None = None
+    # The hash of every run row's id in run order, when put in that order with the rows (spread
+    # query ids grouped: QidGroups.grouped), so row_hashes need not gather them through ``rows``.
+    grouped_hashes: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.ids) if self.rows is None else len(self.rows)
@@ -216,11 +219,23 @@ class DocIds:
             return hash_fixed(encoded)
         return _hash_objects(encoded, len(encoded))
 
+    def column_hashes(self) -> np.ndarray:
+        """The hash of every id of the caller's column, in its order."""
+        return self.hash(self.ids)
+
     def row_hashes(self) -> np.ndarray:
         """The hash of every run row's id, in run order: hashed in the column's own order
-        (sequential reads), then gathered as 8-byte numbers."""
-        hashes = self.hash(self.ids)
+        (sequential reads), then gathered as 8-byte numbers -- or put in order already."""
+        if self.grouped_hashes is not None:
+            return self.grouped_hashes
+        hashes = self.column_hashes()
         return hashes if self.rows is None else hashes[self.rows]
+
+    def in_order(self, rows: np.ndarray, hashes: np.ndarray) -> DocIds:
+        """These ids (in the column's order: no ``rows`` yet) in run order *rows*, with their
+        :meth:`column_hashes` already put in that order (*hashes*: QidGroups.grouped)."""
+        assert self.rows is None
+        return replace(self, rows=rows, grouped_hashes=hashes)
 
     def text(self, index: int) -> str:
         value = self.ids[self._where(index)]
@@ -231,7 +246,9 @@ class DocIds:
         return take(self.ids, self._where(index))
 
     def take(self, index: np.ndarray) -> DocIds:
-        return DocIds(self.ids, self._where(index))
+        """The run rows *index* of these (every field kept, of a subclass too)."""
+        grouped = None if self.grouped_hashes is None else self.grouped_hashes[index]
+        return replace(self, rows=self._where(index), grouped_hashes=grouped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,9 +270,8 @@ class SeriesDocIds(DocIds):
         pl = sys.modules["polars"]
         return _masked(pl.Series(encoded).cast(pl.String).hash())
 
-    def row_hashes(self) -> np.ndarray:
-        hashes = _masked(self.series.hash())
-        return hashes if self.rows is None else hashes[self.rows]
+    def column_hashes(self) -> np.ndarray:
+        return _masked(self.series.hash())
 
     def text(self, index: int) -> str:
         return str(self.series[int(self._where(index))])
@@ -269,8 +285,6 @@ class SeriesDocIds(DocIds):
         assert fixed is not None  # a Polars string Series exports Arrow strings
         return fixed if np.ndim(where) else fixed[0]
 
-    def take(self, index: np.ndarray) -> DocIds:
-        return SeriesDocIds(self.ids, self._where(index), self.series)
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,9 +311,9 @@ class HashedDocIds(DocIds):
         assert self.hashes is not None
         return len(self.hashes) if self.rows is None else len(self.rows)
 
-    def row_hashes(self) -> np.ndarray:
+    def column_hashes(self) -> np.ndarray:
         assert self.hashes is not None
-        return self.hashes if self.rows is None else self.hashes[self.rows]
+        return self.hashes
 
     def _values(self, where: np.ndarray) -> list[str]:
         if self.views is not None:  # a Polars Series
@@ -341,8 +355,6 @@ class HashedDocIds(DocIds):
             fixed = joined
         return fixed if np.ndim(self._where(index)) else fixed[0]
 
-    def take(self, index: np.ndarray) -> DocIds:
-        return HashedDocIds(self.ids, self._where(index), self.column, self.field, self.hashes, self.views)
 
 
 def hashed_docids(column: Any, field: int | None = None, hashes: np.ndarray | None = None) -> HashedDocIds | None:
@@ -364,7 +376,7 @@ def hashed_docids(column: Any, field: int | None = None, hashes: np.ndarray | No
             hashes = _ucs4_hashes(column)
         if hashes is None:
             return None
-    return HashedDocIds(np.zeros(0, dtype="S1"), None, column, field, hashes, views)
+    return HashedDocIds(np.zeros(0, dtype="S1"), column=column, field=field, hashes=hashes, views=views)
 
 
 def _ucs4_hashes(arr: np.ndarray) -> np.ndarray | None:

@@ -29,6 +29,7 @@ from ._docids import (
     id_codes,
     plain_polars_strings,
 )
+from ._groups import QidGroups, fixed_groups, string_groups
 from ._tables import (
     DOCID_NAMES,
     LABEL_NAMES,
@@ -44,6 +45,7 @@ from ._tables import (
     is_table,
     joined_runs,
     object_runs,
+    object_values,
     placed,
     python_strings,
     qid_text,
@@ -506,7 +508,7 @@ def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -
     if n_rows == 0:
         raise MetricError("the run is empty: no row")
     order = None
-    if q_runs is not None:
+    if q_runs is not None:  # runs, or groups (their order is moved below)
         lengths, run_qids = q_runs.lengths, q_runs.qids
     elif (
         q_arr.dtype.kind == "O"
@@ -518,18 +520,26 @@ def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -
         lengths, run_qids, order = _group_columns(q_arr, q_names)
     selected = np.fromiter(map(qrels.index.__contains__, run_qids), dtype=bool, count=len(run_qids))
     qid_list = run_qids
+    docs = docids_from_array(d_arr) if d_kept is None else d_kept
     # Row numbers, not rows, are moved: the run's row i (grouped by query) is the columns' row rows[i].
     rows = order
+    if isinstance(q_runs, QidGroups):
+        # Grouped by the C speedups: the scores and the doc ids' hashes are put in group order
+        # with the row numbers, in one sequential pass each (gathering them by row would be a
+        # cache miss a row); from here the run is in order.
+        moved = q_runs.grouped([docs.column_hashes()] + ([] if s_arr is None else [s_arr]))
+        docs = docs.in_order(moved[0], moved[1])
+        s_arr = None if s_arr is None else moved[2]
     if not selected.all():
         qid_list = [q for q, keep in zip(run_qids, selected.tolist()) if keep]
         kept = np.flatnonzero(np.repeat(selected, lengths))
         rows = kept if rows is None else rows[kept]
         lengths = lengths[selected]
-    if rows is not None and s_arr is not None:
-        s_arr = s_arr[rows]
+    if rows is not None:
+        s_arr = None if s_arr is None else s_arr[rows]
+        docs = docs.take(rows)
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    docs = docids_from_array(d_arr, rows) if d_kept is None else d_kept.take(rows) if rows is not None else d_kept
     prepared = PreparedRun(qid_list, offsets, s_arr, docs)
     _check_scores(prepared)
     return prepared, len(run_qids)
@@ -547,25 +557,32 @@ def _doc_ids(docids: Any, qrels: PreparedQrels) -> tuple[np.ndarray, DocIds | No
     if kept is not None:
         return empty, kept
     if plain_polars_strings(docids, qrels.docids):
-        return empty, SeriesDocIds(empty, None, docids)
+        return empty, SeriesDocIds(empty, series=docids)
     fixed = fixed_strings(docids, "docids")
     return (fixed if fixed is not None else ascii_bytes(to_numpy(docids, "docids"))), None
 
 
-def _query_ids(qids: Any) -> tuple[QidRuns | None, np.ndarray, list[str] | None]:
-    """The run's query ids as contiguous runs, or as an array (exact integer codes of the ids
-    *names* when these are given). Any converted copy of the column (Arrow strings) is dropped on
-    return, before the doc ids are converted: it is not part of the peak memory."""
+def _query_ids(qids: Any) -> tuple[QidRuns | QidGroups | None, np.ndarray, list[str] | None]:
+    """The run's query ids as contiguous runs, as rows grouped by the C speedups, or as an array
+    (exact integer codes of the ids *names* when these are given). Any converted copy of the
+    column (Arrow strings) is dropped on return, before the doc ids are converted: it is not part
+    of the peak memory."""
     # Rows already run-end encoded (columns_of_rows), or Python strings whose queries come in
     # contiguous runs: found without converting an id.
     runs = qids if isinstance(qids, QidRuns) else object_runs(qids) or unicode_runs(qids)
     if runs is not None:
         return runs, np.zeros(0, dtype=np.int64), None
+    # Python strings spread out: grouped where they are, no Arrow copy made (see _groups).
+    groups = string_groups(object_values(qids))
+    if groups is None and isinstance(qids, np.ndarray) and qids.dtype.kind == "U":  # the same, narrowed first
+        groups = fixed_groups(ascii_bytes(qids), lambda ids: _id_texts(ids, None))
+    if groups is not None:
+        return groups, np.zeros(0, dtype=np.int64), None
     qids = python_strings(qids)
     coded = coded_ids(qids, "qids", _SPREAD_SAMPLE)
     if coded is None:
         return None, ascii_bytes(to_numpy(qids, "qids")), None
-    if isinstance(coded, QidRuns):
+    if isinstance(coded, (QidRuns, QidGroups)):
         return coded, np.zeros(0, dtype=np.int64), None
     return None, coded[0], coded[1]
 
@@ -586,7 +603,10 @@ def _group_columns(q_arr: np.ndarray, q_names: list[str] | None) -> tuple[np.nda
             return np.diff(np.append(starts, len(q_arr))), run_qids, None
     # A query's rows are spread out: gather them (queries in order of first appearance), by exact
     # codes of the ids when there are (categories, Arrow's dictionary, pyarrow's hash of 'S' ids).
-    if q_names is not None and q_arr.dtype.kind in "iu":
+    groups = None if q_names is not None else fixed_groups(q_arr, lambda ids: _id_texts(ids, None))
+    if groups is not None:  # by the C speedups, from the array itself (see _groups)
+        order, run_qids, lengths = groups.order(), groups.qids, groups.lengths
+    elif q_names is not None and q_arr.dtype.kind in "iu":
         order, run_qids, lengths = _group_codes(q_arr, q_names)
     else:
         coded = fixed_width_codes(q_arr)

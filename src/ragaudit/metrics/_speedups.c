@@ -864,6 +864,543 @@ static PyObject *gather_views(PyObject *self, PyObject *args) {
     return Py_BuildValue("(Nn)", out, width);
 }
 
+/* ---- Grouping spread query ids --------------------------------------------------------------
+ *
+ * When a query's rows are spread through the run, its rows must be gathered: every row gets the
+ * code of its id (codes 0, 1, ... in order of first appearance), then a counting sort by code
+ * gives the row order. pyarrow's hash table (and a packed sort of (code, row)) cost three to four
+ * times the contiguous path; most of that is cache misses, several after one another per row. So:
+ *   - the ids are read in order, one pass, whatever holds them (a Source, below);
+ *   - each row's hash is computed AHEAD rows before its lookup and its slot prefetched, so the
+ *     misses of many rows are waited for at once;
+ *   - a slot holds the hash and where its key is, and the key (a copy of its bytes) sits in one
+ *     compact arena beside its code: a lookup reads one slot and one arena entry, both in cache
+ *     for the ~50 k distinct ids of a large run;
+ *   - ids are compared as bytes (and their kind), never by hash alone: the codes are exact. */
+
+/* Where the ids come from, read in order by source_next. */
+enum { SOURCE_OBJECTS, SOURCE_FIXED, SOURCE_VIEWS, SOURCE_OFFSETS };
+
+typedef struct {
+    Py_buffer offsets, data;
+    Py_ssize_t offset, n;
+    int wide; /* 64-bit offsets (large_string) */
+} Chunk;
+
+typedef struct {
+    int kind;
+    Py_ssize_t n, next;
+    Objects objs;
+    const char *rows; /* fixed */
+    Py_ssize_t itemsize;
+    Py_buffer rows_buf;
+    Views views;
+    Chunk *chunks;
+    Py_ssize_t n_chunks, chunk, in_chunk;
+} Source;
+
+static void source_free(Source *s) {
+    if (s->kind == SOURCE_FIXED && s->rows_buf.obj != NULL)
+        PyBuffer_Release(&s->rows_buf);
+    if (s->kind == SOURCE_VIEWS)
+        views_free(&s->views);
+    if (s->chunks != NULL) {
+        for (Py_ssize_t k = 0; k < s->n_chunks; k++) {
+            if (s->chunks[k].offsets.obj != NULL)
+                PyBuffer_Release(&s->chunks[k].offsets);
+            if (s->chunks[k].data.obj != NULL)
+                PyBuffer_Release(&s->chunks[k].data);
+        }
+        PyMem_Free(s->chunks);
+        s->chunks = NULL;
+    }
+}
+
+/* The next row's bytes, length and kind (a str's kind; 0 for bytes). 1: read; 0: declined (a
+ * value that is not an exact str, an offset or view outside its buffers). */
+static inline int source_next(Source *s, const char **data, Py_ssize_t *len, int *tag) {
+    Py_ssize_t i = s->next++;
+    switch (s->kind) {
+    case SOURCE_OBJECTS: {
+        if (i + AHEAD < s->n)
+            PREFETCH(s->objs.items[(i + AHEAD) * s->objs.stride]);
+        PyObject *q = s->objs.items[i * s->objs.stride];
+        if (!PyUnicode_CheckExact(q) || !ready(q))
+            return 0;
+        *tag = (int)PyUnicode_KIND(q);
+        *len = PyUnicode_GET_LENGTH(q) * *tag;
+        *data = (const char *)PyUnicode_DATA(q);
+        return 1;
+    }
+    case SOURCE_FIXED:
+        *data = s->rows + i * s->itemsize;
+        *len = s->itemsize;
+        *tag = 0;
+        return 1;
+    case SOURCE_VIEWS:
+        *data = (const char *)view_at(&s->views, i, len);
+        *tag = 0;
+        return *data != NULL;
+    default: {
+        while (s->in_chunk >= s->chunks[s->chunk].n) {
+            s->chunk++;
+            s->in_chunk = 0;
+        }
+        const Chunk *c = &s->chunks[s->chunk];
+        Py_ssize_t j = c->offset + s->in_chunk++;
+        int64_t start, end;
+        if (c->wide) {
+            start = ((const int64_t *)c->offsets.buf)[j];
+            end = ((const int64_t *)c->offsets.buf)[j + 1];
+        } else {
+            start = ((const int32_t *)c->offsets.buf)[j];
+            end = ((const int32_t *)c->offsets.buf)[j + 1];
+        }
+        if (start < 0 || end < start || end > c->data.len)
+            return 0;
+        *data = (const char *)c->data.buf + start;
+        *len = (Py_ssize_t)(end - start);
+        *tag = 0;
+        return 1;
+    }
+    }
+}
+
+/* The last *len* (1-7) bytes of a key as a word: read whole 8-byte words when the key is at least
+ * 8 bytes long (the word ending at its end, shifted), else byte by byte. No read past the key. */
+static inline uint64_t tail_word(const char *data, Py_ssize_t len, Py_ssize_t k) {
+    uint64_t w = 0;
+    Py_ssize_t rest = len - k;
+    if (len >= 8) {
+        memcpy(&w, data + len - 8, 8);
+        return w >> (8 * (8 - rest)); /* on a big-endian machine other bits: any fixed choice hashes alike */
+    }
+    for (Py_ssize_t b = 0; b < rest; b++)
+        w |= (uint64_t)(unsigned char)data[k + b] << (8 * b);
+    return w;
+}
+
+/* A 64-bit hash of *len* bytes and their kind (splitmix64's finaliser over 8-byte words). */
+static inline uint64_t key_hash(const char *data, Py_ssize_t len, int tag) {
+    uint64_t h = UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)(len * 8 + tag + 1);
+    Py_ssize_t k = 0;
+    for (; k + 16 <= len; k += 16) { /* two words a step: two multiplications in flight */
+        uint64_t a, b;
+        memcpy(&a, data + k, 8);
+        memcpy(&b, data + k + 8, 8);
+        h = (h ^ (a * UINT64_C(0xBF58476D1CE4E5B9)) ^ (b * UINT64_C(0x94D049BB133111EB)));
+        h = (h ^ (h >> 31)) * UINT64_C(0xD6E8FEB86659FD93);
+    }
+    if (k + 8 <= len) {
+        uint64_t a;
+        memcpy(&a, data + k, 8);
+        h = (h ^ a) * UINT64_C(0xBF58476D1CE4E5B9);
+        k += 8;
+    }
+    if (k < len)
+        h = (h ^ tail_word(data, len, k)) * UINT64_C(0x94D049BB133111EB);
+    h ^= h >> 32;
+    h *= UINT64_C(0xD6E8FEB86659FD93);
+    return h ^ (h >> 32);
+}
+
+/* Whether *len* bytes at *a* and *b* are equal: word by word, the last word overlapping. */
+static inline int same_bytes(const char *a, const char *b, Py_ssize_t len) {
+    if (len < 8)
+        return memcmp(a, b, (size_t)len) == 0;
+    Py_ssize_t k = 0;
+    for (; k + 8 < len; k += 8) {
+        uint64_t x, y;
+        memcpy(&x, a + k, 8);
+        memcpy(&y, b + k, 8);
+        if (x != y)
+            return 0;
+    }
+    uint64_t x, y;
+    memcpy(&x, a + len - 8, 8);
+    memcpy(&y, b + len - 8, 8);
+    return x == y;
+}
+
+/* An arena entry: its header, then the key's bytes (padded to 8). */
+typedef struct {
+    uint64_t hash;
+    int64_t code, len, tag;
+} Entry;
+
+typedef struct {
+    uint64_t hash;
+    int64_t entry; /* offset of its Entry in the arena; -1: empty */
+} Slot;
+
+typedef struct {
+    Slot *slots;
+    Py_ssize_t mask;
+    char *arena;
+    Py_ssize_t arena_len, arena_cap;
+    int64_t *firsts; /* the first row of each code */
+    Py_ssize_t n_codes, cap_codes;
+} Groups;
+
+static void groups_free(Groups *g) {
+    PyMem_Free(g->slots);
+    PyMem_Free(g->arena);
+    PyMem_Free(g->firsts);
+    memset(g, 0, sizeof(*g));
+}
+
+static int groups_init(Groups *g) {
+    memset(g, 0, sizeof(*g));
+    g->mask = 4095;
+    g->slots = PyMem_Malloc(sizeof(Slot) * 4096);
+    g->arena_cap = 1 << 16;
+    g->arena = PyMem_Malloc((size_t)g->arena_cap);
+    g->cap_codes = 1024;
+    g->firsts = PyMem_Malloc(sizeof(int64_t) * 1024);
+    if (g->slots == NULL || g->arena == NULL || g->firsts == NULL) {
+        groups_free(g);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(g->slots, 0xFF, sizeof(Slot) * 4096);
+    return 0;
+}
+
+/* Room for one more code whose key is *len* bytes: the arena, the firsts, and the slots (kept at
+ * most half full, so a probe nearly always ends at the first or second slot). */
+static int groups_grow(Groups *g, Py_ssize_t len) {
+    Py_ssize_t need = g->arena_len + (Py_ssize_t)sizeof(Entry) + ((len + 7) & ~(Py_ssize_t)7);
+    if (need > g->arena_cap) {
+        Py_ssize_t cap = 2 * g->arena_cap > need ? 2 * g->arena_cap : 2 * need;
+        char *arena = PyMem_Realloc(g->arena, (size_t)cap);
+        if (arena == NULL)
+            return -1;
+        g->arena = arena;
+        g->arena_cap = cap;
+    }
+    if (g->n_codes == g->cap_codes) {
+        int64_t *firsts = PyMem_Realloc(g->firsts, sizeof(int64_t) * (size_t)(2 * g->cap_codes));
+        if (firsts == NULL)
+            return -1;
+        g->firsts = firsts;
+        g->cap_codes *= 2;
+    }
+    if (2 * (g->n_codes + 1) > g->mask + 1) {
+        Py_ssize_t mask = 2 * (g->mask + 1) - 1;
+        Slot *slots = PyMem_Malloc(sizeof(Slot) * (size_t)(mask + 1));
+        if (slots == NULL)
+            return -1;
+        memset(slots, 0xFF, sizeof(Slot) * (size_t)(mask + 1));
+        for (Py_ssize_t k = 0; k <= g->mask; k++) {
+            if (g->slots[k].entry < 0)
+                continue;
+            Py_ssize_t at = (Py_ssize_t)(g->slots[k].hash & (uint64_t)mask);
+            while (slots[at].entry >= 0)
+                at = (at + 1) & mask;
+            slots[at] = g->slots[k];
+        }
+        PyMem_Free(g->slots);
+        g->slots = slots;
+        g->mask = mask;
+    }
+    return 0;
+}
+
+/* The code of row *row*'s key; a new code when the key is new. -1: out of memory. */
+static inline int64_t groups_code(Groups *g, uint64_t h, const char *data, Py_ssize_t len, int tag, Py_ssize_t row) {
+    Py_ssize_t at = (Py_ssize_t)(h & (uint64_t)g->mask);
+    for (;;) {
+        const Slot *slot = &g->slots[at];
+        if (slot->entry < 0)
+            break;
+        if (slot->hash == h) {
+            const Entry *e = (const Entry *)(g->arena + slot->entry);
+            if (e->len == len && e->tag == tag && same_bytes((const char *)(e + 1), data, len))
+                return e->code;
+        }
+        at = (at + 1) & g->mask;
+    }
+    if (groups_grow(g, len) < 0)
+        return -1;
+    at = (Py_ssize_t)(h & (uint64_t)g->mask); /* the slots may have been rebuilt */
+    while (g->slots[at].entry >= 0)
+        at = (at + 1) & g->mask;
+    Entry *e = (Entry *)(g->arena + g->arena_len);
+    e->hash = h;
+    e->code = g->n_codes;
+    e->len = len;
+    e->tag = tag;
+    memcpy(e + 1, data, (size_t)len);
+    g->slots[at].hash = h;
+    g->slots[at].entry = g->arena_len;
+    g->arena_len += (Py_ssize_t)sizeof(Entry) + ((len + 7) & ~(Py_ssize_t)7);
+    g->firsts[g->n_codes] = row;
+    return g->n_codes++;
+}
+
+/* (codes, sizes, firsts) as bytearrays -- each row's code (uint32, codes in order of first
+ * appearance), the rows of each code and its first row (int64) -- or None when the source
+ * declines a row. Frees *s*. */
+static PyObject *grouped(Source *s) {
+    Py_ssize_t n = s->n;
+    PyObject *result = NULL, *codes = NULL, *sizes = NULL, *firsts = NULL;
+    Groups g;
+    if (n > (Py_ssize_t)UINT32_MAX) { /* codes are 32-bit */
+        source_free(s);
+        Py_RETURN_NONE;
+    }
+    if (groups_init(&g) < 0) {
+        source_free(s);
+        return NULL;
+    }
+    codes = PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(uint32_t));
+    if (codes == NULL)
+        goto done;
+    uint32_t *code_of = (uint32_t *)PyByteArray_AS_STRING(codes);
+    /* A ring of the next AHEAD rows: read and hashed, their slots prefetched; half way to their
+     * lookup, the slot has arrived and the key's arena entry is prefetched in turn. */
+    struct {
+        const char *data;
+        Py_ssize_t len;
+        uint64_t hash;
+        int tag;
+    } ring[AHEAD];
+    Py_ssize_t filled = n < AHEAD ? n : AHEAD;
+    for (Py_ssize_t j = 0; j < filled; j++) {
+        if (!source_next(s, &ring[j].data, &ring[j].len, &ring[j].tag))
+            goto declined;
+        ring[j].hash = key_hash(ring[j].data, ring[j].len, ring[j].tag);
+        PREFETCH(&g.slots[ring[j].hash & (uint64_t)g.mask]);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t r = i % AHEAD;
+        int64_t c = groups_code(&g, ring[r].hash, ring[r].data, ring[r].len, ring[r].tag, i);
+        if (c < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        code_of[i] = (uint32_t)c;
+        if (i + AHEAD / 2 < n) {
+            Py_ssize_t j = (i + AHEAD / 2) % AHEAD;
+            int64_t entry = g.slots[ring[j].hash & (uint64_t)g.mask].entry;
+            if (entry >= 0) {
+                PREFETCH(g.arena + entry);
+                if (ring[j].len > 32) /* the entry's header and key span a second cache line */
+                    PREFETCH(g.arena + entry + 64);
+            }
+        }
+        if (i + AHEAD < n) {
+            if (!source_next(s, &ring[r].data, &ring[r].len, &ring[r].tag))
+                goto declined;
+            ring[r].hash = key_hash(ring[r].data, ring[r].len, ring[r].tag);
+            PREFETCH(&g.slots[ring[r].hash & (uint64_t)g.mask]);
+        }
+    }
+    Py_ssize_t k = g.n_codes;
+    sizes = PyByteArray_FromStringAndSize(NULL, k * (Py_ssize_t)sizeof(int64_t));
+    firsts = PyByteArray_FromStringAndSize((const char *)g.firsts, k * (Py_ssize_t)sizeof(int64_t));
+    if (sizes == NULL || firsts == NULL)
+        goto done;
+    int64_t *size_of = (int64_t *)PyByteArray_AS_STRING(sizes);
+    memset(size_of, 0, (size_t)k * sizeof(int64_t));
+    for (Py_ssize_t i = 0; i < n; i++)
+        size_of[code_of[i]]++;
+    result = Py_BuildValue("(OOO)", codes, sizes, firsts);
+    goto done;
+declined:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(codes);
+    Py_XDECREF(sizes);
+    Py_XDECREF(firsts);
+    groups_free(&g);
+    source_free(s);
+    return result;
+}
+
+/* grouped_rows(codes, sizes, columns) -> list of bytearrays
+ *
+ * The rows in group order (a counting sort by code, stable: a group's rows keep their order),
+ * from a group_* function's codes and sizes: the row numbers (int64), then each of *columns* (a
+ * list of buffers of one 8-byte item a row) in that order. Read in row order and written at each
+ * group's next place -- one cache line a group, in cache while it fills -- so the columns are put
+ * in order at about the speed of copying them; gathering them through the row numbers instead
+ * would be a cache miss a row, each. */
+#define MAX_COLUMNS 4
+static PyObject *grouped_rows(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *codes_obj, *sizes_obj, *columns;
+    if (!PyArg_ParseTuple(args, "OOO!", &codes_obj, &sizes_obj, &PyList_Type, &columns))
+        return NULL;
+    Py_ssize_t m = PyList_GET_SIZE(columns);
+    if (m > MAX_COLUMNS) {
+        PyErr_SetString(PyExc_ValueError, "at most 4 columns");
+        return NULL;
+    }
+    Py_buffer codes, sizes, values[MAX_COLUMNS];
+    Py_ssize_t got = 0;
+    PyObject *out = NULL;
+    int64_t *place = NULL;
+    if (PyObject_GetBuffer(codes_obj, &codes, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(sizes_obj, &sizes, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&codes);
+        return NULL;
+    }
+    Py_ssize_t n = codes.len / (Py_ssize_t)sizeof(uint32_t), k = sizes.len / (Py_ssize_t)sizeof(int64_t);
+    const uint32_t *code_of = (const uint32_t *)codes.buf;
+    const int64_t *size_of = (const int64_t *)sizes.buf;
+    for (; got < m; got++) {
+        if (PyObject_GetBuffer(PyList_GET_ITEM(columns, got), &values[got], PyBUF_SIMPLE) < 0)
+            goto done;
+        if (values[got].len != n * 8) {
+            got++;
+            PyErr_SetString(PyExc_ValueError, "a column must hold one 8-byte item per row");
+            goto done;
+        }
+    }
+    place = PyMem_Malloc(sizeof(int64_t) * (size_t)(k ? k : 1));
+    if (place == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t at = 0;
+    for (Py_ssize_t c = 0; c < k; c++) {
+        if (size_of[c] < 0)
+            break;
+        place[c] = at;
+        at += size_of[c];
+    }
+    if (at != n) {
+        PyErr_SetString(PyExc_ValueError, "sizes do not add up to the rows of codes");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (code_of[i] >= (uint64_t)k) {
+            PyErr_SetString(PyExc_ValueError, "a code is not below the number of sizes");
+            goto done;
+        }
+    }
+    out = PyList_New(m + 1);
+    if (out == NULL)
+        goto done;
+    int64_t *dest[MAX_COLUMNS + 1];
+    for (Py_ssize_t j = 0; j <= m; j++) {
+        PyObject *part = PyByteArray_FromStringAndSize(NULL, n * 8);
+        if (part == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, j, part);
+        dest[j] = (int64_t *)PyByteArray_AS_STRING(part);
+    }
+    const int64_t *src[MAX_COLUMNS];
+    for (Py_ssize_t j = 0; j < m; j++)
+        src[j] = (const int64_t *)values[j].buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t to = place[code_of[i]]++;
+        dest[0][to] = i;
+        for (Py_ssize_t j = 0; j < m; j++)
+            dest[j + 1][to] = src[j][i];
+    }
+done:
+    PyMem_Free(place);
+    for (Py_ssize_t j = 0; j < got; j++)
+        PyBuffer_Release(&values[j]);
+    PyBuffer_Release(&sizes);
+    PyBuffer_Release(&codes);
+    return out;
+}
+
+/* group_strings(values) -> (codes, sizes, firsts) | None
+ *
+ * Python strings (a list, a tuple, a 1-d numpy object array) coded by id; None when a value is
+ * not an exact str. */
+static PyObject *group_strings(PyObject *self, PyObject *values) {
+    (void)self;
+    Source s;
+    memset(&s, 0, sizeof(s));
+    s.kind = SOURCE_OBJECTS;
+    if (!objects_of(values, &s.objs))
+        Py_RETURN_NONE;
+    s.n = s.objs.n;
+    return grouped(&s);
+}
+
+/* group_fixed(array, itemsize) -> (codes, sizes, firsts)
+ *
+ * The rows of a C-contiguous fixed-width array (numpy 'U' or 'S') coded, compared as raw bytes. */
+static PyObject *group_fixed(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *array;
+    Source s;
+    memset(&s, 0, sizeof(s));
+    if (!PyArg_ParseTuple(args, "On", &array, &s.itemsize))
+        return NULL;
+    if (rows_buffer(array, s.itemsize, &s.rows_buf, &s.n) < 0)
+        return NULL;
+    s.kind = SOURCE_FIXED;
+    s.rows = (const char *)s.rows_buf.buf;
+    return grouped(&s);
+}
+
+/* group_views(views, offset, n, buffers) -> (codes, sizes, firsts) | None
+ *
+ * A string-view column's ids coded; None when a view points outside its buffers. */
+static PyObject *group_views(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *views_obj, *buffers;
+    Py_ssize_t offset, n;
+    if (!PyArg_ParseTuple(args, "OnnO", &views_obj, &offset, &n, &buffers))
+        return NULL;
+    Source s;
+    memset(&s, 0, sizeof(s));
+    if (views_of(views_obj, offset, n, buffers, &s.views) < 0)
+        return NULL;
+    s.kind = SOURCE_VIEWS;
+    s.n = n;
+    return grouped(&s);
+}
+
+/* group_offsets(chunks) -> (codes, sizes, firsts) | None
+ *
+ * The ids of Arrow string chunks -- (offsets buffer, data buffer, offset, length, wide) each, wide
+ * for 64-bit offsets -- coded as one column; None when an offset points outside its data. */
+static PyObject *group_offsets(PyObject *self, PyObject *chunks) {
+    (void)self;
+    if (!PyList_Check(chunks)) {
+        PyErr_SetString(PyExc_TypeError, "chunks must be a list");
+        return NULL;
+    }
+    Source s;
+    memset(&s, 0, sizeof(s));
+    s.kind = SOURCE_OFFSETS;
+    s.n_chunks = PyList_GET_SIZE(chunks);
+    s.chunks = PyMem_Calloc((size_t)(s.n_chunks ? s.n_chunks : 1), sizeof(Chunk));
+    if (s.chunks == NULL)
+        return PyErr_NoMemory();
+    for (Py_ssize_t k = 0; k < s.n_chunks; k++) {
+        Chunk *c = &s.chunks[k];
+        PyObject *offsets, *data;
+        int wide;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(chunks, k), "OOnnp", &offsets, &data, &c->offset, &c->n, &wide) ||
+            PyObject_GetBuffer(offsets, &c->offsets, PyBUF_SIMPLE) < 0 ||
+            PyObject_GetBuffer(data, &c->data, PyBUF_SIMPLE) < 0) {
+            source_free(&s);
+            return NULL;
+        }
+        c->wide = wide;
+        Py_ssize_t width = wide ? 8 : 4;
+        if (c->offset < 0 || c->n < 0 || (c->offset + c->n + 1) * width > c->offsets.len) {
+            source_free(&s);
+            PyErr_SetString(PyExc_ValueError, "an offsets buffer is shorter than offset + length + 1 offsets");
+            return NULL;
+        }
+        s.n += c->n;
+    }
+    return grouped(&s);
+}
+
 static PyMethodDef methods[] = {
     {"hash_strings", hash_strings, METH_VARARGS,
      "hash_strings(values, weights) -> bytes | None: the doc-id hash of every ASCII str of values."},
@@ -884,6 +1421,16 @@ static PyMethodDef methods[] = {
      "view_runs(views, offset, n, buffers) -> bytearray | None: where each run of equal ids starts."},
     {"gather_views", gather_views, METH_VARARGS,
      "gather_views(views, offset, n, buffers, index) -> (bytes, width) | None: ids at rows index."},
+    {"group_strings", group_strings, METH_O,
+     "group_strings(values) -> (codes, sizes, firsts) | None: str ids coded, in order of first appearance."},
+    {"grouped_rows", grouped_rows, METH_VARARGS,
+     "grouped_rows(codes, sizes, columns) -> list: the row numbers, then 8-byte columns, in group order."},
+    {"group_fixed", group_fixed, METH_VARARGS,
+     "group_fixed(array, itemsize) -> (codes, sizes, firsts): the rows of a fixed-width array coded."},
+    {"group_views", group_views, METH_VARARGS,
+     "group_views(views, offset, n, buffers) -> (codes, sizes, firsts) | None: a string-view column coded."},
+    {"group_offsets", group_offsets, METH_O,
+     "group_offsets(chunks) -> (codes, sizes, firsts) | None: Arrow string chunks coded as one column."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import MetricError
 from . import _fast
+from ._groups import QidGroups, arrow_groups, view_groups
 
 __all__ = [
     "DOCID_NAMES",
@@ -521,12 +522,13 @@ class QidRuns:
     qids: list[str]
 
 
-def coded_ids(column: Any, what: str, sample: int) -> QidRuns | tuple[np.ndarray, list[str]] | None:
+def coded_ids(column: Any, what: str, sample: int) -> QidRuns | QidGroups | tuple[np.ndarray, list[str]] | None:
     """Query ids as integer codes and the distinct ids (as strings) they index, without a
     Python object per row: Arrow string columns are dictionary-encoded in C, pandas categoricals
     give their codes. None for any other column (numpy arrays take the generic path).
 
-    Contiguous runs are looked for first, unless the ids are :func:`spread_from_start`.
+    Contiguous runs are looked for first, unless the ids are :func:`spread_from_start`; spread
+    Arrow and Polars strings are then grouped by the C speedups where they can (``_groups``).
     """
     categories = getattr(getattr(column, "cat", None), "categories", None)
     if categories is not None and hasattr(column, "iloc"):
@@ -541,6 +543,10 @@ def coded_ids(column: Any, what: str, sample: int) -> QidRuns | tuple[np.ndarray
         runs = _polars_runs(column, what, sample)
         if runs is not None:
             return runs
+        views = polars_views(column)
+        groups = None if views is None else view_groups(column, views[1])
+        if groups is not None:
+            return groups
     arrow = _as_arrow(column, combine=False)
     if arrow is None:
         return None
@@ -560,6 +566,9 @@ def coded_ids(column: Any, what: str, sample: int) -> QidRuns | tuple[np.ndarray
     runs = _arrow_runs(pc, arrow, sample)
     if runs is not None:
         return runs
+    groups = arrow_groups(arrow)
+    if groups is not None:
+        return groups
     encoded = pc.dictionary_encode(arrow)
     if isinstance(encoded, pa.ChunkedArray):
         # Arrow's encoder keeps one table across the chunks, so their codes share one dictionary:
