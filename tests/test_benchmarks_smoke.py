@@ -86,6 +86,31 @@ def test_spread_qids_times_both_sides_for_every_arrow_and_polars_form(tmp_path: 
 
 
 @pytest.mark.timeout(300)
+def test_spread_groups_times_the_c_grouping_beside_the_path_before_it(tmp_path: Path) -> None:
+    for module in ("pandas", "pyarrow", "polars"):
+        pytest.importorskip(module)
+    from ragaudit.metrics import _fast
+
+    if _fast.speedups is None:
+        pytest.skip("the C speedups are not built in this install")
+    out = tmp_path / "spread_groups.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "spread_groups.py"), "--queries", "2000", "--rounds", "2",
+         "--quick", "--out", str(out)],
+        capture_output=True, text=True, timeout=280, cwd=REPO,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    doc = json.loads(out.read_text())
+    assert doc["benchmark"] == "spread_groups" and doc["quick"] is True and doc["rounds"] == 2
+    assert set(doc["results"]) == {"rows", "numpy", "numpy_object", "pandas_object", "pandas", "pandas_arrow",
+                                   "pyarrow", "polars"}
+    for form in doc["results"].values():
+        assert form["same_values"] is True  # the two spread paths give the same means
+        assert {side: len(v) for side, v in form["rounds_cpu_s"].items()} == {
+            "spread, grouped in C": 2, "spread, before": 2, "contiguous": 2}
+
+
+@pytest.mark.timeout(300)
 def test_profile_metrics_prints_every_stage_for_every_column_input() -> None:
     pytest.importorskip("pandas")
     pytest.importorskip("pyarrow")

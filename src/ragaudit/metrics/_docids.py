@@ -358,8 +358,9 @@ class HashedDocIds(DocIds):
 
 
 def hashed_docids(column: Any, field: int | None = None, hashes: np.ndarray | None = None) -> HashedDocIds | None:
-    """:class:`HashedDocIds` of *column* (Python strings or a numpy ``U`` array; hashed here unless
-    *hashes* are given); None without the speedups, for any other column, or when they decline it."""
+    """:class:`HashedDocIds` of *column* (Python strings, a numpy ``U`` array or a Polars string
+    Series; hashed here unless *hashes* are given); None without the speedups, for any other
+    column, or when they decline it."""
     views = None
     if hashes is None:
         values = object_values(column)
