@@ -286,7 +286,6 @@ class SeriesDocIds(DocIds):
         return fixed if np.ndim(where) else fixed[0]
 
 
-
 @dataclass(frozen=True, slots=True)
 class HashedDocIds(DocIds):
     """Doc ids kept in the caller's own column, hashed once by the C speedups (``hashes``, in the
@@ -354,7 +353,6 @@ class HashedDocIds(DocIds):
             assert joined is not None  # ASCII without NUL: checked by the speedups
             fixed = joined
         return fixed if np.ndim(self._where(index)) else fixed[0]
-
 
 
 def hashed_docids(column: Any, field: int | None = None, hashes: np.ndarray | None = None) -> HashedDocIds | None:
