@@ -517,7 +517,11 @@ def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -
     ):
         raise MetricError("the run has a missing query id")
     else:
-        lengths, run_qids, order = _group_columns(q_arr, q_names)
+        grouped = _group_columns(q_arr, q_names)
+        if isinstance(grouped, QidGroups):  # by the C speedups: moved below like any groups
+            q_runs, lengths, run_qids = grouped, grouped.lengths, grouped.qids
+        else:
+            lengths, run_qids, order = grouped
     selected = np.fromiter(map(qrels.index.__contains__, run_qids), dtype=bool, count=len(run_qids))
     qid_list = run_qids
     docs = docids_from_array(d_arr) if d_kept is None else d_kept
@@ -573,9 +577,8 @@ def _query_ids(qids: Any) -> tuple[QidRuns | QidGroups | None, np.ndarray, list[
     if runs is not None:
         return runs, np.zeros(0, dtype=np.int64), None
     # Python strings spread out: grouped where they are, no Arrow copy made (see _groups).
+    # (Spread numpy ids are grouped, once narrowed, by _group_columns.)
     groups = string_groups(object_values(qids))
-    if groups is None and isinstance(qids, np.ndarray) and qids.dtype.kind == "U":  # the same, narrowed first
-        groups = fixed_groups(ascii_bytes(qids), lambda ids: _id_texts(ids, None))
     if groups is not None:
         return groups, np.zeros(0, dtype=np.int64), None
     qids = python_strings(qids)
@@ -587,9 +590,11 @@ def _query_ids(qids: Any) -> tuple[QidRuns | QidGroups | None, np.ndarray, list[
     return None, coded[0], coded[1]
 
 
-def _group_columns(q_arr: np.ndarray, q_names: list[str] | None) -> tuple[np.ndarray, list[str], np.ndarray | None]:
+def _group_columns(
+    q_arr: np.ndarray, q_names: list[str] | None
+) -> tuple[np.ndarray, list[str], np.ndarray | None] | QidGroups:
     """Rows grouped by query: rows per query, the query ids, and the row order (None: rows are
-    grouped already).
+    grouped already) -- or, spread ids grouped by the C speedups, their :class:`QidGroups`.
 
     *q_names*: *q_arr* holds exact integer codes of these ids.
     """
@@ -605,8 +610,8 @@ def _group_columns(q_arr: np.ndarray, q_names: list[str] | None) -> tuple[np.nda
     # codes of the ids when there are (categories, Arrow's dictionary, pyarrow's hash of 'S' ids).
     groups = None if q_names is not None else fixed_groups(q_arr, lambda ids: _id_texts(ids, None))
     if groups is not None:  # by the C speedups, from the array itself (see _groups)
-        order, run_qids, lengths = groups.order(), groups.qids, groups.lengths
-    elif q_names is not None and q_arr.dtype.kind in "iu":
+        return groups
+    if q_names is not None and q_arr.dtype.kind in "iu":
         order, run_qids, lengths = _group_codes(q_arr, q_names)
     else:
         coded = fixed_width_codes(q_arr)
