@@ -12,7 +12,7 @@ with rows spread through the run (the same data: the same seed, rows permuted); 
 (the per-row cost's small end); 200,000 queries in groups of tools, each group in its own run with
 its reference (pytrec_eval on dicts; for the TREC file, pytrec_eval's ``parse_run`` + evaluate) in
 the same rounds -- every form of a 20 M-row run in one process needs more memory than a 24 GB
-machine has -- with 2 rounds. ranx's prebuilt ``Run`` at 200,000 queries comes last, alone with
+machine has -- with 3 rounds. ranx's prebuilt ``Run`` at 200,000 queries comes last, alone with
 pytrec_eval (building that ``Run`` takes minutes).
 """
 
@@ -40,7 +40,7 @@ MEASURED = ",".join(["pytrec_eval", "pytrec_trec", *OURS])  # peak memory: ours 
 # The spread and 10k steps leave out the two slowest peers (ranx from a DataFrame, ir_measures: 16 and
 # 6 s a call at 50,000 queries), which the shuffled step measures: the grid has to fit its window.
 LEAN = ",".join(["pytrec_eval", "pytrec_trec", *OURS, "ranx_prebuilt"])
-BIG = ["--queries", "200000", "--rounds", "2", "--orders", "shuffled"]
+BIG = ["--queries", "200000", "--rounds", "3", "--orders", "shuffled"]
 # The forms the C speedups read (Python objects, numpy U), each beside its pure twin.
 PURE = ",".join(f"{t},{t}_pure" for t in ("rows", "numpy", "numpy_object", "pandas_object", "polars"))
 
@@ -51,7 +51,9 @@ TABLES = [("pandas-object", "pandas_object"), ("pandas-str", "pandas"), ("pandas
 STEPS: dict[str, list[str]] = {
     "50k-shuffled": ["--orders", "shuffled", "--tools", EVERY, "--memory-tools", MEASURED],
     "50k-spread": ["--orders", "spread", "--memory", "none", "--tools", LEAN],
-    "10k": ["--queries", "10000", "--orders", "shuffled", "--memory", "none", "--tools", LEAN],
+    # Nine rounds at 10k (a round is about 4 s): our calls take 0.07-0.1 s there, and with three
+    # rounds one slow call moved a form's median by a third (pyarrow: 0.071, 0.098, 0.112 s).
+    "10k": ["--queries", "10000", "--rounds", "9", "--orders", "shuffled", "--memory", "none", "--tools", LEAN],
     "200k-dicts": [*BIG, "--memory", "first", "--tools", "pytrec_eval,dicts,rows"],
     "200k-trec": [*BIG, "--memory", "first", "--tools", "pytrec_trec,trec_file"],
     "200k-columns": [*BIG, "--memory", "first", "--tools", "pytrec_eval,numpy,numpy_object,pyarrow"],

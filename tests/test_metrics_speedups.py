@@ -342,7 +342,7 @@ def test_spread_query_ids_are_grouped_exactly_from_every_source() -> None:
     series = pl.Series(ids)  # views of 12 bytes or fewer inline, longer ones in the data buffers
     views = _tables.polars_views(series)
     assert views is not None
-    assert _as_lists(native.group_views(*views[1])) == _first_appearance(ids)
+    assert _as_lists(native.group_views(*views)) == _first_appearance(ids)
     codes, sizes, _ = native.group_strings(ids)
     scores, hashes = rng.random(len(ids)), rng.integers(0, 2**63, len(ids), dtype=np.uint64)
     order, moved_scores, moved_hashes = native.grouped_rows(codes, sizes, [scores, hashes])
@@ -378,3 +378,51 @@ def test_the_grouping_declines_what_it_cannot_read_and_checks_its_arguments() ->
     assert groups is not None and groups.qids == ["b", "a", "c"] and groups.lengths.tolist() == [2, 2, 1]
     narrow = np.array([1.5, 2.5, 3.5, 4.5, 5.5], dtype=np.float32)
     assert [x.tolist() for x in groups.grouped([narrow])] == [[0, 2, 1, 4, 3], [1.5, 3.5, 2.5, 5.5, 4.5]]
+
+
+@built
+def test_the_scores_of_nested_dicts_are_read_in_order_or_declined(pure: Callable[..., Any]) -> None:
+    """``dict_scores`` gives what ``np.fromiter`` over the dicts' values gives -- across dicts of 0
+    to 120 items, past its read-ahead ring, on a run built from spread rows (its score objects
+    spread through the heap) -- and declines what the pure path reads or names."""
+    from itertools import chain
+
+    native = _fast.speedups
+    assert native is not None
+    rows, qrels = _case(seed=6, rows=20_000, order="spread")
+    run: dict[str, dict[str, Any]] = {}
+    for q, d, s in rows:
+        run.setdefault(q, {})[d] = s
+    dicts = [{}, *run.values(), {}, {"one": 2**60 + 1}]  # an int beyond 2**53: rounded as float() rounds
+    n = sum(map(len, dicts))
+    want = np.fromiter(chain.from_iterable(d.values() for d in dicts), dtype=np.float64, count=n)
+    got = native.dict_scores(dicts, n)
+    assert got is not None and np.array_equal(np.frombuffer(got, dtype=np.float64), want)
+    for short in ([{"a": 1.5}], [{"a": 1.5, "b": 0.5}, {"c": 2.0}]):  # fewer items than the ring holds
+        assert np.frombuffer(native.dict_scores(short, 3 if len(short) > 1 else 1)).tolist() == list(
+            chain.from_iterable(d.values() for d in short))
+    assert native.dict_scores([], 0) == bytearray() and native.dict_scores([{}], 0) == bytearray()
+    from collections import OrderedDict
+
+    for odd in (True, np.float64(0.5), 10**400, "0.5", None):
+        assert native.dict_scores([{"a": 1.0}, {"b": odd}], 2) is None, odd
+    assert native.dict_scores([{"a": 1.0}, OrderedDict(b=2.0)], 2) is None  # not an exact dict
+    assert native.dict_scores([{"a": 1.0}, {"b": 2.0}], 1) is None  # more items than n
+    assert native.dict_scores([{"a": 1.0}, {"b": 2.0}], 3) is None  # fewer
+    with pytest.raises(ValueError, match="n must be"):
+        native.dict_scores([{}], -1)
+    with pytest.raises(TypeError):
+        native.dict_scores(({"a": 1.0},), 1)
+    # End to end: a run of dicts with the speedups equals the pure path, and so do the declined scores.
+    assert metrics.evaluate(run, qrels, MEASURES, per_query=True) == pure(
+        metrics.evaluate, run, qrels, MEASURES, per_query=True)
+    last = next(reversed(run))
+    for odd in (np.float32(0.25), True, 3, 10**400, "high"):
+        bad = {**run, last: {**run[last], "odd-doc": odd}}
+        try:
+            expected: Any = pure(metrics.evaluate, bad, qrels, MEASURES, per_query=True)
+        except (MetricError, OverflowError) as exc:
+            with pytest.raises(type(exc), match=_escaped(str(exc))):
+                metrics.evaluate(bad, qrels, MEASURES, per_query=True)
+        else:
+            assert metrics.evaluate(bad, qrels, MEASURES, per_query=True) == expected, odd

@@ -362,9 +362,8 @@ def hashed_docids(column: Any, field: int | None = None, hashes: np.ndarray | No
     views = None
     if hashes is None:
         values = object_values(column)
-        polars = None if values is not None else polars_views(column)
-        if polars is not None:
-            views = polars[1]
+        views = None if values is not None else polars_views(column)
+        if views is not None:
             native = _fast.speedups
             found = None if native is None else native.hash_views(*views, WEIGHTS)
             hashes = None if found is None else np.frombuffer(found, dtype=np.uint64)

@@ -326,8 +326,15 @@ def prepare_dict_run(run: Mapping[Any, Any], qrels: PreparedQrels, on_duplicate:
     if ranked:
         return PreparedRun(qids, offsets, None, None, dicts), len(run)
     n = int(offsets[-1])
+    native = _fast.speedups
+    # The C speedups read the scores with each one fetched ahead: a run built from spread rows has
+    # its score objects spread through the heap, a cache miss an item read dict by dict.
+    read = None if native is None else native.dict_scores(dicts, n)
     try:
-        scores = np.fromiter(chain.from_iterable(_all_values(dicts)), dtype=np.float64, count=n)
+        scores = (
+            np.frombuffer(read, dtype=np.float64) if read is not None
+            else np.fromiter(chain.from_iterable(_all_values(dicts)), dtype=np.float64, count=n)
+        )
     except (TypeError, ValueError):
         for qid, docs in zip(qids, dicts):
             for docid, score in docs.items():

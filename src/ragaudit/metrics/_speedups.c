@@ -1401,6 +1401,76 @@ static PyObject *group_offsets(PyObject *self, PyObject *chunks) {
     return grouped(&s);
 }
 
+/* dict_scores(dicts, n) -> bytearray | None
+ *
+ * The values of a run of nested dicts ({docid: score} each, a list of them) as n doubles, dict
+ * after dict, each in its own order: what np.fromiter over their values gives. A run built from
+ * spread rows has its score objects spread through the heap in row order, so reading them dict by
+ * dict is a cache miss an item: each value is fetched AHEAD items before it is read (across dicts)
+ * instead. None when a mapping is not an exact dict, a value is not an exact float or int (bool and
+ * numpy scalars included: the pure path reads those), or the dicts do not hold n items. */
+static PyObject *dict_scores(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *dicts;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &dicts, &n))
+        return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "n must be >= 0");
+        return NULL;
+    }
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(double));
+    if (out == NULL)
+        return NULL;
+    double *scores = (double *)PyByteArray_AS_STRING(out);
+    PyObject *ring[AHEAD];
+    Py_ssize_t pushed = 0, done = 0, m = PyList_GET_SIZE(dicts);
+    for (Py_ssize_t j = 0; j <= m; j++) {
+        PyObject *d = j < m ? PyList_GET_ITEM(dicts, j) : NULL;
+        if (j + 1 < m)
+            PREFETCH(PyList_GET_ITEM(dicts, j + 1));
+        if (d != NULL && !PyDict_CheckExact(d))
+            goto decline;
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        /* The last dict done, the ring is drained by pushing nothing. */
+        while (d != NULL ? PyDict_Next(d, &pos, &key, &value) : done < pushed) {
+            if (d != NULL) {
+                if (pushed == n)
+                    goto decline; /* more items than n */
+                PREFETCH(value);
+                PyObject *old = pushed >= AHEAD ? ring[pushed % AHEAD] : NULL;
+                ring[pushed % AHEAD] = value;
+                pushed++;
+                if (old == NULL)
+                    continue;
+                value = old;
+            } else {
+                value = ring[done % AHEAD];
+            }
+            if (PyFloat_CheckExact(value)) {
+                scores[done] = PyFloat_AS_DOUBLE(value);
+            } else if (PyLong_CheckExact(value)) {
+                double v = PyLong_AsDouble(value);
+                if (v == -1.0 && PyErr_Occurred()) {
+                    PyErr_Clear();
+                    goto decline;
+                }
+                scores[done] = v;
+            } else {
+                goto decline;
+            }
+            done++;
+        }
+    }
+    if (done != n)
+        goto decline;
+    return out;
+decline:
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"hash_strings", hash_strings, METH_VARARGS,
      "hash_strings(values, weights) -> bytes | None: the doc-id hash of every ASCII str of values."},
@@ -1431,6 +1501,8 @@ static PyMethodDef methods[] = {
      "group_views(views, offset, n, buffers) -> (codes, sizes, firsts) | None: a string-view column coded."},
     {"group_offsets", group_offsets, METH_O,
      "group_offsets(chunks) -> (codes, sizes, firsts) | None: Arrow string chunks coded as one column."},
+    {"dict_scores", dict_scores, METH_VARARGS,
+     "dict_scores(dicts, n) -> bytearray | None: the values of a list of dicts as n doubles."},
     {NULL, NULL, 0, NULL},
 };
 

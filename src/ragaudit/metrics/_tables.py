@@ -544,7 +544,7 @@ def coded_ids(column: Any, what: str, sample: int) -> QidRuns | QidGroups | tupl
         if runs is not None:
             return runs
         views = polars_views(column)
-        groups = None if views is None else view_groups(column, views[1])
+        groups = None if views is None else view_groups(column, views)
         if groups is not None:
             return groups
     arrow = _as_arrow(column, combine=False)
@@ -614,10 +614,10 @@ def spread_from_start(n: int, head_changes: int, sample: int) -> bool:
     return n > 2 * sample and head_changes > sample // 4
 
 
-def polars_views(column: Any) -> tuple[Any, tuple[Any, int, int, list[Any]]] | None:
-    """A Polars string Series without nulls as the Arrow string-view array of its own memory (no
-    copy) and the arguments the C speedups read it by (views buffer, offset, length, data
-    buffers); None for anything else, or without the speedups."""
+def polars_views(column: Any) -> tuple[Any, int, int, list[Any]] | None:
+    """The arguments the C speedups read a Polars string Series without nulls by, in its own
+    memory (no copy): the views buffer, offset, length and data buffers of its Arrow string-view
+    export (the buffers keep that memory alive); None for anything else, or without the speedups."""
     pl = sys.modules.get("polars")
     if _fast.speedups is None or pl is None or not _is_polars(column) or not hasattr(column, "str"):
         return None
@@ -632,7 +632,7 @@ def polars_views(column: Any) -> tuple[Any, tuple[Any, int, int, list[Any]]] | N
     if is_view is None or not is_view(arrow.type) or arrow.null_count:
         return None
     buffers = arrow.buffers()
-    return arrow, (buffers[1], arrow.offset, len(arrow), list(buffers[2:]))
+    return buffers[1], arrow.offset, len(arrow), list(buffers[2:])
 
 
 def _view_runs(column: Any) -> QidRuns | None:
@@ -641,7 +641,7 @@ def _view_runs(column: Any) -> QidRuns | None:
     native, views = _fast.speedups, polars_views(column)
     if native is None or views is None or len(column) < 2:
         return None
-    found = native.view_runs(*views[1])
+    found = native.view_runs(*views)
     if found is None:
         return None
     starts = np.frombuffer(found, dtype=np.int64)
