@@ -1,5 +1,6 @@
 """Spread query rows grouped by the C speedups (``metrics/_groups.py``) against the path before them,
-whole evaluations, in one process, interleaved.
+whole evaluations, in one process, interleaved; and nested dicts built from spread rows, their
+scores read by the speedups (``dict_scores``) against ``np.fromiter``.
 
     python benchmarks/spread_groups.py                    # 50,000 queries x 100, rows spread, 5 rounds
     python benchmarks/spread_groups.py --queries 2000 --rounds 1 --quick --out /tmp/spread_groups.json
@@ -8,9 +9,12 @@ Every form whose spread query ids the speedups group is evaluated on the grid's 
 32-character doc ids, a query's rows anywhere in the run) twice a round: once as shipped, once with the
 four ``_groups`` calls answering None -- which is what they answer without the speedups, so the ids
 then take the path they took before (pyarrow's hash table and a packed sort of (code, row), the
-scores and doc-id hashes gathered through the row order; every other speedup still on). The same
-contiguous cell ("shuffled": a query's rows together) is timed as shipped beside them, so each form's
-spread / contiguous ratio comes from the same rounds. CPU seconds (``time.process_time``), the sides'
+scores and doc-id hashes gathered through the row order; every other speedup still on). Nested
+dicts are grouped by query already; a run of them built from spread rows has its score objects
+spread through the heap, and its "before" side reads them by ``np.fromiter`` (``dict_scores``
+answering None) instead of with each value fetched ahead. The same contiguous cell ("shuffled": a
+query's rows together) is timed as shipped beside them, so each form's spread / contiguous ratio
+comes from the same rounds. CPU seconds (``time.process_time``), the sides'
 order rotated every round after one untimed call each; the medians are printed and written to
 ``benchmarks/results/spread_groups.json``. One process keeps the ratios honest on a machine whose
 speed drifts between processes.
@@ -35,17 +39,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from benchmarks import _bench, metrics_speed
 
 # The forms whose spread query ids _groups reads: Python strings, numpy U, Arrow offsets, Polars views.
-FORMS = ["rows", "numpy", "numpy_object", "pandas_object", "pandas", "pandas_arrow", "pyarrow", "polars"]
+# And nested dicts, whose scores dict_scores reads.
+FORMS = ["rows", "numpy", "numpy_object", "pandas_object", "pandas", "pandas_arrow", "pyarrow", "polars", "dicts"]
 SIDES = ("spread, grouped in C", "spread, before", "contiguous")
 
 
 @contextmanager
 def _groups_off() -> Iterator[None]:
-    """The ``_groups`` functions, where the library calls them, answering None for the block."""
-    from ragaudit.metrics import _inputs, _tables
+    """The ``_groups`` functions, where the library calls them, and ``dict_scores`` answering None
+    for the block."""
+    from ragaudit.metrics import _fast, _inputs, _tables
 
     names = [(_inputs, "string_groups"), (_inputs, "fixed_groups"), (_tables, "arrow_groups"),
-             (_tables, "view_groups")]
+             (_tables, "view_groups"), (_fast.speedups, "dict_scores")]
     kept = [(module, name, getattr(module, name)) for module, name in names]
     try:
         for module, name in names:

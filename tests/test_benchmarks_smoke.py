@@ -103,7 +103,7 @@ def test_spread_groups_times_the_c_grouping_beside_the_path_before_it(tmp_path: 
     doc = json.loads(out.read_text())
     assert doc["benchmark"] == "spread_groups" and doc["quick"] is True and doc["rounds"] == 2
     assert set(doc["results"]) == {"rows", "numpy", "numpy_object", "pandas_object", "pandas", "pandas_arrow",
-                                   "pyarrow", "polars"}
+                                   "pyarrow", "polars", "dicts"}
     for form in doc["results"].values():
         assert form["same_values"] is True  # the two spread paths give the same means
         assert {side: len(v) for side, v in form["rounds_cpu_s"].items()} == {
@@ -179,3 +179,24 @@ def test_metrics_grid_summary_has_the_speedups_table_from_the_committed_results(
     assert [row.split(" | ")[0].removeprefix("| ") for row in pure_table[2:]] == [
         FORMS[t].label.removeprefix("ragaudit, ") for t in FORMS if t in twins
     ]
+
+
+@pytest.mark.timeout(300)
+def test_metrics_scaling_times_each_tool_at_every_size_in_one_process(tmp_path: Path) -> None:
+    pytest.importorskip("pytrec_eval")
+    out = tmp_path / "metrics_scaling.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "metrics_scaling.py"), "--tools", "pytrec_eval,numpy,trec_file",
+         "--sizes", "300,900", "--rounds", "2", "--quick", "--out", str(out)],
+        capture_output=True, text=True, timeout=280, cwd=REPO,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    doc = json.loads(out.read_text())
+    assert doc["benchmark"] == "metrics_scaling" and doc["quick"] is True and doc["sizes"] == [300, 900]
+    assert set(doc["results"]) == {"pytrec_eval", "numpy", "trec_file"}
+    for sized in doc["results"].values():
+        assert set(sized) == {"300", "900"}
+        for q, cell in sized.items():
+            assert len(cell["cpu_s"]) == 2 and cell["median_cpu_s"] > 0
+            assert math.isclose(cell["ns_per_row"], cell["median_cpu_s"] / (int(q) * 100) * 1e9)
+    assert "1k/300" not in done.stdout and "900/300" in done.stdout  # the sizes' ratios are labelled
