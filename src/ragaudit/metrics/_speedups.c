@@ -346,6 +346,24 @@ static PyObject *string_runs(PyObject *self, PyObject *values) {
     return runs_result(&runs, objs.n);
 }
 
+/* A score as a double: an exact float, or an exact int a double holds (rounded as float() rounds).
+ * 0 for anything else -- bool and numpy scalars included: the pure path reads those. */
+static inline int score_of(PyObject *s, double *out) {
+    if (PyFloat_CheckExact(s)) {
+        *out = PyFloat_AS_DOUBLE(s);
+        return 1;
+    }
+    if (!PyLong_CheckExact(s))
+        return 0;
+    double v = PyLong_AsDouble(s);
+    if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
 /* rows_columns(rows, weights) -> ((heads, lengths), hashes, scores) | None
  *
  * *rows*: a list of (qid, docid, score) tuples or lists. Query ids as string_runs gives them, doc
@@ -391,19 +409,8 @@ static PyObject *rows_columns(PyObject *self, PyObject *args) {
         if (h == NOT_HASHED)
             goto decline;
         out_hashes[i] = h;
-        PyObject *s = fields[2];
-        if (PyFloat_CheckExact(s)) {
-            out_scores[i] = PyFloat_AS_DOUBLE(s);
-        } else if (PyLong_CheckExact(s)) {
-            double v = PyLong_AsDouble(s);
-            if (v == -1.0 && PyErr_Occurred()) {
-                PyErr_Clear();
-                goto decline;
-            }
-            out_scores[i] = v;
-        } else {
+        if (!score_of(fields[2], &out_scores[i]))
             goto decline;
-        }
     }
     PyBuffer_Release(&wview);
     qids = runs_result(&runs, n);
@@ -1448,18 +1455,8 @@ static PyObject *dict_scores(PyObject *self, PyObject *args) {
             } else {
                 value = ring[done % AHEAD];
             }
-            if (PyFloat_CheckExact(value)) {
-                scores[done] = PyFloat_AS_DOUBLE(value);
-            } else if (PyLong_CheckExact(value)) {
-                double v = PyLong_AsDouble(value);
-                if (v == -1.0 && PyErr_Occurred()) {
-                    PyErr_Clear();
-                    goto decline;
-                }
-                scores[done] = v;
-            } else {
+            if (!score_of(value, &scores[done]))
                 goto decline;
-            }
             done++;
         }
     }
