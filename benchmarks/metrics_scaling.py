@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ DEFAULT_TOOLS = ["pytrec_eval", *(t for t, form in FORMS.items() if form.ours an
 
 def child(tool: str, sizes: list[int], rounds: int) -> dict[str, Any]:
     """One tool at every size in this process: the median CPU seconds of each size."""
-    calls = {}
+    calls: dict[int, Callable[[], Any]] = {}
     with tempfile.TemporaryDirectory(prefix="ragaudit-scaling-") as tmp:
         for q in sizes:
             data = metrics_speed.make_cell(q, DEPTH, 5, 0.6, "shuffled", seed=0, long_ids=True)

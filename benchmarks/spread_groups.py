@@ -14,8 +14,8 @@ dicts are grouped by query already; a run of them built from spread rows has its
 spread through the heap, and its "before" side reads them by ``np.fromiter`` (``dict_scores``
 answering None) instead of with each value fetched ahead. The same contiguous cell ("shuffled": a
 query's rows together) is timed as shipped beside them, so each form's spread / contiguous ratio
-comes from the same rounds. CPU seconds (``time.process_time``), the sides'
-order rotated every round after one untimed call each; the medians are printed and written to
+comes from the same rounds. CPU seconds (``time.process_time``), the sides' order rotated every round
+after one untimed call each; the medians are printed and written to
 ``benchmarks/results/spread_groups.json``. One process keeps the ratios honest on a machine whose
 speed drifts between processes.
 """
