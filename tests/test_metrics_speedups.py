@@ -343,13 +343,18 @@ def test_spread_query_ids_are_grouped_exactly_from_every_source() -> None:
     views = _tables.polars_views(series)
     assert views is not None
     assert _as_lists(native.group_views(*views)) == _first_appearance(ids)
-    codes, sizes, _ = native.group_strings(ids)
-    scores, hashes = rng.random(len(ids)), rng.integers(0, 2**63, len(ids), dtype=np.uint64)
-    order, moved_scores, moved_hashes = native.grouped_rows(codes, sizes, [scores, hashes])
-    stable = np.argsort(np.frombuffer(codes, dtype=np.uint32), kind="stable")
-    assert np.array_equal(np.frombuffer(order, dtype=np.int64), stable)
-    assert np.array_equal(np.frombuffer(moved_scores, dtype=np.float64), scores[stable])
-    assert np.array_equal(np.frombuffer(moved_hashes, dtype=np.uint64), hashes[stable])
+    # grouped_rows: one scatter for few groups (309 here), the two-pass radix sort for many (70,000
+    # ids each repeated, in first-appearance order, so a part of the codes holds whole groups);
+    # both give numpy's stable order.
+    many = [f"q{i}" for i in rng.integers(0, 70_000, 300_000).tolist()]
+    for column in (ids, many, ids[:1], ["a", "b"] * 3):
+        codes, sizes, _ = native.group_strings(column)
+        scores, hashes = rng.random(len(column)), rng.integers(0, 2**63, len(column), dtype=np.uint64)
+        moved = [np.empty(len(column), dtype=np.int64), np.empty_like(scores), np.empty_like(hashes)]
+        assert native.grouped_rows(codes, sizes, [scores, hashes], moved) is None
+        stable = np.argsort(np.frombuffer(codes, dtype=np.uint32), kind="stable")
+        assert np.array_equal(moved[0], stable)
+        assert np.array_equal(moved[1], scores[stable]) and np.array_equal(moved[2], hashes[stable])
 
 
 @built
@@ -367,12 +372,19 @@ def test_the_grouping_declines_what_it_cannot_read_and_checks_its_arguments() ->
     view[:] = [20, 0, 0, 0]  # 20 bytes in data buffer 0, which holds none
     assert native.group_views(view.tobytes(), 0, 1, [b""]) is None
     codes, sizes, _ = native.group_strings(["a", "b", "a"])
+    rows = [np.empty(3, dtype=np.int64)]
     with pytest.raises(ValueError, match="add up"):
-        native.grouped_rows(codes, np.array([1, 1], dtype=np.int64), [])
+        native.grouped_rows(codes, np.array([1, 1], dtype=np.int64), [], rows)
     with pytest.raises(ValueError, match="below"):
-        native.grouped_rows(np.array([0, 5, 0], dtype=np.uint32), sizes, [])
+        native.grouped_rows(np.array([0, 5, 0], dtype=np.uint32), sizes, [], rows)
     with pytest.raises(ValueError, match="8-byte"):
-        native.grouped_rows(codes, sizes, [np.zeros(3, dtype=np.float32)])
+        native.grouped_rows(codes, sizes, [np.zeros(3, dtype=np.float32)], rows * 2)
+    with pytest.raises(ValueError, match="one output more"):
+        native.grouped_rows(codes, sizes, [np.zeros(3)], rows)
+    with pytest.raises(ValueError, match="output must hold"):
+        native.grouped_rows(codes, sizes, [], [np.empty(2, dtype=np.int64)])
+    with pytest.raises(BufferError):
+        native.grouped_rows(codes, sizes, [], [b"\0" * 24])  # not writable
     # Without the speedups (or for columns of other widths) QidGroups orders rows alike, by numpy.
     groups = _groups.string_groups(["b", "a", "b", "c", "a"])
     assert groups is not None and groups.qids == ["b", "a", "c"] and groups.lengths.tolist() == [2, 2, 1]

@@ -52,9 +52,9 @@ class QidGroups:
             order = np.argsort(self.codes, kind="stable")
             return [order, *(c[order] for c in columns)]
         columns = [np.ascontiguousarray(c) for c in columns]
-        moved = native.grouped_rows(self.codes, self.lengths, columns)
-        order = np.frombuffer(moved[0], dtype=np.int64)
-        return [order, *(np.frombuffer(m, dtype=c.dtype) for m, c in zip(moved[1:], columns))]
+        moved = [np.empty(len(self.codes), dtype=np.int64), *(np.empty_like(c) for c in columns)]
+        native.grouped_rows(self.codes, self.lengths, columns, moved)
+        return moved
 
 
 def _groups(found: Any, texts: Callable[[np.ndarray], list[str]]) -> QidGroups | None:
