@@ -326,6 +326,11 @@ def test_spread_query_ids_are_grouped_exactly_from_every_source() -> None:
     assert _as_lists(native.group_strings(ids)) == _first_appearance(ids)
     strided = np.repeat(np.array(ids, dtype=object), 2)[::2]
     assert _as_lists(native.group_strings(strided)) == _first_appearance(ids)
+    rows = [(q, f"d{i}", 0.5) if i % 2 else [0.5, q] for i, q in enumerate(ids)]  # tuples and lists, read in place
+    assert _as_lists(native.group_strings([(r[0],) if isinstance(r, tuple) else r[::-1] for r in rows], 0)) == \
+        _first_appearance(ids)
+    assert _as_lists(native.group_strings([r if isinstance(r, tuple) else r[::-1] for r in rows], 0)) == \
+        _first_appearance(ids)
     distinct = [f"id-{i}" for i in rng.permutation(70_000).tolist()]  # every row a new code: the table grows
     assert _as_lists(native.group_strings(distinct)) == _first_appearance(distinct)
     ascii = [x for x in ids if x.isascii() and "\x00" not in x]
@@ -364,6 +369,11 @@ def test_the_grouping_declines_what_it_cannot_read_and_checks_its_arguments() ->
     assert native.group_strings(["q1", "q2", 3]) is None  # not a str: the pure path names it
     assert native.group_strings(["q1", type("Id", (str,), {})("q2")]) is None
     assert native.group_strings({"q1": 1}) is None
+    assert native.group_strings([("q1", "d"), ("q2",)], 1) is None  # a row too short
+    assert native.group_strings([("q1", "d"), "q2d"], 0) is None  # not a tuple or list
+    assert native.group_strings([("q1", "d"), (2, "d")], 0) is None  # not a str
+    with pytest.raises(ValueError, match="field"):
+        native.group_strings([("q1",)], -2)
     offsets = np.array([0, 2, 4, 99], dtype=np.int32)  # the last id past its data
     assert native.group_offsets([(offsets, b"q1q2", 0, 3, False)]) is None
     with pytest.raises(ValueError, match="offsets"):

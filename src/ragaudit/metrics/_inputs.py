@@ -29,7 +29,7 @@ from ._docids import (
     id_codes,
     plain_polars_strings,
 )
-from ._groups import QidGroups, fixed_groups, string_groups
+from ._groups import QidGroups, fixed_groups, row_groups, string_groups
 from ._tables import (
     DOCID_NAMES,
     LABEL_NAMES,
@@ -416,8 +416,8 @@ def _native_rows(rows: list[Any]) -> tuple[Any, DocIds, np.ndarray] | None:
     qids: Any
     if heads is not None and len(heads) - 1 < len(rows) // 4 and len(set(heads)) == len(heads):
         qids = QidRuns(np.frombuffer(lengths, dtype=np.int64), heads)
-    else:  # spread, or a query's rows in two places: grouped by prepare_columns
-        qids = list(map(itemgetter(0), rows))
+    else:  # spread, or a query's rows in two places: grouped from the rows themselves
+        qids = row_groups(rows, 0) or list(map(itemgetter(0), rows))
     return qids, docids, np.frombuffer(scores, dtype=np.float64)
 
 
@@ -580,6 +580,8 @@ def _query_ids(qids: Any) -> tuple[QidRuns | QidGroups | None, np.ndarray, list[
     of the peak memory."""
     # Rows already run-end encoded (columns_of_rows), or Python strings whose queries come in
     # contiguous runs: found without converting an id.
+    if isinstance(qids, QidGroups):  # grouped already (columns_of_rows)
+        return qids, np.zeros(0, dtype=np.int64), None
     runs = qids if isinstance(qids, QidRuns) else object_runs(qids) or unicode_runs(qids)
     if runs is not None:
         return runs, np.zeros(0, dtype=np.int64), None

@@ -898,6 +898,7 @@ typedef struct {
     int kind;
     Py_ssize_t n, next;
     Objects objs;
+    Py_ssize_t field; /* objects: -1, the objects are the ids; else rows (tuples or lists) holding them there */
     const char *rows; /* fixed */
     Py_ssize_t itemsize;
     Py_buffer rows_buf;
@@ -929,9 +930,24 @@ static inline int source_next(Source *s, const char **data, Py_ssize_t *len, int
     Py_ssize_t i = s->next++;
     switch (s->kind) {
     case SOURCE_OBJECTS: {
-        if (i + AHEAD < s->n)
-            PREFETCH(s->objs.items[(i + AHEAD) * s->objs.stride]);
-        PyObject *q = s->objs.items[i * s->objs.stride];
+        PyObject *const *items = s->objs.items;
+        Py_ssize_t stride = s->objs.stride, field = s->field;
+        if (field < 0 && i + AHEAD < s->n)
+            PREFETCH(items[(i + AHEAD) * stride]);
+        if (field >= 0) { /* as rows_columns: the row two stages ahead, its id (in cache by then) one */
+            if (i + 2 * AHEAD < s->n)
+                PREFETCH(items[(i + 2 * AHEAD) * stride]);
+            PyObject *ahead = i + AHEAD < s->n ? items[(i + AHEAD) * stride] : NULL;
+            if (ahead != NULL && (PyTuple_CheckExact(ahead) || PyList_CheckExact(ahead)) &&
+                PySequence_Fast_GET_SIZE(ahead) > field)
+                PREFETCH(PySequence_Fast_ITEMS(ahead)[field]);
+        }
+        PyObject *q = items[i * stride];
+        if (field >= 0) {
+            if (!(PyTuple_CheckExact(q) || PyList_CheckExact(q)) || PySequence_Fast_GET_SIZE(q) <= field)
+                return 0;
+            q = PySequence_Fast_ITEMS(q)[field];
+        }
         if (!PyUnicode_CheckExact(q) || !ready(q))
             return 0;
         *tag = (int)PyUnicode_KIND(q);
@@ -1424,15 +1440,24 @@ done:
     return result;
 }
 
-/* group_strings(values) -> (codes, sizes, firsts) | None
+/* group_strings(values, field=-1) -> (codes, sizes, firsts) | None
  *
- * Python strings (a list, a tuple, a 1-d numpy object array) coded by id; None when a value is
- * not an exact str. */
-static PyObject *group_strings(PyObject *self, PyObject *values) {
+ * Python strings (a list, a tuple, a 1-d numpy object array) coded by id -- or, with *field* >= 0,
+ * the strings at that position of rows (tuples or lists: a run's (qid, docid, score) rows, read in
+ * place); None when a value is not an exact str, or a row not a tuple or list that long. */
+static PyObject *group_strings(PyObject *self, PyObject *args) {
     (void)self;
+    PyObject *values;
     Source s;
     memset(&s, 0, sizeof(s));
+    s.field = -1;
+    if (!PyArg_ParseTuple(args, "O|n", &values, &s.field))
+        return NULL;
     s.kind = SOURCE_OBJECTS;
+    if (s.field < -1) {
+        PyErr_SetString(PyExc_ValueError, "field must be >= -1");
+        return NULL;
+    }
     if (!objects_of(values, &s.objs))
         Py_RETURN_NONE;
     s.n = s.objs.n;
@@ -1593,8 +1618,9 @@ static PyMethodDef methods[] = {
      "view_runs(views, offset, n, buffers) -> bytearray | None: where each run of equal ids starts."},
     {"gather_views", gather_views, METH_VARARGS,
      "gather_views(views, offset, n, buffers, index) -> (bytes, width) | None: ids at rows index."},
-    {"group_strings", group_strings, METH_O,
-     "group_strings(values) -> (codes, sizes, firsts) | None: str ids coded, in order of first appearance."},
+    {"group_strings", group_strings, METH_VARARGS,
+     "group_strings(values, field=-1) -> (codes, sizes, firsts) | None: str ids (or rows' ids) coded, in order "
+     "of first appearance."},
     {"grouped_rows", grouped_rows, METH_VARARGS,
      "grouped_rows(codes, sizes, columns, outputs) -> None: the row numbers, then 8-byte columns, in group order."},
     {"group_fixed", group_fixed, METH_VARARGS,
