@@ -16,13 +16,13 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip
 
 # Everything for the tests, lint, typecheck and benchmarks.
-$(STAMP): pyproject.toml setup.py src/ragaudit/metrics/_speedups.c | $(PY)
+$(STAMP): pyproject.toml setup.py $(wildcard src/ragaudit/metrics/*.c src/ragaudit/metrics/*.h) | $(PY)
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
 # Only what `ragaudit demo` imports (the `demo` extra), so a first `make demo` installs no test tooling
 # or benchmark peers. Its own stamp: `make demo` after `make test` reinstalls nothing.
-$(DEMO_STAMP): pyproject.toml setup.py src/ragaudit/metrics/_speedups.c | $(PY)
+$(DEMO_STAMP): pyproject.toml setup.py $(wildcard src/ragaudit/metrics/*.c src/ragaudit/metrics/*.h) | $(PY)
 	$(PY) -m pip install -q -e ".[demo]"
 	touch $(DEMO_STAMP)
 

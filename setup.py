@@ -13,7 +13,12 @@ from setuptools import Extension, setup
 ext_modules = []
 if os.environ.get("RAGAUDIT_PURE", "") != "1":
     ext_modules.append(
-        Extension("ragaudit.metrics._speedups", ["src/ragaudit/metrics/_speedups.c"], optional=True)
+        Extension(
+            "ragaudit.metrics._speedups",
+            ["src/ragaudit/metrics/_speedups.c", "src/ragaudit/metrics/_runfile.c"],
+            depends=["src/ragaudit/metrics/_speedups.h"],
+            optional=True,
+        )
     )
 
 setup(ext_modules=ext_modules)

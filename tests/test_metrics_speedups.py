@@ -173,15 +173,20 @@ def _grouped(rows: Rows) -> dict[str, list[tuple[str, float]]]:
 
 
 @built
-def test_the_speedups_read_what_they_say() -> None:
+def test_the_speedups_read_what_they_say(pure: Callable[..., Any]) -> None:
     """The speedups' own outputs: doc-id hashes equal the pure hash of the same ids as bytes, query
-    ids come as their runs, and each function takes the forms it says."""
+    ids come as their runs (numpy 'U' and 'S' alike), and each function takes the forms it says."""
     rows, _ = _case(seed=4, rows=5_000, width=600)
     native = _fast.speedups
     assert native is not None
     q, d, _ = _columns(rows)
     short = [x for x in d if len(x) <= 512]
-    want = _docids.hash_fixed(np.array([x.encode() for x in short]))
+    want = pure(_docids.hash_fixed, np.array([x.encode() for x in short]))
+    # 'S' rows, any bytes (the NUL padding adds nothing), hashed in C as numpy hashes them.
+    for encoded in (np.array([x.encode() for x in short]), np.array([x.encode() for x in short], dtype="S9"),
+                    np.array(["\u00e9a".encode(), b"a\x00b", b"", b"x" * 100])):
+        assert np.array_equal(_docids.hash_fixed(encoded), pure(_docids.hash_fixed, encoded))
+    assert native.hash_rows(np.zeros(2, dtype="S513"), 513, _docids.WEIGHTS) is None  # over 512 bytes
     as_array = np.array(short, dtype=object)
     for values in (short, tuple(short), as_array, np.repeat(as_array, 2)[::2]):
         got = _docids.string_hashes(values)
@@ -189,9 +194,9 @@ def test_the_speedups_read_what_they_say() -> None:
     for width in (None, "U7", "U600"):  # ids cut to 7 units (shorter than a word), or padded far out
         u = np.array(short, dtype=width)
         u_hashes = _docids._ucs4_hashes(u)
-        want_u = _docids.hash_fixed(np.array([x.encode() for x in u.tolist()]))
+        want_u = pure(_docids.hash_fixed, np.array([x.encode() for x in u.tolist()]))
         assert (u_hashes is None) is (width == "U600") and (u_hashes is None or np.array_equal(u_hashes, want_u))
-    for runs in (_tables.object_runs(q), _tables.unicode_runs(np.array(q))):
+    for runs in (_tables.object_runs(q), _tables.array_runs(np.array(q)), _tables.array_runs(np.array(q, "S"))):
         assert isinstance(runs, _tables.QidRuns) and runs.qids == list(dict.fromkeys(q))
         assert int(runs.lengths.sum()) == len(q)
     pl = pytest.importorskip("polars")
@@ -209,7 +214,7 @@ def test_the_speedups_read_what_they_say() -> None:
     qids, docids, scores = read
     assert isinstance(qids, _tables.QidRuns) and isinstance(docids, _docids.HashedDocIds)
     assert np.array_equal(scores, [r[2] for r in fast_rows])
-    assert np.array_equal(docids.row_hashes(), _docids.hash_fixed(np.array([r[1].encode() for r in fast_rows])))
+    assert np.array_equal(docids.row_hashes(), pure(_docids.hash_fixed, np.array([r[1].encode() for r in fast_rows])))
     assert docids.text(3) == fast_rows[3][1]
     assert docids.at(np.array([3, 0])).tolist() == [fast_rows[3][1].encode(), fast_rows[0][1].encode()]
     # Empty inputs, and inputs of no form the speedups know.

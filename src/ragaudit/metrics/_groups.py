@@ -52,7 +52,7 @@ class QidGroups:
             order = np.argsort(self.codes, kind="stable")
             return [order, *(c[order] for c in columns)]
         columns = [np.ascontiguousarray(c) for c in columns]
-        moved = [np.empty(len(self.codes), dtype=np.int64), *(np.empty_like(c) for c in columns)]
+        moved = [_fast.empty(len(self.codes), np.int64), *(_fast.empty(len(c), c.dtype) for c in columns)]
         native.grouped_rows(self.codes, self.lengths, columns, moved)
         return moved
 

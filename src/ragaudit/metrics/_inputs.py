@@ -35,6 +35,7 @@ from ._tables import (
     LABEL_NAMES,
     QID_NAMES,
     QidRuns,
+    array_runs,
     arrow_strings,
     ascii_bytes,
     changes,
@@ -54,7 +55,6 @@ from ._tables import (
     table_column,
     take,
     to_numpy,
-    unicode_runs,
 )
 
 __all__ = [
@@ -244,6 +244,12 @@ class _LazyQids(Sequence[str]):
 
 def _check_scores(run: PreparedRun) -> None:
     if run.scores is None:
+        return
+    # A sum is NaN when a score is (or when +inf and -inf both are: then looked at row by row) --
+    # one pass, no temporary a row.
+    with np.errstate(invalid="ignore"):  # inf - inf
+        total = float(np.add.reduce(run.scores))
+    if not math.isnan(total):
         return
     nan = np.isnan(run.scores)
     if not nan.any():
@@ -582,7 +588,7 @@ def _query_ids(qids: Any) -> tuple[QidRuns | QidGroups | None, np.ndarray, list[
     # contiguous runs: found without converting an id.
     if isinstance(qids, QidGroups):  # grouped already (columns_of_rows)
         return qids, np.zeros(0, dtype=np.int64), None
-    runs = qids if isinstance(qids, QidRuns) else object_runs(qids) or unicode_runs(qids)
+    runs = qids if isinstance(qids, QidRuns) else object_runs(qids) or array_runs(qids)
     if runs is not None:
         return runs, np.zeros(0, dtype=np.int64), None
     # Python strings spread out: grouped where they are, no Arrow copy made (see _groups).

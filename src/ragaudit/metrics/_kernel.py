@@ -36,6 +36,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import MetricError
+from . import _fast
 from ._docids import DocIds
 from ._inputs import PreparedQrels, PreparedRun, duplicate_message
 
@@ -70,8 +71,9 @@ def trec_scores(scores: np.ndarray, ties: str = "trec_eval") -> np.ndarray:
     """
     if ties == "trec_eval":
         return scores if scores.dtype == np.float64 else scores.astype(np.float64)
+    out = _fast.empty(len(scores), np.float32)
     with np.errstate(over="ignore"):
-        out = scores.astype(np.float32)
+        np.copyto(out, scores, casting="same_kind")
     out += np.float32(0.0)
     return out
 

@@ -25,6 +25,7 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#include "_speedups.h"
 
 /* Objects are fetched this many items ahead of their use: a column of Python strings is spread
  * through the heap (a shuffled column points into it at random), so several cache misses can be
@@ -601,6 +602,57 @@ static PyObject *hash_ucs4(PyObject *self, PyObject *args) {
     PyBuffer_Release(&view);
     if (out == NULL && !PyErr_Occurred())
         Py_RETURN_NONE;
+    return out;
+}
+
+/* hash_rows(array, itemsize, weights) -> bytearray | None
+ *
+ * A C-contiguous numpy 'S' array of *itemsize* bytes a row: _docids.hash_fixed's hash of every
+ * row -- its little-endian 64-bit words, NUL padding included (a zero word adds nothing), times
+ * the weights -- any bytes. None for rows over 512 bytes. */
+static PyObject *hash_rows(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *array, *weights_obj;
+    Py_ssize_t itemsize;
+    if (!PyArg_ParseTuple(args, "OnO", &array, &itemsize, &weights_obj))
+        return NULL;
+    if (itemsize > 8 * MAX_WORDS)
+        Py_RETURN_NONE;
+    Py_buffer view, wview;
+    Py_ssize_t n;
+    if (rows_buffer(array, itemsize, &view, &n) < 0)
+        return NULL;
+    if (weights_of(weights_obj, &wview) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const uint64_t *weights = (const uint64_t *)wview.buf;
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(uint64_t));
+    if (out != NULL) {
+        uint64_t *hashes = (uint64_t *)PyByteArray_AS_STRING(out);
+        const unsigned char *row = (const unsigned char *)view.buf;
+        Py_ssize_t full = itemsize / 8;
+        for (Py_ssize_t i = 0; i < n; i++, row += itemsize) {
+            uint64_t h = 0;
+            for (Py_ssize_t k = 0; k < full; k++) {
+                uint64_t w;
+                memcpy(&w, row + 8 * k, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+                w = __builtin_bswap64(w);
+#endif
+                h += w * weights[k];
+            }
+            if (full * 8 < itemsize) {
+                uint64_t w = 0;
+                for (Py_ssize_t b = full * 8; b < itemsize; b++)
+                    w |= (uint64_t)row[b] << (8 * (b - full * 8));
+                h += w * weights[full];
+            }
+            hashes[i] = h & UINT64_C(0x7FFFFFFFFFFFFFFF);
+        }
+    }
+    PyBuffer_Release(&wview);
+    PyBuffer_Release(&view);
     return out;
 }
 
@@ -1598,7 +1650,25 @@ decline:
     Py_RETURN_NONE;
 }
 
+/* empty(nbytes) -> bytearray
+ *
+ * *nbytes* of uninitialised memory from the C allocator: _fast.empty's arrays, which the caller
+ * fills whole. (numpy asks the kernel for huge pages for every array of 4 MiB or more; this
+ * memory is not advised -- see _fast.empty.) */
+static PyObject *empty(PyObject *self, PyObject *arg) {
+    (void)self;
+    Py_ssize_t nbytes = PyLong_AsSsize_t(arg);
+    if (nbytes == -1 && PyErr_Occurred())
+        return NULL;
+    if (nbytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "nbytes must be >= 0");
+        return NULL;
+    }
+    return PyByteArray_FromStringAndSize(NULL, nbytes);
+}
+
 static PyMethodDef methods[] = {
+    {"empty", empty, METH_O, "empty(nbytes) -> bytearray: uninitialised memory (_fast.empty)."},
     {"hash_strings", hash_strings, METH_VARARGS,
      "hash_strings(values, weights) -> bytes | None: the doc-id hash of every ASCII str of values."},
     {"string_runs", string_runs, METH_O,
@@ -1610,6 +1680,8 @@ static PyMethodDef methods[] = {
      "gather_ascii(column, index, field) -> (bytes, width) | None: the ids at rows index as fixed-width bytes."},
     {"hash_ucs4", hash_ucs4, METH_VARARGS,
      "hash_ucs4(array, units, weights) -> bytearray | None: the doc-id hash of every row of a numpy U array."},
+    {"hash_rows", hash_rows, METH_VARARGS,
+     "hash_rows(array, itemsize, weights) -> bytearray | None: the doc-id hash of every row of a numpy S array."},
     {"fixed_runs", fixed_runs, METH_VARARGS,
      "fixed_runs(array, itemsize) -> bytearray | None: where each run of equal rows of a fixed-width array starts."},
     {"hash_views", hash_views, METH_VARARGS,
@@ -1631,6 +1703,9 @@ static PyMethodDef methods[] = {
      "group_offsets(chunks) -> (codes, sizes, firsts) | None: Arrow string chunks coded as one column."},
     {"dict_scores", dict_scores, METH_VARARGS,
      "dict_scores(dicts, n) -> bytearray | None: the values of a list of dicts as n doubles."},
+    {"trec_columns", trec_columns, METH_VARARGS,
+     "trec_columns(data, powers) -> (qids, qwidth, docids, dwidth, scores, rows) | None: a TREC run file's "
+     "columns (_runfile.c)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -28,6 +28,7 @@ __all__ = [
     "RANK_NAMES",
     "SCORE_NAMES",
     "QidRuns",
+    "array_runs",
     "arrow_strings",
     "ascii_bytes",
     "changes",
@@ -50,7 +51,6 @@ __all__ = [
     "table_column",
     "take",
     "to_numpy",
-    "unicode_runs",
     "with_room",
 ]
 
@@ -472,13 +472,14 @@ def object_runs(column: Any) -> QidRuns | None:
     return QidRuns(np.diff(starts, append=len(values)).astype(np.int64), heads)
 
 
-def unicode_runs(column: Any) -> QidRuns | None:
-    """Query ids in a numpy ``U`` array whose rows come in contiguous runs, found by the C speedups
-    comparing each row's code units with the previous row's (no narrowed copy of the column);
-    None without the speedups, for any other column, or when the ids are spread out (runs
-    averaging fewer than 4 rows, or a query's rows in two places)."""
+def array_runs(column: Any) -> QidRuns | None:
+    """Query ids in a numpy ``U`` or ``S`` array whose rows come in contiguous runs, found by the
+    C speedups comparing each row's bytes with the previous row's (no narrowed copy of the column,
+    no temporary a row); None without the speedups, for any other column, or when the ids are
+    spread out (runs averaging fewer than 4 rows, or a query's rows in two places). Byte-string
+    ids are their UTF-8 (``read_run``'s)."""
     native = _fast.speedups
-    if native is None or not isinstance(column, np.ndarray) or column.dtype.kind != "U" or column.ndim != 1:
+    if native is None or not isinstance(column, np.ndarray) or column.dtype.kind not in "US" or column.ndim != 1:
         return None
     if len(column) < 2 or column.itemsize == 0:
         return None
@@ -489,7 +490,11 @@ def unicode_runs(column: Any) -> QidRuns | None:
     starts = np.frombuffer(found, dtype=np.int64)
     if len(starts) - 1 >= len(arr) // 4:
         return None
-    heads: list[str] = arr[starts].tolist()
+    firsts = arr[starts]
+    try:
+        heads: list[str] = firsts.tolist() if arr.dtype.kind == "U" else firsts.astype(f"U{arr.itemsize}").tolist()
+    except UnicodeDecodeError:  # bytes that are not ASCII: decoded one by one
+        heads = [qid_text(v) for v in firsts.tolist()]
     if len(set(heads)) != len(heads):
         return None
     return QidRuns(np.diff(starts, append=len(arr)), heads)
