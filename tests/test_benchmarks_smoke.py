@@ -200,3 +200,19 @@ def test_metrics_scaling_times_each_tool_at_every_size_in_one_process(tmp_path: 
             assert len(cell["cpu_s"]) == 2 and cell["median_cpu_s"] > 0
             assert math.isclose(cell["ns_per_row"], cell["median_cpu_s"] / (int(q) * 100) * 1e9)
     assert "1k/300" not in done.stdout and "900/300" in done.stdout  # the sizes' ratios are labelled
+
+
+def test_page_faults_times_both_allocations_at_every_size_and_pause(tmp_path: Path) -> None:
+    out = tmp_path / "page_faults.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "page_faults.py"), "--sizes", "8,16", "--pauses", "0,0.1",
+         "--rounds", "2", "--quick", "--out", str(out)],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    doc = json.loads(out.read_text())
+    assert doc["benchmark"] == "page_faults" and doc["quick"] is True
+    cells = {(r["kind"], r["mib"], r["pause_s"]) for r in doc["results"]}
+    assert len(cells) == len(doc["results"]) == 2 * 2 * 2
+    for row in doc["results"]:
+        assert len(row["ns_per_byte"]) == 2 and row["median_ns_per_byte"] > 0

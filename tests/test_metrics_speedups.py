@@ -205,6 +205,28 @@ def test_the_speedups_read_what_they_say(pure: Callable[..., Any]) -> None:
     assert isinstance(kept, _docids.HashedDocIds) and kept.views is not None  # read in place
     assert kept.hashes is not None and np.array_equal(kept.hashes, want)
     assert kept.at(np.array([5, 1])).tolist() == [short[5].encode(), short[1].encode()] and kept.text(2) == short[2]
+    # Arrow strings (pyarrow, pandas' Arrow-backed strings): hashed through their offsets, in place;
+    # gathered by Arrow's take. Chunks, a slice, 64-bit offsets alike; nulls and non-ASCII declined.
+    pa = pytest.importorskip("pyarrow")
+    for arrow in (pa.array(short), pa.array(short, pa.large_string()), pa.chunked_array([short[:9], short[9:]]),
+                  pa.array(["skip", *short])[1:]):
+        held = _docids.hashed_docids(arrow)
+        assert isinstance(held, _docids.HashedDocIds) and held.chunks is not None
+        assert np.array_equal(held.column_hashes(), want)
+        assert held.at(np.array([5, 1])).tolist() == [short[5].encode(), short[1].encode()] and held.text(2) == short[2]
+        assert held.take(np.array([4, 0])).at(1) == short[0].encode()
+    assert _docids.hashed_docids(pa.array(["a", None, "b"])) is None
+    assert _docids.hashed_docids(pa.array(["a", "\u00e9", "b"])) is None
+    pd = pytest.importorskip("pandas")
+    held = _docids.hashed_docids(pd.Series(short, dtype="string[pyarrow]"))
+    assert held is not None and held.chunks is not None and np.array_equal(held.column_hashes(), want)
+    chunks = _groups.arrow_chunks(pa.chunked_array([short[:9], short[9:]]))
+    assert chunks is not None
+    with pytest.raises(IndexError):
+        native.gather_offsets(chunks, np.array([len(short)], dtype=np.intp))
+    bad = [(np.array([0, 2, 99], dtype=np.int32), b"d1", 0, 2, False)]  # an offset past the data
+    assert native.gather_offsets(bad, np.array([1], dtype=np.intp)) is None
+    assert native.hash_offsets(bad, _docids.WEIGHTS) is None
     polars_runs = _tables._polars_runs(pl.Series(q), "qids", 1 << 14)
     assert polars_runs is not None and polars_runs.qids == list(dict.fromkeys(q))
     assert np.array_equal(polars_runs.lengths, runs.lengths)

@@ -19,7 +19,8 @@ import numpy as np
 
 from ..errors import MetricError
 from . import _fast
-from ._tables import arrow_strings, ascii_bytes, object_values, padded_strings, polars_views, qid_text, take
+from ._groups import arrow_chunks
+from ._tables import arrow_strings, as_arrow, ascii_bytes, object_values, padded_strings, polars_views, qid_text, take
 
 __all__ = [
     "WEIGHTS",
@@ -296,8 +297,9 @@ class HashedDocIds(DocIds):
     """Doc ids kept in the caller's own column, hashed once by the C speedups (``hashes``, in the
     column's order) and gathered only where ids are compared (matches found by hash, tied
     scores). ``column``: Python strings (a list, a tuple, a numpy object array), a numpy ``U``
-    array, a Polars string Series (read through ``views``, its Arrow string views: no copy), or --
-    with ``field`` 1 -- the caller's list of (qid, docid, score) rows.
+    array, a Polars string Series (read through ``views``, its Arrow string views: no copy), an
+    Arrow string column (``arrow``: pyarrow's, pandas' Arrow-backed strings; read through its
+    offsets, no copy), or -- with ``field`` 1 -- the caller's list of (qid, docid, score) rows.
 
     The column is never copied whole into fixed-width bytes: on a 5 M-row run that copy's fresh
     memory costs more than reading the ids does. Every id is ASCII (the speedups decline anything
@@ -310,6 +312,8 @@ class HashedDocIds(DocIds):
     hashes: np.ndarray | None = None
     # A Polars Series' string views: the arguments the speedups read them by (see polars_views).
     views: tuple[Any, int, int, list[Any]] | None = None
+    # An Arrow column's chunks, as the speedups read them (see arrow_chunks).
+    chunks: list[tuple[Any, Any, int, int, bool]] | None = None
 
     def __len__(self) -> int:
         assert self.hashes is not None
@@ -322,6 +326,8 @@ class HashedDocIds(DocIds):
     def _values(self, where: np.ndarray) -> list[str]:
         if self.views is not None:  # a Polars Series
             return self.column.gather(where).to_list()  # type: ignore[no-any-return]
+        if self.chunks is not None:  # an Arrow column (a message's few ids: take joins a ChunkedArray's chunks)
+            return self.column.take(where).to_pylist()  # type: ignore[no-any-return]
         index = where.tolist()
         if self.field is not None:
             return list(map(itemgetter(self.field), map(self.column.__getitem__, index)))
@@ -349,6 +355,8 @@ class HashedDocIds(DocIds):
             gathered = None
         elif self.views is not None:
             gathered = native.gather_views(*self.views, where)
+        elif self.chunks is not None:
+            gathered = native.gather_offsets(self.chunks, where)
         else:
             gathered = native.gather_ascii(self.column, where, field)
         if gathered is not None:
@@ -361,10 +369,11 @@ class HashedDocIds(DocIds):
 
 
 def hashed_docids(column: Any, field: int | None = None, hashes: np.ndarray | None = None) -> HashedDocIds | None:
-    """:class:`HashedDocIds` of *column* (Python strings, a numpy ``U`` array or a Polars string
-    Series; hashed here unless *hashes* are given); None without the speedups, for any other
-    column, or when they decline it."""
+    """:class:`HashedDocIds` of *column* (Python strings, a numpy ``U`` array, a Polars string
+    Series or an Arrow string column; hashed here unless *hashes* are given); None without the
+    speedups, for any other column, or when they decline it."""
     views = None
+    chunks = None
     if hashes is None:
         values = object_values(column)
         views = None if values is not None else polars_views(column)
@@ -377,9 +386,17 @@ def hashed_docids(column: Any, field: int | None = None, hashes: np.ndarray | No
         elif isinstance(column, np.ndarray) and column.ndim == 1 and column.dtype.kind == "U":
             column = np.ascontiguousarray(column)
             hashes = _ucs4_hashes(column)
+        else:
+            arrow = as_arrow(column)
+            chunks = None if arrow is None else arrow_chunks(arrow)
+            native = _fast.speedups
+            found = None if chunks is None or native is None else native.hash_offsets(chunks, WEIGHTS)
+            hashes = None if found is None else np.frombuffer(found, dtype=np.uint64)
+            column = arrow
         if hashes is None:
             return None
-    return HashedDocIds(np.zeros(0, dtype="S1"), column=column, field=field, hashes=hashes, views=views)
+    return HashedDocIds(np.zeros(0, dtype="S1"), column=column, field=field, hashes=hashes, views=views,
+                        chunks=chunks)
 
 
 def _ucs4_hashes(arr: np.ndarray) -> np.ndarray | None:

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import _fast
 
-__all__ = ["QidGroups", "arrow_groups", "fixed_groups", "row_groups", "string_groups", "view_groups"]
+__all__ = ["QidGroups", "arrow_chunks", "arrow_groups", "fixed_groups", "row_groups", "string_groups", "view_groups"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,12 +106,12 @@ def view_groups(series: Any, views: tuple[Any, int, int, list[Any]]) -> QidGroup
     return _groups(native.group_views(*views), lambda firsts: series.gather(firsts).to_list())
 
 
-def arrow_groups(arrow: Any) -> QidGroups | None:
-    """An Arrow ``string`` or ``large_string`` column (an Array or a ChunkedArray) without nulls
-    grouped from its offsets and data, chunk after chunk as one column."""
-    native = _fast.speedups
+def arrow_chunks(arrow: Any) -> list[tuple[Any, Any, int, int, bool]] | None:
+    """The chunks of an Arrow ``string`` or ``large_string`` column (an Array or a ChunkedArray)
+    without nulls as the C speedups read them -- (offsets buffer, data buffer, offset, length,
+    64-bit offsets) each --, or None for any other column."""
     pa = sys.modules.get("pyarrow")
-    if native is None or pa is None or arrow.null_count or len(arrow) < 2:
+    if pa is None or not isinstance(arrow, (pa.Array, pa.ChunkedArray)) or arrow.null_count:
         return None
     chunks = []
     for chunk in getattr(arrow, "chunks", [arrow]):
@@ -121,4 +121,14 @@ def arrow_groups(arrow: Any) -> QidGroups | None:
         if len(chunk):
             buffers = chunk.buffers()
             chunks.append((buffers[1], buffers[2] if buffers[2] is not None else b"", chunk.offset, len(chunk), wide))
+    return chunks
+
+
+def arrow_groups(arrow: Any) -> QidGroups | None:
+    """An Arrow ``string`` or ``large_string`` column (an Array or a ChunkedArray) without nulls
+    grouped from its offsets and data, chunk after chunk as one column."""
+    native = _fast.speedups
+    chunks = None if native is None or len(arrow) < 2 else arrow_chunks(arrow)
+    if chunks is None:
+        return None
     return _groups(native.group_offsets(chunks), lambda firsts: arrow.take(firsts).to_pylist())

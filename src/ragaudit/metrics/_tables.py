@@ -29,6 +29,7 @@ __all__ = [
     "SCORE_NAMES",
     "QidRuns",
     "array_runs",
+    "as_arrow",
     "arrow_strings",
     "ascii_bytes",
     "changes",
@@ -178,7 +179,7 @@ def to_numpy(column: Any, what: str) -> np.ndarray:
             raise MetricError(f"{what} has {int((codes < 0).sum())} missing values")
         values = to_numpy(categories, what)
         return take(values, codes) if len(values) else values[:0]
-    arrow = _as_arrow(column, combine=False)
+    arrow = as_arrow(column)
     if arrow is not None:
         fixed = arrow_strings(arrow, what)
         if fixed is not None:
@@ -199,10 +200,10 @@ def to_numpy(column: Any, what: str) -> np.ndarray:
     return arr
 
 
-def _as_arrow(column: Any, combine: bool = True) -> Any:
-    """*column* as a pyarrow Array (a ChunkedArray unless *combine*) when it is Arrow data
-    (pyarrow, or pandas' pyarrow-backed strings), else None. pyarrow is never imported here
-    unless the caller already did."""
+def as_arrow(column: Any) -> Any:
+    """*column* as a pyarrow Array or ChunkedArray (its chunks kept) when it is Arrow data
+    (pyarrow, Polars, or pandas' pyarrow-backed strings), else None. pyarrow is never imported
+    here unless the caller already did."""
     if _is_polars(column):
         column = column.to_arrow()  # Polars keeps its columns in Arrow memory
     pa = sys.modules.get("pyarrow")
@@ -218,8 +219,6 @@ def _as_arrow(column: Any, combine: bool = True) -> Any:
             column = pa.array(column)
         except (TypeError, ValueError, pa.ArrowException):
             return None
-    if combine and isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
     return column
 
 
@@ -229,7 +228,7 @@ def arrow_strings(column: Any, what: str) -> np.ndarray | None:
     Read straight from Arrow's buffers, so no Python string is made per row. Returns None for
     anything else.
     """
-    column = _as_arrow(column, combine=False)
+    column = as_arrow(column)
     if column is None:
         return None
     pa = sys.modules["pyarrow"]
@@ -552,7 +551,7 @@ def coded_ids(column: Any, what: str, sample: int) -> QidRuns | QidGroups | tupl
         groups = None if views is None else view_groups(column, views)
         if groups is not None:
             return groups
-    arrow = _as_arrow(column, combine=False)
+    arrow = as_arrow(column)
     if arrow is None:
         return None
     pa = sys.modules["pyarrow"]
