@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from benchmarks import _bench
+
 from ragaudit.metrics import _fast
 
 KINDS: dict[str, Callable[[int], np.ndarray]] = {
