@@ -129,6 +129,6 @@ def arrow_groups(arrow: Any) -> QidGroups | None:
     grouped from its offsets and data, chunk after chunk as one column."""
     native = _fast.speedups
     chunks = None if native is None or len(arrow) < 2 else arrow_chunks(arrow)
-    if chunks is None:
+    if native is None or chunks is None:
         return None
     return _groups(native.group_offsets(chunks), lambda firsts: arrow.take(firsts).to_pylist())
