@@ -7,7 +7,7 @@ scores read by the speedups (``dict_scores``) against ``np.fromiter``.
 
 Every form whose spread query ids the speedups group is evaluated on the grid's spread cell (tie-heavy,
 32-character doc ids, a query's rows anywhere in the run) twice a round: once as shipped, once with the
-four ``_groups`` calls answering None -- which is what they answer without the speedups, so the ids
+five ``_groups`` calls answering None -- which is what they answer without the speedups, so the ids
 then take the path they took before (pyarrow's hash table and a packed sort of (code, row), the
 scores and doc-id hashes gathered through the row order; every other speedup still on). Nested
 dicts are grouped by query already; a run of them built from spread rows has its score objects
@@ -50,7 +50,7 @@ def _groups_off() -> Iterator[None]:
     for the block."""
     from ragaudit.metrics import _fast, _inputs, _tables
 
-    names = [(_inputs, "string_groups"), (_inputs, "fixed_groups"), (_tables, "arrow_groups"),
+    names = [(_inputs, "string_groups"), (_inputs, "row_groups"), (_inputs, "fixed_groups"), (_tables, "arrow_groups"),
              (_tables, "view_groups"), (_fast.speedups, "dict_scores")]
     kept = [(module, name, getattr(module, name)) for module, name in names]
     try:
