@@ -15,7 +15,7 @@ if os.environ.get("RAGAUDIT_PURE", "") != "1":
     ext_modules.append(
         Extension(
             "ragaudit.metrics._speedups",
-            ["src/ragaudit/metrics/_speedups.c", "src/ragaudit/metrics/_runfile.c"],
+            ["src/ragaudit/metrics/_speedups.c", "src/ragaudit/metrics/_runfile.c", "src/ragaudit/metrics/_kernel.c"],
             depends=["src/ragaudit/metrics/_speedups.h"],
             optional=True,
         )

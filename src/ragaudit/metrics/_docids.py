@@ -298,8 +298,9 @@ class HashedDocIds(DocIds):
     column's order) and gathered only where ids are compared (matches found by hash, tied
     scores). ``column``: Python strings (a list, a tuple, a numpy object array), a numpy ``U``
     array, a Polars string Series (read through ``views``, its Arrow string views: no copy), an
-    Arrow string column (``arrow``: pyarrow's, pandas' Arrow-backed strings; read through its
-    offsets, no copy), or -- with ``field`` 1 -- the caller's list of (qid, docid, score) rows.
+    Arrow string column (pyarrow's, pandas' Arrow-backed strings: read through ``chunks``, its
+    offsets and data, no copy), or -- with ``field`` 1 -- the caller's list of (qid, docid, score)
+    rows.
 
     The column is never copied whole into fixed-width bytes: on a 5 M-row run that copy's fresh
     memory costs more than reading the ids does. Every id is ASCII (the speedups decline anything
@@ -386,13 +387,12 @@ def hashed_docids(column: Any, field: int | None = None, hashes: np.ndarray | No
         elif isinstance(column, np.ndarray) and column.ndim == 1 and column.dtype.kind == "U":
             column = np.ascontiguousarray(column)
             hashes = _ucs4_hashes(column)
-        else:
-            arrow = as_arrow(column)
-            chunks = None if arrow is None else arrow_chunks(arrow)
+        else:  # Arrow strings, read where Arrow keeps them
+            column = as_arrow(column)
+            chunks = None if column is None else arrow_chunks(column)
             native = _fast.speedups
             found = None if chunks is None or native is None else native.hash_offsets(chunks, WEIGHTS)
             hashes = None if found is None else np.frombuffer(found, dtype=np.uint64)
-            column = arrow
         if hashes is None:
             return None
     return HashedDocIds(np.zeros(0, dtype="S1"), column=column, field=field, hashes=hashes, views=views,

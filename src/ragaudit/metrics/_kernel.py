@@ -612,20 +612,27 @@ def _duplicates(block: _Block, hash_keys: np.ndarray, run: PreparedRun, on_dupli
     pairs = block.same_value_pairs(hash_keys)
     if not len(pairs):
         return []
-    docs = run.docs
-    assert docs is not None
-    width = block.depth
-    row = pairs // width
+    row = pairs // block.depth
     a = block.flat(row, (hash_keys[pairs] & block.col_mask).astype(np.int64))
     b = block.flat(row, (hash_keys[pairs + 1] & block.col_mask).astype(np.int64))
+    return _duplicate_rows(run, a, b, on_duplicate)
+
+
+def _duplicate_rows(run: PreparedRun, a: np.ndarray, b: np.ndarray, on_duplicate: str) -> list[int]:
+    """The rows to drop for the pairs of rows (*a*, *b*: run rows of one query) whose doc-id hashes
+    are equal: none when no pair's ids are; a MetricError naming the first duplicate unless
+    ``on_duplicate="max"``, which keeps each duplicated doc's highest score."""
+    docs = run.docs
+    assert docs is not None
     real = docs.at(a) == docs.at(b)
     if not np.any(real):
         return []
     if on_duplicate == "error":
         first = int(np.flatnonzero(real)[0])
-        raise MetricError(duplicate_message(run.qids[int(block.qs[row[first]])], docs.text(int(a[first]))))
+        raise MetricError(duplicate_message(run.qid_of_row(int(a[first])), docs.text(int(a[first]))))
+    query = np.searchsorted(run.offsets, a, side="right") - 1
     groups: dict[tuple[int, str], list[int]] = {}
-    for r, i, j in zip(row[real].tolist(), a[real].tolist(), b[real].tolist()):
+    for r, i, j in zip(query[real].tolist(), a[real].tolist(), b[real].tolist()):
         members = groups.setdefault((r, docs.text(i)), [])
         members.extend(k for k in (i, j) if k not in members)
     drop: list[int] = []
@@ -755,7 +762,8 @@ def _encode_entries(docs: DocIds, docids: list[str]) -> np.ndarray:
 
 
 def _rank_column_hits(run: PreparedRun, judged: Judged, on_duplicate: str, ties: str) -> Hits:
-    """Find the labelled docs in a run of columns (and any duplicate id), then count their ranks."""
+    """Find the labelled docs in a run of columns (and any duplicate id), then count their ranks:
+    query by query by the C speedups (``_kernel.c``), else in blocks of queries."""
     docs = run.docs
     assert docs is not None
     entry_doc = _encode_entries(docs, judged.entry_docids)
@@ -772,11 +780,42 @@ def _rank_column_hits(run: PreparedRun, judged: Judged, on_duplicate: str, ties:
         by_query=_by_query(judged.entry_q, len(run.qids)),
         on_duplicate=on_duplicate,
     )
+    if _fast.speedups is not None:
+        return _native_column_hits(c)
     results = [_column_block(c, qs) for qs in _chunks(c.lengths)]
     drop = [row for _, dups in results for row in dups]
     if drop:
         raise _DuplicatesFound(drop)
     return _collect([part for part, _ in results if part is not None])
+
+
+def _native_column_hits(c: _Columns) -> Hits:
+    """:func:`_rank_column_hits` by the C speedups: ``rank_columns`` visits each query's rows once
+    and gives the candidates -- rows whose hash is a labelled doc's, rows of one query with equal
+    hashes, rows that tie with a candidate -- which are settled here by comparing the ids
+    themselves, as the blocks settle theirs: a hash is only ever a shortcut."""
+    native = _fast.speedups
+    assert native is not None
+    scores = None if c.scores is None else np.ascontiguousarray(c.scores)
+    found = native.rank_columns(
+        np.ascontiguousarray(c.run.offsets, dtype=np.int64), np.ascontiguousarray(c.hashes, dtype=np.uint64), scores,
+        *(np.ascontiguousarray(x, dtype=np.int64) for x in (c.by_query.first, c.by_query.count, c.by_query.order)),
+        np.ascontiguousarray(c.entry_hash, dtype=np.uint64),
+    )
+    hit_q, hit_row, hit_entry, greater, tie_hit, tie_row, dup_a, dup_b = (
+        np.frombuffer(column, dtype=np.int64) for column in found
+    )
+    if len(dup_a):
+        drop = _duplicate_rows(c.run, dup_a, dup_b, c.on_duplicate)
+        if drop:
+            raise _DuplicatesFound(drop)
+    exact = np.flatnonzero(c.docs.at(hit_row) == c.entry_doc[hit_entry]) if len(hit_row) else hit_row
+    rank = greater.copy()
+    if len(tie_hit):
+        # Tied scores: doc id descending decides (the doc itself is not among its tied rows).
+        above = c.docs.at(tie_row) > c.docs.at(hit_row[tie_hit])
+        rank += np.bincount(tie_hit, weights=above, minlength=len(rank)).astype(np.int64)
+    return _collect([(hit_q[exact], rank[exact], c.entry_label[hit_entry[exact]])])
 
 
 def rank_judged(

@@ -488,6 +488,17 @@ static PyObject *gather_ascii(PyObject *self, PyObject *args) {
                 PyErr_SetString(PyExc_IndexError, "row number out of range");
                 return NULL;
             }
+            /* Rows anywhere in the column (the kernel's hits), fetched in stages, each in cache
+             * by the next: the pointer, the object it points to, and a row's id. */
+            if (k + 3 * AHEAD < m && index[k + 3 * AHEAD] >= 0 && index[k + 3 * AHEAD] < objs.n)
+                PREFETCH(&objs.items[index[k + 3 * AHEAD] * objs.stride]);
+            if (k + 2 * AHEAD < m && index[k + 2 * AHEAD] >= 0 && index[k + 2 * AHEAD] < objs.n)
+                PREFETCH(objs.items[index[k + 2 * AHEAD] * objs.stride]);
+            if (field >= 0 && k + AHEAD < m && index[k + AHEAD] >= 0 && index[k + AHEAD] < objs.n) {
+                PyObject *ahead = objs.items[index[k + AHEAD] * objs.stride];
+                if ((PyTuple_CheckExact(ahead) || PyList_CheckExact(ahead)) && PySequence_Fast_GET_SIZE(ahead) > field)
+                    PREFETCH(PySequence_Fast_ITEMS(ahead)[field]);
+            }
             PyObject *id = objs.items[i * objs.stride];
             if (field >= 0) {
                 if (!(PyTuple_CheckExact(id) || PyList_CheckExact(id)) || PySequence_Fast_GET_SIZE(id) <= field)
@@ -1873,6 +1884,9 @@ static PyMethodDef methods[] = {
      "gather_offsets(chunks, index) -> (bytes, width) | None: the ids at rows index of Arrow string chunks."},
     {"dict_scores", dict_scores, METH_VARARGS,
      "dict_scores(dicts, n) -> bytearray | None: the values of a list of dicts as n doubles."},
+    {"rank_columns", rank_columns, METH_VARARGS,
+     "rank_columns(offsets, hashes, scores, first, count, order, entry_hash) -> tuple: a run of columns ranked "
+     "query by query (_kernel.c)."},
     {"trec_columns", trec_columns, METH_VARARGS,
      "trec_columns(data, powers) -> (qids, qwidth, docids, dwidth, scores, rows) | None: a TREC run file's "
      "columns (_runfile.c)."},

@@ -7,4 +7,7 @@
 /* _runfile.c */
 PyObject *trec_columns(PyObject *self, PyObject *args);
 
+/* _kernel.c */
+PyObject *rank_columns(PyObject *self, PyObject *args);
+
 #endif
