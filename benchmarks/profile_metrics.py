@@ -8,7 +8,9 @@ The cell is the one ``metrics_speed.py`` builds for the same arguments. Each sta
 evaluation (``prepare_qrels``, ``prepare_columns`` or ``prepare_dict_run``, ``judged_of``,
 ``rank_judged``) is wrapped to add up its CPU time (``time.process_time``); the rest of a call is
 the measures and the means. ``--kernel`` also splits ``rank_judged`` of a run of columns: hashing
-the run's ids, encoding the labelled ids, the blocks (duplicates, lookups, ranks) and collecting.
+the run's ids, encoding the labelled ids, the ranking -- the blocks (duplicates, lookups, ranks) on
+the pure path (``RAGAUDIT_PURE=1``), the C kernel with the id comparisons it asks for (its collect
+included) with the speedups -- and collecting.
 Tools run interleaved, one call each per round, after one untimed warm-up; printed per round,
 then the medians. No cProfile: its per-call cost would inflate the many small numpy calls.
 """
@@ -28,11 +30,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 STAGES = ("prepare_qrels", "prepare_columns", "prepare_dict_run", "judged_of", "rank_judged")
-# Inside rank_judged (--kernel): (module, object, attribute) wrapped, and the name printed.
+# Inside rank_judged (--kernel): (module, object, attribute) wrapped, and the name printed. The
+# ranking is "blocks" on the pure path and "c_kernel" (rank_columns and the id comparisons it asks
+# for) with the C speedups; a stage that did not run is left out of the table.
 KERNEL_STAGES = {
     "hash_run_ids": ("_docids", "DocIds", "row_hashes"),
     "encode_labelled": ("_kernel", None, "_encode_entries"),
     "blocks": ("_kernel", None, "_column_block"),
+    "c_kernel": ("_kernel", None, "_native_column_hits"),
     "collect": ("_kernel", None, "_collect"),
 }
 

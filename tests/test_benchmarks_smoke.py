@@ -186,14 +186,15 @@ def test_metrics_scaling_times_each_tool_at_every_size_in_one_process(tmp_path: 
     pytest.importorskip("pytrec_eval")
     out = tmp_path / "metrics_scaling.json"
     done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "metrics_scaling.py"), "--tools", "pytrec_eval,numpy,trec_file",
+        [sys.executable, str(REPO / "benchmarks" / "metrics_scaling.py"), "--tools",
+         "pytrec_eval,numpy,trec_file,numpy_read_once",
          "--sizes", "300,900", "--rounds", "2", "--quick", "--out", str(out)],
         capture_output=True, text=True, timeout=280, cwd=REPO,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     doc = json.loads(out.read_text())
     assert doc["benchmark"] == "metrics_scaling" and doc["quick"] is True and doc["sizes"] == [300, 900]
-    assert set(doc["results"]) == {"pytrec_eval", "numpy", "trec_file"}
+    assert set(doc["results"]) == {"pytrec_eval", "numpy", "trec_file", "numpy_read_once"}
     for sized in doc["results"].values():
         assert set(sized) == {"300", "900"}
         for q, cell in sized.items():

@@ -35,12 +35,13 @@ def empty(n: int, dtype: Any) -> np.ndarray:
     """``np.empty(n, dtype)`` for the large temporaries of an evaluation, in memory numpy does not
     advise the kernel to back with huge pages (it advises it for every array of 4 MiB or more).
 
-    On a virtual machine that returns freed memory to its host (free page reporting, as Firecracker
-    does), a huge page that was freed is handed back, and touching one again seconds later costs
-    the host's fault: measured here 1.0-2.8 ns a byte, against 0.45 ns for 4 KiB pages, whose cost
-    does not change (``benchmarks/page_faults.py``). The per-row cost of a large evaluation -- a
-    20 M-row run's temporaries never come from memory the allocator kept -- then grew with its
-    size. On bare metal the two cost about the same. Without the speedups: ``np.empty``.
+    On a virtual machine that hands freed memory back to its host (as this one does), a huge page
+    freed and touched again seconds later -- or a process's first huge pages -- costs the host's
+    fault as well: 1.5-1.8 ns a byte here for 320 MiB after a 5 s pause, against 0.40 for 4 KiB
+    pages, whose cost does not change (``benchmarks/page_faults.py``; back to back, huge pages cost
+    0.13). An evaluation is usually the first or only one of its size in its process, and a
+    20 M-row run's temporaries never come from memory the allocator kept: with huge pages its
+    per-row cost grew with its size. Without the speedups: ``np.empty``.
     """
     native = speedups
     if native is None:

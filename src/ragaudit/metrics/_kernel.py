@@ -22,6 +22,11 @@ never copied). A run of columns is hashed once; in each block every cell's doc-i
 with its row and column into a 64-bit key and every block row sorted at once, which exposes
 duplicate ids (trec_eval refuses them) and lets a binary search find each judged id; every match is
 then confirmed by comparing the ids themselves.
+
+With the C speedups a run of columns is ranked query by query instead (``_kernel.c``,
+:func:`_native_column_hits`): the same two terms, counted over each query's scores, the duplicates
+and judged docs found through a small hash table of its rows; the blocks are the pure path. Both
+leave every id comparison -- matches, duplicates, ties -- to the ids themselves, here.
 """
 
 from __future__ import annotations
