@@ -548,21 +548,34 @@ static int rows_buffer(PyObject *obj, Py_ssize_t itemsize, Py_buffer *view, Py_s
  * A C-contiguous numpy 'U' array of *units* native-order code units a row: the hash of every row's
  * id as hash_strings gives it for the same (ASCII) text -- the units narrowed to bytes on the fly,
  * never into a copy of the column. None when a unit is not ASCII or a row is over 512 units. */
+/* The arguments of hash_ucs4 and hash_rows, (array, row width in units of *unit* bytes, weights),
+ * read: the rows' buffer and their number, the weights' buffer. 1: read; 0: declined (rows over
+ * 512 units: the caller answers None); -1: an error (set). */
+static int hash_args(PyObject *args, Py_ssize_t unit, Py_ssize_t *width, Py_buffer *view, Py_buffer *wview,
+                     Py_ssize_t *n) {
+    PyObject *array, *weights_obj;
+    if (!PyArg_ParseTuple(args, "OnO", &array, width, &weights_obj))
+        return -1;
+    if (*width > 8 * MAX_WORDS)
+        return 0;
+    if (rows_buffer(array, *width * unit, view, n) < 0)
+        return -1;
+    if (weights_of(weights_obj, wview) < 0) {
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 1;
+}
+
 static PyObject *hash_ucs4(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *array, *weights_obj;
-    Py_ssize_t units;
-    if (!PyArg_ParseTuple(args, "OnO", &array, &units, &weights_obj))
-        return NULL;
-    if (units > 8 * MAX_WORDS)
-        Py_RETURN_NONE;
+    Py_ssize_t units, n;
     Py_buffer view, wview;
-    Py_ssize_t n;
-    if (rows_buffer(array, units * 4, &view, &n) < 0)
-        return NULL;
-    if (weights_of(weights_obj, &wview) < 0) {
-        PyBuffer_Release(&view);
-        return NULL;
+    int got = hash_args(args, 4, &units, &view, &wview, &n);
+    if (got <= 0) {
+        if (got < 0)
+            return NULL;
+        Py_RETURN_NONE;
     }
     const uint64_t *weights = (const uint64_t *)wview.buf;
     PyObject *out = PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(uint64_t));
@@ -631,19 +644,13 @@ static PyObject *hash_ucs4(PyObject *self, PyObject *args) {
  * the weights -- any bytes. None for rows over 512 bytes. */
 static PyObject *hash_rows(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *array, *weights_obj;
-    Py_ssize_t itemsize;
-    if (!PyArg_ParseTuple(args, "OnO", &array, &itemsize, &weights_obj))
-        return NULL;
-    if (itemsize > 8 * MAX_WORDS)
-        Py_RETURN_NONE;
+    Py_ssize_t itemsize, n;
     Py_buffer view, wview;
-    Py_ssize_t n;
-    if (rows_buffer(array, itemsize, &view, &n) < 0)
-        return NULL;
-    if (weights_of(weights_obj, &wview) < 0) {
-        PyBuffer_Release(&view);
-        return NULL;
+    int got = hash_args(args, 1, &itemsize, &view, &wview, &n);
+    if (got <= 0) {
+        if (got < 0)
+            return NULL;
+        Py_RETURN_NONE;
     }
     const uint64_t *weights = (const uint64_t *)wview.buf;
     PyObject *out = PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(uint64_t));
