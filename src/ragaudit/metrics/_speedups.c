@@ -549,10 +549,11 @@ static int rows_buffer(PyObject *obj, Py_ssize_t itemsize, Py_buffer *view, Py_s
  * id as hash_strings gives it for the same (ASCII) text -- the units narrowed to bytes on the fly,
  * never into a copy of the column. None when a unit is not ASCII or a row is over 512 units. */
 /* The arguments of hash_ucs4 and hash_rows, (array, row width in units of *unit* bytes, weights),
- * read: the rows' buffer and their number, the weights' buffer. 1: read; 0: declined (rows over
- * 512 units: the caller answers None); -1: an error (set). */
+ * read -- the rows' buffer and their number, the weights' buffer -- and the output made: a
+ * bytearray of one uint64 a row. 1: read (the caller releases both buffers); 0: declined (rows
+ * over 512 units: the caller answers None); -1: an error (set, nothing held). */
 static int hash_args(PyObject *args, Py_ssize_t unit, Py_ssize_t *width, Py_buffer *view, Py_buffer *wview,
-                     Py_ssize_t *n) {
+                     Py_ssize_t *n, PyObject **out) {
     PyObject *array, *weights_obj;
     if (!PyArg_ParseTuple(args, "OnO", &array, width, &weights_obj))
         return -1;
@@ -564,6 +565,12 @@ static int hash_args(PyObject *args, Py_ssize_t unit, Py_ssize_t *width, Py_buff
         PyBuffer_Release(view);
         return -1;
     }
+    *out = PyByteArray_FromStringAndSize(NULL, *n * (Py_ssize_t)sizeof(uint64_t));
+    if (*out == NULL) {
+        PyBuffer_Release(wview);
+        PyBuffer_Release(view);
+        return -1;
+    }
     return 1;
 }
 
@@ -571,64 +578,59 @@ static PyObject *hash_ucs4(PyObject *self, PyObject *args) {
     (void)self;
     Py_ssize_t units, n;
     Py_buffer view, wview;
-    int got = hash_args(args, 4, &units, &view, &wview, &n);
-    if (got <= 0) {
-        if (got < 0)
-            return NULL;
-        Py_RETURN_NONE;
-    }
+    PyObject *out;
+    int got = hash_args(args, 4, &units, &view, &wview, &n, &out);
+    if (got <= 0)
+        return got < 0 ? NULL : Py_NewRef(Py_None);
     const uint64_t *weights = (const uint64_t *)wview.buf;
-    PyObject *out = PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(uint64_t));
-    if (out != NULL) {
-        uint64_t *hashes = (uint64_t *)PyByteArray_AS_STRING(out);
-        const uint32_t *unit = (const uint32_t *)view.buf;
-        Py_ssize_t full = units / 8;
-        for (Py_ssize_t i = 0; i < n; i++, unit += units) {
-            uint64_t h = 0;
-            uint32_t seen = 0;
-            /* Eight units a word: narrowed by SSE2's saturating packs where there is SSE2 (a unit
-             * over 0x7F declines the whole column, so saturation never reaches a used hash),
-             * else straight-line shifts. */
+    uint64_t *hashes = (uint64_t *)PyByteArray_AS_STRING(out);
+    const uint32_t *unit = (const uint32_t *)view.buf;
+    Py_ssize_t full = units / 8;
+    for (Py_ssize_t i = 0; i < n; i++, unit += units) {
+        uint64_t h = 0;
+        uint32_t seen = 0;
+        /* Eight units a word: narrowed by SSE2's saturating packs where there is SSE2 (a unit
+         * over 0x7F declines the whole column, so saturation never reaches a used hash),
+         * else straight-line shifts. */
 #if defined(__SSE2__)
-            __m128i any = _mm_setzero_si128();
-            for (Py_ssize_t k = 0; k < full; k++) {
-                __m128i lo = _mm_loadu_si128((const __m128i *)(unit + 8 * k));
-                __m128i hi = _mm_loadu_si128((const __m128i *)(unit + 8 * k + 4));
-                any = _mm_or_si128(any, _mm_or_si128(lo, hi));
-                __m128i narrow = _mm_packus_epi16(_mm_packs_epi32(lo, hi), _mm_setzero_si128());
-                uint64_t w;
-                _mm_storel_epi64((__m128i *)&w, narrow); /* the low 8 bytes: the 8 units narrowed */
-                h += w * weights[k];
-            }
-            {
-                uint32_t lanes[4];
-                _mm_storeu_si128((__m128i *)lanes, any);
-                seen |= lanes[0] | lanes[1] | lanes[2] | lanes[3];
-            }
-#else
-            for (Py_ssize_t k = 0; k < full; k++) {
-                const uint32_t *u = unit + 8 * k;
-                seen |= u[0] | u[1] | u[2] | u[3] | u[4] | u[5] | u[6] | u[7];
-                uint64_t w = (uint64_t)u[0] | (uint64_t)u[1] << 8 | (uint64_t)u[2] << 16 | (uint64_t)u[3] << 24 |
-                             (uint64_t)u[4] << 32 | (uint64_t)u[5] << 40 | (uint64_t)u[6] << 48 |
-                             (uint64_t)u[7] << 56;
-                h += w * weights[k];
-            }
-#endif
-            if (full * 8 < units) {
-                uint64_t w = 0;
-                for (Py_ssize_t b = full * 8; b < units; b++) {
-                    seen |= unit[b];
-                    w |= (uint64_t)unit[b] << (8 * (b - full * 8));
-                }
-                h += w * weights[full];
-            }
-            if (seen >= 0x80) {
-                Py_CLEAR(out);
-                break;
-            }
-            hashes[i] = h & UINT64_C(0x7FFFFFFFFFFFFFFF);
+        __m128i any = _mm_setzero_si128();
+        for (Py_ssize_t k = 0; k < full; k++) {
+            __m128i lo = _mm_loadu_si128((const __m128i *)(unit + 8 * k));
+            __m128i hi = _mm_loadu_si128((const __m128i *)(unit + 8 * k + 4));
+            any = _mm_or_si128(any, _mm_or_si128(lo, hi));
+            __m128i narrow = _mm_packus_epi16(_mm_packs_epi32(lo, hi), _mm_setzero_si128());
+            uint64_t w;
+            _mm_storel_epi64((__m128i *)&w, narrow); /* the low 8 bytes: the 8 units narrowed */
+            h += w * weights[k];
         }
+        {
+            uint32_t lanes[4];
+            _mm_storeu_si128((__m128i *)lanes, any);
+            seen |= lanes[0] | lanes[1] | lanes[2] | lanes[3];
+        }
+#else
+        for (Py_ssize_t k = 0; k < full; k++) {
+            const uint32_t *u = unit + 8 * k;
+            seen |= u[0] | u[1] | u[2] | u[3] | u[4] | u[5] | u[6] | u[7];
+            uint64_t w = (uint64_t)u[0] | (uint64_t)u[1] << 8 | (uint64_t)u[2] << 16 | (uint64_t)u[3] << 24 |
+                         (uint64_t)u[4] << 32 | (uint64_t)u[5] << 40 | (uint64_t)u[6] << 48 |
+                         (uint64_t)u[7] << 56;
+            h += w * weights[k];
+        }
+#endif
+        if (full * 8 < units) {
+            uint64_t w = 0;
+            for (Py_ssize_t b = full * 8; b < units; b++) {
+                seen |= unit[b];
+                w |= (uint64_t)unit[b] << (8 * (b - full * 8));
+            }
+            h += w * weights[full];
+        }
+        if (seen >= 0x80) {
+            Py_CLEAR(out);
+            break;
+        }
+        hashes[i] = h & UINT64_C(0x7FFFFFFFFFFFFFFF);
     }
     PyBuffer_Release(&wview);
     PyBuffer_Release(&view);
@@ -646,36 +648,31 @@ static PyObject *hash_rows(PyObject *self, PyObject *args) {
     (void)self;
     Py_ssize_t itemsize, n;
     Py_buffer view, wview;
-    int got = hash_args(args, 1, &itemsize, &view, &wview, &n);
-    if (got <= 0) {
-        if (got < 0)
-            return NULL;
-        Py_RETURN_NONE;
-    }
+    PyObject *out;
+    int got = hash_args(args, 1, &itemsize, &view, &wview, &n, &out);
+    if (got <= 0)
+        return got < 0 ? NULL : Py_NewRef(Py_None);
     const uint64_t *weights = (const uint64_t *)wview.buf;
-    PyObject *out = PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(uint64_t));
-    if (out != NULL) {
-        uint64_t *hashes = (uint64_t *)PyByteArray_AS_STRING(out);
-        const unsigned char *row = (const unsigned char *)view.buf;
-        Py_ssize_t full = itemsize / 8;
-        for (Py_ssize_t i = 0; i < n; i++, row += itemsize) {
-            uint64_t h = 0;
-            for (Py_ssize_t k = 0; k < full; k++) {
-                uint64_t w;
-                memcpy(&w, row + 8 * k, 8);
+    uint64_t *hashes = (uint64_t *)PyByteArray_AS_STRING(out);
+    const unsigned char *row = (const unsigned char *)view.buf;
+    Py_ssize_t full = itemsize / 8;
+    for (Py_ssize_t i = 0; i < n; i++, row += itemsize) {
+        uint64_t h = 0;
+        for (Py_ssize_t k = 0; k < full; k++) {
+            uint64_t w;
+            memcpy(&w, row + 8 * k, 8);
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-                w = __builtin_bswap64(w);
+            w = __builtin_bswap64(w);
 #endif
-                h += w * weights[k];
-            }
-            if (full * 8 < itemsize) {
-                uint64_t w = 0;
-                for (Py_ssize_t b = full * 8; b < itemsize; b++)
-                    w |= (uint64_t)row[b] << (8 * (b - full * 8));
-                h += w * weights[full];
-            }
-            hashes[i] = h & UINT64_C(0x7FFFFFFFFFFFFFFF);
+            h += w * weights[k];
         }
+        if (full * 8 < itemsize) {
+            uint64_t w = 0;
+            for (Py_ssize_t b = full * 8; b < itemsize; b++)
+                w |= (uint64_t)row[b] << (8 * (b - full * 8));
+            h += w * weights[full];
+        }
+        hashes[i] = h & UINT64_C(0x7FFFFFFFFFFFFFFF);
     }
     PyBuffer_Release(&wview);
     PyBuffer_Release(&view);
