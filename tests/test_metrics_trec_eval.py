@@ -16,7 +16,7 @@ import pytest
 
 from ragaudit import metrics
 from ragaudit.errors import MetricError
-from ragaudit.metrics import _docids, _fast, _inputs, _kernel, retrieval
+from ragaudit.metrics import _blocks, _docids, _fast, _inputs, _kernel, retrieval
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
 
@@ -362,8 +362,8 @@ def test_thousand_random_queries_without_ties_take_the_dict_fast_path() -> None:
 def test_result_does_not_depend_on_chunk_size(monkeypatch: pytest.MonkeyPatch) -> None:
     run, qrels = _random_case(seed=5, n_queries=300)
     whole = metrics.evaluate(run, qrels, MEASURES, per_query=True, ties="pytrec_eval")
-    monkeypatch.setattr(_kernel, "_CHUNK_CELLS", 37)
-    monkeypatch.setattr(_kernel, "_COUNT_CELLS", 50)
+    monkeypatch.setattr(_blocks, "CHUNK_CELLS", 37)
+    monkeypatch.setattr(_blocks, "COUNT_CELLS", 50)
     small = metrics.evaluate(run, qrels, MEASURES, per_query=True, ties="pytrec_eval")
     qids, docids, scores = _columns({q: d for q, d in run.items() if d})
     small_columns = metrics.evaluate_columns(qids, docids, scores, qrels, MEASURES, per_query=True, ties="pytrec_eval")
@@ -711,7 +711,7 @@ def test_unsorted_rows_rank_alike_by_counting_or_by_sorting(counting: bool, monk
     # Rows out of score order are ranked by counting the cells above each judged doc (short rows)
     # or by sorting the row and searching it (long rows with many judged docs); force each way on
     # tie-heavy shuffled rows of every depth (padded blocks included) and on deep rows.
-    monkeypatch.setattr(_kernel, "_counting_pays", lambda docs, rows, depth: counting)
+    monkeypatch.setattr(_blocks, "counting_pays", lambda docs, rows, depth: counting)
     run, qrels = _tied_case(seed=41, n_queries=300, tied_share=0.6)
     _assert_every_path_matches(run, qrels, f"counting={counting}")
     rng = np.random.default_rng(42)
@@ -723,9 +723,9 @@ def test_unsorted_rows_rank_alike_by_counting_or_by_sorting(counting: bool, monk
 
 
 def test_counting_pays_on_short_rows_and_on_long_rows_with_few_judged_docs() -> None:
-    assert _kernel._counting_pays(docs=5000, rows=1000, depth=100)
-    assert _kernel._counting_pays(docs=1000, rows=1000, depth=1000)
-    assert not _kernel._counting_pays(docs=50_000, rows=1000, depth=1000)
+    assert _blocks.counting_pays(docs=5000, rows=1000, depth=100)
+    assert _blocks.counting_pays(docs=1000, rows=1000, depth=1000)
+    assert not _blocks.counting_pays(docs=50_000, rows=1000, depth=1000)
 
 
 @pytest.mark.parametrize("width", ["one length", "several lengths"])
@@ -799,9 +799,9 @@ def test_rows_in_score_order_are_told_apart_wherever_their_order_breaks(same_dep
         want.append(bool((row[1:] <= row[:-1]).all()))
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     scores = np.concatenate(rows).astype(np.float32)
-    block = _kernel._block(offsets, np.arange(n), lengths)
+    block = _blocks.block_of(offsets, np.arange(n), lengths)
     assert (block.span is not None) == same_depth
-    assert _kernel._descending_rows(block, scores).tolist() == want
+    assert _blocks.descending_rows(block, scores).tolist() == want
     assert 0 < sum(want) < n
 
 
