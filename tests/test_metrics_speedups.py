@@ -475,3 +475,53 @@ def test_the_scores_of_nested_dicts_are_read_in_order_or_declined(pure: Callable
                 metrics.evaluate(bad, qrels, MEASURES, per_query=True)
         else:
             assert metrics.evaluate(bad, qrels, MEASURES, per_query=True) == expected, odd
+
+
+@built
+def test_the_ranking_kernel_gives_every_candidate_and_checks_every_index() -> None:
+    """``rank_columns`` by hand: hashes chosen to collide, so that what it returns is candidates
+    -- equal hashes in one query, rows whose hash is a labelled doc's, rows tied with those --
+    never a verdict (the ids are compared in Python); and each index it follows is checked first."""
+    native = _fast.speedups
+    assert native is not None
+
+    def i64(*values: int) -> np.ndarray:
+        return np.array(values, dtype=np.int64)
+
+    offsets = i64(0, 4, 4, 7)  # query 0: rows 0-3; query 1: none; query 2: rows 4-6
+    hashes = np.array([7, 9, 7, 5, 9, 9, 3], dtype=np.uint64)
+    scores = np.array([0.5, 0.9, 0.5, 0.5, 0.1, 0.2, 0.3], dtype=np.float32)
+    entry_hash = np.array([7, 9, 4, 3], dtype=np.uint64)  # labelled docs; entry 2 is retrieved nowhere
+    first, count, order = i64(0, 2, 2), i64(2, 0, 2), i64(0, 2, 1, 3)  # q0: entries 0, 2; q2: 1, 3
+    out = [np.frombuffer(c, dtype=np.int64).tolist() for c in
+           native.rank_columns(offsets, hashes, scores, first, count, order, entry_hash)]
+    hit_q, hit_row, hit_entry, greater, tie_hit, tie_row, dup_a, dup_b = out
+    hits = sorted(zip(hit_q, hit_row, hit_entry, greater))
+    # Entry 0 (hash 7) at rows 0 and 2 of query 0, one row above each; entry 1 (hash 9) at rows 4
+    # and 5 of query 2 (not row 1: another query); entry 3 at row 6, first.
+    assert hits == [(0, 0, 0, 1), (0, 2, 0, 1), (2, 4, 1, 2), (2, 5, 1, 1), (2, 6, 3, 0)]
+    ties = sorted((hit_row[h], r) for h, r in zip(tie_hit, tie_row))  # rows 0, 2 and 3 score 0.5
+    assert ties == [(0, 2), (0, 3), (2, 0), (2, 3)]
+    assert sorted(zip(dup_a, dup_b)) == [(0, 2), (4, 5)]
+    rank_only = native.rank_columns(offsets, hashes, None, first, count, order, entry_hash)
+    assert sorted(np.frombuffer(rank_only[3], dtype=np.int64).tolist()) == [0, 0, 1, 2, 2]  # positions
+    assert np.frombuffer(rank_only[4], dtype=np.int64).size == 0  # no scores, no ties
+    args = [offsets, hashes, scores, first, count, order, entry_hash]
+    for at, bad, message in [
+        (0, i64(0, 4, 4, 8), "from 0 to the number of rows"),
+        (0, i64(0, 5, 4, 7), "must not decrease"),
+        (0, np.zeros(0, dtype=np.int64), "offsets has the wrong length"),
+        (1, hashes[:6], "one a row"),  # fewer hashes than scores
+        (2, scores.astype(np.float16), "float32 or float64"),
+        (2, scores[:6], "float32 or float64"),
+        (3, i64(0, 2), "first has the wrong length"),
+        (4, i64(2, 0, 3), "within order"),
+        (3, i64(-1, 2, 2), "within order"),
+        (5, i64(0, 2, 9, 3), "out of range"),
+        (6, np.zeros(3, dtype=np.int32), "entry_hash has the wrong length"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            native.rank_columns(*args[:at], bad, *args[at + 1:])
+    assert np.frombuffer(native.empty(24), dtype=np.int64).size == 3 and len(native.empty(0)) == 0
+    with pytest.raises(ValueError, match="nbytes"):
+        native.empty(-1)
