@@ -1,5 +1,6 @@
-"""Judges under hostile conditions (issue 25, items 2-5): a locked cache, a trickling endpoint, a verdict
-whose scale is in doubt, look-alike markers. Real ``openai`` SDK against the loopback server."""
+"""Judges under hostile conditions (issue 25, items 2-5; issue 46 item 5): a locked cache, a trickling
+endpoint (its body or its headers), a verdict whose scale is in doubt, look-alike markers. Real
+``openai`` SDK against the loopback server."""
 
 from __future__ import annotations
 
@@ -59,12 +60,46 @@ def test_a_trickling_endpoint_cannot_hold_a_request_past_its_deadline(srv: LLMSe
     ajudgement = asyncio.run(run())
     assert ajudgement.error is not None and ajudgement.error.startswith("APITimeoutError"), ajudgement.error
     # The client gave up while the server was still sending: far from all of each body was sent.
-    for _ in range(200):  # the server notices the client left at its next write or two
-        if len(srv.trickled) == 2:
+    sent = _trickled(srv, 2)
+    assert len(sent) == 2 and all(count < total / 2 for count, total in sent), sent
+
+
+def _trickled(srv: LLMServer, count: int) -> list[tuple[int, int]]:
+    """The server's trickled replies once *count* of them ended (it notices a client that left at its
+    next write or two)."""
+    for _ in range(200):
+        if len(srv.trickled) >= count:
             break
         time.sleep(0.05)
-    sent = srv.trickled
-    assert len(sent) == 2 and all(count < total / 2 for count, total in sent), sent
+    return list(srv.trickled)
+
+
+@pytest.mark.timeout(60)  # without a deadline on the headers, one call would take ~100 s per attempt
+def test_trickled_headers_cannot_hold_a_request_past_its_deadline(srv: LLMServer) -> None:
+    # Issue 46 item 5: the status line and ~2 KB of headers, one byte every 0.05 s (~100 s in all), so no
+    # socket read ever waits 2 s. Every attempt (the first and max_retries=1 retry) must end by its 2 s
+    # deadline: the server sees exactly two requests per judgement, each abandoned far from its end.
+    srv.rule = lambda body: Fault.trickle_headers(0.05)
+    judge = open_judge(ChatRagJudge, srv, timeout_s=2.0, max_retries=1, protocol="three-score")
+
+    judgement = judge.judge(REQUEST)
+    assert judgement.error is not None and judgement.error.startswith("APITimeoutError"), judgement.error
+    assert judgement.scores() == {"faithfulness": None, "context_relevance": None, "answer_relevance": None}
+    sent = _trickled(srv, 2)
+    assert len(srv.requests) == 2 and len(sent) == 2, (srv.requests, sent)
+    assert all(count < total / 2 for count, total in sent), sent
+
+    async def run() -> Any:
+        try:
+            return await judge.ajudge(REQUEST)
+        finally:
+            await judge.aclose_loop()
+
+    ajudgement = asyncio.run(run())
+    assert ajudgement.error is not None and ajudgement.error.startswith("APITimeoutError"), ajudgement.error
+    sent = _trickled(srv, 4)
+    assert len(srv.requests) == 4 and len(sent) == 4, (srv.requests, sent)
+    assert all(count < total / 2 for count, total in sent), sent
 
 
 # --- item 2: a locked sqlite cache never blocks the Auditor's loop ----------------------------------------

@@ -9,15 +9,17 @@ default reply is a well-formed three-score judgement.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
 from ragaudit import RagTurn
 from ragaudit.tracing import conventions as c
 from tests.support.llm_server import LLMServer
+
+if TYPE_CHECKING:  # the OTel SDK is not installed where only the judge is tested (noxfile.py's judge_matrix)
+    from opentelemetry.sdk.trace import ReadableSpan
 
 __all__ = ["app_server", "check_judged_turns", "check_turn_traces", "check_unjudged_counts", "judge_server"]
 

@@ -189,7 +189,7 @@ class Reply:
         return ""
 
 
-FaultKind = Literal["status", "hang", "malformed", "empty_choices", "drop", "trickle"]
+FaultKind = Literal["status", "hang", "malformed", "empty_choices", "drop", "trickle", "trickle_headers"]
 
 
 @dataclass(frozen=True)
@@ -201,7 +201,8 @@ class Fault:
     closed; ``malformed``: HTTP 200 with a truncated JSON body; ``empty_choices``: HTTP 200 with
     ``choices: []``; ``drop``: the connection is closed without any response; ``trickle``: HTTP 200
     with a valid completion whose body is sent one byte every ``seconds`` (each read gets a byte, so a
-    per-read timeout never fires).
+    per-read timeout never fires); ``trickle_headers``: the same with the status line and headers (a
+    few kilobytes of them) sent one byte every ``seconds``, the body only after them.
     """
 
     kind: FaultKind
@@ -250,6 +251,11 @@ class Fault:
     def trickle(cls, seconds: float = 0.1) -> Fault:
         """A valid completion, its body sent one byte every *seconds* (a per-read timeout never fires)."""
         return cls("trickle", seconds=seconds)
+
+    @classmethod
+    def trickle_headers(cls, seconds: float = 0.1) -> Fault:
+        """A valid completion whose status line and headers (~2 KB) are sent one byte every *seconds*."""
+        return cls("trickle_headers", seconds=seconds)
 
     @classmethod
     def malformed(cls) -> Fault:
@@ -384,7 +390,8 @@ class LLMServer:
         self.enforce_schema = enforce_schema
         self.schema_violations: list[str] = []
         self.trickled: list[tuple[int, int]] = []
-        """Per trickled reply, when it ended: (bytes sent, bytes in the body)."""
+        """Per trickled reply, when it ended: (bytes sent, bytes to send: the body, or for
+        ``trickle_headers`` the status line and headers)."""
         self._initial = (rule, default, delay, reject_response_format, logprobs, honour_n, self.response_formats,
                          enforce_schema)
         self._lock = threading.Lock()
@@ -809,6 +816,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_bytes(200, _MALFORMED_BODY)
         elif fault.kind == "trickle":
             self._trickle(fault.seconds, seq)
+        elif fault.kind == "trickle_headers":
+            self._trickle_headers(fault.seconds, seq)
         elif fault.kind == "empty_choices":
             self._send_json(
                 200,
@@ -847,6 +856,29 @@ class _Handler(BaseHTTPRequestHandler):
             pass
         with owner._lock:
             owner.trickled.append((sent, len(data)))
+        self.close_connection = True
+
+    def _trickle_headers(self, seconds: float, seq: int) -> None:
+        owner = self.server.owner
+        payload, _ = owner._completion({}, judgement_json(), seq)
+        data = json.dumps(payload).encode("utf-8")
+        head = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Padding: {'x' * 2048}\r\n"
+                f"Content-Length: {len(data)}\r\n\r\n").encode("ascii")
+        sent = 0
+        try:
+            for i in range(len(head)):
+                if owner._stopping.wait(seconds):
+                    break
+                self.wfile.write(head[i : i + 1])
+                self.wfile.flush()
+                sent += 1
+            else:
+                self.wfile.write(data)
+                self.wfile.flush()
+        except OSError:  # the client gave up
+            pass
+        with owner._lock:
+            owner.trickled.append((sent, len(head)))
         self.close_connection = True
 
     def _close_without_response(self) -> None:

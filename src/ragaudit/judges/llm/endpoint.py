@@ -18,12 +18,12 @@ client (the requests of one batch concurrently). :class:`Tally` counts what one 
 the API key. :class:`EndpointJudge` checks and keeps the settings every chat judge shares
 (:class:`ChatJudgeSettings`) and gives a judge ``base_url``, ``config_key`` JSON, ``close`` and ``aclose``.
 
-**One deadline per request.** The SDK's ``timeout`` bounds each socket operation, so a server that
-trickles its reply a byte at a time keeps a request going for as long as it likes. Clients made here
-carry :class:`RequestDeadline` as httpx event hooks: each HTTP request the SDK sends (every retry is
-a request of its own) must be answered in full, connect, write and the whole read, within
-*timeout_s*; past that the read fails as a timeout (``APITimeoutError``, retried by the SDK like any
-timeout). A client passed in keeps its own timeouts.
+**One deadline per request.** Clients made here send through the transport of ``_http.py``: each HTTP
+request the SDK sends (every retry is a request of its own) must be answered in full -- connect,
+write, headers and the whole body -- within *timeout_s*, however slowly the server trickles its
+reply; past that the read fails as a timeout (``APITimeoutError``, retried by the SDK like any
+timeout). A client passed in keeps its own timeouts. The HTTP library is the one the SDK is built
+on (``httpx`` up to openai 2.x, ``httpx2`` from 3.0), found through the SDK's public names.
 
 Used by ChatRagJudge (and the judges built on it), GEvalJudge and PairwiseJudge.
 """
@@ -31,7 +31,6 @@ Used by ChatRagJudge (and the judges built on it), GEvalJudge and PairwiseJudge.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import math
 import os
@@ -45,6 +44,7 @@ from urllib.parse import urlsplit
 from ... import _fork
 from ...content import register_client, register_secret, scrub, scrub_url
 from ...errors import ConfigurationError, JudgeError
+from ._http import http_clients
 
 if TYPE_CHECKING:
     import openai
@@ -56,7 +56,6 @@ __all__ = [
     "Endpoint",
     "EndpointJudge",
     "Flow",
-    "RequestDeadline",
     "Result",
     "Tally",
     "Usage",
@@ -70,7 +69,6 @@ __all__ = [
 T = TypeVar("T")
 
 _LOCAL_API_KEY = "ragaudit-no-key"
-_DEADLINE_KEY = "ragaudit.deadline"  # a request extension: the monotonic time its answer is due
 _MAX_ERROR_CHARS = 500
 
 
@@ -219,112 +217,6 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-class RequestDeadline:
-    """httpx event hooks that give every HTTP request one deadline, *seconds* after it is sent.
-
-    The request hook caps each of the request's timeouts (connect, write, read, pool) at *seconds*;
-    the response hook, called when the headers are in, caps the read timeout at what is left and
-    wraps the body so a chunk that arrives past the deadline ends the read with ``httpx.ReadTimeout``.
-    The whole exchange so ends within the deadline plus one socket read, itself bounded by the time
-    left (a server that trickles its *headers* is bounded per read only).
-    """
-
-    __slots__ = ("seconds",)
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-
-    def hooks(self) -> dict[str, list[Any]]:
-        """``event_hooks`` for an ``httpx.Client``."""
-        return {"request": [self._start], "response": [self._headers_in]}
-
-    def async_hooks(self) -> dict[str, list[Any]]:
-        """``event_hooks`` for an ``httpx.AsyncClient``."""
-
-        async def start(request: Any) -> None:
-            self._start(request)
-
-        async def headers_in(response: Any) -> None:
-            self._headers_in(response, asynchronous=True)
-
-        return {"request": [start], "response": [headers_in]}
-
-    def _start(self, request: Any) -> None:
-        request.extensions[_DEADLINE_KEY] = time.monotonic() + self.seconds
-        _cap_timeouts(request, self.seconds)
-
-    def _headers_in(self, response: Any, asynchronous: bool = False) -> None:
-        import httpx
-
-        request = response.request
-        deadline = request.extensions.get(_DEADLINE_KEY)
-        if not isinstance(deadline, float):
-            return
-        # httpcore reads the request's read timeout when the body's first read starts, which is after
-        # this hook: the body may wait at most for what is left of the deadline.
-        _cap_timeouts(request, max(deadline - time.monotonic(), 0.001))
-        inner = response.stream
-        if asynchronous:
-            async def abody() -> Any:
-                async for chunk in inner:
-                    _check(deadline, request, httpx)
-                    yield chunk
-
-            response.stream = _body_types()[1](abody(), inner)
-        else:
-            def body() -> Any:
-                for chunk in inner:
-                    _check(deadline, request, httpx)
-                    yield chunk
-
-            response.stream = _body_types()[0](body(), inner)
-
-
-def _check(deadline: float, request: Any, httpx: Any) -> None:
-    if time.monotonic() > deadline:
-        raise httpx.ReadTimeout("the request's deadline passed while its reply was being read", request=request)
-
-
-def _cap_timeouts(request: Any, seconds: float) -> None:
-    timeouts = request.extensions.get("timeout")
-    timeouts = dict(timeouts) if isinstance(timeouts, Mapping) else {}
-    for phase in ("connect", "read", "write", "pool"):
-        value = timeouts.get(phase)
-        timeouts[phase] = seconds if not isinstance(value, (int, float)) else min(float(value), seconds)
-    request.extensions["timeout"] = timeouts
-
-
-@functools.cache
-def _body_types() -> tuple[type, type]:
-    """The body wrappers, made on first use (httpx is imported with the SDK, never by ``import ragaudit``).
-
-    httpx insists a response's stream is one of its byte-stream types, so they subclass them.
-    """
-    import httpx
-
-    class SyncBody(httpx.SyncByteStream):
-        def __init__(self, chunks: Any, inner: Any) -> None:
-            self._chunks, self._inner = chunks, inner
-
-        def __iter__(self) -> Any:
-            return iter(self._chunks)
-
-        def close(self) -> None:
-            self._inner.close()
-
-    class AsyncBody(httpx.AsyncByteStream):
-        def __init__(self, chunks: Any, inner: Any) -> None:
-            self._chunks, self._inner = chunks, inner
-
-        def __aiter__(self) -> Any:
-            return self._chunks.__aiter__()
-
-        async def aclose(self) -> None:
-            await self._inner.aclose()
-
-    return SyncBody, AsyncBody
-
-
 class Endpoint:
     """The clients of one judge and the requests it sends (see the module docstring).
 
@@ -359,7 +251,7 @@ class Endpoint:
         self._async_per_loop: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], _Shards]] = {}
         self._owns_sync = False
         self.timeout_s = timeout_s
-        self._deadline = RequestDeadline(timeout_s)  # on the clients made here only
+        self._http_clients = http_clients(openai, timeout_s)  # for the clients made here only
         if client is not None:
             if base_url is not None or api_key is not None:
                 raise ConfigurationError("pass either client= or base_url=/api_key=, not both")
@@ -373,7 +265,8 @@ class Endpoint:
                     f"got {type(client).__name__}"
                 )
         else:
-            self._sync_client = _new_client(openai, base_url, api_key, timeout_s, max_retries, self._deadline)
+            self._sync_client = _new_client(openai, base_url, api_key, timeout_s, max_retries,
+                                            self._http_clients[0])
             self._owns_sync = True
         given = self._sync_client or self._async_client
         # Its key, credential headers (a gateway's x-api-key) and URL parts are scrubbed from every
@@ -411,8 +304,8 @@ class Endpoint:
             if self._sync_client is None:
                 raise JudgeError(f"{self.name} is closed")
             source, sdk = self._sync_client, self._openai
-            deadline = self._deadline if self._owns_sync else None  # a given client keeps its own timeouts
-            shards = _Shards(lambda: _derive(sdk, source, want_async=True, deadline=deadline))
+            http = self._http_clients[1] if self._owns_sync else None  # a given client keeps its own timeouts
+            shards = _Shards(lambda: _derive(sdk, source, want_async=True, http_client=http))
             self._async_per_loop[id(loop)] = (weakref.ref(loop), shards)
             return shards.clients[0]
 
@@ -514,8 +407,7 @@ class Endpoint:
             calls += 1
             sent = current
             try:
-                outcome: Any = self.sync_client().post(_PATH, body=_body(sent), cast_to=self._completion_type(),
-                                                       options=_options())
+                outcome: Any = self.sync_client().post(_PATH, body=_body(sent), cast_to=self._completion_type())
             except Exception as exc:  # every transport failure is reported by the flow
                 outcome = exc
             current = self._next_format(sent, outcome)
@@ -533,7 +425,7 @@ class Endpoint:
                 shards.in_flight += 1
             try:
                 outcome: Any = await self.async_client().post(_PATH, body=_body(sent),
-                                                              cast_to=self._completion_type(), options=_options())
+                                                              cast_to=self._completion_type())
             except Exception as exc:  # CancelledError is a BaseException and propagates
                 outcome = exc
             finally:
@@ -577,12 +469,6 @@ class Endpoint:
 
 _FORMAT_RANK: dict[str | None, int] = {"json_schema": 2, "json_object": 1, None: 0}
 _PATH = "/chat/completions"
-
-
-def _options() -> Any:
-    """The request options ``chat.completions.create`` gives: bearer auth only (an SDK without
-    per-request auth options ignores the key)."""
-    return {"security": {"bearer_auth": True}}
 
 
 def _body(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -653,7 +539,7 @@ class EndpointJudge:
         validate_settings(model, timeout_s, max_retries, temperature, max_context_chars, name, extra_body)
         self.model = model
         self.name = name
-        self.timeout_s = float(timeout_s)  # the deadline of each request (RequestDeadline)
+        self.timeout_s = float(timeout_s)  # the deadline of each request (see _http)
         self.temperature = float(temperature)
         self.max_context_chars = max_context_chars
         self.raise_on_error = raise_on_error
@@ -722,8 +608,7 @@ class _Shards:
 
 
 def _new_client(
-    sdk: Any, base_url: str | None, api_key: str | None, timeout_s: float, max_retries: int,
-    deadline: RequestDeadline,
+    sdk: Any, base_url: str | None, api_key: str | None, timeout_s: float, max_retries: int, http_client: Any,
 ) -> openai.OpenAI:
     if api_key is None and not os.environ.get("OPENAI_API_KEY"):
         if base_url is None and not os.environ.get("OPENAI_BASE_URL"):
@@ -735,16 +620,16 @@ def _new_client(
     try:
         client: openai.OpenAI = sdk.OpenAI(
             base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries,
-            http_client=sdk.DefaultHttpxClient(event_hooks=deadline.hooks()),
+            http_client=http_client(),
         )
     except sdk.OpenAIError as exc:
         raise ConfigurationError(f"cannot create the OpenAI client: {exc}") from exc
     return client
 
 
-def _derive(sdk: Any, source: Any, *, want_async: bool, deadline: RequestDeadline | None = None) -> Any:
+def _derive(sdk: Any, source: Any, *, want_async: bool, http_client: Any = None) -> Any:
     """A client of the other kind (sync <-> async) with *source*'s endpoint, credentials and settings
-    (and, with *deadline*, one deadline per request)."""
+    (and, with *http_client*, the factory of its HTTP client: one deadline per request)."""
     common: dict[str, Any] = {
         "base_url": str(source.base_url),
         "timeout": source.timeout,
@@ -754,9 +639,8 @@ def _derive(sdk: Any, source: Any, *, want_async: bool, deadline: RequestDeadlin
         "default_headers": dict(getattr(source, "_custom_headers", None) or {}),
         "default_query": dict(getattr(source, "_custom_query", None) or {}),
     }
-    if deadline is not None:
-        common["http_client"] = (sdk.DefaultAsyncHttpxClient(event_hooks=deadline.async_hooks()) if want_async
-                                 else sdk.DefaultHttpxClient(event_hooks=deadline.hooks()))
+    if http_client is not None:
+        common["http_client"] = http_client()
     if isinstance(source, (sdk.AzureOpenAI, sdk.AsyncAzureOpenAI)):
         token_provider = getattr(source, "_azure_ad_token_provider", None)
         token = getattr(source, "_azure_ad_token", None)
