@@ -12,7 +12,7 @@ import time
 import pytest
 
 from ragaudit import Budget, ConfigurationError, Judgement
-from ragaudit.auditor._governor import Governor, price_of
+from ragaudit.auditor._governor import RETRY_AFTER_CEILING_S, Governor, price_of
 from tests.support.redis_server import RedisServer
 
 
@@ -148,6 +148,19 @@ def test_429_halves_the_share_and_retry_after_holds_calls_back() -> None:
     for _ in range(5):
         governor.settle(judged(), model="m")
     assert governor._window() == (1, 8)  # won back
+
+
+def test_a_day_long_retry_after_holds_calls_back_for_the_ceiling_only() -> None:
+    # Issue 46 item 10: one `Retry-After: 86400` stopped judging for a day. The hold is capped at
+    # RETRY_AFTER_CEILING_S (120 s, the openai SDK's ceiling).
+    clock = Clock()
+    governor = Governor(max_rps=8, clock=clock)
+    governor.settle(failed(429, "RateLimitError: slow down", retry_after_s=86_400), model="m")
+    assert admit(governor, wait_s=1) == "rate_limited"
+    clock.now += RETRY_AFTER_CEILING_S - 1
+    assert admit(governor, wait_s=0.5) == "rate_limited"  # still held back within the ceiling
+    clock.now += 2
+    assert admit(governor) == "ok"
 
 
 def test_redis_budget_is_shared_between_governors(redis: RedisServer) -> None:

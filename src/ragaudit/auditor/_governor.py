@@ -11,7 +11,9 @@ The Auditor asks :meth:`Governor.admit` before it sends a turn to the judge and 
 * **Rate** (``max_rps``, per judge endpoint): fixed one-second windows aligned to the wall clock, so
   every process sharing a store counts the same second. A call waits for a free slot within its
   deadline. An HTTP 429 halves this process's share of the rate (down to a tenth) and a
-  ``Retry-After`` holds calls back until it has passed; each success wins a tenth back.
+  ``Retry-After`` holds calls back until it has passed, for at most :data:`RETRY_AFTER_CEILING_S`
+  (120 s, the ``openai`` SDK's own ceiling: one ``Retry-After: 86400`` must not stop judging for a
+  day); each success wins a tenth back.
 * **Pause**: what retrying cannot fix (401, 403, a model that does not exist) pauses the judge: turns
   are counted ``paused`` and not sent, one WARNING names the cause; after ``pause_s`` one probe call
   is let through, and its success resumes judging.
@@ -57,6 +59,8 @@ NOT_SENT = ("filtered_out", "over_budget", "paused", "budget_unavailable", "rate
 _FOREVER_S = 100 * 365 * 86_400  # "no window": the process's (or the store's) whole life
 _STORE_BACKOFF_S = 5.0  # after a store error, the store is not asked again for this long
 _PAUSING_STATUSES = frozenset({401, 403})
+RETRY_AFTER_CEILING_S = 120.0
+"""The longest a ``Retry-After`` holds calls back; a longer one holds them back this long."""
 _USD_UNIT = 1_000_000  # money is counted in micro-dollars: the stores count integers
 
 
@@ -303,7 +307,8 @@ class Governor:
                 self._share = max(0.1, self._share / 2)
                 retry = judgement.details.get("retry_after_s")
                 if isinstance(retry, (int, float)) and retry > 0:
-                    self._not_before = max(self._not_before, self._clock() + float(retry))
+                    hold = min(float(retry), RETRY_AFTER_CEILING_S)
+                    self._not_before = max(self._not_before, self._clock() + hold)
             elif judgement.error is None:
                 self._share = min(1.0, round(self._share + 0.1, 6))
             resumed = was_paused and self._paused_until is None
