@@ -9,7 +9,7 @@ PHOENIX_VENV := .venv-phoenix
 PHOENIX_VERSION ?= 20.26.1
 PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
 
-.PHONY: test test-fast demo bench bench-peers lint typecheck system-deps docs docs-serve docs-screenshots clean
+.PHONY: test test-fast judge-matrix demo bench bench-peers lint typecheck system-deps docs docs-serve docs-screenshots clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,11 @@ test: $(STAMP) $(PHOENIX_STAMP) system-deps
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not e2e and not slow" $(PYTEST_ARGS)
 
+# The judge's tests against every openai major it supports, each in a fresh venv made by uv with only
+# ragaudit, that openai and pytest (noxfile.py's judge_matrix; issue 44).
+judge-matrix: $(STAMP)
+	$(VENV)/bin/nox -s judge_matrix
+
 # The demo, then the same questions through the offline careless generator (scripted mistakes) to show
 # the audit catching them; both append to the same span file and audit log.
 demo: $(DEMO_STAMP)
@@ -92,4 +97,4 @@ docs-screenshots: $(STAMP) $(PHOENIX_STAMP) system-deps
 	$(PY) scripts/docs_screenshots.py
 
 clean:
-	rm -rf $(VENV) $(PHOENIX_VENV) build dist site .pytest_cache ragaudit-traces.jsonl ragaudit-audit.jsonl
+	rm -rf $(VENV) $(PHOENIX_VENV) .nox build dist site .pytest_cache ragaudit-traces.jsonl ragaudit-audit.jsonl

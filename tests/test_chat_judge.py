@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import re
 import socket
 import subprocess
@@ -537,6 +538,37 @@ def test_importing_the_judge_does_not_import_openai() -> None:
     code = "import sys, ragaudit, ragaudit.judges.chat; print('openai' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+_ONE_LIBRARY = """
+import asyncio, json, sys
+import openai
+from ragaudit.judges.chat import ChatRagJudge
+from ragaudit.records import JudgeRequest
+judge = ChatRagJudge("judge-model", base_url=sys.argv[1], api_key="sk-test", protocol="three-score", max_retries=0)
+request = JudgeRequest(query="q?", answer="a.", context="[1] c.")
+async def run():
+    try:
+        return await judge.ajudge(request)
+    finally:
+        await judge.aclose()
+out = [judge.judge(request), asyncio.run(run())]
+library = [c.__module__.partition(".")[0] for c in openai.DefaultHttpxClient.__mro__ if c.__name__ == "Client"][0]
+print(json.dumps({"errors": [j.error for j in out], "library": library, "openai": openai.__version__,
+                  "loaded": sorted(m for m in ("httpx", "httpx2") if m in sys.modules)}))
+"""
+
+
+def test_the_judge_talks_through_the_http_library_of_the_sdk_and_no_other(srv: LLMServer) -> None:
+    # Issue 44 item 1: openai 3 is built on httpx2; the judge imported httpx (ModuleNotFoundError where
+    # it is not installed, "async close on a sync stream" where it is). In a process of its own, so the
+    # modules loaded are the judge's: the SDK's library only, sync and async calls both judged.
+    out = subprocess.run([sys.executable, "-c", _ONE_LIBRARY, srv.base_url], capture_output=True, text=True,
+                         check=True, timeout=120)
+    seen = json.loads(out.stdout)
+    assert seen["errors"] == [None, None], seen
+    assert seen["loaded"] == [seen["library"]], seen
+    assert [r.headers["authorization"] for r in srv.requests] == ["Bearer sk-test"] * 2
 
 
 # --- usage the server garbles --------------------------------------------------------------------------
