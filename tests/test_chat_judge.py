@@ -21,7 +21,7 @@ from ragaudit.judges.base import BaseRagJudge, RagJudge
 from ragaudit.judges.chat import ChatRagJudge
 from ragaudit.judges.llm.prompt import PROTOCOL_VERSION, REPAIR_PROMPT, SYSTEM_PROMPT, VERDICT_SCHEMA
 from ragaudit.records import Judgement, JudgeRequest, RetrievedDoc
-from tests.support.judges import open_judge
+from tests.support.judges import closing, open_judge
 from tests.support.llm_server import Fault, LLMServer, RecordedRequest, Reply, judgement_json
 
 pytestmark = pytest.mark.timeout(60)
@@ -569,6 +569,20 @@ def test_the_judge_talks_through_the_http_library_of_the_sdk_and_no_other(srv: L
     assert seen["errors"] == [None, None], seen
     assert seen["loaded"] == [seen["library"]], seen
     assert [r.headers["authorization"] for r in srv.requests] == ["Bearer sk-test"] * 2
+
+
+def test_a_proxy_from_the_environment_is_used(srv: LLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # httpx ignores HTTP(S)_PROXY for a client given its own transport: the judge's deadline transport
+    # must not cost a user behind a proxy the endpoint. The loopback server is the proxy here; the
+    # endpoint's host does not resolve, so only a proxied request can be answered.
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", srv.base_url.rsplit("/v1", 1)[0])
+    judge = closing(ChatRagJudge("judge-model", base_url="http://judge.invalid/v1", api_key=SECRET,
+                                 protocol="three-score", max_retries=0, timeout_s=10))
+    assert judge.judge(REQUEST).error is None
+    assert run_async(judge, judge.ajudge(REQUEST)).error is None
+    assert [r.path for r in srv.requests] == ["/v1/chat/completions"] * 2
 
 
 # --- usage the server garbles --------------------------------------------------------------------------

@@ -865,16 +865,14 @@ class _Handler(BaseHTTPRequestHandler):
         head = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Padding: {'x' * 2048}\r\n"
                 f"Content-Length: {len(data)}\r\n\r\n").encode("ascii")
         sent = 0
-        try:
+        try:  # on the socket itself: a byte the buffered wfile kept after the client left would fail again
             for i in range(len(head)):
                 if owner._stopping.wait(seconds):
                     break
-                self.wfile.write(head[i : i + 1])
-                self.wfile.flush()
+                self.connection.sendall(head[i : i + 1])
                 sent += 1
             else:
-                self.wfile.write(data)
-                self.wfile.flush()
+                self.connection.sendall(data)
         except OSError:  # the client gave up
             pass
         with owner._lock:

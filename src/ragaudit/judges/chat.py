@@ -88,8 +88,9 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         base_url: endpoint, e.g. ``http://localhost:11434/v1``; default ``OPENAI_BASE_URL`` or OpenAI.
         api_key: default ``OPENAI_API_KEY``; not needed when a base URL is set.
         client: a ready OpenAI client (instead of *base_url* and *api_key*).
-        timeout_s: the deadline of each HTTP request, connect, write and the whole read included
-            (the SDK's own timeout is per socket read); a client passed in keeps its own timeouts.
+        timeout_s: the deadline of each HTTP request, connect, write, headers and the whole body
+            included, however slowly they arrive (the SDK's own timeout is per socket read); a
+            client passed in keeps its own timeouts.
         max_retries: SDK retries of 408/409/429/5xx and connection errors.
         temperature: sampling temperature, 0 to 2.
         max_context_chars: the context is cut to this many characters, with a visible marker.

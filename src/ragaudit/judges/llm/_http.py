@@ -22,8 +22,10 @@ without a thread of its own, so the bound is put on every read instead. The dead
 context variable the transport sets when the request starts: a sync request is read on its caller's
 thread, an async one in its caller's task, so concurrent requests never see each other's deadline.
 
-Requests through a proxy taken from the environment (``HTTPS_PROXY``) go through ``httpx``'s own
-proxy transport: the SDK's per-operation ``timeout`` bounds them, not the deadline.
+Where the environment names a proxy (``HTTPS_PROXY``, ...), the clients are the SDK's defaults
+without this transport: ``httpx`` ignores environment proxies for a client given a transport of its
+own, and reaching the endpoint matters more. Their requests are bounded by the SDK's per-operation
+``timeout`` (*seconds*), not by one deadline per request.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import contextvars
 import functools
 import importlib
 import time
+import urllib.request
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
@@ -54,15 +57,29 @@ def http_clients(sdk: ModuleType, seconds: float) -> tuple[Any, Any]:
     limits = sdk.DEFAULT_CONNECTION_LIMITS
 
     def make_sync() -> Any:
+        if _environment_proxies():
+            return sync_factory()
         return sync_factory(transport=DeadlineTransport(http, core, seconds, limits, asynchronous=False))
 
     def make_async() -> Any:
+        if _environment_proxies():
+            return async_factory()
         return async_factory(transport=DeadlineTransport(http, core, seconds, limits, asynchronous=True))
 
     return make_sync, make_async
 
 
 _CORE = {"httpx": "httpcore", "httpx2": "httpcore2"}  # each HTTP library's connection layer
+
+
+def _environment_proxies() -> bool:
+    """Whether the environment names a proxy (``HTTPS_PROXY``, ``ALL_PROXY``, ...; the system's
+    settings on macOS and Windows): where ``httpx`` reads them from, ``urllib.request.getproxies``.
+
+    ``httpx`` ignores them for a client given its own transport, so such a client is made without one.
+    """
+    found = urllib.request.getproxies()
+    return any(found.get(scheme) for scheme in ("http", "https", "all"))  # the ones httpx takes
 
 
 def _http_library(sdk: ModuleType) -> str:
