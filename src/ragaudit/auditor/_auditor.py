@@ -20,6 +20,7 @@ from .._deprecation import deprecated_alias, warn_deprecated
 from .._export import Exporter
 from .._lifecycle import flush_on_sigterm, track
 from .._log import RateLimitedLog
+from .._numbers import check_number
 from .._sampling import sampled
 from .._sink import BaseJudgementSink, JudgementSink
 from .._turn_metrics import turn_metrics
@@ -86,16 +87,14 @@ def _check_arguments(mode: str, sample_rate: float, max_queue: int, max_closing:
                      timeout_s: float, on_judgement: Any, redact: Any) -> None:
     if mode not in ("background", "inline", "worker"):
         raise ConfigurationError(f"mode must be 'background', 'inline' or 'worker', got {mode!r}")
-    if not isinstance(sample_rate, (int, float)) or not 0.0 <= float(sample_rate) <= 1.0:
-        raise ConfigurationError(f"sample_rate must be in [0, 1], got {sample_rate!r}")
+    check_number("sample_rate", sample_rate, 0, 1)
     if not isinstance(max_queue, int) or max_queue < 1:
         raise ConfigurationError(f"max_queue must be an int >= 1, got {max_queue!r}")
     if not isinstance(max_closing, int) or max_closing < 1:
         raise ConfigurationError(f"max_closing must be an int >= 1, got {max_closing!r}")
     if not isinstance(max_concurrency, int) or max_concurrency < 1:
         raise ConfigurationError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
-    if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
-        raise ConfigurationError(f"timeout_s must be > 0, got {timeout_s!r}")
+    check_number("timeout_s", timeout_s, 0, low_open=True)
     if on_judgement is not None and not callable(on_judgement):
         raise ConfigurationError("on_judgement must be callable(turn, judgement)")
     if redact is not None and not callable(redact):

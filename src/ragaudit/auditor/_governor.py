@@ -38,6 +38,7 @@ from typing import Any, Literal, Protocol
 
 from .. import _fork
 from .._log import RateLimitedLog
+from .._numbers import check_number
 from ..errors import ConfigurationError
 from ..records import Judgement
 from ._feedback import FEEDBACK, FeedbackRetention, is_negative
@@ -197,8 +198,7 @@ class Governor:
             raise ConfigurationError(f"max_rps must be a number > 0 or None, got {max_rps!r}")
         if fail not in ("open", "closed"):
             raise ConfigurationError(f"budget_fail must be 'open' or 'closed', got {fail!r}")
-        if isinstance(pause_s, bool) or not isinstance(pause_s, (int, float)) or not pause_s > 0:
-            raise ConfigurationError(f"pause_s must be a number > 0, got {pause_s!r}")
+        check_number("pause_s", pause_s, 0, low_open=True)
         for budget in budgets:
             if not isinstance(budget, Budget):
                 raise ConfigurationError(f"budget must be a ragaudit.Budget or a list of them, got {budget!r}")

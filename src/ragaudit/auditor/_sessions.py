@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _fork
 from .._export import BaseExporter, ExportResult
+from .._numbers import check_number
 from ..content import ContentPolicy
 from ..errors import ConfigurationError
 from ..judges.base import SessionJudge
@@ -61,9 +62,7 @@ class SessionTracking:
     clock: Callable[[], float] = field(default=time.monotonic)
 
     def __post_init__(self) -> None:
-        if isinstance(self.session_idle_s, bool) or not isinstance(self.session_idle_s, (int, float)) \
-                or not self.session_idle_s > 0:
-            raise ConfigurationError(f"session_idle_s must be > 0 seconds, got {self.session_idle_s!r}")
+        check_number("session_idle_s", self.session_idle_s, 0, low_open=True)
         for name in ("max_sessions", "max_session_turns"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
