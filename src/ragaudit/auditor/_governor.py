@@ -39,6 +39,7 @@ from typing import Any, Literal, Protocol
 from .. import _fork
 from .._log import RateLimitedLog
 from .._numbers import check_number
+from ..content import scrub, scrub_url
 from ..errors import ConfigurationError
 from ..records import Judgement
 from ._feedback import FEEDBACK, FeedbackRetention, is_negative
@@ -143,8 +144,15 @@ def _redis_counters(url: str) -> _Counters:
         storage = storage_from_string(url, socket_timeout=0.25, socket_connect_timeout=0.25,
                                       key_prefix="ragaudit")
     except Exception as exc:
-        raise ConfigurationError(f"budget_store {url!r} cannot be used: {exc}") from exc
+        # limits quotes the URL, password and all, and a chained cause would print it in any traceback.
+        raise ConfigurationError(f"budget_store {scrub_url(url)!r} cannot be used: "
+                                 f"{_masked(str(exc), url)}") from None
     return storage  # type: ignore[return-value]  # limits' RedisStorage has incr(key, expiry, amount) and get(key)
+
+
+def _masked(text: str, url: str) -> str:
+    """*text* (a store's error) with *url* in it masked and every known secret scrubbed."""
+    return scrub(text.replace(url, scrub_url(url) or ""))
 
 
 def price_of(model: str | None, usage: Mapping[str, Any], prices: Mapping[str, tuple[float, float]]) -> float | None:
@@ -207,7 +215,9 @@ class Governor:
         self.fail = fail
         self.pause_s = float(pause_s)
         self.prices = dict(prices or {})
-        self.store_url = store
+        # The store's password never shows: registered with the scrubber, and masked wherever the URL is said.
+        self.store_url = scrub_url(store)
+        self._store_raw = store
         self._clock = clock
         self._counters: _Counters = _redis_counters(store) if store else _LocalCounters()
         self._lock = _fork.lock()
@@ -330,7 +340,8 @@ class Governor:
             self._tally("budget_store_errors")
             self._log.warning("budget-store", "ragaudit: the budget store %s failed (%s: %s); calls are %s while "
                               "it is down (counted in stats()['budget_store_errors'])", self.store_url or "memory",
-                              type(exc).__name__, exc, "admitted" if self.fail == "open" else "turned away")
+                              type(exc).__name__, _masked(str(exc), self._store_raw or ""),
+                              "admitted" if self.fail == "open" else "turned away")
             return "ok" if self.fail == "open" else "budget_unavailable"
 
     def _take_budget(self) -> Verdict:

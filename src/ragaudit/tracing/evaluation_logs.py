@@ -42,6 +42,7 @@ from typing import Any
 
 from .. import _fork
 from .._export import BaseExporter, ExportResult
+from ..content import register_headers, register_url
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, AuditRecord, Judgement, RagTurn
 from ..sessions import SessionRecord
@@ -247,6 +248,8 @@ class EvaluationLogSink(BaseExporter):
         except ImportError as exc:
             raise ConfigurationError("EvaluationLogSink needs the OTel SDK and OTLP/HTTP exporter: "
                                      "pip install 'ragaudit[otlp]'") from exc
+        register_url(url)  # the exporter's credentials are scrubbed from everything ragaudit records
+        register_headers(headers)
         self._counting = _CountingLogExporter(OTLPLogExporter(endpoint=url, headers=dict(headers) if headers
                                                               else None))
         provider = LoggerProvider(resource=Resource.create(dict(resource or {})), shutdown_on_exit=False)
