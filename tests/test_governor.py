@@ -25,7 +25,7 @@ class Clock:
 
 
 def admit(governor: Governor, endpoint: str = "judge:1", wait_s: float = 5.0) -> str:
-    return asyncio.run(governor.admit(endpoint, time.monotonic() + wait_s))
+    return asyncio.run(governor.admit(endpoint, time.monotonic() + wait_s)).verdict
 
 
 def judged(tokens: int = 100, **details: object) -> Judgement:
@@ -55,11 +55,11 @@ def test_calls_budget_admits_exactly_its_calls_then_counts_the_rest() -> None:
 
 
 def test_token_and_money_budgets_are_spent_when_the_call_ends() -> None:
-    governor = Governor([Budget(max_tokens=250), Budget(max_usd=1.0)], prices={"m": (1_000_000.0, 0.0)})
+    governor = Governor([Budget(max_tokens=250), Budget(max_usd=1.0)], prices={"m": (1.0, 0.0)})
     assert admit(governor) == "ok"
-    governor.settle(judged(100), model="other")  # no price known: tokens only
+    governor.settle(judged(100), model="m")
     assert admit(governor) == "ok"
-    governor.settle(judged(200), model="other")
+    governor.settle(judged(200), model="m")
     assert admit(governor) == "over_budget"  # 300 tokens spent of 250
     money = Governor([Budget(max_usd=0.5)], prices={"m": (10_000.0, 0.0)})  # $0.01 per million... per token
     assert admit(money) == "ok"
@@ -84,12 +84,19 @@ def test_price_table_and_user_prices() -> None:
     assert price_of(None, usage, {}) is None
 
 
-def test_unknown_price_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+def test_unknown_price_closes_the_money_budget_and_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    # A judge whose model is only known from its replies: the first unpriced call closes money budgets.
     governor = Governor([Budget(max_usd=1.0)])
+    assert admit(governor) == "ok"
     for _ in range(3):
         governor.settle(judged(50), model="judge-model-nobody-prices")
+    assert [admit(governor) for _ in range(3)] == ["over_budget"] * 3
     said = [r for r in caplog.records if "no price is known" in r.getMessage()]
-    assert len(said) == 1 and governor.counts["judge_tokens"] == 150
+    assert len(said) == 1 and governor.counts["judge_tokens"] == 150 and governor.counts["over_budget"] == 3
+    assert "judge-model-nobody-prices" in said[0].getMessage() and "prices=" in said[0].getMessage()
+    tokens_only = Governor([Budget(max_tokens=1_000)])  # no money budget: an unpriced model is fine
+    tokens_only.settle(judged(50), model="judge-model-nobody-prices")
+    assert admit(tokens_only) == "ok"
 
 
 def test_401_pauses_once_then_one_probe_resumes(caplog: pytest.LogCaptureFixture) -> None:

@@ -592,7 +592,11 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
         try:
             # Budgets, rate and pause decide first; a turn they turn away ends as a record with its
             # counted reason, never judged, never queued again.
-            verdict = await self._cost.admit(self.timeout_s)
+            # The call and its estimated tokens and money are reserved before it is made, so calls
+            # admitted together see each other's share of a budget (settled with the real usage).
+            ticket = await self._cost.admit(self.timeout_s, lambda: JudgeRequest.from_turn(job.turn,
+                                                                                           self.max_context_chars))
+            verdict = ticket.verdict
             if verdict != "ok":
                 with self._lock:
                     self._pending -= 1
@@ -602,7 +606,7 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
                 self._export.put(record)
                 return record
             judgement = await self._judge(job.turn)
-            self._cost.settle(judgement)
+            self._cost.settle(judgement, ticket)
             self._judge_failures.note(judgement)
             # The one record of this turn: every derived value computed here, once.
             record = audit_record(job.turn, judgement, job.policy, judge_started_at=start_ns,

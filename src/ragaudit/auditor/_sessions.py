@@ -271,13 +271,13 @@ class Sessions:
         name = str(judge.name)
         if not isinstance(judge, SessionJudge):
             return SessionVerdict.failed(name, f"judge {name} does not judge sessions (no judge_session)")
-        admitted = await self._cost.admit(self._timeout_s)
-        if admitted != "ok":
-            return SessionVerdict.failed(name, f"not sent: {admitted}", details={"not_sent": admitted})
+        ticket = await self._cost.admit(self._timeout_s)  # reserves the largest call so far: no estimate
+        if ticket.verdict != "ok":
+            return SessionVerdict.failed(name, f"not sent: {ticket.verdict}", details={"not_sent": ticket.verdict})
         verdict = await bounded_call(name, lambda: judge.judge_session(job.request),
                                      lambda: judge.ajudge_session(job.request), SessionVerdict,
                                      SessionVerdict.failed, self._timeout_s, blocking)
-        self._cost.settle(_as_judgement(verdict))
+        self._cost.settle(_as_judgement(verdict), ticket)
         return verdict
 
     def stats(self) -> dict[str, int]:
