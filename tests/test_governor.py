@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 
 from ragaudit import Budget, ConfigurationError, Judgement
-from ragaudit.auditor._governor import Governor, price_of
+from ragaudit.auditor._governor import Governor, Hold, Need, price_of
 from tests.support.redis_server import RedisServer
 
 
@@ -207,3 +208,30 @@ def test_cost_figures_are_otel_metrics() -> None:
     assert points["ragaudit.judge.tokens"][0].value == 100
     assert points["ragaudit.judge.cost"][0].value == pytest.approx(90.0)
     assert points["ragaudit.judge.not_sent"][0].attributes == {"ragaudit.reason": "over_budget"}
+
+
+@pytest.mark.parametrize("where", ["memory", "redis"])
+def test_reservations_are_seen_at_once_and_settled_with_the_real_usage(where: str,
+                                                                       request: pytest.FixtureRequest) -> None:
+    store = request.getfixturevalue("redis").url if where == "redis" else None
+    a = Governor([Budget(max_tokens=1_000)], store=store)
+    b = Governor([Budget(max_tokens=1_000)], store=store) if store else a  # two replicas share one store
+
+    def take(governor: Governor) -> Any:
+        return asyncio.run(governor.admit("judge:1", time.monotonic() + 5, lambda: Need(550, 50, "m")))
+
+    first, second = take(a), take(b)  # nothing has ended yet: the second sees the first's 600 reserved
+    assert (first.verdict, second.verdict) == ("ok", "ok") and first.hold == Hold(600, 0, True)
+    assert take(a).verdict == "over_budget"  # 1,200 reserved of 1,000
+    a.settle(judged(100), model="m", hold=first.hold)  # it cost 100: 500 of its 600 go back
+    b.settle(judged(100), model="m", hold=second.hold)
+    third = take(b)
+    assert third.verdict == "ok"  # 200 spent: room again
+    assert third.hold.tokens == 600
+
+
+def test_a_call_the_rate_turns_away_gives_its_reservation_back() -> None:
+    governor = Governor([Budget(max_calls=2)], max_rps=1)
+    assert admit(governor) == "ok"  # takes the only rate slot of this second, and one of 2 calls
+    assert admit(governor, wait_s=0.01) == "rate_limited"  # reserved the second call, then gave it back
+    assert governor._counters.get(f"calls:{Budget(max_calls=2).key()}") == 1
