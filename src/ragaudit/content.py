@@ -47,6 +47,7 @@ __all__ = [
     "REDACTION_FAILED",
     "SECRET_MARKER",
     "ContentPolicy",
+    "bounded_attributes",
     "content_capture_from_env",
     "error_status",
     "error_type",
@@ -560,6 +561,26 @@ def otlp_safe(text: str) -> str:
     if not text.isascii() and _SURROGATE_RE.search(text):
         return _SURROGATE_RE.sub("\ufffd", text)
     return text
+
+
+_MARKER_SLACK = 48  # a text cut by the policy is its cap plus the truncation marker
+
+
+def bounded_attributes(attrs: dict[str, Any], limit: int) -> dict[str, Any]:
+    """*attrs* (changed in place and returned) with every string, and every string in a list, cut to
+    *limit* characters and encodable by OTLP: the content policy's cap (``max_attribute_chars``) on
+    what texts alone did not cover (ids, session ids, JSON lists, metadata). Every span attribute,
+    span event, link and log record ragaudit emits goes through it, so no attribute is unbounded (a
+    10 MB ``session.id`` once made an 84 MB batch that the exporter dropped whole)."""
+    slack = limit + _MARKER_SLACK  # a text the policy cut already is left as it is
+    for key, value in attrs.items():
+        if isinstance(value, str):
+            if len(value) > slack:
+                attrs[key] = otlp_safe(truncate(value, limit))
+        elif isinstance(value, (list, tuple)) and any(isinstance(v, str) and len(v) > slack for v in value):
+            attrs[key] = [otlp_safe(truncate(v, limit)) if isinstance(v, str) and len(v) > slack else v
+                          for v in value]
+    return attrs
 
 
 def _items(value: Mapping[Any, Any]) -> list[tuple[Any, Any]]:

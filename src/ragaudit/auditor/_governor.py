@@ -356,7 +356,7 @@ class Governor:
     def _take_budget(self, need: Callable[[], Need] | None) -> tuple[Verdict, Hold]:
         """Reserve one call and its estimated cost in every budget, all or nothing (run off the loop:
         the estimate builds the judge's prompt, the store may be Redis)."""
-        hold = self._estimate(need) if self._holding and need is not None else Hold()
+        hold = self._estimate(need) if self._holding else Hold()
         if self._money_budgeted and self._unpriced:  # fail closed: a money cap that cannot price caps nothing
             return "over_budget", hold
         reserved = False
@@ -369,11 +369,12 @@ class Governor:
         # "ok" from a store that is down (budget_fail="open") reserved nothing: settle adds the whole cost.
         return self._store(reserve), Hold(hold.tokens, hold.usd_units, reserved)
 
-    def _estimate(self, need: Callable[[], Need]) -> Hold:
-        """What a call is expected to cost: *need*, raised to the largest call settled so far (an estimate
-        that falls short is corrected after one call, so it cannot fall short twice)."""
+    def _estimate(self, need: Callable[[], Need] | None) -> Hold:
+        """What a call is expected to cost: *need* (None: a call of no known request, a session's),
+        raised to the largest call settled so far (an estimate that falls short is corrected after
+        one call, so it cannot fall short twice)."""
         try:
-            wanted = need()
+            wanted = need() if need is not None else Need()
         except Exception as exc:  # an estimate that fails: the largest call so far stands in
             self._log.warning("estimate", "ragaudit: estimating a judge call's cost failed (%s: %s); the largest "
                               "call so far is reserved", type(exc).__name__, exc)
