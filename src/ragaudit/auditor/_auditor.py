@@ -505,7 +505,8 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
         One consistent snapshot (one lock): ``submitted == judged + failed + dropped + sampled_out
         + pending + to_worker`` plus the five not-sent reasons always holds, also while judgements are being
         delivered (a turn judged after a thumbs-down was submitted twice: sampled out, then judged). ``sink_errors``
-        includes the sinks' own delivery failures (items a sink gave up on). ``closing`` is how
+        includes the sinks' own delivery failures (items a sink gave up on) and the judge spans' export
+        failures (spans the exporters ragaudit installed could not deliver). ``closing`` is how
         many finished turns wait to be recorded in the integrations' closer above (as its closing
         thread last reported, at a batch) and
         ``close_dropped`` how many it dropped because *max_closing* were waiting already.

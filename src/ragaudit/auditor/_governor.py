@@ -376,8 +376,9 @@ class Governor:
         try:
             wanted = need() if need is not None else Need()
         except Exception as exc:  # an estimate that fails: the largest call so far stands in
-            self._log.warning("estimate", "ragaudit: estimating a judge call's cost failed (%s: %s); the largest "
-                              "call so far is reserved", type(exc).__name__, exc)
+            # Its type only: the text of an error from building a prompt may quote the turn.
+            self._log.warning("estimate", "ragaudit: estimating a judge call's cost failed (%s); the largest "
+                              "call so far is reserved", type(exc).__name__)
             wanted = Need()
         tokens = wanted.prompt_tokens + wanted.completion_tokens
         usd = price_of(wanted.model, {"prompt_tokens": wanted.prompt_tokens,
