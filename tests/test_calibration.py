@@ -258,7 +258,10 @@ def test_cli_reports_bad_input_with_exit_code_2(tmp_path: Path, capsys: pytest.C
     assert main(["calibrate", str(labels), str(audit_log(tmp_path / "audit.jsonl"))]) == 2
     assert "no id is in both" in capsys.readouterr().err
     assert main(["calibrate", str(tmp_path / "missing.jsonl"), str(labels)]) == 2
-    assert main(["calibrate", str(labels), str(labels), "--threshold", "2"]) == 2
+    with pytest.raises(SystemExit) as refused:  # refused where the flag is read: argparse's exit 2
+        main(["calibrate", str(labels), str(labels), "--threshold", "2"])
+    assert refused.value.code == 2 and "--threshold: must be a finite number in [0, 1], got '2'" in \
+        capsys.readouterr().err
 
 
 # -- z-scores -------------------------------------------------------------------------------------------

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 
 from ragaudit import Budget, ConfigurationError, Judgement
-from ragaudit.auditor._governor import RETRY_AFTER_CEILING_S, Governor, price_of
+from ragaudit.auditor._governor import RETRY_AFTER_CEILING_S, Governor, Hold, Need, price_of
 from tests.support.redis_server import RedisServer
 
 
@@ -25,7 +26,7 @@ class Clock:
 
 
 def admit(governor: Governor, endpoint: str = "judge:1", wait_s: float = 5.0) -> str:
-    return asyncio.run(governor.admit(endpoint, time.monotonic() + wait_s))
+    return asyncio.run(governor.admit(endpoint, time.monotonic() + wait_s)).verdict
 
 
 def judged(tokens: int = 100, **details: object) -> Judgement:
@@ -55,11 +56,11 @@ def test_calls_budget_admits_exactly_its_calls_then_counts_the_rest() -> None:
 
 
 def test_token_and_money_budgets_are_spent_when_the_call_ends() -> None:
-    governor = Governor([Budget(max_tokens=250), Budget(max_usd=1.0)], prices={"m": (1_000_000.0, 0.0)})
+    governor = Governor([Budget(max_tokens=250), Budget(max_usd=1.0)], prices={"m": (1.0, 0.0)})
     assert admit(governor) == "ok"
-    governor.settle(judged(100), model="other")  # no price known: tokens only
+    governor.settle(judged(100), model="m")
     assert admit(governor) == "ok"
-    governor.settle(judged(200), model="other")
+    governor.settle(judged(200), model="m")
     assert admit(governor) == "over_budget"  # 300 tokens spent of 250
     money = Governor([Budget(max_usd=0.5)], prices={"m": (10_000.0, 0.0)})  # $0.01 per million... per token
     assert admit(money) == "ok"
@@ -84,12 +85,19 @@ def test_price_table_and_user_prices() -> None:
     assert price_of(None, usage, {}) is None
 
 
-def test_unknown_price_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+def test_unknown_price_closes_the_money_budget_and_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    # A judge whose model is only known from its replies: the first unpriced call closes money budgets.
     governor = Governor([Budget(max_usd=1.0)])
+    assert admit(governor) == "ok"
     for _ in range(3):
         governor.settle(judged(50), model="judge-model-nobody-prices")
+    assert [admit(governor) for _ in range(3)] == ["over_budget"] * 3
     said = [r for r in caplog.records if "no price is known" in r.getMessage()]
-    assert len(said) == 1 and governor.counts["judge_tokens"] == 150
+    assert len(said) == 1 and governor.counts["judge_tokens"] == 150 and governor.counts["over_budget"] == 3
+    assert "judge-model-nobody-prices" in said[0].getMessage() and "prices=" in said[0].getMessage()
+    tokens_only = Governor([Budget(max_tokens=1_000)])  # no money budget: an unpriced model is fine
+    tokens_only.settle(judged(50), model="judge-model-nobody-prices")
+    assert admit(tokens_only) == "ok"
 
 
 def test_401_pauses_once_then_one_probe_resumes(caplog: pytest.LogCaptureFixture) -> None:
@@ -213,3 +221,30 @@ def test_cost_figures_are_otel_metrics() -> None:
     assert points["ragaudit.judge.tokens"][0].value == 100
     assert points["ragaudit.judge.cost"][0].value == pytest.approx(90.0)
     assert points["ragaudit.judge.not_sent"][0].attributes == {"ragaudit.reason": "over_budget"}
+
+
+@pytest.mark.parametrize("where", ["memory", "redis"])
+def test_reservations_are_seen_at_once_and_settled_with_the_real_usage(where: str,
+                                                                       request: pytest.FixtureRequest) -> None:
+    store = request.getfixturevalue("redis").url if where == "redis" else None
+    a = Governor([Budget(max_tokens=1_000)], store=store)
+    b = Governor([Budget(max_tokens=1_000)], store=store) if store else a  # two replicas share one store
+
+    def take(governor: Governor) -> Any:
+        return asyncio.run(governor.admit("judge:1", time.monotonic() + 5, lambda: Need(550, 50, "m")))
+
+    first, second = take(a), take(b)  # nothing has ended yet: the second sees the first's 600 reserved
+    assert (first.verdict, second.verdict) == ("ok", "ok") and first.hold == Hold(600, 0, True)
+    assert take(a).verdict == "over_budget"  # 1,200 reserved of 1,000
+    a.settle(judged(100), model="m", hold=first.hold)  # it cost 100: 500 of its 600 go back
+    b.settle(judged(100), model="m", hold=second.hold)
+    third = take(b)
+    assert third.verdict == "ok"  # 200 spent: room again
+    assert third.hold.tokens == 600
+
+
+def test_a_call_the_rate_turns_away_gives_its_reservation_back() -> None:
+    governor = Governor([Budget(max_calls=2)], max_rps=1)
+    assert admit(governor) == "ok"  # takes the only rate slot of this second, and one of 2 calls
+    assert admit(governor, wait_s=0.01) == "rate_limited"  # reserved the second call, then gave it back
+    assert governor._counters.get(f"calls:{Budget(max_calls=2).key()}") == 1

@@ -19,7 +19,8 @@ withholds the text and never escapes), then cut when a limit applies.
 
 Secrets are process-wide, because a key is a key whichever Auditor sees it echoed: API keys and
 header values of the judge clients and sinks (registered when they are built), userinfo and query
-values of their URLs, the values of ``OTEL_EXPORTER_OTLP_*HEADERS`` and of environment variables
+values of their URLs and of the budget store's, the values of ``OTEL_EXPORTER_OTLP_*HEADERS``, the
+credentials in ``OTEL_EXPORTER_OTLP_*ENDPOINT`` URLs, and the values of environment variables
 whose names look like keys or tokens (re-read at most once a second). A logging filter on the
 ``ragaudit`` logger scrubs the same secrets from every log record of ours, message and traceback.
 """
@@ -33,7 +34,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit, urlunsplit
 
 from ._deprecation import warn_deprecated
 from ._fork import lock as _fork_safe_lock
@@ -46,6 +47,7 @@ __all__ = [
     "REDACTION_FAILED",
     "SECRET_MARKER",
     "ContentPolicy",
+    "bounded_attributes",
     "content_capture_from_env",
     "error_status",
     "error_type",
@@ -90,6 +92,7 @@ def content_capture_from_env() -> bool:
 _SECRET_NAME_RE = re.compile(r"KEY|TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SIGNATURE", re.I)
 _NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
 _OTLP_HEADERS_RE = re.compile(r"^OTEL_EXPORTER_OTLP(?:_[A-Z]+)?_HEADERS$")
+_OTLP_ENDPOINT_RE = re.compile(r"^OTEL_EXPORTER_OTLP(?:_[A-Z]+)?_ENDPOINT$")
 # A header or query value with no telling name is still taken for a credential when it looks like one:
 # a long run of token characters holding both letters and digits.
 _TOKEN_LIKE_RE = re.compile(r"^(?=.*[A-Za-z])(?=.*\d)[A-Za-z0-9_\-.~+/=:]{16,}$")
@@ -142,7 +145,10 @@ class _Secrets:
             return
         found: set[str] = set()
         for name, value in environ.items():
-            if _OTLP_HEADERS_RE.match(name):
+            if _OTLP_ENDPOINT_RE.match(name):  # a key in the exporter's URL (userinfo or query)
+                found.update(form for secret in _url_secrets(value.strip()) if len(secret.strip()) >= _MIN_SECRET
+                             and not _PLAIN_VALUE_RE.match(secret) for form in _forms(secret.strip()))
+            elif _OTLP_HEADERS_RE.match(name):
                 for part in value.split(","):
                     header, sep, header_value = part.partition("=")
                     if sep:
@@ -219,23 +225,26 @@ def register_headers(headers: Mapping[str, Any] | None) -> None:
                 _SECRETS.add(secret)
 
 
+def _url_secrets(url: str) -> set[str]:
+    """The credentials of *url*: its userinfo (user and password, raw and unquoted) and its query values."""
+    try:
+        parts = urlsplit(url)
+        found = {unquote(item) for item in (parts.username, parts.password) if item}
+        found.update(item for item in (parts.username, parts.password) if item)
+        # The openai SDK appends "/" to a base_url, query and all: "?key=abc" becomes "?key=abc/".
+        found.update(value.rstrip("/") for _, value in parse_qsl(parts.query, keep_blank_values=False))
+        found.update(raw.partition("=")[2].rstrip("/") for raw in parts.query.split("&"))
+    except Exception:  # an unparseable URL holds no credential we could find
+        return set()
+    return found
+
+
 def register_url(url: object) -> None:
     """Register the credentials of *url*: its userinfo (user and password) and its query values."""
     if url is None:
         return
-    try:
-        parts = urlsplit(str(url))
-        for item in (parts.username, parts.password):
-            if item:
-                _SECRETS.add(unquote(item))
-                _SECRETS.add(item)
-        # The openai SDK appends "/" to a base_url, query and all: "?key=abc" becomes "?key=abc/".
-        for _, value in parse_qsl(parts.query, keep_blank_values=False):
-            _SECRETS.add(value.rstrip("/"), _MIN_SECRET)
-        for raw in parts.query.split("&"):
-            _SECRETS.add(raw.partition("=")[2].rstrip("/"), _MIN_SECRET)
-    except Exception:  # an unparseable URL holds no credential we could find
-        return
+    for secret in _url_secrets(str(url)):
+        _SECRETS.add(secret)
 
 
 def register_client(client: Any) -> None:
@@ -266,11 +275,24 @@ def scrub(text: str) -> str:
 
 
 def scrub_url(url: str | None) -> str | None:
-    """*url* registered (:func:`register_url`) and scrubbed: safe to show in a ``repr`` or an error."""
+    """*url* registered (:func:`register_url`) and scrubbed: safe to show in a ``repr``, a log line or an
+    error. Its password is masked whatever its length, as Celery and kombu show a broker URL
+    (``redis://:***@host:6379/0``): a short one (``PW``) is never scrubbed from free text."""
     if url is None:
         return None
     register_url(url)
-    return _SECRETS.scrub(str(url))
+    return _SECRETS.scrub(_masked_password(str(url)))
+
+
+def _masked_password(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        userinfo, _, host = parts.netloc.rpartition("@")
+        return urlunsplit(parts._replace(netloc=f"{userinfo.partition(':')[0]}:{SECRET_MARKER}@{host}"))
+    except ValueError:  # an unparseable URL: the registered secrets are still scrubbed
+        return url
 
 
 # --- errors ------------------------------------------------------------------------------------------
@@ -539,6 +561,26 @@ def otlp_safe(text: str) -> str:
     if not text.isascii() and _SURROGATE_RE.search(text):
         return _SURROGATE_RE.sub("\ufffd", text)
     return text
+
+
+_MARKER_SLACK = 48  # a text cut by the policy is its cap plus the truncation marker
+
+
+def bounded_attributes(attrs: dict[str, Any], limit: int) -> dict[str, Any]:
+    """*attrs* (changed in place and returned) with every string, and every string in a list, cut to
+    *limit* characters and encodable by OTLP: the content policy's cap (``max_attribute_chars``) on
+    what texts alone did not cover (ids, session ids, JSON lists, metadata). Every span attribute,
+    span event, link and log record ragaudit emits goes through it, so no attribute is unbounded (a
+    10 MB ``session.id`` once made an 84 MB batch that the exporter dropped whole)."""
+    slack = limit + _MARKER_SLACK  # a text the policy cut already is left as it is
+    for key, value in attrs.items():
+        if isinstance(value, str):
+            if len(value) > slack:
+                attrs[key] = otlp_safe(truncate(value, limit))
+        elif isinstance(value, (list, tuple)) and any(isinstance(v, str) and len(v) > slack for v in value):
+            attrs[key] = [otlp_safe(truncate(v, limit)) if isinstance(v, str) and len(v) > slack else v
+                          for v in value]
+    return attrs
 
 
 def _items(value: Mapping[Any, Any]) -> list[tuple[Any, Any]]:

@@ -11,6 +11,7 @@ rx.metric_names()               # names of the metrics received over /v1/metrics
 
 rx.fail_with(500)        # answer every export with 500 (sink-failure tests); rx.fail_with(None) to heal
 rx.hang(5.0)             # hold each request up to 5 s before answering; rx.hang(0) to stop
+rx.max_body_bytes = 20 * 1024 * 1024   # 413 past this, as the Collector's max_request_body_size
 ```
 
 Span dicts use hex ids (``parent_span_id`` is None for a root), attributes decoded from
@@ -139,6 +140,7 @@ class _Collector:
         self._status: int | None = None
         self._hang_s = 0.0
         self._release = threading.Event()
+        self.max_body_bytes: int | None = None  # like the Collector's max_request_body_size (20 MiB)
 
     def fail_with(self, status: int | None) -> None:
         """Answer every later export with HTTP *status* (gRPC: UNAVAILABLE); None: answer normally."""
@@ -277,6 +279,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         collector = self.server.collector
+        length = int(self.headers.get("Content-Length") or 0)
+        if collector.max_body_bytes is not None and length > collector.max_body_bytes:
+            # The Collector's confighttp refuses a body over max_request_body_size: 413, nothing kept.
+            with collector._cond:
+                collector.requests.append({"path": self.path, "status": 413, "content_length": length})
+            while length > 0:  # read and drop it, so the client hears the answer rather than a reset
+                length -= len(self.rfile.read(min(length, 1 << 20)) or b"x" * length)
+            self._reply(413, b"request body too large", "text/plain")
+            return
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
             body = self._read_chunked()  # Node's OTLP exporter streams its body with no Content-Length
         else:

@@ -33,10 +33,13 @@ def _free_port() -> int:
 class RedisServer:
     process: subprocess.Popen[bytes]
     port: int
+    password: str | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        """``redis://[:password@]127.0.0.1:port/0``."""
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -48,20 +51,23 @@ class RedisServer:
                 self.process.wait(5)
 
 
-def start_redis(workdir: Path, timeout: float = 20.0) -> RedisServer:
+def start_redis(workdir: Path, timeout: float = 20.0, password: str | None = None) -> RedisServer:
+    """A redis-server on a free loopback port (with *password*: ``requirepass``, clients must AUTH)."""
     binary = redis_binary()
     if binary is None:
         raise FileNotFoundError("redis-server not found (apt-get install redis-server; make test installs it)")
     port = _free_port()
+    auth = ("--requirepass", password) if password else ()
     process = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-                                "no", "--dir", str(workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    server = RedisServer(process, port)
+                                "no", "--dir", str(workdir), *auth], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.STDOUT)
+    server = RedisServer(process, port, password)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and process.poll() is None:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
                 sock.sendall(b"PING\r\n")
-                if sock.recv(16).startswith(b"+PONG"):
+                if sock.recv(16).startswith((b"+PONG", b"-NOAUTH")):  # up (and asking for the password)
                     return server
         except OSError:
             time.sleep(0.05)

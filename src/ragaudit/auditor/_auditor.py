@@ -20,6 +20,7 @@ from .._deprecation import deprecated_alias, warn_deprecated
 from .._export import Exporter
 from .._lifecycle import flush_on_sigterm, track
 from .._log import RateLimitedLog
+from .._numbers import check_number
 from .._sampling import sampled
 from .._sink import BaseJudgementSink, JudgementSink
 from .._turn_metrics import turn_metrics
@@ -86,16 +87,14 @@ def _check_arguments(mode: str, sample_rate: float, max_queue: int, max_closing:
                      timeout_s: float, on_judgement: Any, redact: Any) -> None:
     if mode not in ("background", "inline", "worker"):
         raise ConfigurationError(f"mode must be 'background', 'inline' or 'worker', got {mode!r}")
-    if not isinstance(sample_rate, (int, float)) or not 0.0 <= float(sample_rate) <= 1.0:
-        raise ConfigurationError(f"sample_rate must be in [0, 1], got {sample_rate!r}")
+    check_number("sample_rate", sample_rate, 0, 1)
     if not isinstance(max_queue, int) or max_queue < 1:
         raise ConfigurationError(f"max_queue must be an int >= 1, got {max_queue!r}")
     if not isinstance(max_closing, int) or max_closing < 1:
         raise ConfigurationError(f"max_closing must be an int >= 1, got {max_closing!r}")
     if not isinstance(max_concurrency, int) or max_concurrency < 1:
         raise ConfigurationError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
-    if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
-        raise ConfigurationError(f"timeout_s must be > 0, got {timeout_s!r}")
+    check_number("timeout_s", timeout_s, 0, low_open=True)
     if on_judgement is not None and not callable(on_judgement):
         raise ConfigurationError("on_judgement must be callable(turn, judgement)")
     if redact is not None and not callable(redact):
@@ -506,7 +505,8 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
         One consistent snapshot (one lock): ``submitted == judged + failed + dropped + sampled_out
         + pending + to_worker`` plus the five not-sent reasons always holds, also while judgements are being
         delivered (a turn judged after a thumbs-down was submitted twice: sampled out, then judged). ``sink_errors``
-        includes the sinks' own delivery failures (items a sink gave up on). ``closing`` is how
+        includes the sinks' own delivery failures (items a sink gave up on) and the judge spans' export
+        failures (spans the exporters ragaudit installed could not deliver). ``closing`` is how
         many finished turns wait to be recorded in the integrations' closer above (as its closing
         thread last reported, at a batch) and
         ``close_dropped`` how many it dropped because *max_closing* were waiting already.
@@ -593,7 +593,11 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
         try:
             # Budgets, rate and pause decide first; a turn they turn away ends as a record with its
             # counted reason, never judged, never queued again.
-            verdict = await self._cost.admit(self.timeout_s)
+            # The call and its estimated tokens and money are reserved before it is made, so calls
+            # admitted together see each other's share of a budget (settled with the real usage).
+            ticket = await self._cost.admit(self.timeout_s, lambda: JudgeRequest.from_turn(job.turn,
+                                                                                           self.max_context_chars))
+            verdict = ticket.verdict
             if verdict != "ok":
                 with self._lock:
                     self._pending -= 1
@@ -603,7 +607,7 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
                 self._export.put(record)
                 return record
             judgement = await self._judge(job.turn)
-            self._cost.settle(judgement)
+            self._cost.settle(judgement, ticket)
             self._judge_failures.note(judgement)
             # The one record of this turn: every derived value computed here, once.
             record = audit_record(job.turn, judgement, job.policy, judge_started_at=start_ns,

@@ -4,10 +4,14 @@ The Auditor asks :meth:`Governor.admit` before it sends a turn to the judge and 
 :meth:`Governor.settle` what the call cost and how it ended. Three mechanisms, one place:
 
 * **Budgets** (:class:`ragaudit.Budget`): calls, tokens and money per window (``per_s``) or for the
-  process's life. A call is admitted when every budget has room for it; the calls are counted when
-  admitted (atomically, so N processes sharing a store never admit more than the budget), tokens
-  and money when the call has ended (they are known only then, so a window can end a call's worth
-  over, never more). A turn turned away is counted ``over_budget``, never queued.
+  process's life. A call is admitted while every budget's spent-plus-reserved is below its cap, and
+  then reserves, atomically across every budget (so N calls or processes admitted together see each
+  other): the call, and its estimated tokens and money (:class:`Need`: the judge's exact prompt and a
+  typical reply, raised to the largest call settled so far). :meth:`Governor.settle` replaces the
+  reservation with the real usage. A window thus ends at most one call's worth over a cap, however
+  many calls run at once. A money cap that cannot price the judge's model fails closed (refused at
+  construction when the model is known, else closed at the first unpriced reply). A turn turned
+  away is counted ``over_budget``, never queued.
 * **Rate** (``max_rps``, per judge endpoint): fixed one-second windows aligned to the wall clock, so
   every process sharing a store counts the same second. A call waits for a free slot within its
   deadline. An HTTP 429 halves this process's share of the rate (down to a tenth) and a
@@ -18,13 +22,13 @@ The Auditor asks :meth:`Governor.admit` before it sends a turn to the judge and 
   are counted ``paused`` and not sent, one WARNING names the cause; after ``pause_s`` one probe call
   is let through, and its success resumes judging.
 
-Windows live in a counter store: in-process by default (each process its own budget), or Redis
-(``budget_store="redis://host:port/db"``) through the ``limits`` library's atomic
-increment-with-expiry, shared by every app replica and worker. The in-process store is ours because
-``limits``' memory storage starts a timer thread for its expiries, and this package starts none per
-call. A store that fails (Redis down) is skipped for a few seconds and counted
-(``budget_store_errors``); the call is then admitted (``budget_fail="open"``, the default) or turned
-away and counted ``budget_unavailable`` (``"closed"``). Nothing here runs on the host's thread.
+Windows live in a counter store (``_budget_store``): in-process by default (each process its own
+budget), or Redis (``budget_store="redis://host:port/db"``, one Lua script reserving and settling),
+shared by every app replica and worker. The in-process store is ours because ``limits``' memory
+storage starts a timer thread for its expiries, and this package starts none per call. A store
+that fails (Redis down) is skipped for a few seconds and counted (``budget_store_errors``); the
+call is then admitted (``budget_fail="open"``, the default) or turned away and counted
+``budget_unavailable`` (``"closed"``). Nothing here runs on the host's thread.
 """
 
 from __future__ import annotations
@@ -36,12 +40,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from .. import _fork
 from .._log import RateLimitedLog
+from .._numbers import check_number
+from ..content import scrub, scrub_url
 from ..errors import ConfigurationError
-from ..records import Judgement
+from ..records import Judgement, JudgeRequest
+from ._budget_store import Counters, Item, LocalCounters, Mode, redis_counters
 from ._feedback import FEEDBACK, FeedbackRetention, is_negative
 
 __all__ = ["NOT_SENT", "Budget", "CostControl", "Governor", "Verdict", "price_of"]
@@ -100,54 +107,37 @@ class Budget:
         return f"{self.max_calls}:{self.max_tokens}:{self.max_usd}:{self.per_s}"
 
 
-class _Counters(Protocol):
-    """What a store must do: atomically add to a counter that expires *expiry* seconds after its first
-    increment, and read one (0 when absent or expired)."""
+@dataclass(frozen=True, slots=True)
+class Need:
+    """What one judge call is expected to cost, before it is made: tokens of its prompt and of a typical
+    reply (``judges.cost.estimate_request``), and the model that prices them (None: not known)."""
 
-    def incr(self, key: str, expiry: int, amount: int = 1) -> int: ...
-
-    def get(self, key: str) -> int: ...
-
-
-class _LocalCounters:
-    """In-process counters with expiry: a dict under a lock, expired entries dropped as they are read."""
-
-    def __init__(self) -> None:
-        self._lock = _fork.lock()
-        self._values: dict[str, tuple[int, float]] = {}
-
-    def incr(self, key: str, expiry: int, amount: int = 1) -> int:
-        now = time.time()
-        with self._lock:
-            value, until = self._values.get(key, (0, 0.0))
-            if until <= now:
-                value, until = 0, now + expiry
-            value += amount
-            self._values[key] = (value, until)
-            if len(self._values) > 4096:  # one entry per window and key: drop the expired ones
-                self._values = {k: v for k, v in self._values.items() if v[1] > now}
-            return value
-
-    def get(self, key: str) -> int:
-        with self._lock:
-            value, until = self._values.get(key, (0, 0.0))
-        return value if until > time.time() else 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model: str | None = None
 
 
-def _redis_counters(url: str) -> _Counters:
-    try:
-        from limits.storage import storage_from_string
-    except ImportError as exc:
-        raise ConfigurationError("budget_store='redis://...' needs the redis extra: pip install 'ragaudit[redis]'") \
-            from exc
-    # Short socket timeouts: a store that does not answer costs a judgement a quarter of a second,
-    # never the host anything (the governor runs on the Auditor's worker, off its event loop).
-    try:
-        storage = storage_from_string(url, socket_timeout=0.25, socket_connect_timeout=0.25,
-                                      key_prefix="ragaudit")
-    except Exception as exc:
-        raise ConfigurationError(f"budget_store {url!r} cannot be used: {exc}") from exc
-    return storage  # type: ignore[return-value]  # limits' RedisStorage has incr(key, expiry, amount) and get(key)
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """What an admitted call holds of the token and money budgets until it settles. ``taken`` is False
+    when the store took nothing (no budget, or the store was down and the call admitted anyway)."""
+
+    tokens: int = 0
+    usd_units: int = 0  # micro-dollars
+    taken: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """:meth:`Governor.admit`'s answer: the verdict, and what the call holds until :meth:`Governor.settle`."""
+
+    verdict: Verdict
+    hold: Hold = Hold()
+
+
+def _masked(text: str, url: str) -> str:
+    """*text* (a store's error) with *url* in it masked and every known secret scrubbed."""
+    return scrub(text.replace(url, scrub_url(url) or ""))
 
 
 def price_of(model: str | None, usage: Mapping[str, Any], prices: Mapping[str, tuple[float, float]]) -> float | None:
@@ -201,8 +191,7 @@ class Governor:
             raise ConfigurationError(f"max_rps must be a number > 0 or None, got {max_rps!r}")
         if fail not in ("open", "closed"):
             raise ConfigurationError(f"budget_fail must be 'open' or 'closed', got {fail!r}")
-        if isinstance(pause_s, bool) or not isinstance(pause_s, (int, float)) or not pause_s > 0:
-            raise ConfigurationError(f"pause_s must be a number > 0, got {pause_s!r}")
+        check_number("pause_s", pause_s, 0, low_open=True)
         for budget in budgets:
             if not isinstance(budget, Budget):
                 raise ConfigurationError(f"budget must be a ragaudit.Budget or a list of them, got {budget!r}")
@@ -211,17 +200,21 @@ class Governor:
         self.fail = fail
         self.pause_s = float(pause_s)
         self.prices = dict(prices or {})
-        self.store_url = store
+        # The store's password never shows: registered with the scrubber, and masked wherever the URL is said.
+        self.store_url = scrub_url(store)
+        self._store_raw = store
         self._clock = clock
-        self._counters: _Counters = _redis_counters(store) if store else _LocalCounters()
+        self._counters: Counters = redis_counters(store, self.store_url or "") if store else LocalCounters()
         self._lock = _fork.lock()
         self._store_down_until = 0.0
         self._share = 1.0  # this process's share of max_rps: halved on a 429, won back on success
         self._not_before = 0.0  # a Retry-After holds calls back until then
         self._paused_until: float | None = None
         self._probing = False
-        self._unpriced: set[str] = set()
+        self._unpriced: set[str] = set()  # judge models with no known price: money budgets are closed
         self._money_budgeted = any(b.max_usd is not None for b in self.budgets)
+        self._holding = any(b.max_tokens is not None or b.max_usd is not None for b in self.budgets)
+        self._largest = Hold()  # the largest call settled: a floor under every estimate
         self._log = RateLimitedLog()
         self.counts: dict[str, float] = dict.fromkeys(
             ("over_budget", "paused", "budget_unavailable", "rate_limited", "budget_store_errors", "rate_waits",
@@ -235,48 +228,74 @@ class Governor:
     def after_fork(self) -> None:
         """In a forked child: fresh locks and counts (an in-process store starts empty, a shared one is shared)."""
         self._lock = _fork.lock()
-        if isinstance(self._counters, _LocalCounters):
-            self._counters = _LocalCounters()
+        if isinstance(self._counters, LocalCounters):
+            self._counters = LocalCounters()
         self.counts = dict.fromkeys(self.counts, 0)
 
     # -- the decision ------------------------------------------------------------------------
 
-    async def admit(self, endpoint: str, deadline: float) -> Verdict:
-        """May a judge call to *endpoint* go now? Waits (asleep) for a rate slot until *deadline*
-        (``time.monotonic()``). Never raises."""
+    async def admit(self, endpoint: str, deadline: float, need: Callable[[], Need] | None = None) -> Ticket:
+        """May a judge call to *endpoint* go now? Reserves the call and what *need* says it will cost
+        (evaluated only with a token or money budget) in every budget, and waits (asleep) for a rate
+        slot until *deadline* (``time.monotonic()``). Never raises."""
         verdict = self._pause_verdict()
         if verdict != "ok":
-            return self._count(verdict)
+            return Ticket(self._count(verdict))
+        hold = Hold()
         if self.budgets:
-            verdict = await asyncio.to_thread(self._take_budget)
+            verdict, hold = await asyncio.to_thread(self._take_budget, need)
             if verdict != "ok":
                 self._end_probe()
-                return self._count(verdict)
+                return Ticket(self._count(verdict))
         if self.max_rps is not None:
             verdict = await self._take_slot(endpoint, deadline)
-            if verdict != "ok":
+            if verdict != "ok":  # no call is made: what it reserved goes back
+                if hold.taken:
+                    await asyncio.to_thread(self._apply, "settle", self._items(-1, -hold.tokens, -hold.usd_units))
                 self._end_probe()
-                return self._count(verdict)
-        return "ok"
+                return Ticket(self._count(verdict))
+        return Ticket("ok", hold)
 
-    def settle(self, judgement: Judgement, model: str | None) -> None:
-        """Account one finished call: its tokens and money, a 429 or Retry-After, a pause or a resume."""
+    def settle(self, judgement: Judgement, model: str | None, hold: Hold = Hold()) -> None:
+        """Account one finished call: its tokens and money in place of what it *hold* s, a 429 or
+        Retry-After, a pause or a resume."""
         usage = judgement.usage
         tokens = sum(v for k, v in usage.items() if k in ("prompt_tokens", "completion_tokens") and isinstance(v, int))
         usd = price_of(model, usage, self.prices) if tokens else None
-        if tokens and usd is None and model and model not in self._unpriced and self._money_budgeted:
-            self._unpriced.add(model)
-            logger.warning("ragaudit: no price is known for judge model %r: its budgets count tokens only "
-                           "(give Auditor(prices={%r: (usd_per_mtok_in, usd_per_mtok_out)}))", model, model)
+        if tokens and usd is None and model:
+            self._unpriced_model(model)
+        units = max(1, round(usd * _USD_UNIT)) if usd else 0
         with self._lock:
             self.counts["judge_tokens"] += tokens
             if usd is not None:
                 self.counts["judge_usd"] += usd
+            self._largest = Hold(max(self._largest.tokens, tokens), max(self._largest.usd_units, units))
         _meter().record(tokens, usd, model)
-        if self.budgets and (tokens or usd):
-            self._spend(tokens, usd)
+        if self.budgets and (hold.taken or tokens or units):
+            # Without a reservation (the store was down at admit) the whole cost is added.
+            self._apply("settle", self._items(0, tokens - hold.tokens, units - hold.usd_units))
         status = judgement.details.get("status_code") if judgement.error else None
         self._after_status(status if isinstance(status, int) else None, judgement)
+
+    def check_priced(self, model: str) -> None:
+        """Refuse, at construction, a money budget for a judge *model* with no known price: it could cap
+        nothing (ConfigurationError naming the model and how to give its price)."""
+        if self._money_budgeted and price_of(model, {"prompt_tokens": 1, "completion_tokens": 1}, self.prices) is None:
+            raise ConfigurationError(
+                f"Budget(max_usd=...) cannot be kept: no price is known for judge model {model!r}. Give it: "
+                f"Auditor(prices={{{model!r}: (usd_per_million_input_tokens, usd_per_million_output_tokens)}}), "
+                "or pip install 'ragaudit[prices]' for the genai-prices table")
+
+    def _unpriced_model(self, model: str) -> None:
+        """A judge model with no known price: money budgets fail closed from now on, said once."""
+        if not self._money_budgeted or model in self._unpriced:
+            return
+        with self._lock:
+            self._unpriced.add(model)
+        logger.warning("ragaudit: no price is known for judge model %r, so the money budget (Budget(max_usd=...)) "
+                       "cannot be kept: it is closed, and every later turn is counted in stats()['over_budget'] "
+                       "and not judged. Give Auditor(prices={%r: (usd_per_mtok_in, usd_per_mtok_out)}), or "
+                       "pip install 'ragaudit[prices]' for the genai-prices table.", model, model)
 
     # -- pause ----------------------------------------------------------------------------------
 
@@ -335,35 +354,61 @@ class Governor:
             self._tally("budget_store_errors")
             self._log.warning("budget-store", "ragaudit: the budget store %s failed (%s: %s); calls are %s while "
                               "it is down (counted in stats()['budget_store_errors'])", self.store_url or "memory",
-                              type(exc).__name__, exc, "admitted" if self.fail == "open" else "turned away")
+                              type(exc).__name__, _masked(str(exc), self._store_raw or ""),
+                              "admitted" if self.fail == "open" else "turned away")
             return "ok" if self.fail == "open" else "budget_unavailable"
 
-    def _take_budget(self) -> Verdict:
-        def take() -> Verdict:
-            for budget in self.budgets:  # money and tokens: is any room left? (not consumed here)
-                if budget.max_tokens is not None and self._counters.get(f"tok:{budget.key()}") >= budget.max_tokens:
-                    return "over_budget"
-                if budget.max_usd is not None and \
-                        self._counters.get(f"usd:{budget.key()}") >= budget.max_usd * _USD_UNIT:
-                    return "over_budget"
-            for budget in self.budgets:  # calls: taken atomically, so shared budgets never admit more
-                if budget.max_calls is not None and \
-                        self._counters.incr(f"calls:{budget.key()}", budget.window_s, 1) > budget.max_calls:
-                    return "over_budget"
-            return "ok"
+    def _take_budget(self, need: Callable[[], Need] | None) -> tuple[Verdict, Hold]:
+        """Reserve one call and its estimated cost in every budget, all or nothing (run off the loop:
+        the estimate builds the judge's prompt, the store may be Redis)."""
+        hold = self._estimate(need) if self._holding else Hold()
+        if self._money_budgeted and self._unpriced:  # fail closed: a money cap that cannot price caps nothing
+            return "over_budget", hold
+        reserved = False
 
-        return self._store(take)
+        def reserve() -> Verdict:
+            nonlocal reserved
+            reserved = self._counters.apply("reserve", self._items(1, hold.tokens, hold.usd_units))
+            return "ok" if reserved else "over_budget"
 
-    def _spend(self, tokens: int, usd: float | None) -> None:
-        def spend() -> Verdict:
-            for budget in self.budgets:
-                if budget.max_tokens is not None and tokens:
-                    self._counters.incr(f"tok:{budget.key()}", budget.window_s, tokens)
-                if budget.max_usd is not None and usd:
-                    self._counters.incr(f"usd:{budget.key()}", budget.window_s, max(1, round(usd * _USD_UNIT)))
-            return "ok"
+        # "ok" from a store that is down (budget_fail="open") reserved nothing: settle adds the whole cost.
+        return self._store(reserve), Hold(hold.tokens, hold.usd_units, reserved)
 
-        self._store(spend)
+    def _estimate(self, need: Callable[[], Need] | None) -> Hold:
+        """What a call is expected to cost: *need* (None: a call of no known request, a session's),
+        raised to the largest call settled so far (an estimate that falls short is corrected after
+        one call, so it cannot fall short twice)."""
+        try:
+            wanted = need() if need is not None else Need()
+        except Exception as exc:  # an estimate that fails: the largest call so far stands in
+            # Its type only: the text of an error from building a prompt may quote the turn.
+            self._log.warning("estimate", "ragaudit: estimating a judge call's cost failed (%s); the largest "
+                              "call so far is reserved", type(exc).__name__)
+            wanted = Need()
+        tokens = wanted.prompt_tokens + wanted.completion_tokens
+        usd = price_of(wanted.model, {"prompt_tokens": wanted.prompt_tokens,
+                                      "completion_tokens": wanted.completion_tokens}, self.prices) if tokens else None
+        if tokens and usd is None and wanted.model:
+            self._unpriced_model(wanted.model)
+        units = max(1, round(usd * _USD_UNIT)) if usd else 0
+        return Hold(max(tokens, self._largest.tokens), max(units, self._largest.usd_units))
+
+    def _items(self, calls: int, tokens: int, units: int) -> list[Item]:
+        """The counters of every budget with *calls*, *tokens* and micro-dollar *units* to add."""
+        items: list[Item] = []
+        for budget in self.budgets:
+            key, window = budget.key(), budget.window_s
+            if budget.max_calls is not None:
+                items.append((f"calls:{key}", window, budget.max_calls, calls))
+            if budget.max_tokens is not None:
+                items.append((f"tok:{key}", window, budget.max_tokens, tokens))
+            if budget.max_usd is not None:
+                items.append((f"usd:{key}", window, max(1, round(budget.max_usd * _USD_UNIT)), units))
+        return items
+
+    def _apply(self, mode: Mode, items: Sequence[Item]) -> None:
+        if any(amount for _, _, _, amount in items):
+            self._store(lambda: "ok" if self._counters.apply(mode, items) else "over_budget")
 
     # -- rate -----------------------------------------------------------------------------------
 
@@ -469,6 +514,10 @@ class CostControl:
         # The rate limit is per judge endpoint: replicas judging through one endpoint share its rate.
         self.endpoint = (endpoint_host(judge.base_url) or judge.base_url) if isinstance(judge, EndpointJudge) \
             else str(judge.name)
+        self._judge = judge
+        self._model = judge.model if isinstance(judge, EndpointJudge) and isinstance(judge.model, str) else None
+        if self._model is not None:
+            self.governor.check_priced(self._model)
         self._log = RateLimitedLog()
         self._lock = _fork.lock()
         self.counts = dict.fromkeys(FEEDBACK, 0)
@@ -507,11 +556,21 @@ class CostControl:
             self._log.warning("judge_if", "ragaudit: judge_if raised; the turn is judged: %s", content.exception(exc))
             return True
 
-    async def admit(self, timeout_s: float) -> Verdict:
-        return await self.governor.admit(self.endpoint, time.monotonic() + timeout_s)
+    async def admit(self, timeout_s: float, request: Callable[[], JudgeRequest] | None = None) -> Ticket:
+        """The governor's ticket for one judge call of *request* (made only when a token or money
+        budget needs its estimate; None: a call of no known request, e.g. a session's)."""
+        need = partial(self._need, request) if request is not None else None
+        return await self.governor.admit(self.endpoint, time.monotonic() + timeout_s, need)
 
-    def settle(self, judgement: Judgement) -> None:
-        self.governor.settle(judgement, judgement.identity.model if judgement.identity else None)
+    def _need(self, request: Callable[[], JudgeRequest]) -> Need:
+        from ..judges.cost import estimate_request
+
+        estimate = estimate_request(self._judge, request())
+        return Need(estimate.prompt_tokens, estimate.completion_tokens, self._model)
+
+    def settle(self, judgement: Judgement, ticket: Ticket | None = None) -> None:
+        self.governor.settle(judgement, judgement.identity.model if judgement.identity else None,
+                             ticket.hold if ticket is not None else Hold())
 
     def stats(self) -> dict[str, Any]:
         counts = self.governor.counts

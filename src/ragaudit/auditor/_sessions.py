@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _fork
 from .._export import BaseExporter, ExportResult
+from .._numbers import check_number
 from ..content import ContentPolicy
 from ..errors import ConfigurationError
 from ..judges.base import SessionJudge
@@ -61,9 +62,7 @@ class SessionTracking:
     clock: Callable[[], float] = field(default=time.monotonic)
 
     def __post_init__(self) -> None:
-        if isinstance(self.session_idle_s, bool) or not isinstance(self.session_idle_s, (int, float)) \
-                or not self.session_idle_s > 0:
-            raise ConfigurationError(f"session_idle_s must be > 0 seconds, got {self.session_idle_s!r}")
+        check_number("session_idle_s", self.session_idle_s, 0, low_open=True)
         for name in ("max_sessions", "max_session_turns"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -272,13 +271,13 @@ class Sessions:
         name = str(judge.name)
         if not isinstance(judge, SessionJudge):
             return SessionVerdict.failed(name, f"judge {name} does not judge sessions (no judge_session)")
-        admitted = await self._cost.admit(self._timeout_s)
-        if admitted != "ok":
-            return SessionVerdict.failed(name, f"not sent: {admitted}", details={"not_sent": admitted})
+        ticket = await self._cost.admit(self._timeout_s)  # reserves the largest call so far: no estimate
+        if ticket.verdict != "ok":
+            return SessionVerdict.failed(name, f"not sent: {ticket.verdict}", details={"not_sent": ticket.verdict})
         verdict = await bounded_call(name, lambda: judge.judge_session(job.request),
                                      lambda: judge.ajudge_session(job.request), SessionVerdict,
                                      SessionVerdict.failed, self._timeout_s, blocking)
-        self._cost.settle(_as_judgement(verdict))
+        self._cost.settle(_as_judgement(verdict), ticket)
         return verdict
 
     def stats(self) -> dict[str, int]:

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from .._text import EscapingWriter, escape_controls, exception_text
 from .._version import __version__
 from ..errors import RagAuditError
+from ._numbers import finite_float, whole_number
 
 __all__ = ["build_parser", "main"]
 
@@ -49,7 +50,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     p.add_argument("--judge", default=None, help="lexical | chat:<model> | module:attr (default: auto)")
     p.add_argument("-m", "--metric", action="append", dest="metrics", default=None,
                    help="retrieval metric, repeatable (default: recall@5 mrr@10 ndcg@10)")
-    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--concurrency", type=whole_number(1), default=8)
     p.add_argument("--json", dest="json_out", default=None, help="write the report as JSON")
     p.add_argument("--markdown", dest="md_out", default=None, help="write the report as Markdown")
     p.add_argument("--html", dest="html_out", default=None, help="write a self-contained HTML report")
@@ -70,10 +71,11 @@ def _add_metrics(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p.add_argument("-q", "--per-query", action="store_true")
     p.add_argument("--format", choices=["table", "json", "trec"], default="table",
                    help="trec: trec_eval's own output layout")
-    p.add_argument("-l", "--relevance-level", type=int, default=1, help="minimum label that counts as relevant")
+    p.add_argument("-l", "--relevance-level", type=whole_number(1), default=1,
+                   help="minimum label that counts as relevant")
     p.add_argument("-c", "--all-queries", action="store_true",
                    help="count qrels queries missing from the run as empty rankings (trec_eval -c)")
-    p.add_argument("-M", "--max-docs-per-query", type=int, default=None, metavar="N",
+    p.add_argument("-M", "--max-docs-per-query", type=whole_number(1), default=None, metavar="N",
                    help="only the top N docs of each ranking count (trec_eval -M)")
     p.add_argument("-J", "--judged-docs-only", action="store_true",
                    help="drop unjudged docs from each ranking first (trec_eval -J)")
@@ -93,7 +95,7 @@ def _add_report(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                    help="JSONL audit log written by the Auditor (default: ./ragaudit-audit.jsonl)")
     p.add_argument("--html", dest="html_out", default=None)
     p.add_argument("--json", dest="json_out", default=None)
-    p.add_argument("--limit", type=int, default=20, help="how many turns to show")
+    p.add_argument("--limit", type=whole_number(0), default=20, help="how many turns to show")
     p.add_argument("--fail-under", action="append", default=[], metavar="NAME=VALUE")
     p.set_defaults(handler=("ragaudit.cli.report", "report_command"))
 
@@ -107,7 +109,7 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     p.add_argument("--grades", action="store_true",
                    help="compare graded human qrels with the judge's document grades (agreement, weighted kappa, "
                    "confusion table)")
-    p.add_argument("--threshold", type=float, default=0.5, help="pass threshold on [0, 1] scores")
+    p.add_argument("--threshold", type=finite_float(0, 1), default=0.5, help="pass threshold on [0, 1] scores")
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.set_defaults(handler=("ragaudit.cli.calibrate", "calibrate_command"))
 

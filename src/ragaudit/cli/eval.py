@@ -148,8 +148,6 @@ def eval_command(args: argparse.Namespace) -> int:
     for name in thresholds:  # a gated metric is computed even when -m did not name it
         if name not in SCORE_NAMES and name not in metrics:
             metrics.append(name)
-    if args.concurrency < 1:
-        raise ConfigurationError(f"--concurrency must be >= 1, got {args.concurrency}")
 
     dataset = args.dataset
     pipeline_spec = args.pipeline

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from ..errors import ConfigurationError
+from ._numbers import finite_float, whole_number
 
 __all__ = ["add_worker_parser", "worker_command"]
 
@@ -24,23 +25,23 @@ def add_worker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
                        "ragaudit.judge span and gen_ai.evaluation.result log records over OTLP.")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 in a "
                    "container)")
-    p.add_argument("--port", type=int, default=4318, help="port to listen on (default 4318)")
-    p.add_argument("--grpc-port", type=int, default=None,
+    p.add_argument("--port", type=whole_number(0, 65535), default=4318, help="port to listen on (default 4318)")
+    p.add_argument("--grpc-port", type=whole_number(0, 65535), default=None,
                    help="also receive OTLP/gRPC on this port (e.g. 4317; needs the worker-grpc extra)")
     p.add_argument("--otlp-endpoint", default=None,
                    help="base URL to send judgements to (default: $OTEL_EXPORTER_OTLP_ENDPOINT and its "
                    "_TRACES_/_LOGS_ variants)")
     p.add_argument("--judge", default=None, help="lexical | chat:<model> | module:object (default: ChatRagJudge "
                    "when OPENAI_API_KEY or OPENAI_BASE_URL is set, else LexicalJudge)")
-    p.add_argument("--quiet", dest="quiet_s", type=float, default=2.0,
+    p.add_argument("--quiet", dest="quiet_s", type=finite_float(0), default=2.0,
                    help="seconds without a new span after the root span before a trace is judged (default 2)")
-    p.add_argument("--max-wait", dest="max_wait_s", type=float, default=30.0,
+    p.add_argument("--max-wait", dest="max_wait_s", type=finite_float(0), default=30.0,
                    help="seconds after a trace's first span when it is judged whatever else (default 30)")
-    p.add_argument("--max-traces", type=int, default=10_000, help="traces in flight; the oldest is dropped and "
-                   "counted past this (default 10000)")
-    p.add_argument("--max-spans", type=int, default=1_000_000,
+    p.add_argument("--max-traces", type=whole_number(1), default=10_000,
+                   help="traces in flight; the oldest is dropped and counted past this (default 10000)")
+    p.add_argument("--max-spans", type=whole_number(1), default=1_000_000,
                    help="spans buffered; requests past this get 503 + Retry-After (default 1000000)")
-    p.add_argument("--sample-rate", type=float, default=1.0, help="share of turns judged (default 1)")
+    p.add_argument("--sample-rate", type=finite_float(0, 1), default=1.0, help="share of turns judged (default 1)")
     p.add_argument("--audit-log", default=None, help="also write a JSONL audit log here (default: none)")
     p.add_argument("--sink", dest="sinks", action="append", default=[], metavar="MODULE:OBJECT",
                    help="an exporter of audit records (or a zero-argument factory of one), e.g. "
@@ -48,11 +49,11 @@ def add_worker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--sessions", action="store_true",
                    help="also judge each conversation as a whole, once idle (route by session in the Collector: "
                    "see the scale guide)")
-    p.add_argument("--session-idle", dest="session_idle_s", type=float, default=300.0,
+    p.add_argument("--session-idle", dest="session_idle_s", type=finite_float(0, low_open=True), default=300.0,
                    help="seconds without a new turn after which a session is judged (default 300)")
-    p.add_argument("--max-sessions", type=int, default=1_000,
+    p.add_argument("--max-sessions", type=whole_number(1), default=1_000,
                    help="sessions held in memory; the oldest is dropped and counted past this (default 1000)")
-    p.add_argument("--shutdown-timeout", dest="shutdown_timeout_s", type=float, default=30.0,
+    p.add_argument("--shutdown-timeout", dest="shutdown_timeout_s", type=finite_float(0), default=30.0,
                    help="seconds to judge what is in flight at SIGTERM (default 30)")
     p.set_defaults(handler=("ragaudit.cli.worker", "worker_command"))
 
@@ -80,8 +81,6 @@ def worker_command(args: argparse.Namespace) -> int:
                                  "pip install 'ragaudit[worker]'") from exc
     from .eval import resolve_judge
 
-    if not 0 <= args.port <= 65535:
-        raise ConfigurationError(f"--port must be in [0, 65535], got {args.port}")
     judge: Any = resolve_judge(args.judge)
     sinks = [_sink(spec) for spec in args.sinks]
     sessions = None

@@ -63,7 +63,7 @@ def _judge_span(self: SpanWriter, tracer: Tracer, record: AuditRecord, j: Judgem
         # the parent reference's type, FOLLOWS_FROM unless the link names another.
         child = self.judge_trace == "turn"
         link_attrs = {c.LINK_TYPE: c.LINK_TYPE_JUDGED_TURN, **({c.LINK_REF_TYPE: c.REF_TYPE_CHILD_OF} if child else {})}
-        links = [Link(turn_ctx, link_attrs)]
+        links = [Link(turn_ctx, self._bounded(link_attrs))]
         parent = _trace_api.set_span_in_context(NonRecordingSpan(turn_ctx)) if child else Context()
     if turn_ctx is None or self.judge_trace != "turn":
         # The judge span is a trace's root: name that trace and put it in the turn's session.
@@ -109,9 +109,9 @@ def _judge_span(self: SpanWriter, tracer: Tracer, record: AuditRecord, j: Judgem
         # The same gen_ai.evaluation.result attributes as the log records (tracing.evaluation_logs):
         # gen_ai.response.id names the evaluated completion (when known), never the judge's own.
         for event in evaluation_attributes(turn, j, reason, error):
-            span.add_event(c.GEN_AI_EVALUATION_RESULT, event, timestamp=end_ns)
+            span.add_event(c.GEN_AI_EVALUATION_RESULT, self._bounded(event), timestamp=end_ns)
         for sentence_event in sentences:
-            span.add_event(c.EVENT_SENTENCE, sentence_event, timestamp=end_ns)
+            span.add_event(c.EVENT_SENTENCE, self._bounded(sentence_event), timestamp=end_ns)
         if j.error:
             extra: dict[str, Any] = {}
             error_type = c.error_type_of(j.error)
@@ -243,6 +243,13 @@ class JudgeSpanExporter(BaseExporter):
                 seen.add(id(writer.tracer_provider))
                 out.append(writer)
         return out
+
+    @property
+    def errors(self) -> int:
+        """Spans that never reached the backend (:meth:`spans_not_exported`): the Auditor adds them to
+        ``stats()["sink_errors"]``, so an export that failed (a batch the endpoint refused as too
+        large, a dead endpoint) is counted where the rest of the delivery failures are."""
+        return self.spans_not_exported()
 
     def spans_not_exported(self) -> int:
         """Spans the exporters :func:`ragaudit.tracing.configure` installed on the providers judge

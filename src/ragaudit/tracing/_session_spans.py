@@ -78,7 +78,7 @@ def _session_span(writer: SpanWriter, tracer: Any, record: SessionRecord) -> Non
     capture = writer.capture_content
     end_ns = time.time_ns()
     start_ns = end_ns - int((v.latency_s or 0.0) * 1e9)
-    links = [Link(ctx, {c.LINK_TYPE: c.LINK_TYPE_SESSION_TURN, c.ATTR_TURN_ID: turn.turn_id})
+    links = [Link(ctx, writer._bounded({c.LINK_TYPE: c.LINK_TYPE_SESSION_TURN, c.ATTR_TURN_ID: turn.turn_id}))
              for turn in record.request.turns[-_MAX_LINKS:]
              if (ctx := _span_context(turn.trace_id, turn.span_id)) is not None]
     attrs = dict(writer._judge_attrs)
@@ -104,13 +104,13 @@ def _session_span(writer: SpanWriter, tracer: Any, record: SessionRecord) -> Non
                              attributes=writer._bounded(attrs), links=links, start_time=start_ns)
     try:
         for event in session_evaluation_attributes(record, reason, error):
-            span.add_event(c.GEN_AI_EVALUATION_RESULT, event, timestamp=end_ns)
+            span.add_event(c.GEN_AI_EVALUATION_RESULT, writer._bounded(event), timestamp=end_ns)
         for pair in j.contradictions:
             event = {"first_turn": pair.first_turn, "first_sentence": pair.first_sentence,
                      "second_turn": pair.second_turn, "second_sentence": pair.second_sentence}
             if capture:
                 event.update(first_text=writer._text(pair.first_text), second_text=writer._text(pair.second_text))
-            span.add_event(c.EVENT_SESSION_CONTRADICTION, event, timestamp=end_ns)
+            span.add_event(c.EVENT_SESSION_CONTRADICTION, writer._bounded(event), timestamp=end_ns)
         if v.error:
             extra: dict[str, Any] = {}
             writer._mark_error(span, extra, v.error, c.ERROR_TYPE_JUDGE_ERROR)

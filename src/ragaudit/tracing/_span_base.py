@@ -27,7 +27,7 @@ from opentelemetry.trace import (
 )
 
 from .._deprecation import warn_deprecated
-from ..content import ContentPolicy, otlp_safe
+from ..content import ContentPolicy, bounded_attributes, otlp_safe
 from ..errors import ConfigurationError
 from ..records import truncate
 from ..sessions import session_id_of
@@ -53,7 +53,6 @@ _MAX_MESSAGES = 32
 # SDK's default limit of 128 attributes, so the SDK never evicts the span kind or the top-ranked
 # documents (the SDK drops the oldest attribute first). test_span_limits_... holds us to it.
 DEFAULT_MAX_DOCUMENTS = 20
-_MARKER_SLACK = 48
 _ENV_PROVIDER_SET = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 _UNKNOWN = object()
 
@@ -282,15 +281,9 @@ class SpanWriter:
 
     def _bounded(self, attrs: dict[str, Any]) -> dict[str, Any]:
         """*attrs* with every string (and string in an array) capped; texts were capped already,
-        this catches ids, JSON lists and metadata so that no attribute is unbounded."""
-        limit = self.max_attribute_chars + _MARKER_SLACK  # a cut text is its cap plus the marker
-        for key, value in attrs.items():
-            if isinstance(value, str):
-                if len(value) > limit:
-                    attrs[key] = self._cap(value)
-            elif isinstance(value, list) and any(isinstance(v, str) and len(v) > limit for v in value):
-                attrs[key] = [self._cap(v) if isinstance(v, str) else v for v in value]
-        return attrs
+        this catches ids, JSON lists and metadata so that no attribute is unbounded. Span attributes,
+        events and links all go through it."""
+        return bounded_attributes(attrs, self.max_attribute_chars)
 
     def _mark_error(
         self, span: Span, attrs: dict[str, Any], error: str, error_type: str, status: int | None = None

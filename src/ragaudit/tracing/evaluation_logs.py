@@ -37,11 +37,13 @@ A source that knows the evaluated operation puts its ids in the turn's metadata 
 from __future__ import annotations
 
 import uuid
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import _fork
 from .._export import BaseExporter, ExportResult
+from ..content import bounded_attributes, register_headers, register_url
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, AuditRecord, Judgement, RagTurn
 from ..sessions import SessionRecord
@@ -166,12 +168,32 @@ def _span_context_of(trace_id: str | None, span_id: str | None) -> Any:
     return trace_api.set_span_in_context(NonRecordingSpan(span_context))
 
 
+# Log records the counted exporters of a LoggerProvider failed to export, by provider (weak keys: a
+# provider dropped takes its count with it): the errors of a sink given that provider (the worker's).
+_failed_lock = _fork.lock()
+_failed: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def logs_not_exported(provider: Any) -> int:
+    """Log records the exporters :func:`counted_log_exporter` added to *provider* failed to export."""
+    with _failed_lock:
+        return _failed.get(provider, 0)
+
+
+def counted_log_exporter(inner: Any, provider: Any) -> Any:
+    """*inner* (a log exporter), its failures counted under *provider* (:func:`logs_not_exported`): an
+    :class:`EvaluationLogSink` given that provider reports them as its ``errors``, so a batch the
+    backend refused (too large, a dead endpoint) shows in ``stats()["sink_errors"]``."""
+    return _CountingLogExporter(inner, provider)
+
+
 class _CountingLogExporter:
     """Wraps a log exporter and counts the records whose export failed (the sink's ``errors``)."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, provider: Any = None) -> None:
         self._inner = inner
         self._lock = _fork.lock()
+        self._owner = weakref.ref(provider) if provider is not None else None
         self.failed = 0
 
     def export(self, batch: Sequence[Any]) -> Any:
@@ -184,6 +206,10 @@ class _CountingLogExporter:
         if result != LogRecordExportResult.SUCCESS:
             with self._lock:
                 self.failed += len(batch)
+            owner = self._owner() if self._owner is not None else None
+            if owner is not None:
+                with _failed_lock:
+                    _failed[owner] = _failed.get(owner, 0) + len(batch)
         return result
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
@@ -247,6 +273,8 @@ class EvaluationLogSink(BaseExporter):
         except ImportError as exc:
             raise ConfigurationError("EvaluationLogSink needs the OTel SDK and OTLP/HTTP exporter: "
                                      "pip install 'ragaudit[otlp]'") from exc
+        register_url(url)  # the exporter's credentials are scrubbed from everything ragaudit records
+        register_headers(headers)
         self._counting = _CountingLogExporter(OTLPLogExporter(endpoint=url, headers=dict(headers) if headers
                                                               else None))
         provider = LoggerProvider(resource=Resource.create(dict(resource or {})), shutdown_on_exit=False)
@@ -270,7 +298,7 @@ class EvaluationLogSink(BaseExporter):
             error = policy.error(verdict.error, limit=limit) if verdict.error else None
             for attrs in session_evaluation_attributes(record, reason, error):
                 self._logger.emit(context=context, event_name=c.GEN_AI_EVALUATION_RESULT,
-                                  body=c.GEN_AI_EVALUATION_RESULT, attributes=attrs)
+                                  body=c.GEN_AI_EVALUATION_RESULT, attributes=bounded_attributes(attrs, limit))
         return ExportResult.SUCCESS
 
     def emit(self, record: AuditRecord) -> None:
@@ -284,7 +312,7 @@ class EvaluationLogSink(BaseExporter):
         error = policy.error(judgement.error, limit=limit) if judgement.error else None
         for attrs in evaluation_attributes(turn, judgement, reason, error):
             self._logger.emit(context=context, event_name=c.GEN_AI_EVALUATION_RESULT,
-                              body=c.GEN_AI_EVALUATION_RESULT, attributes=attrs)
+                              body=c.GEN_AI_EVALUATION_RESULT, attributes=bounded_attributes(attrs, limit))
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
         return bool(self._provider.force_flush(int(timeout_s * 1000)))
@@ -296,4 +324,6 @@ class EvaluationLogSink(BaseExporter):
 
     @property
     def errors(self) -> int:
-        return self._counting.failed if self._counting is not None else 0
+        """Records that never reached the endpoint: of its own provider, or counted under the provider
+        it was given (:func:`counted_log_exporter`)."""
+        return self._counting.failed if self._counting is not None else logs_not_exported(self._provider)

@@ -17,6 +17,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from ..._numbers import check_number
 from ...errors import ConfigurationError
 from ._decode import SpanData
 
@@ -50,9 +51,8 @@ class TraceBuffer:
         max_done: int = 100_000,
         clock: Callable[[], float],
     ) -> None:
-        for name, value in (("quiet_s", quiet_s), ("max_wait_s", max_wait_s)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ConfigurationError(f"{name} must be a number >= 0, got {value!r}")
+        check_number("quiet_s", quiet_s, 0)
+        check_number("max_wait_s", max_wait_s, 0)
         if max_wait_s < quiet_s:
             raise ConfigurationError(f"max_wait_s ({max_wait_s}) must be >= quiet_s ({quiet_s})")
         for name, count in (("max_traces", max_traces), ("max_done", max_done)):

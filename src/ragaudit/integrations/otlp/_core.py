@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ... import _fork
+from ..._numbers import check_number
 from ..._sink import JudgementSink
 from ..._worker import BatchWorker, run_jobs
 from ...errors import ConfigurationError
@@ -113,8 +114,9 @@ class Worker:
         for name, value in (("max_spans", max_spans), ("max_request_bytes", max_request_bytes)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
-        if not isinstance(shutdown_timeout_s, (int, float)) or shutdown_timeout_s < 0:
-            raise ConfigurationError(f"shutdown_timeout_s must be >= 0, got {shutdown_timeout_s!r}")
+        check_number("shutdown_timeout_s", shutdown_timeout_s, 0)  # a NaN here once judged nothing at SIGTERM
+        check_number("metrics_interval_s", metrics_interval_s, 0, low_open=True)
+        check_number("tick_s", tick_s, 0, low_open=True)
         if grpc_port is not None and (isinstance(grpc_port, bool) or not isinstance(grpc_port, int)
                                       or not 0 <= grpc_port <= 65535):
             raise ConfigurationError(f"grpc_port must be None or an int in [0, 65535], got {grpc_port!r}")

@@ -155,6 +155,7 @@ def build_outputs(endpoint: str | None, headers: Mapping[str, str] | None = None
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError as exc:
         raise ConfigurationError("ragaudit worker needs its extra: pip install 'ragaudit[worker]'") from exc
+    from ...tracing.evaluation_logs import counted_log_exporter
     from ...tracing.setup import counted_exporter
 
     extra = dict(headers) if headers else None
@@ -165,15 +166,18 @@ def build_outputs(endpoint: str | None, headers: Mapping[str, str] | None = None
     res = Resource.create({"service.name": WORKER_SERVICE, **dict(resource or {})})
     tracer_provider = TracerProvider(resource=res, id_generator=TraceDerivedIds(),  # type: ignore[arg-type]
                                      shutdown_on_exit=False)
+    derived = TraceDerivedProvider(tracer_provider)
+    # Failures are counted under the providers the judge spans and log records are written through
+    # (the derived one, not the SDK's inside it): stats()["sink_errors"] and /stats show them.
     spans_out = OTLPSpanExporter(endpoint=_url(endpoint, "traces"), headers=extra)
-    tracer_provider.add_span_processor(BatchSpanProcessor(counted_exporter(spans_out, tracer_provider)))
+    tracer_provider.add_span_processor(BatchSpanProcessor(counted_exporter(spans_out, derived)))
     logger_provider = LoggerProvider(resource=res, shutdown_on_exit=False)
-    logger_provider.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter(endpoint=_url(endpoint, "logs"),
-                                                                                     headers=extra)))
+    logs_out = OTLPLogExporter(endpoint=_url(endpoint, "logs"), headers=extra)
+    logger_provider.add_log_record_processor(BatchLogRecordProcessor(counted_log_exporter(logs_out, logger_provider)))
     reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=_url(endpoint, "metrics"), headers=extra),
                                            export_interval_millis=max(1.0, metrics_interval_s * 1000))
     meter_provider = MeterProvider(resource=res, metric_readers=[reader], shutdown_on_exit=False)
-    return Outputs(TraceDerivedProvider(tracer_provider), logger_provider, meter_provider, endpoint)
+    return Outputs(derived, logger_provider, meter_provider, endpoint)
 
 
 def _parse_env_headers(value: str | None) -> dict[str, str] | None:
