@@ -1,7 +1,13 @@
 """OTLP/gRPC ``TraceService/Export`` for the worker (the ``worker-grpc`` extra: ``grpcio``).
 
 The same ingest as OTLP/HTTP, on the same event loop (``grpc.aio``): partial success for spans with
-invalid ids, ``UNAVAILABLE`` (retryable, as the OTLP spec has it) when the worker is full or stopping.
+invalid ids, ``UNAVAILABLE`` (retryable, as the OTLP spec has it) when the worker is full or stopping,
+``UNAUTHENTICATED`` without the bearer token (metadata ``authorization: Bearer <token>``, what the
+Collector's ``otlp`` exporter sends with ``headers:``), TLS with the same files as HTTP.
+
+One owner of a port: grpcio sets ``SO_REUSEPORT`` by default, so a second worker on a taken port
+listened too and the kernel split the traffic between the two, silently. ``grpc.so_reuseport=0``
+makes the second one fail to bind, as the HTTP port does, and that is said as a configuration error.
 """
 
 from __future__ import annotations
@@ -26,8 +32,16 @@ async def start_grpc(worker: Worker, host: str, port: int) -> tuple[Any, int]:
     except ImportError as exc:
         raise ConfigurationError("OTLP/gRPC needs grpcio: pip install 'ragaudit[worker-grpc]'") from exc
 
+    token = worker.auth_token
+
     class TraceService(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
         async def Export(self, request: Any, context: Any) -> Any:
+            if token is not None:
+                metadata = dict(context.invocation_metadata() or ())
+                if not token.accepts(metadata.get("authorization")):
+                    worker.count("requests_unauthorized")
+                    await context.abort(grpc.StatusCode.UNAUTHENTICATED, "ragaudit worker: a bearer token is "
+                                        "required (metadata authorization: Bearer <token>)")
             worker.count("requests")
             if not worker.accepting:
                 worker.count("requests_refused_stopping")
@@ -42,10 +56,21 @@ async def start_grpc(worker: Worker, host: str, port: int) -> tuple[Any, int]:
                 response.partial_success.error_message = outcome.message
             return response
 
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", worker.max_request_bytes)])
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", worker.max_request_bytes),
+                                      ("grpc.so_reuseport", 0)])
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceService(), server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    address = f"{host}:{port}"
+    try:
+        if worker.tls is not None:
+            credentials = grpc.ssl_server_credentials([worker.tls.pem_pair()])
+            bound = server.add_secure_port(address, credentials)
+        else:
+            bound = server.add_insecure_port(address)
+    except RuntimeError as exc:  # grpcio >= 1.5x raises where older ones returned 0
+        raise ConfigurationError(f"cannot listen for OTLP/gRPC on {address}: the port is taken or the address "
+                                 f"is not this host's ({exc})") from exc
     if bound == 0:
-        raise ConfigurationError(f"cannot listen for OTLP/gRPC on {host}:{port}")
+        raise ConfigurationError(f"cannot listen for OTLP/gRPC on {address}: the port is taken or the address "
+                                 "is not this host's")
     await server.start()
     return server, bound
