@@ -401,3 +401,18 @@ def test_second_worker_on_a_taken_grpc_port_exits_2(collector: Any) -> None:
             assert exporter.export(rag_trace(SpanMaker())) is SpanExportResult.SUCCESS
         exporter.shutdown()
         assert _stats(first.url)["spans_received"] == 12
+
+
+def test_service_settings_that_cannot_work_are_said_at_construction(tmp_path: Path) -> None:
+    from ragaudit.errors import ConfigurationError
+    from ragaudit.integrations.otlp import BearerToken, ConnectionLimits, ServerTLS, Worker
+
+    missing = str(tmp_path / "missing.pem")
+    with pytest.raises(ConfigurationError, match="cannot load the TLS certificate"):
+        Worker(tls=ServerTLS(missing, missing), auditor=object())
+    with pytest.raises(ConfigurationError, match="empty"):
+        BearerToken("  ")
+    with pytest.raises(ConfigurationError, match="header_timeout_s"):
+        ConnectionLimits(header_timeout_s=float("nan"))
+    with pytest.raises(ConfigurationError, match="cannot read the worker's token file"):
+        BearerToken.from_file(missing)

@@ -69,8 +69,8 @@ class Worker:
     ``OTEL_EXPORTER_OTLP_*`` variables).
 
     Bounds: at most *max_traces* traces wait (the oldest is dropped, counted), at most *max_spans*
-    spans and *max_inflight_bytes* bytes are held — the spans buffered (each counted as its encoded
-    size plus the Python objects of its attributes) and the request bodies being read — (a request
+    spans and *max_inflight_bytes* bytes are held — the spans buffered (each counted as its share
+    of its request's bytes plus the Python objects of its attributes) and the request bodies being read — (a request
     past either is refused with 503 and ``Retry-After``, the sender retries, as the Collector's
     ``memory_limiter`` has it), and at most *max_queue* turns wait for the judge (past that, requests
     are refused the same way). A request body is at most *max_request_bytes* once decompressed (413).
@@ -507,8 +507,10 @@ class Worker:
 
 
 def _check_service(max_request_bytes: int, max_inflight_bytes: Any, tls: Any) -> None:
-    if tls is not None and not isinstance(tls, ServerTLS):
-        raise ConfigurationError(f"tls must be a ServerTLS or None, got {type(tls).__name__}")
+    if tls is not None:
+        if not isinstance(tls, ServerTLS):
+            raise ConfigurationError(f"tls must be a ServerTLS or None, got {type(tls).__name__}")
+        tls.ssl_context()  # files that will not load are said now, not when the server starts
     if isinstance(max_inflight_bytes, bool) or not isinstance(max_inflight_bytes, int) or max_inflight_bytes < 1:
         raise ConfigurationError(f"max_inflight_bytes must be an int >= 1, got {max_inflight_bytes!r}")
     if max_request_bytes > max_inflight_bytes:

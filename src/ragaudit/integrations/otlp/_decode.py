@@ -16,7 +16,7 @@ from typing import Any
 
 from ...errors import RagAuditError
 
-__all__ = ["ATTRIBUTE_OVERHEAD", "DecodeError", "SpanData", "decode_traces", "encode_response", "span_cost", "spans_of"]
+__all__ = ["ATTRIBUTE_OVERHEAD", "DecodeError", "SpanData", "decode_traces", "encode_response", "spans_of"]
 
 STATUS_ERROR = 2
 """``Status.STATUS_CODE_ERROR``."""
@@ -32,7 +32,7 @@ class SpanData:
 
     ``events`` keeps each span event as ``(name, attributes)`` (exceptions, GenAI content events).
     ``size``: what holding it costs, in bytes, as the worker's in-flight budget counts it
-    (:func:`span_cost`).
+    (:func:`spans_of`).
     """
 
     trace_id: str
@@ -59,14 +59,6 @@ ATTRIBUTE_OVERHEAD = 160
 """Bytes a decoded attribute costs besides its encoded ones: its key and value as Python objects and
 its dict slot. With it, spans of 40,000 tiny attributes (~10 bytes each on the wire) count about what
 they weigh in the worker (tests/worker/test_receiver_hostile.py; RELIABILITY.md)."""
-
-
-def span_cost(span: Any) -> int:
-    """What a received span (the protobuf message) costs the worker held in memory: its encoded size
-    plus :data:`ATTRIBUTE_OVERHEAD` per attribute (the span's and its events'), so that many small
-    attributes count as much as they weigh, not only as their bytes."""
-    attributes = len(span.attributes) + sum(len(e.attributes) for e in span.events)
-    return int(span.ByteSize()) + ATTRIBUTE_OVERHEAD * (attributes + 1)
 
 
 def _value(value: Any) -> Any:
@@ -179,17 +171,21 @@ def iter_spans(request: Any) -> Iterator[SpanData | None]:
                     service=service,
                     scope=scope,
                     events=[(e.name, _attrs(e.attributes)) for e in s.events],
-                    size=span_cost(s),
                 )
 
 
 def decode_traces(body: bytes | bytearray, json_body: bool) -> tuple[list[SpanData], int]:
     """``(spans, rejected)``: the valid spans of an OTLP request body and how many were not."""
-    return spans_of(parse_request(body, json_body))
+    return spans_of(parse_request(body, json_body), len(body))
 
 
-def spans_of(request: Any) -> tuple[list[SpanData], int]:
-    """``(spans, rejected)`` of a decoded ``ExportTraceServiceRequest`` (OTLP/gRPC hands one over)."""
+def spans_of(request: Any, size: int | None = None) -> tuple[list[SpanData], int]:
+    """``(spans, rejected)`` of a decoded ``ExportTraceServiceRequest`` (OTLP/gRPC hands one over).
+
+    Each span's ``size`` is its share of the request's *size* in bytes (None: its encoded size) plus
+    :data:`ATTRIBUTE_OVERHEAD` per attribute, its own and its events': many small attributes count
+    as much as they weigh in memory, not only as their bytes. One size per request, not a
+    ``ByteSize()`` per span: the sum is what the budget needs, and the ingest path pays nothing for it."""
     spans: list[SpanData] = []
     rejected = 0
     for span in iter_spans(request):
@@ -197,6 +193,11 @@ def spans_of(request: Any) -> tuple[list[SpanData], int]:
             rejected += 1
         else:
             spans.append(span)
+    if spans:
+        share = (int(request.ByteSize()) if size is None else size) // (len(spans) + rejected)
+        for span in spans:
+            attributes = len(span.attributes) + sum(len(attrs) for _, attrs in span.events)
+            span.size = share + ATTRIBUTE_OVERHEAD * (attributes + 1)
     return spans, rejected
 
 
