@@ -19,6 +19,7 @@ from ._decode import spans_of
 
 if TYPE_CHECKING:
     from ._core import Worker
+    from ._security import BearerToken
 
 __all__ = ["start_grpc"]
 
@@ -32,16 +33,8 @@ async def start_grpc(worker: Worker, host: str, port: int) -> tuple[Any, int]:
     except ImportError as exc:
         raise ConfigurationError("OTLP/gRPC needs grpcio: pip install 'ragaudit[worker-grpc]'") from exc
 
-    token = worker.auth_token
-
     class TraceService(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
         async def Export(self, request: Any, context: Any) -> Any:
-            if token is not None:
-                metadata = dict(context.invocation_metadata() or ())
-                if not token.accepts(metadata.get("authorization")):
-                    worker.count("requests_unauthorized")
-                    await context.abort(grpc.StatusCode.UNAUTHENTICATED, "ragaudit worker: a bearer token is "
-                                        "required (metadata authorization: Bearer <token>)")
             worker.count("requests")
             if not worker.accepting:
                 worker.count("requests_refused_stopping")
@@ -56,7 +49,9 @@ async def start_grpc(worker: Worker, host: str, port: int) -> tuple[Any, int]:
                 response.partial_success.error_message = outcome.message
             return response
 
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", worker.max_request_bytes),
+    interceptors = [] if worker.auth_token is None else [_bearer_check(worker.auth_token, worker, grpc)]
+    server = grpc.aio.server(interceptors=interceptors,
+                             options=[("grpc.max_receive_message_length", worker.max_request_bytes),
                                       ("grpc.so_reuseport", 0)])
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceService(), server)
     address = f"{host}:{port}"
@@ -74,3 +69,24 @@ async def start_grpc(worker: Worker, host: str, port: int) -> tuple[Any, int]:
                                  "is not this host's")
     await server.start()
     return server, bound
+
+
+def _bearer_check(token: BearerToken, worker: Worker, grpc: Any) -> Any:
+    """A server interceptor that answers ``UNAUTHENTICATED`` to a call without *token*, from the
+    call's metadata alone: the request is never parsed."""
+
+    async def deny(request: Any, context: Any) -> None:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "ragaudit worker: a bearer token is required "
+                            "(metadata authorization: Bearer <token>)")
+
+    denied = grpc.unary_unary_rpc_method_handler(deny)  # no deserializer: the body stays bytes
+
+    class BearerCheck(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+        async def intercept_service(self, continuation: Any, details: Any) -> Any:
+            metadata = dict(details.invocation_metadata or ())
+            if token.accepts(metadata.get("authorization")):
+                return await continuation(details)
+            worker.count("requests_unauthorized")
+            return denied
+
+    return BearerCheck()
