@@ -69,11 +69,12 @@ class Worker:
     ``OTEL_EXPORTER_OTLP_*`` variables).
 
     Bounds: at most *max_traces* traces wait (the oldest is dropped, counted), at most *max_spans*
-    spans and *max_inflight_bytes* bytes are held — the spans buffered (each counted as its share
-    of its request's bytes plus the Python objects of its attributes) and the request bodies being read — (a request
-    past either is refused with 503 and ``Retry-After``, the sender retries, as the Collector's
-    ``memory_limiter`` has it), and at most *max_queue* turns wait for the judge (past that, requests
-    are refused the same way). A request body is at most *max_request_bytes* once decompressed (413).
+    spans and *max_inflight_bytes* bytes are held: the spans buffered (each counted as its share of
+    its request's bytes plus the Python objects of its attributes) and the request bodies being
+    read. A request past either is refused with 503 and ``Retry-After`` and the sender retries, as
+    with the Collector's ``memory_limiter``. At most *max_queue* turns wait for the judge (past that,
+    requests are refused the same way). A request body is at most *max_request_bytes* once
+    decompressed (413).
     ``stats()`` counts every span and turn; ``/stats`` serves it as JSON and the same counters go
     out as OTel metrics.
 
@@ -203,9 +204,10 @@ class Worker:
 
         for key in ("spans_received", "spans_rejected", "spans_refused", "spans_own", "late_spans",
                     "traces_assembled", "turns_found", "turns_submitted", "turns_judged", "turns_judge_failed",
-                    "dropped_evicted_traces", "dropped_evicted_spans", "judge_dropped"):
+                    "dropped_evicted_traces", "dropped_evicted_spans", "judge_dropped", "requests_unauthorized",
+                    "requests_too_large", "requests_bad", "connections_closed_header_timeout", "connections_evicted"):
             meter.create_observable_counter(f"ragaudit.worker.{key}", callbacks=[observe(key)])
-        for key in ("traces_in_flight", "spans_in_flight", "judge_pending"):
+        for key in ("traces_in_flight", "spans_in_flight", "judge_pending", "inflight_bytes", "connections_open"):
             meter.create_observable_gauge(f"ragaudit.worker.{key}", callbacks=[observe(key)])
         self._latency = meter.create_histogram("ragaudit.worker.judge_latency", unit="s")
 
