@@ -190,6 +190,7 @@ class Worker:
         assert self._outputs is not None
         logs = EvaluationLogSink(self._outputs.logger_provider)
         return Auditor(judge, tracer_provider=self._outputs.tracer_provider, sinks=[logs, *sinks],
+                       meter_provider=self._outputs.meter_provider,
                        audit_log=audit_log, sample_rate=sample_rate, max_queue=self.max_queue, timeout_s=timeout_s,
                        on_judgement=self._judged, judge_trace="turn", exit_timeout_s=self.shutdown_timeout_s,
                        sessions=sessions)
@@ -210,6 +211,11 @@ class Worker:
         for key in ("traces_in_flight", "spans_in_flight", "judge_pending", "inflight_bytes", "connections_open"):
             meter.create_observable_gauge(f"ragaudit.worker.{key}", callbacks=[observe(key)])
         self._latency = meter.create_histogram("ragaudit.worker.judge_latency", unit="s")
+
+    def prometheus_text(self) -> tuple[bytes, str] | None:
+        """``/metrics``: the worker's metrics in Prometheus's text format (None: no exporter, or an
+        Auditor of your own, whose metrics are its business)."""
+        return self._outputs.prometheus_text() if self._outputs is not None else None
 
     # -- counting -----------------------------------------------------------------------------------
 

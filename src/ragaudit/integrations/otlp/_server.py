@@ -121,6 +121,18 @@ async def _stats(request: web.Request) -> web.Response:
     return web.Response(text=json.dumps(worker.stats(), sort_keys=True), content_type="application/json")
 
 
+async def _metrics(request: web.Request) -> web.Response:
+    """Prometheus's scrape: the worker's own counters and the score metrics of the turns it judged."""
+    worker: Worker = request.app[WORKER_KEY]
+    found = worker.prometheus_text()
+    if found is None:
+        return web.Response(status=404, text="ragaudit worker: no Prometheus exporter: pip install 'ragaudit[worker]'")
+    body, content_type = found
+    response = web.Response(body=body)
+    response.headers["Content-Type"] = content_type  # with its version parameter, which content_type= refuses
+    return response
+
+
 def make_app(worker: Worker, guard: ConnectionGuard) -> web.Application:
     """The aiohttp application serving *worker* (bodies are read by ``_body``, not by aiohttp)."""
     app = web.Application(middlewares=[_guarded])
@@ -130,6 +142,7 @@ def make_app(worker: Worker, guard: ConnectionGuard) -> web.Application:
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/stats", _stats)
+    app.router.add_get("/metrics", _metrics)
     return app
 
 
