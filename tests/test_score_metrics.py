@@ -158,3 +158,35 @@ def test_the_docs_table_lists_exactly_the_declared_metrics() -> None:
                   for name, instrument, unit, attrs in rows}
     declared = {spec.name: (spec.instrument, spec.unit, spec.attributes) for spec in c.METRICS}
     assert documented == declared
+
+
+def _prometheus_names() -> tuple[set[str], set[str]]:
+    """The series and labels Prometheus shows of the declared metrics (OTel's Prometheus naming)."""
+    series: set[str] = set()
+    for spec in c.METRICS:
+        base = spec.name.replace(".", "_")
+        suffixes = ("total",) if spec.instrument == "counter" else ("bucket", "sum", "count")
+        series |= {f"{base}_{suffix}" for suffix in suffixes}
+    labels = {a.replace(".", "_") for spec in c.METRICS for a in spec.attributes} | {"le"}
+    return series, labels
+
+
+def test_the_example_rules_and_dashboard_name_only_declared_series_and_labels() -> None:
+    import json
+
+    import yaml
+
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    rules = yaml.safe_load((examples / "prometheus" / "alerts.yml").read_text())
+    exprs = [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
+    dashboard = json.loads((examples / "grafana" / "ragaudit-dashboard.json").read_text())
+    exprs += [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    series, labels = _prometheus_names()
+    used_series = {name for expr in exprs for name in re.findall(r"\b(ragaudit_\w+)\s*[{[]", expr)}
+    used_labels = {label.strip() for expr in exprs for group in re.findall(r"by \(([^)]*)\)", expr)
+                   for label in group.split(",")}
+    used_labels |= {name for expr in exprs for name in re.findall(r"(\w+)\s*[!=]~?\s*\"", expr)}
+    assert used_series and used_series <= series, used_series - series
+    assert used_labels and used_labels <= labels, used_labels - labels
+    assert {rule["alert"] for group in rules["groups"] for rule in group["rules"]} == {
+        "RagFaithfulnessLow", "RagUnsupportedSentencesUp", "RagJudgingFailing", "RagJudgeBudgetExhausted"}

@@ -1,8 +1,9 @@
 """The example alert rules fire: a real Prometheus (Debian's ``prometheus``) scrapes a real
 ``ragaudit worker`` process whose scripted judge's faithfulness drops, and its own API
 (``/api/v1/alerts``) shows ``RagFaithfulnessLow`` and ``RagUnsupportedSentencesUp`` go pending, then
-firing. The rules are examples/prometheus/alerts.yml with the windows (``[15m]`` -> ``[20s]``) and
-``for:`` (-> 3s) shortened, scraped and evaluated every second; every loop is bounded."""
+firing; every query of the example Grafana dashboard runs on it. The rules are
+examples/prometheus/alerts.yml with the windows (``[15m]`` -> ``[20s]``) and ``for:`` (-> 3s)
+shortened, scraped and evaluated every second; every loop is bounded."""
 
 from __future__ import annotations
 
@@ -86,6 +87,19 @@ def _median_faithfulness(prom: str) -> float | None:
     return value if value is not None and value == value else None  # NaN: no turn in the window yet
 
 
+def _check_dashboard(prom: str) -> None:
+    """Every query of the example Grafana dashboard runs on this Prometheus; the faithfulness,
+    claims and turns panels have data."""
+    dashboard = json.loads((ROOT / "examples" / "grafana" / "ragaudit-dashboard.json").read_text())
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"].replace("$__rate_interval", "20s").replace("$service", ".*").replace("$run", ".*")
+            answer = _get(prom + "/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+            assert answer["status"] == "success", (panel["title"], answer)
+            if panel["title"].startswith(("Faithfulness p50 by app", "Unsupported", "Turns by outcome")):
+                assert answer["data"]["result"], panel["title"]
+
+
 def test_faithfulness_drop_fires_the_example_alerts(collector: Any, tmp_path: Path) -> None:
     (tmp_path / "alerts.yml").write_text(_short_rules(RULES.read_text()))
     worker_port, prom_port = free_port(), free_port()
@@ -135,6 +149,7 @@ def test_faithfulness_drop_fires_the_example_alerts(collector: Any, tmp_path: Pa
             wait_for(firing, timeout=120, what="the alerts to fire")
         except TimeoutError as exc:
             raise AssertionError(f"{exc}; states seen: {seen}") from exc
+        _check_dashboard(prom)
     finally:
         _stop(prometheus)
         _stop(worker)
