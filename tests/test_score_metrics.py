@@ -131,6 +131,13 @@ def test_the_global_meter_provider_is_used_and_without_an_sdk_nothing_is_lost() 
     assert _points(reader)["ragaudit.score.faithfulness"][0].count == 1
 
 
+def test_a_meter_provider_that_is_not_one_is_a_configuration_error() -> None:
+    from ragaudit.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="meter_provider must be an OpenTelemetry MeterProvider"):
+        _auditor("http://localhost:9464")
+
+
 def test_session_verdicts_are_counted() -> None:
     reader = InMemoryMetricReader()
     judge = FakeJudge(_full_audit, name="scripted", session=lambda request: {"resolved": "yes"})

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._export import BaseExporter, ExportResult
+from ..errors import ConfigurationError
 from ..records import AuditRecord
 from ..sessions import SessionRecord
 from . import conventions as c
@@ -78,6 +79,9 @@ class ScoreMetricsExporter(BaseExporter):
 
         from .._version import __version__
 
+        if meter_provider is not None and not callable(getattr(meter_provider, "get_meter", None)):
+            raise ConfigurationError(f"meter_provider must be an OpenTelemetry MeterProvider (with get_meter), "
+                                     f"got {type(meter_provider).__name__}")
         self.judge_name = judge_name
         meter = metrics.get_meter(c.METER_NAME, __version__, meter_provider=meter_provider)
         instruments: dict[str, Any] = {}
