@@ -43,3 +43,23 @@ def test_tier1_for_sessions_routes_by_the_session_attribute() -> None:
     assert lb["routing_key"] == "attributes" and lb["routing_attributes"] == ["session.id"]
     assert lb["resolver"]["k8s"]["service"].startswith("ragaudit-workers")
     assert conf["service"]["pipelines"]["traces"]["exporters"] == ["otlphttp/backend", "loadbalancing"]
+
+
+def test_every_hop_to_a_worker_carries_the_bearer_token() -> None:
+    # The worker listens on 0.0.0.0 in the image: every sender in the examples sends the token, every
+    # receiver on the pod's network checks it, and the token comes from a secret, never a literal.
+    bearer = "Bearer ${env:RAGAUDIT_WORKER_TOKEN}"
+    for name in ("tier1-gateway.yaml", "tier1-gateway-sessions.yaml"):
+        otlp = yaml.safe_load((HERE / name).read_text())["exporters"]["loadbalancing"]["protocol"]["otlp"]
+        assert otlp["headers"] == {"authorization": bearer}
+    tier2 = yaml.safe_load((HERE / "tier2-worker-sidecar.yaml").read_text())
+    assert tier2["exporters"]["otlphttp/worker"]["headers"] == {"authorization": bearer}
+    assert tier2["receivers"]["otlp"]["protocols"]["grpc"]["auth"] == {"authenticator": "bearertokenauth"}
+    assert tier2["extensions"]["bearertokenauth"]["token"] == "${env:RAGAUDIT_WORKER_TOKEN}"
+    assert tier2["service"]["extensions"] == ["bearertokenauth"]
+    _, deployment = yaml.safe_load_all((HERE / "k8s-workers.yaml").read_text())
+    for container in deployment["spec"]["template"]["spec"]["containers"]:
+        env = {e["name"]: e for e in container["env"]}
+        assert env["RAGAUDIT_WORKER_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "ragaudit-worker", "key": "token"}
+    dockerfile = (HERE / "Dockerfile").read_text()
+    assert "0.0.0.0" in dockerfile and "RAGAUDIT_WORKER_TOKEN" in dockerfile

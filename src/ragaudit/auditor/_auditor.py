@@ -214,6 +214,11 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
 
     *sessions* (True or a :class:`~ragaudit.SessionTracking`) also judges each conversation as a whole,
     in one judge call, once idle, ended (:meth:`end_session`) or at shutdown (see the sessions guide).
+
+    Every record's scores, sentence verdicts, citation checks and outcome also go out as OpenTelemetry
+    metrics (:class:`~ragaudit.tracing.score_metrics.ScoreMetricsExporter`) through *meter_provider*
+    or, None, the global one: a no-op until the application configures a metrics SDK, as with any
+    OpenTelemetry instrumentation (names and attributes: the alerts guide).
     """
 
     def __init__(
@@ -244,6 +249,7 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
         prices: Mapping[str, tuple[float, float]] | None = None,
         judge_if: Callable[[RagTurn], bool] | None = None,
         retain_s: float | None = None, max_retained: int = 1_000, sessions: SessionTracking | bool | None = None,
+        meter_provider: Any = None,
     ) -> None:
         _check_arguments(mode, sample_rate, max_queue, max_closing, max_concurrency, timeout_s, on_judgement, redact)
         if mode == "worker":
@@ -279,7 +285,7 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
         self._recorder = SpanRecorder(tracer_provider, content=self._content_policy, judge_trace=judge_trace)
         for sink in legacy:
             sink.bind_recorder(self._recorder)
-        stage = self._exporters(audit_log, exporters, on_judgement, sessions)
+        stage = self._exporters(audit_log, exporters, on_judgement, sessions, meter_provider)
         # Sync-only judges (LexicalJudge, a user's BaseRagJudge with judge()) are called in
         # threads of a worker of ours, not through asyncio.to_thread: at interpreter exit the
         # default executor refuses new work, and exit is exactly when we flush.
@@ -298,8 +304,10 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
             flush_on_sigterm(self, asked=handle_signals is True)
 
     def _exporters(self, audit_log: str | os.PathLike[str] | None, sinks: Sequence[Exporter],
-                   on_judgement: OnJudgement | None, sessions: SessionTracking | bool | None) -> list[Exporter]:
+                   on_judgement: OnJudgement | None, sessions: SessionTracking | bool | None,
+                   meter_provider: Any) -> list[Exporter]:
         from ..tracing._judge_spans import JudgeSpanExporter
+        from ..tracing.score_metrics import ScoreMetricsExporter
 
         self._spans = JudgeSpanExporter(self._recorder)
         self._audit_log = None
@@ -314,6 +322,7 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
         stage += [self._audit_log] if self._audit_log is not None else []
         stage += sinks
         stage += [OnJudgementExporter(on_judgement)] if on_judgement is not None else []
+        stage.append(ScoreMetricsExporter(meter_provider, judge_name=self.judge.name))
         return [*stage, *self._session_part(sessions)]  # the session tracker sees every record too
 
     def _start_workers(self, exporters: Sequence[Exporter]) -> None:

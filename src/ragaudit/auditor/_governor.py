@@ -48,6 +48,7 @@ from .._numbers import check_number
 from ..content import scrub, scrub_url
 from ..errors import ConfigurationError
 from ..records import Judgement, JudgeRequest
+from ..tracing import conventions as c
 from ._budget_store import Counters, Item, LocalCounters, Mode, redis_counters
 from ._feedback import FEEDBACK, FeedbackRetention, is_negative
 
@@ -458,15 +459,14 @@ class _Meter:
     def __init__(self) -> None:
         from opentelemetry import metrics
 
-        meter = metrics.get_meter("ragaudit")
-        self._tokens = meter.create_counter("ragaudit.judge.tokens", unit="{token}",
-                                            description="Tokens of judge calls (prompt + completion)")
-        self._cost = meter.create_counter("ragaudit.judge.cost", unit="USD", description="Cost of judge calls")
-        self._not_sent = meter.create_counter("ragaudit.judge.not_sent", unit="{turn}",
-                                              description="Turns cost control kept from the judge, by reason")
+        meter = metrics.get_meter(c.METER_NAME)
+        specs = {spec.name: spec for spec in c.METRICS}
+        self._tokens, self._cost, self._not_sent = (
+            meter.create_counter(name, unit=specs[name].unit, description=specs[name].description)
+            for name in (c.METRIC_JUDGE_TOKENS, c.METRIC_JUDGE_COST, c.METRIC_JUDGE_NOT_SENT))
 
     def record(self, tokens: int, usd: float | None, model: str | None) -> None:
-        attributes = {"gen_ai.request.model": model or "unknown"}
+        attributes = {c.GEN_AI_REQUEST_MODEL: model or "unknown"}
         try:
             if tokens:
                 self._tokens.add(tokens, attributes)
@@ -477,7 +477,7 @@ class _Meter:
 
     def not_sent(self, reason: str) -> None:
         try:
-            self._not_sent.add(1, {"ragaudit.reason": reason})
+            self._not_sent.add(1, {c.ATTR_UNJUDGED_REASON: reason})
         except Exception:
             pass
 

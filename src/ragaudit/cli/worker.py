@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from typing import Any
 
@@ -55,7 +56,73 @@ def add_worker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
                    help="sessions held in memory; the oldest is dropped and counted past this (default 1000)")
     p.add_argument("--shutdown-timeout", dest="shutdown_timeout_s", type=finite_float(0), default=30.0,
                    help="seconds to judge what is in flight at SIGTERM (default 30)")
+    _add_service_arguments(p)
     p.set_defaults(handler=("ragaudit.cli.worker", "worker_command"))
+
+
+# -- the worker as a network service: auth, TLS, request and connection limits (issue 46) -----------
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
+    return value
+
+
+def _add_service_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("network service", "who may send, over what, and within which limits")
+    g.add_argument("--auth-token-file", default=None, metavar="PATH",
+                   help="require 'Authorization: Bearer <token>' (HTTP and gRPC; /healthz and /readyz stay open) "
+                   "with the token in this file (default: $RAGAUDIT_WORKER_TOKEN when set, else no token)")
+    g.add_argument("--tls-cert", default=None, metavar="PEM", help="serve HTTPS and gRPC over TLS with this "
+                   "certificate chain (with --tls-key)")
+    g.add_argument("--tls-key", default=None, metavar="PEM", help="the private key of --tls-cert")
+    g.add_argument("--max-request-bytes", type=_positive_int, default=32 * 1024 * 1024, metavar="BYTES",
+                   help="largest request body once decompressed; past it 413 (default 33554432, 32 MiB)")
+    g.add_argument("--max-inflight-bytes", type=_positive_int, default=256 * 1024 * 1024, metavar="BYTES",
+                   help="memory held by spans waiting and bodies being read; past it 503 + Retry-After "
+                   "(default 268435456, 256 MiB; give the worker about twice this)")
+    g.add_argument("--header-timeout", dest="header_timeout_s", type=_positive_seconds, default=10.0,
+                   metavar="S", help="seconds to send a request's headers (and the TLS handshake) before the "
+                   "connection is closed (default 10)")
+    g.add_argument("--body-timeout", dest="body_timeout_s", type=_positive_seconds, default=60.0, metavar="S",
+                   help="seconds to send a request's body; past it 408 (default 60)")
+    g.add_argument("--keepalive-timeout", dest="keepalive_timeout_s", type=_positive_seconds, default=60.0,
+                   metavar="S", help="seconds an idle connection stays open (default 60)")
+    g.add_argument("--max-connections", type=_positive_int, default=None, metavar="N",
+                   help="open OTLP/HTTP connections; past it the oldest idle one is closed (default 1000, lower "
+                   "when the open-file limit is)")
+
+
+def _service_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The Worker's keywords for the flags above (the token from the file or the environment)."""
+    from ..integrations.otlp import BearerToken, ConnectionLimits, ServerTLS
+
+    token = BearerToken.from_file(args.auth_token_file) if args.auth_token_file else BearerToken.from_env()
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ConfigurationError("--tls-cert and --tls-key go together")
+    tls = ServerTLS(args.tls_cert, args.tls_key) if args.tls_cert else None
+    limits = ConnectionLimits(header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
+                              keepalive_timeout_s=args.keepalive_timeout_s, max_connections=args.max_connections)
+    if token is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        logging.getLogger("ragaudit").warning(
+            "ragaudit worker: listening on %s with no bearer token: anyone who can reach the port can send "
+            "traces and spend the judge's budget (set RAGAUDIT_WORKER_TOKEN or --auth-token-file)", args.host)
+    return {"auth_token": token, "tls": tls, "limits": limits, "max_request_bytes": args.max_request_bytes,
+            "max_inflight_bytes": args.max_inflight_bytes}
 
 
 def _sink(spec: str) -> Any:
@@ -88,15 +155,16 @@ def worker_command(args: argparse.Namespace) -> int:
         from ..auditor import SessionTracking
 
         sessions = SessionTracking(session_idle_s=args.session_idle_s, max_sessions=args.max_sessions)
-    worker = Worker(judge, host=args.host, port=args.port, otlp_endpoint=args.otlp_endpoint,
-                    quiet_s=args.quiet_s, max_wait_s=args.max_wait_s, max_traces=args.max_traces,
-                    max_spans=args.max_spans, sample_rate=args.sample_rate, audit_log=args.audit_log, sinks=sinks,
-                    shutdown_timeout_s=args.shutdown_timeout_s, grpc_port=args.grpc_port, sessions=sessions)
     if not logging.getLogger("ragaudit").handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logging.getLogger("ragaudit").addHandler(handler)
         logging.getLogger("ragaudit").setLevel(logging.INFO)
+    worker = Worker(judge, host=args.host, port=args.port, otlp_endpoint=args.otlp_endpoint,
+                    quiet_s=args.quiet_s, max_wait_s=args.max_wait_s, max_traces=args.max_traces,
+                    max_spans=args.max_spans, sample_rate=args.sample_rate, audit_log=args.audit_log, sinks=sinks,
+                    shutdown_timeout_s=args.shutdown_timeout_s, grpc_port=args.grpc_port, sessions=sessions,
+                    **_service_options(args))
     try:
         worker.run()
     except OSError as exc:  # the port is taken, the address is not ours

@@ -21,6 +21,7 @@ from .spans import SpanRecorder, TurnHandle, content_capture_from_env
 
 if TYPE_CHECKING:
     from .files import JsonlSpanExporter
+    from .score_metrics import ScoreMetricsExporter
     from .setup import configure
     from .sinks import HttpSink, LangfuseSink, PhoenixSink
 
@@ -30,6 +31,7 @@ __all__ = [
     "JsonlSpanExporter",
     "LangfuseSink",
     "PhoenixSink",
+    "ScoreMetricsExporter",
     "SpanRecorder",
     "TurnHandle",
     "configure",
@@ -41,7 +43,7 @@ __all__ = [
 
 
 _LAZY = {"configure": ".setup", "JsonlSpanExporter": ".files", "HttpSink": ".sinks",
-         "LangfuseSink": ".sinks", "PhoenixSink": ".sinks"}
+         "LangfuseSink": ".sinks", "PhoenixSink": ".sinks", "ScoreMetricsExporter": ".score_metrics"}
 
 
 def __getattr__(name: str) -> Any:

@@ -35,6 +35,7 @@ __all__ = [
     "ATTR_CITATION_DOC_IDS",
     "ATTR_CITATION_PRECISION",
     "ATTR_CITATION_RECALL",
+    "ATTR_CITATION_RESULT",
     "ATTR_CONTENT_CAPTURED",
     "ATTR_DOCUMENT_CHARS",
     "ATTR_DOCUMENT_COUNT",
@@ -61,9 +62,11 @@ __all__ = [
     "ATTR_JUDGE_STATUS",
     "ATTR_MODEL",
     "ATTR_PROMPT_CHARS",
+    "ATTR_PROMPT_VERSION",
     "ATTR_QUERY_CHARS",
     "ATTR_RELEVANT_IDS",
     "ATTR_RETRIEVAL_DOCUMENT_GRADES",
+    "ATTR_RUN_NAME",
     "ATTR_SENTENCES_COUNT",
     "ATTR_SENTENCES_EVENTS_DROPPED",
     "ATTR_SENTENCES_UNSUPPORTED",
@@ -71,6 +74,8 @@ __all__ = [
     "ATTR_SENTENCE_SUPPORTING_DOC_IDS",
     "ATTR_SENTENCE_TEXT",
     "ATTR_SENTENCE_VERDICT",
+    "ATTR_SERVICE_NAME",
+    "ATTR_SESSION_CONTRADICTED",
     "ATTR_SESSION_CONTRADICTIONS",
     "ATTR_SESSION_ENDED",
     "ATTR_SESSION_GROUNDEDNESS",
@@ -84,6 +89,7 @@ __all__ = [
     "ATTR_TOOL_ARGUMENTS_CHARS",
     "ATTR_TOOL_OUTPUT_CHARS",
     "ATTR_TURN_ID",
+    "ATTR_UNJUDGED_REASON",
     "DEPLOYMENT_ENVIRONMENT_KEYS",
     "ERROR_TYPE_JUDGE_ERROR",
     "ERROR_TYPE_MISSING_SCORE",
@@ -158,15 +164,29 @@ __all__ = [
     "LLM_TOKEN_COUNT_TOTAL",
     "MAX_SENTENCE_EVENTS",
     "METADATA",
+    "METER_NAME",
+    "METRICS",
+    "METRIC_CITATIONS",
+    "METRIC_JUDGE_COST",
+    "METRIC_JUDGE_NOT_SENT",
+    "METRIC_JUDGE_TOKENS",
+    "METRIC_SENTENCES",
+    "METRIC_SESSIONS",
+    "METRIC_SESSION_GROUNDEDNESS",
+    "METRIC_TURNS",
+    "METRIC_VALUE_MAX_CHARS",
     "MIME_JSON",
     "MIME_TEXT",
     "MISSING_SCORE_LABEL",
     "OPENINFERENCE_SPAN_KIND",
     "OUTPUT_MIME_TYPE",
     "OUTPUT_VALUE",
+    "PROMPT_VERSION_METADATA_KEYS",
     "REFERENCE_SET_METADATA_KEY",
     "REF_TYPE_CHILD_OF",
     "RETRIEVAL_DOCUMENTS",
+    "SCORE_BUCKETS",
+    "SCORE_METRICS",
     "SESSION_ID",
     "SPAN_AGENT",
     "SPAN_CHAT",
@@ -183,8 +203,10 @@ __all__ = [
     "SPAN_TURN",
     "TOOL_NAME",
     "TRACER_NAME",
+    "TURN_METRIC_ATTRIBUTES",
     "USER_ID",
     "DocumentKeys",
+    "MetricSpec",
     "agent_span_name",
     "chat_span_name",
     "document_keys",
@@ -666,3 +688,78 @@ def error_type_of(error: str | None) -> str:
 
     found = error_type(error)
     return found if found != "Error" or (error or "").lstrip().startswith("Error") else ERROR_TYPE_OTHER
+
+
+# --- score metrics (OpenTelemetry metrics; the table of docs/guides/alerts.md) -------------------
+# One instrument per score so that an alert reads one series family; attributes a team groups by
+# and nothing else: never the question, an id or free text (every value is cut to
+# METRIC_VALUE_MAX_CHARS, and only str/int/bool metadata values are read).
+METER_NAME: Final = "ragaudit"
+"""The instrumentation scope of ragaudit's metrics (the worker's own are ``ragaudit.worker``)."""
+ATTR_SERVICE_NAME: Final = "service.name"
+"""On a metric point: the judged app's service (the worker reads it from the app's resource);
+in-process the app's own resource carries it, so the point does not."""
+ATTR_RUN_NAME: Final = "ragaudit.run.name"
+"""The chain, graph, route or query engine that answered (the turn's ``run_name`` metadata)."""
+ATTR_PROMPT_VERSION: Final = "ragaudit.prompt.version"
+"""The app's prompt version: turn metadata ``prompt_version`` or ``ragaudit.prompt.version``."""
+PROMPT_VERSION_METADATA_KEYS: Final = ("ragaudit.prompt.version", "prompt_version")
+ATTR_UNJUDGED_REASON: Final = "ragaudit.reason"
+"""Why a turn was not judged (``UNJUDGED_REASONS``) or cost control kept it from the judge."""
+ATTR_CITATION_RESULT: Final = "ragaudit.citation.result"
+"""A citation check's outcome: ``holds``, ``fails`` or ``unchecked`` (its sentence has no verdict)."""
+ATTR_SESSION_CONTRADICTED: Final = "ragaudit.session.contradicted"
+"""On ``ragaudit.sessions``: True when the session judge found a contradiction between turns."""
+METRIC_VALUE_MAX_CHARS: Final = 64
+TURN_METRIC_ATTRIBUTES: Final = (ATTR_SERVICE_NAME, ATTR_RUN_NAME, ATTR_MODEL, ATTR_JUDGE_NAME, ATTR_PROMPT_VERSION)
+"""Every turn metric's attributes (each only when known)."""
+SCORE_BUCKETS: Final = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+"""Histogram bucket bounds of every score in [0, 1] (the SDK's default bounds are for milliseconds)."""
+
+
+class MetricSpec(NamedTuple):
+    """One metric ragaudit records: its OTel name, instrument, unit, description, attributes."""
+
+    name: str
+    instrument: str  # "histogram" or "counter"
+    unit: str
+    description: str
+    attributes: tuple[str, ...]
+
+
+SCORE_METRICS: Final = {  # AuditRecord value -> histogram
+    "faithfulness": "ragaudit.score.faithfulness", "context_relevance": "ragaudit.score.context_relevance",
+    "answer_relevance": "ragaudit.score.answer_relevance",
+    "citation_precision": "ragaudit.score.citation_precision", "citation_recall": "ragaudit.score.citation_recall",
+    "graded_ndcg@10": "ragaudit.score.graded_ndcg",
+}
+METRIC_TURNS: Final = "ragaudit.turns"
+METRIC_SENTENCES: Final = "ragaudit.sentences"
+METRIC_CITATIONS: Final = "ragaudit.citations"
+METRIC_SESSIONS: Final = "ragaudit.sessions"
+METRIC_SESSION_GROUNDEDNESS: Final = "ragaudit.session.groundedness"
+METRIC_JUDGE_TOKENS: Final = "ragaudit.judge.tokens"
+METRIC_JUDGE_COST: Final = "ragaudit.judge.cost"
+METRIC_JUDGE_NOT_SENT: Final = "ragaudit.judge.not_sent"
+_SESSION_ATTRS: Final = (ATTR_JUDGE_NAME,)  # a session's turns keep no metadata
+
+METRICS: Final[tuple[MetricSpec, ...]] = (
+    *(MetricSpec(metric, "histogram", "1", f"{score.replace('_', ' ').capitalize()} of each judged turn, in [0, 1]",
+                 TURN_METRIC_ATTRIBUTES) for score, metric in SCORE_METRICS.items()),
+    MetricSpec(METRIC_TURNS, "counter", "{turn}", "Finished turns by outcome (judged, failed, unjudged) and reason",
+               (*TURN_METRIC_ATTRIBUTES, ATTR_JUDGE_STATUS, ATTR_UNJUDGED_REASON)),
+    MetricSpec(METRIC_SENTENCES, "counter", "{sentence}", "Answer sentences by the judge's verdict",
+               (*TURN_METRIC_ATTRIBUTES, ATTR_SENTENCE_VERDICT)),
+    MetricSpec(METRIC_CITATIONS, "counter", "{citation}", "Citation checks by result (holds, fails, unchecked)",
+               (*TURN_METRIC_ATTRIBUTES, ATTR_CITATION_RESULT)),
+    MetricSpec(METRIC_SESSIONS, "counter", "{session}", "Judged sessions by verdict",
+               (*_SESSION_ATTRS, ATTR_SESSION_RESOLVED, ATTR_SESSION_CONTRADICTED, ATTR_SESSION_PARTIAL)),
+    MetricSpec(METRIC_SESSION_GROUNDEDNESS, "histogram", "1", "Groundedness of each judged session, in [0, 1]",
+               _SESSION_ATTRS),
+    MetricSpec(METRIC_JUDGE_TOKENS, "counter", "{token}", "Tokens of judge calls (prompt + completion)",
+               (GEN_AI_REQUEST_MODEL,)),
+    MetricSpec(METRIC_JUDGE_COST, "counter", "USD", "Cost of judge calls", (GEN_AI_REQUEST_MODEL,)),
+    MetricSpec(METRIC_JUDGE_NOT_SENT, "counter", "{turn}", "Turns cost control kept from the judge, by reason",
+               (ATTR_UNJUDGED_REASON,)),
+)
+"""Every metric of :data:`METER_NAME` (the score metrics exporter's, then the cost controller's)."""

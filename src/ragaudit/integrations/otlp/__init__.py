@@ -7,6 +7,9 @@ with Worker(port=4318, otlp_endpoint="http://otel-collector:4318"):   # serves o
     ...
 
 Worker(otlp_endpoint="http://otel-collector:4318").run()              # or in this thread, until SIGTERM
+
+Worker(host="0.0.0.0", auth_token=BearerToken.from_file("/run/secrets/worker-token"),   # on a network
+       tls=ServerTLS("/tls/tls.crt", "/tls/tls.key"))
 ```
 
 The receiver (OTLP/HTTP protobuf and JSON, gzip, chunked), trace readiness, the convention
@@ -19,5 +22,6 @@ from __future__ import annotations
 
 from ._core import IngestOutcome, Worker
 from ._output import WORKER_SERVICE
+from ._security import TOKEN_ENV, BearerToken, ConnectionLimits, ServerTLS
 
-__all__ = ["WORKER_SERVICE", "IngestOutcome", "Worker"]
+__all__ = ["TOKEN_ENV", "WORKER_SERVICE", "BearerToken", "ConnectionLimits", "IngestOutcome", "ServerTLS", "Worker"]

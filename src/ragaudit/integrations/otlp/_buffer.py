@@ -68,6 +68,7 @@ class TraceBuffer:
         self._arrivals: deque[tuple[float, str]] = deque()
         self._done: OrderedDict[str, None] = OrderedDict()
         self.spans_buffered = 0
+        self.bytes_buffered = 0  # the spans' SpanData.size, summed: the worker's in-flight budget
         self.late_spans = 0
         self.evicted_traces = 0
         self.evicted_spans = 0
@@ -101,6 +102,7 @@ class TraceBuffer:
                 by_activity.move_to_end(trace_id)
             pending.spans.append(span)
             self.spans_buffered += 1
+            self.bytes_buffered += span.size
             if span.parent_id is None and not pending.has_root:
                 pending.has_root = True
                 pending.root_at = now
@@ -117,6 +119,7 @@ class TraceBuffer:
 
     def _finish(self, pending: PendingTrace) -> None:
         self.spans_buffered -= len(pending.spans)
+        self.bytes_buffered -= sum(span.size for span in pending.spans)
         self._done[pending.trace_id] = None
         if len(self._done) > self.max_done:
             self._done.popitem(last=False)

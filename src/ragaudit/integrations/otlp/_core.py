@@ -23,10 +23,13 @@ from ..steps import dispatch
 from ._buffer import PendingTrace, TraceBuffer
 from ._decode import SpanData, decode_traces
 from ._output import WORKER_SERVICE, Outputs, build_outputs
+from ._security import BearerToken, ConnectionLimits, ServerTLS
 from ._turns import WorkerTurn, turns_of
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Histogram
+
+    from ._server import HttpServer
 
 __all__ = ["IngestOutcome", "Worker"]
 
@@ -34,7 +37,9 @@ logger = logging.getLogger("ragaudit")
 
 _COUNTERS = (
     "requests", "requests_bad", "requests_unsupported_media_type", "requests_refused_full",
-    "requests_refused_stopping", "spans_received", "spans_rejected", "spans_refused", "spans_own",
+    "requests_refused_stopping", "requests_unauthorized", "requests_too_large", "requests_timed_out",
+    "connections_closed_header_timeout", "connections_evicted", "connections_refused", "spans_received",
+    "spans_rejected", "spans_refused", "spans_own",
     "traces_assembled", "traces_own", "traces_already_judged", "traces_no_model_call", "turns_found",
     "turns_submitted", "turns_judged", "turns_judge_failed",
     *(f"turns_unjudged_{reason}" for reason in UNSUBMITTED_REASONS),  # the assembler's reasons, one list
@@ -65,10 +70,19 @@ class Worker:
     ``OTEL_EXPORTER_OTLP_*`` variables).
 
     Bounds: at most *max_traces* traces wait (the oldest is dropped, counted), at most *max_spans*
-    spans are buffered (a request past that is refused with 503 and ``Retry-After``, the sender
-    retries), and at most *max_queue* turns wait for the judge (past that, requests are refused the
-    same way). ``stats()`` counts every span and turn; ``/stats`` serves it as JSON and the same
-    counters go out as OTel metrics.
+    spans and *max_inflight_bytes* bytes are held: the spans buffered (each counted as its share of
+    its request's bytes plus the Python objects of its attributes) and the request bodies being
+    read. A request past either is refused with 503 and ``Retry-After`` and the sender retries, as
+    with the Collector's ``memory_limiter``. At most *max_queue* turns wait for the judge (past that,
+    requests are refused the same way). A request body is at most *max_request_bytes* once
+    decompressed (413).
+    ``stats()`` counts every span and turn; ``/stats`` serves it as JSON and the same counters go
+    out as OTel metrics.
+
+    As a network service: *auth_token* (a :class:`BearerToken` or the token itself; None: no check)
+    is required of every sender, OTLP/HTTP and gRPC, and of ``/stats`` (``/healthz`` and ``/readyz``
+    stay open for probes); *tls* (:class:`ServerTLS`) serves both over TLS; *limits*
+    (:class:`ConnectionLimits`) bounds the time of headers and bodies and the open connections.
 
     *judge*: any :class:`~ragaudit.RagJudge` (None: the default, ``ChatRagJudge`` when
     ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` is set, else ``LexicalJudge``). *auditor*: an Auditor
@@ -97,6 +111,7 @@ class Worker:
         max_spans: int = 1_000_000,
         max_queue: int = 10_000,
         max_request_bytes: int = 32 * 1024 * 1024,
+        max_inflight_bytes: int = 256 * 1024 * 1024,
         sample_rate: float = 1.0,
         timeout_s: float = 60.0,
         audit_log: str | None = None,
@@ -108,6 +123,9 @@ class Worker:
         grpc_port: int | None = None,
         clock: Callable[[], float] = time.monotonic,
         sessions: Any = None,
+        auth_token: BearerToken | str | None = None,
+        tls: ServerTLS | None = None,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
             raise ConfigurationError(f"port must be an int in [0, 65535], got {port!r}")
@@ -120,6 +138,12 @@ class Worker:
         if grpc_port is not None and (isinstance(grpc_port, bool) or not isinstance(grpc_port, int)
                                       or not 0 <= grpc_port <= 65535):
             raise ConfigurationError(f"grpc_port must be None or an int in [0, 65535], got {grpc_port!r}")
+        _check_service(max_request_bytes, max_inflight_bytes, tls)
+        self.auth_token = BearerToken(auth_token) if isinstance(auth_token, str) else auth_token
+        self.tls, self.max_inflight_bytes = tls, max_inflight_bytes
+        self.limits = limits if limits is not None else ConnectionLimits()
+        self._reading_bytes = 0  # request bodies being read (their reservations; the event loop's)
+        self._http: HttpServer | None = None
         self.host = host
         self._port = port
         self._grpc_port = grpc_port
@@ -157,6 +181,9 @@ class Worker:
 
     # -- construction helpers ---------------------------------------------------------------------
 
+    def __repr__(self) -> str:  # never the token
+        return f"Worker(url={self.url!r}, auth={'bearer' if self.auth_token else 'none'}, tls={self.tls is not None})"
+
     def _make_auditor(self, judge: RagJudge | None, sample_rate: float, timeout_s: float, audit_log: str | None,
                       sinks: Iterable[JudgementSink], sessions: Any = None) -> Any:
         from ...auditor import Auditor
@@ -165,6 +192,7 @@ class Worker:
         assert self._outputs is not None
         logs = EvaluationLogSink(self._outputs.logger_provider)
         return Auditor(judge, tracer_provider=self._outputs.tracer_provider, sinks=[logs, *sinks],
+                       meter_provider=self._outputs.meter_provider,
                        audit_log=audit_log, sample_rate=sample_rate, max_queue=self.max_queue, timeout_s=timeout_s,
                        on_judgement=self._judged, judge_trace="turn", exit_timeout_s=self.shutdown_timeout_s,
                        sessions=sessions)
@@ -179,11 +207,17 @@ class Worker:
 
         for key in ("spans_received", "spans_rejected", "spans_refused", "spans_own", "late_spans",
                     "traces_assembled", "turns_found", "turns_submitted", "turns_judged", "turns_judge_failed",
-                    "dropped_evicted_traces", "dropped_evicted_spans", "judge_dropped"):
+                    "dropped_evicted_traces", "dropped_evicted_spans", "judge_dropped", "requests_unauthorized",
+                    "requests_too_large", "requests_bad", "connections_closed_header_timeout", "connections_evicted"):
             meter.create_observable_counter(f"ragaudit.worker.{key}", callbacks=[observe(key)])
-        for key in ("traces_in_flight", "spans_in_flight", "judge_pending"):
+        for key in ("traces_in_flight", "spans_in_flight", "judge_pending", "inflight_bytes", "connections_open"):
             meter.create_observable_gauge(f"ragaudit.worker.{key}", callbacks=[observe(key)])
         self._latency = meter.create_histogram("ragaudit.worker.judge_latency", unit="s")
+
+    def prometheus_text(self) -> tuple[bytes, str] | None:
+        """``/metrics``: the worker's metrics in Prometheus's text format (None: no exporter, or an
+        Auditor of your own, whose metrics are its business)."""
+        return self._outputs.prometheus_text() if self._outputs is not None else None
 
     # -- counting -----------------------------------------------------------------------------------
 
@@ -221,6 +255,9 @@ class Worker:
         out["judge_sampled_out"] = auditor.get("sampled_out", 0)
         out["auditor"] = auditor
         out["accepting"] = self._accepting
+        out["inflight_bytes"] = buffer.bytes_buffered + self._reading_bytes
+        out["max_inflight_bytes"] = self.max_inflight_bytes
+        out["connections_open"] = self._http.open_connections if self._http is not None else 0
         return out
 
     # -- ingest and readiness (the event loop's thread) ---------------------------------------------
@@ -235,6 +272,8 @@ class Worker:
             return False, "stopping"
         if self._buffer.spans_buffered >= self.max_spans:
             return False, "span buffer full"
+        if self._buffer.bytes_buffered + self._reading_bytes >= self.max_inflight_bytes:
+            return False, "in-flight memory full"
         if self._judge_backlog():
             return False, "judge queue full"
         return True, "ok"
@@ -247,15 +286,32 @@ class Worker:
 
     def ingest(self, body: bytes, *, json_body: bool = False) -> IngestOutcome:
         """Decode one OTLP request body and buffer its spans. Raises :class:`DecodeError`."""
-        self.count("requests")
-        spans, rejected = decode_traces(body, json_body)
+        spans, rejected = self.decode(body, json_body=json_body)
         return self.add_spans(spans, rejected)
+
+    def decode(self, body: bytes | bytearray, *, json_body: bool = False) -> tuple[list[SpanData], int]:
+        """``(spans, rejected)`` of one OTLP request body (counted in ``requests``). Raises :class:`DecodeError`."""
+        self.count("requests")
+        return decode_traces(body, json_body)
+
+    def reserve_bytes(self, n: int) -> bool:
+        """Hold *n* bytes of a request body being read in the in-flight budget; False when it is full."""
+        if self._buffer.bytes_buffered + self._reading_bytes + n > self.max_inflight_bytes:
+            return False
+        self._reading_bytes += n
+        return True
+
+    def release_bytes(self, n: int) -> None:
+        self._reading_bytes -= n
 
     def add_spans(self, spans: list[SpanData], rejected: int = 0) -> IngestOutcome:
         """Buffer decoded *spans* (or refuse them all when full; see the class docstring)."""
         full = None
+        held = self._buffer.bytes_buffered + self._reading_bytes
         if self._buffer.spans_buffered + len(spans) > self.max_spans:
             full = f"span buffer full ({self.max_spans} spans in flight)"
+        elif held + sum(span.size for span in spans) > self.max_inflight_bytes:
+            full = f"in-flight memory full ({self.max_inflight_bytes} bytes)"
         elif self._judge_backlog():
             full = f"judge queue full ({self.max_queue} turns waiting)"
         if full is not None:
@@ -341,32 +397,30 @@ class Worker:
 
     @property
     def url(self) -> str:
-        """``http://host:port`` (what a sender's ``OTEL_EXPORTER_OTLP_ENDPOINT`` takes)."""
-        return f"http://{self.host}:{self._port}"
+        """``http(s)://host:port`` (what a sender's ``OTEL_EXPORTER_OTLP_ENDPOINT`` takes)."""
+        return f"{'https' if self.tls is not None else 'http'}://{self.host}:{self._port}"
 
     async def serve(self, ready: Callable[[], None] | None = None) -> None:
         """Serve until :meth:`stop` (or a signal in :meth:`run`), then shut down gracefully."""
-        from aiohttp import web
-
-        from ._server import make_app
+        from ._server import HttpServer
 
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        runner = web.AppRunner(make_app(self, self.max_request_bytes), handle_signals=False, access_log=None,
-                               shutdown_timeout=min(5.0, self.shutdown_timeout_s))
-        await runner.setup()
-        site = web.TCPSite(runner, self.host, self._port, reuse_address=True)
-        await site.start()
-        addresses = runner.addresses
-        if addresses:
-            self._port = int(addresses[0][1])
+        http = HttpServer(self)
+        self._port = await http.start(self.host, self._port)
+        self._http = http
         grpc_server = None
         if self._grpc_port is not None:
             from ._grpc import start_grpc
 
-            grpc_server, self._grpc_port = await start_grpc(self, self.host, self._grpc_port)
-        logger.info("ragaudit worker: listening on %s%s", self.url,
-                    f" (OTLP/gRPC on port {self._grpc_port})" if grpc_server is not None else "")
+            try:
+                grpc_server, self._grpc_port = await start_grpc(self, self.host, self._grpc_port)
+            except BaseException:
+                await http.stop()
+                raise
+        logger.info("ragaudit worker: listening on %s%s%s", self.url,
+                    f" (OTLP/gRPC on port {self._grpc_port})" if grpc_server is not None else "",
+                    "; a bearer token is required" if self.auth_token is not None else "")
         if ready is not None:
             ready()
         ticker = asyncio.ensure_future(self._tick_forever())
@@ -377,7 +431,7 @@ class Worker:
             self._accepting = False
             if grpc_server is not None:
                 await grpc_server.stop(min(5.0, self.shutdown_timeout_s))
-            await runner.cleanup()
+            await http.stop()
             ticker.cancel()
             self.drain()
             await asyncio.get_running_loop().run_in_executor(None, self._finish, deadline)
@@ -460,3 +514,15 @@ class Worker:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _check_service(max_request_bytes: int, max_inflight_bytes: Any, tls: Any) -> None:
+    if tls is not None:
+        if not isinstance(tls, ServerTLS):
+            raise ConfigurationError(f"tls must be a ServerTLS or None, got {type(tls).__name__}")
+        tls.ssl_context()  # files that will not load are said now, not when the server starts
+    if isinstance(max_inflight_bytes, bool) or not isinstance(max_inflight_bytes, int) or max_inflight_bytes < 1:
+        raise ConfigurationError(f"max_inflight_bytes must be an int >= 1, got {max_inflight_bytes!r}")
+    if max_request_bytes > max_inflight_bytes:
+        raise ConfigurationError(f"max_request_bytes ({max_request_bytes}) must be <= max_inflight_bytes "
+                                 f"({max_inflight_bytes}): a request that large could never be taken")

@@ -16,7 +16,7 @@ from typing import Any
 
 from ...errors import RagAuditError
 
-__all__ = ["DecodeError", "SpanData", "decode_traces", "encode_response", "spans_of"]
+__all__ = ["ATTRIBUTE_OVERHEAD", "DecodeError", "SpanData", "decode_traces", "encode_response", "spans_of"]
 
 STATUS_ERROR = 2
 """``Status.STATUS_CODE_ERROR``."""
@@ -31,6 +31,8 @@ class SpanData:
     """One received span: hex ids, attributes as Python values, the resource's ``service.name``.
 
     ``events`` keeps each span event as ``(name, attributes)`` (exceptions, GenAI content events).
+    ``size``: what holding it costs, in bytes, as the worker's in-flight budget counts it
+    (:func:`spans_of`).
     """
 
     trace_id: str
@@ -46,10 +48,17 @@ class SpanData:
     service: str | None = None
     scope: str = ""
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    size: int = 0
 
     @property
     def failed(self) -> bool:
         return self.status_code == STATUS_ERROR
+
+
+ATTRIBUTE_OVERHEAD = 160
+"""Bytes a decoded attribute costs besides its encoded ones: its key and value as Python objects and
+its dict slot. With it, spans of 40,000 tiny attributes (~10 bytes each on the wire) count about what
+they weigh in the worker (tests/worker/test_receiver_hostile.py; RELIABILITY.md)."""
 
 
 def _value(value: Any) -> Any:
@@ -105,7 +114,7 @@ def _fix_json_ids(doc: Any) -> None:
                             link[key] = _hex_to_b64(link[key])
 
 
-def parse_request(body: bytes, json_body: bool) -> Any:
+def parse_request(body: bytes | bytearray, json_body: bool) -> Any:
     """The ``ExportTraceServiceRequest`` in *body* (protobuf, or OTLP/JSON when *json_body*)."""
     from google.protobuf import json_format
     from google.protobuf.message import DecodeError as ProtoDecodeError
@@ -126,6 +135,9 @@ def parse_request(body: bytes, json_body: bool) -> Any:
     except (ProtoDecodeError, json_format.ParseError, ValueError, TypeError) as exc:
         kind = "OTLP/JSON" if json_body else "OTLP protobuf"
         raise DecodeError(f"not an {kind} ExportTraceServiceRequest: {exc}") from exc
+    except RecursionError:  # JSON nested deeper than json or json_format recurse (400 deep is enough)
+        kind = "OTLP/JSON" if json_body else "OTLP protobuf"
+        raise DecodeError(f"not an {kind} ExportTraceServiceRequest: nested too deep") from None
     return request
 
 
@@ -162,13 +174,18 @@ def iter_spans(request: Any) -> Iterator[SpanData | None]:
                 )
 
 
-def decode_traces(body: bytes, json_body: bool) -> tuple[list[SpanData], int]:
+def decode_traces(body: bytes | bytearray, json_body: bool) -> tuple[list[SpanData], int]:
     """``(spans, rejected)``: the valid spans of an OTLP request body and how many were not."""
-    return spans_of(parse_request(body, json_body))
+    return spans_of(parse_request(body, json_body), len(body))
 
 
-def spans_of(request: Any) -> tuple[list[SpanData], int]:
-    """``(spans, rejected)`` of a decoded ``ExportTraceServiceRequest`` (OTLP/gRPC hands one over)."""
+def spans_of(request: Any, size: int | None = None) -> tuple[list[SpanData], int]:
+    """``(spans, rejected)`` of a decoded ``ExportTraceServiceRequest`` (OTLP/gRPC hands one over).
+
+    Each span's ``size`` is its share of the request's *size* in bytes (None: its encoded size) plus
+    :data:`ATTRIBUTE_OVERHEAD` per attribute, its own and its events': many small attributes count
+    as much as they weigh in memory, not only as their bytes. One size per request, not a
+    ``ByteSize()`` per span: the sum is what the budget needs, and the ingest path pays nothing for it."""
     spans: list[SpanData] = []
     rejected = 0
     for span in iter_spans(request):
@@ -176,6 +193,11 @@ def spans_of(request: Any) -> tuple[list[SpanData], int]:
             rejected += 1
         else:
             spans.append(span)
+    if spans:
+        share = (int(request.ByteSize()) if size is None else size) // (len(spans) + rejected)
+        for span in spans:
+            attributes = len(span.attributes) + sum(len(attrs) for _, attrs in span.events)
+            span.size = share + ATTRIBUTE_OVERHEAD * (attributes + 1)
     return spans, rejected
 
 

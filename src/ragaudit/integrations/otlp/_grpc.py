@@ -1,7 +1,13 @@
 """OTLP/gRPC ``TraceService/Export`` for the worker (the ``worker-grpc`` extra: ``grpcio``).
 
 The same ingest as OTLP/HTTP, on the same event loop (``grpc.aio``): partial success for spans with
-invalid ids, ``UNAVAILABLE`` (retryable, as the OTLP spec has it) when the worker is full or stopping.
+invalid ids, ``UNAVAILABLE`` (retryable, as the OTLP spec has it) when the worker is full or stopping,
+``UNAUTHENTICATED`` without the bearer token (metadata ``authorization: Bearer <token>``, what the
+Collector's ``otlp`` exporter sends with ``headers:``), TLS with the same files as HTTP.
+
+One owner of a port: grpcio sets ``SO_REUSEPORT`` by default, so a second worker on a taken port
+listened too and the kernel split the traffic between the two, silently. ``grpc.so_reuseport=0``
+makes the second one fail to bind, as the HTTP port does, and that is said as a configuration error.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from ._decode import spans_of
 
 if TYPE_CHECKING:
     from ._core import Worker
+    from ._security import BearerToken
 
 __all__ = ["start_grpc"]
 
@@ -42,10 +49,44 @@ async def start_grpc(worker: Worker, host: str, port: int) -> tuple[Any, int]:
                 response.partial_success.error_message = outcome.message
             return response
 
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", worker.max_request_bytes)])
+    interceptors = [] if worker.auth_token is None else [_bearer_check(worker.auth_token, worker, grpc)]
+    server = grpc.aio.server(interceptors=interceptors,
+                             options=[("grpc.max_receive_message_length", worker.max_request_bytes),
+                                      ("grpc.so_reuseport", 0)])
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceService(), server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    address = f"{host}:{port}"
+    try:
+        if worker.tls is not None:
+            credentials = grpc.ssl_server_credentials([worker.tls.pem_pair()])
+            bound = server.add_secure_port(address, credentials)
+        else:
+            bound = server.add_insecure_port(address)
+    except RuntimeError as exc:  # grpcio >= 1.5x raises where older ones returned 0
+        raise ConfigurationError(f"cannot listen for OTLP/gRPC on {address}: the port is taken or the address "
+                                 f"is not this host's ({exc})") from exc
     if bound == 0:
-        raise ConfigurationError(f"cannot listen for OTLP/gRPC on {host}:{port}")
+        raise ConfigurationError(f"cannot listen for OTLP/gRPC on {address}: the port is taken or the address "
+                                 "is not this host's")
     await server.start()
     return server, bound
+
+
+def _bearer_check(token: BearerToken, worker: Worker, grpc: Any) -> Any:
+    """A server interceptor that answers ``UNAUTHENTICATED`` to a call without *token*, from the
+    call's metadata alone: the request is never parsed."""
+
+    async def deny(request: Any, context: Any) -> None:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "ragaudit worker: a bearer token is required "
+                            "(metadata authorization: Bearer <token>)")
+
+    denied = grpc.unary_unary_rpc_method_handler(deny)  # no deserializer: the body stays bytes
+
+    class BearerCheck(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+        async def intercept_service(self, continuation: Any, details: Any) -> Any:
+            metadata = dict(details.invocation_metadata or ())
+            if token.accepts(metadata.get("authorization")):
+                return await continuation(details)
+            worker.count("requests_unauthorized")
+            return denied
+
+    return BearerCheck()

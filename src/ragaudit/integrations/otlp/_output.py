@@ -101,6 +101,15 @@ class Outputs:
     logger_provider: Any
     meter_provider: Any
     endpoint: str | None
+    prometheus: Any = None  # the prometheus_client registry /metrics serves (None: exporter not installed)
+
+    def prometheus_text(self) -> tuple[bytes, str] | None:
+        """The metrics in Prometheus's text format and its content type; None without the exporter."""
+        if self.prometheus is None:
+            return None
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return generate_latest(self.prometheus), CONTENT_TYPE_LATEST
 
     def force_flush(self, timeout_s: float) -> bool:
         ok = True
@@ -176,8 +185,21 @@ def build_outputs(endpoint: str | None, headers: Mapping[str, str] | None = None
     logger_provider.add_log_record_processor(BatchLogRecordProcessor(counted_log_exporter(logs_out, logger_provider)))
     reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=_url(endpoint, "metrics"), headers=extra),
                                            export_interval_millis=max(1.0, metrics_interval_s * 1000))
-    meter_provider = MeterProvider(resource=res, metric_readers=[reader], shutdown_on_exit=False)
-    return Outputs(derived, logger_provider, meter_provider, endpoint)
+    registry, pull = _prometheus_reader()
+    meter_provider = MeterProvider(resource=res, metric_readers=[reader, *pull], shutdown_on_exit=False)
+    return Outputs(derived, logger_provider, meter_provider, endpoint, registry)
+
+
+def _prometheus_reader() -> tuple[Any, list[Any]]:
+    """A pull reader for ``/metrics`` with a registry of its own (never prometheus_client's global
+    one: two workers in a process, or an app's own metrics, stay apart); none without the exporter."""
+    try:
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from prometheus_client import CollectorRegistry
+    except ImportError:  # an install without the worker extra's exporter: /metrics says so
+        return None, []
+    registry = CollectorRegistry(auto_describe=True)
+    return registry, [PrometheusMetricReader(registry=registry)]
 
 
 def _parse_env_headers(value: str | None) -> dict[str, str] | None:
