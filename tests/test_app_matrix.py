@@ -355,7 +355,8 @@ def lc_multi_query(env: Env, kb: Any) -> None:
 def lc_thread_pool(env: Env, kb: Any) -> None:
     """A retriever called from a plain thread pool inside a RunnableLambda (failure 5): it leaves the
     callback tree, but its documents reach the prompt: judged on the prompt's passages, counted in
-    ``evidence_from_prompt``."""
+    ``evidence_from_prompt``. Under ``instrument()`` the lost retrieval is a turn of its own, closed first:
+    its documents keep their ids in the prompt (an earlier turn's documents, issue 45)."""
     from langchain_core.output_parsers import StrOutputParser
     from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 
@@ -366,11 +367,12 @@ def lc_thread_pool(env: Env, kb: Any) -> None:
     chain = ({"context": RunnableLambda(retrieve), "question": RunnablePassthrough()}
              | _rag_prompt() | chat_openai(env.srv) | StrOutputParser())
     q = QUESTIONS[6]
+    # What reached the model is still seen: the prompt's context, as passages with ids from their text.
+    ids = [f"prompt:{i}" for i in kb.expected[q]]
     if env.mode == "instrument":  # the process-wide handler sees the lost retrieval as a turn of its own
         env.extra_turns.append(q)
-    # What reached the model is still seen: the prompt's context, as passages with ids from their text.
-    env.ask(Expect(q, [f"prompt:{i}" for i in kb.expected[q]], kb.answers[q]),
-            lambda: chain.invoke(q, config=env.config()))
+        ids = kb.expected[q]  # which closed first: its documents keep their ids in the prompt (issue 45)
+    env.ask(Expect(q, ids, kb.answers[q]), lambda: chain.invoke(q, config=env.config()))
 
 
 def lc_history_aware(env: Env, kb: Any) -> None:

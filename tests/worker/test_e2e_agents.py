@@ -70,7 +70,9 @@ def _in_process(style: str, app_llm: LLMServer) -> list[RagTurn]:
     try:
         handler = RagAuditCallbackHandler(auditor=auditor)
         llm = ChatOpenAI(model="gpt-4o-mini", base_url=app_llm.base_url, api_key="sk-test", max_retries=0, timeout=10)
-        STYLES[style](llm, make_store(), {"callbacks": [handler]})
+        app = STYLES[style](llm, make_store())
+        for question in app.questions:
+            app.ask(question, {"callbacks": [handler]})
         assert handler.force_flush(20) and auditor.force_flush(20)
     finally:
         auditor.shutdown()

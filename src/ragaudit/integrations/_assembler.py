@@ -10,14 +10,14 @@ decides what a judge sees is here and nowhere else:
   are its children.
 * **Question**: the root's own question; for a conversation given as messages (an agent), the
   user's last message (:func:`last_user_text`); else the first retrieval's query; else "".
-* **Evidence** (:func:`evidence`): what reached the model, as much of each document as reached it (a
-  document cut on the way is evidence with its first part, ``truncated``), and the documents of earlier
-  turns its input quotes (a follow-up answered from memory keeps their ids). The documents the framework says the
-  answer was built from, when it says so (LlamaIndex ``source_nodes``); else every *outermost*
-  retrieval (a retriever called inside another retriever, such as the base retriever of a
-  compression, multi-query or ensemble retriever, is a child span, not evidence) and every tool
-  output (the documents it returned, or one document: source = tool name, id = tool call id;
-  a tool whose text came from retrievals it ran adds those retrievals instead), in start order,
+* **Evidence** (:func:`evidence`): what reached the model, as much of each document as reached it
+  (a document cut on the way is evidence with its first part, ``truncated``), and the documents of
+  earlier turns its input quotes (a follow-up answered from memory keeps their ids). The documents
+  the framework says the answer was built from, when it says so (LlamaIndex ``source_nodes``); else
+  every *outermost* retrieval (a retriever called inside another retriever, such as the base
+  retriever of a compression, multi-query or ensemble retriever, is a child span, not evidence) and
+  every tool output (the documents it returned, or one document: source = tool name, id = tool call
+  id; a tool whose text came from retrievals it ran adds those retrievals instead), in start order,
   each id once, ranked 1..n.
 * **Answer**: the text field of the root's structured answer (``with_structured_output``, an agent's
   ``structured_response`` by tool calling or by the provider's JSON mode); else the root's answer; else,
@@ -536,15 +536,20 @@ def conversation(root: RunStarted, entries: Sequence[_Entry], parents: Mapping[H
 
 def direct_tool_answer(entries: Sequence[_Entry], parents: Mapping[Hashable, Hashable | None]) -> str | None:
     """The output of the tool that ended the run (a ``return_direct`` tool: its output is the reply),
-    or None: the last tool's output, when no model call started after it other than inside it."""
+    or None: the last tool's output, when a model asked for that tool and no model call started after
+    it other than inside it."""
     last = next((e for e in reversed(entries) if isinstance(e.step, ToolResult)), None)
-    output = last.step.output if last is not None and isinstance(last.step, ToolResult) else None
-    if last is None or last.record.error is not None or not (output or "").strip():
+    if last is None or not isinstance(last.step, ToolResult) or last.record.error is not None:
+        return None
+    tool = last.step
+    asked = any(isinstance(e.step, ModelCall) and any(t.name == tool.name for t in e.step.tool_calls)
+                for e in entries[:last.seq])
+    if not asked or not (tool.output or "").strip():
         return None
     for entry in entries[last.seq + 1:]:
         if isinstance(entry.step, ModelCall) and last.run_id not in set(_ancestors(entry.run_id, parents)):
             return None
-    return output
+    return tool.output
 
 
 def _answer(end: RunEnded | None, error: str | None, entries: Sequence[_Entry],

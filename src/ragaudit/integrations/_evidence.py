@@ -62,8 +62,9 @@ _QUESTION_KEYS = frozenset({"question", "input", "query", "q", "user_input", "us
 _HISTORY_KEYS = frozenset({"chat_history", "history", "messages", "conversation", "agent_scratchpad"})
 _JOIN_RE = re.compile(r"\n\s*\n|\n-{3,}\n|\n={3,}\n")
 _WORD_RE = re.compile(r"[^\W_]+")
-# The escapes of a text quoted in JSON or a Python repr: \n glued to the next word would hide it.
-_ESCAPE_RE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|[nrt])")
+# The escapes of a text quoted in JSON or a Python repr (once or more: a JSON string inside a JSON
+# string): \n glued to the next word would hide it, \u00e9 would split it.
+_ESCAPE_RE = re.compile(r"\\+(?:u([0-9a-fA-F]{4})|[nrt])")
 
 
 def normalize(text: str) -> str:

@@ -35,13 +35,15 @@ import re
 import sys
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from tests.worker.apps.kb import DOCUMENTS, QUESTIONS, HashEmbeddings, answer_for
 
-__all__ = ["FOLLOW_UP", "MAX_TOOL_CHARS", "SCHEMA", "STYLES", "PolicyAnswer", "agent_reply", "make_store"]
+__all__ = ["FOLLOW_UP", "MAX_TOOL_CHARS", "SCHEMA", "STYLES", "SYSTEM_PROMPT", "AgentApp", "PolicyAnswer",
+           "agent_reply", "make_store"]
 
 MODEL = "gpt-4o-mini"
 SCHEMA = "PolicyAnswer"
@@ -87,36 +89,53 @@ def _retrieve_tool(store: Any) -> Any:
     return retrieve_context
 
 
-def _ask(agent: Any, question: str, config: Mapping[str, Any]) -> Any:
-    return agent.invoke({"messages": [{"role": "user", "content": question}]}, config=dict(config))
+@dataclass
+class AgentApp:
+    """One style: the agent, the user's messages in order, what the user reads of a result, and the run's
+    config (``memory``: the thread the checkpointer keeps)."""
+
+    agent: Any
+    questions: list[str]
+    read: Callable[[Any], str]
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def ask(self, question: str, config: Mapping[str, Any]) -> str:
+        """Send one user message (with *config*'s callbacks) and return the reply the user reads."""
+        result = self.agent.invoke({"messages": [{"role": "user", "content": question}]},
+                                   config={**config, **self.config})
+        return self.read(result)
 
 
-# --- the styles: each takes (llm, store, config) and returns [(question, the answer the user reads)] -----
+def _structured_answer(result: Any) -> str:
+    return str(result["structured_response"].answer)
 
 
-def tool_strategy(llm: Any, store: Any, config: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _last_message(result: Any) -> str:
+    return str(result["messages"][-1].content)
+
+
+# --- the styles: each builds its AgentApp from (llm, store) ------------------------------------------------
+
+
+def tool_strategy(llm: Any, store: Any) -> AgentApp:
     from langchain.agents import create_agent
     from langchain.agents.structured_output import ToolStrategy
 
     agent = create_agent(llm, tools=[_retrieve_tool(store)], system_prompt=SYSTEM_PROMPT,
                          response_format=ToolStrategy(PolicyAnswer))
-    question = QUESTIONS[7]
-    result = _ask(agent, question, config)
-    return [(question, result["structured_response"].answer)]
+    return AgentApp(agent, [QUESTIONS[7]], _structured_answer)
 
 
-def provider_strategy(llm: Any, store: Any, config: Mapping[str, Any]) -> list[tuple[str, str]]:
+def provider_strategy(llm: Any, store: Any) -> AgentApp:
     from langchain.agents import create_agent
     from langchain.agents.structured_output import ProviderStrategy
 
     agent = create_agent(llm, tools=[_retrieve_tool(store)], system_prompt=SYSTEM_PROMPT,
                          response_format=ProviderStrategy(PolicyAnswer))
-    question = QUESTIONS[8]
-    result = _ask(agent, question, config)
-    return [(question, result["structured_response"].answer)]
+    return AgentApp(agent, [QUESTIONS[8]], _structured_answer)
 
 
-def return_direct(llm: Any, store: Any, config: Mapping[str, Any]) -> list[tuple[str, str]]:
+def return_direct(llm: Any, store: Any) -> AgentApp:
     from langchain.agents import create_agent
     from langchain.tools import tool
     from langchain_core.output_parsers import StrOutputParser
@@ -138,12 +157,10 @@ def return_direct(llm: Any, store: Any, config: Mapping[str, Any]) -> list[tuple
         return rag_chain.invoke(question)
 
     agent = create_agent(llm, tools=[answer_policy_question], system_prompt=SYSTEM_PROMPT)
-    question = QUESTIONS[9]
-    result = _ask(agent, question, config)
-    return [(question, str(result["messages"][-1].content))]
+    return AgentApp(agent, [QUESTIONS[9]], _last_message)
 
 
-def trimmed_tool(llm: Any, store: Any, config: Mapping[str, Any]) -> list[tuple[str, str]]:
+def trimmed_tool(llm: Any, store: Any) -> AgentApp:
     from langchain.agents import create_agent
     from langchain.agents.middleware import wrap_tool_call
     from langchain_core.messages import ToolMessage
@@ -158,26 +175,20 @@ def trimmed_tool(llm: Any, store: Any, config: Mapping[str, Any]) -> list[tuple[
 
     agent = create_agent(llm, tools=[_retrieve_tool(store)], system_prompt=SYSTEM_PROMPT,
                          middleware=[limit_tool_output])
-    question = QUESTIONS[10]
-    result = _ask(agent, question, config)
-    return [(question, str(result["messages"][-1].content))]
+    return AgentApp(agent, [QUESTIONS[10]], _last_message)
 
 
-def memory(llm: Any, store: Any, config: Mapping[str, Any]) -> list[tuple[str, str]]:
+def memory(llm: Any, store: Any) -> AgentApp:
     from langchain.agents import create_agent
     from langgraph.checkpoint.memory import InMemorySaver
 
     agent = create_agent(llm, tools=[_retrieve_tool(store)], system_prompt=SYSTEM_PROMPT,
                          checkpointer=InMemorySaver())
-    thread = {**config, "configurable": {"thread_id": "1"}}
-    out = []
-    for question in (QUESTIONS[11], FOLLOW_UP):
-        result = _ask(agent, question, thread)
-        out.append((question, str(result["messages"][-1].content)))
-    return out
+    return AgentApp(agent, [QUESTIONS[11], FOLLOW_UP], _last_message,
+                    {"configurable": {"thread_id": uuid.uuid4().hex}})
 
 
-STYLES: dict[str, Callable[[Any, Any, Mapping[str, Any]], list[tuple[str, str]]]] = {
+STYLES: dict[str, Callable[[Any, Any], AgentApp]] = {
     "tool_strategy": tool_strategy, "provider_strategy": provider_strategy, "return_direct": return_direct,
     "trimmed_tool": trimmed_tool, "memory": memory,
 }
@@ -245,8 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     provider = tracer_provider("lc-agents-app")
     LangChainInstrumentor().instrument(tracer_provider=provider)
     llm = ChatOpenAI(model=MODEL, temperature=0, max_retries=0, timeout=10)
-    for question, answer in STYLES[args.style](llm, make_store(), {}):
-        print(json.dumps({"question": question, "answer": answer}), flush=True)
+    app = STYLES[args.style](llm, make_store())
+    for question in app.questions:
+        print(json.dumps({"question": question, "answer": app.ask(question, {})}), flush=True)
     provider.shutdown()
     return 0
 
