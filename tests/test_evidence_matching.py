@@ -126,6 +126,20 @@ def test_a_follow_up_keeps_the_ids_of_documents_earlier_turns_retrieved() -> Non
     assert all(SYSTEM not in d.content and d.content in tool_text for d in alone.documents)
 
 
+def test_earlier_documents_are_not_evidence_of_a_turn_whose_own_documents_reached_the_model() -> None:
+    memory = DocumentMemory()
+    memory.remember(kb(RULE))
+    other = RetrievedDoc(id="x1", content=DESK.replace("returns", "shipping"))
+    # a second question that retrieved its own document: the history quoting the first turn's is history
+    turn = turn_of(retrieved(other), llm(("tool", RULE), ("assistant", "An answer."), ("user", other.content)),
+                   memory=memory)
+    assert [d.id for d in turn.documents] == ["x1"]
+    # a follow-up whose history quotes an earlier document's first sentence only (an earlier answer): no id
+    first_sentence = RULE.split(", and")[0]
+    quoted = turn_of(llm(("assistant", first_sentence), ("user", "Could you repeat that?")), memory=memory)
+    assert [d.id for d in quoted.documents] == []
+
+
 def test_the_memory_is_bounded_and_keeps_whole_documents_only() -> None:
     memory = DocumentMemory(max_documents=2)
     memory.remember([RetrievedDoc(id=f"m{i}", content=f"{RULE} ({i})") for i in range(3)])

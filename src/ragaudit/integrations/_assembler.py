@@ -11,8 +11,9 @@ decides what a judge sees is here and nowhere else:
 * **Question**: the root's own question; for a conversation given as messages (an agent), the
   user's last message (:func:`last_user_text`); else the first retrieval's query; else "".
 * **Evidence** (:func:`evidence`): what reached the model, as much of each document as reached it
-  (a document cut on the way is evidence with its first part, ``truncated``), and the documents of
-  earlier turns its input quotes (a follow-up answered from memory keeps their ids). The documents
+  (a document cut on the way is evidence with its first part, ``truncated``); when none reached it,
+  the documents of earlier turns its input quotes whole (a follow-up answered from memory keeps
+  their ids). The documents
   the framework says the answer was built from, when it says so (LlamaIndex ``source_nodes``); else
   every *outermost* retrieval (a retriever called inside another retriever, such as the base
   retriever of a compression, multi-query or ensemble retriever, is a child span, not evidence) and
@@ -474,8 +475,9 @@ def evidence(
 ) -> Evidence:
     """What reached the model (see the module docstring): the observed documents whose text is in
     the input of the call that produced *answer* (the part that reached it, for a document cut on the
-    way), then the documents of earlier turns it quotes (*memory*), then the context of that input no
-    document explains (:func:`~ragaudit.integrations._evidence.prompt_passages`)."""
+    way); when none did, the whole documents of earlier turns it quotes (*memory*: a follow-up answered
+    from the conversation); then the context of that input no document explains
+    (:func:`~ragaudit.integrations._evidence.prompt_passages`)."""
     groups = observed(entries, parents, sources)
     call = final_call(entries, answer) if sources is None else None
     reference = Reference(call.messages, call.prompt) if call is not None else None
@@ -487,9 +489,12 @@ def evidence(
     seen = merge_documents(groups)
     found = reached(references, seen)
     used = frozenset(doc.id for doc in found)
-    if memory is not None:  # a follow-up quoting what an earlier turn retrieved
+    if memory is not None and not found:
+        # A follow-up answered from the conversation: whole documents an earlier turn retrieved keep
+        # their ids (a part of one is more likely an earlier answer quoting its first sentence).
         ids = {doc.id for doc in seen}
-        found.extend(reached(references, [d for r in references for d in memory.candidates(r) if d.id not in ids]))
+        remembered = [d for r in references for d in memory.candidates(r) if d.id not in ids]
+        found.extend(doc for doc in reached(references, remembered) if not doc.truncated)
     kept = merge_documents([found])
     variables = call.template_variables or template_variables or {}
     passages = prompt_passages(call.messages or (("user", call.prompt or ""),), variables, question=question,
