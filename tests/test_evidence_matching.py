@@ -225,3 +225,15 @@ def test_the_turn_span_and_the_audit_log_show_a_document_that_reached_in_part(tm
     line = json.loads(log.read_text().splitlines()[0])
     assert [(d["id"], d["content"], d.get("truncated", False)) for d in line["documents"]] == [
         ("d1", RULE, False), ("d2", DESK[:30].rstrip(), True)]
+
+
+def test_a_part_of_a_document_in_an_earlier_reply_is_not_evidence() -> None:
+    # the model's earlier answer quoted the document's first sentence; this turn's grader dropped it
+    first_sentence = RULE.split(", and")[0]
+    conversation = (("user", "What about returns?"), ("assistant", first_sentence), ("user", "And the desk?"),
+                    ("user", f"Context: {DESK}"))
+    turn = turn_of(retrieved(*kb(RULE, DESK)), llm(*conversation))
+    assert [d.id for d in turn.documents] == ["d2"]
+    # quoted whole in a reply, it did reach the model (as before)
+    whole = turn_of(retrieved(*kb(RULE, DESK)), llm(("assistant", RULE), ("user", DESK)))
+    assert [d.id for d in whole.documents] == ["d1", "d2"]

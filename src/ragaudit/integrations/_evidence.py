@@ -21,6 +21,7 @@ passages).
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import OrderedDict
 from collections.abc import Iterable, KeysView, Mapping, Sequence
@@ -108,16 +109,28 @@ class _Words:
 
 
 class Reference:
-    """The text of one model call's input, as words, indexed for :meth:`match`."""
+    """The text of one model call's input, as words, indexed for :meth:`match`. The model's own earlier
+    replies in it (assistant messages) count for documents that reached it whole only: a part of a
+    document there is an earlier answer quoting it, not the document."""
 
-    __slots__ = ("_heads", "_index", "text", "words")
+    __slots__ = ("_heads", "_index", "_replies", "text", "words")
 
     def __init__(self, messages: Sequence[Message], prompt: str | None) -> None:
-        parts = [text for _, text in messages if text]
+        parts = [(role, text) for role, text in messages if text]
         if prompt and not parts:
-            parts.append(prompt)
-        self.text = normalize("\n".join(parts))[:MAX_REFERENCE_CHARS]
-        words = _words(_ESCAPE_RE.sub(_unescape, self.text))
+            parts.append(("user", prompt))
+        self.text = normalize("\n".join(text for _, text in parts))[:MAX_REFERENCE_CHARS]
+        words: list[str] = []
+        self._replies: list[tuple[int, int]] = []  # the word ranges of assistant messages, in order
+        budget = MAX_REFERENCE_CHARS
+        for role, text in parts:
+            found = _words(_ESCAPE_RE.sub(_unescape, text[:budget]))
+            budget -= len(text) + 1
+            if role == "assistant" and found:
+                self._replies.append((len(words), len(words) + len(found)))
+            words.extend(found)
+            if budget <= 0:
+                break
         index: dict[str, list[int]] = {}
         for at in range(len(words)):
             index.setdefault(_key(words, at), []).append(at)
@@ -143,11 +156,17 @@ class Reference:
         best: Match | None = None
         for at in (self._index.get(_key(words)) or ())[:MAX_CANDIDATES]:
             found = self._extend(doc, at, len(content))
+            if not found.whole and self._in_reply(at):
+                continue
             if best is None or found.chars > best.chars:
                 best = found
                 if found.whole:
                     break
         return best
+
+    def _in_reply(self, at: int) -> bool:
+        i = bisect.bisect_right(self._replies, (at, len(self.words) + 1)) - 1
+        return i >= 0 and self._replies[i][0] <= at < self._replies[i][1]
 
     def _extend(self, doc: _Words, at: int, length: int) -> Match:
         words, ref = doc.words, self.words
