@@ -90,12 +90,13 @@ def test_agent_through_the_worker_gives_the_handlers_records(style: str, app_llm
                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": worker.url + "/v1/traces"}
         printed = run_app("tests.worker.apps.langchain_agents", [style], env)
         try:
-            wait_for(lambda: len(records.records) >= len(printed), timeout=10, what=f"{len(printed)} records")
-        except TimeoutError:
-            raise AssertionError(worker.stats()) from None
+            wait_for(lambda: len(records.records) >= len(printed), timeout=60, what=f"{len(printed)} records")
+        except TimeoutError:  # say where the turns went
+            raise AssertionError(f"{len(records.records)} of {len(printed)} records: {worker.stats()}") from None
         assert worker.auditor.force_flush(20)
         got = {r.turn.query: shown(r.turn) for r in records.records}
-        assert [p["question"] for p in printed] == list(expected) == list(got)
+        # (judged in the background: the records may come in any order)
+        assert sorted(p["question"] for p in printed) == sorted(expected) == sorted(got)
         assert got == expected
         assert [got[p["question"]][1] for p in printed] == [p["answer"] for p in printed]  # what the user read
         assert judge_srv.request_count == len(printed)  # one judge call per user message
