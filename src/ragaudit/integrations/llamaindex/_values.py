@@ -13,7 +13,7 @@ from typing import Any
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
+from llama_index.core.base.response.schema import AsyncStreamingResponse, PydanticResponse, StreamingResponse
 from llama_index.core.chat_engine.types import BaseChatEngine, StreamingAgentChatResponse
 from llama_index.core.workflow import StopEvent, Workflow
 
@@ -256,10 +256,9 @@ def structured_from(response: Any) -> dict[str, Any] | None:
         value = getattr(holder, "structured_response", None)
         if isinstance(value, Mapping):
             return {k: v for k, v in value.items() if isinstance(k, str)}
-    value = getattr(response, "response", None)
-    if value is not None and not isinstance(value, str) and callable(getattr(value, "model_dump", None)):
+    if isinstance(response, PydanticResponse) and response.response is not None:
         try:
-            dumped = value.model_dump(mode="json")
+            dumped = response.response.model_dump(mode="json")
         except Exception:
             return None
         return dumped if isinstance(dumped, dict) else None
