@@ -22,7 +22,9 @@ passages).
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
+import sys
 from collections import OrderedDict
 from collections.abc import Iterable, KeysView, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -79,7 +81,8 @@ def _unescape(match: re.Match[str]) -> str:
 
 
 def _words(text: str) -> list[str]:
-    return _WORD_RE.findall(text.lower())
+    # interned: the same word on both sides is one object, so comparing runs of words is by identity
+    return list(map(sys.intern, _WORD_RE.findall(text.lower())))
 
 
 def _key(words: Sequence[str], at: int = 0) -> str:
@@ -98,14 +101,18 @@ class Match:
 
 
 class _Words:
-    """A document's words with where each ends in its content."""
+    """A document's words (interned, as the reference's are), and where each is in its content."""
 
-    __slots__ = ("ends", "words")
+    __slots__ = ("content", "words")
 
     def __init__(self, content: str) -> None:
-        found = list(_WORD_RE.finditer(content))
-        self.words = [m.group().lower() for m in found]
-        self.ends = [m.end() for m in found]
+        self.content = content
+        self.words = list(map(sys.intern, map(str.lower, _WORD_RE.findall(content))))
+
+    def span(self, n: int) -> tuple[int, int]:
+        """Where word *n* starts and ends in the content (read once, for a document that reached in part)."""
+        found = next(itertools.islice(_WORD_RE.finditer(self.content), n, None))
+        return found.start(), found.end()
 
 
 class Reference:
@@ -132,7 +139,10 @@ class Reference:
             if budget <= 0:
                 break
         index: dict[str, list[int]] = {}
-        for at in range(len(words)):
+        shifted = [words[i:] for i in range(KEY_WORDS)]
+        for at, key in enumerate(map(" ".join, zip(*shifted, strict=False))):
+            index.setdefault(key, []).append(at)
+        for at in range(max(0, len(words) - KEY_WORDS + 1), len(words)):  # the last, shorter keys
             index.setdefault(_key(words, at), []).append(at)
         self.words = words
         self._index = index
@@ -153,34 +163,35 @@ class Reference:
             return None
         if len(words) < KEY_WORDS:  # too short for the index: whole, as a run of the reference's words
             return self._short(words, doc, len(content))
-        best: Match | None = None
+        best: tuple[int, int, int] | None = None  # (words agreeing, letters of the next one, at)
+        budget = 4 * len(words)  # words compared: linear in the document, however often its opening recurs
         for at in (self._index.get(_key(words)) or ())[:MAX_CANDIDATES]:
-            found = self._extend(doc, at, len(content))
-            if not found.whole and self._in_reply(at):
-                continue
-            if best is None or found.chars > best.chars:
+            found = self._extend(words, at)
+            budget -= found[0]
+            if found[0] == len(words):
+                return Match(at, found[0], len(content), True)
+            if not self._in_reply(at) and (best is None or found > best):
                 best = found
-                if found.whole:
-                    break
-        return best
+            if budget < 0:
+                break
+        if best is None:
+            return None
+        n, letters, at = best
+        # where the part ends in the content, read once: after the last whole word, or in the next one
+        chars = doc.span(n)[0] + letters if letters else doc.span(n - 1)[1]
+        return Match(at, n, chars, False)
 
     def _in_reply(self, at: int) -> bool:
         i = bisect.bisect_right(self._replies, (at, len(self.words) + 1)) - 1
         return i >= 0 and self._replies[i][0] <= at < self._replies[i][1]
 
-    def _extend(self, doc: _Words, at: int, length: int) -> Match:
-        words, ref = doc.words, self.words
-        n = KEY_WORDS
-        limit = min(len(words), len(ref) - at)
-        while n < limit and words[n] == ref[at + n]:
-            n += 1
-        if n == len(words):
-            return Match(at, n, length, True)
-        chars = doc.ends[n - 1]
-        if at + n < len(ref) and words[n].startswith(ref[at + n]):
-            # cut inside a word: its first letters reached the model too
-            chars = doc.ends[n] - len(words[n]) + len(ref[at + n])
-        return Match(at, n, chars, False)
+    def _extend(self, words: list[str], at: int) -> tuple[int, int, int]:
+        """``(words agreeing, letters of the next word that did, at)`` of a document at *at*."""
+        ref = self.words
+        n = _agreeing(words, ref, at, KEY_WORDS, min(len(words), len(ref) - at))
+        if n < len(words) and at + n < len(ref) and words[n].startswith(ref[at + n]):
+            return n, len(ref[at + n]), at  # cut inside a word: its first letters reached the model too
+        return n, 0, at
 
     def _short(self, words: list[str], doc: _Words, length: int) -> Match | None:
         # the index keys hold KEY_WORDS words: a shorter document is looked up by its first word
@@ -199,6 +210,27 @@ class Reference:
         """Whether *content* reached the model whole."""
         found = self.match(content)
         return found is not None and found.whole
+
+
+def _agreeing(words: list[str], ref: list[str], at: int, n: int, limit: int) -> int:
+    """How many first words of *words* equal those of *ref* from *at* (the first *n* do), up to *limit*:
+    compared a slice at a time (doubling, then halving at a difference), so a long document costs list
+    comparisons, not a Python step per word."""
+    step = 8
+    while n < limit:
+        end = min(limit, n + step)
+        if words[n:end] == ref[at + n:at + end]:
+            n, step = end, step * 2
+            continue
+        low, high = n, end  # words[:low] agree; the first difference is in [low, high)
+        while high - low > 1:
+            mid = (low + high) // 2
+            if words[low:mid] == ref[at + low:at + mid]:
+                low = mid
+            else:
+                high = mid
+        return low
+    return n
 
 
 def reached(references: Sequence[Reference], documents: Iterable[RetrievedDoc]) -> list[RetrievedDoc]:
