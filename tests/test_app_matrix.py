@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic import BaseModel, Field
 
 from ragaudit import Auditor, FakeJudge, JudgeRequest
 from ragaudit.integrations import closer_for
@@ -94,6 +95,11 @@ def app_rule(body: dict[str, Any]) -> Scripted:
         question = next(t for m, t in zip(reversed(messages), reversed(texts), strict=True) if m["role"] == "user")
         return f'Thought: I need to use a tool.\nAction: policies\nAction Input: {json.dumps({"input": question})}'
     tools = [t for t in body.get("tools") or () if t["function"]["name"] != "handoff"]
+    if "format the output according to the provided schema" in joined:  # an agent's output_cls (structured)
+        filled = {"answer": f"In short: {answer_from([conversation])}", "confidence": 1.0}
+        if tools:  # by function calling
+            return Reply(tool_calls=[ToolCall(tools[0]["function"]["name"], filled)])
+        return json.dumps(filled)  # by the provider's JSON mode
     if tools and messages[-1].get("role") == "user":
         function = tools[0]["function"]
         argument = next(iter(function["parameters"]["properties"]))
@@ -355,7 +361,8 @@ def lc_multi_query(env: Env, kb: Any) -> None:
 def lc_thread_pool(env: Env, kb: Any) -> None:
     """A retriever called from a plain thread pool inside a RunnableLambda (failure 5): it leaves the
     callback tree, but its documents reach the prompt: judged on the prompt's passages, counted in
-    ``evidence_from_prompt``."""
+    ``evidence_from_prompt``. Under ``instrument()`` the lost retrieval is a turn of its own, closed first:
+    its documents keep their ids in the prompt (an earlier turn's documents, issue 45)."""
     from langchain_core.output_parsers import StrOutputParser
     from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 
@@ -366,11 +373,12 @@ def lc_thread_pool(env: Env, kb: Any) -> None:
     chain = ({"context": RunnableLambda(retrieve), "question": RunnablePassthrough()}
              | _rag_prompt() | chat_openai(env.srv) | StrOutputParser())
     q = QUESTIONS[6]
+    # What reached the model is still seen: the prompt's context, as passages with ids from their text.
+    ids = [f"prompt:{i}" for i in kb.expected[q]]
     if env.mode == "instrument":  # the process-wide handler sees the lost retrieval as a turn of its own
         env.extra_turns.append(q)
-    # What reached the model is still seen: the prompt's context, as passages with ids from their text.
-    env.ask(Expect(q, [f"prompt:{i}" for i in kb.expected[q]], kb.answers[q]),
-            lambda: chain.invoke(q, config=env.config()))
+        ids = kb.expected[q]  # which closed first: its documents keep their ids in the prompt (issue 45)
+    env.ask(Expect(q, ids, kb.answers[q]), lambda: chain.invoke(q, config=env.config()))
 
 
 def lc_history_aware(env: Env, kb: Any) -> None:
@@ -668,6 +676,31 @@ def li_function_agent(env: Env, kb: LiKB) -> None:
     assert reply == kb.answers[q]
 
 
+class PolicyAnswer(BaseModel):
+    """An answer about the store's policies."""
+
+    answer: str = Field(description="The answer to the user's question.")
+    confidence: float = Field(description="How sure the answer is, from 0 to 1.")
+
+
+def li_function_agent_structured(env: Env, kb: LiKB) -> None:
+    """LlamaIndex "Structured output" of agents (developers.llamaindex.ai, agents, ``output_cls``):
+    ``FunctionAgent(tools=[...], output_cls=PolicyAnswer)``; the app reads ``response.structured_response``.
+    Its ``answer`` field is the answer judged (issue 45), the model call that filled it the final call."""
+    from llama_index.core.agent.workflow import FunctionAgent
+
+    agent = FunctionAgent(tools=[_query_tool(env, kb)], llm=li_openai(env.srv), system_prompt="Use the tool.",
+                          output_cls=PolicyAnswer)
+    q = QUESTIONS[5]
+
+    async def run() -> Any:
+        return await agent.run(user_msg=q)
+
+    answer = f"In short: {kb.answers[q]}"  # the structured field, not the agent's chat reply
+    out = env.ask(Expect(q, kb.expected[q], answer, tools=1), lambda: asyncio.run(run()))
+    assert out.structured_response == {"answer": answer, "confidence": 1.0}
+
+
 def li_function_agent_memory(env: Env, kb: LiKB) -> None:
     """A FunctionAgent given the conversation's memory: the second message has history."""
     from llama_index.core.agent.workflow import FunctionAgent
@@ -728,7 +761,8 @@ def li_function_agent_text_tool(env: Env, kb: LiKB) -> None:
 
 
 LLAMAINDEX_STYLES = [li_query_engine, li_query_engine_stream, li_reranker, li_empty_response, li_query_fusion,
-                     li_condense_plus_context, li_function_agent, li_function_agent_memory, li_react_agent,
+                     li_condense_plus_context, li_function_agent, li_function_agent_structured,
+                     li_function_agent_memory, li_react_agent,
                      li_agent_workflow_retriever_tool, li_function_agent_text_tool]
 # What LlamaIndex's legacy CallbackManager reports (query engines); workflows and agents emit no
 # legacy callback events, so there instrument() is the one way in.

@@ -42,6 +42,7 @@ from tests.support.app_servers import check_judged_turns, check_turn_traces, che
 from tests.support.judges import open_judge
 from tests.support.llm_server import Fault, LLMServer, Reply, Scripted, ToolCall
 from tests.support.topics import QUESTIONS, answer_for, topic_documents
+from tests.worker.apps import langchain_agents as agents
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -60,9 +61,19 @@ def _content(message: dict[str, Any]) -> str:
 
 
 def docs_in(text: str) -> list[str]:
-    """The knowledge-base documents whose full text is in *text*, in the order they appear."""
-    found = [(text.find(full), doc_id) for doc_id, full in TEXTS.items() if full in text]
+    """The knowledge-base documents in *text*, whole or cut (their first 24 characters are), in the order
+    they appear."""
+    found = [(text.find(full[:24]), doc_id) for doc_id, full in TEXTS.items() if full[:24] in text]
     return [doc_id for _, doc_id in sorted(found)]
+
+
+def part_in(full: str, text: str) -> str:
+    """The longest first part of *full* that is in *text* (all of it when it is there whole)."""
+    low, high = 0, len(full)
+    while low < high:  # a first part that is in text has every shorter first part in text too
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if full[:mid] in text else (low, mid - 1)
+    return full[:low]
 
 
 class AppModel:
@@ -76,6 +87,10 @@ class AppModel:
         if self.fail:
             return Fault.server_error()
         messages = body["messages"]
+        if any(_content(m) == agents.SYSTEM_PROMPT for m in messages):  # the create_agent apps of issue 45
+            reply = agents.agent_reply(body)
+            if reply is not None:
+                return reply
         text = "\n".join(_content(m) for m in messages)
         schema = (body.get("response_format") or {}).get("json_schema", {}).get("name")
         if schema == "GradeDocuments":  # the first retrieval is graded out, the rewritten question's kept
@@ -125,6 +140,7 @@ class Env:
         self.handler = handler(self.auditor)
         self.expects: list[Expect] = []
         self.final_inputs: list[list[str]] = []  # per message: the documents in its last model call
+        self.final_texts: list[str] = []  # per message: the text of its last model call's messages
 
     def _judged(self, turn: RagTurn, judgement: Judgement) -> None:
         self.judged.append(turn)
@@ -144,13 +160,26 @@ class Env:
             return run()
         finally:
             calls = self.app.requests[before:]
-            self.final_inputs.append(docs_in("\n".join(_content(m) for m in calls[-1].messages)) if calls else [])
+            final = "\n".join(_content(m) for m in calls[-1].messages) if calls else ""
+            self.final_inputs.append(docs_in(final))
+            self.final_texts.append(final)
             self.expects.append(expect)
+
+    def check_evidence_text(self, expect: Expect, turn: RagTurn) -> None:
+        """The judge saw each document as the message's final model call received it: whole, or the
+        first part that reached it (``truncated``), with its id."""
+        final = self.final_texts[self.expects.index(expect)]
+        for doc in turn.documents:
+            part = part_in(TEXTS[doc.id], final)
+            assert (doc.content, doc.truncated) == (part, part != TEXTS[doc.id]), (doc, final)
+        prompts = [r.prompt_text for r in self.judge_srv.requests]
+        assert any(expect.question in p and all(d.content in p for d in turn.documents) for p in prompts)
 
     def check(self) -> None:
         self.handler.force_flush(20)
         assert self.auditor.force_flush(20)
         for expect, turn in check_judged_turns(self):
+            self.check_evidence_text(expect, turn)
             if expect.citations is not None:
                 assert [(x.doc_id, x.method) for x in turn.citations] == [(i, "structured") for i in expect.citations]
             used = [d for r in turn.retrievals for d in r.documents if d.id not in (r.used_ids or ())]
@@ -462,8 +491,68 @@ def lc_failing_model(env: Env, kb: KB, app_model: AppModel) -> None:
         app_model.fail = False
 
 
+# --- create_agent as LangChain 1.x writes it (issue 45): the apps are tests/worker/apps/langchain_agents.py,
+# shared with the worker's end-to-end test (tests/worker/test_e2e_agents.py), which runs them as processes
+# exported through OpenInference.
+
+
+def _run_agent(env: Env, build: Callable[[Any, Any], agents.AgentApp], kb: KB, *expects: Expect) -> None:
+    app = build(env.llm(), kb.store)
+    assert [e.question for e in expects] == app.questions
+    for expect in expects:
+        read = env.ask(expect, lambda q=expect.question: app.ask(q, env.config()))
+        assert read == expect.answer  # the reply the user reads is the answer judged
+
+
+def lc_agent_tool_strategy(env: Env, kb: KB) -> None:
+    """LangChain "Structured output" (docs.langchain.com/oss/python/langchain/structured-output, "Tool
+    calling strategy"): ``create_agent(model, tools=[retrieve_context], response_format=ToolStrategy(
+    PolicyAnswer))``. The user reads ``result["structured_response"].answer``; the last AI message is a tool
+    call with empty content."""
+    q = QUESTIONS[7]
+    _run_agent(env, agents.tool_strategy, kb, Expect(q, kb.top2[q], kb.answer(kb.top2[q])))
+
+
+def lc_agent_provider_strategy(env: Env, kb: KB) -> None:
+    """The same page, "Provider strategy": ``response_format=ProviderStrategy(PolicyAnswer)``; the model
+    answers with the schema's JSON, the user reads its ``answer`` field (not the JSON text)."""
+    q = QUESTIONS[8]
+    _run_agent(env, agents.provider_strategy, kb, Expect(q, kb.top2[q], kb.answer(kb.top2[q])))
+
+
+def lc_agent_return_direct(env: Env, kb: KB) -> None:
+    """LangChain "Tools" (docs.langchain.com/oss/python/langchain/tools), ``@tool(return_direct=True)`` around
+    the LCEL RAG chain of "Build a RAG app": the agent stops on the tool's output, the reply; the final model
+    call is the chain's, inside the tool."""
+    q = QUESTIONS[9]
+    _run_agent(env, agents.return_direct, kb, Expect(q, kb.top2[q], kb.answer(kb.top2[q])))
+
+
+def lc_agent_trimmed_tool(env: Env, kb: KB) -> None:
+    """LangChain "Custom middleware" (docs.langchain.com/oss/python/langchain/middleware/custom, wrap-style
+    hooks): a ``@wrap_tool_call`` that cuts tool results to ``MAX_TOOL_CHARS``. The model saw the first
+    document whole and the second cut inside a word: the judge sees the same, the second ``truncated``."""
+    q = QUESTIONS[10]
+    ids = kb.top2[q]
+    _run_agent(env, agents.trimmed_tool, kb, Expect(q, ids, kb.answer(ids)))
+    cut = part_in(TEXTS[ids[1]], env.final_texts[-1])
+    assert TEXTS[ids[0]] in env.final_texts[-1] and 24 < len(cut) < len(TEXTS[ids[1]])
+
+
+def lc_agent_memory(env: Env, kb: KB) -> None:
+    """LangChain "Short-term memory" (docs.langchain.com/oss/python/langchain/short-term-memory): the RAG
+    agent with ``checkpointer=InMemorySaver()``; a follow-up on the same ``thread_id`` is answered from the
+    conversation, with no retrieval of its own: its evidence is the first message's documents, with their
+    ids, and never the agent's system prompt."""
+    q = QUESTIONS[11]
+    ids = kb.top2[q]
+    _run_agent(env, agents.memory, kb, Expect(q, ids, kb.answer(ids)), Expect(agents.FOLLOW_UP, ids, kb.answer(ids)))
+    assert agents.SYSTEM_PROMPT in env.final_texts[-1]
+
+
 STYLES = [lc_rag_agent, lc_rag_chain_dynamic_prompt, lc_rag_chain_before_model, lc_langgraph_retrieve_generate,
-          lc_agentic_rag, lc_structured_citations, lc_failing_model]
+          lc_agentic_rag, lc_structured_citations, lc_failing_model, lc_agent_tool_strategy,
+          lc_agent_provider_strategy, lc_agent_return_direct, lc_agent_trimmed_tool, lc_agent_memory]
 
 
 class _Handler:

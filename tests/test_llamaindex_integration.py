@@ -720,3 +720,25 @@ def test_same_spans_and_audit_line_as_langchain_for_the_same_question(
         assert {k for k in set(lc_attrs) - differ if lc_attrs[k] != li_attrs[k]} == set(), name
     assert lc_by[c.SPAN_TURN][c.INPUT_VALUE] == li_by[c.SPAN_TURN][c.INPUT_VALUE] == q
     assert li_by[c.SPAN_TURN][c.retrieval_metric_key("mrr@10")] == pytest.approx(0.5)
+
+
+def test_structured_answers_are_read_from_llamaindex_return_values() -> None:
+    # issue 45: an agent's structured_response (output_cls) and a query engine's PydanticResponse; an
+    # agent's chat reply (a pydantic ChatMessage) and a text response are none
+    from llama_index.core.agent.workflow import AgentOutput
+    from llama_index.core.base.response.schema import PydanticResponse, Response
+    from llama_index.core.llms import ChatMessage
+    from pydantic import BaseModel
+
+    from ragaudit.integrations.llamaindex._values import structured_from
+
+    class Answer(BaseModel):
+        answer: str
+        confidence: float
+
+    reply = ChatMessage(role="assistant", content="Returns take 30 days.")
+    filled = {"answer": "Returns take 30 days.", "confidence": 1.0}
+    assert structured_from(AgentOutput(response=reply, structured_response=filled, current_agent_name="a")) == filled
+    assert structured_from(PydanticResponse(response=Answer(**filled))) == filled
+    assert structured_from(AgentOutput(response=reply, current_agent_name="a")) is None
+    assert structured_from(Response(response="Returns take 30 days.")) is None

@@ -119,7 +119,8 @@ class RetrievedDoc:
 
     ``id`` is the store's own id when it has one (Chroma id, LlamaIndex node id, ``Document.id``,
     metadata ``id``/``doc_id``), else :func:`stable_doc_id`. ``rank`` is 1-based. ``score`` is the
-    retriever's similarity score when it reported one.
+    retriever's similarity score when it reported one. ``truncated``: the document reached the model
+    in part (an app or a middleware cut it to fit) and ``content`` is that part, as evidence is.
     """
 
     id: str
@@ -128,6 +129,7 @@ class RetrievedDoc:
     rank: int = 1
     source: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    truncated: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
@@ -144,6 +146,8 @@ class RetrievedDoc:
             if math.isnan(self.score):
                 raise ConfigurationError("RetrievedDoc.score must not be NaN")
             object.__setattr__(self, "score", float(self.score))
+        if not isinstance(self.truncated, bool):
+            raise ConfigurationError(f"RetrievedDoc.truncated must be a bool, got {self.truncated!r}")
         object.__setattr__(self, "metadata", _frozen_mapping(self.metadata, "RetrievedDoc.metadata"))
 
 

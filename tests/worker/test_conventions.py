@@ -82,3 +82,38 @@ def test_two_chains_under_one_request_span_are_two_turns() -> None:
         second = rag_trace(maker, question="What about shipping?")
     turns = _turns([*first, *second, *maker.take()])
     assert [t.query for t, _ in turns] == ["What about warranty?", "What about shipping?"]
+
+
+def test_openinference_langchain_agent_state_structured_response_and_tool_artifact() -> None:
+    # issue 45: OpenInference serialises a create_agent's state and a tool's ToolMessage as LangChain's
+    # messages_to_dict writes them ({"type": ..., "data": {...}}); the documents are the ToolMessage's
+    # artifact, the answer the state's structured_response
+    maker = SpanMaker()
+    t = maker.tracer
+    tool_text = "\n\n".join(f"Content: {text}" for _, text in DOCS)
+    artifact = [{"id": doc_id, "metadata": {}, "page_content": text, "type": "Document"} for doc_id, text in DOCS]
+
+    def message(kind: str, content: str, **extra: object) -> dict[str, object]:
+        return {"type": kind, "data": {"content": content, "type": kind, **extra}}
+
+    state = {"messages": [message("human", QUESTION), message("ai", ""), message("tool", tool_text), message("ai", ""),
+                          message("tool", "Returning structured response: ...")],
+             "structured_response": {"answer": ANSWER, "confidence": 1.0}}
+    with t.start_as_current_span("LangGraph", attributes={
+            "openinference.span.kind": "CHAIN", "input.value": json.dumps({"messages": [
+                {"role": "user", "content": QUESTION}]}), "output.value": json.dumps(state)}):
+        with t.start_as_current_span("retrieve_context", attributes={
+                "openinference.span.kind": "TOOL", "tool.name": "retrieve_context", "input.value": QUESTION,
+                "output.value": json.dumps(message("tool", tool_text, tool_call_id="c1", artifact=artifact))}):
+            pass
+        with t.start_as_current_span("ChatOpenAI", attributes={
+                "openinference.span.kind": "LLM", "llm.input_messages.0.message.role": "user",
+                "llm.input_messages.0.message.content": QUESTION, "llm.input_messages.1.message.role": "tool",
+                "llm.input_messages.1.message.content": tool_text, "llm.output_messages.0.message.role": "assistant",
+                "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "PolicyAnswer",
+                "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": json.dumps(
+                    {"answer": ANSWER, "confidence": 1.0})}):
+            pass
+    [(turn, _)] = _turns(maker.take())
+    assert (turn.query, turn.answer) == (QUESTION, ANSWER)
+    assert [(d.id, d.content) for d in turn.documents] == list(DOCS)

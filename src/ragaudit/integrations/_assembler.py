@@ -10,15 +10,21 @@ decides what a judge sees is here and nowhere else:
   are its children.
 * **Question**: the root's own question; for a conversation given as messages (an agent), the
   user's last message (:func:`last_user_text`); else the first retrieval's query; else "".
-* **Evidence** (:func:`evidence`): what reached the model. The documents the framework says the
-  answer was built from, when it says so (LlamaIndex ``source_nodes``); else every *outermost*
-  retrieval (a retriever called inside another retriever, such as the base retriever of a
-  compression, multi-query or ensemble retriever, is a child span, not evidence) and every tool
-  output (the documents it returned, or one document: source = tool name, id = tool call id;
-  a tool whose text came from retrievals it ran adds those retrievals instead), in start order,
+* **Evidence** (:func:`evidence`): what reached the model, as much of each document as reached it
+  (a document cut on the way is evidence with its first part, ``truncated``); when none reached it,
+  the documents of earlier turns its input quotes whole (a follow-up answered from memory keeps
+  their ids). The documents
+  the framework says the answer was built from, when it says so (LlamaIndex ``source_nodes``); else
+  every *outermost* retrieval (a retriever called inside another retriever, such as the base
+  retriever of a compression, multi-query or ensemble retriever, is a child span, not evidence) and
+  every tool output (the documents it returned, or one document: source = tool name, id = tool call
+  id; a tool whose text came from retrievals it ran adds those retrievals instead), in start order,
   each id once, ranked 1..n.
-* **Answer**: the root's answer; else the last successful model output. ``""`` and LlamaIndex's
-  ``"Empty Response"`` are empty answers: traced and counted, not judged.
+* **Answer**: the text field of the root's structured answer (``with_structured_output``, an agent's
+  ``structured_response`` by tool calling or by the provider's JSON mode); else the root's answer; else,
+  when that is empty and a tool ended the run (``return_direct``), the tool's output; else the last
+  successful model output. ``""`` and LlamaIndex's ``"Empty Response"`` are empty answers: traced and
+  counted, not judged.
 * **History and standalone question** (:func:`conversation`): the earlier user and assistant
   messages (the last :data:`MAX_HISTORY_MESSAGES`, each cut at :data:`MAX_MESSAGE_CHARS`), and,
   in a conversation, the first outermost retrieval's query when it differs from the question
@@ -55,7 +61,7 @@ from ..records import (
     truncate,
 )
 from ._common import ground_truth_from, report_failure
-from ._evidence import Reference, normalize, numbers_from_zero, prompt_passages
+from ._evidence import DocumentMemory, Reference, normalize, numbers_from_zero, prompt_passages, reached
 from ._structured import structured_answer, structured_citations
 from .steps import ErrorStep, ModelCall, RetrievalStep, RunEnded, RunKind, RunStarted, ToolResult
 
@@ -70,6 +76,7 @@ __all__ = [
     "UNFINISHED",
     "TurnAssembler",
     "conversation",
+    "direct_tool_answer",
     "evicted_error",
     "evidence",
     "finish_turn",
@@ -167,16 +174,19 @@ class TurnAssembler:
     evidence is: the judge needs it; the content policy decides what is exported).
     *retrieval_outside*: the source saw a retrieval run outside any turn (a vector-store search
     with no run to belong to), which names the case in the no-evidence warning. *answer_field*:
-    the text field of a structured answer (:mod:`~ragaudit.integrations._structured`).
+    the text field of a structured answer (:mod:`~ragaudit.integrations._structured`). *memory*: the
+    documents the source's earlier turns observed (one :class:`~ragaudit.integrations._evidence.DocumentMemory`
+    per source): a turn whose model input quotes them keeps their ids; each build adds its turn's.
     """
 
     __slots__ = ("_capture", "_entries", "_last", "answer_field", "end", "errors", "framework", "from_prompt",
-                 "parents", "retrieval_outside", "root")
+                 "memory", "parents", "retrieval_outside", "root")
 
     def __init__(self, framework: str, *, capture_content: bool = True, retrieval_outside: bool = False,
-                 answer_field: str | None = None) -> None:
+                 answer_field: str | None = None, memory: DocumentMemory | None = None) -> None:
         self.framework = framework
         self.answer_field = answer_field
+        self.memory = memory
         self._capture = capture_content
         self.retrieval_outside = retrieval_outside
         self.from_prompt = 0  # passages of the prompt in the evidence of the last build()
@@ -270,8 +280,12 @@ class TurnAssembler:
         :meth:`entries`, also the end of a turn whose root never ended. Raises
         :class:`~ragaudit.ConfigurationError` only for values a record rejects.
         """
-        turn, found = _build(self, self.entries(closed_at), handle, self._last if closed_at is None else closed_at)
+        entries = self.entries(closed_at)
+        turn, found = _build(self, entries, handle, self._last if closed_at is None else closed_at)
         self.from_prompt = found.from_prompt
+        if self.memory is not None:
+            sources = self.end.sources if self.end is not None else None
+            self.memory.remember(doc for group in observed(entries, self.parents, sources) for doc in group)
         return turn
 
     def unjudged_reason(self, turn: RagTurn) -> str | None:
@@ -406,6 +420,9 @@ def final_call(entries: Sequence[_Entry], answer: str | None) -> ModelCall | Non
             said = normalize(call.output or "")
             if said and (said == wanted or wanted in said or said in wanted):
                 return call
+            # an answer given as a tool call's arguments (a structured response by tool calling)
+            if any(wanted in normalize(t.arguments or "") for t in call.tool_calls):
+                return call
     return calls[-1]
 
 
@@ -454,10 +471,13 @@ def evidence(
     answer: str | None = None,
     question: str = "",
     template_variables: Mapping[str, str] | None = None,
+    memory: DocumentMemory | None = None,
 ) -> Evidence:
     """What reached the model (see the module docstring): the observed documents whose text is in
-    the input of the call that produced *answer*, then the context of that input no observed
-    document explains (:func:`~ragaudit.integrations._evidence.prompt_passages`)."""
+    the input of the call that produced *answer* (the part that reached it, for a document cut on the
+    way); when none did, the whole documents of earlier turns it quotes (*memory*: a follow-up answered
+    from the conversation); then the context of that input no document explains
+    (:func:`~ragaudit.integrations._evidence.prompt_passages`)."""
     groups = observed(entries, parents, sources)
     call = final_call(entries, answer) if sources is None else None
     reference = Reference(call.messages, call.prompt) if call is not None else None
@@ -466,13 +486,20 @@ def evidence(
         used = frozenset(doc.id for doc in sources) if sources is not None else None
         return Evidence(merge_documents(groups), used)
     references = [reference, *_feeding(call, entries, reference)]
-    reached = [doc for group in groups for doc in group if any(r.contains(doc.content) for r in references)]
-    kept = merge_documents([reached])
+    seen = merge_documents(groups)
+    found = reached(references, seen)
+    used = frozenset(doc.id for doc in found)
+    if memory is not None and not found:
+        # A follow-up answered from the conversation: whole documents an earlier turn retrieved keep
+        # their ids (a part of one is more likely an earlier answer quoting its first sentence).
+        ids = {doc.id for doc in seen}
+        remembered = [d for r in references for d in memory.candidates(r) if d.id not in ids]
+        found.extend(doc for doc in reached(references, remembered) if not doc.truncated)
+    kept = merge_documents([found])
     variables = call.template_variables or template_variables or {}
     passages = prompt_passages(call.messages or (("user", call.prompt or ""),), variables, question=question,
                                explained=kept)
-    return Evidence(merge_documents([kept, passages]), frozenset(doc.id for doc in reached), len(passages),
-                    numbers_from_zero(reference.text))
+    return Evidence(merge_documents([kept, passages]), used, len(passages), numbers_from_zero(reference.text))
 
 
 def _cap_history(messages: Iterable[Message]) -> tuple[Message, ...]:
@@ -512,16 +539,42 @@ def conversation(root: RunStarted, entries: Sequence[_Entry], parents: Mapping[H
     return history, standalone
 
 
-def _answer(end: RunEnded | None, error: str | None, generations: Sequence[Generation],
-            answer_field: str | None) -> str | None:
+def direct_tool_answer(entries: Sequence[_Entry], parents: Mapping[Hashable, Hashable | None]) -> str | None:
+    """The output of the tool that ended the run (a ``return_direct`` tool: its output is the reply),
+    or None: the last tool's output, when a model asked for that tool and no model call started after
+    it other than inside it."""
+    last = next((e for e in reversed(entries) if isinstance(e.step, ToolResult)), None)
+    if last is None or not isinstance(last.step, ToolResult) or last.record.error is not None:
+        return None
+    tool = last.step
+    asked = any(isinstance(e.step, ModelCall) and any(t.name == tool.name for t in e.step.tool_calls)
+                for e in entries[:last.seq])
+    if not asked or not (tool.output or "").strip():
+        return None
+    for entry in entries[last.seq + 1:]:
+        if isinstance(entry.step, ModelCall) and last.run_id not in set(_ancestors(entry.run_id, parents)):
+            return None
+    return tool.output
+
+
+def _answer(end: RunEnded | None, error: str | None, entries: Sequence[_Entry],
+            parents: Mapping[Hashable, Hashable | None], answer_field: str | None) -> str | None:
+    """The structured answer's text field; else the root's answer; else, when that is empty, the output
+    of a tool that answered (:func:`direct_tool_answer`); else the last successful model output."""
     if error is not None:
         return None
     if end is not None and end.structured is not None:
         text = structured_answer(end.structured, answer_field)
         if text is not None:
             return text
+    if end is not None and end.answer is not None and end.answer.strip():
+        return end.answer
+    direct = direct_tool_answer(entries, parents)
+    if direct is not None:
+        return direct
     if end is not None and end.answer is not None:
         return end.answer
+    generations = [e.record for e in entries if isinstance(e.record, Generation)]
     return next((g.output for g in reversed(generations) if g.output is not None and g.error is None), None)
 
 
@@ -570,9 +623,9 @@ def _build(assembler: TurnAssembler, entries: list[_Entry], handle: TurnHandle |
     tool_calls = tuple(e.record for e in entries if isinstance(e.record, ToolCall))
     query = root.question or last_user_text(root.messages) or next((r.query for r in retrievals if r.query), "")
     history, standalone = conversation(root, entries, assembler.parents, query)
-    answer = _answer(end, error, generations, assembler.answer_field)
+    answer = _answer(end, error, entries, assembler.parents, assembler.answer_field)
     found = evidence(entries, assembler.parents, sources=end.sources if end is not None else None, answer=answer,
-                     question=query, template_variables=root.template_variables)
+                     question=query, template_variables=root.template_variables, memory=assembler.memory)
     documents = found.documents
     if found.used is not None:
         used = found.used

@@ -370,11 +370,16 @@ _STRUCTURED_HINTS = frozenset({"citations", "sources", "source_ids", "cited_ids"
 def structured_of(outputs: Any) -> Any:
     """A root output that is a structured answer (``with_structured_output``), raw, or None: a pydantic
     object; the ``parsed`` value of ``include_raw=True``; a dict's ``answer`` that is an object (a
-    LangGraph state holding the structured answer); a dict with a ``citations``-like key."""
+    LangGraph state holding the structured answer); an agent state's ``structured_response``
+    (``create_agent(response_format=...)``, LangGraph's ``create_react_agent``); a dict with a
+    ``citations``-like key."""
     if isinstance(outputs, BaseModel):
         return outputs
     if not isinstance(outputs, Mapping):
         return None
+    response = outputs.get("structured_response")
+    if isinstance(response, (BaseModel, Mapping)):
+        return response
     if "parsed" in outputs and "raw" in outputs:
         return structured_of(outputs["parsed"]) if outputs["parsed"] is not None else None
     for key in _ANSWER_KEYS:

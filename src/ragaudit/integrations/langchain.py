@@ -36,6 +36,7 @@ from ._common import (
     report_failure,
     resolve_backend,
 )
+from ._evidence import DocumentMemory
 from ._langchain_stores import SearchObserver, outside_searches, patch_vector_stores
 from ._langchain_turns import Child, OpenGeneration, OpenPrompt, OpenRetrieval, OpenTool, Turn, is_prompt, turn_steps
 from ._langchain_values import (
@@ -166,6 +167,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
         self.auditor, self.recorder = resolve_backend(judge, auditor, tracer_provider, capture_content, redact,
                                                       owner="RagAuditCallbackHandler")
         self._closed_turns = 0
+        self._memory = DocumentMemory()  # what earlier turns retrieved: a follow-up quoting it keeps the ids
         self._process_wide = False  # set by instrument(): see _start
         close_at_shutdown(self.auditor, self)
         patch_vector_stores()  # once per process: searches in middleware, nodes and tools are retrievals
@@ -309,7 +311,8 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
     def _close(self, turn: Turn, now: int, evicted: bool) -> None:
         """On the closing thread: hand the turn's steps to the assembler; it does the rest."""
         assembler = TurnAssembler(FRAMEWORK, capture_content=self.recorder.capture_content,
-                                  retrieval_outside=outside_searches() > turn.outside, answer_field=self.answer_field)
+                                  retrieval_outside=outside_searches() > turn.outside, answer_field=self.answer_field,
+                                  memory=self._memory)
         try:
             for step in turn_steps(turn, now, self._store.max_runs if evicted else None):
                 dispatch(assembler, step)

@@ -42,6 +42,7 @@ __all__ = [
     "ATTR_DOCUMENT_GRADES",
     "ATTR_DOCUMENT_IDS",
     "ATTR_DOCUMENT_OMITTED",
+    "ATTR_DOCUMENT_TRUNCATED_IDS",
     "ATTR_DOCUMENT_USED",
     "ATTR_DOCUMENT_USED_COUNT",
     "ATTR_ERROR_TYPE",
@@ -489,6 +490,9 @@ ATTR_DOCUMENT_USED: Final = "ragaudit.document.used"
 model call that produced the answer; absent when that is not known."""
 ATTR_DOCUMENT_USED_COUNT: Final = "ragaudit.document.used_count"
 """Retrieval span: how many of its documents reached the model call that produced the answer."""
+ATTR_DOCUMENT_TRUNCATED_IDS: Final = "ragaudit.document.truncated_ids"
+"""Turn span, string array: the evidence documents that reached the model in part (an app or a
+middleware cut them on the way): the judge was shown that part (``RetrievedDoc.truncated``)."""
 ATTR_TOOL_ARGUMENTS_CHARS: Final = "ragaudit.tool.arguments.chars"
 ATTR_TOOL_OUTPUT_CHARS: Final = "ragaudit.tool.output.chars"
 

@@ -424,6 +424,8 @@ class AuditLog:
             }
             if not capture:
                 entry["content_chars"] = len(doc.content)
+            if doc.truncated:  # the part of the document that reached the model, as the judge saw it
+                entry["truncated"] = True
             documents.append(entry)
         line: dict[str, Any] = {
             "ts": _utc_now(),

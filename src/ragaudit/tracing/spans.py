@@ -352,6 +352,9 @@ class SpanRecorder(SpanWriter):
         attrs[c.ATTR_DOCUMENT_COUNT] = len(docs)
         if docs:
             attrs[c.ATTR_DOCUMENT_IDS] = [d.id for d in docs[: self.max_documents]]
+            truncated = [d.id for d in docs[: self.max_documents] if d.truncated]
+            if truncated:
+                attrs[c.ATTR_DOCUMENT_TRUNCATED_IDS] = truncated
         cits = turn.citations
         attrs[c.ATTR_CITATION_COUNT] = len(cits)
         attrs[c.ATTR_CITATIONS] = _dumps(

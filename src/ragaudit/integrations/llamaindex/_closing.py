@@ -11,7 +11,16 @@ from .._assembler import evicted_error
 from .._common import input_text
 from ..steps import ErrorStep, ModelCall, RetrievalStep, RunEnded, RunKind, RunStarted, Step, ToolResult
 from ._state import Turn
-from ._values import JUDGE_CONTEXT_KEY, STREAM_KEY, answer_from, convert_nodes, messages_of, snapshot, source_nodes_of
+from ._values import (
+    JUDGE_CONTEXT_KEY,
+    STREAM_KEY,
+    answer_from,
+    convert_nodes,
+    messages_of,
+    snapshot,
+    source_nodes_of,
+    structured_from,
+)
 
 __all__ = ["settle", "steps_of"]
 
@@ -33,6 +42,7 @@ def settle(turn: Turn) -> None:
         # rule), not the source nodes of a query engine one of its tools called.
         if turn.error is None:
             turn.answer = answer_from(result)
+            turn.structured = structured_from(result)
         return
     nodes = source_nodes_of(result)
     if nodes is None and turn.sources is None:
@@ -47,6 +57,7 @@ def settle(turn: Turn) -> None:
             answer = next((g.output for g in sorted(turn.generations.values(), key=lambda g: -g.seq)
                            if g.output is not None and g.error is None and g.ended_at is not None), None)
         turn.answer = answer
+        turn.structured = structured_from(result)
 
 
 def steps_of(turn: Turn, now: int, evicted_at: int | None) -> Iterator[Step]:
@@ -71,7 +82,7 @@ def steps_of(turn: Turn, now: int, evicted_at: int | None) -> Iterator[Step]:
     from_sources = turn.sources is not None and turn.kind not in _NO_SOURCES
     if turn.kind != "agent":
         annotations[JUDGE_CONTEXT_KEY] = "source_nodes" if from_sources else "retrieval"
-    yield RunEnded(root, now, answer=turn.answer, error=turn.error,
+    yield RunEnded(root, now, answer=turn.answer, structured=turn.structured, error=turn.error,
                    sources=convert_nodes(turn.sources or ()) if from_sources else None, annotations=annotations)
 
 

@@ -22,6 +22,7 @@ from .._common import (
     report_failure,
     resolve_backend,
 )
+from .._evidence import DocumentMemory
 from ..steps import ErrorStep, dispatch
 from ._closing import settle, steps_of
 from ._state import STREAM_TURN, Generating, Retrieving, RootInfo, Tooling, Turn
@@ -81,6 +82,7 @@ class Collector:
         # collector may run on this thread while it is inside one of our own critical sections.
         self.store.lock = _fork.rlock()  # type: ignore[assignment]
         self.closed_turns = 0
+        self.memory = DocumentMemory()  # what earlier turns retrieved: a follow-up quoting it keeps the ids
         # False once uninstrument() detached us: runs of open turns still finish, nothing new starts.
         self.accepting = True
         # Called (no lock held) when a turn closed while not accepting, or a span started then: the
@@ -402,7 +404,7 @@ class Collector:
 
     def _close(self, turn: Turn, now: int, evicted: bool) -> None:
         """On the closing thread: hand the turn's steps to the assembler; it does the rest."""
-        assembler = TurnAssembler(FRAMEWORK, capture_content=self.recorder.capture_content)
+        assembler = TurnAssembler(FRAMEWORK, capture_content=self.recorder.capture_content, memory=self.memory)
         try:
             for step in steps_of(turn, now, self.store.max_runs if evicted else None):
                 dispatch(assembler, step)

@@ -69,6 +69,7 @@ class Turn:
     hint: Any = None  # the last QueryEndEvent / SynthesizeEndEvent response inside the turn
     sources: list[tuple[Any, float | None]] | None = None  # what the answer was built from
     answer: str | None = None
+    structured: dict[str, Any] | None = None  # a structured answer (output_cls), read as the turn closes
     streamed: str | None = None  # the full text of a wrapped stream
     stream_state: str | None = None
     stream_run: str | None = None

@@ -13,7 +13,7 @@ from typing import Any
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
+from llama_index.core.base.response.schema import AsyncStreamingResponse, PydanticResponse, StreamingResponse
 from llama_index.core.chat_engine.types import BaseChatEngine, StreamingAgentChatResponse
 from llama_index.core.workflow import StopEvent, Workflow
 
@@ -47,6 +47,7 @@ __all__ = [
     "source_nodes_of",
     "span_name",
     "stop_result",
+    "structured_from",
     "template_variables",
     "tool_calls_of",
     "turn_kind",
@@ -244,6 +245,23 @@ def answer_from(response: Any) -> str | None:
             return str(value.model_dump_json())
         except Exception:
             return None
+    return None
+
+
+def structured_from(response: Any) -> dict[str, Any] | None:
+    """The structured answer in an engine's or agent's return value, as a dict: an agent's
+    ``AgentOutput.structured_response`` (``output_cls=`` or ``structured_output_fn=``), a
+    ``PydanticResponse``'s object (a query engine with ``output_cls``); None when there is none."""
+    for holder in (getattr(response, "result", None), response):  # a workflow's StopEvent, or the output
+        value = getattr(holder, "structured_response", None)
+        if isinstance(value, Mapping):
+            return {k: v for k, v in value.items() if isinstance(k, str)}
+    if isinstance(response, PydanticResponse) and response.response is not None:
+        try:
+            dumped = response.response.model_dump(mode="json")
+        except Exception:
+            return None
+        return dumped if isinstance(dumped, dict) else None
     return None
 
 

@@ -83,6 +83,8 @@ class Reading:
     tool_arguments: str | None = None
     tool_calls: list[ModelToolCall] = field(default_factory=list)
     """The calls an LLM span's reply asked for (OpenInference ``message.tool_calls``, GenAI ``tool_call`` parts)."""
+    structured: dict[str, Any] | None = None
+    """A structured answer in the output (an agent state's ``structured_response``)."""
     error: str | None = None
 
 
@@ -162,12 +164,22 @@ def _error(span: SpanData) -> str | None:
 # --- documents in JSON outputs ------------------------------------------------------------------------
 
 
+def _unwrapped(value: Any) -> Any:
+    """A LangChain message as ``messages_to_dict`` writes it (``{"type": "tool", "data": {...}}``, as
+    OpenInference serialises an agent's state and a tool's ``ToolMessage``): its fields."""
+    if isinstance(value, dict) and isinstance(value.get("type"), str) and isinstance(value.get("data"), dict):
+        return {**value["data"], "type": value["type"]}
+    return value
+
+
 def documents_in(value: Any) -> list[DocReading] | None:
     """Documents in a JSON value: LangChain ``Document`` s (Python ``page_content``, JS
     ``pageContent``, serialised ``{"lc": 1, "kwargs": {...}}``), LlamaIndex nodes (``text``), as a
-    list or under ``documents`` / ``outputs`` / ``output``. None when it holds none."""
+    list or under ``documents`` / ``outputs`` / ``output`` (or a ``ToolMessage`` 's ``artifact``, as a
+    ``content_and_artifact`` tool returns them). None when it holds none."""
+    value = _unwrapped(value)
     if isinstance(value, dict):
-        for key in ("documents", "outputs", "output", "inputs", "nodes", "source_nodes"):
+        for key in ("documents", "outputs", "output", "inputs", "nodes", "source_nodes", "artifact"):
             if key in value:
                 found = documents_in(value[key])
                 if found is not None:
@@ -333,6 +345,8 @@ def read_openinference(span: SpanData, kind_value: str) -> Reading:
     else:
         if output_json is not None:
             r.output_text = _answer_in(output_json)
+        if isinstance(output_json, dict) and isinstance(output_json.get("structured_response"), dict):
+            r.structured = output_json["structured_response"]
     return r
 
 
@@ -369,6 +383,7 @@ def messages_in(value: Any) -> list[Message]:
             continue
         if not isinstance(item, dict):
             return []
+        item = _unwrapped(item)
         body: dict[str, Any] = item["kwargs"] if item.get("lc") == 1 and isinstance(item.get("kwargs"), dict) else item
         role = body.get("role") or body.get("type")
         if role is None and item.get("lc") == 1 and isinstance(item.get("id"), list) and item["id"]:
@@ -382,6 +397,7 @@ def messages_in(value: Any) -> list[Message]:
 
 
 def _answer_in(value: Any) -> str | None:
+    value = _unwrapped(value)
     if isinstance(value, str):
         return value
     if isinstance(value, dict):

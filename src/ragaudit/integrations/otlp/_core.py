@@ -19,6 +19,7 @@ from ...errors import ConfigurationError
 from ...judges.base import RagJudge
 from ...records import UNSUBMITTED_REASONS, Judgement, RagTurn
 from .._assembler import TurnAssembler
+from .._evidence import DocumentMemory
 from ..steps import dispatch
 from ._buffer import PendingTrace, TraceBuffer
 from ._decode import SpanData, decode_traces
@@ -160,6 +161,7 @@ class Worker:
         self._judge_latency_s = 0.0
         self._latency: Histogram | None = None  # the judge-latency histogram, with the OTLP outputs
         self._ready_delay_s: list[float] = []
+        self._memory = DocumentMemory()  # what earlier traces retrieved: a follow-up quoting it keeps the ids
         self._accepting = True
         self._outputs: Outputs | None = None
         if auditor is None:
@@ -357,7 +359,7 @@ class Worker:
         from ...tracing.spans import TurnHandle
 
         self.count("turns_found")
-        assembler = TurnAssembler(framework=found.convention)
+        assembler = TurnAssembler(framework=found.convention, memory=self._memory)
         for step in found.steps:
             dispatch(assembler, step)
         try:

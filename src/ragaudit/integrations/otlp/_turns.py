@@ -205,8 +205,10 @@ def _turn(trace: _Trace, root_id: str, service: str | None) -> WorkerTurn:
     question, messages = _question(reading)
     start = RunStarted(turn_id, kind, root.start_ns, name=_run_name(root, kind), question=question, messages=messages,
                        tags=_tags(trace, members, children, service, reading.convention))
+    answered = reading.kind != KIND_LLM and reading.error is None
     end = RunEnded(turn_id, max(root.end_ns, root.start_ns), error=reading.error,
-                   answer=reading.output_text if reading.kind != KIND_LLM and reading.error is None else None)
+                   answer=reading.output_text if answered else None,
+                   structured=reading.structured if answered else None)
     return WorkerTurn(root_id, reading.convention, [start, *children, end])
 
 
