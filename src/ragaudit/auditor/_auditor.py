@@ -287,6 +287,7 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
         self._sync_judge = bool(judge.blocking)
 
         self._lock = _fork.lock()
+        self._upstream = []  # the integrations' closer above (add_upstream), held weakly
         self._counts = _zero_counts()
         self._pending = 0
         self._closing = 0  # finished turns waiting above, in the integrations' closer (as it reports)
