@@ -180,14 +180,16 @@ def _install() -> bool:
 
 
 def keep_sigterm_handler() -> None:
-    """Called as a turn is handed over (the closer's ``defer``): the first time this happens on the
-    main thread of a process, put ragaudit's SIGTERM handler back in front if something replaced it.
+    """Called as a turn starts (the sources) and is handed over (the closer's ``defer``): the first
+    time this happens on the main thread of a process, put ragaudit's SIGTERM handler back in front if
+    something replaced it.
 
     Servers set their own signal handlers in each worker after the app is imported (gunicorn's
     workers, uvicorn's ``Server``, which also re-raises SIGTERM with the default disposition at the
     end), so the handler an Auditor installed at import is gone by the time requests come. The first
-    turn comes after that. Also lets go a SIGTERM held back longer than a flush takes
-    (:func:`_release_if_stale`). Costs two global reads per turn otherwise. Never raises.
+    turn comes after that, and before the signal that would find its request in flight. Also lets
+    go a SIGTERM held back longer than a flush takes (:func:`_release_if_stale`). Costs two global
+    reads per turn otherwise. Never raises.
     """
     global _recheck
     if not (_recheck or _held_since is not None) or threading.current_thread() is not threading.main_thread():
