@@ -179,3 +179,52 @@ def test_requests_in_flight_at_sigterm_are_audited_too(tmp_path: Path, servers: 
     assert served >= 4, err[-3000:]
     assert len(logged) + counted(err) == served, err[-3000:]
     assert len(logged) == served, err[-3000:]
+
+
+# What uvicorn does, without a server: a SIGTERM handler of its own set after the Auditor (so
+# ragaudit's is put back in front at the first turn), a graceful end once it ran, then the default
+# disposition restored and SIGTERM re-raised ("reraise"), or a normal exit ("return").
+RERAISE = """
+import signal, sys, time
+from ragaudit import Auditor, ChatRagJudge
+from ragaudit.integrations.langchain import RagAuditCallbackHandler
+from tests.reliability._support import FixedRetriever, rag_chain
+from tests.support.llm_server import LLMServer
+from langchain_core.documents import Document
+log, ending = sys.argv[1], sys.argv[2]
+srv = LLMServer(delay=0.3).start()
+auditor = Auditor(ChatRagJudge(base_url=srv.base_url, api_key="sk-test", max_retries=0), audit_log=log,
+                  exit_timeout_s=20.0)
+stopping = []
+signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))  # the server's, set later
+handler = RagAuditCallbackHandler(auditor=auditor)
+chain = rag_chain(FixedRetriever(documents=[Document(page_content="Returns take 30 days.", id="d1")]))
+for i in range(6):
+    chain.invoke(f"question {i}", config={"callbacks": [handler]})
+print("ready", flush=True)
+while not stopping:
+    time.sleep(0.01)
+for i in range(6, 8):  # requests finished during the graceful shutdown
+    chain.invoke(f"question {i}", config={"callbacks": [handler]})
+if ending == "reraise":
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.raise_signal(signal.SIGTERM)
+print("exiting normally", flush=True)
+"""
+
+
+@pytest.mark.parametrize("ending", ["reraise", "return"])
+def test_a_reraised_sigterm_waits_for_the_exit_hook(tmp_path: Path, ending: str) -> None:
+    log = tmp_path / "audit.jsonl"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}
+    proc = subprocess.Popen([sys.executable, "-c", RERAISE, str(log), ending], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=90)
+    logged = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+    assert len(logged) == 8, (out, err)  # was, with "reraise": the 2 turns after the signal lost
+    assert "exiting normally" in out  # the re-raise was held back: the process went on to its exit
+    # Then the held SIGTERM ends it as the server meant; with nothing re-raised, it exits normally.
+    assert proc.returncode == (-signal.SIGTERM if ending == "reraise" else 0), err
