@@ -153,18 +153,23 @@ CASES = {
 }
 
 
+def command_and_path(case: str) -> tuple[list[str], str]:
+    command = CASES[case]
+    return (command[:-1], command[-1]) if command[-1].startswith("/") else (command, "/ask")
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_every_served_answer_is_audited_or_counted_after_sigterm(tmp_path: Path, servers: tuple[LLMServer, LLMServer],
                                                                  case: str) -> None:
-    command, path = (CASES[case][:-1], CASES[case][-1]) if CASES[case][-1].startswith("/") else (CASES[case], "/ask")
-    served, logged, err = serve(tmp_path, servers, command, path)
+    served, logged, err = serve(tmp_path, servers, *command_and_path(case))
     print(f"\n{case}: {served} served, {len(logged)} audit lines, {counted(err)} counted on stderr")
     assert served == REQUESTS, err[-3000:]
     assert len(logged) + counted(err) == served, err[-3000:]
     assert len(logged) == served, err[-3000:]  # the exit timeout (20 s) is ample: nothing is even lost
 
 
-@pytest.mark.parametrize("case", ["gunicorn-uvicorn-preload", "gunicorn-sync-preload", "uvicorn-workers"])
+@pytest.mark.parametrize("case", ["gunicorn-uvicorn-preload", "gunicorn-sync-preload", "uvicorn-workers",
+                                  "gunicorn-uvicorn-preload-def-endpoint-hook"])
 def test_requests_in_flight_at_sigterm_are_audited_too(tmp_path: Path, servers: tuple[LLMServer, LLMServer],
                                                        case: str) -> None:
     # The server finishes them in its graceful shutdown, after ragaudit's SIGTERM handler ran: their
@@ -172,7 +177,7 @@ def test_requests_in_flight_at_sigterm_are_audited_too(tmp_path: Path, servers: 
     model, _ = servers
     model.delay = 1.0
     try:
-        served, logged, err = serve(tmp_path, servers, CASES[case], in_flight=True)
+        served, logged, err = serve(tmp_path, servers, *command_and_path(case), in_flight=True)
     finally:
         model.delay = 0.03
     print(f"\n{case}, in flight: {served} served, {len(logged)} audit lines, {counted(err)} counted on stderr")
