@@ -10,6 +10,7 @@ from .._sampling import sampled
 from .._sink import BaseJudgementSink, JudgementSink
 from .._turn_metrics import DEFAULT_TURN_MEASURES, turn_metrics
 from ._auditor import Auditor, OnJudgement, Submission, SubmitStatus
+from ._draining import Upstream
 from ._governor import Budget
 from ._sessions import SessionTracking
 
@@ -23,6 +24,7 @@ __all__ = [
     "SessionTracking",
     "Submission",
     "SubmitStatus",
+    "Upstream",
     "sampled",
     "turn_metrics",
 ]

@@ -207,8 +207,11 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
     one before (called with the same arguments; the auditors are only flushed, not shut down, so
     the application decides whether the process goes on), else the default (the auditors are shut
     down, then the process dies by SIGTERM). What could not be recorded is said on stderr. A handler
-    the application installs *after* replaces ragaudit's, which then stays off: that handler's own
-    ``sys.exit`` runs the normal exit flush. An ignored SIGTERM (``SIG_IGN``) is left alone. Off
+    installed *after* (a server's, in its worker) is chained the same way from the process's first
+    turn on its main thread; when it returns, SIGTERM is held back on the main thread until the exit
+    hook has recorded what the graceful shutdown finished (a server that re-raises SIGTERM, as
+    uvicorn does, then ends the process as it meant). A forked child installs its own. See the
+    serving guide (gunicorn, uvicorn). An ignored SIGTERM (``SIG_IGN``) is left alone. Off
     the main thread no handler can be installed (with ``handle_signals=True`` a warning says so);
     ``handle_signals=False`` leaves this auditor out.
 
@@ -292,6 +295,7 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
         self._sync_judge = bool(judge.blocking)
 
         self._lock = _fork.lock()
+        self._upstream = []  # the integrations' closer above (add_upstream), held weakly
         self._counts = _zero_counts()
         self._pending = 0
         self._closing = 0  # finished turns waiting above, in the integrations' closer (as it reports)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .._deprecation import deprecated_alias, renamed_kwargs
 from .._export import Exporter
@@ -25,11 +26,29 @@ from ._exporting import ExportStage
 if TYPE_CHECKING:
     from ..tracing._judge_spans import JudgeSpanExporter
 
-__all__ = ["Draining"]
+__all__ = ["Draining", "Upstream"]
 
 logger = logging.getLogger("ragaudit")
 
 _CALL_MARGIN_S = 0.05
+
+
+@runtime_checkable
+class Upstream(Protocol):
+    """A stage above the Auditor holding turns that ended but are not submitted yet (a turn closer:
+    its sources' ended turns, its close jobs). Registered with :meth:`Draining.add_upstream`; the
+    Auditor's :meth:`~Draining.force_flush` and :meth:`~Draining.shutdown` call it first."""
+
+    def hand_down(self, timeout_s: float | None) -> bool:
+        """Submit every turn that ended before the call, within *timeout_s*; True when all were.
+        Calls nothing of the Auditor's but what takes turns in. Never raises."""
+        ...
+
+    def stop(self, timeout_s: float) -> bool:
+        """:meth:`hand_down`, then take no more turns in the background (a turn ending later is
+        handed down at once and meets the closed Auditor, which counts it). True when nothing was
+        left behind; what was is said on stderr. Never raises."""
+        ...
 
 
 class Draining:
@@ -46,8 +65,38 @@ class Draining:
     _export: ExportStage
     _spans: JudgeSpanExporter
 
+    _upstream: list[weakref.ref[Upstream]]
+
     def stats(self) -> dict[str, int]:
         raise NotImplementedError
+
+    def add_upstream(self, stage: Upstream) -> None:
+        """Have :meth:`force_flush` and :meth:`shutdown` (and so the exit hook and SIGTERM) hand
+        *stage*'s ended turns down first, in the order the stages were added. Held weakly: a stage
+        lives as long as whoever made it keeps it. An integration's turn closer registers itself."""
+        if not isinstance(stage, Upstream):
+            from ..errors import ConfigurationError
+
+            raise ConfigurationError(f"{stage!r} is no upstream stage (hand_down(timeout_s), stop(timeout_s))")
+        with self._lock:
+            self._upstream = [ref for ref in self._upstream if ref() is not None and ref() is not stage]
+            self._upstream.append(weakref.ref(stage))
+
+    def _upstream_stages(self) -> list[Upstream]:
+        with self._lock:
+            return [stage for ref in self._upstream if (stage := ref()) is not None]
+
+    def _hand_down(self, deadline: float | None, stop: bool) -> bool:
+        # Upstream first: the turns it holds must reach judging before judging is waited for.
+        ok = True
+        for stage in self._upstream_stages():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                ok = (stage.stop(left or 0.0) if stop else stage.hand_down(left)) and ok
+            except Exception as exc:  # the protocol says never raises; a third party's may
+                self._job_failed(exc)
+                ok = False
+        return ok
 
     def _job_failed(self, exc: BaseException) -> None:
         raise NotImplementedError
@@ -59,9 +108,11 @@ class Draining:
         """Queue every open session for judging (at shutdown); nothing without sessions."""
 
     def force_flush(self, timeout_s: float | None = 30.0) -> bool:
-        """Wait until every turn submitted so far is recorded and judged, its spans exported and
-        the sinks flushed. (Turns an integration is still closing are its own: its ``force_flush()``
-        hands them down first, then calls this.)
+        """Wait until every turn that ended before the call is recorded and judged, its spans
+        exported and the sinks flushed, whichever source produced it: the integrations' closer
+        above this Auditor (every :class:`Upstream` added) first closes its sources' ended turns and
+        runs the close jobs handed over so far, then judging, export and each exporter's
+        ``force_flush``, all within the one deadline.
 
         Returns within *timeout_s* (seconds) plus a few milliseconds whatever the trace backend or a
         sink does (their flushes run on a worker thread and are abandoned at the deadline), and
@@ -69,8 +120,10 @@ class Draining:
         export or a sink's flush did not succeed, or a delivery failed (``sink_errors`` grew)
         during the flush. Never raises.
         """
+        deadline = None if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
         try:
-            return self._flush(None if timeout_s is None else time.monotonic() + max(0.0, timeout_s))
+            handed = self._hand_down(deadline, stop=False)
+            return self._flush(deadline) and handed
         except Exception as exc:  # never into the host
             self._job_failed(exc)
             return False
@@ -115,6 +168,9 @@ class Draining:
     def shutdown(self, timeout_s: float | None = None) -> bool:
         """Flush (within *timeout_s*, default ``exit_timeout_s``), then stop the workers. Idempotent.
 
+        First every :class:`Upstream` (the integrations' closer) hands its ended turns down and
+        stops closing in the background, so the turns that ended before the call are judged too.
+
         Never raises, and returns within *timeout_s* plus a small margin whatever a judge, the trace
         backend or a sink does. Turns submitted afterwards are counted as dropped. Returns False
         when something was not delivered by the deadline; what (judgements, turns, spans) is
@@ -134,8 +190,12 @@ class Draining:
         with self._lock:
             if self._closed:
                 return self._pending == 0
+        handed = self._hand_down(deadline, stop=True)
+        with self._lock:
+            if self._closed:  # a concurrent shutdown got here first
+                return self._pending == 0 and handed
             self._closed = True
-        ok = self._flush(deadline)
+        ok = self._flush(deadline) and handed
         with self._lock:
             lost = self._pending
         if not lost:

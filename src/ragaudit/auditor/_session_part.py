@@ -76,8 +76,12 @@ class SessionJudging:
 
     def end_session(self, session_id: str) -> bool:
         """The app says the conversation *session_id* ended: it is judged now (one judge call, in the
-        background) without waiting for ``session_idle_s``. True when such a session was open (with
-        ``Auditor(sessions=...)``). Never raises, never blocks."""
+        background) without waiting for ``session_idle_s``. True when such a session was open.
+        Never blocks; raises only :class:`~ragaudit.ConfigurationError` when this Auditor was built
+        without ``sessions=True`` (a call that could never do anything is a mistake in the app)."""
+        if self._sessions is None:
+            raise ConfigurationError("end_session() needs an Auditor that tracks sessions: "
+                                     "Auditor(..., sessions=True) (or a SessionTracking)")
         try:
             job = self._sessions.tracker.take(str(session_id)) if self._sessions is not None else None
             if job is not None and self._sessions is not None:

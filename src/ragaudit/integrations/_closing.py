@@ -4,16 +4,16 @@ thread, and where flushing and shutting down the turn pipeline begin.
 One :class:`TurnCloser` per Auditor (:func:`closer_for`), shared by every source that submits there:
 a BatchWorker of close jobs (a job builds the turn, records its spans and submits it) and the
 sources whose half-finished turns must be closed before shutdown. Calls go one way, the way the
-turns go: source → closer → Auditor → exporters. :meth:`TurnCloser.force_flush` and
-:meth:`TurnCloser.shutdown` finish what the closer holds and then call the Auditor's own; the
-Auditor never calls back up. The exit hook and SIGTERM (:mod:`ragaudit._lifecycle`) take every
-closer before the Auditors. What the closer drops it counts in its Auditor's ``stats()``
+turns go: source → closer → Auditor → exporters. The closer registers with its Auditor as an
+:class:`~ragaudit.auditor.Upstream` (a protocol of the Auditor's floor: the Auditor imports nothing of
+this one), so :meth:`Auditor.force_flush` and :meth:`Auditor.shutdown` -- and the exit hook and
+SIGTERM, which call them -- have it hand its turns down first; :meth:`TurnCloser.force_flush` and
+:meth:`TurnCloser.shutdown` are the Auditor's. What the closer drops it counts in its Auditor's ``stats()``
 (``close_dropped``; ``closing`` is how many wait here, as the closing thread last saw at a batch).
 """
 
 from __future__ import annotations
 
-import time
 import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -98,6 +98,7 @@ class TurnCloser:
         Returns False when *max_closing* jobs are already waiting: *job* is dropped and counted. A
         raise from *job* is logged.
         """
+        _lifecycle.keep_sigterm_handler()  # a server may have replaced it in this worker (first turn only)
         try:
             if self.inline or self.worker.closed:
                 job()
@@ -123,38 +124,52 @@ class TurnCloser:
             except Exception as exc:
                 self._failed(exc)
 
-    def force_flush(self, timeout_s: float | None = 30.0) -> bool:
-        """Wait until every job handed over so far has run (the turns built, traced and submitted),
-        then for the Auditor's :meth:`~ragaudit.Auditor.force_flush`, all within *timeout_s*: every
-        turn recorded and judged, its spans exported, the sinks flushed. False when the time ran out
-        or something was not delivered. Never raises."""
-        deadline = None if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
-        ok = self.worker.force_flush(timeout_s)
+    def hand_down(self, timeout_s: float | None) -> bool:
+        """Close the sources' ended turns and run every job handed over so far (the turns built,
+        traced and submitted to the Auditor), within *timeout_s*. The Auditor calls this first in its
+        own :meth:`~ragaudit.Auditor.force_flush` (this closer is its :class:`~ragaudit.auditor.Upstream`).
+        False when the time ran out. Never raises."""
+        try:
+            self.close_sources()
+            ok = self.worker.force_flush(timeout_s)
+        except Exception as exc:
+            self._failed(exc)
+            ok = False
         # The batch thread's last report counts the batch it was running; after a flush the gauge
         # says what still waits (0 once everything is recorded), as ``stats()`` callers expect.
         self._waiting()
-        auditor = self._auditor()
-        return (auditor.force_flush(_left(deadline)) if auditor is not None else True) and ok
+        return ok
 
-    def shutdown(self, timeout_s: float | None = None) -> bool:
-        """Close the sources' ended turns, record the turns waiting here, stop the closing thread, then
-        shut the Auditor down, all within *timeout_s* (default: the Auditor's ``exit_timeout_s``).
-        Idempotent; never raises. False when something was not recorded (said on stderr)."""
-        budget = self.exit_timeout_s if timeout_s is None else max(0.0, timeout_s)
-        deadline = time.monotonic() + budget
+    def stop(self, timeout_s: float) -> bool:
+        """:meth:`hand_down` within *timeout_s*, then stop the closing thread (a job handed over later
+        runs at once, on the caller's thread). Called by the Auditor's :meth:`~ragaudit.Auditor.shutdown`
+        before it stops taking turns. False when turns were left waiting (said on stderr)."""
         # Turns whose root ended but a child run never did (a hung tool, a lost callback) are closed
         # now, their open children marked unfinished, so that exit records them too.
-        self.close_sources()
-        self.worker.force_flush(budget)
+        self.hand_down(timeout_s)
         unclosed = len(self.worker)
         self.worker.shutdown(0)
         self._waiting()
         if unclosed:
             _lifecycle.report(f"{unclosed} finished turn(s) still waiting to be recorded at shutdown were not "
-                              f"recorded (flush timeout {budget:g}s)")
+                              f"recorded (flush timeout {timeout_s:g}s)")
+        return not unclosed
+
+    def force_flush(self, timeout_s: float | None = 30.0) -> bool:
+        """The Auditor's :meth:`~ragaudit.Auditor.force_flush`, which hands this closer's turns down
+        first: every turn ended so far built, traced, submitted, judged and exported, all within
+        *timeout_s*. False when the time ran out or something was not delivered. Never raises."""
         auditor = self._auditor()
-        ok = auditor.shutdown(_left(deadline)) if auditor is not None else True
-        return ok and not unclosed
+        return auditor.force_flush(timeout_s) if auditor is not None else self.hand_down(timeout_s)
+
+    def shutdown(self, timeout_s: float | None = None) -> bool:
+        """The Auditor's :meth:`~ragaudit.Auditor.shutdown` (within *timeout_s*, default its
+        ``exit_timeout_s``), which stops this closer first. Idempotent; never raises. False when
+        something was not recorded (said on stderr)."""
+        auditor = self._auditor()
+        if auditor is not None:
+            return auditor.shutdown(timeout_s)
+        return self.stop(self.exit_timeout_s if timeout_s is None else max(0.0, timeout_s))
 
     def stats(self) -> Mapping[str, int]:
         """``closing``: finished turns waiting here to be recorded."""
@@ -167,10 +182,6 @@ class TurnCloser:
 
     def __len__(self) -> int:
         return len(self.worker)
-
-
-def _left(deadline: float | None) -> float | None:
-    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def _failure_log(log: RateLimitedLog, policy: ContentPolicy) -> Callable[[BaseException], None]:
@@ -188,11 +199,14 @@ _closers: weakref.WeakKeyDictionary[Auditor, TurnCloser] = weakref.WeakKeyDictio
 
 
 def closer_for(auditor: Auditor) -> TurnCloser:
-    """The one :class:`TurnCloser` above *auditor*, made with the first source that submits there;
-    the exit hook and SIGTERM shut it down (or flush it) before *auditor*."""
+    """The one :class:`TurnCloser` above *auditor*, made with the first source that submits there and
+    registered with it (:meth:`~ragaudit.Auditor.add_upstream`): the Auditor's ``force_flush()`` and
+    ``shutdown()`` -- so the exit hook and SIGTERM too -- hand its turns down first."""
     with _lock:
         closer = _closers.get(auditor)
         if closer is None:
             closer = _closers[auditor] = TurnCloser(auditor)
-            _lifecycle.track(closer, above=auditor)
+            auditor.add_upstream(closer)
+            if auditor.closed:  # nothing will stop it: later turns go straight down to be counted
+                closer.worker.shutdown(0)
         return closer

@@ -21,7 +21,7 @@ from uuid import UUID, uuid4
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 
-from .. import _fork
+from .. import _fork, _lifecycle
 from .._deprecation import deprecated_alias
 from ..auditor import DEFAULT_TURN_MEASURES, Auditor
 from ..errors import ConfigurationError
@@ -217,6 +217,8 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
         parent = parent_run_id.int if parent_run_id is not None else None
 
         def new_turn() -> Turn:
+            # A server may have replaced ragaudit's SIGTERM handler in this worker (the first turn only).
+            _lifecycle.keep_sigterm_handler()
             # A root under a parent we never saw (e.g. a LangSmith @traceable) is a turn too.
             return Turn(run_id, key, kind or "chain", now, name, readable(query_from, question, "question"),
                          metadata, current_context(),

@@ -10,7 +10,7 @@ from typing import Any
 from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
 from llama_index.core.chat_engine.types import StreamingAgentChatResponse
 
-from ... import _fork
+from ... import _fork, _lifecycle
 from ...auditor import Auditor
 from ...errors import ConfigurationError
 from .._assembler import TurnAssembler
@@ -120,6 +120,7 @@ class Collector:
                 kind, name, query, tags = root if root is not None else ("", "", None, None)
 
                 def new_turn() -> Turn:
+                    _lifecycle.keep_sigterm_handler()  # a server may have replaced it (the first turn only)
                     return Turn(run_id, kind, name, now, query, tags, context=current_context())
 
                 turn, is_root, evicted = store.start(run_id, parent_id, new_turn)
