@@ -1,18 +1,32 @@
-"""examples/collector: the settings the README promises are in the files (no Collector binary here)."""
+"""examples/collector: the settings the README promises are in the files (the real Collector loads them in
+test_otelcol_examples.py and runs them in test_otelcol_fleet.py). Values the Collector reads from the
+environment (``${env:VAR:-default}``) are checked at their defaults."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+ENV_DEFAULT = re.compile(r"^\$\{env:[A-Z_]+:-(.*)\}$")
 HERE = Path(__file__).resolve().parents[2] / "examples" / "collector"
+
+
+def _default(value: Any) -> Any:
+    """What the Collector resolves ``${env:VAR:-default}`` to when VAR is unset (a plain value as is)."""
+    match = ENV_DEFAULT.match(value) if isinstance(value, str) else None
+    return yaml.safe_load(match.group(1)) if match else value
 
 
 def test_tier1_routes_whole_traces_by_trace_id_and_keeps_the_backend() -> None:
     conf = yaml.safe_load((HERE / "tier1-gateway.yaml").read_text())
     lb = conf["exporters"]["loadbalancing"]
     assert lb["routing_key"] == "traceID"
+    # The workers' judgements come in on a receiver of their own and go to the backend only.
+    assert conf["service"]["pipelines"]["traces/judgements"] == {
+        "receivers": ["otlp/judgements"], "processors": ["batch"], "exporters": ["otlphttp/backend"]}
     assert lb["resolver"]["k8s"]["service"].startswith("ragaudit-workers")
     assert conf["service"]["pipelines"]["traces"]["exporters"] == ["otlphttp/backend", "loadbalancing"]
 
@@ -26,7 +40,10 @@ def test_tier2_tail_sampling_policies() -> None:
     assert drop == {"key": "service.name", "values": ["ragaudit-worker"]}
     kinds = [p["type"] for p in policies["rag-turns"]["and"]["and_sub_policy"]]
     assert kinds == ["ottl_condition", "probabilistic", "rate_limiting"]
-    assert conf["exporters"]["otlphttp/worker"]["endpoint"].endswith(":4319")
+    assert _default(conf["exporters"]["otlphttp/worker"]["endpoint"]) == "http://127.0.0.1:4319"
+    share = policies["rag-turns"]["and"]["and_sub_policy"][1]["probabilistic"]["sampling_percentage"]
+    assert _default(share) == 25
+    assert sampling["decision_wait_after_root_received"] == "2s"
 
 
 def test_kubernetes_service_is_headless_and_probes_the_worker() -> None:

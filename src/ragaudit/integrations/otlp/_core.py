@@ -72,7 +72,9 @@ class Worker:
     *judge*: any :class:`~ragaudit.RagJudge` (None: the default, ``ChatRagJudge`` when
     ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` is set, else ``LexicalJudge``). *auditor*: an Auditor
     of your own instead (then *judge*, *sample_rate*, *sinks*, *audit_log* and the output
-    endpoint are its business). *grpc_port*: also serve OTLP/gRPC there (the ``worker-grpc``
+    endpoint are its business). *budget*, *max_rps*, *budget_store*: the Auditor's cost control
+    (:class:`~ragaudit.Budget`; ``budget_store="redis://..."`` shares the budget and the rate with every
+    worker and app that names the same store). *grpc_port*: also serve OTLP/gRPC there (the ``worker-grpc``
     extra). *clock*: monotonic seconds (tests step it by hand and call :meth:`tick`).
 
     *sessions*: judge conversations as a whole (``True`` or a
@@ -100,6 +102,9 @@ class Worker:
         timeout_s: float = 60.0,
         audit_log: str | None = None,
         sinks: Iterable[JudgementSink] = (),
+        budget: Any = None,
+        max_rps: float | None = None,
+        budget_store: str | None = None,
         auditor: Any = None,
         shutdown_timeout_s: float = 30.0,
         metrics_interval_s: float = 10.0,
@@ -118,6 +123,9 @@ class Worker:
         if grpc_port is not None and (isinstance(grpc_port, bool) or not isinstance(grpc_port, int)
                                       or not 0 <= grpc_port <= 65535):
             raise ConfigurationError(f"grpc_port must be None or an int in [0, 65535], got {grpc_port!r}")
+        if auditor is not None and (budget, max_rps, budget_store) != (None, None, None):
+            raise ConfigurationError("budget, max_rps and budget_store are for the Auditor the worker makes; "
+                                     "with auditor=..., give them to that Auditor")
         self.host = host
         self._port = port
         self._grpc_port = grpc_port
@@ -142,7 +150,8 @@ class Worker:
                 from ...auditor import SessionTracking
 
                 sessions = SessionTracking(clock=clock)
-            auditor = self._make_auditor(judge, sample_rate, timeout_s, audit_log, sinks, sessions)
+            cost = {"budget": budget, "max_rps": max_rps, "budget_store": budget_store}
+            auditor = self._make_auditor(judge, sample_rate, timeout_s, audit_log, sinks, sessions, cost)
         self.auditor = auditor
         if self._outputs is not None:
             self._register_metrics(self._outputs.meter_provider)
@@ -156,7 +165,8 @@ class Worker:
     # -- construction helpers ---------------------------------------------------------------------
 
     def _make_auditor(self, judge: RagJudge | None, sample_rate: float, timeout_s: float, audit_log: str | None,
-                      sinks: Iterable[JudgementSink], sessions: Any = None) -> Any:
+                      sinks: Iterable[JudgementSink], sessions: Any = None, cost: dict[str, Any] | None = None
+                      ) -> Any:
         from ...auditor import Auditor
         from ...tracing.evaluation_logs import EvaluationLogSink
 
@@ -165,7 +175,7 @@ class Worker:
         return Auditor(judge, tracer_provider=self._outputs.tracer_provider, sinks=[logs, *sinks],
                        audit_log=audit_log, sample_rate=sample_rate, max_queue=self.max_queue, timeout_s=timeout_s,
                        on_judgement=self._judged, judge_trace="turn", exit_timeout_s=self.shutdown_timeout_s,
-                       sessions=sessions)
+                       sessions=sessions, **(cost or {}))
 
     def _register_metrics(self, meter_provider: Any) -> None:
         from opentelemetry.metrics import CallbackOptions, Observation
