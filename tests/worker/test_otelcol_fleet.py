@@ -5,160 +5,34 @@ apps (real LangChain apps, OpenInference and OpenLLMetry, OTLP/HTTP) -> tier 1 (
 ``tail_sampling``) -> 3 worker processes sharing one judge budget in a real redis-server -> judge spans
 and evaluation log records back through tier 1 -> a real OTLP receiver (the backend).
 
-The Collector configs are the example files as they are: their endpoints come from the environment
-(``${env:VAR:-default}``), the sampling share is set to 100 % the same way, and one overlay (a second
-``--config``, merged by the Collector) replaces what one machine has not got: the k8s resolver (no
-Kubernetes API here) by a static resolver over the 3 tier-2 Collectors, and the internal-metrics port
-each Collector would otherwise share. Skipped, with the reason, where the Collector is not built.
+The fleet is tests/support/fleet.py. The Collector configs are the example files as they are: their
+endpoints come from the environment (``${env:VAR:-default}``), the sampling share is set to 100 % the
+same way, and one overlay (a second ``--config``, merged by the Collector) replaces what one machine has
+not got: the k8s resolver (no Kubernetes API here) by a static resolver over the 3 tier-2 Collectors,
+and the internal-metrics port each Collector would otherwise share. Skipped, with the reason, where the
+Collector is not built.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import signal
-import socket
-import subprocess
-import sys
-import urllib.request
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.fleet import fleet, judge_calls, send_load, settled
 from tests.support.llm_server import LLMServer
-from tests.support.otelcol import (
-    EXAMPLES,
-    Collector,
-    otelcol_binary_or_skip,
-    quiet_telemetry,
-    start_collector,
-    static_resolver,
-    write_overlay,
-)
 from tests.support.otlp_receiver import OTLPReceiver
 from tests.support.redis_server import RedisServer
 from tests.support.topics import QUESTIONS
-from tests.worker.conftest import ROOT, check_judged_once, run_app, wait_for
+from tests.worker.conftest import check_judged_once, run_app, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-WORKERS = 3
-
-
-@dataclass
-class Fleet:
-    gateway_url: str
-    """Tier 1's OTLP/HTTP endpoint (the apps send here)."""
-    judgements_url: str
-    """Tier 1's ``otlp/judgements`` endpoint (the workers send their judgements here)."""
-    worker_urls: list[str]
-    logs: Path
-    workers: list[subprocess.Popen[str]] = field(default_factory=list)
-    collectors: list[Collector] = field(default_factory=list)
-
-    def restart_worker(self, i: int) -> None:
-        self.workers[i] = _start_worker(list(self.workers[i].args), self.logs / f"worker-{i}.log")
-        wait_for(lambda: _healthy(self.worker_urls[i]) or self.workers[i].poll() is not None, timeout=90,
-                 what="the restarted worker")
-        assert self.workers[i].poll() is None
-
-    def stats(self) -> list[dict[str, Any]]:
-        out = []
-        for url in self.worker_urls:
-            with urllib.request.urlopen(url + "/stats", timeout=10) as response:
-                out.append(json.loads(response.read()))
-        return out
-
-
-def _worker_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "OPENAI_"))}
-    env.update(PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}", OTEL_BSP_SCHEDULE_DELAY="100",
-               OTEL_BLRP_SCHEDULE_DELAY="100", OTEL_BSP_MAX_QUEUE_SIZE="100000", OTEL_BLRP_MAX_QUEUE_SIZE="100000")
-    return env
-
-
-def _start_worker(args: list[str], log: Path) -> subprocess.Popen[str]:
-    with log.open("a") as out:  # a file, not a pipe: a worker's log never fills a pipe nobody reads
-        return subprocess.Popen(args, env=_worker_env(), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True)
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/healthz", timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
-def _ports(n: int) -> list[int]:
-    """*n* distinct free ports (held open together while chosen, so none is picked twice)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
-
-
-def _worker_args(port: int, judgements_url: str, judge_url: str, store: str, max_calls: int) -> list[str]:
-    return [sys.executable, "-m", "tests.support.fleet_worker", "--port", str(port), "--otlp-endpoint", judgements_url,
-            "--judge-url", judge_url, "--store", store, "--max-calls", str(max_calls)]
-
-
-def _start_healthy(args: list[str], url: str, log: Path) -> subprocess.Popen[str] | None:
-    """A worker serving at *url*, or None when its port was taken meanwhile (the machine is shared)."""
-    proc = _start_worker(args, log)
-    wait_for(lambda: _healthy(url) or proc.poll() is not None, timeout=90, what="a worker")
-    if proc.poll() is None:
-        return proc
-    assert "address already in use" in log.read_text(), log.read_text()
-    return None
-
-
-@contextmanager
-def fleet(tmp_path: Path, backend: OTLPReceiver, judge: LLMServer, store: str, max_calls: int,
-          gateway: str = "tier1-gateway.yaml") -> Iterator[Fleet]:
-    binary = otelcol_binary_or_skip()
-    sidecar_ports = _ports(WORKERS)
-    grpc_port, http_port, judgements_port = _ports(3)
-    result = Fleet(f"http://127.0.0.1:{http_port}", f"http://127.0.0.1:{judgements_port}", [], tmp_path)
-    quiet = write_overlay(tmp_path / "quiet.yaml", quiet_telemetry())
-    worker_ports: list[int] = []
-    with ExitStack() as stack:
-        stack.callback(lambda: [p.kill() for p in result.workers if p.poll() is None])
-        for i in range(WORKERS):
-            for _attempt in range(3):
-                port = _ports(1)[0]
-                url = f"http://127.0.0.1:{port}"
-                proc = _start_healthy(_worker_args(port, result.judgements_url, judge.base_url, store, max_calls),
-                                      url, tmp_path / f"worker-{i}.log")
-                if proc is not None:
-                    result.workers.append(proc)
-                    result.worker_urls.append(url)
-                    worker_ports.append(port)
-                    break
-            else:
-                raise RuntimeError("no free port for a worker in 3 attempts")
-        for i, (sidecar, worker) in enumerate(zip(sidecar_ports, worker_ports)):
-            env = {"SIDECAR_GRPC_ENDPOINT": f"127.0.0.1:{sidecar}", "WORKER_ENDPOINT": f"http://127.0.0.1:{worker}",
-                   "JUDGE_SAMPLING_PERCENTAGE": "100"}
-            result.collectors.append(stack.enter_context(start_collector(
-                binary, [EXAMPLES / "tier2-worker-sidecar.yaml", quiet], env, sidecar, tmp_path / f"tier2-{i}.log")))
-        static = static_resolver([f"127.0.0.1:{p}" for p in sidecar_ports])
-        overlay = write_overlay(tmp_path / "tier1-overlay.yaml", quiet_telemetry(), static)
-        env = {"GATEWAY_GRPC_ENDPOINT": f"127.0.0.1:{grpc_port}", "GATEWAY_HTTP_ENDPOINT": f"127.0.0.1:{http_port}",
-               "GATEWAY_JUDGEMENTS_ENDPOINT": f"127.0.0.1:{judgements_port}", "BACKEND_ENDPOINT": backend.endpoint}
-        result.collectors.append(stack.enter_context(start_collector(
-            binary, [EXAMPLES / gateway, overlay], env, http_port, tmp_path / "tier1.log")))
-        yield result
+FAULT_TURNS = int(os.environ.get("RAGAUDIT_FLEET_FAULT_TURNS", "1000"))
 
 
 def _apps(rag_llm: LLMServer, gateway_url: str, questions: list[str]) -> list[dict[str, Any]]:
@@ -225,38 +99,6 @@ def test_the_fleet_shares_one_budget_in_redis(tmp_path: Path, rag_llm: LLMServer
 
 
 FAULT_TURNS = int(os.environ.get("RAGAUDIT_FLEET_FAULT_TURNS", "1000"))
-_ITEM = re.compile(r"policy for item (\S+)\?")
-
-
-def _judge_calls(judge: LLMServer) -> Counter[str]:
-    """Judge calls per sender turn (its question names the turn)."""
-    counts: Counter[str] = Counter()
-    for request in judge.requests:
-        counts.update(set(_ITEM.findall(request.prompt_text)))
-    return counts
-
-
-def _settled(url: str) -> dict[str, Any]:
-    """The worker's stats once two reads in a row agree on what it received (no request in progress)."""
-    last: dict[str, Any] = {}
-    while True:
-        with urllib.request.urlopen(url + "/stats", timeout=10) as response:
-            now = json.loads(response.read())
-        if last and now["spans_received"] == last["spans_received"]:
-            return dict(now)
-        last = now
-
-
-def _send(gateway_url: str, turns: int, name: str) -> dict[str, Any]:
-    """The load sender (tests/worker/apps/sender.py) to tier 1; its JSON output."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.update(PYTHONPATH=str(ROOT), OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=gateway_url + "/v1/traces")
-    done = subprocess.run([sys.executable, "-m", "tests.worker.apps.sender", "--turns", str(turns), "--name", name],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return dict(json.loads(done.stdout))
-
-
 @pytest.mark.timeout(900)
 def test_a_worker_killed_mid_run_and_restarted(tmp_path: Path, redis: RedisServer) -> None:
     """Half the load; worker 1 is SIGKILLed while it judges it (its tier-2 Collector paused around the
@@ -269,17 +111,17 @@ def test_a_worker_killed_mid_run_and_restarted(tmp_path: Path, redis: RedisServe
     ``sending_queue``, the Collector's defaults) and the restarted worker judged."""
     with OTLPReceiver() as backend, LLMServer() as judge:
         with fleet(tmp_path, backend, judge, redis.url, max_calls=10 * FAULT_TURNS) as f:
-            outputs = [_send(f.gateway_url, FAULT_TURNS // 2, "s0")]
+            outputs = [send_load(f.gateway_url, FAULT_TURNS // 2, "s0")]
             victim, sidecar = f.worker_urls[1], f.collectors[1]
             wait_for(lambda: f.stats()[1]["turns_judged"] > 0, timeout=300, what="the victim judging")
             os.kill(sidecar.process.pid, signal.SIGSTOP)
             try:
-                at_kill = _settled(victim)
+                at_kill = settled(victim)
                 f.workers[1].kill()
                 f.workers[1].wait(30)
             finally:
                 os.kill(sidecar.process.pid, signal.SIGCONT)
-            outputs.append(_send(f.gateway_url, FAULT_TURNS - FAULT_TURNS // 2, "s1"))
+            outputs.append(send_load(f.gateway_url, FAULT_TURNS - FAULT_TURNS // 2, "s1"))
             wait_for(lambda: "Will retry the request" in sidecar.tail(1_000_000), timeout=120,
                      what="tier 2 retrying the dead worker")
             f.restart_worker(1)
@@ -287,11 +129,11 @@ def test_a_worker_killed_mid_run_and_restarted(tmp_path: Path, redis: RedisServe
             failed = {t for o in outputs for t in o["failed"]}
             assert not any(o["unsent"] for o in outputs)
             held = at_kill["traces_in_flight"] + at_kill["judge_pending"]
-            wait_for(lambda: len(_judge_calls(judge)) >= len(turns) - held - len(failed)
+            wait_for(lambda: len(judge_calls(judge)) >= len(turns) - held - len(failed)
                      and all(s["traces_in_flight"] == 0 and s["judge_pending"] == 0 for s in f.stats()),
                      timeout=600, what="every turn not held by the killed worker judged")
             restarted = f.stats()[1]
-        calls = _judge_calls(judge)
+        calls = judge_calls(judge)
     assert len(turns) == FAULT_TURNS
     assert max(calls.values()) == 1, "a turn was judged twice"
     lost = turns - set(calls)
