@@ -25,7 +25,11 @@ from ._output import WORKER_SERVICE, Outputs, build_outputs
 from ._turns import WorkerTurn, turns_of
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from opentelemetry.metrics import Histogram
+
+    from ...auditor import Budget
 
 __all__ = ["IngestOutcome", "Worker"]
 
@@ -102,7 +106,7 @@ class Worker:
         timeout_s: float = 60.0,
         audit_log: str | None = None,
         sinks: Iterable[JudgementSink] = (),
-        budget: Any = None,
+        budget: Budget | Sequence[Budget] | None = None,
         max_rps: float | None = None,
         budget_store: str | None = None,
         auditor: Any = None,
