@@ -113,7 +113,8 @@ def _start_healthy(args: list[str], url: str, log: Path) -> subprocess.Popen[str
 
 @contextmanager
 def fleet(tmp_path: Path, backend: OTLPReceiver, judge: LLMServer, store: str, max_calls: int,
-          workers: int = 3) -> Iterator[Fleet]:
+          workers: int = 3, gateway: str = "tier1-gateway.yaml", worker_args: tuple[str, ...] = ()) -> Iterator[Fleet]:
+    """The fleet, with tier 1 from examples/collector/*gateway* and *worker_args* added to each worker's."""
     binary = otelcol_binary_or_skip()
     sidecar_ports = _ports(workers)
     grpc_port, http_port, judgements_port = _ports(3)
@@ -126,8 +127,8 @@ def fleet(tmp_path: Path, backend: OTLPReceiver, judge: LLMServer, store: str, m
             for _attempt in range(3):
                 port = _ports(1)[0]
                 url = f"http://127.0.0.1:{port}"
-                proc = _start_healthy(_worker_args(port, result.judgements_url, judge.base_url, store, max_calls),
-                                      url, tmp_path / f"worker-{i}.log")
+                args = [*_worker_args(port, result.judgements_url, judge.base_url, store, max_calls), *worker_args]
+                proc = _start_healthy(args, url, tmp_path / f"worker-{i}.log")
                 if proc is not None:
                     result.workers.append(proc)
                     result.worker_urls.append(url)
@@ -145,7 +146,7 @@ def fleet(tmp_path: Path, backend: OTLPReceiver, judge: LLMServer, store: str, m
         env = {"GATEWAY_GRPC_ENDPOINT": f"127.0.0.1:{grpc_port}", "GATEWAY_HTTP_ENDPOINT": f"127.0.0.1:{http_port}",
                "GATEWAY_JUDGEMENTS_ENDPOINT": f"127.0.0.1:{judgements_port}", "BACKEND_ENDPOINT": backend.endpoint}
         result.collectors.append(stack.enter_context(start_collector(
-            binary, [EXAMPLES / "tier1-gateway.yaml", overlay], env, http_port, tmp_path / "tier1.log")))
+            binary, [EXAMPLES / gateway, overlay], env, http_port, tmp_path / "tier1.log")))
         yield result
 
 

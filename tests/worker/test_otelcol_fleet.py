@@ -22,13 +22,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.context import Context
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import Span, SpanProcessor
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.support.fleet import fleet, judge_calls, send_load, settled
-from tests.support.llm_server import LLMServer
+from tests.support.llm_server import LLMServer, is_session_request
 from tests.support.otlp_receiver import OTLPReceiver
 from tests.support.redis_server import RedisServer
+from tests.support.sessions import judge_rule
 from tests.support.topics import QUESTIONS
 from tests.worker.conftest import check_judged_once, run_app, wait_for
+from tests.worker.spans import SpanMaker, rag_trace
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -143,3 +149,44 @@ def test_a_worker_killed_mid_run_and_restarted(tmp_path: Path, redis: RedisServe
           f"held {held}: {at_kill['traces_in_flight']} traces in flight, {at_kill['judge_pending']} turns for the "
           f"judge; {len(failed)} in batches a sender saw fail); the restarted worker judged "
           f"{restarted['turns_judged']}, what tier 2 retried included")
+
+
+class _SessionOnEverySpan(SpanProcessor):
+    """What OpenInference's ``using_session()`` does: the session id on every span started within it, so
+    the gateway can route every span of a turn by it."""
+
+    def __init__(self) -> None:
+        self.session: str | None = None
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        if self.session is not None:
+            span.set_attribute("session.id", self.session)
+
+
+@pytest.mark.timeout(600)
+def test_sessions_routed_by_session_id_each_judged_once_whole(tmp_path: Path, redis: RedisServer) -> None:
+    """tier1-gateway-sessions.yaml (``routing_key: attributes``, ``session.id``) in front of 3 workers with
+    sessions on: 6 conversations of 3 turns, their turns interleaved, each turn a trace of its own. Each
+    session reaches one worker whole and is judged once, complete (not partial)."""
+    sessions, turns = [f"conv-{k}" for k in range(6)], 3
+    maker = SpanMaker("chat-app")
+    tag = _SessionOnEverySpan()
+    maker.provider.add_span_processor(tag)
+    with OTLPReceiver() as backend, LLMServer(judge_rule) as judge:
+        with fleet(tmp_path, backend, judge, redis.url, max_calls=1000, gateway="tier1-gateway-sessions.yaml",
+                   worker_args=("--session-idle", "3")) as f:
+            exporter = OTLPSpanExporter(endpoint=f.gateway_url + "/v1/traces")
+            for _round in range(turns):
+                for session in sessions:
+                    tag.session = session
+                    assert exporter.export(rag_trace(maker, session=session)) is SpanExportResult.SUCCESS
+            spans = backend.wait_for_spans(len(sessions), timeout=120,
+                                           predicate=lambda s: s["name"] == "ragaudit.session")
+            stats = f.stats()
+        session_calls = sum(is_session_request(r.body) for r in judge.requests)
+    assert sorted(s["attributes"]["session.id"] for s in spans) == sessions
+    assert all(s["attributes"]["ragaudit.session.partial"] is False
+               and s["attributes"]["ragaudit.session.turns"] == turns for s in spans), [s["attributes"] for s in spans]
+    assert session_calls == len(sessions)
+    assert sum(s["turns_judged"] for s in stats) == len(sessions) * turns
+    assert all(s["turns_found"] % turns == 0 for s in stats), [s["turns_found"] for s in stats]
