@@ -190,3 +190,25 @@ def test_sessions_routed_by_session_id_each_judged_once_whole(tmp_path: Path, re
     assert session_calls == len(sessions)
     assert sum(s["turns_judged"] for s in stats) == len(sessions) * turns
     assert all(s["turns_found"] % turns == 0 for s in stats), [s["turns_found"] for s in stats]
+
+
+@pytest.mark.timeout(600)
+def test_a_full_worker_pushes_back_and_the_collector_retries(tmp_path: Path, redis: RedisServer) -> None:
+    """A worker with room for 30 buffered spans (``max_spans``) under a burst of 120 three-span turns: it
+    answers 503 with ``Retry-After``; the tier-2 Collector's exporter keeps the data and retries after that
+    interval (``retry_on_failure``, ``sending_queue``: the Collector's defaults). Every turn is judged once
+    in the end, none lost."""
+    turns = 120
+    with OTLPReceiver() as backend, LLMServer() as judge:
+        with fleet(tmp_path, backend, judge, redis.url, max_calls=1000, workers=1,
+                   worker_args=("--max-spans", "30")) as f:
+            sent = send_load(f.gateway_url, turns, "burst")
+            wait_for(lambda: len(judge_calls(judge)) == turns and f.stats()[0]["turns_judged"] == turns, timeout=300,
+                     what="every turn judged")
+            stats = f.stats()[0]
+            tier2 = f.collectors[0].tail(1_000_000)
+        calls = judge_calls(judge)
+    assert len(sent["turns"]) == turns and not sent["failed"] and not sent["unsent"]
+    assert max(calls.values()) == 1
+    assert stats["requests_refused_full"] > 0 and stats["judge_dropped"] == 0
+    assert "Will retry the request" in tier2
