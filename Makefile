@@ -51,8 +51,16 @@ system-deps:
 	        || echo "warning: could not install redis-server; the shared-budget tests will skip"; \
 	    else echo "note: redis-server not found; the shared-budget tests will skip"; fi; }
 
-test: $(STAMP) $(PHOENIX_STAMP) system-deps
+test: $(STAMP) $(PHOENIX_STAMP) system-deps otelcol
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The OpenTelemetry Collector the tests run examples/collector/ on: otelcol/builder-config.yaml built by the
+# OpenTelemetry Collector Builder into ~/.cache/ragaudit/otelcol/<sha256 of the manifest>/ (once per machine
+# and manifest; the first build takes many minutes). Where Go is absent it says so and builds nothing, and
+# the tests that need the Collector skip with that reason.
+.PHONY: otelcol
+otelcol:
+	@bash scripts/build_otelcol.sh >/dev/null
 
 # The inner loop: no Phoenix server, no browser, no test marked e2e or slow.
 test-fast: $(STAMP)

@@ -1,8 +1,11 @@
 """A test router standing in for the OpenTelemetry Collector's ``load_balancing`` exporter.
 
-No Collector binary can be installed here, so this router does what tier 1 of
-``examples/collector/`` does: it receives OTLP/HTTP, splits each request's spans by trace id and
-forwards each group to one worker chosen with the ``load_balancing`` exporter's ring
+The real Collector runs the examples in test_otelcol_fleet.py (where Go builds it: ``make otelcol``);
+this router stays for test_scale.py, which needs what the Collector does not give a test: every trace's
+worker known (``routed``) and a lock under which nothing is forwarded, to count exactly what a worker
+killed under 8 senders' load held. It does what tier 1 of ``examples/collector/`` does: it receives
+OTLP/HTTP, splits each request's spans by trace id and forwards each group to one worker chosen with
+the ``load_balancing`` exporter's ring
 (``exporter/loadbalancingexporter/consistent_hashing.go``: 100 points per endpoint at
 ``crc32(endpoint + byte(i)) % 36000``, a trace at ``crc32(trace id bytes) % 36000`` goes to the
 next point clockwise), so every span of a trace reaches the same worker. A worker that refuses

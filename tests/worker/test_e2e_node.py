@@ -56,18 +56,23 @@ def node_app() -> Path:
     return target
 
 
-def test_langchain_js_app_judged_once_per_turn(node_app: Path, rag_llm: Any, collector: Any,
-                                               make_worker: Any) -> None:
-    worker = make_worker()
-    questions = QUESTIONS[3:6]
+def _run_app(node_app: Path, rag_llm: Any, traces_url: str, questions: list[str]) -> list[dict[str, Any]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update(OPENAI_BASE_URL=rag_llm.base_url, OPENAI_API_KEY="test", KB_PATH=str(node_app / "kb.json"),
-               OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=worker.url + "/v1/traces")
+               OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=traces_url)
     done = subprocess.run(["node", "--import", "tsx", "app.ts", *questions], cwd=node_app, env=env,
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     expected = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert [t["question"] for t in expected] == questions
+    return expected
+
+
+def test_langchain_js_app_judged_once_per_turn(node_app: Path, rag_llm: Any, collector: Any,
+                                               make_worker: Any) -> None:
+    worker = make_worker()
+    questions = QUESTIONS[3:6]
+    expected = _run_app(node_app, rag_llm, worker.url + "/v1/traces", questions)
     # The app sent its spans to the worker only: the judge spans and log records are checked
     # against what the app printed (question, answer, evidence ids from the retriever's output.value).
     check_judged_once(collector, expected, app_spans=False)
@@ -75,3 +80,18 @@ def test_langchain_js_app_judged_once_per_turn(node_app: Path, rag_llm: Any, col
     assert stats["turns_judged"] == len(questions) and stats["requests_bad"] == 0
     ids = {r["attributes"].get("gen_ai.response.id") for r in collector.logs}
     assert len(ids) == len(questions) and all(str(i).startswith("chatcmpl-loopback-") for i in ids)
+
+
+def test_langchain_js_app_through_the_real_collector(node_app: Path, rag_llm: Any, redis: Any, tmp_path: Path) -> None:
+    """The same app sending to tier 1 of examples/collector/ on the real Collector, in front of 3 workers
+    (tests/support/fleet.py): each turn judged once, its judge span in the app's trace at the backend."""
+    from tests.support.fleet import fleet
+    from tests.support.llm_server import LLMServer
+    from tests.support.otlp_receiver import OTLPReceiver
+
+    questions = QUESTIONS[6:12]
+    with OTLPReceiver() as backend, LLMServer() as judge:
+        with fleet(tmp_path, backend, judge, redis.url, max_calls=1000) as f:
+            expected = _run_app(node_app, rag_llm, f.gateway_url + "/v1/traces", questions)
+            check_judged_once(backend, expected)
+        assert judge.request_count == len(questions)

@@ -28,9 +28,12 @@ from ._security import BearerToken, ConnectionLimits, ServerTLS
 from ._turns import WorkerTurn, turns_of
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from opentelemetry.metrics import Histogram
 
     from ._server import HttpServer
+    from ...auditor import Budget
 
 __all__ = ["IngestOutcome", "Worker"]
 
@@ -88,7 +91,9 @@ class Worker:
     *judge*: any :class:`~ragaudit.RagJudge` (None: the default, ``ChatRagJudge`` when
     ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` is set, else ``LexicalJudge``). *auditor*: an Auditor
     of your own instead (then *judge*, *sample_rate*, *sinks*, *audit_log* and the output
-    endpoint are its business). *grpc_port*: also serve OTLP/gRPC there (the ``worker-grpc``
+    endpoint are its business). *budget*, *max_rps*, *budget_store*: the Auditor's cost control
+    (:class:`~ragaudit.Budget`; ``budget_store="redis://..."`` shares the budget and the rate with every
+    worker and app that names the same store). *grpc_port*: also serve OTLP/gRPC there (the ``worker-grpc``
     extra). *clock*: monotonic seconds (tests step it by hand and call :meth:`tick`).
 
     *sessions*: judge conversations as a whole (``True`` or a
@@ -117,6 +122,9 @@ class Worker:
         timeout_s: float = 60.0,
         audit_log: str | None = None,
         sinks: Iterable[JudgementSink] = (),
+        budget: Budget | Sequence[Budget] | None = None,
+        max_rps: float | None = None,
+        budget_store: str | None = None,
         auditor: Any = None,
         shutdown_timeout_s: float = 30.0,
         metrics_interval_s: float = 10.0,
@@ -145,6 +153,9 @@ class Worker:
         self.limits = limits if limits is not None else ConnectionLimits()
         self._reading_bytes = 0  # request bodies being read (their reservations; the event loop's)
         self._http: HttpServer | None = None
+        if auditor is not None and (budget, max_rps, budget_store) != (None, None, None):
+            raise ConfigurationError("budget, max_rps and budget_store are for the Auditor the worker makes; "
+                                     "with auditor=..., give them to that Auditor")
         self.host = host
         self._port = port
         self._grpc_port = grpc_port
@@ -170,7 +181,8 @@ class Worker:
                 from ...auditor import SessionTracking
 
                 sessions = SessionTracking(clock=clock)
-            auditor = self._make_auditor(judge, sample_rate, timeout_s, audit_log, sinks, sessions)
+            cost = {"budget": budget, "max_rps": max_rps, "budget_store": budget_store}
+            auditor = self._make_auditor(judge, sample_rate, timeout_s, audit_log, sinks, sessions, cost)
         self.auditor = auditor
         if self._outputs is not None:
             self._register_metrics(self._outputs.meter_provider)
@@ -187,7 +199,8 @@ class Worker:
         return f"Worker(url={self.url!r}, auth={'bearer' if self.auth_token else 'none'}, tls={self.tls is not None})"
 
     def _make_auditor(self, judge: RagJudge | None, sample_rate: float, timeout_s: float, audit_log: str | None,
-                      sinks: Iterable[JudgementSink], sessions: Any = None) -> Any:
+                      sinks: Iterable[JudgementSink], sessions: Any = None, cost: dict[str, Any] | None = None
+                      ) -> Any:
         from ...auditor import Auditor
         from ...tracing.evaluation_logs import EvaluationLogSink
 
@@ -197,7 +210,7 @@ class Worker:
                        meter_provider=self._outputs.meter_provider,
                        audit_log=audit_log, sample_rate=sample_rate, max_queue=self.max_queue, timeout_s=timeout_s,
                        on_judgement=self._judged, judge_trace="turn", exit_timeout_s=self.shutdown_timeout_s,
-                       sessions=sessions)
+                       sessions=sessions, **(cost or {}))
 
     def _register_metrics(self, meter_provider: Any) -> None:
         from opentelemetry.metrics import CallbackOptions, Observation

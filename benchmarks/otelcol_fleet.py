@@ -1,0 +1,102 @@
+"""Judged turns per second through the real OpenTelemetry Collector, for 1, 2 and 3 workers (issue 47).
+
+    python benchmarks/otelcol_fleet.py            # 600 turns per round, rounds 1,2,3,3,2,1 workers (interleaved)
+    python benchmarks/otelcol_fleet.py --quick    # 100 turns, rounds 1,2,3
+
+Method. The fleet of tests/support/fleet.py, on the files of examples/collector/ as they are: tier 1
+(``loadbalancing`` by trace id, a static resolver over the tier 2s) -> one tier-2 Collector per worker
+(``tail_sampling``, 100 %) -> N worker processes sharing one Redis budget, each judging with a real
+``ChatRagJudge`` against a loopback judge that answers every call after a fixed 0.2 s -> judge spans
+through tier 1's ``otlp/judgements`` to a loopback OTLP receiver (the backend). The Collector is the one
+``make otelcol`` builds (otelcol/builder-config.yaml). One sender process (the real OTel SDK, OTLP/HTTP,
+tests/worker/apps/sender.py) sends the round's turns to tier 1 as fast as its batch exporter goes.
+
+Judged turns/s = turns / (the first root span's start -> the last judge span's end), both span timestamps
+as the backend received them. Latency per turn = its root span's end -> its judge span's end (p50, p95):
+it includes, by design, tier 2's ``decision_wait_after_root_received`` (2 s) and the worker's quiet
+period (0.5 s). The machine's load average (``uptime``) is recorded before and after each round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._bench import machine_info, print_machine, write_result
+from tests.support.fleet import fleet, send_load
+from tests.support.llm_server import LLMServer
+from tests.support.otelcol import otelcol_binary
+from tests.support.otlp_receiver import OTLPReceiver
+from tests.support.redis_server import start_redis
+from tests.worker.conftest import wait_for
+
+JUDGE_DELAY_S = 0.2
+
+
+def _uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True, timeout=10).stdout.strip()
+
+
+def one_round(workers: int, turns: int, name: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp, OTLPReceiver() as backend, LLMServer(delay=JUDGE_DELAY_S) as judge:
+        redis = start_redis(Path(tmp))
+        try:
+            with fleet(Path(tmp), backend, judge, redis.url, max_calls=10 * turns, workers=workers) as f:
+                before = _uptime()
+                sent = send_load(f.gateway_url, turns, name)
+                wait_for(lambda: len(backend.spans_named("ragaudit.judge")) >= turns, timeout=900,
+                         what="every turn's judge span")
+                after = _uptime()
+                stats = f.stats()
+        finally:
+            redis.stop()
+    spans = backend.spans
+    roots = {s["trace_id"]: s for s in spans if s["parent_span_id"] is None and s["name"] != "ragaudit.judge"}
+    judges = {s["trace_id"]: s for s in spans if s["name"] == "ragaudit.judge"}
+    assert len(judges) == turns == len(sent["turns"]), (len(judges), turns)
+    start = min(s["start_time_ns"] for s in roots.values())
+    end = max(s["end_time_ns"] for s in judges.values())
+    latencies = sorted((judges[t]["end_time_ns"] - roots[t]["end_time_ns"]) / 1e9 for t in judges)
+    return {"workers": workers, "turns": turns, "judge_calls": judge.request_count,
+            "turns_per_s": turns / ((end - start) / 1e9), "latency_p50_s": statistics.median(latencies),
+            "latency_p95_s": latencies[int(0.95 * (len(latencies) - 1))],
+            "judged_per_worker": [s["turns_judged"] for s in stats], "uptime_before": before, "uptime_after": after}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--turns", type=int, default=None)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    if otelcol_binary() is None:
+        print("the OpenTelemetry Collector is not built: run `make otelcol` (needs Go)", file=sys.stderr)
+        return 1
+    turns = args.turns or (100 if args.quick else 600)
+    order = [1, 2, 3] if args.quick else [1, 2, 3, 3, 2, 1]
+    info = machine_info()
+    print_machine(info)
+    rounds = []
+    for i, workers in enumerate(order):
+        result = one_round(workers, turns, f"r{i}")
+        rounds.append(result)
+        print(f"{workers} worker(s): {result['turns_per_s']:.1f} judged turns/s, latency p50 "
+              f"{result['latency_p50_s']:.2f} s p95 {result['latency_p95_s']:.2f} s, per worker "
+              f"{result['judged_per_worker']}; {result['uptime_after']}", flush=True)
+    summary = {str(n): statistics.median(r["turns_per_s"] for r in rounds if r["workers"] == n)
+               for n in sorted(set(order))}
+    print("median judged turns/s by workers:", {k: round(v, 1) for k, v in summary.items()})
+    write_result("otelcol_fleet", {"judge_delay_s": JUDGE_DELAY_S, "rounds": rounds, "median_turns_per_s": summary},
+                 quick=args.quick, out=args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
