@@ -29,6 +29,8 @@ from tests.support.otlp_receiver import OTLPReceiver
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 _FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
+RAW_ROLE = re.compile(r":(?:class|meth|func|attr|data|exc|mod|obj):`")
+PRIVATE_ANCHOR = re.compile(r'(?:id|href)="[^"]*ragaudit(?:\.\w+)*\._\w+')
 ANSWER = "Items can be returned within 30 days of delivery for a full refund. [returns]"
 
 
@@ -134,11 +136,21 @@ def test_docs_build_strict(tmp_path: Path) -> None:
                            env=env, capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr[-4000:]
     assert "WARNING" not in build.stderr, build.stderr[-4000:]
-    reference = (tmp_path / "site" / "reference" / "index.html").read_text(encoding="utf-8")
+    site = tmp_path / "site"
     for module_name in ("ragaudit", "ragaudit.integrations.langchain", "ragaudit.integrations.llamaindex"):
+        reference = (site / "reference" / module_name / "index.html").read_text(encoding="utf-8")
         module = importlib.import_module(module_name)
         for name in module.__all__:
             assert f"{module_name}.{name}" in reference, f"{module_name}.{name} missing from the API reference"
+    pages = {str(p.relative_to(site)): p.read_text(encoding="utf-8") for p in site.rglob("*.html")}
+    # Every docstring cross-reference is one mkdocstrings renders: no reST role is left as text.
+    raw = {page: found for page, html in pages.items() if (found := RAW_ROLE.findall(html))}
+    assert raw == {}, raw
+    # Only public names: no entry is rendered, or linked to, under a private module's path.
+    private = {page: found for page, html in pages.items() if page.startswith("reference/")
+               and (found := PRIVATE_ANCHOR.findall(html))}
+    assert private == {}, private
+    assert "## [Unreleased]" not in pages["changelog/index.html"] and "Unreleased" in pages["changelog/index.html"]
     for image in re.findall(r"\]\((?:\.\./)*images/([\w.-]+)\)", "".join(
             p.read_text(encoding="utf-8") for p in DOCS.rglob("*.md"))):
         assert (DOCS / "images" / image).stat().st_size > 10_000, f"docs/images/{image} is missing or empty"
