@@ -1,12 +1,12 @@
 """The process lifecycle of the turn pipeline: the exit hook and SIGTERM (``Auditor(handle_signals=...)``).
 
 What is shut down at exit (and flushed on SIGTERM) are *stages*: each Auditor, and above it, the
-integrations' turn closers (:mod:`ragaudit.integrations._closing`). A stage registered ``upstream``
+integrations' turn closers (`ragaudit.integrations._closing`). A stage registered ``upstream``
 is handled before every other, and shuts down what is below it itself, so the walk goes the way the
 turns flow: closers first (their sources' last turns handed down), then the Auditors. This module
-knows no stage's code: it calls the members of :class:`Stage` only, top down.
+knows no stage's code: it calls the members of `Stage` only, top down.
 
-Fork is handled where the threads are (:mod:`ragaudit._worker` restarts every worker in the child)
+Fork is handled where the threads are (`ragaudit._worker` restarts every worker in the child)
 and by the Auditor's own after-fork reset of its counts.
 """
 

@@ -1,9 +1,9 @@
 """Cost control at run time: budgets, rate limits and pauses, checked before each judge call (private).
 
-The Auditor asks :meth:`Governor.admit` before it sends a turn to the judge and tells
-:meth:`Governor.settle` what the call cost and how it ended. Three mechanisms, one place:
+The Auditor asks `Governor.admit` before it sends a turn to the judge and tells
+`Governor.settle` what the call cost and how it ended. Three mechanisms, one place:
 
-* **Budgets** (:class:`ragaudit.Budget`): calls, tokens and money per window (``per_s``) or for the
+* **Budgets** ([`ragaudit.Budget`][ragaudit.Budget]): calls, tokens and money per window (``per_s``) or for the
   process's life. A call is admitted when every budget has room for it; the calls are counted when
   admitted (atomically, so N processes sharing a store never admit more than the budget), tokens
   and money when the call has ended (they are known only then, so a window can end a call's worth
@@ -47,7 +47,7 @@ __all__ = ["NOT_SENT", "Budget", "CostControl", "Governor", "Verdict", "price_of
 logger = logging.getLogger("ragaudit")
 
 Verdict = Literal["ok", "over_budget", "paused", "budget_unavailable", "rate_limited"]
-"""What :meth:`Governor.admit` decided: send the call, or the counted reason not to."""
+"""What `Governor.admit` decided: send the call, or the counted reason not to."""
 
 NOT_SENT = ("filtered_out", "over_budget", "paused", "budget_unavailable", "rate_limited")
 """The ``stats()`` counters of turns that were not sent to the judge, each with its reason:
@@ -445,7 +445,7 @@ def _meter() -> _Meter:
 
 
 class CostControl:
-    """What an Auditor holds for cost control: the :class:`Governor` of its judge's endpoint, the
+    """What an Auditor holds for cost control: the `Governor` of its judge's endpoint, the
     ``judge_if`` predicate and the retention of sampled-out turns for feedback (``_feedback``)."""
 
     def __init__(self, judge: Any, budget: Budget | Sequence[Budget] | None, max_rps: float | None,

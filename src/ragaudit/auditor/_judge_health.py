@@ -57,7 +57,7 @@ def failure_hint(error_type: str, status: int | None) -> str:
 
 class JudgeFailureLog:
     """Counts judge failures of one Auditor and logs them at WARNING: the first at once, then one
-    summary per :data:`SUMMARY_INTERVAL_S` while failures go on (none while judging succeeds)."""
+    summary per `SUMMARY_INTERVAL_S` while failures go on (none while judging succeeds)."""
 
     def __init__(self, interval_s: float = SUMMARY_INTERVAL_S, on_first: Callable[[], None] | None = None) -> None:
         self.interval_s = interval_s

@@ -1,16 +1,16 @@
-"""The turn rules, written once: what a source's steps become as a :class:`~ragaudit.RagTurn`.
+"""The turn rules, written once: what a source's steps become as a [`RagTurn`][ragaudit.RagTurn].
 
 A source (an integration, the OTLP worker) translates one user message's run into the steps of
-:mod:`ragaudit.integrations.steps` and hands them to a :class:`TurnAssembler` through
-:func:`~ragaudit.integrations.steps.dispatch`, on the auditor's closing thread. Everything that
-decides what a judge sees is here and nowhere else:
+[`ragaudit.integrations.steps`][ragaudit.integrations.steps] and hands them to a
+[`TurnAssembler`][ragaudit.integrations.TurnAssembler] through [`dispatch`][ragaudit.integrations.steps.dispatch], on
+the auditor's closing thread. Everything that decides what a judge sees is here and nowhere else:
 
-* **Which run is the turn**: the first :class:`~ragaudit.integrations.steps.RunStarted` (one per
+* **Which run is the turn**: the first [`RunStarted`][ragaudit.integrations.steps.RunStarted] (one per
   user message: a chain, a query or chat engine call, an agent or workflow run). Steps below it
   are its children.
 * **Question**: the root's own question; for a conversation given as messages (an agent), the
-  user's last message (:func:`last_user_text`); else the first retrieval's query; else "".
-* **Evidence** (:func:`evidence`): what reached the model. The documents the framework says the
+  user's last message (`last_user_text`); else the first retrieval's query; else "".
+* **Evidence** (`evidence`): what reached the model. The documents the framework says the
   answer was built from, when it says so (LlamaIndex ``source_nodes``); else every *outermost*
   retrieval (a retriever called inside another retriever, such as the base retriever of a
   compression, multi-query or ensemble retriever, is a child span, not evidence) and every tool
@@ -19,14 +19,14 @@ decides what a judge sees is here and nowhere else:
   each id once, ranked 1..n.
 * **Answer**: the root's answer; else the last successful model output. ``""`` and LlamaIndex's
   ``"Empty Response"`` are empty answers: traced and counted, not judged.
-* **History and standalone question** (:func:`conversation`): the earlier user and assistant
-  messages (the last :data:`MAX_HISTORY_MESSAGES`, each cut at :data:`MAX_MESSAGE_CHARS`), and,
+* **History and standalone question** (`conversation`): the earlier user and assistant
+  messages (the last `MAX_HISTORY_MESSAGES`, each cut at `MAX_MESSAGE_CHARS`), and,
   in a conversation, the first outermost retrieval's query when it differs from the question
   (the rewrite a history-aware retriever or a condensing chat engine made).
 * **Cut-off turns and unfinished children**: a turn with an
-  :class:`~ragaudit.integrations.steps.ErrorStep` is an error turn; a step still open at close is
-  recorded ending then, with :data:`UNFINISHED` as its error.
-* **Whether a turn is judged** (:func:`unjudged_reason`): it is when it has no error, a non-empty
+  [`ErrorStep`][ragaudit.integrations.steps.ErrorStep] is an error turn; a step still open at close is
+  recorded ending then, with `UNFINISHED` as its error.
+* **Whether a turn is judged** (`unjudged_reason`): it is when it has no error, a non-empty
   answer and evidence. A turn with an answer, a model call and no evidence is counted in the
   auditor's ``stats()["unjudged_no_evidence"]`` and logged once at WARNING with the fix; an
   empty answer in ``stats()["unjudged_empty_answer"]``.
@@ -122,7 +122,7 @@ _FROM_PROMPT_NOTE = (
 
 def evicted_error(max_runs: int) -> str:
     """The error of a turn evicted because *max_runs* turns were open (a source sends it as an
-    :class:`~ragaudit.integrations.steps.ErrorStep`)."""
+    [`ErrorStep`][ragaudit.integrations.steps.ErrorStep])."""
     return (f"ragaudit: turn evicted before it finished ({max_runs} turns were open; raise max_runs or look "
             "for runs that never end)")
 
@@ -152,22 +152,23 @@ class _Entry:
 
 
 def _end(ended_at: int | None, error: str | None, now: int) -> tuple[int, str | None]:
-    """``(ended_at, error)`` of a step: a step that never ended ends at *now* with :data:`UNFINISHED`."""
+    """``(ended_at, error)`` of a step: a step that never ended ends at *now* with `UNFINISHED`."""
     if ended_at is None:
         return now, error or UNFINISHED
     return ended_at, error
 
 
 class TurnAssembler:
-    """Takes one turn's steps (a :class:`~ragaudit.integrations.steps.StepSink`) and makes its
-    :class:`~ragaudit.RagTurn` by the rules of this module (:meth:`build`, :meth:`close`).
+    """Takes one turn's steps (a [`StepSink`][ragaudit.integrations.steps.StepSink]) and makes its
+    [`RagTurn`][ragaudit.RagTurn] by the rules of this module ([`build`][ragaudit.integrations.TurnAssembler.build],
+    [`close`][ragaudit.integrations.TurnAssembler.close]).
 
     *framework* names the source (the turn's ``framework``). *capture_content* False: the model
     calls' prompts and messages and the tool calls' arguments are not kept in the turn (the
     evidence is: the judge needs it; the content policy decides what is exported).
     *retrieval_outside*: the source saw a retrieval run outside any turn (a vector-store search
     with no run to belong to), which names the case in the no-evidence warning. *answer_field*:
-    the text field of a structured answer (:mod:`~ragaudit.integrations._structured`).
+    the text field of a structured answer (`_structured`).
     """
 
     __slots__ = ("_capture", "_entries", "_last", "answer_field", "end", "errors", "framework", "from_prompt",
@@ -223,7 +224,7 @@ class TurnAssembler:
 
     @property
     def kind(self) -> RunKind:
-        """The root run's kind (:attr:`RunKind.CHAIN` before any run started)."""
+        """The root run's kind ([`RunKind.CHAIN`][ragaudit.integrations.steps.RunKind.CHAIN] before any run started)."""
         return self.root.kind if self.root is not None else RunKind.CHAIN
 
     @property
@@ -259,23 +260,24 @@ class TurnAssembler:
 
     def entries(self, closed_at: int | None = None) -> list[_Entry]:
         """The child steps with their records, in the order they were handed over; a step still
-        open ends at *closed_at* (None: the last time a step reported) as :data:`UNFINISHED`."""
+        open ends at *closed_at* (None: the last time a step reported) as `UNFINISHED`."""
         now = self._last if closed_at is None else closed_at
         return [_Entry(step, seq, self._record(step, now)) for step, seq in self._entries]
 
     def build(self, handle: TurnHandle | None = None, *, closed_at: int | None = None) -> RagTurn:
-        """The :class:`~ragaudit.RagTurn` of the steps so far (the rules in the module docstring).
+        """The [`RagTurn`][ragaudit.RagTurn] of the steps so far (the rules in the module docstring).
 
         ``trace_id``/``span_id`` come from *handle* (the turn span's); *closed_at* as in
-        :meth:`entries`, also the end of a turn whose root never ended. Raises
-        :class:`~ragaudit.ConfigurationError` only for values a record rejects.
+        [`entries`][ragaudit.integrations.TurnAssembler.entries], also the end of a turn whose root never ended. Raises
+        [`ConfigurationError`][ragaudit.ConfigurationError] only for values a record rejects.
         """
         turn, found = _build(self, self.entries(closed_at), handle, self._last if closed_at is None else closed_at)
         self.from_prompt = found.from_prompt
         return turn
 
     def unjudged_reason(self, turn: RagTurn) -> str | None:
-        """Why *turn* (made by :meth:`build`) is not judged, or None (see :func:`unjudged_reason`)."""
+        """Why *turn* (made by [`build`][ragaudit.integrations.TurnAssembler.build]) is not judged, or None (see
+        [`unjudged_reason`][ragaudit.integrations.TurnAssembler.unjudged_reason])."""
         return unjudged_reason(turn, self.kind)
 
     def close(
@@ -333,7 +335,7 @@ def merge_documents(groups: Iterable[Sequence[RetrievedDoc]]) -> tuple[Retrieved
 
     This is the turn's document list when a pipeline retrieves more than once (two retrievers in
     parallel, a retry, an agent's tool calls): the ranks are positions in the merged list, the
-    per-retriever ranks stay on each :class:`~ragaudit.records.Retrieval`.
+    per-retriever ranks stay on each [`Retrieval`][ragaudit.Retrieval].
     """
     seen: set[str] = set()
     out: list[RetrievedDoc] = []
@@ -457,7 +459,7 @@ def evidence(
 ) -> Evidence:
     """What reached the model (see the module docstring): the observed documents whose text is in
     the input of the call that produced *answer*, then the context of that input no observed
-    document explains (:func:`~ragaudit.integrations._evidence.prompt_passages`)."""
+    document explains (`prompt_passages`)."""
     groups = observed(entries, parents, sources)
     call = final_call(entries, answer) if sources is None else None
     reference = Reference(call.messages, call.prompt) if call is not None else None
@@ -605,7 +607,7 @@ def _build(assembler: TurnAssembler, entries: list[_Entry], handle: TurnHandle |
 
 def unjudged_reason(turn: RagTurn, kind: RunKind) -> str | None:
     """Why *turn* is not judged, or None when it is: one of
-    :data:`~ragaudit.records.UNSUBMITTED_REASONS`, each counted.
+    `UNSUBMITTED_REASONS`, each counted.
 
     ``"failed"`` (the run raised, or was cut off), ``"no_answer"``, ``"standalone"`` (a retriever or
     model called on its own), ``"empty_answer"``, ``"no_evidence"`` (an answer from a model call

@@ -1,14 +1,15 @@
 """Turn closing: where a source hands a finished run over to be built into a turn, off the host's
 thread, and where flushing and shutting down the turn pipeline begin.
 
-One :class:`TurnCloser` per Auditor (:func:`closer_for`), shared by every source that submits there:
-a BatchWorker of close jobs (a job builds the turn, records its spans and submits it) and the
-sources whose half-finished turns must be closed before shutdown. Calls go one way, the way the
-turns go: source → closer → Auditor → exporters. :meth:`TurnCloser.force_flush` and
-:meth:`TurnCloser.shutdown` finish what the closer holds and then call the Auditor's own; the
-Auditor never calls back up. The exit hook and SIGTERM (:mod:`ragaudit._lifecycle`) take every
-closer before the Auditors. What the closer drops it counts in its Auditor's ``stats()``
-(``close_dropped``; ``closing`` is how many wait here, as the closing thread last saw at a batch).
+One [`TurnCloser`][ragaudit.integrations.TurnCloser] per Auditor ([`closer_for`][ragaudit.integrations.closer_for]),
+shared by every source that submits there: a BatchWorker of close jobs (a job builds the turn, records its spans and
+submits it) and the sources whose half-finished turns must be closed before shutdown. Calls go one way, the way the
+turns go: source → closer → Auditor → exporters.
+[`TurnCloser.force_flush`][ragaudit.integrations.TurnCloser.force_flush] and
+[`TurnCloser.shutdown`][ragaudit.integrations.TurnCloser.shutdown] finish what the closer holds and then call the
+Auditor's own; the Auditor never calls back up. The exit hook and SIGTERM (`ragaudit._lifecycle`) take every closer
+before the Auditors. What the closer drops it counts in its Auditor's ``stats()`` (``close_dropped``; ``closing`` is how
+many wait here, as the closing thread last saw at a batch).
 """
 
 from __future__ import annotations
@@ -79,24 +80,25 @@ class TurnCloser:
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`shutdown` has stopped the closing thread (jobs then run at once)."""
+        """True once [`shutdown`][ragaudit.integrations.TurnCloser.shutdown] has stopped the closing thread (jobs then
+        run at once)."""
         return self.worker.closed
 
     def attach(self, source: TurnSource) -> None:
-        """Have :meth:`shutdown` (and the exit hook) close *source*'s ended turns first (held weakly:
-        a handler made per call costs nothing once it is gone)."""
+        """Have [`shutdown`][ragaudit.integrations.TurnCloser.shutdown] (and the exit hook) close *source*'s ended turns
+        first (held weakly: a handler made per call costs nothing once it is gone)."""
         self._sources.add(source)
 
     def defer(self, job: Callable[[], None]) -> bool:
         """Run *job* soon on the closing thread, never on the caller's. Never blocks or raises.
 
         A source closes a turn this way: at the end of a run it hands over the raw run data, and *job*
-        builds the :class:`~ragaudit.RagTurn`, records its spans (with the times the framework
+        builds the [`RagTurn`][ragaudit.RagTurn], records its spans (with the times the framework
         reported) and submits it, so none of that work is on the host's thread. Jobs run in order, in
-        batches; :meth:`force_flush`, :meth:`shutdown` and the exit hook run them before the Auditor's
-        own. With an inline Auditor, and after shutdown, *job* runs at once on the caller's thread.
-        Returns False when *max_closing* jobs are already waiting: *job* is dropped and counted. A
-        raise from *job* is logged.
+        batches; [`force_flush`][ragaudit.integrations.TurnCloser.force_flush],
+        [`shutdown`][ragaudit.integrations.TurnCloser.shutdown] and the exit hook run them before the Auditor's own.
+        With an inline Auditor, and after shutdown, *job* runs at once on the caller's thread. Returns False when
+        *max_closing* jobs are already waiting: *job* is dropped and counted. A raise from *job* is logged.
         """
         try:
             if self.inline or self.worker.closed:
@@ -125,7 +127,7 @@ class TurnCloser:
 
     def force_flush(self, timeout_s: float | None = 30.0) -> bool:
         """Wait until every job handed over so far has run (the turns built, traced and submitted),
-        then for the Auditor's :meth:`~ragaudit.Auditor.force_flush`, all within *timeout_s*: every
+        then for the Auditor's `force_flush`, all within *timeout_s*: every
         turn recorded and judged, its spans exported, the sinks flushed. False when the time ran out
         or something was not delivered. Never raises."""
         deadline = None if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
@@ -188,8 +190,8 @@ _closers: weakref.WeakKeyDictionary[Auditor, TurnCloser] = weakref.WeakKeyDictio
 
 
 def closer_for(auditor: Auditor) -> TurnCloser:
-    """The one :class:`TurnCloser` above *auditor*, made with the first source that submits there;
-    the exit hook and SIGTERM shut it down (or flush it) before *auditor*."""
+    """The one [`TurnCloser`][ragaudit.integrations.TurnCloser] above *auditor*, made with the first source that submits
+    there; the exit hook and SIGTERM shut it down (or flush it) before *auditor*."""
     with _lock:
         closer = _closers.get(auditor)
         if closer is None:

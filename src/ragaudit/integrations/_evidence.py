@@ -1,13 +1,13 @@
 """What the model saw: which observed documents reached the model call that produced the answer.
 
 The input of that call (its messages and prompt) is the reference. An observed document is evidence
-when its text is in the reference (whitespace aside; or its first :data:`PROBE_CHARS` characters,
+when its text is in the reference (whitespace aside; or its first `PROBE_CHARS` characters,
 for an app that cut its documents); documents retrieved and then dropped are not. Context in the
 reference that no observed document explains becomes evidence of its own
-(:func:`prompt_passages`), with ids from its text and ``source="prompt"``.
+(`prompt_passages`), with ids from its text and ``source="prompt"``.
 
 Matching is a substring search on whitespace-normalised text, fast on large inputs: the
-reference is indexed once by the :data:`KEY_CHARS` characters at each word boundary, and each
+reference is indexed once by the `KEY_CHARS` characters at each word boundary, and each
 document is looked up by its first characters and confirmed at the positions found, so the cost is
 linear in the reference and the documents (no pairwise comparison of documents and passages).
 """
@@ -60,7 +60,7 @@ def normalize(text: str) -> str:
 
 
 class Reference:
-    """The normalised text of one model call's input, indexed for :meth:`contains`."""
+    """The normalised text of one model call's input, indexed for `contains`."""
 
     __slots__ = ("_index", "text")
 
@@ -132,7 +132,7 @@ def prompt_passages(
     From the prompt template's variables when there are any (other than the question and the
     history) and none of the *explained* documents' text is in them, split into the passages the
     app joined; else, when no observed document reached the call, the text of its system and tool
-    messages (at least :data:`MIN_MESSAGE_CONTEXT_WORDS` words of it), split the same way. Each
+    messages (at least `MIN_MESSAGE_CONTEXT_WORDS` words of it), split the same way. Each
     passage: id from its text, ``source="prompt"``.
     """
     asked = normalize(question)

@@ -12,7 +12,7 @@ Worker(otlp_endpoint="http://otel-collector:4318").run()              # or in th
 The receiver (OTLP/HTTP protobuf and JSON, gzip, chunked), trace readiness, the convention
 readers (OpenInference, OpenLLMetry, OTel GenAI, ragaudit's own) and the output (a ``ragaudit.judge``
 span in the evaluated trace, ``gen_ai.evaluation.result`` log records, metrics) are described in
-:class:`Worker` and the README's worker section. Needs the ``worker`` extra.
+[`Worker`][ragaudit.integrations.otlp.Worker] and the README's worker section. Needs the ``worker`` extra.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The :class:`Worker`: OTLP traces in, turns through the Auditor, judgements out as OTLP."""
+"""The [`Worker`][ragaudit.integrations.otlp.Worker]: OTLP traces in, turns through the Auditor, judgements out as
+OTLP."""
 
 from __future__ import annotations
 
@@ -43,8 +44,8 @@ _COUNTERS = (
 
 @dataclass(frozen=True, slots=True)
 class IngestOutcome:
-    """What :meth:`Worker.ingest` did with one request: spans *accepted*, *rejected* (invalid ids:
-    the response's ``partial_success``), or the whole request *refused* (full: answer 503)."""
+    """What [`Worker.ingest`][ragaudit.integrations.otlp.Worker.ingest] did with one request: spans *accepted*,
+    *rejected* (invalid ids: the response's ``partial_success``), or the whole request *refused* (full: answer 503)."""
 
     accepted: int
     rejected: int = 0
@@ -55,12 +56,12 @@ class IngestOutcome:
 class Worker:
     """Judges the RAG turns of any app that sends OTLP traces (``ragaudit worker``).
 
-    Receives OTLP/HTTP traces on *host*:*port* (``port=0``: a free one, see :attr:`port`), waits
-    for each trace to be ready (root span received and *quiet_s* without a new span, at most
-    *max_wait_s* after its first), reads its spans by convention into turns, and submits them to
-    an :class:`~ragaudit.Auditor` (sampling, judging, budgets), which writes each judgement as a
+    Receives OTLP/HTTP traces on *host*:*port* (``port=0``: a free one, see
+    [`port`][ragaudit.integrations.otlp.Worker.port]), waits for each trace to be ready (root span received and
+    *quiet_s* without a new span, at most *max_wait_s* after its first), reads its spans by convention into turns, and
+    submits them to an [`Auditor`][ragaudit.Auditor] (sampling, judging, budgets), which writes each judgement as a
     ``ragaudit.judge`` span in the evaluated trace plus ``gen_ai.evaluation.result`` log records
-    (:class:`~ragaudit.tracing.evaluation_logs.EvaluationLogSink`) to *otlp_endpoint* (None: the
+    (`EvaluationLogSink`) to *otlp_endpoint* (None: the
     ``OTEL_EXPORTER_OTLP_*`` variables).
 
     Bounds: at most *max_traces* traces wait (the oldest is dropped, counted), at most *max_spans*
@@ -69,14 +70,15 @@ class Worker:
     same way). ``stats()`` counts every span and turn; ``/stats`` serves it as JSON and the same
     counters go out as OTel metrics.
 
-    *judge*: any :class:`~ragaudit.RagJudge` (None: the default, ``ChatRagJudge`` when
+    *judge*: any [`RagJudge`][ragaudit.RagJudge] (None: the default, ``ChatRagJudge`` when
     ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` is set, else ``LexicalJudge``). *auditor*: an Auditor
     of your own instead (then *judge*, *sample_rate*, *sinks*, *audit_log* and the output
     endpoint are its business). *grpc_port*: also serve OTLP/gRPC there (the ``worker-grpc``
-    extra). *clock*: monotonic seconds (tests step it by hand and call :meth:`tick`).
+    extra). *clock*: monotonic seconds (tests step it by hand and call
+    [`tick`][ragaudit.integrations.otlp.Worker.tick]).
 
     *sessions*: judge conversations as a whole (``True`` or a
-    :class:`~ragaudit.SessionTracking`; True uses *clock* as the session clock). The turns of a
+    [`SessionTracking`][ragaudit.SessionTracking]; True uses *clock* as the session clock). The turns of a
     session arrive in many traces; one worker sees a whole session only when the Collector routes by
     the session attribute (``load_balancing`` with ``routing_key: attributes``, see the scale guide);
     otherwise each worker judges the part it saw, flagged partial.
@@ -244,7 +246,7 @@ class Worker:
             return False
 
     def ingest(self, body: bytes, *, json_body: bool = False) -> IngestOutcome:
-        """Decode one OTLP request body and buffer its spans. Raises :class:`DecodeError`."""
+        """Decode one OTLP request body and buffer its spans. Raises `DecodeError`."""
         self.count("requests")
         spans, rejected = decode_traces(body, json_body)
         return self.add_spans(spans, rejected)
@@ -343,7 +345,8 @@ class Worker:
         return f"http://{self.host}:{self._port}"
 
     async def serve(self, ready: Callable[[], None] | None = None) -> None:
-        """Serve until :meth:`stop` (or a signal in :meth:`run`), then shut down gracefully."""
+        """Serve until [`stop`][ragaudit.integrations.otlp.Worker.stop] (or a signal in
+        [`run`][ragaudit.integrations.otlp.Worker.run]), then shut down gracefully."""
         from aiohttp import web
 
         from ._server import make_app
