@@ -366,7 +366,8 @@ class Worker:
             from ._grpc import start_grpc
 
             grpc_server, self._grpc_port = await start_grpc(self, self.host, self._grpc_port)
-        logger.info("ragaudit worker: listening on %s%s", self.url,
+        # DEBUG: `ragaudit worker` prints its own start line (addresses, judge, outputs, sampling).
+        logger.debug("ragaudit worker: listening on %s%s", self.url,
                     f" (OTLP/gRPC on port {self._grpc_port})" if grpc_server is not None else "")
         if ready is not None:
             ready()
@@ -398,14 +399,15 @@ class Worker:
             self._outputs.force_flush(max(0.5, deadline - time.monotonic()))
             self._outputs.shutdown()
 
-    def run(self) -> None:
-        """Serve in this thread until SIGTERM or SIGINT (the ``ragaudit worker`` command)."""
+    def run(self, ready: Callable[[], None] | None = None) -> None:
+        """Serve in this thread until SIGTERM or SIGINT (the ``ragaudit worker`` command); *ready* is
+        called once listening (the real ports known)."""
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._request_stop)
-            await self.serve()
+            await self.serve(ready)
 
         asyncio.run(main())
 
