@@ -1,4 +1,4 @@
-# The two commands of the README: `make test` and `make demo`. Both set up what they need themselves.
+# The two commands of the README: `make test` (the suite, then `make user-install`) and `make demo`. Both set up what they need themselves.
 # `make test-fast` is the inner loop (no e2e, no slow tests). CI (.ci/run): make lint, typecheck, docs, test.
 PYTHON ?= python3
 VENV := .venv
@@ -9,7 +9,7 @@ PHOENIX_VENV := .venv-phoenix
 PHOENIX_VERSION ?= 20.26.1
 PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
 
-.PHONY: test test-fast demo bench bench-peers lint typecheck system-deps docs docs-serve docs-screenshots clean
+.PHONY: test test-fast user-install demo bench bench-peers lint typecheck system-deps docs docs-serve docs-screenshots clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,13 @@ system-deps:
 
 test: $(STAMP) $(PHOENIX_STAMP) system-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) user-install
+
+# CI installs like a user (noxfile.py): each quick start and each extra in an empty virtualenv with only
+# what it says to install (newest versions), the quick starts' marked code run as written, and the lowest
+# versions pyproject.toml allows. uv's cache makes reruns fast. Figures: .nox/user-install/*.json.
+user-install: $(STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/nox -s user_install $(NOX_ARGS)
 
 # The inner loop: no Phoenix server, no browser, no test marked e2e or slow.
 test-fast: $(STAMP)

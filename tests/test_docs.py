@@ -77,3 +77,22 @@ def test_docs_build_strict(tmp_path: Path) -> None:
     for image in re.findall(r"\]\((?:\.\./)*images/([\w.-]+)\)", "".join(
             p.read_text(encoding="utf-8") for p in DOCS.rglob("*.md"))):
         assert (DOCS / "images" / image).stat().st_size > 10_000, f"docs/images/{image} is missing or empty"
+
+
+def test_troubleshooting_names_only_counters_that_exist() -> None:
+    # The page tells a user which counter to read: each one it names must be one stats() has.
+    from ragaudit import Auditor, LexicalJudge
+    from ragaudit.integrations.otlp._core import _COUNTERS
+    from ragaudit.records import UNSUBMITTED_REASONS
+
+    page = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
+    auditor = Auditor(LexicalJudge(), audit_log=None)
+    try:
+        keys = set(auditor.stats())
+    finally:
+        auditor.shutdown(10)
+    named = set(re.findall(r'stats\(\)\["(\w+)"\]', page))
+    assert named and named - keys == set()
+    worker = {w for w in re.findall(r"`((?:turns|traces|spans|requests)_?\w*)`", page) if "<" not in w}
+    assert worker and worker - set(_COUNTERS) - {"requests"} == set(), worker - set(_COUNTERS)
+    assert {f"unjudged_{reason}" for reason in UNSUBMITTED_REASONS} <= named

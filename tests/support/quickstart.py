@@ -34,6 +34,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -177,14 +178,20 @@ def run_page(page: Path, workdir: Path, *, pythonpath: str | None = None, timeou
                               60, "the worker to judge the app's turn")
                 assert stats["turns_judge_failed"] == 0, stats
                 judged = stats["turns_judged"]
+                first_judged = time.time()
             else:
                 log = workdir / "ragaudit-audit.jsonl"
                 assert log.exists(), f"{page.name}: no audit log; stderr:\n{run.stderr[-3000:]}"
                 lines = [json.loads(x) for x in log.read_text(encoding="utf-8").splitlines()]
-                assert lines and lines[0]["judge_status"] == "judged" and lines[0]["faithfulness"] is not None, lines[:1]
+                first = lines[0] if lines else {}
+                said = "\n".join(x for x in run.stderr.splitlines() if "ragaudit" in x)[-3000:]
+                assert first.get("judge_status") == "judged" and first.get("faithfulness") is not None, (
+                    f"{page.name}: the first answer was not judged: {first.get('judge_status')} "
+                    f"{first.get('error')}\nwhat the app said on stderr:\n{said}")
                 assert len(judge_calls) == len(lines), "one judge call per judged answer"
                 judged = len(lines)
-            first_judged = time.time()
+                # When the first answer was judged: its audit line's timestamp (UTC, milliseconds).
+                first_judged = datetime.fromisoformat(first["ts"].replace("Z", "+00:00")).timestamp()
             for line in shell:
                 if line.split()[:2] != ["ragaudit", "worker"]:
                     done = subprocess.run(_command(line), cwd=workdir, env=env, capture_output=True, text=True,
