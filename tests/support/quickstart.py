@@ -174,9 +174,13 @@ def run_page(page: Path, workdir: Path, *, pythonpath: str | None = None, timeou
             assert run.returncode == 0, f"{page.name}: the app failed:\n{run.stderr[-4000:]}"
             judge_calls = [r for r in srv.requests if "RAG evaluator" in r.prompt_text]
             if worker is not None:
-                stats = _wait(lambda: (s := _get_json(f"http://127.0.0.1:{port}/stats"))["turns_judged"] >= 1 and s,
-                              60, "the worker to judge the app's turn")
-                assert stats["turns_judge_failed"] == 0, stats
+                stats = _wait(lambda: (s := _get_json(f"http://127.0.0.1:{port}/stats"))["turns_judged"]
+                              + s["turns_judge_failed"] >= 1 and s, 60, "the worker to judge the app's turn")
+                if stats["turns_judge_failed"]:
+                    worker.terminate()
+                    said = [x for x in worker.communicate(timeout=60)[0].splitlines() if "ragaudit" in x]
+                    raise AssertionError(f"{page.name}: the worker's judge failed: {stats['turns_judge_failed']} "
+                                         "turn(s); what the worker said:\n" + "\n".join(said)[-3000:])
                 judged = stats["turns_judged"]
                 first_judged = time.time()
             else:

@@ -28,6 +28,8 @@ logger = logging.getLogger("ragaudit")
 SUMMARY_INTERVAL_S = 60.0
 """While failures go on, at most one summary line per this many seconds."""
 
+# Errors raised inside the client (no HTTP answer involved): an incompatible or incomplete SDK install.
+_CLIENT_ERRORS = frozenset({"ModuleNotFoundError", "ImportError", "AttributeError", "TypeError", "RuntimeError"})
 _TYPE = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*)(?::|\s|$)")
 
 
@@ -57,6 +59,9 @@ def failure_hint(error_type: str, status: int | None) -> str:
         return "the judge did not answer within timeout_s: check the endpoint is reachable, or raise timeout_s"
     if "Connect" in error_type or "Network" in error_type:
         return "the judge endpoint cannot be reached: check its URL and that it is running"
+    if error_type.rsplit(".", 1)[-1] in _CLIENT_ERRORS:
+        return ("no answer from the endpoint was read: the error is inside the client (check that the installed "
+                "openai package is a supported version: pip show openai)")
     return "check the judge's endpoint URL, model name and API key"
 
 
