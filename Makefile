@@ -1,4 +1,4 @@
-# The two commands of the README: `make test` and `make demo`. Both set up what they need themselves.
+# The two commands of the README: `make test` (the suite, then `make user-install`) and `make demo`. Both set up what they need themselves.
 # `make test-fast` is the inner loop (no e2e, no slow tests). CI (.ci/run): make lint, typecheck, docs, test.
 PYTHON ?= python3
 VENV := .venv
@@ -9,7 +9,7 @@ PHOENIX_VENV := .venv-phoenix
 PHOENIX_VERSION ?= 20.26.1
 PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
 
-.PHONY: test test-fast judge-matrix demo bench bench-peers lint typecheck system-deps docs docs-serve docs-screenshots clean
+.PHONY: test test-fast judge-matrix user-install demo bench bench-peers lint typecheck system-deps docs docs-serve docs-screenshots clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -50,9 +50,22 @@ system-deps:
 	        && (service redis-server stop >/dev/null 2>&1 || true)) \
 	        || echo "warning: could not install redis-server; the shared-budget tests will skip"; \
 	    else echo "note: redis-server not found; the shared-budget tests will skip"; fi; }
+	@command -v prometheus >/dev/null 2>&1 || \
+	  { if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
+	        && (service prometheus stop >/dev/null 2>&1 || true)) \
+	        || echo "warning: could not install prometheus; the alert test will skip"; \
+	    else echo "note: prometheus not found; the alert test will skip"; fi; }
 
 test: $(STAMP) $(PHOENIX_STAMP) system-deps otelcol
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) user-install
+
+# CI installs like a user (noxfile.py): each quick start and each extra in an empty virtualenv with only
+# what it says to install (newest versions), the quick starts' marked code run as written, and the lowest
+# versions pyproject.toml allows. uv's cache makes reruns fast. Figures: .nox/user-install/*.json.
+user-install: $(STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/nox -s user_install $(NOX_ARGS)
 
 # The OpenTelemetry Collector the tests run examples/collector/ on: otelcol/builder-config.yaml built by the
 # OpenTelemetry Collector Builder into ~/.cache/ragaudit/otelcol/<sha256 of the manifest>/ (once per machine

@@ -189,6 +189,9 @@ def test_a_judge_timeout_names_timeout_s() -> None:
 
     assert "timeout_s" in failure_hint("timeout", None)
     assert "rate limiting" in failure_hint("RateLimitError", 429)
+    # Issue 44: an SDK the endpoint layer does not fit fails inside the client; the hint says so.
+    assert "openai package" in failure_hint("ModuleNotFoundError", None)
+    assert "openai package" in failure_hint("RuntimeError", None)
 
 
 def test_renamed_names_keep_a_deprecated_alias() -> None:

@@ -8,9 +8,9 @@ the heavier names are imported on first use.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
+from . import _last_resort
 from ._export import BaseExporter, Exporter, ExportResult
 from ._exports import lazy_exports
 from .errors import ConfigurationError, JudgeError, MetricError, RagAuditError
@@ -126,4 +126,6 @@ __all__ = [
     *_EXPORTS,
 ]
 
-logging.getLogger(__name__).addHandler(logging.NullHandler())
+# Not the usual NullHandler: ragaudit's WARNINGs (a judge failing on every turn) reach stderr while the
+# application has configured no logging, and only then (see ragaudit._last_resort).
+_last_resort.install(__name__)

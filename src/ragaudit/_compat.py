@@ -1,7 +1,7 @@
 """Files written by the previous release, read under today's names.
 
 Audit logs and span files outlive the process that wrote them: ``ragaudit report``, ``ragaudit
-qrels``, the HTML report and :func:`~ragaudit.tracing.read_audit_log` read a log that an older
+qrels``, the HTML report and [`read_audit_log`][ragaudit.tracing.read_audit_log] read a log that an older
 ragaudit appended to as they read a new one. Each rename of a recorded key is undone here, in one
 place, for one release after it (as a deprecated Python name keeps its alias for one release).
 

@@ -1,4 +1,4 @@
-"""Deprecated names keep working for one release, with a :class:`DeprecationWarning` naming the new one."""
+"""Deprecated names keep working for one release, with a `DeprecationWarning` naming the new one."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def warn_deprecated(old: str, new: str, *, stacklevel: int = 2) -> None:
-    """Warn that *old* is deprecated in favour of *new* (*stacklevel* as for :func:`warnings.warn`,
+    """Warn that *old* is deprecated in favour of *new* (*stacklevel* as for `warnings.warn`,
     counted from the caller of this function)."""
     warnings.warn(f"{old} is deprecated and will be removed in the next release; use {new}",
                   DeprecationWarning, stacklevel=stacklevel + 1)
@@ -22,8 +22,8 @@ def warn_deprecated(old: str, new: str, *, stacklevel: int = 2) -> None:
 def renamed_kwargs(**renames: str) -> Callable[[F], F]:
     """Accept keyword arguments under their old names (``@renamed_kwargs(timeout="timeout_s")``).
 
-    An old name is passed on under its new one, with a :class:`DeprecationWarning`; both at once is a
-    :class:`TypeError`, as Python reports a duplicate argument. Positional calls are unaffected.
+    An old name is passed on under its new one, with a `DeprecationWarning`; both at once is a
+    `TypeError`, as Python reports a duplicate argument. Positional calls are unaffected.
     """
 
     def decorate(func: F) -> F:
@@ -62,7 +62,7 @@ class deprecated_alias:  # lower case: used where a method would be defined, as 
 
     Calling the old name warns (naming the class it was called on and the new name) and calls the
     new one with the same arguments; *renames* are old keyword names the alias still accepts, as
-    :func:`renamed_kwargs`.
+    `renamed_kwargs`.
     """
 
     def __init__(self, new: str, **renames: str) -> None:
@@ -72,7 +72,7 @@ class deprecated_alias:  # lower case: used where a method would be defined, as 
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.old = name
-        self.__doc__ = f"Deprecated: :meth:`{self.new}`."
+        self.__doc__ = f"Deprecated: `{self.new}`."
 
     def __get__(self, obj: object, owner: type | None = None) -> Callable[..., Any]:
         if obj is None:

@@ -1,8 +1,9 @@
-"""The exporter extension point: :class:`Exporter`, :class:`BaseExporter`, :class:`ExportResult`.
+"""The exporter extension point: [`Exporter`][ragaudit.Exporter], [`BaseExporter`][ragaudit.BaseExporter],
+[`ExportResult`][ragaudit.ExportResult].
 
-Shaped like OpenTelemetry's ``SpanExporter``: the :class:`~ragaudit.Auditor` makes one
-:class:`~ragaudit.records.AuditRecord` per finished turn and hands batches of them, on a thread of
-its own export worker (a :class:`~ragaudit._worker.BatchWorker`), to every exporter: the judge span,
+Shaped like OpenTelemetry's ``SpanExporter``: the [`Auditor`][ragaudit.Auditor] makes one
+[`AuditRecord`][ragaudit.AuditRecord] per finished turn and hands batches of them, on a thread of
+its own export worker (a `BatchWorker`), to every exporter: the judge span,
 the audit log, Phoenix, Langfuse, ``on_judgement`` and any of yours. An exporter reads the record
 and never recomputes a derived value; every text goes out through ``record.content_policy``.
 
@@ -21,7 +22,7 @@ __all__ = ["BaseExporter", "ExportResult", "Exporter"]
 
 
 class ExportResult(enum.Enum):
-    """What :meth:`Exporter.export` did with a batch (as OpenTelemetry's ``SpanExportResult``)."""
+    """What [`Exporter.export`][ragaudit.Exporter.export] did with a batch (as OpenTelemetry's ``SpanExportResult``)."""
 
     SUCCESS = 0
     FAILURE = 1
@@ -58,7 +59,8 @@ class Exporter(Protocol):
 
 
 class BaseExporter:
-    """Base class for exporters: implement :meth:`export`; every other member has a default."""
+    """Base class for exporters: implement [`export`][ragaudit.BaseExporter.export]; every other member has a
+    default."""
 
     def export(self, records: Sequence[AuditRecord]) -> ExportResult:
         raise NotImplementedError

@@ -9,7 +9,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {"Auditor": ".auditor", "metrics":
 A value is ``"module"`` (the attribute of the same name in that module), ``"module:attr"`` (another
 attribute), or ``"module:"`` (the module itself); a leading dot is relative to the package. Lazy
 imports keep ``import ragaudit`` free of frameworks, the OTel SDK and ``openai``. A deprecated name
-resolves to its replacement and warns with a :class:`DeprecationWarning` that names it; it is left out
+resolves to its replacement and warns with a `DeprecationWarning` that names it; it is left out
 of ``dir()`` and ``__all__`` so that ``from ragaudit import *`` does not warn.
 """
 

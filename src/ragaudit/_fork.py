@@ -6,10 +6,10 @@ the child forever, and the child's first use of it hangs (gunicorn ``--preload``
 ``multiprocessing``'s fork start method all fork busy processes). As the OpenTelemetry SDK does,
 ragaudit re-initialises what it owns in the child with ``os.register_at_fork(after_in_child=...)``:
 
-- :func:`lock` / :func:`rlock` make the locks: each is held weakly here and reset in the child
+- `lock` / `rlock` make the locks: each is held weakly here and reset in the child
   (``_at_fork_reinit``, as ``logging`` does for its handlers), so its identity, and every reference
   to it, stays valid; nothing is kept for a lock that is gone.
-- :func:`on_fork_in_child` registers what an owner must redo there (empty its queues, drop the
+- `on_fork_in_child` registers what an owner must redo there (empty its queues, drop the
   parent's in-flight state); a bound method is held weakly, so an object nobody references is not
   kept alive by its hook and its entry goes with it.
 
@@ -51,7 +51,7 @@ def rlock() -> threading.RLock:
 
 
 def on_fork_in_child(callback: Callable[[], None]) -> None:
-    """Call *callback* in the child after ``os.fork()``, after every lock of :func:`lock` is reset.
+    """Call *callback* in the child after ``os.fork()``, after every lock of `lock` is reset.
 
     A bound method is held through a weak reference to its object, and forgotten when the object
     goes. Not ``weakref.WeakMethod``: on Python < 3.13 its internal callback raises (``Exception

@@ -53,7 +53,7 @@ def read_lines(path: str | os.PathLike[str], what: str, *,
     """``([(line number, text), ...], ends_with_newline)`` of the file at *path*, empty lines included.
 
     *what* names the file in errors ("dataset", "audit log"); *error* is the exception raised
-    (a :class:`~ragaudit.RagAuditError`) for a file that cannot be read or is not UTF-8.
+    (a [`RagAuditError`][ragaudit.RagAuditError]) for a file that cannot be read or is not UTF-8.
     """
     where = f"{what} {os.fspath(path)!r}"
     text = _decode(read_bytes(path, what, error=error), where, error)

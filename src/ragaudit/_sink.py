@@ -1,10 +1,11 @@
-"""The older sink interface: :class:`JudgementSink` (``emit(turn, judgement)``) and its base class.
+"""The older sink interface: [`JudgementSink`][ragaudit.auditor.JudgementSink] (``emit(turn, judgement)``) and its base
+class.
 
-Sinks are exporters of :class:`~ragaudit.AuditRecord` s now (:class:`~ragaudit.Exporter`,
-:class:`~ragaudit.BaseExporter`); a sink of this interface still works (the Auditor adapts it), and
-:class:`BaseJudgementSink` is an exporter itself: its :meth:`~BaseJudgementSink.export` calls
-:meth:`~BaseJudgementSink.emit` for every judged record. At the bottom floor so that tracing's sinks
-(Phoenix, Langfuse) derive from it.
+Sinks are exporters of [`AuditRecord`][ragaudit.AuditRecord]s now ([`Exporter`][ragaudit.Exporter],
+[`BaseExporter`][ragaudit.BaseExporter]); a sink of this interface still works (the Auditor adapts it), and
+[`BaseJudgementSink`][ragaudit.auditor.BaseJudgementSink] is an exporter itself: its
+[`export`][ragaudit.auditor.BaseJudgementSink.export] calls [`emit`][ragaudit.auditor.BaseJudgementSink.emit] for every
+judged record. At the bottom floor so that tracing's sinks (Phoenix, Langfuse) derive from it.
 """
 
 from __future__ import annotations
@@ -25,16 +26,17 @@ __all__ = ["BaseJudgementSink", "JudgementSink"]
 class JudgementSink(Protocol):
     """Somewhere judgements go (a trace backend's score API, a file, a queue).
 
-    Every member the :class:`~ragaudit.Auditor` uses is declared here; :class:`BaseJudgementSink`
-    gives each one but ``emit`` a default. ``emit`` is called on the Auditor's worker thread and must
-    not block for long: a sink that talks to the network queues the item and sends it from a worker
-    of its own. ``force_flush`` and ``shutdown`` follow the OpenTelemetry exporter convention; the
-    Auditor runs them on a worker thread and stops waiting at its deadline.
+    Every member the [`Auditor`][ragaudit.Auditor] uses is declared here;
+    [`BaseJudgementSink`][ragaudit.auditor.BaseJudgementSink] gives each one but ``emit`` a default. ``emit`` is called
+    on the Auditor's worker thread and must not block for long: a sink that talks to the network queues the item and
+    sends it from a worker of its own. ``force_flush`` and ``shutdown`` follow the OpenTelemetry exporter convention;
+    the Auditor runs them on a worker thread and stops waiting at its deadline.
     """
 
     def emit(self, turn: RagTurn, judgement: Judgement) -> None:
         """Take one judgement (queue it; do not block). Texts of *turn* and *judgement* are sent the
-        way :attr:`BaseJudgementSink.recorder` records them (that turn's content policy)."""
+        way [`BaseJudgementSink.recorder`][ragaudit.auditor.BaseJudgementSink.recorder] records them (that turn's
+        content policy)."""
         ...
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
@@ -56,8 +58,9 @@ class JudgementSink(Protocol):
 
 
 class BaseJudgementSink(BaseExporter):
-    """Base class for sinks of the ``emit`` interface: implement :meth:`emit`; every other member has
-    a default. An exporter: :meth:`export` emits every judged record."""
+    """Base class for sinks of the ``emit`` interface: implement [`emit`][ragaudit.auditor.BaseJudgementSink.emit];
+    every other member has a default. An exporter: [`export`][ragaudit.auditor.BaseJudgementSink.export] emits every
+    judged record."""
 
     _recorder: SpanRecorder | None = None
 
@@ -65,7 +68,7 @@ class BaseJudgementSink(BaseExporter):
         raise NotImplementedError
 
     def export(self, records: Sequence[AuditRecord]) -> ExportResult:
-        """:meth:`emit` each judged record's turn and judgement."""
+        """[`emit`][ragaudit.auditor.BaseJudgementSink.emit] each judged record's turn and judgement."""
         for record in records:
             if record.judgement is not None:
                 self.emit(record.turn, record.judgement)
@@ -84,8 +87,8 @@ class BaseJudgementSink(BaseExporter):
 
     @property
     def recorder(self) -> Any:
-        """The span recorder bound with :meth:`bind_recorder` (None before). A record's own content
-        policy is ``record.content_policy``: exporters read that instead."""
+        """The span recorder bound with [`bind_recorder`][ragaudit.auditor.BaseJudgementSink.bind_recorder] (None
+        before). A record's own content policy is ``record.content_policy``: exporters read that instead."""
         return self._recorder
 
     @property

@@ -190,7 +190,7 @@ def content_terms(text: str) -> dict[str, str]:
 
 
 def term_set(text: str) -> frozenset[str]:
-    """The stems of the content words of *text* (the keys of :func:`content_terms`), as a set."""
+    """The stems of the content words of *text* (the keys of `content_terms`), as a set."""
     return frozenset(stem(t) for t in tokens(text) if t not in STOPWORDS)
 
 
@@ -313,7 +313,7 @@ def _add_span(text: str, start: int, end: int, spans: list[tuple[int, int]]) -> 
 
 
 def split_sentences(text: str) -> list[str]:
-    """The sentences of *text* (see :func:`sentence_spans`), inner line breaks turned into spaces."""
+    """The sentences of *text* (see `sentence_spans`), inner line breaks turned into spaces."""
     return [" ".join(text[s:e].split()) for s, e in sentence_spans(text)]
 
 
@@ -330,7 +330,7 @@ def escape_controls(text: str) -> str:
 
 
 class EscapingWriter:
-    """A text stream wrapper that writes everything through :func:`escape_controls`.
+    """A text stream wrapper that writes everything through `escape_controls`.
 
     Wrapping one twice is harmless (escaped text has no control characters left); other stream
     attributes (``encoding``, ``isatty``) are the wrapped stream's.

@@ -5,17 +5,17 @@ sync-to-async bridge of judges and the calls that must not outlive a deadline (e
 exit, SIGTERM) all go through this one class, in the style of OpenTelemetry's
 ``BatchSpanProcessor``:
 
-- :meth:`BatchWorker.put` never blocks and never raises; past *max_queue* unfinished items it drops
+- `BatchWorker.put` never blocks and never raises; past *max_queue* unfinished items it drops
   the item and counts it (``stats()["dropped"]``).
 - Daemon threads take items in batches of up to *max_batch* (a batch gathers for up to *delay_s*,
   cut short by a flush) and hand them to *handle*; or, in asyncio mode (*ahandle*), one thread runs
   an event loop with up to *concurrency* items in flight.
-- :meth:`BatchWorker.force_flush` returns within its deadline and says truthfully whether every item put
-  before it was handled; :meth:`BatchWorker.shutdown` never raises, and what it could not finish is
+- `BatchWorker.force_flush` returns within its deadline and says truthfully whether every item put
+  before it was handled; `BatchWorker.shutdown` never raises, and what it could not finish is
   counted as ``abandoned`` (a handler that returns later is not counted twice).
 - Threads start with the first item, never at construction; after ``os.fork()`` the child starts
   with an empty queue (the parent handles what it queued) and its own threads
-  (``os.register_at_fork``, :mod:`ragaudit._fork`).
+  (``os.register_at_fork``, `ragaudit._fork`).
 
 Floor 1 (no ragaudit imports), so tracing, judges, the auditor and the integrations may all use it.
 This is the only module of ragaudit that creates a thread.
@@ -62,7 +62,7 @@ class BatchWorker(Generic[T]):
     worker's event loop, up to *concurrency* at once). *threads* threads share the queue in the
     synchronous mode. *on_error* is told about every exception a handler raised. *max_queue*
     bounds the items queued plus those being handled. *paced*: the host comes first (see
-    :class:`HostFirst`; in the synchronous mode a batch is then handled in slices of *pace_batch*
+    `HostFirst`; in the synchronous mode a batch is then handled in slices of *pace_batch*
     items). *yield_idle* False: while the host is idle the worker keeps the interpreter instead of
     yielding it after every item (for the judging loop, whose judgements wait on it).
     """
@@ -238,7 +238,7 @@ class BatchWorker(Generic[T]):
 
     @property
     def closed(self) -> bool:
-        """True after :meth:`shutdown`."""
+        """True after `shutdown`."""
         return self._closed
 
     @property
@@ -611,7 +611,7 @@ def run_jobs(jobs: list[Callable[[], None]]) -> None:
 
 
 def call_on(worker: BatchWorker[Callable[[], None]], fn: Callable[[], R]) -> concurrent.futures.Future[R] | None:
-    """Queue *fn* on *worker* (a :func:`run_jobs` worker); its future, or None when it was dropped."""
+    """Queue *fn* on *worker* (a `run_jobs` worker); its future, or None when it was dropped."""
     future: concurrent.futures.Future[R] = concurrent.futures.Future()
 
     def job() -> None:

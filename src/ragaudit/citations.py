@@ -79,9 +79,9 @@ def find_citations(
     ``Citation.marker`` holds the marker as written, or for an overlap the sentence cut to 120
     characters. Documents are told apart by id: a document found by a marker is not cited again by
     overlap, and two documents with one id are cited once. Items that are not
-    :class:`~ragaudit.RetrievedDoc` are skipped; None, an empty answer, no documents or binary
+    [`RetrievedDoc`][ragaudit.RetrievedDoc] are skipped; None, an empty answer, no documents or binary
     text give ``()``. Only the first 100,000 characters of the answer are read. This function
-    does not raise, except :class:`~ragaudit.errors.ConfigurationError` for an
+    does not raise, except [`ConfigurationError`][ragaudit.ConfigurationError] for an
     *overlap_threshold* outside (0, 1]. The cost is linear in the answer and the documents' text.
     """
     if (
@@ -107,10 +107,11 @@ def find_citations(
 
 def sentence_citations(answer: str | None, documents: Sequence[RetrievedDoc]) -> tuple[tuple[Citation, ...], ...]:
     """The explicit citation markers of *answer*, per sentence: one tuple per sentence of
-    :func:`ragaudit.turn_audit.answer_sentences` (the same split), each document once per sentence.
+    [`ragaudit.turn_audit.answer_sentences`][ragaudit.turn_audit.answer_sentences] (the same split), each document once
+    per sentence.
 
-    Markers are read as :func:`find_citations` reads them (``[2]``, ``[doc-id]``, source notes,
-    named sources); overlap attributions are not citations the answer made and are left out. A
+    Markers are read as [`find_citations`][ragaudit.citations.find_citations] reads them (``[2]``, ``[doc-id]``, source
+    notes, named sources); overlap attributions are not citations the answer made and are left out. A
     marker belongs to the sentence it stands in (``... refunded. [1]`` belongs to that sentence).
     Never raises; ``()`` when there is nothing to read.
     """

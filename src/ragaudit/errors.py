@@ -1,4 +1,4 @@
-"""The exception hierarchy: one root, :class:`RagAuditError`, for everything ragaudit raises."""
+"""The exception hierarchy: one root, [`RagAuditError`][ragaudit.RagAuditError], for everything ragaudit raises."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class ConfigurationError(RagAuditError, ValueError):
 class JudgeError(RagAuditError):
     """A judge could not produce a judgement (transport failure, unusable output).
 
-    Judges return a :class:`~ragaudit.Judgement` with ``error`` set instead of raising, unless the
+    Judges return a [`Judgement`][ragaudit.Judgement] with ``error`` set instead of raising, unless the
     caller asked for ``raise_on_error=True``. The original exception is kept as ``__cause__``.
     """
 

@@ -1,7 +1,7 @@
-"""Deprecated: renamed :mod:`ragaudit.turn_audit` (``judged`` was one letter from ``judges``).
+"""Deprecated: renamed [`ragaudit.turn_audit`][ragaudit.turn_audit] (``judged`` was one letter from ``judges``).
 
 Kept for one release with the names it had (``judged_metrics`` still keys its result
-``judged_<metric>``; :mod:`ragaudit.turn_audit` has them as ``graded_*``); importing it warns.
+``judged_<metric>``; [`ragaudit.turn_audit`][ragaudit.turn_audit] has them as ``graded_*``); importing it warns.
 """
 
 from __future__ import annotations

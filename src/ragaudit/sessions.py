@@ -1,16 +1,17 @@
 """The records of a conversation judged as a whole: its turns, the session judge's verdict, the judgement.
 
 A **session** is the turns of one conversation: the turns whose metadata names the same session
-(:func:`session_id_of`: LangChain ``config["metadata"]``/``configurable`` ``session_id``, LangGraph's
-``thread_id``, LlamaIndex instrument tags, OTLP ``session.id``/``gen_ai.conversation.id``; the same
+([`session_id_of`][ragaudit.sessions.session_id_of]: LangChain ``config["metadata"]``/``configurable`` ``session_id``,
+LangGraph's ``thread_id``, LlamaIndex instrument tags, OTLP ``session.id``/``gen_ai.conversation.id``; the same
 keys the turn span's ``session.id`` is written from). When a session has been idle for
 ``session_idle_s``, or the app ends it (``Auditor.end_session``), **one** judge call over the whole
-conversation gives a :class:`SessionVerdict`: whether the user's need was resolved (and at which
+conversation gives a [`SessionVerdict`][ragaudit.SessionVerdict]: whether the user's need was resolved (and at which
 turn), cross-turn contradictions (pairs of sentences), and the turns where the user had to repeat or
-rephrase. The :class:`SessionJudgement` adds what is **computed, never asked again**: the overall
-groundedness from the turns' own sentence verdicts (:func:`~ragaudit.turn_audit.consistent_faithfulness`
-over every judged sentence of the session), the counts, and whether the session was seen only in
-part (turns sampled out, evicted by the caps, or never seen by this process) and what was missed.
+rephrase. The [`SessionJudgement`][ragaudit.SessionJudgement] adds what is **computed, never asked again**: the overall
+groundedness from the turns' own sentence verdicts
+([`consistent_faithfulness`][ragaudit.turn_audit.consistent_faithfulness] over every judged sentence of the session),
+the counts, and whether the session was seen only in part (turns sampled out, evicted by the caps, or never seen by this
+process) and what was missed.
 
 As every record: frozen, slotted, validated at construction; None where the judge gave nothing.
 """
@@ -69,7 +70,7 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 def session_id_of(metadata: Mapping[str, Any] | None) -> str | None:
-    """The session id named by *metadata* (:data:`SESSION_KEYS`, first match), or None."""
+    """The session id named by *metadata* (`SESSION_KEYS`, first match), or None."""
     if not metadata:
         return None
     for key in SESSION_KEYS:
@@ -145,7 +146,7 @@ class SessionTurn:
 
     @classmethod
     def from_record(cls, record: AuditRecord, index: int) -> SessionTurn:
-        """The session's view of one turn's :class:`~ragaudit.AuditRecord` (no text recomputed but the
+        """The session's view of one turn's [`AuditRecord`][ragaudit.AuditRecord] (no text recomputed but the
         sentence split of a turn the judge gave no sentence verdicts)."""
         turn, judgement = record.turn, record.judgement
         sentences = tuple(judgement.sentences) if judgement is not None else ()
@@ -174,7 +175,7 @@ class SessionTurn:
 class SessionRequest:
     """What the session judge is asked about: the turns seen (in order), and whether that is all of it.
 
-    ``partial`` is True when turns were missed; ``missed`` counts them by reason (:data:`SESSION_MISSED`).
+    ``partial`` is True when turns were missed; ``missed`` counts them by reason (`SESSION_MISSED`).
     """
 
     session_id: str
@@ -269,9 +270,9 @@ class Repetition:
 class SessionVerdict:
     """What the session judge said about a conversation: **None where it gave nothing**.
 
-    ``resolved`` (:data:`RESOLUTIONS`) and ``resolved_turn`` (the turn where it was, 1-based);
+    ``resolved`` (`RESOLUTIONS`) and ``resolved_turn`` (the turn where it was, 1-based);
     ``contradictions`` and ``repeated`` (empty when the judge found none *or* gave none: ``error`` and
-    ``details["notes"]`` say which); the judge's ``reason``; as a :class:`~ragaudit.Judgement`: the
+    ``details["notes"]`` say which); the judge's ``reason``; as a [`Judgement`][ragaudit.Judgement]: the
     judge's name, raw reply, latency, token ``usage``, ``error``, ``details`` and ``identity``.
     """
 
@@ -333,15 +334,15 @@ class SessionVerdict:
 
 @dataclass(frozen=True, slots=True)
 class SessionJudgement:
-    """A conversation judged as a whole: the judge's :class:`SessionVerdict` and what is computed.
+    """A conversation judged as a whole: the judge's [`SessionVerdict`][ragaudit.SessionVerdict] and what is computed.
 
-    ``groundedness`` is :func:`~ragaudit.turn_audit.consistent_faithfulness` over every sentence verdict
-    the turns' own judgements gave (supported 1, partially supported 0.5, unsupported and contradicted
+    ``groundedness`` is [`consistent_faithfulness`][ragaudit.turn_audit.consistent_faithfulness] over every sentence
+    verdict the turns' own judgements gave (supported 1, partially supported 0.5, unsupported and contradicted
     0; no-claim sentences left out), so it always agrees with the per-turn audit; None when no turn has
     a sentence verdict. ``sentences_judged``/``sentences_missing``: sentences with and without a
     verdict. ``turns``: turns seen; ``turns_judged``: those with a judgement. ``partial`` and ``missed``
-    (by :data:`SESSION_MISSED` reason): the session was seen only in part and is judged on what was
-    seen. ``ended``: why it was judged (:data:`SESSION_ENDS`).
+    (by `SESSION_MISSED` reason): the session was seen only in part and is judged on what was
+    seen. ``ended``: why it was judged (`SESSION_ENDS`).
     """
 
     session_id: str
@@ -453,7 +454,7 @@ class SessionRecord:
 @runtime_checkable
 class SessionExporter(Protocol):
     """An exporter that also records judged sessions: the Auditor's export stage gives it batches of
-    :class:`SessionRecord` (on the same thread as the turns' records) when it has this method. The
+    [`SessionRecord`][ragaudit.SessionRecord] (on the same thread as the turns' records) when it has this method. The
     judge spans, the audit log and the Langfuse sink have it; an exporter of yours may add it."""
 
     def export_sessions(self, records: Sequence[SessionRecord]) -> ExportResult:

@@ -3,29 +3,29 @@
 (Was ``ragaudit.judged``, one letter from ``ragaudit.judges``; that name stays, deprecated, for one
 release.)
 
-A full-audit judgement (:attr:`~ragaudit.Judgement.sentences`, :attr:`~ragaudit.Judgement.document_grades`)
-says which answer sentence each document supports and how relevant each retrieved document is.
-From it, on every turn and without ground truth:
+A full-audit judgement ([`sentences`][ragaudit.Judgement.sentences],
+[`document_grades`][ragaudit.Judgement.document_grades]) says which answer sentence each document supports and how
+relevant each retrieved document is. From it, on every turn and without ground truth:
 
-- **Graded retrieval metrics** (:func:`graded_metrics`): the grades are the relevance labels of the
-  turn's ranking and :func:`ragaudit.metrics.score_ranking` computes NDCG@k with the grade as gain,
-  and P@k and MRR@k with *relevant = grade >= 2* (trec_eval semantics: a document the judge did not
-  grade counts as not relevant; no grade at all gives None). They are named ``graded_<metric>`` so
+- **Graded retrieval metrics** ([`graded_metrics`][ragaudit.turn_audit.graded_metrics]): the grades are the relevance
+  labels of the turn's ranking and [`ragaudit.metrics.score_ranking`][ragaudit.metrics.score_ranking] computes NDCG@k
+  with the grade as gain, and P@k and MRR@k with *relevant = grade >= 2* (trec_eval semantics: a document the judge did
+  not grade counts as not relevant; no grade at all gives None). They are named ``graded_<metric>`` so
   they never mix with the ground-truth metrics (0.1.0 named them ``judged_<metric>``; the old
   Python names stay, deprecated, for one release). Graded **recall** is not defined for one turn: the
   relevant documents the retriever missed were never shown to the judge. Pool many turns with
   ``ragaudit qrels`` and compare retrievers with ``ragaudit metrics`` for that.
-- **Citation checks** (:func:`check_citations`): every explicit citation marker of the answer
-  (``[2]``, ``[doc-id]``, a source note, as :mod:`ragaudit.citations` reads them) belongs to the
+- **Citation checks** ([`check_citations`][ragaudit.turn_audit.check_citations]): every explicit citation marker of the
+  answer (``[2]``, ``[doc-id]``, a source note, as [`ragaudit.citations`][ragaudit.citations] reads them) belongs to the
   sentence it stands in; it *holds* when the cited document is among the documents the judge says
   support that sentence (None when the judge gave that sentence no verdict).
-- **Citation precision and recall** (:func:`citation_scores`, the ALCE definitions): precision =
-  citations that hold / citations checked; recall = supported sentences (verdict ``supported`` or
+- **Citation precision and recall** ([`citation_scores`][ragaudit.turn_audit.citation_scores], the ALCE definitions):
+  precision = citations that hold / citations checked; recall = supported sentences (verdict ``supported`` or
   ``partially_supported``) with at least one citation that holds / supported sentences. Both are
   None when the answer cites nothing; recall is None when no sentence is supported.
 
-The answer is split into sentences by :func:`answer_sentences`, the one splitter used by the judge
-prompt, the citation finder and the reports, so sentence numbers line up everywhere.
+The answer is split into sentences by [`answer_sentences`][ragaudit.turn_audit.answer_sentences], the one splitter used
+by the judge prompt, the citation finder and the reports, so sentence numbers line up everywhere.
 """
 
 from __future__ import annotations
@@ -72,14 +72,14 @@ RELEVANT_GRADE = 2
 _MAX_SENTENCES = 200
 
 COMPUTE: object = object()
-"""The default of :func:`audit_record`'s *ground_truth_metrics*: compute them."""
+"""The default of [`audit_record`][ragaudit.turn_audit.audit_record]'s *ground_truth_metrics*: compute them."""
 _BINARY = ("P", "mrr", "recall", "map", "f1", "hit_rate")
 
 
 def answer_sentences(answer: str | None) -> list[tuple[int, int]]:
     """``(start, end)`` offsets of the answer's sentences, the numbering every audit uses (up to 200).
 
-    Deterministic (see :func:`ragaudit._text.sentence_spans`): a citation marker right after the
+    Deterministic (see `ragaudit._text.sentence_spans`): a citation marker right after the
     full stop stays with its sentence, decimals and file names are not split.
     """
     if not isinstance(answer, str) or not answer.strip():
@@ -88,7 +88,7 @@ def answer_sentences(answer: str | None) -> list[tuple[int, int]]:
 
 
 def consistent_faithfulness(sentences: Sequence[SentenceVerdict]) -> float | None:
-    """Faithfulness from sentence verdicts, the full audit's rule (:mod:`ragaudit.judges.llm.fullaudit`):
+    """Faithfulness from sentence verdicts, the full audit's rule (`ragaudit.judges.llm.fullaudit`):
     supported 1, partially supported 0.5, unsupported and contradicted 0, over the sentences that make
     a claim (1.0 when none does); None when no sentence has a verdict. Also a session's groundedness."""
     judged = [s.verdict for s in sentences if s.verdict is not None]
@@ -117,8 +117,9 @@ def graded_metrics(judgement: Judgement, measures: Iterable[str] = GRADED_MEASUR
     """The retrieval metrics of the graded ranking, keyed ``graded_<metric>``; None without grades.
 
     The ranking is the graded documents by rank. Graded metrics (``ndcg``) use the grade as gain;
-    binary ones (P, MRR, ...) count grade >= :data:`RELEVANT_GRADE` as relevant. Computed by
-    :func:`ragaudit.metrics.score_ranking`, so they equal ``ragaudit.metrics`` on the same labels.
+    binary ones (P, MRR, ...) count grade >= `RELEVANT_GRADE` as relevant. Computed by
+    [`ragaudit.metrics.score_ranking`][ragaudit.metrics.score_ranking], so they equal ``ragaudit.metrics`` on the same
+    labels.
     """
     labels = graded_labels(judgement)
     if labels is None:
@@ -189,7 +190,8 @@ def citation_scores(checks: Sequence[CitationCheck], judgement: Judgement) -> tu
 
 
 def audit_turn(turn: RagTurn, judgement: Judgement, measures: Iterable[str] = GRADED_MEASURES) -> TurnAudit:
-    """The :class:`TurnAudit` of *turn* and its *judgement*. Pure; raises nothing for any judgement."""
+    """The [`TurnAudit`][ragaudit.records.TurnAudit] of *turn* and its *judgement*. Pure; raises nothing for any
+    judgement."""
     checks = check_citations(turn.answer, turn.documents, judgement,
                              [c for c in turn.citations if c.method == "structured"])
     precision, recall = citation_scores(checks, judgement)
@@ -215,12 +217,12 @@ def audit_record(
     ground_truth_metrics: Mapping[str, float] | object | None = COMPUTE,
     measures: Iterable[str] = DEFAULT_TURN_MEASURES,
 ) -> AuditRecord:
-    """The :class:`~ragaudit.records.AuditRecord` of *turn*: every derived value computed here, once.
+    """The [`AuditRecord`][ragaudit.AuditRecord] of *turn*: every derived value computed here, once.
 
     *ground_truth_metrics*: when the caller computed them already (for the turn span), pass them
-    in (a mapping, or None for "unknown"); left out (:data:`COMPUTE`), they are computed from
-    *measures*. The full audit (:func:`audit_turn`) is computed for a judgement with sentence
-    verdicts or document grades, and only then.
+    in (a mapping, or None for "unknown"); left out (`COMPUTE`), they are computed from
+    *measures*. The full audit ([`audit_turn`][ragaudit.turn_audit.audit_turn]) is computed for a judgement with
+    sentence verdicts or document grades, and only then.
     """
     metrics = turn_metrics(turn, measures) if ground_truth_metrics is COMPUTE else ground_truth_metrics
     audit = None

@@ -1,4 +1,4 @@
-"""Online judging: the :class:`Auditor` takes finished turns and judges them off the host's hot path.
+"""Online judging: the [`Auditor`][ragaudit.Auditor] takes finished turns and judges them off the host's hot path.
 
 Public names only; the worker, turn closing, lifecycle (exit, signals, fork) and sampling are private
 modules of this package (or of the floor below, where judges and tracing share them).

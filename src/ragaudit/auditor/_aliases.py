@@ -11,7 +11,7 @@ __all__ = ["AuditorAliases"]
 
 
 class AuditorAliases:
-    """Deprecated members of :class:`~ragaudit.Auditor` (a base class of it)."""
+    """Deprecated members of [`Auditor`][ragaudit.Auditor] (a base class of it)."""
 
     _content_policy: ContentPolicy
 
@@ -20,7 +20,7 @@ class AuditorAliases:
 
     @property
     def content(self) -> ContentPolicy:
-        """Deprecated: :attr:`content_policy` (``content`` also names a document's text)."""
+        """Deprecated: `content_policy` (``content`` also names a document's text)."""
         warn_deprecated("Auditor.content", "Auditor.content_policy")
         return self._content_policy
 

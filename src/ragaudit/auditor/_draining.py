@@ -1,9 +1,9 @@
 """Flushing and shutting down the Auditor: every deadline holds, whatever a judge, backend or sink does.
 
-:class:`Draining` is the Auditor's base class for these (its workers and exporters are the
+`Draining` is the Auditor's base class for these (its workers and exporters are the
 Auditor's); kept apart so the Auditor class stays about taking turns in. They go down the flow only:
 judging, export, each exporter. Turns still being closed above the Auditor are the integrations'
-closer's to hand down first (:mod:`ragaudit.integrations._closing`, which calls these afterwards).
+closer's to hand down first (`ragaudit.integrations._closing`, which calls these afterwards).
 """
 
 from __future__ import annotations

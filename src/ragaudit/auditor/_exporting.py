@@ -1,11 +1,11 @@
 """The Auditor's export stage: every record to every exporter, in batches, on one BatchWorker.
 
-The judging loop hands each finished :class:`~ragaudit.AuditRecord` to :class:`ExportStage`; its
+The judging loop hands each finished [`AuditRecord`][ragaudit.AuditRecord] to `ExportStage`; its
 worker thread gives batches of them to each exporter in turn (the judge span first: a sink may refer
 to it), then tells the Auditor they are delivered (so ``stats()`` counts a judgement once it is
 recorded everywhere). File and network work never runs on the judging loop.
 
-Also here: the exporters made of the Auditor's other arguments (:class:`OnJudgementExporter`) and
+Also here: the exporters made of the Auditor's other arguments (`OnJudgementExporter`) and
 the adapter for sinks written against the old ``emit(turn, judgement)`` interface.
 """
 
@@ -64,7 +64,7 @@ class _Failures:
 
 
 class _PerJudgement(BaseExporter):
-    """An exporter that hands each judged record's turn and judgement to *target* (:meth:`deliver`);
+    """An exporter that hands each judged record's turn and judgement to *target* (`deliver`);
     a raise is counted (``errors``) and logged, never passed on."""
 
     def __init__(self, target: object) -> None:
@@ -103,7 +103,7 @@ class OnJudgementExporter(_PerJudgement):
 
 
 class LegacySinkExporter(_PerJudgement):
-    """A sink of the old interface (``emit(turn, judgement)``, :class:`~ragaudit.auditor.JudgementSink`)
+    """A sink of the old interface (``emit(turn, judgement)``, [`JudgementSink`][ragaudit.auditor.JudgementSink])
     as an exporter: each judged record is emitted; its flush, shutdown and errors are the sink's."""
 
     def __init__(self, sink: JudgementSink) -> None:

@@ -40,8 +40,8 @@ class _Chained:
 
 
 class PolicyBook:
-    """The Auditor's policy (*own*), the policies made for handlers (:meth:`for_handler`), and the
-    policy a turn submitted with some policy is recorded under (:meth:`resolve`)."""
+    """The Auditor's policy (*own*), the policies made for handlers (`for_handler`), and the
+    policy a turn submitted with some policy is recorded under (`resolve`)."""
 
     def __init__(self, own: ContentPolicy, given: bool) -> None:
         self.own = own

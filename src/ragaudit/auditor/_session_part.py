@@ -1,7 +1,7 @@
 """The Auditor's part for sessions (``Auditor(sessions=...)``), kept apart like its draining.
 
-:class:`SessionJudging` is a base class of the Auditor: it makes the session tracker (an exporter of
-the export stage, :mod:`ragaudit.auditor._sessions`) and gives the public ``end_session`` and
+`SessionJudging` is a base class of the Auditor: it makes the session tracker (an exporter of
+the export stage, `ragaudit.auditor._sessions`) and gives the public ``end_session`` and
 ``check_sessions``, the session counts of ``stats()``, the hooks the turn path calls (a sampled-out
 turn, a session's job on the judging loop) and the shutdown's part. Without sessions every hook is a
 no-op and ``stats()`` has no session keys.

@@ -1,15 +1,15 @@
 """Conversations judged as a whole: the Auditor's session tracker and its one judge call per session.
 
-:class:`SessionTracker` is an exporter of the export stage: every turn's record passes it, and the
-turns of a session (:func:`~ragaudit.sessions.session_id_of`) are held in memory, bounded by
+`SessionTracker` is an exporter of the export stage: every turn's record passes it, and the
+turns of a session ([`session_id_of`][ragaudit.sessions.session_id_of]) are held in memory, bounded by
 ``max_sessions`` and ``max_session_turns`` (the oldest session, or a session's oldest turn, dropped and
 counted; a session that lost turns is judged as partial and says what it missed). A session is due
 when it has been idle for ``session_idle_s`` by the tracker's clock (injectable: tests move time
 without sleeping), when the app calls ``Auditor.end_session(id)``, or at shutdown. A due session is
 queued on the Auditor's judging loop like a turn, goes through the same cost control (budgets, rate,
-pause), gets **one** judge call (:class:`~ragaudit.judges.base.SessionJudge`), and its
-:class:`~ragaudit.sessions.SessionRecord` goes to every exporter that takes sessions
-(:class:`~ragaudit.sessions.SessionExporter`) on the same export stage.
+pause), gets **one** judge call (`SessionJudge`), and its
+[`SessionRecord`][ragaudit.SessionRecord] goes to every exporter that takes sessions
+([`SessionExporter`][ragaudit.sessions.SessionExporter]) on the same export stage.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class SessionTracking:
     """How an Auditor judges conversations as a whole (``Auditor(sessions=SessionTracking(...))``).
 
     A session is judged once it has been idle for *session_idle_s* seconds (by *clock*, a monotonic
-    ``() -> seconds``; default :func:`time.monotonic`), when the app ends it, or at shutdown. At most
+    ``() -> seconds``; default `time.monotonic`), when the app ends it, or at shutdown. At most
     *max_sessions* sessions and *max_session_turns* turns per session are held; past that the oldest
     session (never judged, counted ``sessions_evicted``) or the session's oldest turn (counted
     ``session_turns_evicted``; the session is then judged as partial) is dropped.

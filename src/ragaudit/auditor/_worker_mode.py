@@ -13,7 +13,7 @@ Counted on the app's side: ``stats()["to_worker"]``, every turn handed over with
 a turn that has no trace (tracing not configured, or the sampler dropped its span) cannot reach
 the worker and is counted ``dropped``, with a warning. Sampling, budgets, rate limits, the judge
 and the sinks are the worker's (``ragaudit worker --sample-rate``, the Collector's
-``tail_sampling``); giving them here is a :class:`~ragaudit.errors.ConfigurationError`.
+``tail_sampling``); giving them here is a [`ConfigurationError`][ragaudit.ConfigurationError].
 """
 
 from __future__ import annotations

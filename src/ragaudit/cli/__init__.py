@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
 @contextlib.contextmanager
 def _warnings_on_stderr(command: str) -> Iterator[None]:
     """ragaudit's own warnings (a skipped cut-off line, a judge that failed) on stderr while a command
-    runs: the library logs to a NullHandler, which a command's user would never see."""
+    runs, prefixed with the command's name (with this handler the library's own stderr fallback stays quiet)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setLevel(logging.WARNING)
     handler.setFormatter(_CommandFormatter(command))

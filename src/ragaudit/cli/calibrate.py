@@ -1,4 +1,4 @@
-"""``ragaudit calibrate``: agreement of judgements with human labels (:mod:`ragaudit.evaluation.calibration`)."""
+"""``ragaudit calibrate``: agreement of judgements with human labels (`ragaudit.evaluation.calibration`)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ __all__ = ["calibrate_command"]
 
 def calibrate_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """``ragaudit calibrate LABELS JUDGEMENTS [--threshold T] [--format table|json]``; with ``--grades``,
-    graded human qrels against the judge's document grades (:func:`ragaudit.cli.qrels.calibrate_grades_command`).
+    graded human qrels against the judge's document grades (`ragaudit.cli.qrels.calibrate_grades_command`).
 
     Prints the calibration table (or JSON) and returns 0. Bad input raises
-    :class:`~ragaudit.RagAuditError`, which the command line reports with exit code 2.
+    [`RagAuditError`][ragaudit.RagAuditError], which the command line reports with exit code 2.
     """
     if args.grades:
         from .qrels import calibrate_grades_command

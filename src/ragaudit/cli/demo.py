@@ -1,4 +1,4 @@
-"""``ragaudit demo``: the embedded return-policy demo (the run itself is :mod:`ragaudit.demo.run`)."""
+"""``ragaudit demo``: the embedded return-policy demo (the run itself is `ragaudit.demo.run`)."""
 
 from __future__ import annotations
 

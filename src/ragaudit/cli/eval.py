@@ -1,7 +1,7 @@
 """The ``ragaudit eval`` subcommand (arguments are defined in ``ragaudit.cli``).
 
 Exit codes: 0 all good, 1 a ``--fail-under`` threshold was missed (the failures are printed,
-naming each metric), 2 bad usage or input (raised as :class:`~ragaudit.RagAuditError`, printed by
+naming each metric), 2 bad usage or input (raised as [`RagAuditError`][ragaudit.RagAuditError], printed by
 ``ragaudit.cli.main``).
 """
 

@@ -20,7 +20,7 @@ Format = Literal["table", "json", "trec"]
 
 
 def metrics_command(args: argparse.Namespace) -> int:
-    """The ``ragaudit metrics`` subcommand: print :func:`render_metrics` of the arguments. Returns 0."""
+    """The ``ragaudit metrics`` subcommand: print `render_metrics` of the arguments. Returns 0."""
     text = render_metrics(
         args.run, args.qrels, args.metrics, args.per_query, args.format,
         relevance_level=args.relevance_level, all_queries=args.all_queries,
@@ -105,7 +105,7 @@ def render_metrics(
 ) -> str:
     """What ``ragaudit metrics --run RUN --qrels QRELS -m ndcg@10 -m recall@5`` prints.
 
-    Reads both files (TREC or JSONL), evaluates with :func:`~ragaudit.metrics.evaluate`'s options
+    Reads both files (TREC or JSONL), evaluates with [`evaluate`][ragaudit.metrics.evaluate]'s options
     (trec_eval's ``-l``, ``-c`` = *all_queries*, ``-M``, ``-J``, and *ties*) and returns the text to
     print: an aligned table (summaries, plus one row per query with ``per_query=True``), trec_eval's
     own layout (``fmt="trec"``: ``measure<TAB>qid<TAB>value`` lines, the summary's qid ``all``), or a
@@ -113,7 +113,7 @@ def render_metrics(
     from the run, ignored because not in the qrels) and, with ``per_query=True``, ``per_query``.
     ``summary=False`` is trec_eval's ``-n``: no summary line (JSON: no ``means``). ``relstring``
     has no summary. ``judged_only`` is the deprecated name of ``not all_queries``. Raises
-    :class:`~ragaudit.errors.MetricError` for unreadable files, bad metric names and bad input.
+    [`MetricError`][ragaudit.MetricError] for unreadable files, bad metric names and bad input.
     """
     if judged_only is not None:
         warn_deprecated("render_metrics(judged_only=...)", "all_queries= (its negation)")

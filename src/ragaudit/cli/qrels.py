@@ -1,5 +1,5 @@
 """``ragaudit qrels`` (pooled judged qrels) and ``ragaudit calibrate --grades`` (human graded qrels
-against the judge's grades). The work is in :mod:`ragaudit.evaluation.pooling`."""
+against the judge's grades). The work is in `ragaudit.evaluation.pooling`."""
 
 from __future__ import annotations
 

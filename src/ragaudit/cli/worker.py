@@ -10,13 +10,20 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import sys
 from typing import Any
 
+from .._last_resort import StderrFallback
+from ..content import scrub, scrub_url
 from ..errors import ConfigurationError
 from ._numbers import finite_float, whole_number
 
-__all__ = ["add_worker_parser", "worker_command"]
+__all__ = ["add_worker_parser", "start_line", "worker_command"]
+
+# Where judgements go when --otlp-endpoint is not given (the exporters read them; see the OTLP spec).
+_ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                  "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT")
 
 
 def add_worker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -139,6 +146,28 @@ def _sink(spec: str) -> Any:
     return obj
 
 
+def start_line(worker: Any, args: argparse.Namespace) -> str:
+    """The one line ``ragaudit worker`` prints once listening: addresses, judge and model, where
+    judgements go, sampling and budget (scrubbed: no key, no credential in a URL)."""
+    listen = [f"OTLP/HTTP {worker.url}/v1/traces"]
+    if worker.grpc_port is not None:
+        listen.append(f"OTLP/gRPC {worker.host}:{worker.grpc_port}")
+    if args.otlp_endpoint is not None:
+        out = [f"OTLP {scrub_url(args.otlp_endpoint)}"]
+    else:
+        out = [f"OTLP {name}={scrub_url(os.environ[name].strip())}" for name in _ENDPOINT_VARS
+               if os.environ.get(name, "").strip()]
+    if args.audit_log is not None:
+        out.append(f"audit log {os.path.abspath(args.audit_log)}")
+    out.extend(f"sink {spec}" for spec in args.sinks)
+    # The judge's repr: an LLM judge's names its model and (scrubbed) base URL.
+    return (f"ragaudit worker: listening on {', '.join(listen)}; judge {scrub(repr(worker.auditor.judge))[:300]}; "
+            f"judgements to {', '.join(out)}; "
+            f"sample rate {args.sample_rate:g}; budget none (judge cost is not capped); "
+            f"sessions {'on' if args.sessions else 'off'}; "
+            f"bearer token {'required' if worker.auth_token is not None else 'off'}; stop with SIGTERM or Ctrl-C")
+
+
 def worker_command(args: argparse.Namespace) -> int:
     """``ragaudit worker [--host H] [--port P] [--otlp-endpoint URL] [--judge SPEC] ...``."""
     try:
@@ -155,18 +184,21 @@ def worker_command(args: argparse.Namespace) -> int:
         from ..auditor import SessionTracking
 
         sessions = SessionTracking(session_idle_s=args.session_idle_s, max_sessions=args.max_sessions)
-    if not logging.getLogger("ragaudit").handlers:
+    log = logging.getLogger("ragaudit")
+    if not any(not isinstance(h, (StderrFallback, logging.NullHandler)) for h in log.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        logging.getLogger("ragaudit").addHandler(handler)
-        logging.getLogger("ragaudit").setLevel(logging.INFO)
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
     worker = Worker(judge, host=args.host, port=args.port, otlp_endpoint=args.otlp_endpoint,
                     quiet_s=args.quiet_s, max_wait_s=args.max_wait_s, max_traces=args.max_traces,
                     max_spans=args.max_spans, sample_rate=args.sample_rate, audit_log=args.audit_log, sinks=sinks,
                     shutdown_timeout_s=args.shutdown_timeout_s, grpc_port=args.grpc_port, sessions=sessions,
                     **_service_options(args))
     try:
-        worker.run()
+        # The start line goes to stderr itself, not through logging: whatever a --sink module did to
+        # the logging configuration, the operator sees where the worker listens and what it does.
+        worker.run(ready=lambda: print(start_line(worker, args), file=sys.stderr, flush=True))
     except OSError as exc:  # the port is taken, the address is not ours
         raise ConfigurationError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
     stats = worker.stats()

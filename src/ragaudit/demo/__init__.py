@@ -1,14 +1,14 @@
 """The embedded demo: a return-policy knowledge base, an offline embedding and an offline generator.
 
-``ragaudit demo`` runs it (:mod:`ragaudit.demo.run`). The pieces are reusable on their own:
+``ragaudit demo`` runs it (`ragaudit.demo.run`). The pieces are reusable on their own:
 
-* :mod:`ragaudit.demo.kb` — the five documents, the eight questions, their qrels and the packaged
+* `ragaudit.demo.kb` — the five documents, the eight questions, their qrels and the packaged
   ``ragaudit eval`` dataset;
-* :mod:`ragaudit.demo.embedding` — a deterministic hashed embedding with Chroma, LangChain and
+* `ragaudit.demo.embedding` — a deterministic hashed embedding with Chroma, LangChain and
   LlamaIndex adapters (no model download);
-* :mod:`ragaudit.demo.generator` — the extractive stand-in generator (answers only with retrieved
+* `ragaudit.demo.generator` — the extractive stand-in generator (answers only with retrieved
   sentences, and says so) and a thin client for a real OpenAI-compatible model;
-* :mod:`ragaudit.demo.pipelines` — the demo's LCEL chain and LlamaIndex query engine over Chroma.
+* `ragaudit.demo.pipelines` — the demo's LCEL chain and LlamaIndex query engine over Chroma.
 
 Importing this package loads no framework.
 """

@@ -1,9 +1,9 @@
 """The demo's **careless generator**: the offline stand-in with scripted mistakes, to show the audit catch them.
 
-The extractive stand-in (:func:`~ragaudit.demo.generator.extractive_answer`) only copies retrieved
+The extractive stand-in (`extractive_answer`) only copies retrieved
 sentences, so every answer it gives is faithful and the audit has nothing to catch. Real models
 make mistakes; this variant makes three of the common ones, deterministically and offline, each on
-one demo question, and labels every answer :data:`CARELESS_LABEL`:
+one demo question, and labels every answer `CARELESS_LABEL`:
 
 - **wrong number** (q1, the refund window): the first figure of the answer is doubled (30 days
   becomes 60 days);
@@ -68,7 +68,7 @@ def mistake_for(question: str) -> Mistake | None:
 
 
 def careless_answer(question: str, passages: Sequence[Passage]) -> str:
-    """The stand-in's answer to *question*, with the mistake :func:`mistake_for` plants (if any)."""
+    """The stand-in's answer to *question*, with the mistake `mistake_for` plants (if any)."""
     answer = extractive_answer(question, passages).replace(STANDIN_LABEL, CARELESS_LABEL, 1)
     mistake = mistake_for(question)
     if mistake == "wrong_number":
@@ -99,7 +99,7 @@ def langchain_careless() -> BaseChatModel:
     base: Any = _langchain_standin_class()
 
     class CarelessChatModel(base):  # type: ignore[misc, valid-type]
-        """The extractive stand-in with scripted mistakes (see :mod:`ragaudit.demo.careless`)."""
+        """The extractive stand-in with scripted mistakes (see `ragaudit.demo.careless`)."""
 
         model_name: str = CARELESS_MODEL
 
@@ -130,7 +130,7 @@ def llamaindex_careless() -> CustomLLM:
     base: Any = _llamaindex_standin_class()
 
     class CarelessLLM(base):  # type: ignore[misc, valid-type]
-        """The extractive stand-in with scripted mistakes (see :mod:`ragaudit.demo.careless`)."""
+        """The extractive stand-in with scripted mistakes (see `ragaudit.demo.careless`)."""
 
         @property
         def metadata(self) -> LLMMetadata:

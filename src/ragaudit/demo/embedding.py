@@ -6,9 +6,9 @@ words land close together; paraphrases with no word in common do not — it is a
 real embedding model, good enough to retrieve from a small knowledge base.
 
 Adapters for the frameworks are built on first use, so importing this module needs none of them:
-:func:`chroma_embedding_function` (a ``chromadb`` ``EmbeddingFunction``),
-:func:`langchain_embeddings` (a ``langchain_core`` ``Embeddings``) and
-:func:`llamaindex_embedding` (a ``llama_index`` ``BaseEmbedding``).
+`chroma_embedding_function` (a ``chromadb`` ``EmbeddingFunction``),
+`langchain_embeddings` (a ``langchain_core`` ``Embeddings``) and
+`llamaindex_embedding` (a ``llama_index`` ``BaseEmbedding``).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ class HashingEmbedder:
         return list(_embed(text, self.dim))
 
     def embed_many(self, texts: Iterable[str]) -> list[list[float]]:
-        """:meth:`embed` for each of *texts*, in order."""
+        """`embed` for each of *texts*, in order."""
         return [self.embed(text) for text in texts]
 
 
@@ -113,7 +113,7 @@ def _chroma_class() -> type:
     from chromadb.utils.embedding_functions import register_embedding_function
 
     class HashingEmbeddingFunction(EmbeddingFunction[Documents]):
-        """Chroma embedding function over :class:`HashingEmbedder` (cosine space by default)."""
+        """Chroma embedding function over `HashingEmbedder` (cosine space by default)."""
 
         def __init__(self, dim: int = DEFAULT_DIM) -> None:
             self._embedder = HashingEmbedder(dim)
@@ -152,7 +152,7 @@ def _langchain_class() -> type:
     from langchain_core.embeddings import Embeddings
 
     class HashingEmbeddings(Embeddings):
-        """LangChain ``Embeddings`` over :class:`HashingEmbedder`."""
+        """LangChain ``Embeddings`` over `HashingEmbedder`."""
 
         def __init__(self, dim: int = DEFAULT_DIM) -> None:
             self._embedder = HashingEmbedder(dim)
@@ -172,7 +172,7 @@ def _llamaindex_class() -> type:
     from pydantic import Field
 
     class HashingEmbedding(BaseEmbedding):
-        """LlamaIndex ``BaseEmbedding`` over :class:`HashingEmbedder`."""
+        """LlamaIndex ``BaseEmbedding`` over `HashingEmbedder`."""
 
         dim: int = Field(default=DEFAULT_DIM, description="embedding dimensions")
 

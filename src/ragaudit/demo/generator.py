@@ -1,18 +1,18 @@
 """The demo's generators: an offline extractive stand-in, and the frameworks' own OpenAI models.
 
-Both read the same prompt: :data:`GENERATOR_SYSTEM_PROMPT` plus a user message with the numbered
+Both read the same prompt: `GENERATOR_SYSTEM_PROMPT` plus a user message with the numbered
 context (``[1] (source: return_policy.pdf, section: exchanges)`` and the document text) and the
-question (:func:`format_user_prompt`).
+question (`format_user_prompt`).
 
-The **stand-in** (:func:`extractive_answer`) is not a language model and does not pretend to be
+The **stand-in** (`extractive_answer`) is not a language model and does not pretend to be
 one: it answers only with sentences copied from the retrieved documents — those that best match
-the question's content words — cites each as ``[n]``, and starts with :data:`STANDIN_LABEL`. When no
+the question's content words — cites each as ``[n]``, and starts with `STANDIN_LABEL`. When no
 sentence matches well it says the retrieved documents do not say. So it never adds a fact, and
 the demo's signal is in context and answer relevance.
 
 Framework classes are built on first use, so this module imports without any framework:
-:func:`langchain_standin` (a LangChain ``BaseChatModel``) / :func:`langchain_openai` (``ChatOpenAI``)
-and :func:`llamaindex_standin` (a LlamaIndex ``CustomLLM``) / :func:`llamaindex_openai` (``OpenAILike``).
+`langchain_standin` (a LangChain ``BaseChatModel``) / `langchain_openai` (``ChatOpenAI``)
+and `llamaindex_standin` (a LlamaIndex ``CustomLLM``) / `llamaindex_openai` (``OpenAILike``).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ _TERMINAL = ".!?"
 
 
 def model_from_env() -> str:
-    """The real model to use: ``RAGAUDIT_MODEL``, default :data:`DEFAULT_MODEL`."""
+    """The real model to use: ``RAGAUDIT_MODEL``, default `DEFAULT_MODEL`."""
     return os.environ.get("RAGAUDIT_MODEL") or DEFAULT_MODEL
 
 
@@ -116,7 +116,7 @@ def format_user_prompt(question: str, context: str) -> str:
 
 
 def parse_prompt(prompt: str) -> tuple[str, list[Passage]]:
-    """The question and the numbered passages of a prompt made by :func:`format_user_prompt`.
+    """The question and the numbered passages of a prompt made by `format_user_prompt`.
 
     Text without ``Context:``/``Question:`` parts is taken as the question with no context.
     """
@@ -155,7 +155,7 @@ def extractive_answer(question: str, passages: Sequence[Passage]) -> str:
 
     Question words are weighted by how rare they are among the context's sentences (a word every
     sentence shares says little); a sentence is quoted when it covers at least
-    :data:`MIN_COVERAGE` of that weight. Up to three sentences, in document order. When none
+    `MIN_COVERAGE` of that weight. Up to three sentences, in document order. When none
     qualifies the answer says the retrieved documents do not say, naming the question words that
     appear nowhere in them.
     """
@@ -232,7 +232,7 @@ def _langchain_standin_class() -> type:
     from langchain_core.outputs import ChatGeneration, ChatResult
 
     class ExtractiveChatModel(BaseChatModel):
-        """The offline extractive stand-in as a LangChain chat model (see :func:`extractive_answer`).
+        """The offline extractive stand-in as a LangChain chat model (see `extractive_answer`).
 
         It reads the question and the numbered context from the last user message.
         """
@@ -279,7 +279,7 @@ def langchain_standin() -> BaseChatModel:
 def langchain_openai(model: str | None = None, *, base_url: str | None = None,
                      api_key: str | None = None, timeout_s: float = 60.0) -> BaseChatModel:
     """LangChain's ``ChatOpenAI`` (``langchain-openai``) on any OpenAI-compatible endpoint, temperature 0;
-    *model* defaults to :func:`model_from_env`."""
+    *model* defaults to `model_from_env`."""
     from langchain_openai import ChatOpenAI
 
     base_url, api_key = _endpoint(base_url, api_key)
@@ -300,9 +300,9 @@ def _llamaindex_standin_class() -> type:
     from llama_index.core.llms.callbacks import llm_completion_callback
 
     class ExtractiveLLM(CustomLLM):
-        """The offline extractive stand-in as a LlamaIndex LLM (see :func:`extractive_answer`).
+        """The offline extractive stand-in as a LlamaIndex LLM (see `extractive_answer`).
 
-        Use it with :data:`LLAMAINDEX_PROMPT` as the query engine's ``text_qa_template``.
+        Use it with `LLAMAINDEX_PROMPT` as the query engine's ``text_qa_template``.
         """
 
         @property
@@ -337,7 +337,7 @@ def llamaindex_openai(model: str | None = None, *, base_url: str | None = None,
                       api_key: str | None = None, timeout_s: float = 60.0) -> LLM:
     """LlamaIndex's ``OpenAILike`` (``llama-index-llms-openai-like``: the OpenAI LLM for any
     OpenAI-compatible endpoint and model name) as a chat model, temperature 0; *model* defaults to
-    :func:`model_from_env`."""
+    `model_from_env`."""
     from llama_index.llms.openai_like import OpenAILike
 
     base_url, api_key = _endpoint(base_url, api_key)

@@ -139,7 +139,7 @@ DATASET_RESOURCE = "data/demo_dataset.jsonl"
 
 
 def dataset_path() -> Any:
-    """The packaged demo dataset (a :class:`importlib.resources` traversable; ``str()`` it for a path)."""
+    """The packaged demo dataset (a `importlib.resources` traversable; ``str()`` it for a path)."""
     return resources.files(__package__ or "ragaudit.demo").joinpath(DATASET_RESOURCE)
 
 

@@ -3,7 +3,7 @@
 Both load the five knowledge-base documents (ids ``kb-<section>``) with the offline embedding,
 retrieve ``k=2`` documents and hand them to the generator numbered ``[1] (source: ..., section:
 ...)``. The generator is the offline extractive stand-in unless a real model is passed (see
-:func:`real_model_configured` and :mod:`ragaudit.demo.generator`). Needs ``chromadb`` and
+`real_model_configured` and `ragaudit.demo.generator`). Needs ``chromadb`` and
 ``langchain-chroma`` or ``llama-index-vector-stores-chroma``.
 """
 
@@ -84,7 +84,7 @@ def build_langchain_chain(
     """The demo as an LCEL chain: ``question -> retriever (k) -> prompt -> llm -> str``.
 
     *llm* defaults to the offline extractive stand-in; *client* to a new
-    :func:`chroma_client`; *collection_name* to a fresh unique name (so chains built in one
+    `chroma_client`; *collection_name* to a fresh unique name (so chains built in one
     process never share a collection).
     """
     _check_k(k)

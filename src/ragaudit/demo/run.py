@@ -1,9 +1,9 @@
 """The demo run behind ``ragaudit demo``: the return-policy knowledge base, its eight questions, audited.
 
 Offline by default: Chroma's in-memory client, the hashed embedding, the extractive stand-in
-generator and :class:`~ragaudit.LexicalJudge`. With ``OPENAI_API_KEY`` or ``OPENAI_BASE_URL`` set
+generator and [`LexicalJudge`][ragaudit.LexicalJudge]. With ``OPENAI_API_KEY`` or ``OPENAI_BASE_URL`` set
 (and no ``--offline``) a real model generates (``RAGAUDIT_MODEL``, default gpt-4o-mini) and
-:class:`~ragaudit.ChatRagJudge` judges. Spans go to a JSONL file (and over OTLP when an endpoint is
+[`ChatRagJudge`][ragaudit.ChatRagJudge] judges. Spans go to a JSONL file (and over OTLP when an endpoint is
 given), judgements to the audit log; a table of the judged answers is printed.
 """
 
@@ -112,7 +112,7 @@ def run_demo(
 
     Judging runs in the background, as in production; this waits for every judgement before it
     returns. The span file and audit log are appended to. *careless* runs the offline careless
-    generator (:mod:`ragaudit.demo.careless`: scripted mistakes) instead of any other generator,
+    generator (`ragaudit.demo.careless`: scripted mistakes) instead of any other generator,
     judged offline.
     """
     if framework not in ("langchain", "llamaindex"):

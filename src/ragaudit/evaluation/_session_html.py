@@ -4,8 +4,8 @@ Every turn shows the user's message, the answer with its sentences marked by the
 and the turn's three scores; a sentence the session judge found contradicted by another turn is marked
 and names the other turn and sentence; the session's header gives resolved (and the turn), the
 computed groundedness, contradictions, repeated turns, and whether it was seen only in part. Input: the
-audit log's ``"kind": "session"`` lines (:meth:`ragaudit.tracing.AuditLog.session_line`). Every text is
-escaped.
+audit log's ``"kind": "session"`` lines
+([`ragaudit.tracing.AuditLog.session_line`][ragaudit.tracing.AuditLog.session_line]). Every text is escaped.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""An :class:`~ragaudit.evaluation.EvaluationReport` read back from the Auditor's audit log."""
+"""An [`EvaluationReport`][ragaudit.EvaluationReport] read back from the Auditor's audit log."""
 
 from __future__ import annotations
 
@@ -147,12 +147,13 @@ def _kind(value: Any) -> str:
 
 
 def report_from_audit_log(path: str | os.PathLike[str], *, threshold: float = 0.5) -> EvaluationReport:
-    """An :class:`EvaluationReport` of the turns in an audit log, flagged turns first, then lowest score.
+    """An [`EvaluationReport`][ragaudit.EvaluationReport] of the turns in an audit log, flagged turns first, then lowest
+    score.
 
     Turns with an unsupported or contradicted sentence, or a citation that does not hold, come
     first; then by the minimum of the three scores; turns with no score at all come last. A cut-off
     last line (its writer was interrupted) is skipped with a warning; any other line that is not a
-    JSON object with the audit log's types raises :class:`~ragaudit.RagAuditError` naming the line.
+    JSON object with the audit log's types raises [`RagAuditError`][ragaudit.RagAuditError] naming the line.
     """
     where = f"audit log {os.fspath(path)!r}"
     entries = [(number, current_audit_line(entry))

@@ -1,14 +1,14 @@
 """Calibration: how far a judge's scores agree with human labels, and how to compare judges fairly.
 
-* :func:`calibrate` joins human labels and judgements by id and gives, per dimension, the agreement
+* [`calibrate`][ragaudit.calibrate] joins human labels and judgements by id and gives, per dimension, the agreement
   rate and Cohen's kappa at a pass threshold, balanced accuracy, Pearson and Spearman correlations,
   the confusion matrix and a verdict: kappa < 0.40 "reformulate the rubric", 0.40-0.75 "fit for
   development", > 0.75 "fit for a CI gate"; agreement below 75% adds "refine the rubric".
-* :func:`read_labels` and :func:`read_judgements` load the inputs of ``ragaudit calibrate``: labels as
+* `read_labels` and `read_judgements` load the inputs of ``ragaudit calibrate``: labels as
   JSONL (``id`` + a score in [0, 1] or pass/fail per dimension); judgements as an audit log (JSONL,
   ``turn_id``) or an evaluation report (JSON with ``rows``), told apart by content.
-* :class:`ZScoreNormalizer` puts a strict and a lenient judge on one scale, from each one's history.
-* :func:`consistency` runs a judge twice on the same requests and counts how often a score changes.
+* `ZScoreNormalizer` puts a strict and a lenient judge on one scale, from each one's history.
+* `consistency` runs a judge twice on the same requests and counts how often a score changes.
 
 Everything is computed with numpy; ties in Spearman's rank correlation get average ranks.
 """
@@ -173,7 +173,7 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Spearman's rank correlation (Pearson on average ranks); None as for :func:`pearson`."""
+    """Spearman's rank correlation (Pearson on average ranks); None as for `pearson`."""
     if len(x) != len(y):
         raise ConfigurationError(f"need as many x as y values, got {len(x)} and {len(y)}")
     if len(x) < 2:
@@ -532,7 +532,7 @@ class ZScoreNormalizer:
 
     A strict judge that gives 0.6 where a lenient one gives 0.9 puts both at the same z-score when
     0.6 and 0.9 sit equally high in their own histories. Fit on a judge's past scores, then
-    :meth:`transform` new ones: ``z = (score - mean) / std`` (population std, as
+    `transform` new ones: ``z = (score - mean) / std`` (population std, as
     ``scipy.stats.zscore``). A dimension with fewer than ``min_history`` past scores, or with no
     spread, cannot be normalised: it is listed in ``unfitted`` and transforms to None.
     """
@@ -593,13 +593,13 @@ class ZScoreNormalizer:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (:meth:`from_dict` reads it back)."""
+        """A JSON-ready dict (`from_dict` reads it back)."""
         return {"judge": self.judge, "mean": dict(self.mean), "std": dict(self.std), "count": dict(self.count),
                 "unfitted": list(self.unfitted)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ZScoreNormalizer:
-        """The normalizer saved by :meth:`to_dict`."""
+        """The normalizer saved by `to_dict`."""
         try:
             return cls(mean=data["mean"], std=data["std"], count=data.get("count", {}), judge=data.get("judge"),
                        unfitted=tuple(data.get("unfitted", ())))
@@ -633,7 +633,7 @@ class DimensionConsistency:
 
 @dataclass(frozen=True, slots=True)
 class ConsistencyReport:
-    """The result of :func:`consistency`: per-dimension change counts and the runs that failed."""
+    """The result of `consistency`: per-dimension change counts and the runs that failed."""
 
     judge: str
     runs: int

@@ -1,4 +1,4 @@
-"""A self-contained HTML page for an :class:`~ragaudit.evaluation.EvaluationReport`.
+"""A self-contained HTML page for an [`EvaluationReport`][ragaudit.EvaluationReport].
 
 One file to open from a CI artifact: inline CSS, inline SVG charts (a histogram per score and
 metric, a recall-vs-faithfulness scatter), no scripts and no external assets. A Content-Security-

@@ -166,7 +166,8 @@ class RowResult:
 
     @property
     def judged_metrics(self) -> Mapping[str, float]:
-        """Deprecated: :attr:`graded_metrics` (``judged`` also names a turn's status)."""
+        """Deprecated: [`graded_metrics`][ragaudit.evaluation.RowResult.graded_metrics] (``judged`` also names a turn's
+        status)."""
         warn_deprecated("RowResult.judged_metrics", "RowResult.graded_metrics")
         return self.graded_metrics
 
@@ -235,8 +236,8 @@ RowResult.__init__ = renamed_kwargs(judged_metrics="graded_metrics")(RowResult._
 
 
 def full_audit_fields(turn: Any, judgement: Any) -> dict[str, Any]:
-    """The :class:`RowResult` fields of a full audit (sentences, grades, citation checks, graded
-    metrics, citation precision/recall) for *turn* and *judgement*; empty when either is None."""
+    """The [`RowResult`][ragaudit.evaluation.RowResult] fields of a full audit (sentences, grades, citation checks,
+    graded metrics, citation precision/recall) for *turn* and *judgement*; empty when either is None."""
     if turn is None or judgement is None or (not judgement.sentences and not judgement.document_grades):
         return {}
     from ..turn_audit import audit_turn
@@ -332,14 +333,14 @@ def _canonical(name: str, known: Iterable[str]) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class EvaluationReport:
-    """The result of :func:`~ragaudit.evaluate_pipeline` (or of reading an audit log).
+    """The result of [`evaluate_pipeline`][ragaudit.evaluate_pipeline] (or of reading an audit log).
 
-    ``aggregate`` maps each judge score and retrieval metric to its :class:`Summary`;
-    ``distributions`` maps the same names to :data:`HISTOGRAM_BINS` counts over [0, 1];
-    ``diagnosis_counts`` counts rows per diagnosis (every one of :data:`DIAGNOSES`, zeros included);
+    ``aggregate`` maps each judge score and retrieval metric to its [`Summary`][ragaudit.evaluation.Summary];
+    ``distributions`` maps the same names to `HISTOGRAM_BINS` counts over [0, 1];
+    ``diagnosis_counts`` counts rows per diagnosis (every one of `DIAGNOSES`, zeros included);
     ``usage`` totals the judge's token usage; ``stats`` are the Auditor's counters; ``sessions`` the
     judged sessions of an audit log (its ``"kind": "session"`` lines, shown as conversations in the
-    HTML report). Build one with :meth:`from_rows`.
+    HTML report). Build one with [`from_rows`][ragaudit.EvaluationReport.from_rows].
     """
 
     rows: tuple[RowResult, ...]

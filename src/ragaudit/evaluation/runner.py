@@ -1,11 +1,11 @@
 """Run a dataset through a RAG pipeline with ragaudit attached: every row a traced, judged turn.
 
-The pipeline is a LangChain runnable (the :class:`~ragaudit.integrations.langchain.
-RagAuditCallbackHandler` goes into each call's config) or a LlamaIndex query engine
-(:func:`ragaudit.integrations.llamaindex.instrument` for the duration of the run). Rows run
-concurrently on a bounded thread pool; judging happens in an :class:`~ragaudit.Auditor`, with
-the same timeout and error rules as online judging; retrieval metrics come from the documents
-each turn captured, scored against the row's ground truth with :mod:`ragaudit.metrics`.
+The pipeline is a LangChain runnable (the
+[`RagAuditCallbackHandler`][ragaudit.integrations.langchain.RagAuditCallbackHandler] goes into each call's config) or a
+LlamaIndex query engine ([`ragaudit.integrations.llamaindex.instrument`][ragaudit.integrations.llamaindex.instrument]
+for the duration of the run). Rows run concurrently on a bounded thread pool; judging happens in an
+[`Auditor`][ragaudit.Auditor], with the same timeout and error rules as online judging; retrieval metrics come from the
+documents each turn captured, scored against the row's ground truth with [`ragaudit.metrics`][ragaudit.metrics].
 """
 
 from __future__ import annotations
@@ -364,16 +364,17 @@ def evaluate_pipeline(
     """Run every row of *dataset* through *pipeline*, judge each answer and score each retrieval.
 
     Args:
-        dataset: a JSONL path or a list of dicts (see :func:`load_dataset`).
+        dataset: a JSONL path or a list of dicts (see [`load_dataset`][ragaudit.evaluation.load_dataset]).
         pipeline: a LangChain ``Runnable`` (called with the question, or ``{key: question}`` when
             its input schema is an object with a ``question``/``input``/``query`` field, or
             *input_key*) or a LlamaIndex ``BaseQueryEngine`` (``query(question)``).
-        judge: any :class:`~ragaudit.RagJudge`; None picks the default judge (ChatRagJudge when
+        judge: any [`RagJudge`][ragaudit.RagJudge]; None picks the default judge (ChatRagJudge when
             ``OPENAI_API_KEY``/``OPENAI_BASE_URL`` is set, else LexicalJudge).
-        metrics: retrieval metrics per row (names as :func:`ragaudit.metrics.parse_measure` reads them).
+        metrics: retrieval metrics per row (names as [`ragaudit.metrics.parse_measure`][ragaudit.metrics.parse_measure]
+            reads them).
         concurrency: rows run at once, and judgements made at once.
         progress: show progress bars on a terminal (never when stderr is not a TTY).
-        auditor_kwargs: extra :class:`~ragaudit.Auditor` arguments (``audit_log``,
+        auditor_kwargs: extra [`Auditor`][ragaudit.Auditor] arguments (``audit_log``,
             ``tracer_provider``, ``timeout_s``, ...). By default no audit log is written and every
             row is judged (``sample_rate=1``, a queue as long as the dataset).
         threshold: the score at or above which a signal counts as good in the diagnosis.

@@ -1,15 +1,15 @@
 """Framework-neutral pieces every integration uses: run grouping, document ids, turn assembly, closing.
 
 An integration sees a tree of runs (LangChain run ids, LlamaIndex span ids) and must turn each
-root run into one :class:`~ragaudit.RagTurn`. :class:`RunStore` does the grouping (bounded, so a
-long-running process cannot leak), :func:`doc_id_from` / :func:`source_from` / :func:`score_from`
-read documents the way DESIGN.md says and :func:`retrieved_doc` makes one into a
-:class:`~ragaudit.RetrievedDoc`. The rules that make a turn of the runs are in
-:mod:`ragaudit.integrations._assembler`. Nothing here imports a framework.
+root run into one [`RagTurn`][ragaudit.RagTurn]. `RunStore` does the grouping (bounded, so a
+long-running process cannot leak), `doc_id_from` / `source_from` / `score_from`
+read documents the way DESIGN.md says and [`retrieved_doc`][ragaudit.integrations.retrieved_doc] makes one into a
+[`RetrievedDoc`][ragaudit.RetrievedDoc]. The rules that make a turn of the runs are in
+`ragaudit.integrations._assembler`. Nothing here imports a framework.
 
 The host's thread does as little as it can: while a run is open, dictionary updates; when it ends,
-:func:`close_later` hands the raw run data (with the OTel context captured at its start by
-:func:`current_context`) to a background thread, which builds the turn, finds its citations,
+`close_later` hands the raw run data (with the OTel context captured at its start by
+`current_context`) to a background thread, which builds the turn, finds its citations,
 records its spans with the framework's timestamps and submits it for judging.
 """
 
@@ -104,7 +104,7 @@ def source_from(metadata: Mapping[str, Any] | None) -> str | None:
 
 def doc_id_from(obj_id: Any, metadata: Mapping[str, Any] | None, content: str, source: str | None) -> str:
     """A document's id: its own id (store id, ``Document.id``, node id), else metadata ``id`` /
-    ``doc_id``, else :func:`~ragaudit.records.stable_doc_id` of *source* and *content*."""
+    ``doc_id``, else [`stable_doc_id`][ragaudit.records.stable_doc_id] of *source* and *content*."""
     own = _id_text(obj_id)
     if own is not None:
         return own
@@ -131,9 +131,9 @@ def score_from(metadata: Mapping[str, Any] | None) -> float | None:
 def retrieved_doc(
     rank: int, obj_id: Any, content: Any, metadata: Mapping[str, Any], score: float | None
 ) -> RetrievedDoc:
-    """The :class:`~ragaudit.RetrievedDoc` at *rank* of a framework's document or node: *content* as
+    """The [`RetrievedDoc`][ragaudit.RetrievedDoc] at *rank* of a framework's document or node: *content* as
     text ("" for None), the source from *metadata* and the id from *obj_id*, *metadata* or the text
-    (:func:`source_from`, :func:`doc_id_from`)."""
+    (`source_from`, `doc_id_from`)."""
     if not isinstance(content, str):
         content = "" if content is None else str(content)
     source = source_from(metadata)
@@ -142,8 +142,8 @@ def retrieved_doc(
 
 
 def ground_truth_from(metadata: Mapping[str, Any] | None) -> tuple[Mapping[str, int] | None, str | None]:
-    """``(relevant_ids, reference_answer)`` from run metadata (:data:`RELEVANT_IDS_KEY`,
-    :data:`REFERENCE_ANSWER_KEY`). Malformed ground truth is logged and ignored, never raised."""
+    """``(relevant_ids, reference_answer)`` from run metadata (`RELEVANT_IDS_KEY`,
+    `REFERENCE_ANSWER_KEY`). Malformed ground truth is logged and ignored, never raised."""
     if not metadata:
         return None, None
     relevant: Mapping[str, int] | None = None
@@ -168,11 +168,11 @@ def close_later(auditor: Any, job: Callable[[], None], content: ContentPolicy | 
     A failure of *job* is logged through *content* (the handler's policy: the auditor may be shared
     by handlers with other settings).
 
-    The job goes to *auditor*'s closer (:func:`~ragaudit.integrations._closing.closer_for`: bounded,
+    The job goes to *auditor*'s closer ([`closer_for`][ragaudit.integrations.closer_for]: bounded,
     batched, drained by the handlers' ``force_flush()``, the closer's ``shutdown()`` and at exit; a
     job the full queue cannot take is dropped and counted in ``stats()["close_dropped"]``). It runs
     at once on this thread when the auditor judges inline (so the turn is judged before the run
-    returns) or is a stand-in that is no :class:`~ragaudit.Auditor`. Returns False when the job was dropped.
+    returns) or is a stand-in that is no [`Auditor`][ragaudit.Auditor]. Returns False when the job was dropped.
     """
     from ..auditor import Auditor
 
@@ -189,7 +189,7 @@ def close_later(auditor: Any, job: Callable[[], None], content: ContentPolicy | 
 
 def close_at_shutdown(auditor: Any, source: Any) -> None:
     """Have *auditor*'s closer close *source*'s half-finished turns before it shuts *auditor* down
-    (held weakly); nothing for a stand-in that is no :class:`~ragaudit.Auditor`."""
+    (held weakly); nothing for a stand-in that is no [`Auditor`][ragaudit.Auditor]."""
     from ..auditor import Auditor
 
     if isinstance(auditor, Auditor):
@@ -198,7 +198,7 @@ def close_at_shutdown(auditor: Any, source: Any) -> None:
 
 def force_flush_turns(auditor: Any, timeout_s: float | None) -> bool:
     """A handler's ``force_flush()``, top down: *auditor*'s closer (the turns handed over so far
-    built, traced and submitted), then *auditor* itself (:meth:`~ragaudit.Auditor.force_flush`)."""
+    built, traced and submitted), then *auditor* itself (`force_flush`)."""
     from ..auditor import Auditor
 
     if isinstance(auditor, Auditor):
@@ -220,12 +220,12 @@ _default: list[Auditor] = []
 
 
 def default_auditor() -> Auditor:
-    """The process-wide :class:`~ragaudit.Auditor` handlers use when given neither judge nor auditor.
+    """The process-wide [`Auditor`][ragaudit.Auditor] handlers use when given neither judge nor auditor.
 
-    Created on first use with the default judge (:func:`ragaudit.judges.default_judge`) and shared by
-    every such handler and ``instrument()``, whatever tracer provider, ``capture_content`` or
+    Created on first use with the default judge ([`ragaudit.judges.default_judge`][ragaudit.default_judge]) and shared
+    by every such handler and ``instrument()``, whatever tracer provider, ``capture_content`` or
     ``redact`` they pass: those shape how each handler's turns are recorded, and travel with each
-    turn (:meth:`~ragaudit.Auditor.recorder_for`), so a handler made per call starts no thread and
+    turn ([`recorder_for`][ragaudit.Auditor.recorder_for]), so a handler made per call starts no thread and
     opens no file of its own.
     """
     with _defaults_lock:
@@ -243,12 +243,12 @@ _judge_auditors: weakref.WeakValueDictionary[int, Auditor] = weakref.WeakValueDi
 
 
 def judge_auditor(judge: Any) -> Auditor:
-    """The :class:`~ragaudit.Auditor` of handlers given ``judge=``: one per judge object in use.
+    """The [`Auditor`][ragaudit.Auditor] of handlers given ``judge=``: one per judge object in use.
 
     A judge needs a worker of its own (its async client belongs to the event loop of the Auditor that
     calls it, a sync judge to that Auditor's thread pool, and ``timeout_s``, ``stats()`` and a cache
     are per Auditor), but not one per handler: handlers made per call with the same judge share it.
-    The handlers' recording settings travel with their turns (:meth:`~ragaudit.Auditor.recorder_for`).
+    The handlers' recording settings travel with their turns ([`recorder_for`][ragaudit.Auditor.recorder_for]).
     """
     with _defaults_lock:
         found = _judge_auditors.get(id(judge))
@@ -271,11 +271,11 @@ def resolve_backend(
 ) -> tuple[Auditor, Any]:
     """``(auditor, recorder)`` for an integration handler, from its constructor arguments.
 
-    The auditor is *auditor*; else :func:`judge_auditor` of *judge* (shared by the handlers given
-    that judge object); else :func:`default_auditor`. The recorder of the handler's turns is
-    :meth:`Auditor.recorder_for` of the tracing settings (the auditor's own when none is given): the
-    handler's turn spans and, since each turn is submitted with it, that turn's judge span, audit-log
-    line and sink records follow it. Raises :class:`~ragaudit.ConfigurationError` naming *owner* for
+    The auditor is *auditor*; else `judge_auditor` of *judge* (shared by the handlers given
+    that judge object); else `default_auditor`. The recorder of the handler's turns is
+    [`Auditor.recorder_for`][ragaudit.Auditor.recorder_for] of the tracing settings (the auditor's own when none is
+    given): the handler's turn spans and, since each turn is submitted with it, that turn's judge span, audit-log
+    line and sink records follow it. Raises [`ConfigurationError`][ragaudit.ConfigurationError] naming *owner* for
     contradictory arguments.
     """
     if judge is not None and auditor is not None:
@@ -290,7 +290,7 @@ def resolve_backend(
 
 
 def check_measures(measures: Sequence[str]) -> tuple[str, ...]:
-    """*measures* as a tuple, each name checked now (:class:`~ragaudit.MetricError` for an unknown one)."""
+    """*measures* as a tuple, each name checked now ([`MetricError`][ragaudit.MetricError] for an unknown one)."""
     if isinstance(measures, str):
         raise ConfigurationError("turn_measures must be a sequence of metric names, not a string")
     from ..metrics import parse_measure
@@ -317,10 +317,10 @@ class _Root(Generic[S]):
 class RunStore(Generic[S]):
     """Groups a framework's nested runs by their root run, with one state object per root.
 
-    Not locked itself: call every method with :attr:`lock` held, and hold it only for these calls
+    Not locked itself: call every method with `lock` held, and hold it only for these calls
     and small updates of the state (no judging, no export under it). At most *max_runs* roots are
     open at once; past that the oldest is evicted (returned to the caller to close, and counted in
-    :attr:`evicted`). A run whose parent is unknown starts a new root (a handler attached below
+    `evicted`). A run whose parent is unknown starts a new root (a handler attached below
     the top of a run tree, or a parent run from another tracer). Runs of a closed turn, and later
     runs under them, are remembered (the last *max_runs* ids) and ignored.
     """

@@ -2,9 +2,9 @@
 
 ``vector_store.similarity_search(...)`` inside a ``@dynamic_prompt`` middleware, a ``before_model``
 hook, a LangGraph node or a tool fires no callback, so the handler would never see the documents.
-:func:`patch_vector_stores` wraps the searches of ``VectorStore`` and of every subclass (those
+`patch_vector_stores` wraps the searches of ``VectorStore`` and of every subclass (those
 defined later too): a search that runs inside a LangChain run whose callbacks hold a
-:class:`SearchObserver` (the ragaudit handler) is reported to that observer only, as a retrieval
+`SearchObserver` (the ragaudit handler) is reported to that observer only, as a retrieval
 under the current run, with the documents and their ids as the store returned them. Other
 callback handlers see nothing new. Outside a run, or with no observer, the wrapper only checks one
 context variable and calls the store.

@@ -1,7 +1,7 @@
 """What the LangChain handler keeps of a turn on the host's thread, and the steps it becomes at close.
 
-The host's thread keeps raw values only (a dictionary update per event); :func:`turn_steps` reads
-them into the steps of :mod:`ragaudit.integrations.steps` on the auditor's closing thread.
+The host's thread keeps raw values only (a dictionary update per event); `turn_steps` reads
+them into the steps of [`ragaudit.integrations.steps`][ragaudit.integrations.steps] on the auditor's closing thread.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Reading LangChain's values: messages, questions, answers, documents, model results, tool outputs.
 
 Pure functions over what LangChain hands a callback handler; the handler
-(:mod:`ragaudit.integrations.langchain`) calls the cheap ones on the host's thread and the rest
-when a turn closes.
+([`ragaudit.integrations.langchain`][ragaudit.integrations.langchain]) calls the cheap ones on the host's thread and the
+rest when a turn closes.
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ RawDoc = tuple[Any, Any, Mapping[str, Any]]  # (id, page_content, metadata copy)
 
 def snapshot_documents(documents: Sequence[Any] | None) -> tuple[RawDoc, ...]:
     """What a retriever returned, as it is now (a later step may edit a document's metadata); cheap,
-    so it can run on the host's thread. :func:`convert_documents` does the rest in the background."""
+    so it can run on the host's thread. `convert_documents` does the rest in the background."""
     out = []
     for doc in documents or ():
         metadata = getattr(doc, "metadata", None)
@@ -390,7 +390,7 @@ def structured_of(outputs: Any) -> Any:
 
 
 def structured_data(value: Any) -> dict[str, Any] | None:
-    """*value* (from :func:`structured_of`) as a plain dict, when the turn closes."""
+    """*value* (from `structured_of`) as a plain dict, when the turn closes."""
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if isinstance(value, Mapping):

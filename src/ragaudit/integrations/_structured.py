@@ -5,7 +5,7 @@ string field. The citations are the values of its ``citations`` / ``sources`` / 
 ``cited_ids`` / ``citation_ids`` / ``quotes`` field: integers (indices of the documents as the
 prompt numbered them: from 0 when it numbered them so, else ranks), document ids, source names, or
 objects holding one of those under ``source_id`` / ``doc_id`` / ``id`` / ``source``. Each becomes a
-:class:`~ragaudit.Citation` with ``method="structured"``, checked like a marker.
+[`Citation`][ragaudit.Citation] with ``method="structured"``, checked like a marker.
 """
 
 from __future__ import annotations

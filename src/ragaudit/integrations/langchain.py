@@ -3,10 +3,10 @@
 >>> from ragaudit.integrations.langchain import RagAuditCallbackHandler
 >>> chain.invoke(question, config={"callbacks": [RagAuditCallbackHandler()]})
 
-or, for every chain in the process, :func:`instrument`. Each root run (the outermost chain, or a
-retriever or chat model called on its own) becomes one :class:`~ragaudit.RagTurn`: its question,
-the documents its retrievers returned, its answer and the citations in it, every retriever and
-model call as a child span, judged in the background by an :class:`~ragaudit.Auditor`.
+or, for every chain in the process, [`instrument`][ragaudit.integrations.langchain.instrument]. Each root run (the
+outermost chain, or a retriever or chat model called on its own) becomes one [`RagTurn`][ragaudit.RagTurn]: its
+question, the documents its retrievers returned, its answer and the citations in it, every retriever and
+model call as a child span, judged in the background by an [`Auditor`][ragaudit.Auditor].
 """
 
 from __future__ import annotations
@@ -77,14 +77,14 @@ def _guarded(event: Callable[Concatenate[_H, _P], None]) -> Callable[Concatenate
 
 
 class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
-    """A LangChain callback handler that turns each root run into an audited :class:`~ragaudit.RagTurn`.
+    """A LangChain callback handler that turns each root run into an audited [`RagTurn`][ragaudit.RagTurn].
 
-    Pass it in ``config={"callbacks": [handler]}`` (or use :func:`instrument`). One handler can
-    serve any number of concurrent runs (invoke, ainvoke, batch, abatch, stream, astream,
+    Pass it in ``config={"callbacks": [handler]}`` (or use [`instrument`][ragaudit.integrations.langchain.instrument]).
+    One handler can serve any number of concurrent runs (invoke, ainvoke, batch, abatch, stream, astream,
     astream_events); events are grouped by their root run. A turn closes when its root run has
     ended and all its child runs have too (a stream abandoned by its consumer ends the root first),
     or at once when the root fails. At close the handler hands what it read to the turn assembler
-    (:mod:`ragaudit.integrations._assembler`), which applies the turn rules shared by every
+    (`ragaudit.integrations._assembler`), which applies the turn rules shared by every
     integration: what is judged, what is only traced and counted.
 
     * Question: the root's input (a string, a message, a dict's ``question``/``input``/``query``/
@@ -115,7 +115,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
       ``"ragaudit_reference_answer"`` goes to the turn's ``metadata["reference_answer"]``.
 
     Args:
-        judge: the judge of the :class:`~ragaudit.Auditor` this handler submits to: one per judge
+        judge: the judge of the [`Auditor`][ragaudit.Auditor] this handler submits to: one per judge
             object, shared by every handler given the same judge and released with the last of
             them. Give *judge* or *auditor*, not both.
         auditor: the auditor to submit turns to. With neither, the process-wide default auditor
@@ -124,7 +124,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
             (``capture_content`` None: on unless
             ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=NO_CONTENT``): its turn spans, and
             each turn's judge span, audit-log line and sink payloads
-            (:meth:`~ragaudit.Auditor.recorder_for`; with an auditor given content settings of its
+            ([`recorder_for`][ragaudit.Auditor.recorder_for]; with an auditor given content settings of its
             own, the stricter of both). When none is given, the auditor's recorder is used.
         max_runs: at most this many turns are tracked at once; beyond it the oldest open turn is
             ended as an error span (``stats()["evicted"]``), so a leak cannot grow without bound.
@@ -135,10 +135,10 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
     The handler never raises into the chain: a failure inside it is logged (rate-limited) on the
     ``ragaudit`` logger. On the chain's thread it only keeps the raw events (a dictionary update
     under a short lock per event); when a turn closes it hands them to the closing thread above
-    the auditor (:func:`ragaudit.integrations.closer_for`), which builds the turn, finds its
-    citations, records its spans with the times the events happened and submits it.
-    :meth:`force_flush` waits for that too. With an inline auditor (``mode="inline"``) the turn is
-    closed and judged before the run returns.
+    the auditor ([`ragaudit.integrations.closer_for`][ragaudit.integrations.closer_for]), which builds the turn, finds
+    its citations, records its spans with the times the events happened and submits it.
+    [`force_flush`][ragaudit.integrations.langchain.RagAuditCallbackHandler.force_flush] waits for that too. With an
+    inline auditor (``mode="inline"``) the turn is closed and judged before the run returns.
     """
 
     raise_error: bool = False
@@ -175,8 +175,9 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
     # -- public helpers -------------------------------------------------------------------------
 
     def force_flush(self, timeout_s: float | None = 30.0) -> bool:
-        """Close the turns whose root run has ended (see :meth:`close_ended_turns`), then wait until
-        the turns closed so far are recorded and judged (see :meth:`Auditor.force_flush`)."""
+        """Close the turns whose root run has ended (see
+        [`close_ended_turns`][ragaudit.integrations.langchain.RagAuditCallbackHandler.close_ended_turns]), then wait
+        until the turns closed so far are recorded and judged (see `Auditor.force_flush`)."""
         self.close_ended_turns()
         return force_flush_turns(self.auditor, timeout_s)
 
@@ -483,8 +484,8 @@ def _is_foreign_parent(parent_run_id: UUID | None) -> bool:
 class _ProcessWideHandler:
     """What LangChain's configure hook reads in place of a ContextVar: ``get()`` returns the handler.
 
-    A ContextVar set by :func:`instrument` would be invisible to threads started afterwards with
-    ``threading.Thread`` or a plain ``ThreadPoolExecutor`` (they begin with an empty context), and
+    A ContextVar set by [`instrument`][ragaudit.integrations.langchain.instrument] would be invisible to threads started
+    afterwards with ``threading.Thread`` or a plain ``ThreadPoolExecutor`` (they begin with an empty context), and
     to asyncio tasks created before; this answers the same in every thread and task.
     """
 
@@ -510,16 +511,17 @@ def _same_kwargs(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 
 def instrument(**handler_kwargs: Any) -> RagAuditCallbackHandler:
-    """Audit every LangChain run in the process: one :class:`RagAuditCallbackHandler` is added to
-    every callback manager LangChain configures (its configure hook, inheritable).
+    """Audit every LangChain run in the process: one
+    [`RagAuditCallbackHandler`][ragaudit.integrations.langchain.RagAuditCallbackHandler] is added to every callback
+    manager LangChain configures (its configure hook, inheritable).
 
     *handler_kwargs* go to the handler (``judge``, ``auditor``, ``tracer_provider``, ...); returns
     it. Idempotent: called again with the same arguments (the same objects), also after
-    :func:`uninstrument`, it installs and returns the same handler; with other arguments it
-    replaces it. Safe while chains run: a run that started before (or while uninstrumented) is
+    [`uninstrument`][ragaudit.integrations.langchain.uninstrument], it installs and returns the same handler; with other
+    arguments it replaces it. Safe while chains run: a run that started before (or while uninstrumented) is
     not audited, not even its later steps; one that started under a handler finishes as one turn
     with it. Do not also pass a handler in ``config`` (that would record each turn twice). Undo
-    with :func:`uninstrument`.
+    with [`uninstrument`][ragaudit.integrations.langchain.uninstrument].
     """
     global _hook_registered, _last
     with _registration_lock:

@@ -2,9 +2,10 @@
 
 A *source* reads a framework's events (LangChain callbacks, LlamaIndex instrumentation events, OTLP
 spans of OpenInference, OpenLLMetry or OTel GenAI instrumentations) and translates each user
-message's run into a few steps. The assembler (:class:`ragaudit.integrations.TurnAssembler`)
-applies the turn rules to them, once, for every source: which question, which evidence (what
-reached the model), which answer, whether the turn is judged. A source needs nothing else:
+message's run into a few steps. The assembler
+([`ragaudit.integrations.TurnAssembler`][ragaudit.integrations.TurnAssembler]) applies the turn rules to them, once, for
+every source: which question, which evidence (what reached the model), which answer, whether the turn is judged. A
+source needs nothing else:
 
 >>> from ragaudit.integrations import TurnAssembler
 >>> from ragaudit.integrations.steps import ModelCall, RunEnded, RunKind, RunStarted, dispatch
@@ -16,28 +17,31 @@ reached the model), which answer, whether the turn is judged. A source needs not
 
 The vocabulary:
 
-* :class:`RunStarted` / :class:`RunEnded`: the root run of a turn (one per user message: a chain, a
-  query or chat engine call, an agent or workflow run; its :class:`RunKind`), with what it was
-  given and what it returned or the error it raised. A run inside the turn that is none of the
-  steps below (a chain step, a graph node, a workflow step) is a :class:`RunStarted` of kind
-  :attr:`RunKind.STEP` with its parent: it only tells the nesting.
-* :class:`RetrievalStep`: a retriever or vector-store search, with the documents it returned.
-* :class:`ToolResult`: a tool an agent called, with its output text and/or documents.
-* :class:`ModelCall`: one call of a language model: what it was sent (messages or a prompt, and
-  the prompt template's variables when the framework shows them), what it returned, usage.
-* :class:`ErrorStep`: something that made the turn fail that no other step carries (the source
-  could not read an event, the turn was cut off before its root ended).
+* [`RunStarted`][ragaudit.integrations.steps.RunStarted] / [`RunEnded`][ragaudit.integrations.steps.RunEnded]: the root
+  run of a turn (one per user message: a chain, a query or chat engine call, an agent or workflow run; its
+  [`RunKind`][ragaudit.integrations.steps.RunKind]), with what it was given and what it returned or the error it raised.
+  A run inside the turn that is none of the steps below (a chain step, a graph node, a workflow step) is a
+  [`RunStarted`][ragaudit.integrations.steps.RunStarted] of kind
+  [`RunKind.STEP`][ragaudit.integrations.steps.RunKind.STEP] with its parent: it only tells the nesting.
+* [`RetrievalStep`][ragaudit.integrations.steps.RetrievalStep]: a retriever or vector-store search, with the documents
+it returned.
+* [`ToolResult`][ragaudit.integrations.steps.ToolResult]: a tool an agent called, with its output text and/or documents.
+* [`ModelCall`][ragaudit.integrations.steps.ModelCall]: one call of a language model: what it was sent (messages or a
+  prompt, and the prompt template's variables when the framework shows them), what it returned, usage.
+* [`ErrorStep`][ragaudit.integrations.steps.ErrorStep]: something that made the turn fail that no other step carries
+  (the source could not read an event, the turn was cut off before its root ended).
 
 Rules for a source: give every step the id of its run and of its parent run (any hashable the
 framework uses: a UUID, a span id); hand a turn's steps in the order they started, the root's
-:class:`RunStarted` first and its :class:`RunEnded` last; times are epoch nanoseconds; a step that
-had not ended when the turn closed has ``ended_at=None`` (it is recorded as unfinished). Hand steps
-over through :func:`dispatch`, off the host's thread where possible (when the turn closes): it
-never raises, so a bad step cannot harm the host. Document ids come from the framework's own ids
-(:func:`ragaudit.integrations.retrieved_doc`).
+[`RunStarted`][ragaudit.integrations.steps.RunStarted] first and its [`RunEnded`][ragaudit.integrations.steps.RunEnded]
+last; times are epoch nanoseconds; a step that had not ended when the turn closed has ``ended_at=None`` (it is recorded
+as unfinished). Hand steps over through [`dispatch`][ragaudit.integrations.steps.dispatch], off the host's thread where
+possible (when the turn closes): it never raises, so a bad step cannot harm the host. Document ids come from the
+    framework's own ids
+([`ragaudit.integrations.retrieved_doc`][ragaudit.integrations.retrieved_doc]).
 
-The consumer side is the :class:`StepSink` protocol: anything with its six methods can take steps
-(the assembler, a test's recorder, a future live consumer).
+The consumer side is the [`StepSink`][ragaudit.integrations.steps.StepSink] protocol: anything with its six methods can
+take steps (the assembler, a test's recorder, a future live consumer).
 """
 
 from __future__ import annotations
@@ -70,7 +74,8 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 class RunKind(enum.Enum):
     """What a run is. The first five are turns that are judged when they qualify; a retriever or a
-    model called on its own is traced and never judged; :attr:`STEP` is a run inside a turn."""
+    model called on its own is traced and never judged; [`STEP`][ragaudit.integrations.steps.RunKind.STEP] is a run
+    inside a turn."""
 
     CHAIN = "chain"
     """A chain, graph or runnable run (LangChain, LangGraph)."""
@@ -97,7 +102,8 @@ class RunKind(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class RunStarted:
-    """A run started: the turn's root (``parent_id`` None), or a :attr:`RunKind.STEP` run inside it.
+    """A run started: the turn's root (``parent_id`` None), or a
+    [`RunKind.STEP`][ragaudit.integrations.steps.RunKind.STEP] run inside it.
 
     ``question`` is the user's question when the run was given it as text; ``messages`` the
     conversation it was given (an agent's input; the question is then the last user message);
@@ -213,8 +219,8 @@ class ModelCall:
 @dataclass(frozen=True, slots=True)
 class ErrorStep:
     """The turn failed with ``error``, though no other step says so: the source could not read an
-    event, or the turn was cut off (:func:`ragaudit.integrations.evicted_error`). The first one is
-    the turn's error unless its root ended with one of its own."""
+    event, or the turn was cut off ([`ragaudit.integrations.evicted_error`][ragaudit.integrations.evicted_error]). The
+    first one is the turn's error unless its root ended with one of its own."""
 
     run_id: Hashable
     error: str
@@ -227,7 +233,7 @@ Step: TypeAlias = RunStarted | RunEnded | RetrievalStep | ToolResult | ModelCall
 
 class StepSink(Protocol):
     """What takes steps (the assembler side). Sources never call these directly: they call
-    :func:`dispatch`, which guards them."""
+    [`dispatch`][ragaudit.integrations.steps.dispatch], which guards them."""
 
     def on_run_started(self, step: RunStarted) -> None:
         """A run started (the root first)."""
@@ -245,7 +251,7 @@ class StepSink(Protocol):
         """A model was called."""
 
     def on_error(self, step: ErrorStep) -> None:
-        """The turn failed (see :class:`ErrorStep`)."""
+        """The turn failed (see [`ErrorStep`][ragaudit.integrations.steps.ErrorStep])."""
 
 
 _ROUTES: dict[type, Callable[[StepSink, Any], None]] = {

@@ -1,6 +1,7 @@
-"""Judges: the :class:`RagJudge` protocol and its implementations.
+"""Judges: the [`RagJudge`][ragaudit.RagJudge] protocol and its implementations.
 
-Layout: ``base`` (the protocol, :class:`BaseRagJudge`, :class:`FakeJudge`); ``llm/`` the LLM endpoint
+Layout: ``base`` (the protocol, [`BaseRagJudge`][ragaudit.BaseRagJudge], [`FakeJudge`][ragaudit.FakeJudge]); ``llm/``
+    the LLM endpoint
 layer (OpenAI-compatible endpoint, the judge prompt, reply parsing); the judges (``chat``, ``geval``,
 ``rubric``, ``correctness``, ``pairwise``, ``lexical``, ``rules``); ``combinators/`` judges made of
 judges (jury and consensus, tiered, cached); ``cost`` what a judge call
@@ -66,9 +67,9 @@ __all__ = ["BaseRagJudge", "FakeJudge", "JudgeError", "RagJudge", "default_judge
 def default_judge() -> RagJudge:
     """The judge used when none is given.
 
-    :class:`~ragaudit.ChatRagJudge` when ``OPENAI_API_KEY`` or ``OPENAI_BASE_URL`` is set (model from
+    [`ChatRagJudge`][ragaudit.ChatRagJudge] when ``OPENAI_API_KEY`` or ``OPENAI_BASE_URL`` is set (model from
     ``RAGAUDIT_JUDGE_MODEL``, default ``gpt-4o-mini``), else the offline
-    :class:`~ragaudit.LexicalJudge`.
+    [`LexicalJudge`][ragaudit.LexicalJudge].
     """
     if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
         from .chat import ChatRagJudge

@@ -1,5 +1,5 @@
-"""The judge extension point: the :class:`RagJudge` protocol, :class:`BaseRagJudge`, :class:`FakeJudge`,
-and :class:`SessionJudge` for judges that also judge a whole conversation."""
+"""The judge extension point: the [`RagJudge`][ragaudit.RagJudge] protocol, [`BaseRagJudge`][ragaudit.BaseRagJudge],
+[`FakeJudge`][ragaudit.FakeJudge], and `SessionJudge` for judges that also judge a whole conversation."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ T = TypeVar("T")
 class RagJudge(Protocol):
     """Anything that scores a RAG answer.
 
-    A judge returns a :class:`~ragaudit.Judgement` for a :class:`~ragaudit.JudgeRequest`; it does
+    A judge returns a [`Judgement`][ragaudit.Judgement] for a [`JudgeRequest`][ragaudit.JudgeRequest]; it does
     not raise for a failed judgement (it returns one with ``error`` set). ``name`` identifies the
-    judge in records. Every member has a default on :class:`BaseRagJudge`; derive from it and
+    judge in records. Every member has a default on [`BaseRagJudge`][ragaudit.BaseRagJudge]; derive from it and
     override what differs.
     """
 
@@ -46,7 +46,8 @@ class RagJudge(Protocol):
 
     @property
     def blocking(self) -> bool:
-        """True when judging blocks a thread (the Auditor then calls :meth:`judge` on threads of its own)."""
+        """True when judging blocks a thread (the Auditor then calls [`judge`][ragaudit.RagJudge.judge] on threads of
+        its own)."""
         ...
 
     async def aclose_loop(self) -> None:
@@ -66,9 +67,9 @@ class RagJudge(Protocol):
 @runtime_checkable
 class SessionJudge(Protocol):
     """A judge that also judges a whole conversation in one call (``Auditor(sessions=True)``):
-    :class:`~ragaudit.ChatRagJudge` (its ``session_protocol``) and :class:`FakeJudge` (its *session*
-    function). Like :meth:`RagJudge.judge`, it never raises for a failed verdict: it returns one with
-    ``error`` set."""
+    [`ChatRagJudge`][ragaudit.ChatRagJudge] (its ``session_protocol``) and [`FakeJudge`][ragaudit.FakeJudge] (its
+    *session* function). Like [`RagJudge.judge`][ragaudit.RagJudge.judge], it never raises for a failed verdict: it
+    returns one with ``error`` set."""
 
     name: str
 
@@ -92,7 +93,8 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
 
 
 class BaseRagJudge:
-    """Base class for judges: implement **one** of :meth:`judge` or :meth:`ajudge`.
+    """Base class for judges: implement **one** of [`judge`][ragaudit.BaseRagJudge.judge] or
+    [`ajudge`][ragaudit.BaseRagJudge.ajudge].
 
     The other one is derived: ``ajudge`` runs a sync ``judge`` in a worker thread, and ``judge``
     runs an async ``ajudge`` on a private event loop. A subclass that overrides neither is rejected
@@ -125,7 +127,7 @@ class BaseRagJudge:
     def blocking(self) -> bool:
         """True when judging blocks a thread (a sync-only judge).
 
-        The :class:`~ragaudit.Auditor` runs blocking judges in worker threads of its own, so they
+        The [`Auditor`][ragaudit.Auditor] runs blocking judges in worker threads of its own, so they
         never stall its event loop and still run during interpreter exit.
         """
         return type(self).ajudge is BaseRagJudge.ajudge
@@ -154,15 +156,15 @@ _SESSION_KEYS = {"resolved", "resolved_turn", "contradictions", "repeated", "rea
 class FakeJudge(BaseRagJudge):
     """A judge backed by a plain function, for tests (like httpx's ``MockTransport``).
 
-    *fn* takes the :class:`~ragaudit.JudgeRequest` and returns a :class:`~ragaudit.Judgement` or a
+    *fn* takes the [`JudgeRequest`][ragaudit.JudgeRequest] and returns a [`Judgement`][ragaudit.Judgement] or a
     mapping with any of ``faithfulness``, ``context_relevance``, ``answer_relevance``, ``reason``
     (missing scores are None). It may be ``async``. An exception from *fn* becomes a judgement with
     ``error`` set, as for any real judge.
 
     >>> judge = FakeJudge(lambda req: {"faithfulness": 1.0, "reason": "fine"})
 
-    *session* (optional) judges whole conversations (a :class:`SessionJudge`): it takes the
-    :class:`~ragaudit.sessions.SessionRequest` and returns a :class:`~ragaudit.sessions.SessionVerdict`
+    *session* (optional) judges whole conversations (a `SessionJudge`): it takes the
+    [`SessionRequest`][ragaudit.SessionRequest] and returns a [`SessionVerdict`][ragaudit.SessionVerdict]
     or a mapping with any of ``resolved``, ``resolved_turn``, ``contradictions`` (``(turn, sentence,
     later_turn, later_sentence)`` tuples; the texts come from the request), ``repeated`` (``(turn,
     repeats)``), ``reason``; ``session_calls`` counts its calls. Without it a session verdict has

@@ -45,8 +45,8 @@ DEFAULT_PROTOCOL = FULL_AUDIT
 class ChatRagJudge(EndpointJudge, BaseRagJudge):
     """A RAG judge backed by any OpenAI-compatible chat-completions endpoint.
 
-    One call per answer returns the judgement, with the judge protocol :attr:`protocol` (a declared
-    object, :mod:`ragaudit.judges.protocols`: its messages, schema and reader): the full audit by
+    One call per answer returns the judgement, with the judge protocol [`protocol`][ragaudit.ChatRagJudge.protocol] (a
+    declared object, `ragaudit.judges.protocols`: its messages, schema and reader): the full audit by
     default, the three-score seed protocol, G-Eval's steps or a rubric. Temperature *temperature* (0
     by default), structured output (``response_format`` ``json_schema`` with the protocol's schema,
     else ``json_object``, else none: the first kind the server takes, remembered), the question,
@@ -57,19 +57,19 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
     Endpoints: OpenAI by default; ``base_url`` for vLLM, Ollama, LM Studio and other compatible
     servers (no key needed there); or a ready ``client``: an ``openai.OpenAI``, ``AsyncOpenAI``,
     ``AzureOpenAI`` or ``AsyncAzureOpenAI`` (for Azure, *model* is the deployment name). Both
-    :meth:`judge` (sync client) and :meth:`ajudge` (async client) call the endpoint natively. When
-    only one kind of client is given, the other is made on first use with the same base URL,
-    credentials, headers, timeout and retries. A given client keeps its own timeout and retries
+    [`judge`][ragaudit.ChatRagJudge.judge] (sync client) and [`ajudge`][ragaudit.ChatRagJudge.ajudge] (async client)
+    call the endpoint natively. When only one kind of client is given, the other is made on first use with the same base
+    URL, credentials, headers, timeout and retries. A given client keeps its own timeout and retries
     (*timeout_s* and *max_retries* configure only clients this judge creates), and it is not closed
-    by :meth:`close`.
+    by `close`.
 
     Failures never raise by default: a transport error (timeout, connection refused, HTTP 5xx,
     429 after the SDK's own retries), an empty reply or a reply with no readable scores even after
-    one repair request, or two verdicts that disagree, gives a :class:`~ragaudit.Judgement` with
+    one repair request, or two verdicts that disagree, gives a [`Judgement`][ragaudit.Judgement] with
     ``error`` set (exception type and message, never the API key) and no scores. A verdict whose
     scale is in doubt (a value above 1 on no stated or certain scale) has no scores and is asked for
     again once, like a reply with none. With ``raise_on_error=True`` failures raise
-    :class:`~ragaudit.JudgeError` instead (chained to the cause). A server that rejects a
+    [`JudgeError`][ragaudit.JudgeError] instead (chained to the cause). A server that rejects a
     ``response_format`` with HTTP 400 is asked again with the next weaker one.
 
     Every judgement carries ``usage`` (``calls``; ``prompt_tokens`` and ``completion_tokens`` when the
@@ -80,7 +80,7 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
     a repair was needed.
 
     A judge with its own prompt and reply format is a protocol
-    (:class:`~ragaudit.judges.protocols.BaseJudgeProtocol`), passed as *protocol*; the call, the
+    (`BaseJudgeProtocol`), passed as *protocol*; the call, the
     repair, usage and errors stay this class's.
 
     Args:
@@ -94,23 +94,23 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         max_retries: SDK retries of 408/409/429/5xx and connection errors.
         temperature: sampling temperature, 0 to 2.
         max_context_chars: the context is cut to this many characters, with a visible marker.
-        raise_on_error: raise :class:`~ragaudit.JudgeError` instead of returning a failed judgement.
+        raise_on_error: raise [`JudgeError`][ragaudit.JudgeError] instead of returning a failed judgement.
         name: the judge's name in records; default ``"chat:<model>"``.
         extra_body: extra JSON fields for the request body (e.g. vLLM's ``guided_json``).
         protocol: a protocol name, ``"three-score"`` (the seed protocol: three scores and a reason),
             ``"full-audit"`` (the same one call also returns a verdict per answer sentence and a 0-3
-            grade per document, see :mod:`ragaudit.judges.llm.fullaudit`) or ``"g-eval"`` (evaluation
-            steps, 1-5 scores), or a :class:`~ragaudit.judges.protocols.JudgeProtocol` object (a
-            :class:`~ragaudit.judges.rubric.RubricProtocol`); default :data:`DEFAULT_PROTOCOL`.
+            grade per document, see `ragaudit.judges.llm.fullaudit`) or ``"g-eval"`` (evaluation
+            steps, 1-5 scores), or a `JudgeProtocol` object (a
+            `RubricProtocol`); default `DEFAULT_PROTOCOL`.
         max_reply_chars: at most this much of a reply is read and kept (``details["reply_cut_chars"]``
             says how much was not).
-        session_protocol: how :meth:`judge_session` asks about a whole conversation (a
-            :class:`~ragaudit.judges.protocols.SessionJudgeProtocol`); default
-            :class:`~ragaudit.judges.llm.session.SessionProtocol`.
+        session_protocol: how [`judge_session`][ragaudit.ChatRagJudge.judge_session] asks about a whole conversation (a
+            `SessionJudgeProtocol`); default
+            `SessionProtocol`.
     """
 
     protocol: JudgeProtocol
-    """The judge protocol: what is asked and how the reply is read (:mod:`ragaudit.judges.protocols`)."""
+    """The judge protocol: what is asked and how the reply is read (`ragaudit.judges.protocols`)."""
     _name_prefix: ClassVar[str] = "chat"
 
     @renamed_kwargs(timeout="timeout_s")
@@ -157,11 +157,13 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
         return await self._endpoint.run_async(self._flow(request))
 
     def judge_session(self, request: SessionRequest) -> SessionVerdict:
-        """The verdict on a whole conversation (one call, :attr:`session_protocol`), sync client."""
+        """The verdict on a whole conversation (one call, [`session_protocol`][ragaudit.ChatRagJudge.session_protocol]),
+        sync client."""
         return self._endpoint.run_sync(self._session_flow(request))
 
     async def ajudge_session(self, request: SessionRequest) -> SessionVerdict:
-        """The verdict on a whole conversation (one call, :attr:`session_protocol`), async client."""
+        """The verdict on a whole conversation (one call, [`session_protocol`][ragaudit.ChatRagJudge.session_protocol]),
+        async client."""
         return await self._endpoint.run_async(self._session_flow(request))
 
     @property

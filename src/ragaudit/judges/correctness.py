@@ -68,8 +68,8 @@ _FORMAT = (
 
 class CorrectnessProtocol(BaseJudgeProtocol):
     """The three scores plus correctness against the request's reference answer, as a judge protocol
-    (``"correctness"``; see :class:`CorrectnessJudge`, which runs it). Without a reference the call is
-    the three-score protocol's. *maps_to*: the standard score correctness also replaces."""
+    (``"correctness"``; see [`CorrectnessJudge`][ragaudit.CorrectnessJudge], which runs it). Without a reference the
+    call is the three-score protocol's. *maps_to*: the standard score correctness also replaces."""
 
     name = "correctness"
     version = CORRECTNESS_PROTOCOL_VERSION
@@ -168,7 +168,7 @@ class CorrectnessJudge(_StructuredChatJudge):
     score names) correctness also replaces that score; the judge's own value for it is kept in
     ``details["replaced"]``, and without a reference that score is None.
 
-    The other arguments are :class:`~ragaudit.ChatRagJudge`'s; *name* defaults to
+    The other arguments are [`ChatRagJudge`][ragaudit.ChatRagJudge]'s; *name* defaults to
     ``"correctness:<model>"``.
     """
 

@@ -1,15 +1,15 @@
 """How many judge calls and tokens a batch evaluation will take, estimated before it runs.
 
-:func:`estimate_cost` walks the rows once and asks the judge what each one would cost, without any
+[`estimate_cost`][ragaudit.estimate_cost] walks the rows once and asks the judge what each one would cost, without any
 network: a chat judge builds the exact prompt it would send and counts its characters; a rule
 judge costs nothing; a cached judge skips rows it already holds; a tiered judge counts its
 detailed judge only on the rows its sample picks. Tokens are characters / *chars_per_token* (4 is
 right for English within about 20 % with OpenAI's tokenizers); repair calls for unreadable replies
 are not counted, so the figures are what a well-behaved judge costs.
 
-A judge of your own can report its cost by implementing :class:`CostAware`; otherwise it is
-assumed to make :attr:`~ragaudit.RagJudge.calls_per_judgement` (1 on :class:`~ragaudit.BaseRagJudge`)
-calls the size of the standard three-score protocol.
+A judge of your own can report its cost by implementing `CostAware`; otherwise it is
+assumed to make [`calls_per_judgement`][ragaudit.RagJudge.calls_per_judgement] (1 on
+[`BaseRagJudge`][ragaudit.BaseRagJudge]) calls the size of the standard three-score protocol.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class CostEstimate:
     """Judge calls and tokens, estimated.
 
     ``rows`` is how many rows were estimated and ``cached_rows`` how many of them a
-    :class:`~ragaudit.judges.combinators.cache.CachedJudge` already holds (they cost nothing).
+    [`CachedJudge`][ragaudit.CachedJudge] already holds (they cost nothing).
     ``assumptions`` says which sizes were assumed for rows that lacked an answer or context.
     """
 
@@ -117,7 +117,7 @@ def chat_call_estimate(
 
 
 def typical_reply_chars(shape: Mapping[str, Any]) -> int:
-    """The length of *shape* as JSON plus a reason of :data:`REASON_CHARS` characters."""
+    """The length of *shape* as JSON plus a reason of `REASON_CHARS` characters."""
     return len(json.dumps({**shape, "reason": "x" * REASON_CHARS}))
 
 
@@ -142,9 +142,9 @@ def estimate_request(
 ) -> CostEstimate:
     """What judging one *request* with *judge* would cost (``rows`` is left at 0).
 
-    Judges implementing :class:`CostAware` answer themselves (wrappers such as
-    :class:`~ragaudit.judges.combinators.cache.CachedJudge` call this function for the judge they wrap);
-    a :class:`~ragaudit.ChatRagJudge` counts its exact prompt; ``FakeJudge`` and
+    Judges implementing `CostAware` answer themselves (wrappers such as
+    [`CachedJudge`][ragaudit.CachedJudge] call this function for the judge they wrap);
+    a [`ChatRagJudge`][ragaudit.ChatRagJudge] counts its exact prompt; ``FakeJudge`` and
     ``LexicalJudge`` cost nothing; any other judge ``calls_per_judgement`` standard calls.
     """
     if isinstance(judge, CostAware):  # ChatRagJudge and the judges on it: their protocol's exact prompt
@@ -213,7 +213,7 @@ def estimate_cost(
     Each row is a dict with ``question`` (or ``query``), and when known ``answer``, ``contexts``
     (the retrieved texts, a list) or ``context`` (the exact judge context) and
     ``reference_answer`` (or ``reference``); an evaluation ``DatasetRow`` or a
-    :class:`~ragaudit.JudgeRequest` works too. Before a pipeline has run, the answer and context
+    [`JudgeRequest`][ragaudit.JudgeRequest] works too. Before a pipeline has run, the answer and context
     are unknown: *answer_chars* and *context_chars* are assumed for them (and listed in
     ``assumptions``), and a cache cannot recognise such rows.
 

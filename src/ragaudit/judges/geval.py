@@ -2,7 +2,7 @@
 
 The judge follows written evaluation steps per criterion (decompose the answer into claims, check each
 against the context, weigh severity, decide) and writes an integer score from 1 to 5. Instead of
-taking that integer at face value, :class:`GEvalJudge` reads the ``top_logprobs`` of the token that
+taking that integer at face value, [`GEvalJudge`][ragaudit.GEvalJudge] reads the ``top_logprobs`` of the token that
 carries it, keeps the alternatives that are score digits ``"1"`` .. ``"5"`` (other tokens are
 dropped), renormalises their probabilities and takes the expected score::
 
@@ -338,9 +338,9 @@ class GEvalJudge(EndpointJudge, BaseRagJudge):
     """A RAG judge that scores with G-Eval: evaluation steps, 1-5 scores, probability-weighted.
 
     Each score is ``(E[s] - 1) / 4`` where ``E[s]`` is the expected score under the judge's token
-    probabilities for the digits 1..5 (see :func:`score_distribution`). ``mode="single_call"``
+    probabilities for the digits 1..5 (see `score_distribution`). ``mode="single_call"``
     (default) gets all three scores, each with its own distribution, from one request;
-    ``mode="per_dimension"`` sends one request per criterion (concurrently in :meth:`ajudge`).
+    ``mode="per_dimension"`` sends one request per criterion (concurrently in [`ajudge`][ragaudit.GEvalJudge.ajudge]).
 
     When the server returns no logprobs, or rejects them, the judge remembers it and uses Monte Carlo
     sampling instead: *samples* completions at *sample_temperature*, in one request with ``n`` when
@@ -353,13 +353,13 @@ class GEvalJudge(EndpointJudge, BaseRagJudge):
     frequencies), ``expected`` (the mean on the 1-5 scale), ``variance`` (on the 1-5 scale) and, for
     sampling, ``samples``; plus ``mode``, ``notes`` and what was learnt about the server.
 
-    Failures never raise by default (``raise_on_error=True`` raises :class:`~ragaudit.JudgeError`):
+    Failures never raise by default (``raise_on_error=True`` raises [`JudgeError`][ragaudit.JudgeError]):
     a transport error or a reply without any readable score gives a judgement with ``error`` set;
     a score that could not be read is None.
 
     ``model``, ``base_url``, ``api_key``, ``client``, ``timeout_s``, ``max_retries``,
     ``max_context_chars``, ``extra_body``, ``name`` and ``raise_on_error`` are as for
-    :class:`~ragaudit.ChatRagJudge`.
+    [`ChatRagJudge`][ragaudit.ChatRagJudge].
 
     Args:
         mode: ``"single_call"`` or ``"per_dimension"``.
@@ -440,7 +440,7 @@ class GEvalJudge(EndpointJudge, BaseRagJudge):
     def estimate_request_cost(
         self, request: JudgeRequest, *, chars_per_token: float = 4.0, exact: bool = True
     ) -> CostEstimate:
-        """Calls and tokens for *request* as this judge would send it now (see :mod:`~ragaudit.judges.cost`).
+        """Calls and tokens for *request* as this judge would send it now (see `cost`).
 
         The exact prompts and a typical reply (an analysis of about 40 words); with sampling, *samples*
         replies, in one call where the server honours ``n`` (or it is not known yet) and else in

@@ -1,4 +1,4 @@
-"""G-Eval's prompt and the G-Eval judge protocol (``"g-eval"``), shared by :class:`~ragaudit.GEvalJudge`
+"""G-Eval's prompt and the G-Eval judge protocol (``"g-eval"``), shared by [`GEvalJudge`][ragaudit.GEvalJudge]
 and ``ChatRagJudge(protocol="g-eval")``."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from .protocols import BaseJudgeProtocol, Reading
 __all__ = ["GEVAL_PROTOCOL_VERSION", "GEVAL_SYSTEM_PROMPT", "GEvalProtocol", "build_geval_messages"]
 
 GEVAL_PROTOCOL_VERSION = "ragaudit-geval/1"
-"""Changes whenever the G-Eval prompts change (part of :meth:`GEvalJudge.config_key`)."""
+"""Changes whenever the G-Eval prompts change (part of [`GEvalJudge.config_key`][ragaudit.GEvalJudge.config_key])."""
 
 _MAX_REASON_CHARS = 4000
 
@@ -138,8 +138,8 @@ class GEvalProtocol(BaseJudgeProtocol):
     from 1 to 5 each, read as ``(score - 1) / 4``.
 
     ``ChatRagJudge(protocol="g-eval")`` runs it in one call and reads the written scores by the rules
-    of :mod:`~ragaudit.judges.llm.parsing` (the reply's own object, never one quoted from the content;
-    a score outside 1..5 or not a number is None). :class:`GEvalJudge` asks with the same messages
+    of `parsing` (the reply's own object, never one quoted from the content;
+    a score outside 1..5 or not a number is None). [`GEvalJudge`][ragaudit.GEvalJudge] asks with the same messages
     and weighs the scores by the judge's token probabilities (or samples) instead.
     """
 

@@ -94,8 +94,8 @@ class LexicalJudge(BaseRagJudge):
     stemming (``refunds``/``refunded``/``refundable`` all match ``refund``); numbers are compared
     exactly. ``[1]``-style markers and ``(source: ...)`` notes in the answer are ignored. The
     evidence is ``request.context`` (the documents' text when the context is blank), split into
-    passages at the ``[n] ... id=...`` headers :meth:`JudgeRequest.build_context` writes and at
-    blank lines. Usage is ``{"calls": 0}``; ``ajudge`` runs inline (no thread hop) for ordinary
+    passages at the ``[n] ... id=...`` headers [`JudgeRequest.build_context`][ragaudit.JudgeRequest.build_context]
+    writes and at blank lines. Usage is ``{"calls": 0}``; ``ajudge`` runs inline (no thread hop) for ordinary
     request sizes. A malformed request gives a Judgement with ``error`` set, never an exception.
 
     **Faithfulness** is the share of the answer's sentences that are supported by the context. A
@@ -127,8 +127,8 @@ class LexicalJudge(BaseRagJudge):
     ``answer_missing_question_terms``.
 
     **The full-audit records** (``sentences``, ``document_grades``, ``method="lexical"``): each
-    answer sentence (as :func:`ragaudit.turn_audit.answer_sentences` splits it) is ``supported`` by the
-    rule above, with the documents whose own text supports it alone, ``unsupported``, or
+    answer sentence (as [`ragaudit.turn_audit.answer_sentences`][ragaudit.turn_audit.answer_sentences] splits it) is
+    ``supported`` by the rule above, with the documents whose own text supports it alone, ``unsupported``, or
     ``no_claim`` (no content words, or a refusal); never ``partially_supported`` or
     ``contradicted``, which words cannot tell. Each document's grade is the share of the question's
     content words it has: 3 all of them, 2 three quarters, 1 any, 0 none. Graded metrics and citation
@@ -140,7 +140,7 @@ class LexicalJudge(BaseRagJudge):
     "electronics"); a word used in another sense still counts ("sale price" for "bought on
     sale"); refusals are recognised by common English phrasings only; and relevance is term
     coverage, not whether the question was actually answered. Use an LLM judge
-    (:class:`~ragaudit.ChatRagJudge`) where those matter.
+    ([`ChatRagJudge`][ragaudit.ChatRagJudge]) where those matter.
     """
 
     calls_per_judgement = 0  # word overlap, no model

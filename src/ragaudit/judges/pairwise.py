@@ -1,6 +1,6 @@
 """Pairwise judging: which of two answers is better, asked in both orders to expose position bias.
 
-An LLM judge shown two answers tends to prefer the one in a fixed position. :class:`PairwiseJudge`
+An LLM judge shown two answers tends to prefer the one in a fixed position. [`PairwiseJudge`][ragaudit.PairwiseJudge]
 asks twice, with the answers swapped, and only trusts a verdict that survives the swap:
 
 ==========================  =======================  ==========  ==============
@@ -12,8 +12,8 @@ A                            tie (or tie, A)          A           medium
 A                            B                        tie         low, ``position_bias=True``
 ==========================  =======================  ==========  ==============
 
-:meth:`PairwiseJudge.tournament` plays a round robin over any number of answers (win 1 point,
-tie 0.5) and ranks them.
+[`PairwiseJudge.tournament`][ragaudit.PairwiseJudge.tournament] plays a round robin over any number of answers (win 1
+point, tie 0.5) and ranks them.
 """
 
 from __future__ import annotations
@@ -277,19 +277,19 @@ class PairwiseJudge(EndpointJudge):
     """Compares two answers to one question with an OpenAI-compatible judge, in both orders.
 
     Each comparison costs two requests (temperature *temperature*, JSON mode where the server
-    accepts it); in :meth:`acompare` they run concurrently. The rubric weighs faithfulness to the
-    context, then relevance, and says that conciseness is acceptable (against the verbosity bias).
+    accepts it); in [`acompare`][ragaudit.PairwiseJudge.acompare] they run concurrently. The rubric weighs faithfulness
+    to the context, then relevance, and says that conciseness is acceptable (against the verbosity bias).
     The question, context and answers go between delimiters they cannot close.
 
     Failures never raise by default: an order whose request failed or whose reply had no verdict
     is left out (the other order decides, with ``"low"`` confidence), and when both fail the
     result has no winner and ``error`` set. ``raise_on_error=True`` raises
-    :class:`~ragaudit.JudgeError` instead whenever an order fails.
+    [`JudgeError`][ragaudit.JudgeError] instead whenever an order fails.
 
-    Args: as for :class:`~ragaudit.ChatRagJudge` (``model``, ``base_url``, ``api_key``, ``client``,
+    Args: as for [`ChatRagJudge`][ragaudit.ChatRagJudge] (``model``, ``base_url``, ``api_key``, ``client``,
     ``timeout_s``, ``max_retries``, ``temperature``, ``max_context_chars``, ``raise_on_error``,
     ``name``, ``extra_body``); *max_concurrency* bounds the comparisons of
-    :meth:`atournament` in flight.
+    [`atournament`][ragaudit.PairwiseJudge.atournament] in flight.
     """
 
     _name_prefix: ClassVar[str] = "pairwise"
@@ -325,7 +325,8 @@ class PairwiseJudge(EndpointJudge):
     async def acompare(
         self, query: str, answer_a: str, answer_b: str, context: str | None = None
     ) -> PairwiseResult:
-        """Like :meth:`compare`, with the async client; both orders are asked concurrently."""
+        """Like [`compare`][ragaudit.PairwiseJudge.compare], with the async client; both orders are asked
+        concurrently."""
         return await self._endpoint.run_async(self._flow(query, answer_a, answer_b, context))
 
     def tournament(
@@ -339,7 +340,8 @@ class PairwiseJudge(EndpointJudge):
     async def atournament(
         self, answers: Mapping[str, str], query: str, context: str | None = None
     ) -> TournamentResult:
-        """Like :meth:`tournament`, with up to *max_concurrency* comparisons in flight."""
+        """Like [`tournament`][ragaudit.PairwiseJudge.tournament], with up to *max_concurrency* comparisons in
+        flight."""
         pairs = _pairs(answers)
         limit = asyncio.Semaphore(self.max_concurrency)
 

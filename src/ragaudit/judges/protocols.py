@@ -3,25 +3,25 @@
 A protocol is a **name** (``"three-score"``), a wire **version** (``"ragaudit-judge/3"``: in every
 judgement's identity and in cache keys, so a changed prompt is never mistaken for the old one), the
 ``json_schema`` asked for (None: JSON mode), a **messages** builder, a **reader** and the **repair**
-prompt, plus a typical reply for cost estimates. :class:`~ragaudit.ChatRagJudge` runs any of them and
+prompt, plus a typical reply for cost estimates. [`ChatRagJudge`][ragaudit.ChatRagJudge] runs any of them and
 owns everything else (the call, structured-output fallback, the one repair request, usage, errors)::
 
     ChatRagJudge(protocol="full-audit")              # by name, see protocol_named()
     ChatRagJudge(protocol=RubricProtocol(criteria))  # a protocol with settings of its own
 
-The protocols of the design: ``"three-score"`` (:class:`ThreeScoreProtocol`, the seed: three scores and
-a reason), ``"full-audit"`` (:class:`~ragaudit.judges.llm.fullaudit.FullAuditProtocol`, the default:
+The protocols of the design: ``"three-score"`` (`ThreeScoreProtocol`, the seed: three scores and
+a reason), ``"full-audit"`` (`FullAuditProtocol`, the default:
 also a verdict per answer sentence and a grade per document), ``"g-eval"``
-(:class:`~ragaudit.judges.geval_protocol.GEvalProtocol`: evaluation steps and 1-5 scores; the
-:class:`~ragaudit.GEvalJudge` adds token probabilities and sampling on top) and rubric
-(:class:`~ragaudit.judges.rubric.RubricProtocol`, user criteria: made with its criteria, or by
-:class:`~ragaudit.RubricJudge`). A protocol of your own derives from :class:`BaseJudgeProtocol`.
+(`GEvalProtocol`: evaluation steps and 1-5 scores; the
+[`GEvalJudge`][ragaudit.GEvalJudge] adds token probabilities and sampling on top) and rubric
+(`RubricProtocol`, user criteria: made with its criteria, or by
+[`RubricJudge`][ragaudit.RubricJudge]). A protocol of your own derives from `BaseJudgeProtocol`.
 
-A **session protocol** (:class:`SessionJudgeProtocol`) asks about a whole conversation instead of one
-answer: its messages are built from a :class:`~ragaudit.sessions.SessionRequest` and its reader gives a
-:class:`SessionReading` (resolved, contradictions, repeated turns). ``ChatRagJudge(session_protocol=...)``
+A **session protocol** (`SessionJudgeProtocol`) asks about a whole conversation instead of one
+answer: its messages are built from a [`SessionRequest`][ragaudit.SessionRequest] and its reader gives a
+`SessionReading` (resolved, contradictions, repeated turns). ``ChatRagJudge(session_protocol=...)``
 runs it through the same endpoint, structured-output fallback and one repair request; the default is
-:class:`~ragaudit.judges.llm.session.SessionProtocol`.
+`SessionProtocol`.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class JudgeProtocol(Protocol):
 
 
 class BaseJudgeProtocol:
-    """Defaults for a :class:`JudgeProtocol`: JSON mode, a repair prompt that shows :meth:`reply_format`."""
+    """Defaults for a `JudgeProtocol`: JSON mode, a repair prompt that shows `reply_format`."""
 
     name: str = ""
     version: str = ""
@@ -137,8 +137,8 @@ _THREE_SCORE_SHAPE = {"faithfulnessScore": 0.75, "contextRelevanceScore": 0.75, 
 
 
 class ThreeScoreProtocol(BaseJudgeProtocol):
-    """The seed protocol: the three scores and a reason, in one call (:mod:`ragaudit.judges.llm.prompt`);
-    the reply read by :func:`~ragaudit.judges.llm.parsing.parse_judgement`."""
+    """The seed protocol: the three scores and a reason, in one call (`ragaudit.judges.llm.prompt`);
+    the reply read by `parse_judgement`."""
 
     name = "three-score"
     version = PROTOCOL_VERSION
@@ -217,11 +217,11 @@ _NEED_SETTINGS = {
 }
 
 PROTOCOL_NAMES: tuple[str, ...] = tuple(_BY_NAME)
-"""The protocols :func:`protocol_named` makes (a rubric needs its criteria, see :class:`RubricProtocol`)."""
+"""The protocols `protocol_named` makes (a rubric needs its criteria, see `RubricProtocol`)."""
 
 
 def protocol_named(name: str) -> JudgeProtocol:
-    """The protocol called *name* (one of :data:`PROTOCOL_NAMES`); ConfigurationError for another."""
+    """The protocol called *name* (one of `PROTOCOL_NAMES`); ConfigurationError for another."""
     if name in _NEED_SETTINGS:
         raise ConfigurationError(_NEED_SETTINGS[name])
     where = _BY_NAME.get(name) if isinstance(name, str) else None

@@ -1,7 +1,7 @@
 """RubricJudge: your own criteria, each on its own anchored scale (or pass/fail), in one chat call.
 
 A support team that cares about precision, clarity and actionability writes those down as
-:class:`Criterion` objects; the judge asks for every criterion's level in one call, normalises each
+[`Criterion`][ragaudit.Criterion] objects; the judge asks for every criterion's level in one call, normalises each
 to [0, 1] and, where a criterion is said to *be* one of the three standard scores
 (``maps_to="faithfulness"``), reports it there too, so dashboards, gates and reports that read the
 standard scores work unchanged. Standard scores no criterion maps to stay None.
@@ -50,7 +50,7 @@ _NUMBER_RE = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(%?)\s*")
 
 @dataclass(frozen=True, slots=True)
 class Criterion:
-    """One thing a :class:`RubricJudge` checks.
+    """One thing a [`RubricJudge`][ragaudit.RubricJudge] checks.
 
     Args:
         name: the key the judge answers under: a letter, then letters, digits, ``_`` or ``-``.
@@ -158,7 +158,7 @@ def _find_object(
     max_chars: int = DEFAULT_MAX_REPLY_CHARS,
 ) -> tuple[dict[str, Any] | None, list[str]]:
     """The reply's own JSON object that *wanted* accepts, by the rules of
-    :mod:`~ragaudit.judges.llm.parsing` (objects written in the *quoted* content are never it; two
+    `parsing` (objects written in the *quoted* content are never it; two
     that disagree make the reply ambiguous: None)."""
     if not isinstance(text, str) or "{" not in text:
         return None, ["no JSON object in the judge output"]
@@ -203,7 +203,7 @@ def _fmt(value: float) -> str:
 
 
 class _StructuredChatJudge(ChatRagJudge):
-    """A :class:`ChatRagJudge` whose protocol has its own reply shape (JSON mode, its own reader).
+    """A [`ChatRagJudge`][ragaudit.ChatRagJudge] whose protocol has its own reply shape (JSON mode, its own reader).
 
     The transport stays ChatRagJudge's: sync and async clients, the ``response_format`` fallback,
     usage, errors without secrets, and one repair request when a reply cannot be read.
@@ -250,8 +250,8 @@ Mode = Literal["scale", "threshold", "labels"]
 
 
 class RubricProtocol(BaseJudgeProtocol):
-    """User-defined criteria as a judge protocol (``"rubric"``): each :class:`Criterion` gets an integer
-    level on its own scale (or a pass/fail label), normalised to [0, 1]; see :class:`RubricJudge`,
+    """User-defined criteria as a judge protocol (``"rubric"``): each [`Criterion`][ragaudit.Criterion] gets an integer
+    level on its own scale (or a pass/fail label), normalised to [0, 1]; see [`RubricJudge`][ragaudit.RubricJudge],
     which runs it, for the modes and the reading rules.
 
     Raises ConfigurationError for no criteria, two criteria with one name or one ``maps_to``, a
@@ -424,7 +424,7 @@ class RubricProtocol(BaseJudgeProtocol):
 class RubricJudge(_StructuredChatJudge):
     """A judge for user-defined criteria, one chat call per answer (any OpenAI-compatible endpoint).
 
-    Each :class:`Criterion` gets an integer level on its own scale, normalised to [0, 1] as
+    Each [`Criterion`][ragaudit.Criterion] gets an integer level on its own scale, normalised to [0, 1] as
     ``(level - lowest) / (highest - lowest)``. ``details["criteria"]`` holds, per criterion name,
     ``score``, ``level``, ``scale``, ``maps_to`` (and ``label`` in binary mode). A criterion with
     ``maps_to`` also sets that standard score; standard scores no criterion maps to are None, never
@@ -454,7 +454,7 @@ class RubricJudge(_StructuredChatJudge):
                       maps_to="answer_relevance"),
         ], full_scale=True)
 
-    The other arguments are :class:`~ragaudit.ChatRagJudge`'s (endpoint, client, timeout, retries,
+    The other arguments are [`ChatRagJudge`][ragaudit.ChatRagJudge]'s (endpoint, client, timeout, retries,
     temperature, context limit, ``raise_on_error``, ``extra_body``); *name* defaults to
     ``"rubric:<model>"``. Raises ConfigurationError for no criteria, two criteria with one name or
     one ``maps_to``, a threshold without ``binary=True``, or ``full_scale`` in label mode.

@@ -1,7 +1,7 @@
 """Cheap deterministic checks on every answer.
 
-:class:`RuleJudge` checks what needs no model: length bounds, required and forbidden keywords or
-patterns, JSON validity, a citation. :class:`~ragaudit.TieredJudge` runs such a cheap judge on every answer
+[`RuleJudge`][ragaudit.RuleJudge] checks what needs no model: length bounds, required and forbidden keywords or
+patterns, JSON validity, a citation. [`TieredJudge`][ragaudit.TieredJudge] runs such a cheap judge on every answer
 and a detailed (LLM) judge on a deterministic share of them: the "detailed judging on 10 %, cheap
 checks on the other 90 %" setup. Give it to the Auditor with ``sample_rate=1.0``::
 
@@ -42,7 +42,7 @@ class RuleJudge(BaseRagJudge):
     - ``json_valid`` [``json_valid``]: the answer parses as JSON;
     - ``citation_required`` [``citation_required``]: the answer cites a retrieved document by an
       explicit marker (``[1]``, ``[doc-id]``, ``(source: file.pdf)``, a source name, as
-      :func:`~ragaudit.citations.find_citations` reads them; overlap alone does not count). When the
+      [`find_citations`][ragaudit.citations.find_citations] reads them; overlap alone does not count). When the
       request carries no documents, a bracketed number or a ``(source: ...)`` note counts.
 
     ``details["rules"]`` maps each check's name to ``{"passed": bool, "detail": str}``,
@@ -119,7 +119,7 @@ class RuleJudge(BaseRagJudge):
         )
 
     async def ajudge(self, request: JudgeRequest) -> Judgement:
-        """Same as :meth:`judge`: the checks take microseconds, so they run on the loop itself."""
+        """Same as [`judge`][ragaudit.RuleJudge.judge]: the checks take microseconds, so they run on the loop itself."""
         return self.judge(request)
 
     def config_key(self) -> str:

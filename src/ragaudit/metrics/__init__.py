@@ -15,7 +15,7 @@ broken by doc id descending, P@K divides by K, NDCG with the raw label as gain .
 "pytrec_eval"`` compares scores as 32-bit floats, as pytrec_eval and trec_eval <= 9.0.8 do.
 trec_eval's ``-l``, ``-c``, ``-M``, ``-J`` are ``relevance_level``, ``all_queries``,
 ``max_docs_per_query`` and ``judged_docs_only``.
-:mod:`ragaudit.metrics.retrieval` documents every rule, :mod:`ragaudit.metrics.measures` every
+`ragaudit.metrics.retrieval` documents every rule, `ragaudit.metrics.measures` every
 measure (one declared entry each, its formula written once for both batch and single-query use).
 Imports numpy only: no JIT, no pandas (pandas, Polars and pyarrow tables are accepted when the caller
 has them). pyarrow, when installed, is imported for two jobs it does in C: converting a large column

@@ -89,7 +89,7 @@ class Block:
     def cells(self, column: np.ndarray) -> np.ndarray:
         """*column* (one value per run row) laid out as ``[rows, depth]``; a view when rows are contiguous.
 
-        Padding cells hold some other row's value: mask them with :attr:`valid`.
+        Padding cells hold some other row's value: mask them with `valid`.
         """
         if self.span is not None:
             return column[self.span[0] : self.span[1]].reshape(len(self.qs), self.depth)
@@ -227,7 +227,7 @@ def descending_rows(block: Block, scores: np.ndarray) -> np.ndarray:
 
 
 def _rows_descending(block: Block, values: np.ndarray) -> np.ndarray:
-    """:func:`descending_rows` of *values* (the block's cells), in one comparison pass."""
+    """`descending_rows` of *values* (the block's cells), in one comparison pass."""
     if block.depth < 2:
         return np.ones(len(block.qs), dtype=bool)
     if block.valid is None and values.flags.c_contiguous:
@@ -252,7 +252,7 @@ def search_ranks(
 
     A binary search per doc, all docs at once, in the row itself when it is in score order
     (*descending*, per block row). Other rows: a count of the cells above each doc when that is
-    cheaper (:func:`counting_pays`: short rows), else a binary search in a sorted copy of the row.
+    cheaper (`counting_pays`: short rows), else a binary search in a sorted copy of the row.
     """
     higher = np.zeros(len(rows), dtype=np.int64)
     tied = np.zeros(len(rows), dtype=bool)
@@ -300,7 +300,7 @@ def counting_pays(docs: int, rows: int, depth: int) -> bool:
 def _count_higher(
     block: Block, scores: np.ndarray, rows: np.ndarray, own: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`search_ranks` by counting: per doc, the cells of its row scoring higher, and whether
+    """`search_ranks` by counting: per doc, the cells of its row scoring higher, and whether
     another cell scores the same. Compares ``[docs x depth]`` in steps of COUNT_CELLS cells."""
     higher = np.empty(len(rows), dtype=np.int64)
     tied = np.empty(len(rows), dtype=bool)

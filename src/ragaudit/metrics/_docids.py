@@ -134,7 +134,7 @@ def _hash_units(arr: np.ndarray, used: int, unit: int, out: np.ndarray) -> None:
 
 
 def string_hashes(values: Any) -> np.ndarray | None:
-    """:func:`hash_fixed`'s hash of each of *values* (a list, tuple or numpy object array of ASCII
+    """`hash_fixed`'s hash of each of *values* (a list, tuple or numpy object array of ASCII
     strings, as their bytes), computed by the C speedups straight from the string objects; None
     without the speedups, or when a value is not an ASCII ``str`` without NUL of at most 512
     characters."""
@@ -198,7 +198,7 @@ class DocIds:
         return index if self.rows is None else self.rows[index]
 
     def encode(self, docids: list[str]) -> np.ndarray:
-        """*docids* (strings) as an array comparable with :attr:`ids`."""
+        """*docids* (strings) as an array comparable with `ids`."""
         kind = self.ids.dtype.kind
         if kind in "US":
             if kind == "S":
@@ -239,7 +239,7 @@ class DocIds:
 
     def in_order(self, rows: np.ndarray, hashes: np.ndarray) -> DocIds:
         """These ids (in the column's order: no ``rows`` yet) in run order *rows*, with their
-        :meth:`column_hashes` already put in that order (*hashes*: QidGroups.grouped)."""
+        `column_hashes` already put in that order (*hashes*: QidGroups.grouped)."""
         assert self.rows is None
         return replace(self, rows=rows, grouped_hashes=hashes)
 
@@ -248,7 +248,7 @@ class DocIds:
         return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
     def at(self, index: Any) -> np.ndarray:
-        """The ids at *index* (an integer array), comparable with each other and with :meth:`encode`'s."""
+        """The ids at *index* (an integer array), comparable with each other and with `encode`'s."""
         return take(self.ids, self._where(index))
 
     def take(self, index: np.ndarray) -> DocIds:
@@ -262,7 +262,7 @@ class SeriesDocIds(DocIds):
     """Doc ids kept in the caller's Polars string Series (``series``): hashed by Polars in one pass
     over its own string views, and gathered from it only where ids are compared (matches found by
     hash, tied scores) -- the column is never copied whole into Arrow's layout, nor hashed again
-    by numpy. ``ids`` is an empty byte-string array: the kind :meth:`at` and :meth:`encode` give.
+    by numpy. ``ids`` is an empty byte-string array: the kind `at` and `encode` give.
     """
 
     series: Any = None
@@ -305,7 +305,7 @@ class HashedDocIds(DocIds):
     The column is never copied whole into fixed-width bytes: on a 5 M-row run that copy's fresh
     memory costs more than reading the ids does. Every id is ASCII (the speedups decline anything
     else), so its bytes are the ones the qrels' ids are encoded to. ``ids`` is an empty
-    byte-string array: the kind :meth:`at` and :meth:`encode` give.
+    byte-string array: the kind `at` and `encode` give.
     """
 
     column: Any = None
@@ -370,7 +370,7 @@ class HashedDocIds(DocIds):
 
 
 def hashed_docids(column: Any, field: int | None = None, hashes: np.ndarray | None = None) -> HashedDocIds | None:
-    """:class:`HashedDocIds` of *column* (Python strings, a numpy ``U`` array, a Polars string
+    """`HashedDocIds` of *column* (Python strings, a numpy ``U`` array, a Polars string
     Series or an Arrow string column; hashed here unless *hashes* are given); None without the
     speedups, for any other column, or when they decline it."""
     views = None
@@ -400,7 +400,7 @@ def hashed_docids(column: Any, field: int | None = None, hashes: np.ndarray | No
 
 
 def _ucs4_hashes(arr: np.ndarray) -> np.ndarray | None:
-    """:func:`hash_fixed`'s hash of a contiguous ``U`` array's ASCII ids (as their bytes), by the C
+    """`hash_fixed`'s hash of a contiguous ``U`` array's ASCII ids (as their bytes), by the C
     speedups straight from its code units; None without them, or for ids that are not ASCII."""
     native = _fast.speedups
     if native is None or arr.itemsize == 0 or not arr.dtype.isnative:
@@ -414,7 +414,7 @@ def _masked(hashes: Any) -> np.ndarray:
 
 
 def plain_polars_strings(column: Any, qrels_docids: list[str]) -> bool:
-    """Whether :class:`SeriesDocIds` can keep *column*: a Polars string Series without nulls (the
+    """Whether `SeriesDocIds` can keep *column*: a Polars string Series without nulls (the
     array path names them), judged against doc ids none of which ends in a NUL -- numpy's byte
     strings, as which the qrels' ids are encoded, drop trailing NULs as padding, so such an id
     would no longer hash as the run's equal id does (one join and one search in C tell)."""
@@ -427,7 +427,7 @@ def plain_polars_strings(column: Any, qrels_docids: list[str]) -> bool:
 
 
 def docids_from_array(arr: np.ndarray, rows: np.ndarray | None = None) -> DocIds:
-    """The run's doc ids; *rows*: run row -> index into *arr* (see :class:`DocIds`)."""
+    """The run's doc ids; *rows*: run row -> index into *arr* (see `DocIds`)."""
     kind = arr.dtype.kind
     if kind in "iu":
         arr = arr.astype(str)

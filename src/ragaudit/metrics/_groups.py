@@ -43,7 +43,7 @@ class QidGroups:
         return self.grouped([])[0]
 
     def grouped(self, columns: list[np.ndarray]) -> list[np.ndarray]:
-        """:meth:`order`, then each of *columns* (one number a row, in the column's order) in that
+        """`order`, then each of *columns* (one number a row, in the column's order) in that
         order: put in place in one sequential pass, faster than gathering them by the order (a
         cache miss a row)."""
         native = _fast.speedups
@@ -58,7 +58,7 @@ class QidGroups:
 
 
 def _groups(found: Any, texts: Callable[[np.ndarray], list[str]]) -> QidGroups | None:
-    """``_speedups.group_*``'s (codes, sizes, firsts) as :class:`QidGroups`, the ids read at the
+    """``_speedups.group_*``'s (codes, sizes, firsts) as `QidGroups`, the ids read at the
     first rows by *texts*; None when they declined."""
     if found is None:
         return None

@@ -2,7 +2,7 @@
 
 Runs come as nested dicts ``{qid: {docid: score}}``, rank-only nested lists ``{qid: [docid, ...]}``
 (best first), three columns (numpy, lists, pandas, pyarrow; scores optional) or tables. Every form
-ends as a :class:`PreparedRun`: the evaluated queries (those in the qrels), their rows grouped by
+ends as a `PreparedRun`: the evaluated queries (those in the qrels), their rows grouped by
 query, one score per row (or none: rank-only), and the doc ids (a numpy array, or the caller's
 own dicts, which are never copied row by row).
 """
@@ -388,7 +388,7 @@ _SCORE_TYPES = {float, int, bool, np.float64, np.float32, np.float16, np.int64, 
 
 def columns_of_rows(rows: Iterable[Any]) -> tuple[Any, Any, Any]:
     """A run given as ``(qid, docid, score)`` rows (a list, a tuple, or any iterator of them), as
-    three columns for :func:`prepare_columns`.
+    three columns for `prepare_columns`.
 
     With pyarrow: each step of rows is read by pyarrow in C, one pass over its tuples (a struct
     array), into query ids (their runs, or Arrow strings), doc ids as fixed-width bytes and float64
@@ -410,7 +410,7 @@ def columns_of_rows(rows: Iterable[Any]) -> tuple[Any, Any, Any]:
 def _native_rows(rows: list[Any]) -> tuple[Any, DocIds, np.ndarray] | None:
     """The columns of *rows* read by the C speedups in one pass over the tuples: query ids as their
     runs (else the ids themselves, to be grouped), doc ids as their hashes with the ids left in
-    the rows (:class:`HashedDocIds`), float64 scores. None without the speedups, or when they
+    the rows (`HashedDocIds`), float64 scores. None without the speedups, or when they
     decline a row (see ``_speedups.rows_columns``): pyarrow's path, or the generic one, reads it."""
     native = _fast.speedups
     read = None if native is None else native.rows_columns(rows, WEIGHTS)
@@ -431,7 +431,7 @@ def _arrow_rows(rows: list[Any]) -> tuple[Any, np.ndarray, np.ndarray] | None:
     """The columns of *rows* read by pyarrow step by step; None when pyarrow is not installed or
     refuses a step (the generic path then reads, or names, what it refused).
 
-    Query ids come as :class:`QidRuns` when each query's rows are contiguous (as nearly always):
+    Query ids come as `QidRuns` when each query's rows are contiguous (as nearly always):
     each step's ids are run-end encoded as they come, so no column of them is kept (at 5 M rows
     of 18-character ids, 110 MB less). Else as Arrow strings, to be grouped.
     """
@@ -563,10 +563,10 @@ def prepare_columns(qids: Any, docids: Any, scores: Any, qrels: PreparedQrels) -
 
 
 def _doc_ids(docids: Any, qrels: PreparedQrels) -> tuple[np.ndarray, DocIds | None]:
-    """The run's doc ids as an array -- or, the array then empty, as :class:`DocIds` that keep the
-    caller's own column: ids read by :func:`columns_of_rows` (its :class:`HashedDocIds`), a
-    Polars string Series (:class:`SeriesDocIds`, read in place), Python strings or a numpy ``U``
-    array the C speedups hash in place (:class:`HashedDocIds`)."""
+    """The run's doc ids as an array -- or, the array then empty, as `DocIds` that keep the
+    caller's own column: ids read by `columns_of_rows` (its `HashedDocIds`), a
+    Polars string Series (`SeriesDocIds`, read in place), Python strings or a numpy ``U``
+    array the C speedups hash in place (`HashedDocIds`)."""
     empty = np.zeros(0, dtype="S1")
     if isinstance(docids, DocIds):
         return empty, docids
@@ -609,7 +609,7 @@ def _group_columns(
     q_arr: np.ndarray, q_names: list[str] | None
 ) -> tuple[np.ndarray, list[str], np.ndarray | None] | QidGroups:
     """Rows grouped by query: rows per query, the query ids, and the row order (None: rows are
-    grouped already) -- or, spread ids grouped by the C speedups, their :class:`QidGroups`.
+    grouped already) -- or, spread ids grouped by the C speedups, their `QidGroups`.
 
     *q_names*: *q_arr* holds exact integer codes of these ids.
     """
@@ -638,7 +638,7 @@ def _group_columns(
 
 
 def _group_codes(codes: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[str], np.ndarray]:
-    """:func:`_group_rows` for exact codes ``0 <= code < len(names)``: no hash, no check of it."""
+    """`_group_rows` for exact codes ``0 <= code < len(names)``: no hash, no check of it."""
     n = len(codes)
     row_bits = max(n - 1, 1).bit_length()
     if max(len(names) - 1, 1).bit_length() + row_bits > 64:

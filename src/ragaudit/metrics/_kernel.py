@@ -24,7 +24,7 @@ duplicate ids (trec_eval refuses them) and lets a binary search find each judged
 then confirmed by comparing the ids themselves.
 
 With the C speedups a run of columns is ranked query by query instead (``_kernel.c``,
-:func:`_native_column_hits`): the same two terms, counted over each query's scores, the duplicates
+`_native_column_hits`): the same two terms, counted over each query's scores, the duplicates
 and judged docs found through a small hash table of its rows; the blocks (``_blocks``) are the
 pure path. Both leave every id comparison -- matches, duplicates, ties -- to the ids themselves,
 here.
@@ -471,7 +471,7 @@ def _rank_column_hits(run: PreparedRun, judged: Judged, on_duplicate: str, ties:
 
 
 def _native_column_hits(c: _Columns) -> Hits:
-    """:func:`_rank_column_hits` by the C speedups: ``rank_columns`` visits each query's rows once
+    """`_rank_column_hits` by the C speedups: ``rank_columns`` visits each query's rows once
     and gives the candidates -- rows whose hash is a labelled doc's, rows of one query with equal
     hashes, rows that tie with a candidate -- which are settled here by comparing the ids
     themselves, as the blocks settle theirs: a hash is only ever a shortcut."""
@@ -503,7 +503,7 @@ def rank_judged(
     run: PreparedRun, judged: Judged, on_duplicate: str, ties: str = "trec_eval"
 ) -> tuple[Hits, np.ndarray]:
     """The ranks of the judged docs, and the number of docs each query retrieved (duplicates
-    dropped when ``on_duplicate="max"``); scores compared as *ties* says (:func:`trec_scores`)."""
+    dropped when ``on_duplicate="max"``); scores compared as *ties* says (`trec_scores`)."""
     if int(run.offsets[-1]) == 0:  # every evaluated query retrieved nothing
         return _collect([]), np.diff(run.offsets)
     if run.docs is None:

@@ -1,8 +1,8 @@
-"""The two implementations of :class:`~ragaudit.metrics.measures.Ranked` that every formula runs on.
+"""The two implementations of `Ranked` that every formula runs on.
 
-:class:`BatchRanked` holds every query of a run at once (numpy arrays built from the kernel's hits;
-each method returns one value per query). :class:`OneRanked` holds one ranked list (plain Python,
-for one RAG turn: a few microseconds, no numpy call). :func:`restrict` applies trec_eval's -M and
+`BatchRanked` holds every query of a run at once (numpy arrays built from the kernel's hits;
+each method returns one value per query). `OneRanked` holds one ranked list (plain Python,
+for one RAG turn: a few microseconds, no numpy call). `restrict` applies trec_eval's -M and
 -J to the kernel's hits.
 """
 
@@ -22,7 +22,7 @@ __all__ = ["NONPOOL", "BatchRanked", "OneRanked", "restrict"]
 _INF = float("inf")
 
 NONPOOL = -(1 << 62)
-"""The label :class:`OneRanked` gives a retrieved doc missing from the qrels (outside the pool)."""
+"""The label `OneRanked` gives a retrieved doc missing from the qrels (outside the pool)."""
 
 
 def _relstring_char(label: int) -> str:
@@ -34,7 +34,7 @@ def _relstring_char(label: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _Docs:
-    """:class:`~ragaudit.metrics.measures.RelevantDocs`: arrays (batch) or numbers (one doc)."""
+    """`RelevantDocs`: arrays (batch) or numbers (one doc)."""
 
     seen: Any
     rank: Any
@@ -201,7 +201,7 @@ class BatchRanked:
 
 
 class OneRanked:
-    """One ranked list: *labels* per retrieved position (:data:`NONPOOL` for a doc missing from the
+    """One ranked list: *labels* per retrieved position (`NONPOOL` for a doc missing from the
     qrels), best first; *judged* holds every label of the query's qrels."""
 
     __slots__ = ("_ideal", "_labels", "_level", "_zeros", "num_nonrel", "num_rel", "retrieved")

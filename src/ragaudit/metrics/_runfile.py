@@ -10,10 +10,10 @@ line by one binary search per line), copies the query ids and doc ids into fixed
 and parses the scores in C (pyarrow's parser when pyarrow is installed, else numpy's). It reads
 the file in blocks of whole lines, so what it holds besides the columns stays a few times the block.
 
-It is exact with respect to the line reader in :mod:`.io` (``str.split()`` per line, lines split at
+It is exact with respect to the line reader in `io` (``str.split()`` per line, lines split at
 ``\\n``): whenever the file holds anything on which the two could differ -- a control character
 that ``str.split`` does not treat as whitespace, Unicode whitespace, bytes that are not UTF-8,
-JSON lines -- :func:`trec_columns` returns None and the line reader reads the file (and names
+JSON lines -- `trec_columns` returns None and the line reader reads the file (and names
 any error by file and line, as it always has).
 """
 
@@ -43,14 +43,14 @@ _FIELDS = 5  # qid Q0 docid rank score; the tag and anything after it are ignore
 
 def mapped(path: str | os.PathLike[str]) -> mmap.mmap | None:
     """The file at *path* mapped read-only (its pages read in at once where the system can), for
-    :func:`trec_columns`; None for an empty file, one that starts with a byte-order mark, or one that
+    `trec_columns`; None for an empty file, one that starts with a byte-order mark, or one that
     cannot be mapped (the caller reads it instead).
 
     A mapping reads the page cache in place: reading a file of millions of lines into a ``bytes``
     copies it into as much fresh memory, whose page faults cost more than the copy and vary from
     call to call with what the allocator kept. (A file truncated while it is mapped would stop the
     process with SIGBUS; a run file is not rewritten while it is evaluated.) Nothing that
-    :func:`trec_columns` returns points into the mapping; it is unmapped when the last reference goes.
+    `trec_columns` returns points into the mapping; it is unmapped when the last reference goes.
     """
     try:
         with open(path, "rb") as fh:
@@ -71,7 +71,7 @@ def trec_columns(data: bytes | mmap.mmap, name: str) -> tuple[np.ndarray, np.nda
     """(query ids, doc ids, scores) of a TREC run file's *data* (BOM removed): 'S' arrays of the
     ids' UTF-8 bytes and float64 scores, rows in file order; None where the line reader must read it.
 
-    Raises :class:`~ragaudit.errors.MetricError` naming *name* and the line for a line with too
+    Raises [`MetricError`][ragaudit.MetricError] naming *name* and the line for a line with too
     few fields and for a NaN score.
     """
     native = _fast.speedups
@@ -168,7 +168,7 @@ def _scan(buf: np.ndarray) -> tuple[bool, bool]:
 
 def _arrow_csv(data: bytes | mmap.mmap, buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The columns read by pyarrow's CSV reader (C++, a few times the speed of splitting with
-    numpy) when pyarrow is installed, for a single-spaced file (:func:`_scan`) whose lines all have
+    numpy) when pyarrow is installed, for a single-spaced file (`_scan`) whose lines all have
     one field count >= 5 and whose scores are all numbers (not NaN); else None."""
     try:
         import pyarrow as pa

@@ -4,8 +4,8 @@ Arrow string columns (pyarrow, and pandas 3's Arrow-backed strings) are read str
 buffers as fixed-width bytes; pandas categoricals and Arrow dictionaries give their codes; query
 ids that come in contiguous runs are run-end encoded in C (Polars' by Polars, Python strings by
 comparing neighbours); Polars columns are Arrow data too. pyarrow is never imported here unless
-the caller already did (``sys.modules``) -- but for :func:`python_strings` and
-:func:`fixed_strings`, which import it (when installed) to convert a large column of Python
+the caller already did (``sys.modules``) -- but for `python_strings` and
+`fixed_strings`, which import it (when installed) to convert a large column of Python
 strings -- so ``import ragaudit.metrics`` loads numpy only."""
 
 from __future__ import annotations
@@ -164,7 +164,8 @@ def find_column(table: Any, names: Sequence[str]) -> Any | None:
 
 
 def table_column(table: Any, names: Sequence[str], what: str) -> Any:
-    """The column of *table* named one of *names*; a :class:`MetricError` listing the columns if none."""
+    """The column of *table* named one of *names*; a [`MetricError`][ragaudit.MetricError] listing the columns if
+    none."""
     found = find_column(table, names)
     if found is None:
         raise MetricError(f"table has no {what} column (looked for {', '.join(names)}); columns: {_columns(table)}")
@@ -281,7 +282,7 @@ def arrow_strings(column: Any, what: str) -> np.ndarray | None:
 
 
 def with_room(data: np.ndarray) -> np.ndarray:
-    """*data* (bytes) copied with 8 zero bytes after its end, as :func:`padded_strings` reads it."""
+    """*data* (bytes) copied with 8 zero bytes after its end, as `padded_strings` reads it."""
     room = np.zeros(len(data) + 8, dtype=np.uint8)
     room[: len(data)] = data
     return room
@@ -293,7 +294,7 @@ def padded_strings(
     """The byte strings ``data[starts[i] : starts[i] + lengths[i]]`` NUL-padded into an ``S{width}`` array.
 
     Eight bytes per gather: each string is read as 64-bit words (from a copy of *data* with
-    room past its end -- *room*, :func:`with_room`'s, when the caller has one) and the bytes past
+    room past its end -- *room*, `with_room`'s, when the caller has one) and the bytes past
     its length are masked off.
     """
     n = len(starts)
@@ -370,7 +371,7 @@ def _to_arrow_strings(values: Any) -> Any:
 
 def python_strings(column: Any) -> Any:
     """A column of Python strings -- a list, a tuple, a numpy object array, a pandas object Series --
-    as a pyarrow string array (chunked past :data:`_CHUNK_ROWS` rows), converted in C in one pass
+    as a pyarrow string array (chunked past `_CHUNK_ROWS` rows), converted in C in one pass
     over the objects (numpy's own conversion to fixed-width strings, or hashing each object, is
     several times slower); *column* itself when it is anything else, is short, holds a value that
     is not a string, or pyarrow is not installed. The generic path then reads it and names any
@@ -388,9 +389,9 @@ def python_strings(column: Any) -> Any:
 
 
 def fixed_strings(column: Any, what: str) -> np.ndarray | None:
-    """A column of Python strings (as :func:`python_strings` takes) as one NUL-padded ``S`` array of
-    their UTF-8 bytes, converted by pyarrow in chunks of :data:`_CHUNK_ROWS` rows written into the
-    result as they come; None where :func:`python_strings` would keep the column.
+    """A column of Python strings (as `python_strings` takes) as one NUL-padded ``S`` array of
+    their UTF-8 bytes, converted by pyarrow in chunks of `_CHUNK_ROWS` rows written into the
+    result as they come; None where `python_strings` would keep the column.
 
     Chunks keep the peak memory at the result plus one chunk: converting the whole column first
     would hold its Arrow copy (with the builder's spare room) and the result at once.
@@ -531,7 +532,7 @@ def coded_ids(column: Any, what: str, sample: int) -> QidRuns | QidGroups | tupl
     Python object per row: Arrow string columns are dictionary-encoded in C, pandas categoricals
     give their codes. None for any other column (numpy arrays take the generic path).
 
-    Contiguous runs are looked for first, unless the ids are :func:`spread_from_start`; spread
+    Contiguous runs are looked for first, unless the ids are `spread_from_start`; spread
     Arrow and Polars strings are then grouped by the C speedups where they can (``_groups``).
     """
     categories = getattr(getattr(column, "cat", None), "categories", None)
@@ -640,7 +641,7 @@ def polars_views(column: Any) -> tuple[Any, int, int, list[Any]] | None:
 
 
 def _view_runs(column: Any) -> QidRuns | None:
-    """:func:`_polars_runs` by the C speedups, comparing each row's view (and bytes) with the
+    """`_polars_runs` by the C speedups, comparing each row's view (and bytes) with the
     previous one's in the Series' own memory; None when they cannot, or the ids are spread."""
     native, views = _fast.speedups, polars_views(column)
     if native is None or views is None or len(column) < 2:
@@ -658,7 +659,7 @@ def _view_runs(column: Any) -> QidRuns | None:
 
 
 def _polars_runs(column: Any, what: str, sample: int) -> QidRuns | None:
-    """The runs of equal ids of a Polars string (or categorical) Series, as :func:`_arrow_runs`
+    """The runs of equal ids of a Polars string (or categorical) Series, as `_arrow_runs`
     finds them, by Polars' own run-length encoding: its strings are views, which Arrow's
     encoder does not take, so this spares a copy of the column into Arrow's layout."""
     pl = sys.modules.get("polars")
@@ -685,7 +686,7 @@ def _arrow_runs(pc: Any, arrow: Any, sample: int) -> QidRuns | None:
     """The runs of equal ids of an Arrow string column (chunked or not) when each id makes one
     run and runs average 4 rows or more (a query's rows are nearly always contiguous), else None.
     The ids are then never looked at row by row. None at once when they are
-    :func:`spread_from_start` (encoding the whole column would be wasted)."""
+    `spread_from_start` (encoding the whole column would be wasted)."""
     n = len(arrow)
     if not n or not hasattr(pc, "run_end_encode"):
         return None

@@ -70,12 +70,12 @@ def _field(row: dict[str, Any], keys: Sequence[str], where: str, what: str) -> A
 def read_run(path: str | os.PathLike[str]) -> Run:
     """Read a run file (TREC ``qid Q0 docid rank score tag`` or JSONL ``{qid, docid, score}``).
 
-    The format is detected from the content. Returns a :class:`~ragaudit.metrics.Run` (columns,
-    rows in file order, duplicates kept so :func:`~ragaudit.metrics.evaluate` can refuse them).
+    The format is detected from the content. Returns a [`Run`][ragaudit.metrics.Run] (columns,
+    rows in file order, duplicates kept so [`evaluate`][ragaudit.metrics.evaluate] can refuse them).
     A TREC file's ids come as byte strings (numpy ``S``, their UTF-8): read straight from the
     file's bytes, a run of millions of lines is never split into Python strings, and holds a
     quarter of the memory numpy's ``U`` strings would.
-    Raises :class:`~ragaudit.errors.MetricError` naming the file and line for anything malformed,
+    Raises [`MetricError`][ragaudit.MetricError] naming the file and line for anything malformed,
     including a qrels file passed by mistake.
     """
     name = os.fspath(path)
@@ -145,7 +145,7 @@ def read_qrels(path: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
 
     The format is detected from the content. A doc judged twice for one query with different
     labels is an error; the same label twice is accepted. Raises
-    :class:`~ragaudit.errors.MetricError` naming the file and line for anything malformed.
+    [`MetricError`][ragaudit.MetricError] naming the file and line for anything malformed.
     """
     name = os.fspath(path)
     lines = _lines(path, "qrels")

@@ -8,12 +8,12 @@ matter. Parameters are written as trec_eval writes them after a ``.``: NDCG gain
 ``ndcg.1=3,2=9,4=4.5`` (also ``ndcg@10.1=3,2=9``) and recall points ``11pt_avg.0.25,0.5,0.75``.
 One name is one measure: trec_eval's lists of cut-offs (``P.5,10``) are refused, name each one.
 
-Each entry's formula is written once, against :class:`Ranked` -- what is known about the ranks of
-the judged documents -- and serves both paths: :func:`~ragaudit.metrics.evaluate` hands it every
+Each entry's formula is written once, against `Ranked` -- what is known about the ranks of
+the judged documents -- and serves both paths: [`evaluate`][ragaudit.metrics.evaluate] hands it every
 query at once (numpy arrays, one value per query) and
-:func:`~ragaudit.metrics.score_ranking` one query (plain Python numbers, microseconds). A formula
+[`score_ranking`][ragaudit.metrics.score_ranking] one query (plain Python numbers, microseconds). A formula
 therefore uses only the arithmetic operators and ``Ranked``'s methods. Adding a measure is one
-:class:`MeasureEntry` in :data:`ENTRIES` (and its tests).
+`MeasureEntry` in `ENTRIES` (and its tests).
 
 How a measure averages over queries is part of its entry (``aggregate``): the arithmetic mean
 (most), the sum (``num_ret``, ``num_rel``, ``num_rel_ret``, as trec_eval's summary line), the
@@ -47,7 +47,7 @@ ELEVEN_POINTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
 class RelevantDocs(Protocol):
-    """The relevant retrieved documents (of one query or of all), as :meth:`Ranked.judged_sum` hands them
+    """The relevant retrieved documents (of one query or of all), as `Ranked.judged_sum` hands them
     to a term. Every attribute holds one value per document; the query-level ones are repeated."""
 
     seen: Value  # relevant docs up to and including this one (1, 2, ...)
@@ -97,7 +97,7 @@ class Ranked(Protocol):
         (one bound per query); 0 where there is none."""
 
     def judged_sum(self, term: Callable[[RelevantDocs], Value]) -> Value:
-        """Sum of ``term(docs)`` over the relevant retrieved documents (see :class:`RelevantDocs`)."""
+        """Sum of ``term(docs)`` over the relevant retrieved documents (see `RelevantDocs`)."""
 
     def labelled_sum(self, k: int | None, term: Callable[[Value, Value], Value], min_label: int = 1) -> Value:
         """Sum of ``term(label, rank)`` over the retrieved docs labelled >= *min_label* within the top k."""
@@ -400,7 +400,7 @@ ENTRIES: dict[str, MeasureEntry] = {
 }
 
 MEASURE_NAMES: tuple[str, ...] = tuple(ENTRIES)
-"""Canonical metric names (see :data:`ENTRIES` for each meaning and which take a cut-off ``@K``)."""
+"""Canonical metric names (see `ENTRIES` for each meaning and which take a cut-off ``@K``)."""
 
 _ALIASES: dict[str, str] = {alias: entry.name for entry in ENTRIES.values() for alias in entry.aliases}
 
@@ -411,7 +411,7 @@ Gains = tuple[tuple[int, float], ...]
 
 @dataclass(frozen=True, slots=True)
 class Measure:
-    """A parsed metric: canonical ``name`` (one of :data:`MEASURE_NAMES`), a ``cutoff`` and parameters.
+    """A parsed metric: canonical ``name`` (one of `MEASURE_NAMES`), a ``cutoff`` and parameters.
 
     ``cutoff=None`` means the whole ranking; for ``iprec_at_recall`` it is the recall level (a float
     in [0, 1]). ``gains`` (NDCG only): ``((level, gain), ...)`` or ``{level: gain}``, trec_eval's
@@ -465,7 +465,7 @@ class Measure:
 
     def aggregate(self, values: Sequence[float] | Any) -> float:
         """The summary of per-query *values* as trec_eval's ``all`` line gives it (mean, sum or
-        geometric mean; 0.0 for no query). Raises :class:`~ragaudit.errors.MetricError` for a
+        geometric mean; 0.0 for no query). Raises [`MetricError`][ragaudit.MetricError] for a
         per-query-only measure (``relstring``)."""
         how = ENTRIES[self.name].aggregate
         if how == "none":
@@ -617,7 +617,7 @@ def parse_measure(name: str | Measure) -> Measure:
     """Parse a metric name such as ``"ndcg@10"``, ``"P@5"``, ``"mrr@10"``, ``"map"``, ``"Rprec"``,
     ``"iprec_at_recall@0.1"`` or ``"ndcg.1=3,2=9"`` (see the module docstring for every spelling).
 
-    A :class:`Measure` is returned unchanged. Raises :class:`~ragaudit.errors.MetricError` for an
+    A [`Measure`][ragaudit.metrics.Measure] is returned unchanged. Raises [`MetricError`][ragaudit.MetricError] for an
     unknown name (the message lists the valid ones), a cut-off that is not a positive integer (a
     recall level not in [0, 1]), a cut-off on a measure that takes none, and malformed parameters.
     """

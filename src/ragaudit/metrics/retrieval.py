@@ -1,5 +1,5 @@
 """Retrieval metrics with trec_eval semantics: precision, recall, F1, hit rate, MRR, MAP, NDCG, R-precision,
-bpref, infAP, interpolated precision and the rest of :data:`~ragaudit.metrics.MEASURE_NAMES`.
+bpref, infAP, interpolated precision and the rest of `MEASURE_NAMES`.
 
 Every function here computes what ``trec_eval`` 10 computes (its own test suite is among ours):
 
@@ -52,14 +52,14 @@ Every function here computes what ``trec_eval`` 10 computes (its own test suite 
   has none and needs ``per_query=True``. (With ``-c`` and ``-l`` above 1, trec_eval's ``num_rel``
   summary counts every label > 0; ours is the sum of the per-query values.)
 - **Duplicates.** trec_eval refuses a run that lists a doc twice for one query; so do we
-  (:class:`~ragaudit.errors.MetricError`), unless ``on_duplicate="max"``, which keeps the
+  ([`MetricError`][ragaudit.MetricError]), unless ``on_duplicate="max"``, which keeps the
   occurrence with the highest score. (With -M, trec_eval only looks for duplicates in the top N;
   we look in the whole run.)
 
-Layout: :mod:`._tables` and :mod:`._inputs` turn every input into query-grouped arrays,
-:mod:`._docids` hashes doc ids, :mod:`._kernel` finds where each judged document ranks (ties
-included, no sort of the run), and :mod:`.measures` holds one formula per measure, run by
-:mod:`._ranked` on all queries at once or on one ranked list.
+Layout: `_tables` and `_inputs` turn every input into query-grouped arrays,
+`_docids` hashes doc ids, `_kernel` finds where each judged document ranks (ties
+included, no sort of the run), and `measures` holds one formula per measure, run by
+`_ranked` on all queries at once or on one ranked list.
 """
 
 from __future__ import annotations
@@ -116,10 +116,10 @@ Qrels = Mapping[Any, Mapping[Any, Any]]
 class Run:
     """A run held in three aligned 1-D numpy arrays: query id, doc id and score per row.
 
-    What :func:`~ragaudit.metrics.read_run` returns; accepted by :func:`evaluate`. Rows may come in
-    any order and a query's rows need not be contiguous. Duplicates are kept as read, so
-    :func:`evaluate` can refuse them as trec_eval does. Ids may be strings (``U``, objects) or
-    UTF-8 byte strings (``S``, as :func:`~ragaudit.metrics.read_run` gives a TREC file's).
+    What [`read_run`][ragaudit.metrics.read_run] returns; accepted by [`evaluate`][ragaudit.metrics.evaluate]. Rows may
+    come in any order and a query's rows need not be contiguous. Duplicates are kept as read, so
+    [`evaluate`][ragaudit.metrics.evaluate] can refuse them as trec_eval does. Ids may be strings (``U``, objects) or
+    UTF-8 byte strings (``S``, as [`read_run`][ragaudit.metrics.read_run] gives a TREC file's).
     """
 
     qids: np.ndarray
@@ -343,12 +343,12 @@ def evaluate(
     """Score a run against qrels with trec_eval semantics (see the module docstring for the rules).
 
     *run* is ``{qid: {docid: score}}``, rank-only ``{qid: [docid, ...]}`` (best first), a list
-    (or tuple, or iterator) of ``(qid, docid, score)`` rows, a :class:`Run`, or a pandas, Polars or pyarrow
-    table with ``qid``, ``docid`` and ``score`` (or, rank-only, ``rank``) columns; *qrels* is
+    (or tuple, or iterator) of ``(qid, docid, score)`` rows, a [`Run`][ragaudit.metrics.Run], or a pandas, Polars or
+    pyarrow table with ``qid``, ``docid`` and ``score`` (or, rank-only, ``rank``) columns; *qrels* is
     ``{qid: {docid: label}}`` (integer labels, graded allowed) or a table with ``qid``, ``docid``
     and ``relevance`` columns. Numpy integers and floats are accepted anywhere. *measures* are
     names such as ``"ndcg@10"``, ``"recall@5"``, ``"mrr@10"``, ``"map"``, ``"Rprec"``, ``"bpref"``
-    (see :data:`~ragaudit.metrics.MEASURE_NAMES`).
+    (see `MEASURE_NAMES`).
 
     Returns ``{measure: summary}`` (the mean; a sum for the counts, the geometric mean for
     ``gm_map``), or ``{qid: {measure: value}}`` with ``per_query=True`` (floats; ``relstring``'s
@@ -357,7 +357,7 @@ def evaluate(
     count as empty rankings), ``max_docs_per_query`` (``-M``), ``judged_docs_only`` (``-J``);
     ``ties="trec_eval"`` (doubles, trec_eval >= 10.0) or ``"pytrec_eval"`` (32-bit floats, as
     pytrec_eval and trec_eval <= 9.0.8). ``judged_only`` is the deprecated name of ``not
-    all_queries``. Raises :class:`~ragaudit.errors.MetricError` for an unknown metric, a bad
+    all_queries``. Raises [`MetricError`][ragaudit.MetricError] for an unknown metric, a bad
     cut-off or option, a NaN score, an empty run or qrels, no query in common (unless
     ``all_queries``), a summary of ``relstring``, or a duplicate doc in a query (unless
     ``on_duplicate="max"``).
@@ -465,13 +465,15 @@ def evaluate_columns(
     judged_docs_only: bool = False,
     judged_only: bool | None = None,
 ) -> dict[str, float] | dict[str, dict[str, Any]]:
-    """:func:`evaluate` for a run given as three aligned columns: query id, doc id and score per row.
+    """[`evaluate`][ragaudit.metrics.evaluate] for a run given as three aligned columns: query id, doc id and score per
+    row.
 
     The columns may be numpy arrays, lists, pandas Series or pyarrow arrays. ``scores=None`` makes a
     rank-only run: each query's rows are taken in the order given, best first. This is the fast path
     for large runs: with numpy string arrays (dtype ``U``) it never builds Python objects per row.
     Integer ids are compared as their decimal strings. Rows may come in any order; a query's rows
-    are found by id, whether contiguous or not. Same rules, options and errors as :func:`evaluate`.
+    are found by id, whether contiguous or not. Same rules, options and errors as
+    [`evaluate`][ragaudit.metrics.evaluate].
     """
     opts = _options(relevance_level, all_queries, on_duplicate, ties, max_docs_per_query, judged_docs_only,
                     judged_only, "evaluate_columns")
@@ -489,10 +491,10 @@ def score_ranking(
 
     Meant for one RAG turn (a handful of retrieved documents) whose ground truth is known: *qrels*
     maps doc id -> label (``{id: 1}`` for binary relevance). A repeated id keeps its first rank.
-    Same definitions -- the same formulas -- as :func:`evaluate`; an empty ranking scores 0 on
+    Same definitions -- the same formulas -- as [`evaluate`][ragaudit.metrics.evaluate]; an empty ranking scores 0 on
     every metric (``num_rel`` still counts the relevant docs). Values are floats (``relstring``'s a
     string). Raises
-    :class:`~ragaudit.errors.MetricError` for an unknown metric or a non-integer label.
+    [`MetricError`][ragaudit.MetricError] for an unknown metric or a non-integer label.
     """
     keys = _parse_measures(measures)
     level = check_level(relevance_level)

@@ -1,4 +1,4 @@
-"""Deprecated alias of :mod:`ragaudit.auditor` (kept for one release).
+"""Deprecated alias of [`ragaudit.auditor`][ragaudit.auditor] (kept for one release).
 
 ``ragaudit.online`` became the ``ragaudit.auditor`` package; import ``Auditor`` from ``ragaudit`` or
 ``ragaudit.auditor`` instead. (A package rather than a module so that git follows the old file's

@@ -5,9 +5,10 @@ from ragaudit import tracing
 tracing.configure(endpoint="http://localhost:4318")   # or console=True, file="spans.jsonl", langfuse=True
 ```
 
-Importing this package loads only the OpenTelemetry API. :func:`configure` and
-:class:`JsonlSpanExporter` need the SDK (``pip install 'ragaudit[otlp]'``) and import it on first use.
-Names of every span, attribute and event are in :mod:`ragaudit.tracing.conventions`.
+Importing this package loads only the OpenTelemetry API. [`configure`][ragaudit.tracing.configure] and
+[`JsonlSpanExporter`][ragaudit.tracing.JsonlSpanExporter] need the SDK (``pip install 'ragaudit[otlp]'``) and import it
+on first use. Names of every span, attribute and event are in
+[`ragaudit.tracing.conventions`][ragaudit.tracing.conventions].
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The full audit in the trace: document grades, graded metrics, citation checks, sentence events.
 
-Always on the judge span, read from the turn's :class:`~ragaudit.AuditRecord` (computed once). A
+Always on the judge span, read from the turn's [`AuditRecord`][ragaudit.AuditRecord] (computed once). A
 turn judged before its span ends (inline judging: the record is handed to ``end_turn``) also gets
 the graded metrics and citation precision/recall on the turn span and the grades on the retrieval
 spans; a background judgement arrives after those spans have ended (the judge never holds the
 host's spans open), so it cannot. Kept apart from
-:mod:`ragaudit.tracing.spans` so the span recorder calls a few small functions.
+`ragaudit.tracing.spans` so the span recorder calls a few small functions.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def full_audit_attributes(record: AuditRecord, capture: bool, text: Callable[[st
 def sentence_events(judgement: Judgement, capture: bool,
                     text: Callable[[str], str]) -> tuple[list[dict[str, Any]], int]:
     """One event's attributes per sentence, unsupported and contradicted ones first, at most
-    :data:`~ragaudit.tracing.conventions.MAX_SENTENCE_EVENTS`; and how many were left out."""
+    `MAX_SENTENCE_EVENTS`; and how many were left out."""
     ordered = sorted(judgement.sentences, key=lambda s: (not s.problem, s.index))
     events = []
     for sentence in ordered[: c.MAX_SENTENCE_EVENTS]:

@@ -1,7 +1,7 @@
-"""Judge spans: one ``ragaudit.judge`` span per judged :class:`~ragaudit.AuditRecord` (and one
-``ragaudit.session`` span per judged session, :mod:`ragaudit.tracing._session_spans`).
+"""Judge spans: one ``ragaudit.judge`` span per judged [`AuditRecord`][ragaudit.AuditRecord] (and one
+``ragaudit.session`` span per judged session, `ragaudit.tracing._session_spans`).
 
-:class:`JudgeSpanExporter` is the Auditor's exporter of judge spans; each record is written with the
+`JudgeSpanExporter` is the Auditor's exporter of judge spans; each record is written with the
 tracer provider its turn was traced with and through the record's own content policy.
 """
 
@@ -32,7 +32,7 @@ __all__ = ["JudgeSpanExporter", "write_judge_span"]
 
 def write_judge_span(writer: SpanWriter, record: AuditRecord) -> None:
     """Record *record*'s judgement as a ``ragaudit.judge`` span with *writer* (never raises; see
-    :meth:`~ragaudit.tracing.SpanRecorder.record_judgement`)."""
+    [`record_judgement`][ragaudit.tracing.SpanRecorder.record_judgement])."""
     tracer = writer._tracer if writer._tracer is not None else writer._current_tracer()
     if tracer is None or record.judgement is None or record.turn.sampled_out:
         return  # no trace to judge in: no orphan judge trace either
@@ -194,7 +194,7 @@ class JudgeSpanExporter(BaseExporter):
 
     *default*: the writer settings (judge_trace, caps) and provider of the Auditor; a record whose
     turn was traced with another provider or policy (an integration handler's) gets a writer of its
-    own, made once per (policy, provider) and held as long as the policy lives. :meth:`force_flush`
+    own, made once per (policy, provider) and held as long as the policy lives. `force_flush`
     flushes every provider judge spans went to, once each.
     """
 
@@ -252,8 +252,8 @@ class JudgeSpanExporter(BaseExporter):
         return self.spans_not_exported()
 
     def spans_not_exported(self) -> int:
-        """Spans the exporters :func:`ragaudit.tracing.configure` installed on the providers judge
-        spans went to failed to export so far (a flush says truthfully whether its spans were
+        """Spans the exporters [`ragaudit.tracing.configure`][ragaudit.tracing.configure] installed on the providers
+        judge spans went to failed to export so far (a flush says truthfully whether its spans were
         delivered: the SDK's ``force_flush`` returns True even when the export failed). A provider
         of another Auditor, or of the host alone, is not counted."""
         from .setup import spans_not_exported

@@ -4,7 +4,7 @@ A session spans many traces (one per turn), so its judge span is the root of a t
 a **span link** to every turn's span (Jaeger and Phoenix show the links; Langfuse files the trace in
 the session by ``session.id``). It carries the session verdict (``ragaudit.session.*``), the judge's
 identity, model and usage, the ``session.*`` ``gen_ai.evaluation.result`` span events (as the log
-records, :func:`~ragaudit.tracing.evaluation_logs.session_evaluation_attributes`) and one
+records, `session_evaluation_attributes`) and one
 ``ragaudit.session.contradiction`` event per contradiction (both sentences' texts with content
 capture on, their numbers always).
 """

@@ -1,7 +1,7 @@
 """The part of span writing every span shares: the content policy, caps, the tracer, common attributes.
 
-:class:`SpanWriter` is the base of :class:`~ragaudit.tracing.SpanRecorder` (turn spans) and of the
-judge-span exporter (:mod:`ragaudit.tracing._judge_spans`). Only the OpenTelemetry API is used.
+`SpanWriter` is the base of [`SpanRecorder`][ragaudit.tracing.SpanRecorder] (turn spans) and of the
+judge-span exporter (`ragaudit.tracing._judge_spans`). Only the OpenTelemetry API is used.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def _span_context(trace_id: str | None, span_id: str | None) -> SpanContext | No
 
 
 class SpanWriter:
-    """Content policy, caps and tracer of a span writer (see :class:`~ragaudit.tracing.SpanRecorder`
+    """Content policy, caps and tracer of a span writer (see [`SpanRecorder`][ragaudit.tracing.SpanRecorder]
     for the arguments)."""
 
     def __init__(
@@ -198,7 +198,7 @@ class SpanWriter:
 
     @property
     def content(self) -> ContentPolicy:
-        """Deprecated: :attr:`content_policy` (``content`` also names a document's text)."""
+        """Deprecated: `content_policy` (``content`` also names a document's text)."""
         warn_deprecated("SpanRecorder.content", "SpanRecorder.content_policy")
         return self.content_policy
 

@@ -16,7 +16,7 @@ configuration:
   turn's metadata goes out one key per ``langfuse.observation.metadata.<key>``; ``session.id`` and
   ``user.id`` fill Langfuse's Sessions and Users views; the ``langfuse.trace.*`` keys name the
   trace when the turn is its root. Span events (the evaluation results) are dropped by Langfuse:
-  scores reach it through :class:`~ragaudit.tracing.LangfuseSink`.
+  scores reach it through [`LangfuseSink`][ragaudit.tracing.LangfuseSink].
 
 Keys under ``ragaudit.*`` are ours. Text-bearing keys (marked *content*) are only written when
 content capture is on; with it off, ``ragaudit.*.chars`` sizes are written instead.
@@ -354,9 +354,10 @@ GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
 GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
 """*content* What the tool returned."""
 GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
-"""The conversation (session) the turn belongs to; also written as :data:`SESSION_ID`."""
+"""The conversation (session) the turn belongs to; also written as `SESSION_ID`."""
 GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
-"""Required on inference spans: the provider as the client knows it (see :func:`provider_of_endpoint`)."""
+"""Required on inference spans: the provider as the client knows it (see
+[`provider_of_endpoint`][ragaudit.tracing.conventions.provider_of_endpoint])."""
 GEN_AI_PROVIDER_OPENAI: Final = "openai"
 GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
 GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
@@ -377,7 +378,7 @@ GEN_AI_EVALUATION_NAME: Final = "gen_ai.evaluation.name"
 GEN_AI_EVALUATION_SCORE_VALUE: Final = "gen_ai.evaluation.score.value"
 """Event attribute: the score in [0, 1]; **absent** when the judge gave no score (never 0)."""
 GEN_AI_EVALUATION_SCORE_LABEL: Final = "gen_ai.evaluation.score.label"
-"""Event attribute: set only to :data:`MISSING_SCORE_LABEL` when the score is missing."""
+"""Event attribute: set only to `MISSING_SCORE_LABEL` when the score is missing."""
 GEN_AI_EVALUATION_EXPLANATION: Final = "gen_ai.evaluation.explanation"
 """*content* Event attribute: the judge's reason (or, for a missing score, the judge's error)."""
 MISSING_SCORE_LABEL: Final = "missing"
@@ -389,7 +390,8 @@ ATTR_ERROR_TYPE: Final = "error.type"
 ERROR_TYPE_OTHER: Final = "_OTHER"
 """General semconv fallback of ``error.type`` when the failure names no exception type."""
 ERROR_TYPE_TURN_ERROR: Final = "ragaudit.turn_error"
-"""Deprecated: no longer written (``error.type`` is the exception's type, :func:`error_type_of`)."""
+"""Deprecated: no longer written (``error.type`` is the exception's type,
+[`error_type_of`][ragaudit.tracing.conventions.error_type_of])."""
 ERROR_TYPE_JUDGE_ERROR: Final = "ragaudit.judge_error"
 ERROR_TYPE_MISSING_SCORE: Final = "ragaudit.missing_score"
 EVENT_EXCEPTION: Final = "exception"
@@ -452,7 +454,7 @@ ATTR_PROMPT_CHARS: Final = "ragaudit.prompt.chars"
 ATTR_DOCUMENT_CHARS: Final = "ragaudit.document.chars"
 """Int array: the length of each document's content, in retrieval order."""
 ATTR_DOCUMENT_COUNT: Final = "ragaudit.document.count"
-"""All documents of the turn or retrieval, recorded or not (see :data:`ATTR_DOCUMENT_OMITTED`)."""
+"""All documents of the turn or retrieval, recorded or not (see `ATTR_DOCUMENT_OMITTED`)."""
 ATTR_DOCUMENT_IDS: Final = "ragaudit.document.ids"
 """String array of the turn's document ids in rank order, the top ``max_documents`` (Jaeger shows
 an array as one JSON text: a tag search matches the whole list only)."""
@@ -479,7 +481,7 @@ LINK_TYPE: Final = "ragaudit.link.type"
 LINK_TYPE_JUDGED_TURN: Final = "judged_turn"
 """Attribute value on the judge span's link to the turn span."""
 LINK_REF_TYPE: Final = "opentracing.ref_type"
-"""On the judge span's link when the turn is also its parent: :data:`REF_TYPE_CHILD_OF`, so Jaeger
+"""On the judge span's link when the turn is also its parent: `REF_TYPE_CHILD_OF`, so Jaeger
 keeps the parent reference CHILD_OF (a link to the parent otherwise makes it FOLLOWS_FROM)."""
 REF_TYPE_CHILD_OF: Final = "child_of"
 
@@ -539,7 +541,7 @@ ATTR_SENTENCES_COUNT: Final = "ragaudit.judge.sentences.count"
 ATTR_SENTENCES_UNSUPPORTED: Final = "ragaudit.judge.sentences.unsupported"
 """Int: sentences judged ``unsupported`` or ``contradicted``."""
 ATTR_SENTENCES_EVENTS_DROPPED: Final = "ragaudit.judge.sentences.events_dropped"
-"""Int: sentence events left out above :data:`MAX_SENTENCE_EVENTS` (problem sentences go first)."""
+"""Int: sentence events left out above `MAX_SENTENCE_EVENTS` (problem sentences go first)."""
 EVENT_SENTENCE: Final = "ragaudit.sentence"
 """One event per answer sentence on the judge span."""
 ATTR_SENTENCE_INDEX: Final = "ragaudit.sentence.index"
@@ -550,7 +552,7 @@ ATTR_SENTENCE_TEXT: Final = "ragaudit.sentence.text"
 """*content* The sentence."""
 MAX_SENTENCE_EVENTS: Final = 50
 def langfuse_metadata_key(prefix: str, key: str) -> str:
-    """``{prefix}.{key}`` for :data:`LANGFUSE_OBSERVATION_METADATA` / :data:`LANGFUSE_TRACE_METADATA`."""
+    """``{prefix}.{key}`` for `LANGFUSE_OBSERVATION_METADATA` / `LANGFUSE_TRACE_METADATA`."""
     return f"{prefix}.{key}"
 
 
@@ -634,12 +636,12 @@ GEN_AI_EVALUATION_EVALUATOR_ID: Final = "gen_ai.evaluation.evaluator.id"
 GEN_AI_EVALUATION_EVALUATOR_VERSION: Final = "gen_ai.evaluation.evaluator.version"
 """The judge protocol's wire version and prompt hash: ``ragaudit-full-audit/1+3f2a…``."""
 GEN_AI_EVALUATION_EVALUATOR_TYPE: Final = "gen_ai.evaluation.evaluator.type"
-"""The mechanism that decides the score: :data:`EVALUATOR_TYPE_LLM_JUDGE` for an LLM judge; not
+"""The mechanism that decides the score: `EVALUATOR_TYPE_LLM_JUDGE` for an LLM judge; not
 set for other judges (the PR sets a type only where the mechanism is known)."""
 EVALUATOR_TYPE_LLM_JUDGE: Final = "llm_judge"
 GEN_AI_EVALUATION_REFERENCE_SET_ID: Final = "gen_ai.evaluation.reference_set.id"
 """The reference set (dataset) the judgement was made against: the turn's
-:data:`REFERENCE_SET_METADATA_KEY`, absent when the app names none."""
+`REFERENCE_SET_METADATA_KEY`, absent when the app names none."""
 REFERENCE_SET_METADATA_KEY: Final = "ragaudit.reference_set.id"
 """Turn metadata key (run metadata, instrument tags) that names the reference set a run is judged against."""
 

@@ -2,7 +2,7 @@
 
 The OTel GenAI conventions define evaluation results as *events*, and events are log records
 (``event_name`` set), not span events: Logfire's live evaluations, Splunk and AWS AgentCore read log
-records, and Langfuse drops span events. :class:`EvaluationLogSink` writes one record per score of
+records, and Langfuse drops span events. `EvaluationLogSink` writes one record per score of
 every judgement through the OTel Logs SDK, each carrying the **evaluated** span's trace and span
 ids (the model call that produced the answer when the source knows it, else the turn's span), so a
 backend files it under the operation it grades. The judge span keeps its span events too
@@ -24,14 +24,14 @@ of the evaluated completion when known (never the judge's own, which is
 ``ragaudit.judgement.id``: derived from the trace, the evaluated span, the judge and the score name,
 so judging the same trace again (a redelivery, a restart) gives the same ids.
 
-A judged session (:class:`~ragaudit.sessions.SessionRecord`) gives one record per session number,
+A judged session ([`SessionRecord`][ragaudit.SessionRecord]) gives one record per session number,
 named ``session.resolved`` (1 / 0.5 / 0, with the label ``yes`` / ``partly`` / ``no``),
 ``session.groundedness`` (computed from the turns' sentence verdicts), ``session.contradictions`` and
 ``session.repeated_turns`` (counts), with ``session.id`` and ``gen_ai.conversation.id``, on the context
-of the session's last turn (:func:`session_evaluation_attributes`).
+of the session's last turn (`session_evaluation_attributes`).
 
 A source that knows the evaluated operation puts its ids in the turn's metadata under
-:data:`EVALUATED_SPAN_ID` and :data:`EVALUATED_RESPONSE_ID` (``ragaudit worker`` does).
+`EVALUATED_SPAN_ID` and `EVALUATED_RESPONSE_ID` (``ragaudit worker`` does).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def evaluated_span(turn: RagTurn) -> tuple[str | None, str | None]:
 
 def evaluation_attributes(turn: RagTurn, judgement: Judgement, reason: str | None, error: str | None
                           ) -> list[dict[str, Any]]:
-    """The attributes of each score's ``gen_ai.evaluation.result`` record, in :data:`SCORE_NAMES` order.
+    """The attributes of each score's ``gen_ai.evaluation.result`` record, in `SCORE_NAMES` order.
 
     *reason* and *error* are the texts as the content policy lets them out (None: withheld).
     """
@@ -238,7 +238,7 @@ class EvaluationLogSink(BaseExporter):
         resource: attributes of that provider's resource (e.g. ``{"service.name": "ragaudit-worker"}``).
 
     Texts (the reason, an error) go out through each record's content policy, as on the judge span.
-    Records that never reached the endpoint (its own provider only) are counted in :attr:`errors`.
+    Records that never reached the endpoint (its own provider only) are counted in `errors`.
     """
 
     max_attribute_chars = 8192

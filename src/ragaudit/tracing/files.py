@@ -1,8 +1,9 @@
-"""JSONL files: finished spans (:class:`JsonlSpanExporter`, :func:`read_spans`) and the audit log
-(:class:`AuditLog`, :func:`read_audit_log`), one JSON object per line.
+"""JSONL files: finished spans ([`JsonlSpanExporter`][ragaudit.tracing.JsonlSpanExporter],
+[`read_spans`][ragaudit.tracing.read_spans]) and the audit log ([`AuditLog`][ragaudit.tracing.AuditLog],
+[`read_audit_log`][ragaudit.tracing.read_audit_log]), one JSON object per line.
 
-The OpenTelemetry SDK is only imported when :class:`JsonlSpanExporter` is first used, so the audit
-log works with the API alone.
+The OpenTelemetry SDK is only imported when [`JsonlSpanExporter`][ragaudit.tracing.JsonlSpanExporter] is first used, so
+the audit log works with the API alone.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def _hex_span_id(span_id: int) -> str:
 
 
 def span_to_dict(span: ReadableSpan) -> dict[str, Any]:
-    """One finished SDK span as the JSON-ready dict :class:`JsonlSpanExporter` writes."""
+    """One finished SDK span as the JSON-ready dict [`JsonlSpanExporter`][ragaudit.tracing.JsonlSpanExporter] writes."""
     ctx = span.context
     parent = span.parent
     return {
@@ -117,7 +118,7 @@ class _AppendFile:
     a read-only directory); an open that fails raises there, and is tried again at the next write.
     A write the OS cuts short (a full disk, a file size limit) keeps the rest of the line it was
     in, written first by the next write (so no line is left half written while the file lives);
-    the lines after it are lost, and :attr:`lost` counts each line that never reached the file once.
+    the lines after it are lost, and `lost` counts each line that never reached the file once.
     """
 
     def __init__(self, path: PathLike, what: str, *, lazy: bool = False) -> None:
@@ -136,12 +137,12 @@ class _AppendFile:
 
     @property
     def closed(self) -> bool:
-        """True after :meth:`close`."""
+        """True after `close`."""
         return self._closed
 
     def append(self, text: str) -> None:
         """Write *text* (whole lines); raises RagAuditError when closed or the file cannot be opened,
-        OSError when the OS refuses (what was lost is counted in :attr:`lost` first)."""
+        OSError when the OS refuses (what was lost is counted in `lost` first)."""
         parts = text.split("\n")
         lines = [part + "\n" for part in parts[:-1]]
         if parts[-1]:
@@ -150,7 +151,7 @@ class _AppendFile:
 
     def write_lines(self, lines: Sequence[str]) -> int:
         """Write *lines* (each ending with a newline) in one go; returns how many reached the file.
-        Raises as :meth:`append`; the lines that did not reach it are counted in :attr:`lost`."""
+        Raises as `append`; the lines that did not reach it are counted in `lost`."""
         with self._lock:
             if self._closed:
                 self.lost += len(lines)
@@ -214,7 +215,8 @@ class _AppendFile:
 
 
 class _JsonlSpanWriter:
-    """The SDK-free half of :class:`JsonlSpanExporter`: thread-safe appends of span lines."""
+    """The SDK-free half of [`JsonlSpanExporter`][ragaudit.tracing.JsonlSpanExporter]: thread-safe appends of span
+    lines."""
 
     def __init__(self, path: PathLike) -> None:
         self._out = _AppendFile(path, "span file")
@@ -244,7 +246,7 @@ def _build_exporter_class() -> type:
 
         Each line has name, trace_id, span_id, parent_span_id (hex), start_time_ns, end_time_ns,
         kind, status, attributes, events, links, resource and scope. Safe to share between
-        threads; read the file back with :func:`read_spans`.
+        threads; read the file back with [`read_spans`][ragaudit.tracing.read_spans].
         """
 
         def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -282,10 +284,10 @@ def __getattr__(name: str) -> Any:
 
 
 def read_spans(path: PathLike) -> list[dict[str, Any]]:
-    """The spans a :class:`JsonlSpanExporter` wrote to *path*, as dicts, in file order.
+    """The spans a [`JsonlSpanExporter`][ragaudit.tracing.JsonlSpanExporter] wrote to *path*, as dicts, in file order.
 
     A truncated last line (an interrupted writer) is skipped with a warning; any other bad line
-    raises :class:`~ragaudit.RagAuditError`. A span written by 0.1.0 is read under today's
+    raises [`RagAuditError`][ragaudit.RagAuditError]. A span written by 0.1.0 is read under today's
     attribute names (``ragaudit.retrieval.judged_*`` as ``ragaudit.retrieval.graded_*``).
     """
     return [_current_span(span) for span in _read_jsonl(path, "span file")]
@@ -321,8 +323,8 @@ def _status_of(details: Mapping[str, Any]) -> int | None:
 
 
 class AuditLog:
-    """An append-only JSONL audit log: one line per judged turn; an :class:`~ragaudit.Exporter` of
-    :class:`~ragaudit.AuditRecord` s (unjudged records get no line).
+    """An append-only JSONL audit log: one line per judged turn; an [`Exporter`][ragaudit.Exporter] of
+    [`AuditRecord`][ragaudit.AuditRecord]s (unjudged records get no line).
 
     Keys: ts, turn_id, trace_id, span_id, framework, model, query, answer, documents
     (``[{id, rank, score, source, metadata, content}]``), citations
@@ -331,17 +333,17 @@ class AuditLog:
     raw_output, error, latency_s, usage; from a full audit: sentences (``[{index, text, verdict,
     supporting_ranks, supporting_doc_ids, start, end, method}]``), document_grades
     (``[{rank, doc_id, grade, method}]``), graded_metrics (``{"graded_ndcg@10": ...}`` or null; 0.1.0
-    wrote ``judged_metrics``, :func:`read_audit_log` reads it as ``graded_metrics``),
+    wrote ``judged_metrics``, [`read_audit_log`][ragaudit.tracing.read_audit_log] reads it as ``graded_metrics``),
     citation_checks (``[{sentence, doc_id, rank, marker, holds, verdict}]``), citation_precision and
     citation_recall (null when nothing is cited).
 
-    A judged session (:meth:`export_sessions`) is one line with ``"kind": "session"`` (turn lines have
-    no ``kind``): ts, session_id, the :class:`~ragaudit.sessions.SessionJudgement` keys (resolved,
-    resolved_turn, contradictions with both sentences, repeated, groundedness, partial, missed,
+    A judged session ([`export_sessions`][ragaudit.tracing.AuditLog.export_sessions]) is one line with ``"kind":
+    "session"`` (turn lines have no ``kind``): ts, session_id, the [`SessionJudgement`][ragaudit.SessionJudgement] keys
+    (resolved, resolved_turn, contradictions with both sentences, repeated, groundedness, partial, missed,
     ended, counts, the judge's reason, error, usage, identity) and ``turns`` (``[{index, turn_id,
     trace_id, span_id, query, answer, scores, status, sentences}]``), texts under the same policy.
 
-    Every text goes through a :class:`~ragaudit.content.ContentPolicy` (*content*, the Auditor's;
+    Every text goes through a [`ContentPolicy`][ragaudit.content.ContentPolicy] (*content*, the Auditor's;
     else one made of *capture_content* and *redact*). With content capture off query, answer,
     document content and metadata, citation markers and reason are null (the reason is kept when the
     policy keeps judge reasons), ``query_chars``, ``answer_chars``, ``reason_chars`` and each
@@ -349,8 +351,8 @@ class AuditLog:
     message, and ``details`` keeps only numbers and flags. Known secrets are scrubbed always; *redact*
     is applied to every text written (also errors, sources and metadata keys); a text it fails on is
     withheld, never written as it was. Lines are written whole at once (no buffer); safe to share
-    between threads. A line the disk refuses is lost and counted once in :attr:`errors` (the Auditor's
-    ``sink_errors``); the rest of a line a full disk cut short is written first by the next write.
+    between threads. A line the disk refuses is lost and counted once in [`errors`][ragaudit.tracing.AuditLog.errors]
+    (the Auditor's ``sink_errors``); the rest of a line a full disk cut short is written first by the next write.
     """
 
     def __init__(
@@ -371,7 +373,8 @@ class AuditLog:
 
     @property
     def content(self) -> ContentPolicy:
-        """Deprecated: :attr:`content_policy` (``content`` also names a document's text)."""
+        """Deprecated: [`content_policy`][ragaudit.tracing.AuditLog.content_policy] (``content`` also names a document's
+        text)."""
         warn_deprecated("AuditLog.content", "AuditLog.content_policy")
         return self.content_policy
 
@@ -393,8 +396,8 @@ class AuditLog:
         retrieval_metrics: Mapping[str, float] | None = None,
         content: ContentPolicy | None = None,
     ) -> dict[str, Any]:
-        """The dict :meth:`write` would write for these arguments (*content*: the policy of this
-        turn, e.g. its integration handler's; None: the log's own)."""
+        """The dict [`write`][ragaudit.tracing.AuditLog.write] would write for these arguments (*content*: the policy of
+        this turn, e.g. its integration handler's; None: the log's own)."""
         from ..turn_audit import audit_turn
 
         audit = audit_turn(turn, judgement) if judgement.sentences or judgement.document_grades else None
@@ -402,7 +405,8 @@ class AuditLog:
                           else content, audit)
 
     def record_line(self, record: AuditRecord) -> dict[str, Any] | None:
-        """The dict :meth:`export` writes for *record* (None for an unjudged one), from its derived values."""
+        """The dict [`export`][ragaudit.tracing.AuditLog.export] writes for *record* (None for an unjudged one), from
+        its derived values."""
         if record.judgement is None:
             return None
         return self._line(record.turn, record.judgement, record.status, record.ground_truth_metrics,
@@ -506,9 +510,10 @@ class AuditLog:
         retrieval_metrics: Mapping[str, float] | None = None,
         content: ContentPolicy | None = None,
     ) -> None:
-        """Append one line for *turn* and its *judgement* and flush it (*content*: as :meth:`record`).
+        """Append one line for *turn* and its *judgement* and flush it (*content*: as
+        [`record`][ragaudit.tracing.AuditLog.record]).
 
-        Raises :class:`~ragaudit.RagAuditError` when the log is closed or the line cannot be
+        Raises [`RagAuditError`][ragaudit.RagAuditError] when the log is closed or the line cannot be
         written (the caller, normally the Auditor, counts and logs it). A text *redact* fails on
         is written as ``[ragaudit: redact() failed, text withheld]``.
         """
@@ -523,7 +528,7 @@ class AuditLog:
 
     def export(self, records: Sequence[AuditRecord]) -> ExportResult:
         """Append one line per judged record, all in one write. Never raises: a line that cannot be
-        written is counted in :attr:`errors` (once) and logged (rate-limited)."""
+        written is counted in [`errors`][ragaudit.tracing.AuditLog.errors] (once) and logged (rate-limited)."""
         lines = []
         policy = self.content_policy
         for record in records:
@@ -549,7 +554,8 @@ class AuditLog:
         return ExportResult.SUCCESS
 
     def session_line(self, record: SessionRecord) -> dict[str, Any]:
-        """The dict :meth:`export_sessions` writes for *record* (texts through its content policy)."""
+        """The dict [`export_sessions`][ragaudit.tracing.AuditLog.export_sessions] writes for *record* (texts through
+        its content policy)."""
         policy = record.content_policy
         j = record.judgement
         v = j.verdict
@@ -579,7 +585,7 @@ class AuditLog:
         return True
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
-        """:meth:`close`, never raising (a rest that cannot be written is counted lost)."""
+        """[`close`][ragaudit.tracing.AuditLog.close], never raising (a rest that cannot be written is counted lost)."""
         try:
             self.close()
         except OSError as exc:
@@ -598,7 +604,7 @@ class AuditLog:
 
     @property
     def closed(self) -> bool:
-        """True after :meth:`close`."""
+        """True after [`close`][ragaudit.tracing.AuditLog.close]."""
         return self._out.closed
 
 
@@ -612,7 +618,7 @@ def read_audit_log(path: PathLike) -> list[dict[str, Any]]:
     """The lines of an audit log as dicts, in file order.
 
     A truncated last line (a process killed mid-write) is skipped with a warning; any other bad
-    line raises :class:`~ragaudit.RagAuditError`. A line written by 0.1.0 is read under today's
+    line raises [`RagAuditError`][ragaudit.RagAuditError]. A line written by 0.1.0 is read under today's
     keys (its ``judged_metrics`` as ``graded_metrics``, ``judged_<metric>`` as ``graded_<metric>``).
     """
     return [current_audit_line(line) if isinstance(line, dict) else line for line in _read_jsonl(path, "audit log")]

@@ -1,7 +1,7 @@
 """``configure()``: send ragaudit's spans somewhere (OTLP over HTTP or gRPC, the console, a JSONL file).
 
 Needs the OpenTelemetry SDK and exporters (``pip install 'ragaudit[otlp]'``); they are imported when
-:func:`configure` is called, never when :mod:`ragaudit.tracing` is imported.
+[`configure`][ragaudit.tracing.configure] is called, never when [`ragaudit.tracing`][ragaudit.tracing] is imported.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ __all__ = ["LANGFUSE_DEFAULT_HOST", "PROTOCOLS", "configure", "counted_exporter"
 _logger = logging.getLogger("ragaudit")
 
 PROTOCOLS = ("http/protobuf", "grpc")
-"""The OTLP protocols :func:`configure` accepts."""
+"""The OTLP protocols [`configure`][ragaudit.tracing.configure] accepts."""
 LANGFUSE_DEFAULT_HOST = "https://cloud.langfuse.com"
 _LANGFUSE_OTEL_PATH = "/api/public/otel"
 _TRACES_PATH = "/v1/traces"
@@ -59,8 +59,8 @@ def langfuse_host(explicit: str | None = None) -> str:
     """The Langfuse host traces and scores go to: *explicit*, else ``$LANGFUSE_BASE_URL`` (the
     Langfuse SDK's current name), else ``$LANGFUSE_HOST`` (its older one), else Langfuse Cloud.
 
-    :func:`configure` and :class:`~ragaudit.tracing.LangfuseSink` both use it, so scores land in
-    the same project as their traces whichever variables are set.
+    [`configure`][ragaudit.tracing.configure] and [`LangfuseSink`][ragaudit.tracing.LangfuseSink] both use it, so scores
+    land in the same project as their traces whichever variables are set.
     """
     return (explicit or _env("LANGFUSE_BASE_URL", "LANGFUSE_HOST") or LANGFUSE_DEFAULT_HOST).rstrip("/")
 
@@ -134,8 +134,8 @@ EXPORT_TIMEOUT_S = 5.0
 """Seconds one OTLP export request may take (the SDK's default is 10 s), unless
 ``OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`` / ``OTEL_EXPORTER_OTLP_TIMEOUT`` say otherwise."""
 EXIT_TIMEOUT_S = 2.0
-"""Seconds the exit hook gives the provider :func:`configure` created to shut down when no Auditor
-set the exit deadline; with one, what is left of its ``exit_timeout_s`` (the Auditor's exit flush
+"""Seconds the exit hook gives the provider [`configure`][ragaudit.tracing.configure] created to shut down when no
+Auditor set the exit deadline; with one, what is left of its ``exit_timeout_s`` (the Auditor's exit flush
 already flushed the exporters), at least 0.1 s."""
 
 
@@ -154,8 +154,8 @@ _failed: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 def spans_not_exported(provider: Any = None) -> int:
-    """How many spans the exporters :func:`configure` (or the worker) added to *provider* failed to
-    export so far; every provider's together when *provider* is None. A flush uses it to say
+    """How many spans the exporters [`configure`][ragaudit.tracing.configure] (or the worker) added to *provider* failed
+    to export so far; every provider's together when *provider* is None. A flush uses it to say
     truthfully whether its spans were delivered: the SDK's ``force_flush`` returns True even when
     the export failed."""
     with _failed_lock:
@@ -169,7 +169,7 @@ _EXPORT_PAUSE_S = 0.01
 
 
 def counted_exporter(exporter: Any, provider: Any) -> Any:
-    """*exporter*, its failures counted under *provider* (see :func:`spans_not_exported`) and its
+    """*exporter*, its failures counted under *provider* (see `spans_not_exported`) and its
     batches sent in chunks with the host let in between."""
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
@@ -217,7 +217,7 @@ def counted_exporter(exporter: Any, provider: Any) -> Any:
 
 
 def _shutdown_at_exit(provider: Any) -> None:
-    """Shut *provider* down at exit within :data:`EXIT_TIMEOUT_S`, whatever its endpoint does.
+    """Shut *provider* down at exit within `EXIT_TIMEOUT_S`, whatever its endpoint does.
 
     The SDK's own exit hook (``shutdown_on_exit``) waits up to 30 s per processor, and its
     ``force_flush`` does not honour its timeout at all (a black-holed endpoint held exit for 49 s):
@@ -391,7 +391,7 @@ def configure(
             else ``http/protobuf``.
         service_name: the ``service.name`` resource; None: ``OTEL_SERVICE_NAME``, else ``ragaudit``.
         console: also print each span to stdout.
-        file: also append each span as a JSON line to this path (read with :func:`read_spans`).
+        file: also append each span as a JSON line to this path (read with [`read_spans`][ragaudit.tracing.read_spans]).
         headers: extra OTLP headers, a mapping or ``"k=v,k2=v2"``; None: ``OTEL_EXPORTER_OTLP_HEADERS``.
         langfuse: export to Langfuse: ``$LANGFUSE_BASE_URL`` or ``$LANGFUSE_HOST`` (or *endpoint*;
             default https://cloud.langfuse.com) + ``/api/public/otel/v1/traces``, Basic auth from

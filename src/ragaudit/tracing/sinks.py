@@ -1,9 +1,9 @@
 """Judgement sinks for trace backends: Phoenix annotations and Langfuse scores, as exporters.
 
-Each sink is an :class:`~ragaudit.Exporter` of :class:`~ragaudit.AuditRecord` s: its ``export`` only
+Each sink is an [`Exporter`][ragaudit.Exporter] of [`AuditRecord`][ragaudit.AuditRecord]s: its ``export`` only
 queues what a record needs sent (scores, annotations: read from the record, never recomputed; texts
 through the record's content policy); a thread of ragaudit's one batch worker sends batches over HTTP. A
-backend that is down, slow, or answers 401/500 never blocks or breaks the :class:`~ragaudit.Auditor`:
+backend that is down, slow, or answers 401/500 never blocks or breaks the [`Auditor`][ragaudit.Auditor]:
 the batch is retried with exponential backoff a bounded number of times, then dropped and counted;
 each kind of failure is logged once (then rate-limited). ``force_flush``/``shutdown`` follow the OpenTelemetry exporter
 convention and return within their timeout.
@@ -55,10 +55,10 @@ class _BatchPolicy(threading.local):
 class HttpSink(BaseJudgementSink):
     """Base for sinks that POST JSON batches from a background thread.
 
-    Subclasses implement :meth:`record_requests` (what to send for one record: ``(path, body)``
-    pairs) and may set :attr:`response_check` (what a delivered answer looks like: a 2xx status
-    with a JSON body is not enough for every backend; an HTML login page answered with 200 is a
-    failure). ``stats()`` gives ``sent``, ``failed`` (items given up on), ``dropped`` (queue full),
+    Subclasses implement [`record_requests`][ragaudit.tracing.HttpSink.record_requests] (what to send for one record:
+    ``(path, body)`` pairs) and may set [`response_check`][ragaudit.tracing.HttpSink.response_check] (what a delivered
+    answer looks like: a 2xx status with a JSON body is not enough for every backend; an HTML login page answered with
+    200 is a failure). ``stats()`` gives ``sent``, ``failed`` (items given up on), ``dropped`` (queue full),
     ``retries``, ``rejected`` (answers that did not look delivered); ``errors`` is ``failed +
     dropped`` (the Auditor adds it to its ``sink_errors``).
     """
@@ -122,7 +122,8 @@ class HttpSink(BaseJudgementSink):
 
     def bind_recorder(self, recorder: Any) -> None:
         """Kept for sinks written against the old interface: the policy of *recorder*
-        (``recorder.content_policy``) becomes the policy of :meth:`emit` and of log lines."""
+        (``recorder.content_policy``) becomes the policy of [`emit`][ragaudit.tracing.HttpSink.emit] and of log
+        lines."""
         super().bind_recorder(recorder)
         policy = recorder.content_policy
         if isinstance(policy, ContentPolicy):
@@ -130,37 +131,39 @@ class HttpSink(BaseJudgementSink):
 
     @property
     def content(self) -> ContentPolicy:
-        """Deprecated: :attr:`content_policy` (``content`` also names a document's text)."""
+        """Deprecated: [`content_policy`][ragaudit.tracing.HttpSink.content_policy] (``content`` also names a document's
+        text)."""
         warn_deprecated(f"{type(self).__name__}.content", f"{type(self).__name__}.content_policy")
         return self.content_policy
 
     @property
     def content_policy(self) -> ContentPolicy:
-        """The policy of texts that belong to no record (:meth:`emit` without a record, log lines):
-        the one bound, else one from the environment. A record's texts follow its own policy."""
+        """The policy of texts that belong to no record ([`emit`][ragaudit.tracing.HttpSink.emit] without a record, log
+        lines): the one bound, else one from the environment. A record's texts follow its own policy."""
         policy = self._content
         if policy is None:
             policy = self._content = ContentPolicy()
         return policy
 
     def recorded_reason(self, judgement: Judgement, policy: ContentPolicy | None = None) -> str | None:
-        """The judge's reason as *policy* (default :attr:`content`) lets it be recorded: None when it
-        withholds reasons (content capture off), else scrubbed, redacted and cut to :attr:`max_text_chars`."""
+        """The judge's reason as *policy* (default [`content`][ragaudit.tracing.HttpSink.content]) lets it be recorded:
+        None when it withholds reasons (content capture off), else scrubbed, redacted and cut to
+        [`max_text_chars`][ragaudit.tracing.HttpSink.max_text_chars]."""
         return (policy or self.content_policy).reason(judgement.reason, self.max_text_chars)
 
     def __repr__(self) -> str:  # never show a credential of the URL
         return f"{type(self).__name__}({scrub_url(self.endpoint)!r})"
 
     def record_requests(self, record: AuditRecord) -> list[tuple[str, dict[str, Any]]]:
-        """The ``(path, json_body)`` items to send for one record (default: :meth:`requests` of its
-        turn and judgement; nothing for an unjudged turn)."""
+        """The ``(path, json_body)`` items to send for one record (default:
+        [`requests`][ragaudit.tracing.HttpSink.requests] of its turn and judgement; nothing for an unjudged turn)."""
         if record.judgement is None:
             return []
         return self.requests(record.turn, record.judgement)
 
     def requests(self, turn: RagTurn, judgement: Judgement) -> list[tuple[str, dict[str, Any]]]:
         """The ``(path, json_body)`` items to send for one judgement (a record made of them, sent
-        through :attr:`content`)."""
+        through [`content`][ragaudit.tracing.HttpSink.content])."""
         if type(self).record_requests is HttpSink.record_requests:
             raise NotImplementedError
         return self.record_requests(audit_record(turn, judgement, self.content_policy))
@@ -191,8 +194,8 @@ class HttpSink(BaseJudgementSink):
         return ok
 
     def emit(self, turn: RagTurn, judgement: Judgement) -> None:
-        """Queue what this judgement needs sent: :meth:`export` of its record (texts through
-        :attr:`content`)."""
+        """Queue what this judgement needs sent: [`export`][ragaudit.tracing.HttpSink.export] of its record (texts
+        through [`content`][ragaudit.tracing.HttpSink.content])."""
         self.export([audit_record(turn, judgement, self.content_policy)])
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
@@ -425,12 +428,12 @@ class LangfuseSink(HttpSink):
     and secret key) from a background thread. A score the judge did not give is not sent; a turn
     whose span was not recorded (sampled out) gets no scores.
 
-    Each score's ``id`` is :func:`score_id` (trace, span, judge, score name), so a retry never
+    Each score's ``id`` is `score_id` (trace, span, judge, score name), so a retry never
     duplicates a score. Its ``environment`` is *environment*, else the bound span recorder's (the
     traces' ``$LANGFUSE_TRACING_ENVIRONMENT`` or resource ``deployment.environment[.name]``), else
     ``$LANGFUSE_TRACING_ENVIRONMENT``; none: Langfuse's ``default``. Keys default to
     ``LANGFUSE_PUBLIC_KEY`` / ``LANGFUSE_SECRET_KEY``; the host is resolved as
-    :func:`ragaudit.tracing.configure` resolves it (*host*, ``LANGFUSE_BASE_URL``,
+    [`ragaudit.tracing.configure`][ragaudit.tracing.configure] resolves it (*host*, ``LANGFUSE_BASE_URL``,
     ``LANGFUSE_HOST``, ``https://cloud.langfuse.com``).
     """
 
@@ -530,7 +533,8 @@ class LangfuseSink(HttpSink):
                 for name, value in j.scores().items() if value is not None]
 
     def export_sessions(self, records: Sequence[SessionRecord]) -> ExportResult:
-        """Queue the session scores of every judged session (see :meth:`session_requests`)."""
+        """Queue the session scores of every judged session (see
+        [`session_requests`][ragaudit.tracing.LangfuseSink.session_requests])."""
         ok = True
         for record in records:
             ok = self._queue(self.session_requests(record), record.content_policy) and ok

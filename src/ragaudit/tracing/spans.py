@@ -1,11 +1,11 @@
-"""Turn :class:`~ragaudit.RagTurn` and :class:`~ragaudit.Judgement` records into OpenTelemetry spans.
+"""Turn [`RagTurn`][ragaudit.RagTurn] and [`Judgement`][ragaudit.Judgement] records into OpenTelemetry spans.
 
 Per turn: a ``ragaudit.turn`` span with one child per retrieval (``retrieval {name}``), per LLM
 call (``chat {model}``) and per tool call (``execute_tool {name}``), and later, when the judgement
 arrives, a ``ragaudit.judge`` span: by default a child of the turn span in the same trace
 (``judge_trace="turn"``), or the root of a trace of its own linked to the turn
 (``judge_trace="separate"``, so the answer's trace keeps the answer's duration). Attribute names
-are in :mod:`ragaudit.tracing.conventions`.
+are in [`ragaudit.tracing.conventions`][ragaudit.tracing.conventions].
 
 What each backend reads (Langfuse's ``langfuse.*`` keys, Jaeger's tags, Phoenix's OpenInference
 keys) is pinned by ``tests/test_backend_langfuse.py`` and ``tests/test_backend_jaeger.py``.
@@ -62,11 +62,12 @@ _MAX_MESSAGES = 32
 
 
 class TurnHandle:
-    """An open turn span, returned by :meth:`SpanRecorder.start_turn`; opaque to integrations.
+    """An open turn span, returned by [`SpanRecorder.start_turn`][ragaudit.tracing.SpanRecorder.start_turn]; opaque to
+    integrations.
 
     ``trace_id`` (32 hex digits) and ``span_id`` (16) identify the turn span; both are None when
     tracing is disabled or the sampler dropped the span (then ``sampled_out`` is True). Pass the
-    handle back to :meth:`SpanRecorder.end_turn` exactly once.
+    handle back to [`SpanRecorder.end_turn`][ragaudit.tracing.SpanRecorder.end_turn] exactly once.
     """
 
     __slots__ = ("_agent", "_name", "_retrievals", "_root", "_span", "_start_ns", "sampled_out", "span_id",
@@ -118,14 +119,14 @@ class SpanRecorder(SpanWriter):
     Args:
         tracer_provider: the provider to use; None means the global one, looked up at each call
             until an SDK provider is installed (so a recorder made before
-            :func:`ragaudit.tracing.configure` starts tracing once it runs).
+            [`ragaudit.tracing.configure`][ragaudit.tracing.configure] starts tracing once it runs).
         capture_content: record questions, answers, documents, prompts and reasons. None means
             on unless ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is ``NO_CONTENT``,
             ``false`` or ``0``. Off, only ids, scores and sizes (``ragaudit.*.chars``) are kept.
         max_attribute_chars: longer strings (every string attribute, content or not) are cut and
             marked ``…[truncated N chars]``.
         redact: applied to every text before it is recorded (after it, the text is cut).
-        content: the :class:`~ragaudit.content.ContentPolicy` deciding every recorded text (the
+        content: the [`ContentPolicy`][ragaudit.content.ContentPolicy] deciding every recorded text (the
             Auditor passes its own); instead of *capture_content* and *redact*, not with them.
         max_documents: documents recorded per retrieval span, top ranks first; the total is
             ``ragaudit.document.count`` and the number left out ``ragaudit.document.omitted``.
@@ -134,8 +135,8 @@ class SpanRecorder(SpanWriter):
             so the turn's trace lasts only as long as the answer did. None: ``$RAGAUDIT_JUDGE_TRACE``.
 
     ``enabled`` is False while the provider is the API's no-op one; then every method returns at
-    once (:meth:`start_turn` gives a handle whose ids are None). No method raises: a failure is
-    logged once per kind on the ``ragaudit`` logger and the span data is dropped.
+    once ([`start_turn`][ragaudit.tracing.SpanRecorder.start_turn] gives a handle whose ids are None). No method raises:
+    a failure is logged once per kind on the ``ragaudit`` logger and the span data is dropped.
     """
 
     # --- turns ---------------------------------------------------------------------------------
@@ -147,9 +148,10 @@ class SpanRecorder(SpanWriter):
     ) -> TurnHandle:
         """Start the turn span now, as a child of *parent* (None: the current context).
 
-        The span is not made current. Returns a :class:`TurnHandle` for :meth:`end_turn`; its ids
-        are None when tracing is disabled or the sampler dropped the span (then nothing refers to
-        a trace that will never exist: no judge span in it, no scores sent to it).
+        The span is not made current. Returns a [`TurnHandle`][ragaudit.tracing.TurnHandle] for
+        [`end_turn`][ragaudit.tracing.SpanRecorder.end_turn]; its ids are None when tracing is disabled or the sampler
+        dropped the span (then nothing refers to a trace that will never exist: no judge span in it, no scores sent to
+        it).
         """
         tracer = self._tracer if self._tracer is not None else self._current_tracer()
         if tracer is None:
@@ -174,7 +176,7 @@ class SpanRecorder(SpanWriter):
     def mark_agent(self, handle: TurnHandle, agent: str) -> None:
         """Make the open turn span of *handle* an agent's: GenAI ``invoke_agent`` (span name
         ``invoke_agent {agent}``, ``gen_ai.agent.name``), OpenInference AGENT, Langfuse agent.
-        Call before :meth:`end_turn`; never raises."""
+        Call before [`end_turn`][ragaudit.tracing.SpanRecorder.end_turn]; never raises."""
         if handle._span is not None and isinstance(agent, str):
             handle._agent = agent
 
@@ -191,9 +193,9 @@ class SpanRecorder(SpanWriter):
 
         Children use their own ``started_at``/``ended_at`` (falling back to the turn's); when the
         turn has documents but no ``retrievals``, one retrieval span is made from its documents
-        (retrieval spans :meth:`start_children` started are ended here). The span gets error status
-        when ``turn.error`` is set and ends at ``turn.ended_at``. *record*: the turn's audit record
-        when it was judged before its span ends (inline): its graded metrics and citation scores go
+        (retrieval spans [`start_children`][ragaudit.tracing.SpanRecorder.start_children] started are ended here). The
+        span gets error status when ``turn.error`` is set and ends at ``turn.ended_at``. *record*: the turn's audit
+        record when it was judged before its span ends (inline): its graded metrics and citation scores go
         on the turn span, its document grades on the retrieval spans.
         """
         span = handle._span
@@ -235,10 +237,10 @@ class SpanRecorder(SpanWriter):
         return traced
 
     def start_children(self, handle: TurnHandle, turn: RagTurn) -> RagTurn:
-        """Start *turn*'s retrieval spans under the open turn span of *handle* (:meth:`end_turn` ends
-        them) and return *turn* pointing at its spans: ``trace_id``, ``span_id`` and
-        ``retrieval_span_ids``, which exporters annotating retrieved documents need. *turn*
-        unchanged when the span is not recorded. Never raises."""
+        """Start *turn*'s retrieval spans under the open turn span of *handle*
+        ([`end_turn`][ragaudit.tracing.SpanRecorder.end_turn] ends them) and return *turn* pointing at its spans:
+        ``trace_id``, ``span_id`` and ``retrieval_span_ids``, which exporters annotating retrieved documents need.
+        *turn* unchanged when the span is not recorded. Never raises."""
         span = handle._span
         tracer = self._tracer
         if span is None or tracer is None or handle.trace_id is None or handle.span_id is None:
@@ -261,8 +263,9 @@ class SpanRecorder(SpanWriter):
         return [self._retrieval_span(tracer, parent, r, handle._start_ns, end_ns, turn.query) for r in retrievals]
 
     def retrieval_span_ids(self, turn_id: str) -> tuple[str, ...] | None:
-        """Deprecated: a turn's retrieval span ids are on the turn :meth:`record_turn` returns
-        (``turn.retrieval_span_ids``) and on its :class:`~ragaudit.AuditRecord`. Always None."""
+        """Deprecated: a turn's retrieval span ids are on the turn
+        [`record_turn`][ragaudit.tracing.SpanRecorder.record_turn] returns (``turn.retrieval_span_ids``) and on its
+        [`AuditRecord`][ragaudit.AuditRecord]. Always None."""
         warn_deprecated("SpanRecorder.retrieval_span_ids()", "RagTurn.retrieval_span_ids")
         return None
 
@@ -581,7 +584,7 @@ class SpanRecorder(SpanWriter):
         three scores becomes a ``gen_ai.evaluation.result`` event, where a missing score has no
         value and the label ``missing`` (never 0). *start_ns* defaults to now minus the
         judgement's latency. A turn whose span the sampler dropped gets no judge span. (The
-        Auditor writes judge spans from its records, with :class:`~ragaudit.tracing.JudgeSpanExporter`.)
+        Auditor writes judge spans from its records, with `JudgeSpanExporter`.)
         """
         from ..turn_audit import audit_record
 

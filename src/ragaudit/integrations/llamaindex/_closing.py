@@ -1,5 +1,5 @@
 """A finished turn as steps: what the collector kept of its runs, in the vocabulary of
-:mod:`ragaudit.integrations.steps`, for the assembler to apply the turn rules to."""
+[`ragaudit.integrations.steps`][ragaudit.integrations.steps], for the assembler to apply the turn rules to."""
 
 from __future__ import annotations
 

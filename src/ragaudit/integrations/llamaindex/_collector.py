@@ -52,10 +52,10 @@ _ENDED_KEPT = 4096  # ended dispatcher spans outside turns remembered as parents
 class Collector:
     """Groups LlamaIndex runs (dispatcher spans or legacy callback events) into turns and closes them.
 
-    Shared by the span/event handlers of :func:`instrument` and by :class:`RagAuditLlamaIndexHandler`.
-    On the host's thread it only updates dictionaries under the store lock (callers catch what it
-    raises); a finished turn is built, traced and submitted on the auditor's closing thread
-    (:func:`~ragaudit.integrations._common.close_later`).
+    Shared by the span/event handlers of [`instrument`][ragaudit.integrations.llamaindex.instrument] and by
+    [`RagAuditLlamaIndexHandler`][ragaudit.integrations.llamaindex.RagAuditLlamaIndexHandler]. On the host's thread it
+    only updates dictionaries under the store lock (callers catch what it raises); a finished turn is built, traced and
+    submitted on the auditor's closing thread (`close_later`).
     """
 
     def __init__(

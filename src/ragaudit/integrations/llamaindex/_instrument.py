@@ -26,12 +26,12 @@ class Audited:
 
     @property
     def auditor(self) -> Auditor:
-        """The :class:`~ragaudit.Auditor` turns are submitted to."""
+        """The [`Auditor`][ragaudit.Auditor] turns are submitted to."""
         return self._collector.auditor
 
     @property
     def recorder(self) -> Any:
-        """The :class:`~ragaudit.tracing.SpanRecorder` that writes the turn spans."""
+        """The [`SpanRecorder`][ragaudit.tracing.SpanRecorder] that writes the turn spans."""
         return self._collector.recorder
 
     def force_flush(self, timeout_s: float | None = 30.0) -> bool:
@@ -55,10 +55,11 @@ class Audited:
 
 
 class LlamaIndexInstrumentation(Audited):
-    """What :func:`instrument` attached to LlamaIndex's root dispatcher; :func:`uninstrument` detaches it.
+    """What [`instrument`][ragaudit.integrations.llamaindex.instrument] attached to LlamaIndex's root dispatcher;
+    [`uninstrument`][ragaudit.integrations.llamaindex.LlamaIndexInstrumentation.uninstrument] detaches it.
 
-    ``auditor`` judges the turns, ``recorder`` writes the turn spans. :meth:`force_flush` waits for the
-    judgements of the turns closed so far; :meth:`stats` counts turns. ``attached``: whether runs
+    ``auditor`` judges the turns, ``recorder`` writes the turn spans. `force_flush` waits for the
+    judgements of the turns closed so far; `stats` counts turns. ``attached``: whether runs
     that start now are audited. Once detached, its handlers stay on the dispatcher only until the
     turns in flight then have closed (each as one turn), and ignore everything else.
     """
@@ -174,10 +175,12 @@ def instrument(
 
     Attaches a span handler and an event handler to the root dispatcher
     (``llama_index.core.instrumentation.get_dispatcher()``); calling again with the same arguments
-    (the same objects), also after :func:`uninstrument`, returns the same instrumentation, with
-    others replaces it. Returns the :class:`LlamaIndexInstrumentation`; undo with :func:`uninstrument`.
-    Safe while engines run: a run in flight when this is called (or when it is replaced) is not
-    audited by it, not even its later steps; one that started under it finishes with it as one turn.
+    (the same objects), also after [`uninstrument`][ragaudit.integrations.llamaindex.uninstrument], returns the same
+    instrumentation, with others replaces it. Returns the
+    [`LlamaIndexInstrumentation`][ragaudit.integrations.llamaindex.LlamaIndexInstrumentation]; undo with
+    [`uninstrument`][ragaudit.integrations.llamaindex.uninstrument]. Safe while engines run: a run in flight when this
+    is called (or when it is replaced) is not audited by it, not even its later steps; one that started under it
+    finishes with it as one turn.
 
     * Question: the root call's argument (the query, or the user's chat message).
     * Answer: the engine's response text; for a streamed response, the full text once the stream
@@ -201,24 +204,24 @@ def instrument(
       used) go to the judge.
     * A retriever called on its own and a turn with no answer or an error are traced, not judged;
       an empty answer (``"Empty Response"``) is traced and counted. The rules are the turn
-      assembler's (:mod:`ragaudit.integrations._assembler`), shared with LangChain.
+      assembler's (`ragaudit.integrations._assembler`), shared with LangChain.
 
     Args:
-        judge: the judge of the :class:`~ragaudit.Auditor` the turns go to (one per judge object,
+        judge: the judge of the [`Auditor`][ragaudit.Auditor] the turns go to (one per judge object,
             shared with every handler given the same judge). Give *judge* or *auditor*, not both;
             with neither, the process-wide default auditor.
         auditor: the auditor to submit turns to.
         tracer_provider, capture_content, redact: how the turns are recorded (``capture_content``
             None: on unless ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` says
             ``NO_CONTENT``): turn spans, and each turn's judge span, audit-log line and sink payloads
-            (:meth:`~ragaudit.Auditor.recorder_for`); they never make an Auditor of their own. With
+            ([`recorder_for`][ragaudit.Auditor.recorder_for]); they never make an Auditor of their own. With
             none given, the auditor's recorder is used.
         max_runs: at most this many turns are tracked at once; past it the oldest is ended as an error.
         turn_measures: retrieval metrics put on the turn span when ground truth is known.
         query_key: the ``StartEvent`` field that holds the user's question in workflows that name
             it otherwise (``w.run(topic=...)``: ``query_key="topic"``).
 
-    Raises :class:`~ragaudit.ConfigurationError` for bad arguments. Once attached, the handlers
+    Raises [`ConfigurationError`][ragaudit.ConfigurationError] for bad arguments. Once attached, the handlers
     never raise into LlamaIndex: a failure is logged (rate-limited) on the ``ragaudit`` logger.
     """
     args = (judge, auditor, tracer_provider, capture_content, redact, max_runs, tuple(turn_measures), query_key)
@@ -256,8 +259,8 @@ def _install(args: tuple[Any, ...], installed: LlamaIndexInstrumentation) -> Lla
 
 
 def uninstrument() -> LlamaIndexInstrumentation | None:
-    """Stop auditing runs that start from now on; returns what :func:`instrument` attached (None when
-    nothing was). Idempotent.
+    """Stop auditing runs that start from now on; returns what
+    [`instrument`][ragaudit.integrations.llamaindex.instrument] attached (None when nothing was). Idempotent.
 
     Runs in flight finish with it, each as one turn (its handlers leave the dispatcher when the
     last of them has ended); runs that start afterwards, and their steps, are not audited.
@@ -278,9 +281,9 @@ def instrumented(**instrument_kwargs: Any) -> Iterator[LlamaIndexInstrumentation
     >>> with llamaindex.instrumented(auditor=auditor) as installed:
     ...     engine.query("...")
 
-    *instrument_kwargs* go to :func:`instrument`. On exit the turns closed so far are flushed to
-    the auditor's queue (not waited for judging), this instrumentation is detached and the one
-    :func:`instrument` had installed before, if any, is attached again.
+    *instrument_kwargs* go to [`instrument`][ragaudit.integrations.llamaindex.instrument]. On exit the turns closed so
+    far are flushed to the auditor's queue (not waited for judging), this instrumentation is detached and the one
+    [`instrument`][ragaudit.integrations.llamaindex.instrument] had installed before, if any, is attached again.
     """
     global _current, _last
     with registration_lock:

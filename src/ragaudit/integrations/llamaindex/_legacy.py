@@ -21,18 +21,18 @@ __all__ = ["RagAuditLlamaIndexHandler"]
 
 class RagAuditLlamaIndexHandler(Audited, BaseCallbackHandler):
     """A legacy LlamaIndex callback handler: each root ``QUERY`` (or a ``RETRIEVE`` of its own)
-    becomes an audited :class:`~ragaudit.RagTurn`.
+    becomes an audited [`RagTurn`][ragaudit.RagTurn].
 
     >>> from llama_index.core import Settings
     >>> from llama_index.core.callbacks import CallbackManager
     >>> Settings.callback_manager = CallbackManager([RagAuditLlamaIndexHandler()])
 
     For code that still sets ``Settings.callback_manager``; new code should prefer
-    :func:`instrument`, which sees chat engines as one turn. The question is the ``QUERY`` event's
-    query string (for a chat engine, the condensed question), the answer its response, the
+    [`instrument`][ragaudit.integrations.llamaindex.instrument], which sees chat engines as one turn. The question is
+    the ``QUERY`` event's query string (for a chat engine, the condensed question), the answer its response, the
     documents the response's ``source_nodes``; ``RETRIEVE`` events become retrieval spans and
     ``LLM`` events generation spans (a chat model implemented over completion counts once). The
-    arguments are those of :func:`instrument`.
+    arguments are those of [`instrument`][ragaudit.integrations.llamaindex.instrument].
     """
 
     def __init__(

@@ -134,7 +134,7 @@ class StreamTap(_Tap, Generator[str, None, None]):
 
 
 class AsyncStreamTap(_Tap):
-    """The async counterpart of :class:`StreamTap`, for ``AsyncStreamingResponse.response_gen``."""
+    """The async counterpart of `StreamTap`, for ``AsyncStreamingResponse.response_gen``."""
 
     def __init__(self, collector: Collector, turn: Turn, response: AsyncStreamingResponse) -> None:
         super().__init__(collector, turn, response)

@@ -193,7 +193,7 @@ def user_message_of(start_event: Any, keys: Sequence[str] = WORKFLOW_QUERY_KEYS)
 
 def query_from_args(bound_args: Any, keys: Sequence[str] = WORKFLOW_QUERY_KEYS) -> str | None:
     """The question of a root call from its arguments; for a workflow run, from its start event
-    (*keys*, see :func:`user_message_of`)."""
+    (*keys*, see `user_message_of`)."""
     arguments = getattr(bound_args, "arguments", None)
     if not isinstance(arguments, Mapping):
         return None

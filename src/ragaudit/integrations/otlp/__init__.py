@@ -15,7 +15,7 @@ Worker(host="0.0.0.0", auth_token=BearerToken.from_file("/run/secrets/worker-tok
 The receiver (OTLP/HTTP protobuf and JSON, gzip, chunked), trace readiness, the convention
 readers (OpenInference, OpenLLMetry, OTel GenAI, ragaudit's own) and the output (a ``ragaudit.judge``
 span in the evaluated trace, ``gen_ai.evaluation.result`` log records, metrics) are described in
-:class:`Worker` and the README's worker section. Needs the ``worker`` extra.
+[`Worker`][ragaudit.integrations.otlp.Worker] and the README's worker section. Needs the ``worker`` extra.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Convention readers: what one received span says, whatever instrumentation wrote it.
 
-Each reader turns a :class:`~ragaudit.integrations.otlp._decode.SpanData` into a :class:`Reading` (kind,
+Each reader turns a `SpanData` into a `Reading` (kind,
 input and output text, documents, messages, model, usage, ids); the turn builder maps readings onto
 the integration contract's steps. One reader per convention, tried in this order, the first that
 recognises the span wins:
@@ -20,7 +20,7 @@ recognises the span wins:
   (``gen_ai.retrieval.documents``, ``gen_ai.retrieval.query.text``), ``execute_tool``,
   ``invoke_agent``; ``gen_ai.conversation.id`` is the session.
 
-A document with no id anywhere gets :func:`~ragaudit.records.stable_doc_id` of its text, after the
+A document with no id anywhere gets [`stable_doc_id`][ragaudit.records.stable_doc_id] of its text, after the
 trace-wide pass in the turn builder looked for the same text with an id in another span (OpenLLMetry
 drops ids from retriever outputs but keeps them in the serialised documents later steps receive).
 """
@@ -530,7 +530,7 @@ def read_genai(span: SpanData, operation: str | None, traceloop_kind: str | None
 
 
 def read_span(span: SpanData) -> Reading:
-    """The :class:`Reading` of *span* under the first convention that recognises it."""
+    """The `Reading` of *span* under the first convention that recognises it."""
     attrs = span.attributes
     oi_kind = attrs.get("openinference.span.kind")
     if isinstance(oi_kind, str):

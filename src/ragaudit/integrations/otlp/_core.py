@@ -433,7 +433,8 @@ class Worker:
             except BaseException:
                 await http.stop()
                 raise
-        logger.info("ragaudit worker: listening on %s%s%s", self.url,
+        # DEBUG: `ragaudit worker` prints its own start line (addresses, judge, outputs, sampling).
+        logger.debug("ragaudit worker: listening on %s%s%s", self.url,
                     f" (OTLP/gRPC on port {self._grpc_port})" if grpc_server is not None else "",
                     "; a bearer token is required" if self.auth_token is not None else "")
         if ready is not None:

@@ -1,4 +1,4 @@
-"""OTLP/HTTP trace requests decoded into :class:`SpanData`: protobuf or JSON, as the spec defines them.
+"""OTLP/HTTP trace requests decoded into `SpanData`: protobuf or JSON, as the spec defines them.
 
 Decoding is ``opentelemetry-proto``'s generated messages (upb underneath); this module only turns
 them into plain slotted records the readers use. OTLP/JSON differs from protobuf's canonical JSON
@@ -142,7 +142,7 @@ def parse_request(body: bytes | bytearray, json_body: bool) -> Any:
 
 
 def iter_spans(request: Any) -> Iterator[SpanData | None]:
-    """Every span of *request* as :class:`SpanData`; None for a span with invalid ids (rejected)."""
+    """Every span of *request* as `SpanData`; None for a span with invalid ids (rejected)."""
     for rs in request.resource_spans:
         service = None
         for kv in rs.resource.attributes:

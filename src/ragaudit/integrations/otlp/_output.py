@@ -6,7 +6,7 @@ Standard OTLP/HTTP exporters of the OTel SDK, configured the standard way: an ex
 ``..._HEADERS`` variables, which the exporters read themselves. Every provider's resource says
 ``service.name=ragaudit-worker`` (the loop guard: the worker never judges those spans).
 
-Judge span ids are derived from the judged trace (:class:`TraceDerivedIds`): judging the same
+Judge span ids are derived from the judged trace (`TraceDerivedIds`): judging the same
 trace again (a redelivery, a restart) writes a span with the same id, which backends store once.
 """
 
@@ -75,7 +75,7 @@ class _SeededTracer:
 
 
 class TraceDerivedProvider:
-    """Wraps an SDK ``TracerProvider`` made with :class:`TraceDerivedIds` (see the module docstring)."""
+    """Wraps an SDK ``TracerProvider`` made with `TraceDerivedIds` (see the module docstring)."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner

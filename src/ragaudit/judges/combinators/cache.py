@@ -1,10 +1,10 @@
 """A judgement cache, so re-running an evaluation does not pay for the same judgement twice.
 
-:class:`CachedJudge` wraps any judge. The key is a SHA-256 of the judge's configuration
+[`CachedJudge`][ragaudit.CachedJudge] wraps any judge. The key is a SHA-256 of the judge's configuration
 (``config_key()``: model, endpoint, prompt protocol, rubric, ...) and of the request's question,
 answer, context and reference, so a changed prompt, model or input is a miss. Judgements with an
-error are never stored. :class:`MemoryCache` keeps entries in the process (LRU);
-:class:`SqliteCache` keeps them in a file that survives restarts and can be shared by threads and
+error are never stored. [`MemoryCache`][ragaudit.MemoryCache] keeps entries in the process (LRU);
+[`SqliteCache`][ragaudit.SqliteCache] keeps them in a file that survives restarts and can be shared by threads and
 processes::
 
     judge = CachedJudge(ChatRagJudge("gpt-4o-mini"), SqliteCache(".ragaudit/judgements.sqlite"))
@@ -50,9 +50,9 @@ _JUDGEMENT_FIELDS = tuple(f.name for f in dataclasses.fields(Judgement))
 
 @runtime_checkable
 class JudgementCache(Protocol):
-    """Where a :class:`CachedJudge` keeps judgements. Implementations must be thread-safe.
+    """Where a [`CachedJudge`][ragaudit.CachedJudge] keeps judgements. Implementations must be thread-safe.
 
-    ``get`` returns None for a key it does not hold; both may raise :class:`~ragaudit.RagAuditError`
+    ``get`` returns None for a key it does not hold; both may raise [`RagAuditError`][ragaudit.RagAuditError]
     (the CachedJudge counts that and carries on as on a miss).
     """
 
@@ -66,7 +66,7 @@ class JudgementCache(Protocol):
 def cache_key(judge: RagJudge, request: JudgeRequest) -> str:
     """The cache key of *request* judged by *judge* (hex SHA-256).
 
-    Made of :data:`CACHE_KEY_VERSION`, ``judge.config_key()`` and the request's query, answer,
+    Made of `CACHE_KEY_VERSION`, ``judge.config_key()`` and the request's query, answer,
     context and reference (and history and standalone question,
     when set). Metadata and documents are not
     part of it: the context is what the judge sees.
@@ -112,7 +112,7 @@ class MemoryCache:
             self._entries.clear()
 
     def close(self) -> None:
-        """Nothing to release (present for the :class:`JudgementCache` protocol)."""
+        """Nothing to release (present for the `JudgementCache` protocol)."""
 
     def __len__(self) -> int:
         with self._lock:
@@ -138,7 +138,7 @@ class SqliteCache:
     One connection guarded by a lock serves all threads of a process; the database is in WAL mode
     with a *timeout_s* (seconds) for locks held by other processes. The parent directory is created
     when missing; ``":memory:"`` gives a private in-memory database. A stored judgement is its
-    :meth:`~ragaudit.Judgement.to_dict` as JSON, so tuples in ``details`` come back as lists and
+    [`to_dict`][ragaudit.Judgement.to_dict] as JSON, so tuples in ``details`` come back as lists and
     values JSON cannot hold come back as strings.
 
     Raises ConfigurationError when the file cannot be opened as a cache.
@@ -282,18 +282,20 @@ class CachedJudge(BaseRagJudge):
     was spent; the original usage is in ``details["cached_usage"]``) and ``latency_s`` the lookup's
     (the original in ``details["cached_latency_s"]``). A judgement with ``error`` set is not
     stored, so failures are retried next time. A cache that fails (disk full, a broken file) is
-    counted in :meth:`stats` (``cache_errors``) and judging carries on uncached; nothing is raised.
+    counted in [`stats`][ragaudit.CachedJudge.stats] (``cache_errors``) and judging carries on uncached; nothing is
+    raised.
 
-    Lookups and stores of any cache but a :class:`MemoryCache` (a dict, nothing to wait for) run on a
-    thread of this judge's own, in order, never on the event loop of :meth:`ajudge`. A judgement
-    waits for a lookup at most *timeout_s* (default: the wrapped judge's own deadline,
-    :attr:`~ragaudit.RagJudge.timeout_s`, else 5 s); a lookup that takes longer, such as one on a
-    sqlite file another process holds locked, is a miss, counted as ``cache_timeouts``. :meth:`judge`
-    waits for the store as long; :meth:`ajudge` does not wait for it at all.
+    Lookups and stores of any cache but a [`MemoryCache`][ragaudit.MemoryCache] (a dict, nothing to wait for) run on a
+    thread of this judge's own, in order, never on the event loop of [`ajudge`][ragaudit.CachedJudge.ajudge]. A
+    judgement waits for a lookup at most *timeout_s* (default: the wrapped judge's own deadline,
+    [`timeout_s`][ragaudit.RagJudge.timeout_s], else 5 s); a lookup that takes longer, such as one on a
+    sqlite file another process holds locked, is a miss, counted as ``cache_timeouts``.
+    [`judge`][ragaudit.CachedJudge.judge] waits for the store as long; [`ajudge`][ragaudit.CachedJudge.ajudge] does not
+    wait for it at all.
 
-    *cache* defaults to a new :class:`MemoryCache`; :meth:`close` closes the wrapped judge, and the
-    cache only when this judge created it (a cache passed in may be shared). Requests judged at the
-    same moment with the same key are both judged (there is no in-flight deduplication).
+    *cache* defaults to a new [`MemoryCache`][ragaudit.MemoryCache]; [`close`][ragaudit.CachedJudge.close] closes the
+    wrapped judge, and the cache only when this judge created it (a cache passed in may be shared). Requests judged at
+    the same moment with the same key are both judged (there is no in-flight deduplication).
     """
 
     def __init__(self, judge: RagJudge, cache: JudgementCache | None = None, *,
@@ -318,7 +320,7 @@ class CachedJudge(BaseRagJudge):
             weakref.finalize(self, _stop_cache_worker, self._worker)
 
     def key(self, request: JudgeRequest) -> str:
-        """The cache key of *request* (see :func:`cache_key`)."""
+        """The cache key of *request* (see `cache_key`)."""
         return cache_key(self.inner, request)
 
     @property
@@ -328,7 +330,7 @@ class CachedJudge(BaseRagJudge):
 
     @property
     def timeout_s(self) -> float:  # type: ignore[override]
-        """How long a judgement waits for a lookup (or :meth:`judge` for a store)."""
+        """How long a judgement waits for a lookup (or [`judge`][ragaudit.CachedJudge.judge] for a store)."""
         if self._wait_s is not None:
             return float(self._wait_s)
         return float(self.inner.timeout_s) if self.inner.timeout_s is not None else _DEFAULT_WAIT_S
@@ -367,7 +369,8 @@ class CachedJudge(BaseRagJudge):
         return judgement
 
     async def ajudge(self, request: JudgeRequest) -> Judgement:
-        """Like :meth:`judge`, awaiting the wrapped judge's ``ajudge``; the store is not waited for."""
+        """Like [`judge`][ragaudit.CachedJudge.judge], awaiting the wrapped judge's ``ajudge``; the store is not waited
+        for."""
         started = time.perf_counter()
         key = self.key(request)
         if self._worker is None:

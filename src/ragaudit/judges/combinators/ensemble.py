@@ -1,6 +1,6 @@
 """Ensembles of judges: a jury of different judges, and the consensus of one judge run several times.
 
-Both are :class:`~ragaudit.RagJudge` s, so the :class:`~ragaudit.Auditor` and ``evaluate_pipeline`` use them
+Both are [`RagJudge`][ragaudit.RagJudge]s, so the [`Auditor`][ragaudit.Auditor] and ``evaluate_pipeline`` use them
 like any other judge. Both are None-aware: a juror (or run) that failed is left out of every score
 and counted in ``details``; one that gave no score for a dimension is left out of that dimension.
 A score is None only when no juror gave one. ``usage`` is the sum over all jurors (or runs),
@@ -107,7 +107,8 @@ class JuryJudge(BaseRagJudge):
 
     ``aggregate`` is ``"trimmed_mean"`` (default: ``floor(trim * n)`` scores cut from each end
     before the mean, so with ``trim=0.2`` one outlier in five is ignored), ``"median"`` or
-    ``"mean"``. :meth:`ajudge` asks all jurors concurrently; :meth:`judge` asks them in turn.
+    ``"mean"``. [`ajudge`][ragaudit.JuryJudge.ajudge] asks all jurors concurrently; [`judge`][ragaudit.JuryJudge.judge]
+    asks them in turn.
 
     ``details`` holds ``jurors`` (each juror's scores and error), ``failed`` (how many jurors
     failed) and, per dimension in ``per_dimension``: ``n`` (scores used), ``missing`` (jurors left
@@ -156,7 +157,7 @@ class JuryJudge(BaseRagJudge):
     def estimate_request_cost(
         self, request: JudgeRequest, *, chars_per_token: float = 4.0, exact: bool = True
     ) -> CostEstimate:
-        """The sum of every juror's estimate for *request* (see :mod:`~ragaudit.judges.cost`)."""
+        """The sum of every juror's estimate for *request* (see `cost`)."""
         total = CostEstimate()
         for judge in self.judges:
             total += estimate_request(judge, request, chars_per_token=chars_per_token, exact=exact)
@@ -238,8 +239,9 @@ class ConsensusJudge(BaseRagJudge):
     variance is at most ``confidence_thresholds[0]`` (0.01, a standard deviation of 0.1),
     ``"medium"`` up to ``confidence_thresholds[1]`` (0.04, sd 0.2), else ``"low"`` (also ``"low"``
     when fewer than two runs gave a score). ``details["confidence"]`` is the lowest label over the
-    dimensions. :meth:`ajudge` runs concurrently, :meth:`judge` in turn. A deterministic judge
-    (temperature 0, or one behind a cache) gives *n* identical runs: variance 0 says nothing then.
+    dimensions. [`ajudge`][ragaudit.ConsensusJudge.ajudge] runs concurrently, [`judge`][ragaudit.ConsensusJudge.judge]
+    in turn. A deterministic judge (temperature 0, or one behind a cache) gives *n* identical runs: variance 0 says
+    nothing then.
     """
 
     def __init__(
@@ -279,7 +281,7 @@ class ConsensusJudge(BaseRagJudge):
     def estimate_request_cost(
         self, request: JudgeRequest, *, chars_per_token: float = 4.0, exact: bool = True
     ) -> CostEstimate:
-        """*n* times the inner judge's estimate for *request* (see :mod:`~ragaudit.judges.cost`)."""
+        """*n* times the inner judge's estimate for *request* (see `cost`)."""
         one = estimate_request(self.inner, request, chars_per_token=chars_per_token, exact=exact)
         return CostEstimate(calls=one.calls * self.n, prompt_tokens=one.prompt_tokens * self.n,
                             completion_tokens=one.completion_tokens * self.n, assumptions=one.assumptions)

@@ -1,6 +1,6 @@
 """A cheap judge on every answer and a detailed judge on a deterministic sample of them.
 
-:class:`TieredJudge` is the "detailed judging on 10 %, cheap checks on the other 90 %" setup; give it
+[`TieredJudge`][ragaudit.TieredJudge] is the "detailed judging on 10 %, cheap checks on the other 90 %" setup; give it
 to the Auditor with ``sample_rate=1.0``::
 
     judge = TieredJudge(RuleJudge(max_chars=1200, forbidden=("guarantee",), citation_required=True),
@@ -28,7 +28,7 @@ DETAILED_SALT = "ragaudit.tiered.detailed"
 
 
 def sample_key(request: JudgeRequest) -> str:
-    """The stable key a :class:`TieredJudge` samples by.
+    """The stable key a [`TieredJudge`][ragaudit.TieredJudge] samples by.
 
     ``request.metadata["turn_id"]`` when present, else a hash of the question and the answer, so
     the same answer is always in or out of the sample, across processes and reruns.
@@ -43,8 +43,8 @@ def sample_key(request: JudgeRequest) -> str:
 class TieredJudge(BaseRagJudge):
     """A cheap judge on every answer, a detailed one on a deterministic share of them.
 
-    *cheap* (typically a :class:`RuleJudge`) always runs. *detailed* (typically an LLM judge) runs
-    when the request falls in the sample: :func:`ragaudit.auditor.sampled` on :func:`sample_key`, so
+    *cheap* (typically a [`RuleJudge`][ragaudit.RuleJudge]) always runs. *detailed* (typically an LLM judge) runs
+    when the request falls in the sample: [`ragaudit.auditor.sampled`][ragaudit.auditor.sampled] on `sample_key`, so
     about *detailed_rate* of distinct answers, and always the same ones.
 
     The judgement's scores, reason and raw output are the detailed judge's when it ran and the
@@ -76,7 +76,7 @@ class TieredJudge(BaseRagJudge):
 
     @property
     def blocking(self) -> bool:
-        """True when either judge blocks a thread (then :meth:`judge` is the one to call)."""
+        """True when either judge blocks a thread (then [`judge`][ragaudit.TieredJudge.judge] is the one to call)."""
         return self.cheap.blocking or self.detailed.blocking
 
     def judge(self, request: JudgeRequest) -> Judgement:

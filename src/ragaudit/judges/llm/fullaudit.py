@@ -1,9 +1,9 @@
 """The full-audit judge protocol: the three scores, a verdict per answer sentence and a grade per document.
 
-One chat call, as for the three scores (:mod:`ragaudit.judges.protocol`); the same delimiting of
+One chat call, as for the three scores (`ragaudit.judges.protocol`); the same delimiting of
 untrusted text. The answer is split into sentences by our code
-(:func:`ragaudit.turn_audit.answer_sentences`, deterministic) and shown numbered ``(S1)``, ``(S2)``...;
-the documents keep their numbers ``[1]``, ``[2]``... (their ranks). The judge returns::
+([`ragaudit.turn_audit.answer_sentences`][ragaudit.turn_audit.answer_sentences], deterministic) and shown numbered
+``(S1)``, ``(S2)``...; the documents keep their numbers ``[1]``, ``[2]``... (their ranks). The judge returns::
 
     {"faithfulnessScore": 0.5, "contextRelevanceScore": 0.8, "answerRelevanceScore": 1.0,
      "reason": "...",
@@ -11,10 +11,10 @@ the documents keep their numbers ``[1]``, ``[2]``... (their ranks). The judge re
                    {"n": 2, "verdict": "unsupported", "docs": []}],
      "documents": [{"n": 1, "grade": 3}, {"n": 2, "grade": 0}]}
 
-Reading it (:func:`read_full_audit`) follows the rules of the three scores
-(:mod:`ragaudit.judges.llm.parsing`: bounded reply, echoed and quoted content set aside, the reply's own
+Reading it (`read_full_audit`) follows the rules of the three scores
+(`ragaudit.judges.llm.parsing`: bounded reply, echoed and quoted content set aside, the reply's own
 verdict object, two disagreeing objects ambiguous, no clamping, no guessed scale); the scores are read
-by :func:`~ragaudit.judges.llm.parsing.parse_judgement`; a sentence or document the judge did not give
+by `parse_judgement`; a sentence or document the judge did not give
 has verdict/grade **None, never guessed**; a sentence number or document number out of range is
 dropped (and noted), so is a grade that is not an integer from 0 to 3 (no clamping: 4 is not read
 as 3) and a verdict that is not one of the five.
@@ -179,7 +179,7 @@ def build_full_audit_messages(
 
 @dataclass(frozen=True, slots=True)
 class FullAuditReading:
-    """What :func:`read_full_audit` read: the scores (faithfulness already made consistent), reason,
+    """What `read_full_audit` read: the scores (faithfulness already made consistent), reason,
     sentence verdicts, document grades, details and notes. ``usable`` is False when nothing at all
     was read (no score, no verdict, no grade) or the reply was ambiguous, which asks for the one
     repair request; ``retry`` asks for it too when a score was given on no certain scale."""
@@ -259,11 +259,11 @@ def read_full_audit(
 ) -> FullAuditReading:
     """Read a full-audit reply for *request* (see the module rules). Never raises.
 
-    The rules of :mod:`ragaudit.judges.llm.parsing` apply: the reply is read up to *max_chars*; echoed
+    The rules of `ragaudit.judges.llm.parsing` apply: the reply is read up to *max_chars*; echoed
     data sections and verbatim quotes of the judged content (*quoted*) are set aside; the verdict is
-    the reply's own object, chosen by :func:`~ragaudit.judges.llm.parsing.choose_verdict` (two that
+    the reply's own object, chosen by `choose_verdict` (two that
     disagree: ambiguous, no verdict); the three scores are read by
-    :func:`~ragaudit.judges.llm.parsing.parse_judgement` (no clamping, no guessed scale).
+    `parse_judgement` (no clamping, no guessed scale).
     """
     notes: list[str] = []
     try:
@@ -427,7 +427,7 @@ def _read_grades(obj: Mapping[str, Any], docs_by_rank: Mapping[int, Any], grades
 
 
 class FullAuditProtocol(BaseJudgeProtocol):
-    """The full audit as a :class:`~ragaudit.judges.protocols.JudgeProtocol` (the module's rules)."""
+    """The full audit as a `JudgeProtocol` (the module's rules)."""
 
     name = FULL_AUDIT
     version = FULL_AUDIT_VERSION

@@ -3,17 +3,17 @@
 A score the judge did not give is None, never a number we made up. The rules, in order:
 
 A. **Bound.** Only the first ``max_chars`` characters of a reply are read (default
-   :data:`DEFAULT_MAX_REPLY_CHARS`, 32 KiB); ``cut_chars`` records how many were not.
+   `DEFAULT_MAX_REPLY_CHARS`, 32 KiB); ``cut_chars`` records how many were not.
 B. **Set aside what is not the judge's.** (1) Text between the protocol's markers
    (``<<<ragaudit:NAME:NONCE>>>`` ... ``<<<end:NAME:NONCE>>>``) is the judge echoing its input:
    removed. A marker without its partner is a mention, not an echo: the verdict after a reply that
    names a marker is read (an echo cut off before its closing marker is still caught by (2) and
    (3)). Text between an opening marker and its closing one is never read, whoever wrote it.
    (2) Every verbatim occurrence
-   of an untrusted text the judge was shown (question, answer, documents: :class:`Quoted`) that
+   of an untrusted text the judge was shown (question, answer, documents: `Quoted`) that
    carries a score key is removed. (3) A JSON object equal to one written in those texts (same JSON,
    or the same text up to whitespace), and a ``key: value`` score pair written in them, is never read.
-C. **Choose the verdict object** (:func:`choose_verdict`). A *verdict-shaped* object has a score key
+C. **Choose the verdict object** (`choose_verdict`). A *verdict-shaped* object has a score key
    at its top level or one level down (``{"scores": {...}}``).
    1. The object that is the whole reply (one code fence around it allowed), when verdict-shaped.
    2. Else every top-level verdict-shaped object of the reply (nested objects belong to their
@@ -27,7 +27,7 @@ D. **Read the values.** Numbers and numeric strings (``"0.8"``) are *plain*; per
    (``"80%"`` -> 0.8) and fractions (``"4/5"`` -> 0.8) state their own scale; ``{"score": x}`` is
    read as x. Negative values (``-1``, ``"-1"``: the usual "N/A"), booleans, null, other strings,
    lists, NaN and infinities give None with a note. A missing key gives None, **never 0**.
-E. **The scale** (:func:`read_unit_scores`). Nothing is ever clamped. Plain values in [0, 1] are
+E. **The scale** (`read_unit_scores`). Nothing is ever clamped. Plain values in [0, 1] are
    read as they are. A plain value above 1 is read on another scale only when every plain value of
    the verdict agrees on one scale and
 
@@ -44,10 +44,10 @@ E. **The scale** (:func:`read_unit_scores`). Nothing is ever clamped. Plain valu
    scale that the values do not fit is ignored with a note; percentages above 100% and fractions
    above 1 are None.
 
-The building blocks (:func:`bound_reply`, :class:`Quoted`, :func:`choose_verdict`,
-:func:`read_unit_scores`) take the verdict's shape as arguments, so a protocol with a richer verdict
-(sentence verdicts, document grades) reuses the same rules; :func:`parse_judgement` is the three-score
-RAG verdict. :func:`find_json_object` is the tolerant object reader for judges with their own reply
+The building blocks (`bound_reply`, `Quoted`, `choose_verdict`,
+`read_unit_scores`) take the verdict's shape as arguments, so a protocol with a richer verdict
+(sentence verdicts, document grades) reuses the same rules; `parse_judgement` is the three-score
+RAG verdict. `find_json_object` is the tolerant object reader for judges with their own reply
 formats.
 """
 
@@ -224,7 +224,7 @@ def prepare_reply(text: str, quoted: Quoted, max_chars: int, notes: list[str]) -
 
 @dataclass(frozen=True, slots=True)
 class VerdictChoice:
-    """What :func:`choose_verdict` found: ``status`` ``"found"`` with ``verdict``, ``"ambiguous"``
+    """What `choose_verdict` found: ``status`` ``"found"`` with ``verdict``, ``"ambiguous"``
     (two verdict-shaped objects disagree) or ``"none"``; ``how`` names the rule that chose it."""
 
     status: Literal["found", "ambiguous", "none"]
@@ -240,7 +240,7 @@ def choose_verdict(
     quoted: Quoted | None = None,
     notes: list[str] | None = None,
 ) -> VerdictChoice:
-    """The reply's own verdict object by rule C (rules A and B are the caller's, see :func:`parse_judgement`).
+    """The reply's own verdict object by rule C (rules A and B are the caller's, see `parse_judgement`).
 
     *is_verdict* says whether an object is verdict-shaped; *agree_key* gives what two verdicts must
     share to agree (for the RAG verdict: its raw score values). Never raises.
@@ -371,8 +371,8 @@ def find_json_object(
     The object that is the whole reply (code fences and prose around it allowed), else the last
     top-level object *wanted* accepts (by default: one with a score key), else the text from the
     first ``{`` to the last ``}`` repaired (trailing commas, Python-style quotes and literals), else
-    None. Unlike :func:`choose_verdict` it does not check agreement: judges whose objects carry
-    0-1 scores read them with :func:`read_unit_scores`. Never raises.
+    None. Unlike `choose_verdict` it does not check agreement: judges whose objects carry
+    0-1 scores read them with `read_unit_scores`. Never raises.
     """
     wanted = _has_score_key if wanted is None else wanted
     notes = [] if notes is None else notes
@@ -485,7 +485,7 @@ def _raw_scores(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class ParsedScores:
-    """What :func:`parse_judgement` read from a judge's reply.
+    """What `parse_judgement` read from a judge's reply.
 
     Scores are in [0, 1] or None. ``scale`` names the scale the scores were read on (``"1-5"``,
     ``"0-10"``, ...) or is None for 0-1. ``notes`` say what was repaired, set aside or not read.

@@ -208,9 +208,9 @@ def wrap_untrusted(label: str, text: str, nonce: str | None = None) -> str:
     """*text*, sanitised, between the opening and closing markers for *label* and *nonce*.
 
     *label* is lower-case letters and underscores (``question``, ``answer``, ``context``); *nonce*
-    defaults to :func:`new_nonce`. Use one nonce for all parts of one prompt. A question is cut at
-    :data:`MAX_QUESTION_CHARS` and an answer (any label starting ``answer``) at
-    :data:`MAX_ANSWER_CHARS`, with a visible marker, so every judge sends bounded prompts; the
+    defaults to `new_nonce`. Use one nonce for all parts of one prompt. A question is cut at
+    `MAX_QUESTION_CHARS` and an answer (any label starting ``answer``) at
+    `MAX_ANSWER_CHARS`, with a visible marker, so every judge sends bounded prompts; the
     context is capped by each judge's ``max_context_chars``.
     """
     if label in ("question", "standalone_question"):
@@ -242,7 +242,7 @@ def build_messages(
     """The chat messages (system, user) that ask a judge for the three scores of *request*.
 
     The context is cut to *max_context_chars* (with a visible marker) when given; the question and
-    the answer are always cut (see :func:`wrap_untrusted`).
+    the answer are always cut (see `wrap_untrusted`).
     """
     nonce = new_nonce() if nonce is None else nonce
     context = request.context if max_context_chars is None else truncate(request.context, max_context_chars)
@@ -285,7 +285,7 @@ def conversation_block(request: JudgeRequest, nonce: str) -> str:
 def build_repair_messages(
     messages: list[dict[str, Any]], bad_output: str, prompt: str = REPAIR_PROMPT
 ) -> list[dict[str, Any]]:
-    """*messages* followed by the judge's unreadable reply (cut) and *prompt*, :data:`REPAIR_PROMPT` by default."""
+    """*messages* followed by the judge's unreadable reply (cut) and *prompt*, `REPAIR_PROMPT` by default."""
     return [
         *messages,
         {"role": "assistant", "content": truncate(bad_output, _MAX_REPAIR_ECHO_CHARS)},
@@ -297,7 +297,7 @@ _SECTION_RE = re.compile(r"<<<ragaudit:([a-z_]+):([A-Za-z0-9]+)>>>.*?<<<end:\1:\
 
 
 def template_hash(messages: list[dict[str, Any]], schema: Mapping[str, Any] | None = None) -> str:
-    """:func:`prompt_hash` of the prompt template behind *messages*: every delimited untrusted
+    """`prompt_hash` of the prompt template behind *messages*: every delimited untrusted
     section (and so its nonce) replaced by its name, plus the verdict *schema*.
 
     The same judge configuration gives the same hash for every request; a change of prompt,

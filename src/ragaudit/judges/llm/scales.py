@@ -1,4 +1,4 @@
-"""Rules D and E of :mod:`ragaudit.judges.llm.parsing`: reading a verdict's values onto [0, 1], and on
+"""Rules D and E of `ragaudit.judges.llm.parsing`: reading a verdict's values onto [0, 1], and on
 which scale. Nothing is ever clamped; a scale in doubt gives no score (see the parsing module)."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class _Value:
 
 @dataclass(frozen=True, slots=True)
 class UnitScores:
-    """Scores on [0, 1] read by :func:`read_unit_scores`.
+    """Scores on [0, 1] read by `read_unit_scores`.
 
     ``scores``: every name given, None where no score could be read; ``scale``: the scale the plain
     values were read on (``"1-5"``, ...) or None for 0-1; ``rejected``: names whose value was a

@@ -11,11 +11,11 @@ returns::
      "repeated": [{"turn": 3, "repeats": 1}],
      "reason": "..."}
 
-Reading follows the rules of every protocol (:mod:`ragaudit.judges.llm.parsing`: bounded reply,
+Reading follows the rules of every protocol (`ragaudit.judges.llm.parsing`: bounded reply,
 echoed and quoted content set aside, the reply's own object, two disagreeing objects ambiguous). A
 ``resolved`` that is not yes / partly / no is None; a turn or sentence number that does not exist is
 dropped and noted; ``resolvedTurn`` is kept only with ``yes`` or ``partly``. Groundedness is not
-asked: it is computed from the turns' own sentence verdicts (:class:`~ragaudit.sessions.SessionJudgement`).
+asked: it is computed from the turns' own sentence verdicts ([`SessionJudgement`][ragaudit.SessionJudgement]).
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ def read_session(text: str, request: SessionRequest, *, quoted: Quoted, max_char
 
 
 class SessionProtocol:
-    """The default :class:`~ragaudit.judges.protocols.SessionJudgeProtocol` (the module's rules)."""
+    """The default `SessionJudgeProtocol` (the module's rules)."""
 
     name = "session"
     version = SESSION_VERSION
