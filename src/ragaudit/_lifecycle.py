@@ -2,10 +2,10 @@
 
 What is shut down at exit (and flushed on SIGTERM) are *stages*: each Auditor. The Auditor's own
 ``force_flush()`` / ``shutdown()`` have what is registered above it (the integrations' turn closer,
-:class:`ragaudit.auditor.Upstream`) hand its last turns down first, so the walk goes the way the turns
-flow. This module knows no stage's code: it calls the members of :class:`Stage` only.
+[`ragaudit.auditor.Upstream`][ragaudit.auditor.Upstream]) hand its last turns down first, so the walk goes the way the
+turns flow. This module knows no stage's code: it calls the members of `Stage` only.
 
-Fork is handled where the threads are (:mod:`ragaudit._worker` restarts every worker in the child)
+Fork is handled where the threads are (`ragaudit._worker` restarts every worker in the child)
 and by the Auditor's own after-fork reset of its counts.
 """
 
@@ -140,7 +140,7 @@ def flush_on_sigterm(stage: Stage, *, asked: bool = False) -> None:
     It chains: the disposition found then (the application's own handler, or the default) still runs
     after the flush, so an application handler installed *before* keeps working. A handler installed
     *after* (a server's, in its worker) replaces ragaudit's until the process hands its first turn
-    over on the main thread (:func:`keep_sigterm_handler`); then ragaudit's is put back in front, chaining to
+    over on the main thread (`keep_sigterm_handler`); then ragaudit's is put back in front, chaining to
     it. A forked child starts over (its server resets the signals it inherited). *asked*: the caller
     passed ``handle_signals=True`` (then a handler that cannot be installed is worth a warning).
     """
@@ -188,7 +188,7 @@ def keep_sigterm_handler() -> None:
     workers, uvicorn's ``Server``, which also re-raises SIGTERM with the default disposition at the
     end), so the handler an Auditor installed at import is gone by the time requests come. The first
     turn comes after that, and before the signal that would find its request in flight. Also lets
-    go a SIGTERM held back longer than a flush takes (:func:`_release_if_stale`). Costs two global
+    go a SIGTERM held back longer than a flush takes (`_release_if_stale`). Costs two global
     reads per turn otherwise. Never raises.
     """
     global _recheck
@@ -252,7 +252,7 @@ def _hold_reraise(signum: int) -> None:
     re-raising SIGTERM with the default disposition (uvicorn does, in gunicorn's workers too), which
     kills the process before any exit hook. So SIGTERM is held back on this (the main) thread: that
     re-raise waits, the process exits normally, the exit hook records everything, then lets the held
-    signal go (:func:`_release`), and the process dies by SIGTERM as the server meant. A SIGTERM sent
+    signal go (`_release`), and the process dies by SIGTERM as the server meant. A SIGTERM sent
     to the process meanwhile still reaches it through any other thread."""
     global _held_since
     import signal
@@ -267,7 +267,7 @@ def _hold_reraise(signum: int) -> None:
 
 
 def _release() -> None:
-    """Let a SIGTERM held back by :func:`_hold_reraise` go (it is delivered now, if one came)."""
+    """Let a SIGTERM held back by `_hold_reraise` go (it is delivered now, if one came)."""
     global _held_since
     import signal
 

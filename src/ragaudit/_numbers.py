@@ -2,8 +2,8 @@
 
 A NaN passes every ``value < 0`` test and an infinity every ``value > 0`` one, so a check written as a
 comparison lets both in (``--shutdown-timeout nan`` once started a worker that then judged nothing at
-SIGTERM). :func:`check_number` is the one check: finite, of the right kind, in range, else a
-:class:`~ragaudit.errors.ConfigurationError` naming the argument, what it must be and what it got.
+SIGTERM). `check_number` is the one check: finite, of the right kind, in range, else a
+[`ConfigurationError`][ragaudit.ConfigurationError] naming the argument, what it must be and what it got.
 The CLI's argparse types (``ragaudit.cli._numbers``) say the same words.
 """
 
@@ -53,7 +53,7 @@ def check_number(name: str, value: float, low: float | None = ..., high: float |
 def check_number(name: str, value: float, low: float | None = None, high: float | None = None, *,
                  low_open: bool = False, whole: bool = False) -> float:
     """*value* when it is a finite number in range (``low_open``: *low* itself excluded; ``whole``: an int),
-    else :class:`ConfigurationError` ``"<name> must be <what>, got <value>"``."""
+    else [`ConfigurationError`][ragaudit.ConfigurationError] ``"<name> must be <what>, got <value>"``."""
     if problem(value, low, high, low_open=low_open, whole=whole):
         raise ConfigurationError(f"{name} must be {describe(low, high, low_open=low_open, whole=whole)}, "
                                  f"got {value!r}")

@@ -1,8 +1,9 @@
-"""What ragaudit records of the texts it sees: the one :class:`ContentPolicy`, and secret scrubbing.
+"""What ragaudit records of the texts it sees: the one [`ContentPolicy`][ragaudit.content.ContentPolicy], and secret
+scrubbing.
 
 Every text that leaves the process — span attributes and events, audit-log fields, sink payloads,
-ragaudit's own log lines — goes through a :class:`ContentPolicy` (the Auditor builds one and hands it
-to its span recorder, audit log and sinks). The policy decides, per kind of text:
+ragaudit's own log lines — goes through a [`ContentPolicy`][ragaudit.content.ContentPolicy] (the Auditor builds one and
+hands it to its span recorder, audit log and sinks). The policy decides, per kind of text:
 
 - **content** (question, answer, documents, prompts, metadata keys and values, citation markers, the
   judge's raw reply): recorded only with content capture on;
@@ -275,8 +276,8 @@ def scrub(text: str) -> str:
 
 
 def scrub_url(url: str | None) -> str | None:
-    """*url* registered (:func:`register_url`) and scrubbed: safe to show in a ``repr``, a log line or an
-    error. Its password is masked whatever its length, as Celery and kombu show a broker URL
+    """*url* registered ([`register_url`][ragaudit.content.register_url]) and scrubbed: safe to show in a ``repr``, a
+    log line or an error. Its password is masked whatever its length, as Celery and kombu show a broker URL
     (``redis://:***@host:6379/0``): a short one (``PW``) is never scrubbed from free text."""
     if url is None:
         return None
@@ -376,9 +377,10 @@ class ContentPolicy:
         capture_reason: record the judge's reason; None means as *capture_content*. ``True`` with
             capture off keeps the reason (redacted) and nothing else.
         redact: ``str -> str`` applied to every recorded text (after secrets are scrubbed, before it
-            is cut). If it raises anything, the text is withheld (:data:`REDACTION_FAILED`) and the
+            is cut). If it raises anything, the text is withheld (`REDACTION_FAILED`) and the
             failure logged by its type only.
-        secrets: more strings to scrub (they join the process-wide set, see :func:`register_secret`).
+        secrets: more strings to scrub (they join the process-wide set, see
+            [`register_secret`][ragaudit.content.register_secret]).
 
     Thread-safe; never raises from its text methods.
     """
@@ -423,7 +425,7 @@ class ContentPolicy:
     def text(self, value: str, limit: int | None = None) -> str:
         """*value* as it may be recorded whatever the capture setting: secrets scrubbed, redacted, cut
         to *limit* characters (with a visible marker; None: whole). Lone surrogates are kept (the audit
-        log writes them escaped); :func:`otlp_safe` replaces them for span attributes."""
+        log writes them escaped); [`otlp_safe`][ragaudit.content.otlp_safe] replaces them for span attributes."""
         if not isinstance(value, str):
             value = _safe_str(value)
         value = _SECRETS.scrub(value)
@@ -463,18 +465,20 @@ class ContentPolicy:
 
     def captured(self, value: str | None, limit: int | None = None) -> str | None:
         """Host or judge free text (question, answer, document, prompt, marker, raw reply): None with
-        content capture off, else :meth:`text`."""
+        content capture off, else [`text`][ragaudit.content.ContentPolicy.text]."""
         if value is None or not self.capture_content:
             return None
         return self.text(value, limit)
 
     def content(self, value: str | None, limit: int | None = None) -> str | None:
-        """Deprecated: :meth:`captured` (``content`` also names the policy and a document's text)."""
+        """Deprecated: [`captured`][ragaudit.content.ContentPolicy.captured] (``content`` also names the policy and a
+        document's text)."""
         warn_deprecated("ContentPolicy.content()", "ContentPolicy.captured()")
         return self.captured(value, limit)
 
     def reason(self, value: str | None, limit: int | None = None) -> str | None:
-        """The judge's reason: None unless :attr:`capture_reason`, else :meth:`text`."""
+        """The judge's reason: None unless [`capture_reason`][ragaudit.content.ContentPolicy.capture_reason], else
+        [`text`][ragaudit.content.ContentPolicy.text]."""
         if value is None or not self.capture_reason:
             return None
         return self.text(value, limit)
@@ -484,9 +488,9 @@ class ContentPolicy:
         return None if value is None else self.text(value, limit)
 
     def error(self, value: str | None, *, status: int | None = None, limit: int | None = None) -> str | None:
-        """An error text: with capture on, :meth:`text`; off, ``"<Type> (HTTP <status>): details withheld
-        (content capture is off)"`` — the type from the text's ``Type:`` prefix, the status from
-        *status* or the text."""
+        """An error text: with capture on, [`text`][ragaudit.content.ContentPolicy.text]; off, ``"<Type> (HTTP
+        <status>): details withheld (content capture is off)"`` — the type from the text's ``Type:`` prefix, the status
+        from *status* or the text."""
         if value is None:
             return None
         if self.capture_content:
@@ -512,15 +516,16 @@ class ContentPolicy:
         return f"HTTP {status}: body withheld" if status is not None else "body withheld"
 
     def metadata(self, value: Mapping[Any, Any] | None) -> dict[str, Any] | None:
-        """Host metadata, keys and values (nested too) through :meth:`text`; None with capture off."""
+        """Host metadata, keys and values (nested too) through [`text`][ragaudit.content.ContentPolicy.text]; None with
+        capture off."""
         if value is None or not self.capture_content:
             return None
         return {self.text(_safe_str(k)): self._deep(v) for k, v in _items(value)}
 
     def details(self, value: Mapping[str, Any] | None, limit: int | None = None) -> dict[str, Any]:
         """A judge's extra details: with capture on, every string in them (keys too) through
-        :meth:`text`, each cut to *limit*; off, only the numbers, booleans and nulls at the top (the
-        rest quotes the reply, the answer or the documents)."""
+        [`text`][ragaudit.content.ContentPolicy.text], each cut to *limit*; off, only the numbers, booleans and nulls at
+        the top (the rest quotes the reply, the answer or the documents)."""
         if not value:
             return {}
         if self.capture_content:
@@ -544,7 +549,7 @@ class ContentPolicy:
 
     def json(self, value: Any, limit: int | None = None) -> str:
         """*value* (already through this policy) as compact JSON for a span attribute: scrubbed once
-        more, cut to *limit*, lone surrogates replaced (:func:`otlp_safe`)."""
+        more, cut to *limit*, lone surrogates replaced ([`otlp_safe`][ragaudit.content.otlp_safe])."""
         try:
             text = json.dumps(value, ensure_ascii=False, default=_safe_str, separators=(",", ":"))
         except (TypeError, ValueError):

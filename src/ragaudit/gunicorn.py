@@ -5,10 +5,10 @@ handler, put back in front of the server's at the worker's first turn; see ``doc
 These two make it certain where ragaudit's code does not run on a worker's main thread before shutdown
 (a FastAPI ``def`` endpoint runs the chain in a thread pool) or where a worker ends without exit hooks:
 
-- :func:`post_worker_init` installs ragaudit's SIGTERM handler in each worker, after gunicorn set the
+- `post_worker_init` installs ragaudit's SIGTERM handler in each worker, after gunicorn set the
   worker's signals and before its server starts (uvicorn's worker then restores ragaudit's handler at
   the end and re-raises SIGTERM into it);
-- :func:`worker_exit` shuts every Auditor down (each turn handed down, judged and exported, within
+- `worker_exit` shuts every Auditor down (each turn handed down, judged and exported, within
   ``exit_timeout_s``; a shortfall said on stderr) as the worker exits.
 
 Nothing here imports gunicorn: the functions take gunicorn's arguments and use none of them.

@@ -118,8 +118,8 @@ class RetrievedDoc:
     """One document a retriever returned, in retrieval order.
 
     ``id`` is the store's own id when it has one (Chroma id, LlamaIndex node id, ``Document.id``,
-    metadata ``id``/``doc_id``), else :func:`stable_doc_id`. ``rank`` is 1-based. ``score`` is the
-    retriever's similarity score when it reported one. ``truncated``: the document reached the model
+    metadata ``id``/``doc_id``), else [`stable_doc_id`][ragaudit.records.stable_doc_id]. ``rank`` is 1-based. ``score``
+    is the retriever's similarity score when it reported one. ``truncated``: the document reached the model
     in part (an app or a middleware cut it to fit) and ``content`` is that part, as evidence is.
     """
 
@@ -413,11 +413,11 @@ DOCUMENT_GRADES: Mapping[int, str] = MappingProxyType({
 class SentenceVerdict:
     """Whether one sentence of the answer is supported by the retrieved documents.
 
-    ``index`` is the sentence's 1-based number in the answer as :func:`ragaudit.turn_audit.answer_sentences`
-    splits it (the numbering the judge saw); ``start``/``end`` are its character offsets in the
-    answer. ``verdict`` is one of :data:`SENTENCE_VERDICTS`, or **None when the judge gave none**.
-    ``supporting_ranks`` are the numbers (ranks) of the documents the judge says support it and
-    ``supporting_doc_ids`` their ids, in the same order. ``method`` says who decided: ``"llm"`` or
+    ``index`` is the sentence's 1-based number in the answer as
+    [`ragaudit.turn_audit.answer_sentences`][ragaudit.turn_audit.answer_sentences] splits it (the numbering the judge
+    saw); ``start``/``end`` are its character offsets in the answer. ``verdict`` is one of `SENTENCE_VERDICTS`, or
+    **None when the judge gave none**. ``supporting_ranks`` are the numbers (ranks) of the documents the judge says
+    support it and ``supporting_doc_ids`` their ids, in the same order. ``method`` says who decided: ``"llm"`` or
     ``"lexical"``.
     """
 
@@ -474,7 +474,8 @@ class SentenceVerdict:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SentenceVerdict:
-        """The record :meth:`to_dict` wrote (lists back to tuples); raises ConfigurationError."""
+        """The record [`to_dict`][ragaudit.SentenceVerdict.to_dict] wrote (lists back to tuples); raises
+        ConfigurationError."""
         return cls(
             index=data.get("index"),  # type: ignore[arg-type]
             text=data.get("text", ""),
@@ -519,7 +520,7 @@ class DocumentGrade:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DocumentGrade:
-        """The record :meth:`to_dict` wrote; raises ConfigurationError."""
+        """The record [`to_dict`][ragaudit.DocumentGrade.to_dict] wrote; raises ConfigurationError."""
         return cls(rank=data.get("rank"), doc_id=data.get("doc_id"),  # type: ignore[arg-type]
                    grade=data.get("grade"), method=data.get("method") or "llm")
 
@@ -553,7 +554,8 @@ class JudgeIdentity:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> JudgeIdentity | None:
-        """The identity :meth:`to_dict` wrote (None stays None; unknown keys are ignored)."""
+        """The identity [`to_dict`][ragaudit.JudgeIdentity.to_dict] wrote (None stays None; unknown keys are
+        ignored)."""
         if data is None:
             return None
         if not isinstance(data, Mapping):
@@ -603,12 +605,12 @@ class Judgement:
     judge-specific extras (method per score, distributions, per-juror scores); ``identity`` says
     which judge (model, endpoint, protocol, prompt, response) made it, when known.
 
-    Every field is checked at construction (:class:`~ragaudit.ConfigurationError` for a wrong type
+    Every field is checked at construction ([`ConfigurationError`][ragaudit.ConfigurationError] for a wrong type
     or range); a usage count that is not a finite non-negative integer is recorded as None.
 
-    A full audit (``ChatRagJudge(protocol="full-audit")``, :class:`~ragaudit.LexicalJudge`) also
-    fills ``sentences`` (one :class:`SentenceVerdict` per answer sentence, verdict None where the
-    judge gave none) and ``document_grades`` (one :class:`DocumentGrade` per retrieved document,
+    A full audit (``ChatRagJudge(protocol="full-audit")``, [`LexicalJudge`][ragaudit.LexicalJudge]) also
+    fills ``sentences`` (one [`SentenceVerdict`][ragaudit.SentenceVerdict] per answer sentence, verdict None where the
+    judge gave none) and ``document_grades`` (one [`DocumentGrade`][ragaudit.DocumentGrade] per retrieved document,
     grade None where the judge gave none); both are empty for a judge that does not audit them.
     """
 
@@ -715,7 +717,7 @@ class TurnAudit:
 
     ``metrics`` are the graded retrieval metrics (None without grades); ``citation_checks`` one per
     explicit citation; ``citation_precision``/``citation_recall`` the ALCE scores (see
-    :mod:`ragaudit.turn_audit`). ``unsupported`` counts ``unsupported`` and ``contradicted``
+    [`ragaudit.turn_audit`][ragaudit.turn_audit]). ``unsupported`` counts ``unsupported`` and ``contradicted``
     sentences, ``sentences_missing`` the sentences the judge gave no verdict, ``grades_missing`` the
     documents it gave no grade.
     """
@@ -745,10 +747,11 @@ UNSUBMITTED_REASONS: tuple[str, ...] = ("failed", "no_evidence", "empty_answer",
 """Why the assembler did not submit a finished turn (each counted in ``stats()["unjudged_<reason>"]``)."""
 UNJUDGED_REASONS: tuple[str, ...] = ("sampled_out", "dropped", *UNSUBMITTED_REASONS,
                                      "filtered_out", "over_budget", "paused", "budget_unavailable", "rate_limited")
-"""Why a finished turn was not judged (an :class:`AuditRecord`'s ``unjudged``); the assembler's are above."""
+"""Why a finished turn was not judged (an [`AuditRecord`][ragaudit.AuditRecord]'s ``unjudged``); the assembler's are
+above."""
 
 RecordStatus = Literal["judged", "failed", "unjudged"]
-"""An :class:`AuditRecord`'s outcome: judged, judged with an error, or not judged (with a reason)."""
+"""An [`AuditRecord`][ragaudit.AuditRecord]'s outcome: judged, judged with an error, or not judged (with a reason)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -757,10 +760,10 @@ class AuditRecord:
 
     ``turn`` (its span context: ``turn.trace_id``, ``turn.span_id``, ``turn.retrieval_span_ids``),
     the ``judgement`` or, for a turn not judged, the ``unjudged`` reason (one of
-    :data:`UNJUDGED_REASONS`); every derived value, computed once: ``ground_truth_metrics`` (the
+    `UNJUDGED_REASONS`); every derived value, computed once: ``ground_truth_metrics`` (the
     turn's retrieval metrics against its ``relevant_ids``, None when unknown) and ``audit`` (graded
     metrics and citation checks of a full audit, None otherwise). ``content_policy`` is the one
-    :class:`~ragaudit.content.ContentPolicy` every text of this record is exported through (the
+    [`ContentPolicy`][ragaudit.content.ContentPolicy] every text of this record is exported through (the
     turn's integration handler's, or the Auditor's); ``tracer_provider`` the provider the turn was
     traced with (None: the Auditor's). ``judge_started_at`` is when judging began (epoch ns).
     Exporters read, never recompute.

@@ -1,8 +1,8 @@
-"""The :class:`Auditor`: takes finished turns and judges them off the host's hot path.
+"""The [`Auditor`][ragaudit.Auditor]: takes finished turns and judges them off the host's hot path.
 
-A turn's walk through here: :meth:`Auditor.submit` (admission: sampling, the queue bound) → the
-judging loop (:meth:`Auditor._process`: the judge, then the one :class:`~ragaudit.AuditRecord`) →
-the export stage (:mod:`ragaudit.auditor._exporting`: every exporter, in batches) → counted.
+A turn's walk through here: [`Auditor.submit`][ragaudit.Auditor.submit] (admission: sampling, the queue bound) → the
+judging loop (`Auditor._process`: the judge, then the one [`AuditRecord`][ragaudit.AuditRecord]) →
+the export stage (`ragaudit.auditor._exporting`: every exporter, in batches) → counted.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ logger = logging.getLogger("ragaudit")
 
 SubmitStatus = Literal["queued", "judged", "failed", "dropped", "sampled_out", "filtered_out", "not_sent",
                        "to_worker"]
-"""What :meth:`Auditor.submit` did with a turn: taken for judging (``"queued"``; inline, the outcome,
-``"judged"`` or ``"failed"``, as the record's status says it) or not, and why."""
+"""What [`Auditor.submit`][ragaudit.Auditor.submit] did with a turn: taken for judging (``"queued"``; inline, the
+outcome, ``"judged"`` or ``"failed"``, as the record's status says it) or not, and why."""
 
 OnJudgement = Callable[[RagTurn, Judgement], None]
 
@@ -61,9 +61,9 @@ OnJudgement = Callable[[RagTurn, Judgement], None]
 
 @dataclass(frozen=True, slots=True)
 class Submission:
-    """What :meth:`Auditor.submit_turn` did: the ``status``, the turn's ``ground_truth_metrics``
-    (computed once, for its span and its record) and, when it was judged before the call returned
-    (inline mode), its ``record`` (for the turn span: graded metrics, grades)."""
+    """What [`Auditor.submit_turn`][ragaudit.Auditor.submit_turn] did: the ``status``, the turn's
+    ``ground_truth_metrics`` (computed once, for its span and its record) and, when it was judged before the call
+    returned (inline mode), its ``record`` (for the turn span: graded metrics, grades)."""
 
     status: SubmitStatus
     ground_truth_metrics: Any = None
@@ -152,10 +152,10 @@ def _as_exporters(sinks: Iterable[Any]) -> list[Exporter]:
 
 
 class Auditor(SessionJudging, Draining, AuditorAliases):
-    """Judges finished :class:`~ragaudit.RagTurn` s in the background and sends the judgements on.
+    """Judges finished [`RagTurn`][ragaudit.RagTurn]s in the background and sends the judgements on.
 
-    A :class:`~ragaudit._worker.BatchWorker` runs the judging (an asyncio loop on one thread, sync
-    judges on threads of a second one); :meth:`submit` hands it a turn without blocking and
+    A `BatchWorker` runs the judging (an asyncio loop on one thread, sync
+    judges on threads of a second one); [`submit`][ragaudit.Auditor.submit] hands it a turn without blocking and
     without raising. Constructing an Auditor starts no thread and opens no file: threads start
     with the first turn, the audit log opens with its first line (a failure there is counted in
     ``sink_errors`` and logged once, and the traces still flow). An Auditor nobody references any
@@ -163,20 +163,20 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
     *max_queue* turns wait or are being judged; past that a turn is
     **dropped and counted**, never lost silently. At most *max_concurrency* judgements run at once,
     each bounded by *timeout_s*. *sample_rate* keeps a deterministic share of turns (by turn id).
-    ``mode="inline"`` judges before :meth:`submit` returns (for scripts and tests);
+    ``mode="inline"`` judges before [`submit`][ragaudit.Auditor.submit] returns (for scripts and tests);
     ``mode="worker"`` judges nothing here: the turns' traces go out over OTLP and ``ragaudit
-    worker`` judges them (see :mod:`ragaudit.auditor._worker_mode`, counted ``to_worker``). A judge that
+    worker`` judges them (see `ragaudit.auditor._worker_mode`, counted ``to_worker``). A judge that
     fails is said at WARNING: the first failure at once, then a summary at most once a minute
     while failures go on (how many, the last error's type and HTTP status, what to check).
     Integrations build their turns on a closing thread of their own, above the Auditor
-    (:mod:`ragaudit.integrations._closing`, one per Auditor); at most *max_closing* wait there to be
+    (`ragaudit.integrations._closing`, one per Auditor); at most *max_closing* wait there to be
     recorded (a burst past that drops whole turns, spans included, counted in
     ``stats()["close_dropped"]``), a bound separate from *max_queue* so that a small judging queue
     never costs traces.
 
-    Each finished turn becomes one :class:`~ragaudit.AuditRecord` (made once on the judging
+    Each finished turn becomes one [`AuditRecord`][ragaudit.AuditRecord] (made once on the judging
     thread: the judgement and every derived value), and every exporter gets the same record, in
-    batches, on the export thread (:class:`~ragaudit.Exporter`): the OTel judge span (through
+    batches, on the export thread ([`Exporter`][ragaudit.Exporter]): the OTel judge span (through
     *tracer_provider* or the global one; a child of the turn's span, or with
     ``judge_trace="separate"`` the root of its own trace linked to the turn, so the turn's trace
     lasts as long as the answer did), the JSONL *audit_log* (``None`` to disable), every *sinks*
@@ -185,20 +185,20 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
     (judgement ``error``, ``stats()["sink_errors"]``), never raised.
 
     Every text recorded (spans, audit log, sinks, ragaudit's log lines) goes through one
-    :class:`~ragaudit.content.ContentPolicy`, :attr:`content_policy`, made of *capture_content* (None: the
-    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` setting), *capture_reason* (keep the judge's
-    reason even with capture off; None: as *capture_content*) and *redact*. A turn an integration
+    [`ContentPolicy`][ragaudit.content.ContentPolicy], [`content_policy`][ragaudit.Auditor.content_policy], made of
+    *capture_content* (None: the ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` setting), *capture_reason* (keep
+    the judge's reason even with capture off; None: as *capture_content*) and *redact*. A turn an integration
     handler submits carries the handler's content policy and tracer provider
-    (:meth:`content_policy_for`, :meth:`submit`); that turn's record, hence its judge span,
-    audit-log line, sink records and log lines, follow them, so handlers with different settings
-    share one Auditor (one set of threads, one file) and none of them has its texts recorded more
+    ([`content_policy_for`][ragaudit.Auditor.content_policy_for], [`submit`][ragaudit.Auditor.submit]); that turn's
+    record, hence its judge span, audit-log line, sink records and log lines, follow them, so handlers with different
+    settings share one Auditor (one set of threads, one file) and none of them has its texts recorded more
     loosely than it asked. Known secrets (API keys,
     credential headers and URL parts of the judge client and sinks, key-like environment variables,
     OTLP headers) are scrubbed always; a *redact* that raises withholds the text, never the turn.
 
     Pending judgements are flushed at normal interpreter exit (within *exit_timeout_s*); a
     shortfall is written to stderr. ``stats()`` always satisfies ``submitted == judged + failed +
-    dropped + sampled_out + pending`` plus the turns not sent (see :meth:`stats`).
+    dropped + sampled_out + pending`` plus the turns not sent (see [`stats`][ragaudit.Auditor.stats]).
 
     SIGTERM (``docker stop``, Kubernetes) kills a Python process without running exit hooks. So
     by default (*handle_signals* None or True) the first Auditor made on the main thread installs
@@ -215,11 +215,11 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
     the main thread no handler can be installed (with ``handle_signals=True`` a warning says so);
     ``handle_signals=False`` leaves this auditor out.
 
-    *sessions* (True or a :class:`~ragaudit.SessionTracking`) also judges each conversation as a whole,
-    in one judge call, once idle, ended (:meth:`end_session`) or at shutdown (see the sessions guide).
+    *sessions* (True or a [`SessionTracking`][ragaudit.SessionTracking]) also judges each conversation as a whole,
+    in one judge call, once idle, ended (`end_session`) or at shutdown (see the sessions guide).
 
     Every record's scores, sentence verdicts, citation checks and outcome also go out as OpenTelemetry
-    metrics (:class:`~ragaudit.tracing.score_metrics.ScoreMetricsExporter`) through *meter_provider*
+    metrics ([`ScoreMetricsExporter`][ragaudit.tracing.ScoreMetricsExporter]) through *meter_provider*
     or, None, the global one: a no-op until the application configures a metrics SDK, as with any
     OpenTelemetry instrumentation (names and attributes: the alerts guide).
     """
@@ -364,12 +364,12 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
 
     @property
     def recorder(self) -> SpanRecorder:
-        """The :class:`~ragaudit.tracing.SpanRecorder` of this auditor's provider and policy."""
+        """The [`SpanRecorder`][ragaudit.tracing.SpanRecorder] of this auditor's provider and policy."""
         return self._recorder
 
     @property
     def content_policy(self) -> ContentPolicy:
-        """The :class:`~ragaudit.content.ContentPolicy` of every text this auditor records."""
+        """The [`ContentPolicy`][ragaudit.content.ContentPolicy] of every text this auditor records."""
         return self._content_policy
 
     @property
@@ -384,7 +384,7 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`shutdown` has begun: turns submitted from then on are dropped."""
+        """True once `shutdown` has begun: turns submitted from then on are dropped."""
         return self._closed
 
     def content_policy_for(self, capture_content: bool | None = None,
@@ -394,7 +394,7 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
         With none given, this auditor's own. Else the handler's settings; when this auditor was
         given content settings itself, the stricter of both for each text (capture only when both
         capture, the reason only when both keep it, the handler's *redact* and then the auditor's).
-        Pass it to :meth:`submit` with the turn: that turn's record follows it.
+        Pass it to [`submit`][ragaudit.Auditor.submit] with the turn: that turn's record follows it.
         """
         return self._policies.for_handler(capture_content, redact)
 
@@ -405,9 +405,9 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
         capture_content: bool | None = None,
         redact: Callable[[str], str] | None = None,
     ) -> SpanRecorder:
-        """A span recorder for an integration handler: :meth:`content_policy_for` of its settings, on
-        *tracer_provider* (None: this auditor's). With none given, this auditor's :attr:`recorder`.
-        No thread, no file."""
+        """A span recorder for an integration handler: [`content_policy_for`][ragaudit.Auditor.content_policy_for] of
+        its settings, on *tracer_provider* (None: this auditor's). With none given, this auditor's
+        [`recorder`][ragaudit.Auditor.recorder]. No thread, no file."""
         if tracer_provider is None and capture_content is None and redact is None:
             return self._recorder
         from ..tracing.spans import SpanRecorder
@@ -423,8 +423,8 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
         """Hand *turn* over for judging. Never blocks (except in inline mode) and never raises.
 
         *content_policy* and *tracer_provider*: how the turn was traced (an integration handler's,
-        from :meth:`content_policy_for`); its record (judge span, audit-log line, sink records,
-        log lines) follows them. None: this auditor's. (*recorder*, a span recorder giving both, is
+        from [`content_policy_for`][ragaudit.Auditor.content_policy_for]); its record (judge span, audit-log line, sink
+        records, log lines) follows them. None: this auditor's. (*recorder*, a span recorder giving both, is
         deprecated.)
 
         Returns ``"queued"``, ``"sampled_out"`` or ``"dropped"`` (queue full or auditor shut
@@ -439,8 +439,9 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
     def submit_turn(self, turn: RagTurn, *, content_policy: ContentPolicy | None = None,
                     tracer_provider: TracerProvider | None = None,
                     ground_truth_metrics: Any = COMPUTE) -> Submission:
-        """:meth:`submit`, returning a :class:`Submission` (status, ground-truth metrics computed once,
-        and the record when judged inline). *ground_truth_metrics*: when already computed. Never raises."""
+        """[`submit`][ragaudit.Auditor.submit], returning a [`Submission`][ragaudit.auditor.Submission] (status,
+        ground-truth metrics computed once, and the record when judged inline). *ground_truth_metrics*: when already
+        computed. Never raises."""
         try:
             policy = self._policies.resolve(content_policy)
             if ground_truth_metrics is COMPUTE:
@@ -460,12 +461,12 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
     def feedback(self, turn_id: str, value: Any) -> str:
         """A user's feedback on the answer of *turn_id*; never raises, never blocks. A thumbs-down on a
         turn the sampler left out and that is still kept (``retain_s``) gets it judged: ``"queued"``;
-        see :meth:`CostControl.feedback <ragaudit.auditor._governor.CostControl.feedback>`."""
+        see `CostControl.feedback`."""
         return self._cost.feedback(turn_id, value, lambda job: self._submit(job, sample=False)[0])
 
     def count_unjudged(self, reason: str) -> bool:
         """Count a turn traced and not judged, ``stats()["unjudged_<reason>"]`` (*reason* one of
-        :data:`~ragaudit.records.UNSUBMITTED_REASONS`); True the first time (the caller warns once)."""
+        `UNSUBMITTED_REASONS`); True the first time (the caller warns once)."""
         return self.count(f"unjudged_{reason}")
 
     def count(self, key: str) -> bool:
@@ -479,8 +480,8 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
 
     def record_unjudged(self, turn: RagTurn, reason: str, *, content_policy: ContentPolicy | None = None,
                         tracer_provider: TracerProvider | None = None) -> bool:
-        """:meth:`count_unjudged` and the turn's record (with its *reason*, no judgement) to every
-        exporter, so that every finished turn ends as a record. Returns True the first time for
+        """[`count_unjudged`][ragaudit.Auditor.count_unjudged] and the turn's record (with its *reason*, no judgement)
+        to every exporter, so that every finished turn ends as a record. Returns True the first time for
         *reason*. Never raises."""
         first = self.count_unjudged(reason)
         if self.mode == "worker":  # ragaudit worker makes the record, from the same trace
@@ -503,17 +504,18 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
     def stats(self) -> dict[str, int]:
         """Counts: submitted, judged, failed, dropped, sampled_out, to_worker, pending, sink_errors, close_dropped,
         closing, evidence_from_prompt and ``unjudged_<reason>`` for each of
-        :data:`~ragaudit.records.UNSUBMITTED_REASONS`.
+        `UNSUBMITTED_REASONS`.
 
-        ``unjudged_*``: finished turns traced and never submitted, by reason (:meth:`count_unjudged`);
-        ``evidence_from_prompt``: judged turns whose evidence came, at least in part, from the prompt.
+        ``unjudged_*``: finished turns traced and never submitted, by reason
+        ([`count_unjudged`][ragaudit.Auditor.count_unjudged]); ``evidence_from_prompt``: judged turns whose evidence
+        came, at least in part, from the prompt.
 
         Cost control (``budget``, ``max_rps``, ``pause_s``, ``judge_if``): ``filtered_out``,
         ``over_budget``, ``paused``, ``budget_unavailable`` and ``rate_limited`` count the turns not
         sent to the judge, by reason (each still ends as a record); ``budget_store_errors`` the store
         calls that failed, ``rate_waits`` the waits for a rate slot, ``judge_tokens`` and ``judge_usd``
         what the judge calls cost (money where a price is known); ``feedback_judged``,
-        ``feedback_unmatched`` and ``retained_evicted``: see :meth:`feedback`.
+        ``feedback_unmatched`` and ``retained_evicted``: see [`feedback`][ragaudit.Auditor.feedback].
 
         One consistent snapshot (one lock): ``submitted == judged + failed + dropped + sampled_out
         + pending + to_worker`` plus the five not-sent reasons always holds, also while judgements are being

@@ -1,11 +1,11 @@
 """Where the Governor's windows are counted: in this process, or in Redis shared by every replica (private).
 
-A budget is held in two steps so that it holds under concurrency: before a judge call, :meth:`apply`
+A budget is held in two steps so that it holds under concurrency: before a judge call, `apply`
 in ``"reserve"`` mode checks every budget's counters and, only when all of them have room, adds the
 call and an estimate of its tokens and money in one atomic step (a Lua script in Redis); after the
 call, ``"settle"`` mode adds what the call really cost minus what was reserved. Sixteen calls
 admitted at once therefore see each other's reservations, not a budget that looks untouched until
-the first of them ends. Rate slots use the plain :meth:`incr`.
+the first of them ends. Rate slots use the plain `incr`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ __all__ = ["Counters", "Item", "LocalCounters", "Mode", "RedisCounters", "redis_
 Mode = Literal["reserve", "settle"]
 
 Item = tuple[str, int, int, int]
-"""One counter of one :meth:`Counters.apply`: (key, expiry seconds, cap (0: none), amount)."""
+"""One counter of one `Counters.apply`: (key, expiry seconds, cap (0: none), amount)."""
 
 
 class Counters(Protocol):
@@ -114,7 +114,7 @@ return 1
 class RedisCounters:
     """The counters in Redis, through the ``limits`` library's storage (its URL forms: ``redis://``,
     ``rediss://``, ``redis+sentinel://``, ...) and its atomic increment-with-expiry; reservations
-    through :data:`_APPLY_LUA` on the same connection and keys."""
+    through `_APPLY_LUA` on the same connection and keys."""
 
     def __init__(self, storage: Any) -> None:
         self._storage = storage

@@ -36,8 +36,8 @@ _CALL_MARGIN_S = 0.05
 @runtime_checkable
 class Upstream(Protocol):
     """A stage above the Auditor holding turns that ended but are not submitted yet (a turn closer:
-    its sources' ended turns, its close jobs). Registered with :meth:`Draining.add_upstream`; the
-    Auditor's :meth:`~Draining.force_flush` and :meth:`~Draining.shutdown` call it first."""
+    its sources' ended turns, its close jobs). Registered with `Draining.add_upstream`; the
+    Auditor's `force_flush` and `shutdown` call it first."""
 
     def hand_down(self, timeout_s: float | None) -> bool:
         """Submit every turn that ended before the call, within *timeout_s*; True when all were.
@@ -45,8 +45,8 @@ class Upstream(Protocol):
         ...
 
     def stop(self, timeout_s: float) -> bool:
-        """:meth:`hand_down`, then take no more turns in the background (a turn ending later is
-        handed down at once and meets the closed Auditor, which counts it). True when nothing was
+        """[`hand_down`][ragaudit.auditor.Upstream.hand_down], then take no more turns in the background (a turn ending
+        later is handed down at once and meets the closed Auditor, which counts it). True when nothing was
         left behind; what was is said on stderr. Never raises."""
         ...
 
@@ -71,7 +71,7 @@ class Draining:
         raise NotImplementedError
 
     def add_upstream(self, stage: Upstream) -> None:
-        """Have :meth:`force_flush` and :meth:`shutdown` (and so the exit hook and SIGTERM) hand
+        """Have `force_flush` and `shutdown` (and so the exit hook and SIGTERM) hand
         *stage*'s ended turns down first, in the order the stages were added. Held weakly: a stage
         lives as long as whoever made it keeps it. An integration's turn closer registers itself."""
         if not isinstance(stage, Upstream):
@@ -110,8 +110,8 @@ class Draining:
     def force_flush(self, timeout_s: float | None = 30.0) -> bool:
         """Wait until every turn that ended before the call is recorded and judged, its spans
         exported and the sinks flushed, whichever source produced it: the integrations' closer
-        above this Auditor (every :class:`Upstream` added) first closes its sources' ended turns and
-        runs the close jobs handed over so far, then judging, export and each exporter's
+        above this Auditor (every [`Upstream`][ragaudit.auditor.Upstream] added) first closes its sources' ended turns
+        and runs the close jobs handed over so far, then judging, export and each exporter's
         ``force_flush``, all within the one deadline.
 
         Returns within *timeout_s* (seconds) plus a few milliseconds whatever the trace backend or a
@@ -168,7 +168,7 @@ class Draining:
     def shutdown(self, timeout_s: float | None = None) -> bool:
         """Flush (within *timeout_s*, default ``exit_timeout_s``), then stop the workers. Idempotent.
 
-        First every :class:`Upstream` (the integrations' closer) hands its ended turns down and
+        First every [`Upstream`][ragaudit.auditor.Upstream] (the integrations' closer) hands its ended turns down and
         stops closing in the background, so the turns that ended before the call are judged too.
 
         Never raises, and returns within *timeout_s* plus a small margin whatever a judge, the trace

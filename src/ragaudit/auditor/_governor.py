@@ -1,13 +1,13 @@
 """Cost control at run time: budgets, rate limits and pauses, checked before each judge call (private).
 
-The Auditor asks :meth:`Governor.admit` before it sends a turn to the judge and tells
-:meth:`Governor.settle` what the call cost and how it ended. Three mechanisms, one place:
+The Auditor asks `Governor.admit` before it sends a turn to the judge and tells
+`Governor.settle` what the call cost and how it ended. Three mechanisms, one place:
 
-* **Budgets** (:class:`ragaudit.Budget`): calls, tokens and money per window (``per_s``) or for the
+* **Budgets** ([`ragaudit.Budget`][ragaudit.Budget]): calls, tokens and money per window (``per_s``) or for the
   process's life. A call is admitted while every budget's spent-plus-reserved is below its cap, and
   then reserves, atomically across every budget (so N calls or processes admitted together see each
-  other): the call, and its estimated tokens and money (:class:`Need`: the judge's exact prompt and a
-  typical reply, raised to the largest call settled so far). :meth:`Governor.settle` replaces the
+  other): the call, and its estimated tokens and money (`Need`: the judge's exact prompt and a
+  typical reply, raised to the largest call settled so far). `Governor.settle` replaces the
   reservation with the real usage. A window thus ends at most one call's worth over a cap, however
   many calls run at once. A money cap that cannot price the judge's model fails closed (refused at
   construction when the model is known, else closed at the first unpriced reply). A turn turned
@@ -15,7 +15,7 @@ The Auditor asks :meth:`Governor.admit` before it sends a turn to the judge and 
 * **Rate** (``max_rps``, per judge endpoint): fixed one-second windows aligned to the wall clock, so
   every process sharing a store counts the same second. A call waits for a free slot within its
   deadline. An HTTP 429 halves this process's share of the rate (down to a tenth) and a
-  ``Retry-After`` holds calls back until it has passed, for at most :data:`RETRY_AFTER_CEILING_S`
+  ``Retry-After`` holds calls back until it has passed, for at most `RETRY_AFTER_CEILING_S`
   (120 s, the ``openai`` SDK's own ceiling: one ``Retry-After: 86400`` must not stop judging for a
   day); each success wins a tenth back.
 * **Pause**: what retrying cannot fix (401, 403, a model that does not exist) pauses the judge: turns
@@ -57,7 +57,7 @@ __all__ = ["NOT_SENT", "Budget", "CostControl", "Governor", "Verdict", "price_of
 logger = logging.getLogger("ragaudit")
 
 Verdict = Literal["ok", "over_budget", "paused", "budget_unavailable", "rate_limited"]
-"""What :meth:`Governor.admit` decided: send the call, or the counted reason not to."""
+"""What `Governor.admit` decided: send the call, or the counted reason not to."""
 
 NOT_SENT = ("filtered_out", "over_budget", "paused", "budget_unavailable", "rate_limited")
 """The ``stats()`` counters of turns that were not sent to the judge, each with its reason:
@@ -130,7 +130,7 @@ class Hold:
 
 @dataclass(frozen=True, slots=True)
 class Ticket:
-    """:meth:`Governor.admit`'s answer: the verdict, and what the call holds until :meth:`Governor.settle`."""
+    """`Governor.admit`'s answer: the verdict, and what the call holds until `Governor.settle`."""
 
     verdict: Verdict
     hold: Hold = Hold()
@@ -495,7 +495,7 @@ def _meter() -> _Meter:
 
 
 class CostControl:
-    """What an Auditor holds for cost control: the :class:`Governor` of its judge's endpoint, the
+    """What an Auditor holds for cost control: the `Governor` of its judge's endpoint, the
     ``judge_if`` predicate and the retention of sampled-out turns for feedback (``_feedback``)."""
 
     def __init__(self, judge: Any, budget: Budget | Sequence[Budget] | None, max_rps: float | None,

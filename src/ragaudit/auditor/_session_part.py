@@ -77,7 +77,7 @@ class SessionJudging:
     def end_session(self, session_id: str) -> bool:
         """The app says the conversation *session_id* ended: it is judged now (one judge call, in the
         background) without waiting for ``session_idle_s``. True when such a session was open.
-        Never blocks; raises only :class:`~ragaudit.ConfigurationError` when this Auditor was built
+        Never blocks; raises only [`ConfigurationError`][ragaudit.ConfigurationError] when this Auditor was built
         without ``sessions=True`` (a call that could never do anything is a mistake in the app)."""
         if self._sessions is None:
             raise ConfigurationError("end_session() needs an Auditor that tracks sessions: "

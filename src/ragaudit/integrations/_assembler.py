@@ -1,16 +1,16 @@
-"""The turn rules, written once: what a source's steps become as a :class:`~ragaudit.RagTurn`.
+"""The turn rules, written once: what a source's steps become as a [`RagTurn`][ragaudit.RagTurn].
 
 A source (an integration, the OTLP worker) translates one user message's run into the steps of
-:mod:`ragaudit.integrations.steps` and hands them to a :class:`TurnAssembler` through
-:func:`~ragaudit.integrations.steps.dispatch`, on the auditor's closing thread. Everything that
-decides what a judge sees is here and nowhere else:
+[`ragaudit.integrations.steps`][ragaudit.integrations.steps] and hands them to a
+[`TurnAssembler`][ragaudit.integrations.TurnAssembler] through [`dispatch`][ragaudit.integrations.steps.dispatch], on
+the auditor's closing thread. Everything that decides what a judge sees is here and nowhere else:
 
-* **Which run is the turn**: the first :class:`~ragaudit.integrations.steps.RunStarted` (one per
+* **Which run is the turn**: the first [`RunStarted`][ragaudit.integrations.steps.RunStarted] (one per
   user message: a chain, a query or chat engine call, an agent or workflow run). Steps below it
   are its children.
 * **Question**: the root's own question; for a conversation given as messages (an agent), the
-  user's last message (:func:`last_user_text`); else the first retrieval's query; else "".
-* **Evidence** (:func:`evidence`): what reached the model, as much of each document as reached it
+  user's last message (`last_user_text`); else the first retrieval's query; else "".
+* **Evidence** (`evidence`): what reached the model, as much of each document as reached it
   (a document cut on the way is evidence with its first part, ``truncated``); when none reached it,
   the documents of earlier turns its input quotes whole (a follow-up answered from memory keeps
   their ids). The documents
@@ -25,14 +25,14 @@ decides what a judge sees is here and nowhere else:
   when that is empty and a tool ended the run (``return_direct``), the tool's output; else the last
   successful model output. ``""`` and LlamaIndex's ``"Empty Response"`` are empty answers: traced and
   counted, not judged.
-* **History and standalone question** (:func:`conversation`): the earlier user and assistant
-  messages (the last :data:`MAX_HISTORY_MESSAGES`, each cut at :data:`MAX_MESSAGE_CHARS`), and,
+* **History and standalone question** (`conversation`): the earlier user and assistant
+  messages (the last `MAX_HISTORY_MESSAGES`, each cut at `MAX_MESSAGE_CHARS`), and,
   in a conversation, the first outermost retrieval's query when it differs from the question
   (the rewrite a history-aware retriever or a condensing chat engine made).
 * **Cut-off turns and unfinished children**: a turn with an
-  :class:`~ragaudit.integrations.steps.ErrorStep` is an error turn; a step still open at close is
-  recorded ending then, with :data:`UNFINISHED` as its error.
-* **Whether a turn is judged** (:func:`unjudged_reason`): it is when it has no error, a non-empty
+  [`ErrorStep`][ragaudit.integrations.steps.ErrorStep] is an error turn; a step still open at close is
+  recorded ending then, with `UNFINISHED` as its error.
+* **Whether a turn is judged** (`unjudged_reason`): it is when it has no error, a non-empty
   answer and evidence. A turn with an answer, a model call and no evidence is counted in the
   auditor's ``stats()["unjudged_no_evidence"]`` and logged once at WARNING with the fix; an
   empty answer in ``stats()["unjudged_empty_answer"]``.
@@ -129,7 +129,7 @@ _FROM_PROMPT_NOTE = (
 
 def evicted_error(max_runs: int) -> str:
     """The error of a turn evicted because *max_runs* turns were open (a source sends it as an
-    :class:`~ragaudit.integrations.steps.ErrorStep`)."""
+    [`ErrorStep`][ragaudit.integrations.steps.ErrorStep])."""
     return (f"ragaudit: turn evicted before it finished ({max_runs} turns were open; raise max_runs or look "
             "for runs that never end)")
 
@@ -159,23 +159,24 @@ class _Entry:
 
 
 def _end(ended_at: int | None, error: str | None, now: int) -> tuple[int, str | None]:
-    """``(ended_at, error)`` of a step: a step that never ended ends at *now* with :data:`UNFINISHED`."""
+    """``(ended_at, error)`` of a step: a step that never ended ends at *now* with `UNFINISHED`."""
     if ended_at is None:
         return now, error or UNFINISHED
     return ended_at, error
 
 
 class TurnAssembler:
-    """Takes one turn's steps (a :class:`~ragaudit.integrations.steps.StepSink`) and makes its
-    :class:`~ragaudit.RagTurn` by the rules of this module (:meth:`build`, :meth:`close`).
+    """Takes one turn's steps (a [`StepSink`][ragaudit.integrations.steps.StepSink]) and makes its
+    [`RagTurn`][ragaudit.RagTurn] by the rules of this module ([`build`][ragaudit.integrations.TurnAssembler.build],
+    [`close`][ragaudit.integrations.TurnAssembler.close]).
 
     *framework* names the source (the turn's ``framework``). *capture_content* False: the model
     calls' prompts and messages and the tool calls' arguments are not kept in the turn (the
     evidence is: the judge needs it; the content policy decides what is exported).
     *retrieval_outside*: the source saw a retrieval run outside any turn (a vector-store search
     with no run to belong to), which names the case in the no-evidence warning. *answer_field*:
-    the text field of a structured answer (:mod:`~ragaudit.integrations._structured`). *memory*: the
-    documents the source's earlier turns observed (one :class:`~ragaudit.integrations._evidence.DocumentMemory`
+    the text field of a structured answer (`_structured`). *memory*: the
+    documents the source's earlier turns observed (one `DocumentMemory`
     per source): a turn whose model input quotes them keeps their ids; each build adds its turn's.
     """
 
@@ -233,7 +234,7 @@ class TurnAssembler:
 
     @property
     def kind(self) -> RunKind:
-        """The root run's kind (:attr:`RunKind.CHAIN` before any run started)."""
+        """The root run's kind ([`RunKind.CHAIN`][ragaudit.integrations.steps.RunKind.CHAIN] before any run started)."""
         return self.root.kind if self.root is not None else RunKind.CHAIN
 
     @property
@@ -269,16 +270,16 @@ class TurnAssembler:
 
     def entries(self, closed_at: int | None = None) -> list[_Entry]:
         """The child steps with their records, in the order they were handed over; a step still
-        open ends at *closed_at* (None: the last time a step reported) as :data:`UNFINISHED`."""
+        open ends at *closed_at* (None: the last time a step reported) as `UNFINISHED`."""
         now = self._last if closed_at is None else closed_at
         return [_Entry(step, seq, self._record(step, now)) for step, seq in self._entries]
 
     def build(self, handle: TurnHandle | None = None, *, closed_at: int | None = None) -> RagTurn:
-        """The :class:`~ragaudit.RagTurn` of the steps so far (the rules in the module docstring).
+        """The [`RagTurn`][ragaudit.RagTurn] of the steps so far (the rules in the module docstring).
 
         ``trace_id``/``span_id`` come from *handle* (the turn span's); *closed_at* as in
-        :meth:`entries`, also the end of a turn whose root never ended. Raises
-        :class:`~ragaudit.ConfigurationError` only for values a record rejects.
+        [`entries`][ragaudit.integrations.TurnAssembler.entries], also the end of a turn whose root never ended. Raises
+        [`ConfigurationError`][ragaudit.ConfigurationError] only for values a record rejects.
         """
         entries = self.entries(closed_at)
         turn, found = _build(self, entries, handle, self._last if closed_at is None else closed_at)
@@ -289,7 +290,8 @@ class TurnAssembler:
         return turn
 
     def unjudged_reason(self, turn: RagTurn) -> str | None:
-        """Why *turn* (made by :meth:`build`) is not judged, or None (see :func:`unjudged_reason`)."""
+        """Why *turn* (made by [`build`][ragaudit.integrations.TurnAssembler.build]) is not judged, or None (see
+        [`unjudged_reason`][ragaudit.integrations.TurnAssembler.unjudged_reason])."""
         return unjudged_reason(turn, self.kind)
 
     def close(
@@ -347,7 +349,7 @@ def merge_documents(groups: Iterable[Sequence[RetrievedDoc]]) -> tuple[Retrieved
 
     This is the turn's document list when a pipeline retrieves more than once (two retrievers in
     parallel, a retry, an agent's tool calls): the ranks are positions in the merged list, the
-    per-retriever ranks stay on each :class:`~ragaudit.records.Retrieval`.
+    per-retriever ranks stay on each [`Retrieval`][ragaudit.Retrieval].
     """
     seen: set[str] = set()
     out: list[RetrievedDoc] = []
@@ -477,7 +479,7 @@ def evidence(
     the input of the call that produced *answer* (the part that reached it, for a document cut on the
     way); when none did, the whole documents of earlier turns it quotes (*memory*: a follow-up answered
     from the conversation); then the context of that input no document explains
-    (:func:`~ragaudit.integrations._evidence.prompt_passages`)."""
+    (`prompt_passages`)."""
     groups = observed(entries, parents, sources)
     call = final_call(entries, answer) if sources is None else None
     reference = Reference(call.messages, call.prompt) if call is not None else None
@@ -560,7 +562,7 @@ def direct_tool_answer(entries: Sequence[_Entry], parents: Mapping[Hashable, Has
 def _answer(end: RunEnded | None, error: str | None, entries: Sequence[_Entry],
             parents: Mapping[Hashable, Hashable | None], answer_field: str | None) -> str | None:
     """The structured answer's text field; else the root's answer; else, when that is empty, the output
-    of a tool that answered (:func:`direct_tool_answer`); else the last successful model output."""
+    of a tool that answered (`direct_tool_answer`); else the last successful model output."""
     if error is not None:
         return None
     if end is not None and end.structured is not None:
@@ -658,7 +660,7 @@ def _build(assembler: TurnAssembler, entries: list[_Entry], handle: TurnHandle |
 
 def unjudged_reason(turn: RagTurn, kind: RunKind) -> str | None:
     """Why *turn* is not judged, or None when it is: one of
-    :data:`~ragaudit.records.UNSUBMITTED_REASONS`, each counted.
+    `UNSUBMITTED_REASONS`, each counted.
 
     ``"failed"`` (the run raised, or was cut off), ``"no_answer"``, ``"standalone"`` (a retriever or
     model called on its own), ``"empty_answer"``, ``"no_evidence"`` (an answer from a model call

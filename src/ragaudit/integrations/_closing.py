@@ -1,15 +1,17 @@
 """Turn closing: where a source hands a finished run over to be built into a turn, off the host's
 thread, and where flushing and shutting down the turn pipeline begin.
 
-One :class:`TurnCloser` per Auditor (:func:`closer_for`), shared by every source that submits there:
-a BatchWorker of close jobs (a job builds the turn, records its spans and submits it) and the
-sources whose half-finished turns must be closed before shutdown. Calls go one way, the way the
+One [`TurnCloser`][ragaudit.integrations.TurnCloser] per Auditor ([`closer_for`][ragaudit.integrations.closer_for]),
+shared by every source that submits there: a BatchWorker of close jobs (a job builds the turn, records its spans and
+submits it) and the sources whose half-finished turns must be closed before shutdown. Calls go one way, the way the
 turns go: source → closer → Auditor → exporters. The closer registers with its Auditor as an
-:class:`~ragaudit.auditor.Upstream` (a protocol of the Auditor's floor: the Auditor imports nothing of
-this one), so :meth:`Auditor.force_flush` and :meth:`Auditor.shutdown` -- and the exit hook and
-SIGTERM, which call them -- have it hand its turns down first; :meth:`TurnCloser.force_flush` and
-:meth:`TurnCloser.shutdown` are the Auditor's. What the closer drops it counts in its Auditor's ``stats()``
-(``close_dropped``; ``closing`` is how many wait here, as the closing thread last saw at a batch).
+[`Upstream`][ragaudit.auditor.Upstream] (a protocol of the Auditor's floor: the Auditor imports nothing of
+this one), so `Auditor.force_flush` and `Auditor.shutdown` -- and the exit hook and
+SIGTERM, which call them -- have it hand its turns down first;
+[`TurnCloser.force_flush`][ragaudit.integrations.TurnCloser.force_flush] and
+[`TurnCloser.shutdown`][ragaudit.integrations.TurnCloser.shutdown] are the Auditor's. What the closer drops it counts in
+its Auditor's ``stats()`` (``close_dropped``; ``closing`` is how many wait here, as the closing thread last saw at a
+batch).
 """
 
 from __future__ import annotations
@@ -79,24 +81,25 @@ class TurnCloser:
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`shutdown` has stopped the closing thread (jobs then run at once)."""
+        """True once [`shutdown`][ragaudit.integrations.TurnCloser.shutdown] has stopped the closing thread (jobs then
+        run at once)."""
         return self.worker.closed
 
     def attach(self, source: TurnSource) -> None:
-        """Have :meth:`shutdown` (and the exit hook) close *source*'s ended turns first (held weakly:
-        a handler made per call costs nothing once it is gone)."""
+        """Have [`shutdown`][ragaudit.integrations.TurnCloser.shutdown] (and the exit hook) close *source*'s ended turns
+        first (held weakly: a handler made per call costs nothing once it is gone)."""
         self._sources.add(source)
 
     def defer(self, job: Callable[[], None]) -> bool:
         """Run *job* soon on the closing thread, never on the caller's. Never blocks or raises.
 
         A source closes a turn this way: at the end of a run it hands over the raw run data, and *job*
-        builds the :class:`~ragaudit.RagTurn`, records its spans (with the times the framework
+        builds the [`RagTurn`][ragaudit.RagTurn], records its spans (with the times the framework
         reported) and submits it, so none of that work is on the host's thread. Jobs run in order, in
-        batches; :meth:`force_flush`, :meth:`shutdown` and the exit hook run them before the Auditor's
-        own. With an inline Auditor, and after shutdown, *job* runs at once on the caller's thread.
-        Returns False when *max_closing* jobs are already waiting: *job* is dropped and counted. A
-        raise from *job* is logged.
+        batches; [`force_flush`][ragaudit.integrations.TurnCloser.force_flush],
+        [`shutdown`][ragaudit.integrations.TurnCloser.shutdown] and the exit hook run them before the Auditor's own.
+        With an inline Auditor, and after shutdown, *job* runs at once on the caller's thread. Returns False when
+        *max_closing* jobs are already waiting: *job* is dropped and counted. A raise from *job* is logged.
         """
         _lifecycle.keep_sigterm_handler()  # a server may have replaced it in this worker (first turn only)
         try:
@@ -127,7 +130,7 @@ class TurnCloser:
     def hand_down(self, timeout_s: float | None) -> bool:
         """Close the sources' ended turns and run every job handed over so far (the turns built,
         traced and submitted to the Auditor), within *timeout_s*. The Auditor calls this first in its
-        own :meth:`~ragaudit.Auditor.force_flush` (this closer is its :class:`~ragaudit.auditor.Upstream`).
+        own `force_flush` (this closer is its [`Upstream`][ragaudit.auditor.Upstream]).
         False when the time ran out. Never raises."""
         try:
             self.close_sources()
@@ -141,8 +144,8 @@ class TurnCloser:
         return ok
 
     def stop(self, timeout_s: float) -> bool:
-        """:meth:`hand_down` within *timeout_s*, then stop the closing thread (a job handed over later
-        runs at once, on the caller's thread). Called by the Auditor's :meth:`~ragaudit.Auditor.shutdown`
+        """[`hand_down`][ragaudit.integrations.TurnCloser.hand_down] within *timeout_s*, then stop the closing thread (a
+        job handed over later runs at once, on the caller's thread). Called by the Auditor's `shutdown`
         before it stops taking turns. False when turns were left waiting (said on stderr)."""
         # Turns whose root ended but a child run never did (a hung tool, a lost callback) are closed
         # now, their open children marked unfinished, so that exit records them too.
@@ -156,14 +159,14 @@ class TurnCloser:
         return not unclosed
 
     def force_flush(self, timeout_s: float | None = 30.0) -> bool:
-        """The Auditor's :meth:`~ragaudit.Auditor.force_flush`, which hands this closer's turns down
+        """The Auditor's `force_flush`, which hands this closer's turns down
         first: every turn ended so far built, traced, submitted, judged and exported, all within
         *timeout_s*. False when the time ran out or something was not delivered. Never raises."""
         auditor = self._auditor()
         return auditor.force_flush(timeout_s) if auditor is not None else self.hand_down(timeout_s)
 
     def shutdown(self, timeout_s: float | None = None) -> bool:
-        """The Auditor's :meth:`~ragaudit.Auditor.shutdown` (within *timeout_s*, default its
+        """The Auditor's `shutdown` (within *timeout_s*, default its
         ``exit_timeout_s``), which stops this closer first. Idempotent; never raises. False when
         something was not recorded (said on stderr)."""
         auditor = self._auditor()
@@ -199,8 +202,8 @@ _closers: weakref.WeakKeyDictionary[Auditor, TurnCloser] = weakref.WeakKeyDictio
 
 
 def closer_for(auditor: Auditor) -> TurnCloser:
-    """The one :class:`TurnCloser` above *auditor*, made with the first source that submits there and
-    registered with it (:meth:`~ragaudit.Auditor.add_upstream`): the Auditor's ``force_flush()`` and
+    """The one [`TurnCloser`][ragaudit.integrations.TurnCloser] above *auditor*, made with the first source that submits
+    there and registered with it (`add_upstream`): the Auditor's ``force_flush()`` and
     ``shutdown()`` -- so the exit hook and SIGTERM too -- hand its turns down first."""
     with _lock:
         closer = _closers.get(auditor)

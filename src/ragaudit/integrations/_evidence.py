@@ -3,18 +3,18 @@ how much of each.
 
 The input of that call (its messages and prompt) is the reference. An observed document is evidence
 when its text is in the reference, whole or cut: an app or a middleware that cut it to fit (at any
-character) passed the model its first part, and that part is the evidence (:attr:`Match.chars`;
+character) passed the model its first part, and that part is the evidence (`Match.chars`;
 the document is marked ``truncated``). Documents retrieved and then dropped are not evidence. Context in
 the reference that no observed document explains becomes evidence of its own
-(:func:`prompt_passages`), with ids from its text and ``source="prompt"``, unless it is a document an
-earlier turn observed (:class:`DocumentMemory`: a follow-up answered from the conversation keeps the
+(`prompt_passages`), with ids from its text and ``source="prompt"``, unless it is a document an
+earlier turn observed (`DocumentMemory`: a follow-up answered from the conversation keeps the
 documents' ids).
 
 Matching compares words, not characters: both sides are read as their runs of letters and digits,
 lower-cased, so whitespace, markup (``**``, ``#``, bullets, quotes) and the escapes of a document quoted
 inside a tool message (JSON or a Python repr: ``\\n``, ``\\u00e9``) do not matter. The reference is
-indexed once by the :data:`KEY_WORDS` words at each position, and each document is looked up by its
-first words and extended word by word at the positions found (at most :data:`MAX_CANDIDATES` of them),
+indexed once by the `KEY_WORDS` words at each position, and each document is looked up by its
+first words and extended word by word at the positions found (at most `MAX_CANDIDATES` of them),
 so the cost is linear in the reference and the documents (no pairwise comparison of documents and
 passages).
 """
@@ -116,7 +116,7 @@ class _Words:
 
 
 class Reference:
-    """The text of one model call's input, as words, indexed for :meth:`match`. The model's own earlier
+    """The text of one model call's input, as words, indexed for `match`. The model's own earlier
     replies in it (assistant messages) count for documents that reached it whole only: a part of a
     document there is an earlier answer quoting it, not the document."""
 
@@ -152,7 +152,7 @@ class Reference:
         return bool(self.text)
 
     def word_keys(self) -> KeysView[str]:
-        """The word keys of the reference (the :data:`KEY_WORDS` words at each position), each once."""
+        """The word keys of the reference (the `KEY_WORDS` words at each position), each once."""
         return self._index.keys()
 
     def match(self, content: str) -> Match | None:
@@ -263,7 +263,7 @@ class DocumentMemory:
     """The documents a source's recent turns observed, so that a later turn whose model input quotes
     them (a follow-up answered from the conversation a checkpointer or a memory keeps) is judged on them
     with their ids, not on passages of its prompt. Bounded to the *max_documents* most recently observed
-    (documents of fewer than :data:`KEY_WORDS` words are not kept); thread-safe."""
+    (documents of fewer than `KEY_WORDS` words are not kept); thread-safe."""
 
     __slots__ = ("_docs", "_keys", "_lock", "max_documents")
 
@@ -341,7 +341,7 @@ def prompt_passages(
     app joined; else, when no observed document reached the call, the text of its tool messages (an
     agent's context arrives through its tools: its system message is then its instructions, never
     evidence), or of its system messages when it has no tool message (a prompt that carries the
-    context), at least :data:`MIN_MESSAGE_CONTEXT_WORDS` words of it, split the same way. Each passage:
+    context), at least `MIN_MESSAGE_CONTEXT_WORDS` words of it, split the same way. Each passage:
     id from its text, ``source="prompt"``.
     """
     asked = normalize(question)

@@ -768,4 +768,4 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
     MetricSpec(METRIC_JUDGE_NOT_SENT, "counter", "{turn}", "Turns cost control kept from the judge, by reason",
                (ATTR_UNJUDGED_REASON,)),
 )
-"""Every metric of :data:`METER_NAME` (the score metrics exporter's, then the cost controller's)."""
+"""Every metric of `METER_NAME` (the score metrics exporter's, then the cost controller's)."""

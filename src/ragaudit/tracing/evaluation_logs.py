@@ -175,14 +175,14 @@ _failed: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 def logs_not_exported(provider: Any) -> int:
-    """Log records the exporters :func:`counted_log_exporter` added to *provider* failed to export."""
+    """Log records the exporters `counted_log_exporter` added to *provider* failed to export."""
     with _failed_lock:
         return _failed.get(provider, 0)
 
 
 def counted_log_exporter(inner: Any, provider: Any) -> Any:
-    """*inner* (a log exporter), its failures counted under *provider* (:func:`logs_not_exported`): an
-    :class:`EvaluationLogSink` given that provider reports them as its ``errors``, so a batch the
+    """*inner* (a log exporter), its failures counted under *provider* (`logs_not_exported`): an
+    `EvaluationLogSink` given that provider reports them as its ``errors``, so a batch the
     backend refused (too large, a dead endpoint) shows in ``stats()["sink_errors"]``."""
     return _CountingLogExporter(inner, provider)
 
@@ -325,5 +325,5 @@ class EvaluationLogSink(BaseExporter):
     @property
     def errors(self) -> int:
         """Records that never reached the endpoint: of its own provider, or counted under the provider
-        it was given (:func:`counted_log_exporter`)."""
+        it was given (`counted_log_exporter`)."""
         return self._counting.failed if self._counting is not None else logs_not_exported(self._provider)

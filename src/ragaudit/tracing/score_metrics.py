@@ -1,21 +1,22 @@
-"""Scores as OpenTelemetry metrics: :class:`ScoreMetricsExporter`, one more exporter of the export stage.
+"""Scores as OpenTelemetry metrics: [`ScoreMetricsExporter`][ragaudit.tracing.ScoreMetricsExporter], one more exporter
+of the export stage.
 
-From each :class:`~ragaudit.AuditRecord` (never recomputed): a histogram per score (faithfulness,
+From each [`AuditRecord`][ragaudit.AuditRecord] (never recomputed): a histogram per score (faithfulness,
 context and answer relevance, citation precision and recall, graded NDCG@10, each only where the
 record has it), and counters of finished turns by outcome and reason, of answer sentences by
 verdict, of citation checks by result; from each judged session a counter by verdict and a
-groundedness histogram. Names, units and attributes are :data:`ragaudit.tracing.conventions.METRICS`.
+groundedness histogram. Names, units and attributes are `ragaudit.tracing.conventions.METRICS`.
 
 Like any OpenTelemetry instrumentation it records through the *meter_provider* it is given, or the
 global one, which is a no-op until the application configures an SDK ``MeterProvider``: every
-:class:`~ragaudit.Auditor` has one of these exporters, and an app without a metrics SDK pays one
+[`Auditor`][ragaudit.Auditor] has one of these exporters, and an app without a metrics SDK pays one
 no-op call per value on the export thread (never the host's). ``ragaudit worker`` gives it its own
 provider (OTLP metrics and ``/metrics`` for Prometheus).
 
 Attributes are those a team groups by and alerts on, low in cardinality: the app's service (the
 worker's turns), the run name (chain, graph, route), the app's model, the judge, the prompt version
 from turn metadata. Never the question, an id or free text: values are read only from those keys,
-only when str/int/bool, and cut to :data:`~ragaudit.tracing.conventions.METRIC_VALUE_MAX_CHARS`.
+only when str/int/bool, and cut to `METRIC_VALUE_MAX_CHARS`.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _value(value: Any) -> str | None:
 
 def metric_attributes(record: AuditRecord, judge_name: str) -> dict[str, str]:
     """The attributes of every metric point of *record*
-    (:data:`~ragaudit.tracing.conventions.TURN_METRIC_ATTRIBUTES`, each only when known)."""
+    (`TURN_METRIC_ATTRIBUTES`, each only when known)."""
     turn = record.turn
     out: dict[str, str] = {}
     for key, sources in _METADATA_KEYS:
@@ -68,7 +69,7 @@ def metric_attributes(record: AuditRecord, judge_name: str) -> dict[str, str]:
 
 
 class ScoreMetricsExporter(BaseExporter):
-    """Records each :class:`~ragaudit.AuditRecord` as OpenTelemetry metrics (see the module docstring).
+    """Records each [`AuditRecord`][ragaudit.AuditRecord] as OpenTelemetry metrics (see the module docstring).
 
     *meter_provider*: where to record (None: the global ``MeterProvider``). *judge_name*: the judge
     named on the points of turns that were not judged (a judged turn names its judgement's judge).

@@ -67,7 +67,7 @@ def _decoder(request: web.Request) -> zlib._Decompress | None:
 async def read_body(request: web.Request, reservation: Reservation, limit: int, timeout_s: float) -> bytearray:
     """The decompressed body of *request*: at most *limit* bytes, read within *timeout_s*.
 
-    Raises :class:`BodyRefused` (413 past the limit, 408 past the time, 400 for a body that does
+    Raises `BodyRefused` (413 past the limit, 408 past the time, 400 for a body that does
     not inflate, 415 for an encoding other than gzip/deflate, 503 when the in-flight budget is full).
     """
     declared = request.content_length

@@ -1,4 +1,5 @@
-"""The :class:`Worker`: OTLP traces in, turns through the Auditor, judgements out as OTLP."""
+"""The [`Worker`][ragaudit.integrations.otlp.Worker]: OTLP traces in, turns through the Auditor, judgements out as
+OTLP."""
 
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ if TYPE_CHECKING:
 
     from opentelemetry.metrics import Histogram
 
-    from ._server import HttpServer
     from ...auditor import Budget
+    from ._server import HttpServer
 
 __all__ = ["IngestOutcome", "Worker"]
 
@@ -53,8 +54,8 @@ _COUNTERS = (
 
 @dataclass(frozen=True, slots=True)
 class IngestOutcome:
-    """What :meth:`Worker.ingest` did with one request: spans *accepted*, *rejected* (invalid ids:
-    the response's ``partial_success``), or the whole request *refused* (full: answer 503)."""
+    """What [`Worker.ingest`][ragaudit.integrations.otlp.Worker.ingest] did with one request: spans *accepted*,
+    *rejected* (invalid ids: the response's ``partial_success``), or the whole request *refused* (full: answer 503)."""
 
     accepted: int
     rejected: int = 0
@@ -65,12 +66,12 @@ class IngestOutcome:
 class Worker:
     """Judges the RAG turns of any app that sends OTLP traces (``ragaudit worker``).
 
-    Receives OTLP/HTTP traces on *host*:*port* (``port=0``: a free one, see :attr:`port`), waits
-    for each trace to be ready (root span received and *quiet_s* without a new span, at most
-    *max_wait_s* after its first), reads its spans by convention into turns, and submits them to
-    an :class:`~ragaudit.Auditor` (sampling, judging, budgets), which writes each judgement as a
+    Receives OTLP/HTTP traces on *host*:*port* (``port=0``: a free one, see
+    [`port`][ragaudit.integrations.otlp.Worker.port]), waits for each trace to be ready (root span received and
+    *quiet_s* without a new span, at most *max_wait_s* after its first), reads its spans by convention into turns, and
+    submits them to an [`Auditor`][ragaudit.Auditor] (sampling, judging, budgets), which writes each judgement as a
     ``ragaudit.judge`` span in the evaluated trace plus ``gen_ai.evaluation.result`` log records
-    (:class:`~ragaudit.tracing.evaluation_logs.EvaluationLogSink`) to *otlp_endpoint* (None: the
+    (`EvaluationLogSink`) to *otlp_endpoint* (None: the
     ``OTEL_EXPORTER_OTLP_*`` variables).
 
     Bounds: at most *max_traces* traces wait (the oldest is dropped, counted), at most *max_spans*
@@ -83,21 +84,23 @@ class Worker:
     ``stats()`` counts every span and turn; ``/stats`` serves it as JSON and the same counters go
     out as OTel metrics.
 
-    As a network service: *auth_token* (a :class:`BearerToken` or the token itself; None: no check)
-    is required of every sender, OTLP/HTTP and gRPC, and of ``/stats`` (``/healthz`` and ``/readyz``
-    stay open for probes); *tls* (:class:`ServerTLS`) serves both over TLS; *limits*
-    (:class:`ConnectionLimits`) bounds the time of headers and bodies and the open connections.
+    As a network service: *auth_token* (a [`BearerToken`][ragaudit.integrations.otlp.BearerToken] or the token itself;
+    None: no check) is required of every sender, OTLP/HTTP and gRPC, and of ``/stats`` (``/healthz`` and ``/readyz``
+    stay open for probes); *tls* ([`ServerTLS`][ragaudit.integrations.otlp.ServerTLS]) serves both over TLS; *limits*
+    ([`ConnectionLimits`][ragaudit.integrations.otlp.ConnectionLimits]) bounds the time of headers and bodies and the
+    open connections.
 
-    *judge*: any :class:`~ragaudit.RagJudge` (None: the default, ``ChatRagJudge`` when
+    *judge*: any [`RagJudge`][ragaudit.RagJudge] (None: the default, ``ChatRagJudge`` when
     ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` is set, else ``LexicalJudge``). *auditor*: an Auditor
     of your own instead (then *judge*, *sample_rate*, *sinks*, *audit_log* and the output
     endpoint are its business). *budget*, *max_rps*, *budget_store*: the Auditor's cost control
-    (:class:`~ragaudit.Budget`; ``budget_store="redis://..."`` shares the budget and the rate with every
+    ([`Budget`][ragaudit.Budget]; ``budget_store="redis://..."`` shares the budget and the rate with every
     worker and app that names the same store). *grpc_port*: also serve OTLP/gRPC there (the ``worker-grpc``
-    extra). *clock*: monotonic seconds (tests step it by hand and call :meth:`tick`).
+    extra). *clock*: monotonic seconds (tests step it by hand and call
+    [`tick`][ragaudit.integrations.otlp.Worker.tick]).
 
     *sessions*: judge conversations as a whole (``True`` or a
-    :class:`~ragaudit.SessionTracking`; True uses *clock* as the session clock). The turns of a
+    [`SessionTracking`][ragaudit.SessionTracking]; True uses *clock* as the session clock). The turns of a
     session arrive in many traces; one worker sees a whole session only when the Collector routes by
     the session attribute (``load_balancing`` with ``routing_key: attributes``, see the scale guide);
     otherwise each worker judges the part it saw, flagged partial.
@@ -300,12 +303,12 @@ class Worker:
             return False
 
     def ingest(self, body: bytes, *, json_body: bool = False) -> IngestOutcome:
-        """Decode one OTLP request body and buffer its spans. Raises :class:`DecodeError`."""
+        """Decode one OTLP request body and buffer its spans. Raises `DecodeError`."""
         spans, rejected = self.decode(body, json_body=json_body)
         return self.add_spans(spans, rejected)
 
     def decode(self, body: bytes | bytearray, *, json_body: bool = False) -> tuple[list[SpanData], int]:
-        """``(spans, rejected)`` of one OTLP request body (counted in ``requests``). Raises :class:`DecodeError`."""
+        """``(spans, rejected)`` of one OTLP request body (counted in ``requests``). Raises `DecodeError`."""
         self.count("requests")
         return decode_traces(body, json_body)
 
@@ -416,7 +419,8 @@ class Worker:
         return f"{'https' if self.tls is not None else 'http'}://{self.host}:{self._port}"
 
     async def serve(self, ready: Callable[[], None] | None = None) -> None:
-        """Serve until :meth:`stop` (or a signal in :meth:`run`), then shut down gracefully."""
+        """Serve until [`stop`][ragaudit.integrations.otlp.Worker.stop] (or a signal in
+        [`run`][ragaudit.integrations.otlp.Worker.run]), then shut down gracefully."""
         from ._server import HttpServer
 
         self._loop = asyncio.get_running_loop()
@@ -467,14 +471,15 @@ class Worker:
             self._outputs.force_flush(max(0.5, deadline - time.monotonic()))
             self._outputs.shutdown()
 
-    def run(self) -> None:
-        """Serve in this thread until SIGTERM or SIGINT (the ``ragaudit worker`` command)."""
+    def run(self, ready: Callable[[], None] | None = None) -> None:
+        """Serve in this thread until SIGTERM or SIGINT (the ``ragaudit worker`` command); *ready* is
+        called once listening (the real ports known)."""
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._request_stop)
-            await self.serve()
+            await self.serve(ready)
 
         asyncio.run(main())
 

@@ -32,7 +32,7 @@ class SpanData:
 
     ``events`` keeps each span event as ``(name, attributes)`` (exceptions, GenAI content events).
     ``size``: what holding it costs, in bytes, as the worker's in-flight budget counts it
-    (:func:`spans_of`).
+    (`spans_of`).
     """
 
     trace_id: str
@@ -183,7 +183,7 @@ def spans_of(request: Any, size: int | None = None) -> tuple[list[SpanData], int
     """``(spans, rejected)`` of a decoded ``ExportTraceServiceRequest`` (OTLP/gRPC hands one over).
 
     Each span's ``size`` is its share of the request's *size* in bytes (None: its encoded size) plus
-    :data:`ATTRIBUTE_OVERHEAD` per attribute, its own and its events': many small attributes count
+    `ATTRIBUTE_OVERHEAD` per attribute, its own and its events': many small attributes count
     as much as they weigh in memory, not only as their bytes. One size per request, not a
     ``ByteSize()`` per span: the sum is what the budget needs, and the ingest path pays nothing for it."""
     spans: list[SpanData] = []

@@ -95,10 +95,11 @@ class _Conn(asyncio.Protocol):
 
 
 class ConnectionGuard:
-    """The open connections of one HTTP server, within :class:`ConnectionLimits`.
+    """The open connections of one HTTP server, within
+    [`ConnectionLimits`][ragaudit.integrations.otlp.ConnectionLimits].
 
-    :meth:`protocol_factory` wraps aiohttp's (``runner.server``); the application's middleware
-    calls :meth:`request_started` / :meth:`request_done` with ``request.protocol``.
+    `protocol_factory` wraps aiohttp's (``runner.server``); the application's middleware
+    calls `request_started` / `request_done` with ``request.protocol``.
     """
 
     def __init__(self, limits: ConnectionLimits, count: Callable[[str], None]) -> None:

@@ -2,7 +2,7 @@
 
 **Which HTTP library.** The SDK is built on ``httpx`` up to 2.x and on ``httpx2`` from 3.0 (which
 takes an ``httpx`` client only when ``httpx`` happens to be installed, and then mixes the two
-libraries' stream types). :func:`http_clients` asks the SDK which one through its public names --
+libraries' stream types). `http_clients` asks the SDK which one through its public names --
 the library ``openai.DefaultHttpxClient`` is a client of -- and builds the clients with the SDK's
 own documented factories (``DefaultHttpx2Client``/``DefaultAsyncHttpx2Client`` on 3.x,
 ``DefaultHttpxClient``/``DefaultAsyncHttpxClient`` before), so ``httpx`` is never imported when the
@@ -11,7 +11,7 @@ the code below is written once against whichever module is handed in.
 
 **One deadline per request.** The SDK's ``timeout`` bounds each socket operation, so a server that
 trickles its reply -- its headers as much as its body -- a byte at a time keeps a request going for
-as long as it likes. The clients made here send through :class:`DeadlineTransport` (an ``httpx``
+as long as it likes. The clients made here send through `DeadlineTransport` (an ``httpx``
 transport on ``httpcore``'s connection pool, both public APIs), whose network backend gives every
 socket operation at most what is left of the request's deadline: each HTTP request the SDK sends
 (every retry is a request of its own) must be answered in full -- connect, write, headers and the
@@ -275,7 +275,7 @@ class _SyncStream:
 
 
 class _AsyncBackend:
-    """Like :class:`_SyncBackend`, for the async pool."""
+    """Like `_SyncBackend`, for the async pool."""
 
     def __init__(self, inner: Any, core: ModuleType) -> None:
         self._inner, self._core = inner, core

@@ -1,22 +1,22 @@
 """How every chat judge talks to an OpenAI-compatible chat-completions endpoint (private).
 
-:class:`Endpoint` owns the clients: one made from ``base_url``/``api_key``, or one given (``OpenAI``,
+`Endpoint` owns the clients: one made from ``base_url``/``api_key``, or one given (``OpenAI``,
 ``AsyncOpenAI``, ``AzureOpenAI``, ``AsyncAzureOpenAI``), the other kind derived from it on first use,
-and one async client per event loop. :meth:`Endpoint.create` and :meth:`Endpoint.acreate` send one
-request and never raise for a transport failure: the :class:`Result` holds the completion or the
+and one async client per event loop. `Endpoint.create` and `Endpoint.acreate` send one
+request and never raise for a transport failure: the `Result` holds the completion or the
 exception. Structured output first: a request with a verdict schema asks for
 ``response_format={"type": "json_schema", ...}``; a server that rejects it (HTTP 400/422 naming
 ``response_format`` or ``json_schema``) is asked again with ``{"type": "json_object"}``, and one
 that rejects that too, without ``response_format``. The endpoint remembers the last kind that was
-not refused and starts there for every later request (:attr:`Endpoint.response_format`).
+not refused and starts there for every later request (`Endpoint.response_format`).
 
-A judge writes its work once as a *flow* (:data:`Flow`): a generator that yields a batch of request
-parameters (:meth:`Endpoint.params`) and receives one :class:`Result` per request, in order.
-:meth:`Endpoint.run_sync` drives it with the sync client, :meth:`Endpoint.run_async` with the async
-client (the requests of one batch concurrently). :class:`Tally` counts what one judgement cost
-(calls, tokens, latency); :meth:`Endpoint.describe` turns an exception into an error text without
-the API key. :class:`EndpointJudge` checks and keeps the settings every chat judge shares
-(:class:`ChatJudgeSettings`) and gives a judge ``base_url``, ``config_key`` JSON, ``close`` and ``aclose``.
+A judge writes its work once as a *flow* (`Flow`): a generator that yields a batch of request
+parameters (`Endpoint.params`) and receives one `Result` per request, in order.
+`Endpoint.run_sync` drives it with the sync client, `Endpoint.run_async` with the async
+client (the requests of one batch concurrently). `Tally` counts what one judgement cost
+(calls, tokens, latency); `Endpoint.describe` turns an exception into an error text without
+the API key. `EndpointJudge` checks and keeps the settings every chat judge shares
+(`ChatJudgeSettings`) and gives a judge ``base_url``, ``config_key`` JSON, ``close`` and ``aclose``.
 
 **One deadline per request.** Clients made here send through the transport of ``_http.py``: each HTTP
 request the SDK sends (every retry is a request of its own) must be answered in full -- connect,
@@ -324,7 +324,7 @@ class Endpoint:
             sync_client.close()
 
     async def aclose(self) -> None:
-        """Like :meth:`close`, and also close the async client made for the running loop."""
+        """Like `close`, and also close the async client made for the running loop."""
         await self.aclose_loop()
         self.close()
 
@@ -414,7 +414,7 @@ class Endpoint:
         return Result(outcome, calls, _format_kind(sent))
 
     async def acreate(self, params: dict[str, Any]) -> Result:
-        """Like :meth:`create`, with the async client of the running loop."""
+        """Like `create`, with the async client of the running loop."""
         calls = 0
         current: dict[str, Any] | None = params
         while current is not None:
@@ -460,7 +460,7 @@ class Endpoint:
 
     def describe(self, exc: BaseException) -> str:
         """``Type: message`` of *exc*, cut to a few hundred characters, with every known secret masked
-        (:func:`ragaudit.content.scrub`)."""
+        ([`ragaudit.content.scrub`][ragaudit.content.scrub])."""
         message = scrub(str(exc))
         if len(message) > _MAX_ERROR_CHARS:
             message = message[:_MAX_ERROR_CHARS] + "…"
@@ -488,7 +488,7 @@ def _format_kind(params: Mapping[str, Any]) -> str | None:
 
 
 class ChatJudgeSettings(TypedDict, total=False):
-    """The keyword arguments of :class:`~ragaudit.ChatRagJudge` after *model*, for judges that pass
+    """The keyword arguments of [`ChatRagJudge`][ragaudit.ChatRagJudge] after *model*, for judges that pass
     them on unchanged (``**settings: Unpack[ChatJudgeSettings]``); their defaults are ChatRagJudge's."""
 
     base_url: str | None
@@ -506,7 +506,7 @@ class ChatJudgeSettings(TypedDict, total=False):
 
 class EndpointJudge:
     """The settings every chat judge shares, ``base_url``, ``close`` and ``aclose`` for a judge whose
-    requests go through an :class:`Endpoint`."""
+    requests go through an `Endpoint`."""
 
     _name_prefix: ClassVar[str]  # the default name is "<prefix>:<model>"
 
@@ -534,7 +534,7 @@ class EndpointJudge:
         extra_body: Mapping[str, Any] | None,
     ) -> None:
         """Check the shared settings (ConfigurationError when one is out of range), keep them and
-        make the :class:`Endpoint`; *name* None means ``"<_name_prefix>:<model>"``."""
+        make the `Endpoint`; *name* None means ``"<_name_prefix>:<model>"``."""
         name = name if name is not None else f"{self._name_prefix}:{model}"
         validate_settings(model, timeout_s, max_retries, temperature, max_context_chars, name, extra_body)
         self.model = model
@@ -562,7 +562,7 @@ class EndpointJudge:
         self._endpoint.close()
 
     async def aclose(self) -> None:
-        """Like :meth:`close`, and also close the async client this judge made for the running loop.
+        """Like `close`, and also close the async client this judge made for the running loop.
 
         Await it before that loop ends (an async client's connections belong to the loop that
         opened them and cannot be closed from another one).
@@ -572,7 +572,7 @@ class EndpointJudge:
     async def aclose_loop(self) -> None:
         """Close only the async client this judge made for the running loop; everything else stays open.
 
-        The :class:`~ragaudit.Auditor` awaits it before it stops its event loop.
+        The [`Auditor`][ragaudit.Auditor] awaits it before it stops its event loop.
         """
         await self._endpoint.aclose_loop()
 
