@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import sys
 from typing import Any
@@ -69,26 +68,6 @@ def add_worker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
 
 # -- the worker as a network service: auth, TLS, request and connection limits (issue 46) -----------
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
-    return value
-
-
 def _add_service_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("network service", "who may send, over what, and within which limits")
     g.add_argument("--auth-token-file", default=None, metavar="PATH",
@@ -97,19 +76,20 @@ def _add_service_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tls-cert", default=None, metavar="PEM", help="serve HTTPS and gRPC over TLS with this "
                    "certificate chain (with --tls-key)")
     g.add_argument("--tls-key", default=None, metavar="PEM", help="the private key of --tls-cert")
-    g.add_argument("--max-request-bytes", type=_positive_int, default=32 * 1024 * 1024, metavar="BYTES",
+    g.add_argument("--max-request-bytes", type=whole_number(1), default=32 * 1024 * 1024, metavar="BYTES",
                    help="largest request body once decompressed; past it 413 (default 33554432, 32 MiB)")
-    g.add_argument("--max-inflight-bytes", type=_positive_int, default=256 * 1024 * 1024, metavar="BYTES",
+    g.add_argument("--max-inflight-bytes", type=whole_number(1), default=256 * 1024 * 1024, metavar="BYTES",
                    help="memory held by spans waiting and bodies being read; past it 503 + Retry-After "
                    "(default 268435456, 256 MiB; give the worker about twice this)")
-    g.add_argument("--header-timeout", dest="header_timeout_s", type=_positive_seconds, default=10.0,
+    g.add_argument("--header-timeout", dest="header_timeout_s", type=finite_float(0, low_open=True), default=10.0,
                    metavar="S", help="seconds to send a request's headers (and the TLS handshake) before the "
                    "connection is closed (default 10)")
-    g.add_argument("--body-timeout", dest="body_timeout_s", type=_positive_seconds, default=60.0, metavar="S",
+    g.add_argument("--body-timeout", dest="body_timeout_s", type=finite_float(0, low_open=True), default=60.0,
+                   metavar="S",
                    help="seconds to send a request's body; past it 408 (default 60)")
-    g.add_argument("--keepalive-timeout", dest="keepalive_timeout_s", type=_positive_seconds, default=60.0,
+    g.add_argument("--keepalive-timeout", dest="keepalive_timeout_s", type=finite_float(0, low_open=True), default=60.0,
                    metavar="S", help="seconds an idle connection stays open (default 60)")
-    g.add_argument("--max-connections", type=_positive_int, default=None, metavar="N",
+    g.add_argument("--max-connections", type=whole_number(1), default=None, metavar="N",
                    help="open OTLP/HTTP connections; past it the oldest idle one is closed (default 1000, lower "
                    "when the open-file limit is)")
 
