@@ -15,8 +15,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from tests.support.llm_server import Fault, LLMServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,12 +49,6 @@ def _failing_server() -> LLMServer:
     return LLMServer(rule=lambda body: Fault.server_error(500))
 
 
-# After the merge of issue 44's branches the hint lost its context (judge URL, where errors are recorded):
-# the Auditor no longer hands JudgeHealth its context. To fix next.
-_CONTEXT_LOST = pytest.mark.xfail(reason="the hint's context was lost in the merge", strict=False)
-
-
-@_CONTEXT_LOST
 def test_a_failing_judge_is_said_on_stderr_without_logging_configured(tmp_path: Path) -> None:
     with _failing_server() as srv:
         url = srv.base_url
@@ -72,7 +64,6 @@ def test_a_failing_judge_is_said_on_stderr_without_logging_configured(tmp_path: 
     assert f"the audit log {tmp_path / 'ragaudit-audit.jsonl'}" in line  # where each error is recorded
 
 
-@_CONTEXT_LOST
 def test_without_an_audit_log_the_line_points_at_stats_and_the_span(tmp_path: Path) -> None:
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))

@@ -35,7 +35,7 @@ from ._draining import Draining
 from ._exporting import ExportStage, LegacySinkExporter, OnJudgementExporter
 from ._first_run import say_where_things_are
 from ._governor import NOT_SENT, Budget, CostControl
-from ._judge_health import JudgeFailureLog
+from ._judge_health import JudgeFailureLog, judge_context
 from ._judging import judge_request
 from ._policies import PolicyBook
 from ._session_part import SessionJudging, SessionTracking
@@ -301,8 +301,9 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
         self._closing = 0  # finished turns waiting above, in the integrations' closer (as it reports)
         self._closed = False
         self._log = RateLimitedLog()
-        self._judge_failures = JudgeFailureLog(on_first=lambda: say_where_things_are(judge.name, self._audit_log,
-                                                                                      self.tracer_provider))
+        self._judge_failures = JudgeFailureLog(
+            on_first=lambda: say_where_things_are(judge.name, self._audit_log, self.tracer_provider),
+            context=lambda: judge_context(judge, self._audit_log.path if self._audit_log is not None else None))
         self._start_workers(stage)
         if handle_signals is not False:
             flush_on_sigterm(self, asked=handle_signals is True)
