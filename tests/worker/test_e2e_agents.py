@@ -11,18 +11,17 @@ the final model calls in ``tests/test_app_matrix_agents.py``."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
 
-from ragaudit import Auditor, BaseExporter, ChatRagJudge, ExportResult, RagTurn
-from ragaudit.records import AuditRecord
+from ragaudit import Auditor, ChatRagJudge, RagTurn
 from tests.support.judges import open_judge
 from tests.support.llm_server import LLMServer
 from tests.worker.apps.langchain_agents import STYLES, agent_reply, make_store
 from tests.worker.conftest import rag_rule, run_app, wait_for
+from tests.worker.file_sink import Records
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -31,20 +30,6 @@ def app_rule(body: Mapping[str, Any]) -> Any:
     """The agents' model: :func:`agent_reply`, and the RAG chain's answer inside a ``return_direct`` tool."""
     reply = agent_reply(body)
     return reply if reply is not None else rag_rule(dict(body))
-
-
-class Records(BaseExporter):
-    """The worker's audit records, kept."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._lock = threading.Lock()
-        self.records: list[AuditRecord] = []
-
-    def export(self, records: Sequence[AuditRecord]) -> ExportResult:
-        with self._lock:
-            self.records.extend(records)
-        return ExportResult.SUCCESS
 
 
 def shown(turn: RagTurn) -> tuple[str, str | None, list[tuple[str, str, bool]]]:

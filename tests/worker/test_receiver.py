@@ -24,6 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.worker.conftest import wait_for
+from tests.worker.file_sink import Records
 from tests.worker.spans import ANSWER, DOCS, QUESTION, SpanMaker, encode, genai_trace, rag_trace
 
 
@@ -193,6 +194,21 @@ def test_error_turn_traced_not_judged(worker: Any, clock: Clock) -> None:
     wait_for(lambda: worker.stats()["turns_found"] == 1, what="the turn read")
     stats = worker.stats()
     assert stats["turns_unjudged_failed"] == 1 and stats["turns_submitted"] == 0
+
+
+def test_error_turn_ends_as_a_record_with_its_reason(make_worker: Any, clock: Clock) -> None:
+    # As in-process: every finished turn ends as a record; a failed one says why it was not judged, and
+    # the Auditor counts it (score metrics and the records' readers count it by reason).
+    records = Records()
+    worker = make_worker(clock=clock, tick_s=0.02, sinks=[records])
+    assert post(worker.url + "/v1/traces", encode(rag_trace(SpanMaker(), fail=True)))[0] == 200
+    clock.now += 2.5
+    wait_for(lambda: worker.stats()["turns_found"] == 1, what="the turn read")
+    assert worker.auditor.force_flush(10)
+    [record] = records.records
+    assert (record.status, record.unjudged, record.judgement, record.turn.query) == (
+        "unjudged", "failed", None, QUESTION)
+    assert worker.auditor.stats()["unjudged_failed"] == 1
 
 
 def test_genai_conventions_only(worker: Any, clock: Clock, collector: Any) -> None:

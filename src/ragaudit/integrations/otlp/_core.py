@@ -386,9 +386,10 @@ class Worker:
             return
         reason = assembler.unjudged_reason(turn)
         if reason is not None:
+            # As in-process (TurnAssembler.close): counted, and the turn ends as a record with its reason,
+            # exported like every finished turn (score metrics count it by reason).
             self.count(f"turns_unjudged_{reason}")
-            if reason in ("no_evidence", "empty_answer"):
-                self.auditor.count_unjudged(reason)
+            self.auditor.record_unjudged(turn, reason)
             return
         accepted = self.auditor.submit_turn(turn).accepted
         self.count("turns_submitted" if accepted else "turns_not_submitted")
