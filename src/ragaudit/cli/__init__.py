@@ -111,6 +111,20 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
                    "confusion table)")
     p.add_argument("--threshold", type=finite_float(0, 1), default=0.5, help="pass threshold on [0, 1] scores")
     p.add_argument("--format", choices=["table", "json"], default="table")
+    fit = p.add_argument_group("fit the judge to the labels (--fit)")
+    fit.add_argument("--fit", action="store_true",
+                     help="choose per-dimension pass thresholds (and few-shot examples) on part of the labels, "
+                     "report agreement before/after on the held-out rest, and write a judge config")
+    fit.add_argument("--out", default="judge-config.json", help="where --fit writes the judge config "
+                     "(default judge-config.json)")
+    fit.add_argument("--holdout", type=finite_float(0, 1, low_open=True), default=0.3,
+                     help="share of the labels held out to measure the fit (default 0.3)")
+    fit.add_argument("--seed", type=whole_number(0), default=0, help="seed of the held-out split (default 0)")
+    fit.add_argument("--target-precision", type=finite_float(0, 1, low_open=True), default=None,
+                     help="choose the lowest threshold whose precision reaches this, instead of the best "
+                     "balanced accuracy")
+    fit.add_argument("--max-examples", type=whole_number(0), default=4,
+                     help="few-shot examples for an LLM judge, from the labelled disagreements (default 4)")
     p.set_defaults(handler=("ragaudit.cli.calibrate", "calibrate_command"))
 
 

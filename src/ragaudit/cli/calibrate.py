@@ -5,17 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TextIO
+from collections import Counter
+from typing import Any, TextIO
 
 from ..errors import RagAuditError
-from ..evaluation.calibration import calibrate, read_judgements, read_labels
+from ..evaluation.calibration import PathLike, calibrate, judgement_rows, read_judgements, read_labels
 
-__all__ = ["calibrate_command"]
+__all__ = ["calibrate_command", "fit_command"]
 
 
 def calibrate_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """``ragaudit calibrate LABELS JUDGEMENTS [--threshold T] [--format table|json]``; with ``--grades``,
-    graded human qrels against the judge's document grades (`ragaudit.cli.qrels.calibrate_grades_command`).
+    graded human qrels against the judge's document grades (`ragaudit.cli.qrels.calibrate_grades_command`);
+    with ``--fit``, a judge config fitted to the labels (`fit_command`).
 
     Prints the calibration table (or JSON) and returns 0. Bad input raises
     [`RagAuditError`][ragaudit.RagAuditError], which the command line reports with exit code 2.
@@ -29,6 +31,8 @@ def calibrate_command(args: argparse.Namespace, out: TextIO | None = None) -> in
     out = out if out is not None else sys.stdout
     labels = read_labels(args.labels)
     judgements = read_judgements(args.judgements)
+    if args.fit:
+        return fit_command(args, labels, judgements, out)
     report = calibrate(labels, judgements, threshold=args.threshold)
     if report.matched == 0:
         raise RagAuditError(
@@ -40,4 +44,34 @@ def calibrate_command(args: argparse.Namespace, out: TextIO | None = None) -> in
         out.write(json.dumps(report.to_dict(), indent=2) + "\n")
     else:
         out.write(report.to_table() + "\n")
+    return 0
+
+
+def _judge_name(path: PathLike) -> str | None:
+    """The judge most rows of the judgements file name (an audit log's ``judge``), None when none does."""
+    names = Counter(row["judge"] for _, row in judgement_rows(path) if isinstance(row.get("judge"), str))
+    return names.most_common(1)[0][0] if names else None
+
+
+def fit_command(args: argparse.Namespace, labels: dict[str, dict[str, float]],
+                judgements: dict[str, dict[str, float | None]], out: TextIO) -> int:
+    """``ragaudit calibrate LABELS JUDGEMENTS --fit [--out PATH] [--holdout 0.3] [--seed N]
+    [--target-precision P] [--max-examples K]``: fit (`ragaudit.evaluation.fit.fit_judge`), write the judge
+    config to ``--out``, print the held-out agreement before and after. No labels, no match, or too few
+    labels: [`RagAuditError`][ragaudit.RagAuditError] saying so (and how many more of each class)."""
+    from ..evaluation.fit import fit_judge, read_label_texts, read_texts
+
+    texts = {**read_texts(args.judgements), **read_label_texts(args.labels)}
+    result = fit_judge(labels, judgements, texts=texts, judge=_judge_name(args.judgements), holdout=args.holdout,
+                       seed=args.seed, target_precision=args.target_precision, max_examples=args.max_examples,
+                       threshold=args.threshold)
+    try:
+        result.config.save(args.out)
+    except OSError as exc:
+        raise RagAuditError(f"cannot write the judge config to {args.out!r}: {exc.strerror or exc}") from None
+    if args.format == "json":
+        data: dict[str, Any] = {**result.to_dict(), "out": str(args.out)}
+        out.write(json.dumps(data, indent=2) + "\n")
+    else:
+        out.write(result.to_table() + f"\n\njudge config written to {args.out}\n")
     return 0

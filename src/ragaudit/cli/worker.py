@@ -40,6 +40,9 @@ def add_worker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
                    "_TRACES_/_LOGS_ variants)")
     p.add_argument("--judge", default=None, help="lexical | chat:<model> | module:object (default: ChatRagJudge "
                    "when OPENAI_API_KEY or OPENAI_BASE_URL is set, else LexicalJudge)")
+    p.add_argument("--judge-config", default=None, metavar="PATH",
+                   help="a judge config written by `ragaudit calibrate --fit`: the judge's fitted pass thresholds "
+                   "and few-shot examples (FittedJudge)")
     p.add_argument("--quiet", dest="quiet_s", type=finite_float(0), default=2.0,
                    help="seconds without a new span after the root span before a trace is judged (default 2)")
     p.add_argument("--max-wait", dest="max_wait_s", type=finite_float(0), default=30.0,
@@ -158,6 +161,10 @@ def worker_command(args: argparse.Namespace) -> int:
     from .eval import resolve_judge
 
     judge: Any = resolve_judge(args.judge)
+    if args.judge_config is not None:
+        from ..judges.fitted import FittedJudge
+
+        judge = FittedJudge.load(args.judge_config, judge=judge)
     sinks = [_sink(spec) for spec in args.sinks]
     sessions = None
     if args.sessions:

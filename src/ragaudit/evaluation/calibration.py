@@ -45,6 +45,7 @@ __all__ = [
     "calibrate",
     "cohen_kappa",
     "consistency",
+    "judgement_rows",
     "pearson",
     "read_judgements",
     "read_labels",
@@ -483,6 +484,18 @@ def read_judgements(path: PathLike) -> dict[str, dict[str, float | None]]:
     (``id`` or ``turn_id``) and the three scores (null when the judge gave none). When an id occurs
     twice (a turn judged again), the last line wins.
     """
+    judged: dict[str, dict[str, float | None]] = {}
+    for number, row in judgement_rows(path):
+        where = f"judgements {str(path)!r} row {number}"
+        found = _dimension_values(row)
+        judged[_row_id(row, where)] = {
+            name: _score_value(found.get(name), f"{where} ({name})") for name in SCORE_NAMES
+        }
+    return judged
+
+
+def judgement_rows(path: PathLike) -> list[tuple[int, dict[str, Any]]]:
+    """The rows of a judgements file (audit log or report, told apart as `read_judgements` does), numbered."""
     text = _read_text(path, "judgements")
     stripped = text.strip()
     rows: list[tuple[int, dict[str, Any]]] | None = None
@@ -502,14 +515,7 @@ def read_judgements(path: PathLike) -> dict[str, dict[str, float | None]]:
     if rows is None:
         # An audit log whose writer was cut off mid-line: its last line skipped, as `ragaudit report` does.
         rows = read_jsonl(path, "judgements", cut_tail=True)
-    judged: dict[str, dict[str, float | None]] = {}
-    for number, row in rows:
-        where = f"judgements {str(path)!r} row {number}"
-        found = _dimension_values(row)
-        judged[_row_id(row, where)] = {
-            name: _score_value(found.get(name), f"{where} ({name})") for name in SCORE_NAMES
-        }
-    return judged
+    return rows
 
 
 # -- z-score normalisation ------------------------------------------------------------------------

@@ -4,7 +4,8 @@ Layout: ``base`` (the protocol, [`BaseRagJudge`][ragaudit.BaseRagJudge], [`FakeJ
     the LLM endpoint
 layer (OpenAI-compatible endpoint, the judge prompt, reply parsing); the judges (``chat``, ``geval``,
 ``rubric``, ``correctness``, ``pairwise``, ``lexical``, ``rules``); ``combinators/`` judges made of
-judges (jury and consensus, tiered, cached); ``cost`` what a judge call
+judges (jury and consensus, tiered, cached); ``fitted`` a judge with thresholds and few-shot examples fitted to
+labels; ``cost`` what a judge call
 costs. Every judge is imported on first use, so ``import ragaudit.judges`` stays light.
 """
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:  # for type checkers; `X as X` marks a re-export (tests/test_e
     from .combinators.ensemble import JuryJudge as JuryJudge
     from .combinators.tiered import TieredJudge as TieredJudge
     from .correctness import CorrectnessJudge as CorrectnessJudge
+    from .fitted import FittedJudge as FittedJudge
     from .cost import CostEstimate as CostEstimate
     from .cost import estimate_cost as estimate_cost
     from .geval import GEvalJudge as GEvalJudge
@@ -50,6 +52,8 @@ _EXPORTS = {
     "CachedJudge": ".combinators.cache", "MemoryCache": ".combinators.cache", "SqliteCache": ".combinators.cache",
     "ConsensusJudge": ".combinators.ensemble", "JuryJudge": ".combinators.ensemble",
     "TieredJudge": ".combinators.tiered",
+    # a judge fitted to labels (ragaudit calibrate --fit)
+    "FittedJudge": ".fitted",
     # what a judge costs
     "CostEstimate": ".cost", "estimate_cost": ".cost",
 }
