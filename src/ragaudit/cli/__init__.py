@@ -1,4 +1,5 @@
-"""The ``ragaudit`` command: ``demo``, ``eval``, ``metrics``, ``report``, ``calibrate``, ``qrels``, ``worker``.
+"""The ``ragaudit`` command: ``demo``, ``eval``, ``metrics``, ``report``, ``review``, ``calibrate``, ``qrels``,
+``worker``.
 
 Each subcommand's work lives in its own module and is imported only when that subcommand runs,
 so ``ragaudit --help`` needs no optional extra.
@@ -140,6 +141,12 @@ def _add_qrels(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.set_defaults(handler=("ragaudit.cli.qrels", "qrels_command"))
 
 
+def _add_review(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from .review import add_review_parser  # its arguments live with the command
+
+    add_review_parser(sub)
+
+
 def _add_worker(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from .worker import add_worker_parser  # its arguments live with the command (no extra imported)
 
@@ -155,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ragaudit {__version__}")
     parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_add_demo, _add_eval, _add_metrics, _add_report, _add_calibrate, _add_qrels, _add_worker):
+    for add in (_add_demo, _add_eval, _add_metrics, _add_report, _add_review, _add_calibrate, _add_qrels,
+                _add_worker):
         add(sub)
     for command in sub.choices.values():  # also after the command (SUPPRESS: not reset to False there)
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP)

@@ -13,7 +13,7 @@ from ..errors import RagAuditError
 from ..records import SCORE_NAMES
 from .report import EvaluationReport, RowResult, diagnose
 
-__all__ = ["report_from_audit_log"]
+__all__ = ["read_audit_entries", "report_from_audit_log", "row_from_audit"]
 
 
 def _float_or_none(value: Any) -> float | None:
@@ -30,7 +30,8 @@ def _invalid_scores(entry: Mapping[str, Any]) -> dict[str, str]:
             if entry.get(name) is not None and _float_or_none(entry[name]) is None}
 
 
-def _row_from_audit(entry: Mapping[str, Any], index: int, threshold: float) -> RowResult:
+def row_from_audit(entry: Mapping[str, Any], index: int, threshold: float = 0.5) -> RowResult:
+    """The [`RowResult`][ragaudit.evaluation.RowResult] of one checked audit-log line (*index*: its 0-based line)."""
     documents = [d for d in entry.get("documents") or () if isinstance(d, Mapping)]
     sources = {str(d.get("id")): d.get("source") for d in documents}
     citations: list[dict[str, Any]] = []
@@ -69,6 +70,7 @@ def _row_from_audit(entry: Mapping[str, Any], index: int, threshold: float) -> R
         reason=_str_or_none(entry.get("reason")),
         judge_error=_str_or_none(entry.get("error")),
         trace_id=_str_or_none(entry.get("trace_id")),
+        timestamp=_str_or_none(entry.get("ts")),
         usage=usage,
         invalid_scores=_invalid_scores(entry),
         **_full_audit_from_entry(entry),
@@ -107,7 +109,7 @@ def _lowest_first(row: RowResult) -> tuple[int, int, float]:
 # The types each key of an audit line must have (null is always allowed): a line written by hand or
 # by another tool that breaks them is named, not half-read (a number where a list belongs raised
 # TypeError from deep inside the report).
-_TEXT = ("turn_id", "trace_id", "span_id", "query", "answer", "judge", "judge_status", "reason", "error")
+_TEXT = ("ts", "turn_id", "trace_id", "span_id", "query", "answer", "judge", "judge_status", "reason", "error")
 _NUMBERS = ("faithfulness", "context_relevance", "answer_relevance", "citation_precision", "citation_recall",
             "latency_s")
 _LISTS_OF_OBJECTS = ("documents", "citations", "sentences", "document_grades", "citation_checks")
@@ -146,6 +148,23 @@ def _kind(value: Any) -> str:
     return "a string" if isinstance(value, str) else "an object" if isinstance(value, dict) else type(value).__name__
 
 
+def read_audit_entries(path: str | os.PathLike[str]) -> tuple[list[tuple[int, dict[str, Any]]], list[dict[str, Any]]]:
+    """``([(line number, turn line), ...], [session line, ...])`` of an audit log, every turn line checked.
+
+    The one reader of audit logs for reports and the review queue: a cut-off last line (its writer was
+    interrupted) is skipped with a warning; any other line that is not a JSON object with the audit log's
+    types raises [`RagAuditError`][ragaudit.RagAuditError] naming the line.
+    """
+    where = f"audit log {os.fspath(path)!r}"
+    entries = [(number, current_audit_line(entry))
+               for number, entry in read_jsonl(path, "audit log", error=RagAuditError, cut_tail=True)]
+    sessions = [entry for _, entry in entries if entry.get("kind") == "session"]
+    turns = [(number, entry) for number, entry in entries if entry.get("kind") != "session"]
+    for number, entry in turns:
+        _check_line(entry, f"{where} line {number}")
+    return turns, sessions
+
+
 def report_from_audit_log(path: str | os.PathLike[str], *, threshold: float = 0.5) -> EvaluationReport:
     """An [`EvaluationReport`][ragaudit.EvaluationReport] of the turns in an audit log, flagged turns first, then lowest
     score.
@@ -155,15 +174,8 @@ def report_from_audit_log(path: str | os.PathLike[str], *, threshold: float = 0.
     last line (its writer was interrupted) is skipped with a warning; any other line that is not a
     JSON object with the audit log's types raises [`RagAuditError`][ragaudit.RagAuditError] naming the line.
     """
-    where = f"audit log {os.fspath(path)!r}"
-    entries = [(number, current_audit_line(entry))
-               for number, entry in read_jsonl(path, "audit log", error=RagAuditError, cut_tail=True)]
-    sessions = [entry for _, entry in entries if entry.get("kind") == "session"]
-    entries = [(number, entry) for number, entry in entries if entry.get("kind") != "session"]
-    rows = []
-    for number, entry in entries:
-        _check_line(entry, f"{where} line {number}")
-        rows.append(_row_from_audit(entry, number - 1, threshold))
+    entries, sessions = read_audit_entries(path)
+    rows = [row_from_audit(entry, number - 1, threshold) for number, entry in entries]
     rows.sort(key=_lowest_first)
     judges = sorted({str(e["judge"]) for _, e in entries if e.get("judge")})
     return EvaluationReport.from_rows(rows, judge=", ".join(judges) or "unknown", threshold=threshold,

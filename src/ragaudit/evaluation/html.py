@@ -1,9 +1,10 @@
 """A self-contained HTML page for an [`EvaluationReport`][ragaudit.EvaluationReport].
 
 One file to open from a CI artifact: inline CSS, inline SVG charts (a histogram per score and
-metric, a recall-vs-faithfulness scatter), no scripts and no external assets. A Content-Security-
-Policy forbids both, so even a question or answer that slipped past escaping could not run or
-fetch anything. Every piece of text from the dataset, the pipeline or the judge is escaped.
+metric, a recall-vs-faithfulness scatter, an audit log's score trend over time), no scripts and no
+external assets. A Content-Security-Policy forbids both, so even a question or answer that slipped
+past escaping could not run or fetch anything. Every piece of text from the dataset, the pipeline or
+the judge is escaped.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from ._session_html import SESSION_CSS, sessions_html
+from ._trend_html import trend_html
 
 if TYPE_CHECKING:
     # Types only: report.py imports this module to render, so a runtime import back would be a cycle.
@@ -354,6 +356,7 @@ def render_html(report: EvaluationReport) -> str:
     x_name = recall_name if has_recall and recall_name else "context_relevance"
     out.append(f"<figure>{_scatter_svg(report.rows, x_name)}<figcaption>{_e(x_name)} vs faithfulness "
                "(colour: diagnosis)</figcaption></figure></div>")
+    out.append(trend_html(report.rows))  # audit logs: the scores over time (rows with a timestamp)
 
     out.append('<h2>Answers</h2><p class="legend">Each answer sentence is marked by its verdict: '
                '<span class="sent v-supported">supported</span> <span class="sent v-partially_supported">'

@@ -135,6 +135,9 @@ class RowResult:
     invalid_scores: Mapping[str, str] = field(default_factory=dict)
     """Scores logged with a value no score can have (7, -1, "high"), by name, as written; the score
     itself is then None. A report shows them as invalid, never clamped to [0, 1]."""
+    timestamp: str | None = None
+    """When the turn was judged, as the audit log wrote it (ISO 8601 UTC, ``ts``); None for a dataset row.
+    The HTML report's score trend buckets rows by it."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
@@ -228,6 +231,7 @@ class RowResult:
             "citation_precision": self.citation_precision,
             "citation_recall": self.citation_recall,
             "invalid_scores": dict(self.invalid_scores),
+            "timestamp": self.timestamp,
         }
 
 
