@@ -27,7 +27,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from tests.support.fleet import fleet, judge_calls, send_load, settled
+from tests.support.fleet import fleet, judge_calls, send_load, settled, wait_decided
 from tests.support.llm_server import LLMServer, is_session_request
 from tests.support.otlp_receiver import OTLPReceiver
 from tests.support.redis_server import RedisServer
@@ -66,9 +66,7 @@ def test_each_turn_judged_once_through_both_tiers(tmp_path: Path, rag_llm: LLMSe
             expected = _apps(rag_llm, f.gateway_url, questions)
             assert [t["question"] for t in expected] == questions
             judges = check_judged_once(backend, expected)
-            wait_for(lambda: sum(s["turns_judged"] for s in f.stats()) == len(questions), timeout=30,
-                     what="the workers' counts")
-            stats = f.stats()
+            stats = wait_decided(f, len(questions), timeout=60)  # counters read once every turn is decided
         # Counted at the judge: one call per turn, each turn's question in exactly one call.
         assert judge.request_count == len(questions)
         assert _judged_questions(judge, questions) == Counter(questions)
@@ -184,7 +182,7 @@ def test_sessions_routed_by_session_id_each_judged_once_whole(tmp_path: Path, re
                     assert exporter.export(rag_trace(maker, session=session)) is SpanExportResult.SUCCESS
             spans = backend.wait_for_spans(len(sessions), timeout=120,
                                            predicate=lambda s: s["name"] == "ragaudit.session")
-            stats = f.stats()
+            stats = wait_decided(f, len(sessions) * turns)
         session_calls = sum(is_session_request(r.body) for r in judge.requests)
     assert sorted(s["attributes"]["session.id"] for s in spans) == sessions
     assert all(s["attributes"]["ragaudit.session.partial"] is False
