@@ -1,7 +1,8 @@
 """The review round trip with a real Phoenix: select -> Phoenix dataset (its REST API) -> a person labels the
 examples (Phoenix's own ``patchDatasetExamples`` mutation, what its UI sends) -> labels read back ->
-``ragaudit calibrate`` reads them. Skipped with the reason when Phoenix is not installed (``make test`` makes
-``.venv-phoenix``; ``RAGAUDIT_PHOENIX_BIN`` points elsewhere)."""
+``ragaudit calibrate --fit`` fits the judge on them -> an Auditor judges with the fitted judge. Skipped with
+the reason when Phoenix is not installed (``make test`` makes ``.venv-phoenix``; ``RAGAUDIT_PHOENIX_BIN``
+points elsewhere)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,18 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from ragaudit import Auditor
 from ragaudit.cli import main
 from ragaudit.evaluation.calibration import read_labels
 from ragaudit.evaluation.review import select
 from ragaudit.evaluation.review_destinations import labels_from_phoenix, to_phoenix
+from ragaudit.judges import FittedJudge
 from tests.support.phoenix import PHOENIX_BIN, PhoenixServer, start_phoenix
-from tests.support.review_logs import good_turns, write_review_log
+from tests.support.review_logs import ScriptedAuditJudge, good_turns, write_review_log
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -40,10 +44,12 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PhoenixServer]
 
 def test_select_to_phoenix_labels_back_to_calibrate(phoenix: PhoenixServer, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    turns, verdicts = good_turns(8, start=0.2)
+    # 26 turns, faithfulness spread from 0.1 to 1: 12 below 0.5, 14 above (--fit needs 10 of each)
+    turns, verdicts = good_turns(26, start=0.1)
     log = write_review_log(tmp_path / "audit.jsonl", turns, verdicts)
-    items = select(log, low=0.5, sample=2, seed=1, trace_url="http://jaeger:16686/trace/{trace_id}")
-    assert main(["review", str(log), "--low", "0.5", "--sample", "2", "--seed", "1", "--trace-url",
+    items = select(log, low=0.5, sample=26, seed=1, trace_url="http://jaeger:16686/trace/{trace_id}")
+    assert len(items) == 26
+    assert main(["review", str(log), "--low", "0.5", "--sample", "26", "--seed", "1", "--trace-url",
                  "http://jaeger:16686/trace/{trace_id}", "--phoenix-dataset", "review-1",
                  "--phoenix-endpoint", phoenix.base_url]) == 0
     assert "uploaded" in capsys.readouterr().err
@@ -71,6 +77,18 @@ def test_select_to_phoenix_labels_back_to_calibrate(phoenix: PhoenixServer, tmp_
     assert main(["calibrate", str(labels_path), str(log), "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["matched"] == len(items)
+    # the labels fit the judge, and an Auditor judges with the fitted configuration
+    config = tmp_path / "judge-config.json"
+    assert main(["calibrate", str(labels_path), str(log), "--fit", "--out", str(config), "--seed", "1"]) == 0
+    capsys.readouterr()
+    judge = FittedJudge.load(config, judge=ScriptedAuditJudge(verdicts))
+    seen: dict[str, Any] = {}
+    with Auditor(judge, audit_log=None, on_judgement=lambda t, j: seen.__setitem__(t.turn_id, j)) as auditor:
+        for t in (turns[0], turns[-1]):
+            auditor.submit(t)
+        assert auditor.force_flush(10)
+    assert seen[turns[0].turn_id].details["fitted"]["passed"] == {"faithfulness": False}
+    assert seen[turns[-1].turn_id].details["fitted"]["passed"] == {"faithfulness": True}
     # sending the same queue again appends to the dataset
     to_phoenix(items[:1], "review-1", endpoint=phoenix.base_url)
     again = phoenix.get_json(f"/v1/datasets/{dataset['id']}/examples")["data"]["examples"]

@@ -26,9 +26,9 @@ if TYPE_CHECKING:  # for type checkers; `X as X` marks a re-export (tests/test_e
     from .combinators.ensemble import JuryJudge as JuryJudge
     from .combinators.tiered import TieredJudge as TieredJudge
     from .correctness import CorrectnessJudge as CorrectnessJudge
-    from .fitted import FittedJudge as FittedJudge
     from .cost import CostEstimate as CostEstimate
     from .cost import estimate_cost as estimate_cost
+    from .fitted import FittedJudge as FittedJudge
     from .geval import GEvalJudge as GEvalJudge
     from .lexical import LexicalJudge as LexicalJudge
     from .pairwise import PairwiseJudge as PairwiseJudge
