@@ -55,8 +55,15 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def ragaudit_threads() -> int:
-    return sum(1 for t in threading.enumerate() if t.name.startswith("ragaudit-"))
+def fds_on(path: Path) -> int:
+    """How many of this process's descriptors are open on *path*."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}") == str(path.resolve())
+        except OSError:  # closed meanwhile
+            pass
+    return count
 
 
 def auditor_threads() -> int:
@@ -135,21 +142,30 @@ def test_ten_thousand_handlers_made_per_call_leave_no_threads_or_files(tmp_path:
 
 
 def test_an_auditor_nobody_references_releases_its_threads_and_file(tmp_path: Path) -> None:
+    # Counted by identity (the auditor's own threads, descriptors open on its own file), not by totals: an
+    # earlier test's threads and files may still be going away while this one runs.
+    log = tmp_path / "a.jsonl"
     gc.collect()
-    before_threads, before_fds = ragaudit_threads(), open_fds()
-    auditor = Auditor(FakeJudge(scores), audit_log=tmp_path / "a.jsonl")
-    assert ragaudit_threads() == before_threads and open_fds() == before_fds  # construction: nothing
+    before = set(threading.enumerate())
+
+    def new_threads() -> list[threading.Thread]:
+        # (ragaudit-calls: the process's one pool for blocking judge calls, shared by every auditor)
+        return [t for t in threading.enumerate() if t.name.startswith("ragaudit-") and t not in before
+                and not t.name.startswith("ragaudit-calls")]
+
+    auditor = Auditor(FakeJudge(scores), audit_log=log)
+    assert not new_threads() and fds_on(log) == 0  # construction: nothing
     closer_for(auditor).defer(lambda: None)  # the closer above it goes with it
     assert auditor.submit(turn(1)) == "queued"
     assert closer_for(auditor).force_flush(10)
-    assert ragaudit_threads() > before_threads and open_fds() > before_fds
+    assert new_threads() and fds_on(log) == 1
     del auditor
     gc.collect()
     deadline = time.monotonic() + 10
-    while ragaudit_threads() > before_threads and time.monotonic() < deadline:
+    while new_threads() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert ragaudit_threads() == before_threads
-    assert open_fds() == before_fds
+    assert not new_threads()
+    assert fds_on(log) == 0
 
 
 # -- never raise into the host -------------------------------------------------------------------
