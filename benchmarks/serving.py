@@ -272,11 +272,12 @@ def _audited(files: list[dict[str, Any]], audit_log: Path, served: int) -> dict[
 def _summary(runs: list[dict[str, Any]], arms: list[str]) -> list[dict[str, Any]]:
     rows = []
     for preload in sorted({r["preload"] for r in runs}):
-        base = [r for r in runs if r["arm"] == "baseline" and r["preload"] == preload]
+        runs_ok = [r for r in runs if r["p99_ms"] is not None]
+        base = [r for r in runs_ok if r["arm"] == "baseline" and r["preload"] == preload]
         base_rps = sum(r["rps"] for r in base) / len(base) if base else None
         base_p99 = sum(r["p99_ms"] for r in base) / len(base) if base else None
         for arm in arms:
-            mine = [r for r in runs if r["arm"] == arm and r["preload"] == preload]
+            mine = [r for r in runs_ok if r["arm"] == arm and r["preload"] == preload]
             if not mine:
                 continue
             rps = sum(r["rps"] for r in mine) / len(mine)
@@ -342,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                         run["round"] = round_
                         runs.append(run)
                         print(f"round {round_} {arm:<12} preload={preload!s:<5} {run['rps']:7.1f} req/s "
-                              f"p99 {run['p99_ms']:.1f} ms  exit {run['exit_s']:.1f} s"
+                              f"p99 {run['p99_ms'] or 0:.1f} ms  load {run['load']}  exit {run['exit_s']:.1f} s"
                               + (f"  audit {run['audit']}" if "audit" in run else ""), flush=True)
         finally:
             servers.stdin.close()
