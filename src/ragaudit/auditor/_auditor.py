@@ -30,6 +30,7 @@ from ..errors import ConfigurationError
 from ..judges.base import RagJudge
 from ..records import UNSUBMITTED_REASONS, AuditRecord, Judgement, JudgeRequest, RagTurn
 from ..turn_audit import COMPUTE, audit_record
+from ._admission import Admission, JudgingPace
 from ._aliases import AuditorAliases
 from ._draining import Draining
 from ._exporting import ExportStage, LegacySinkExporter, OnJudgementExporter
@@ -151,7 +152,7 @@ def _as_exporters(sinks: Iterable[Any]) -> list[Exporter]:
     return out
 
 
-class Auditor(SessionJudging, Draining, AuditorAliases):
+class Auditor(Admission, SessionJudging, Draining, AuditorAliases):
     """Judges finished [`RagTurn`][ragaudit.RagTurn]s in the background and sends the judgements on.
 
     A `BatchWorker` runs the judging (an asyncio loop on one thread, sync
@@ -172,7 +173,9 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
     (`ragaudit.integrations._closing`, one per Auditor); at most *max_closing* wait there to be
     recorded (a burst past that drops whole turns, spans included, counted in
     ``stats()["close_dropped"]``), a bound separate from *max_queue* so that a small judging queue
-    never costs traces.
+    never costs traces. Before that, at hand-off, [`admit_turn`][ragaudit.Auditor.admit_turn] decides sampling and
+    sheds turns past the backlog's bound (``stats()["backlog_bound"]``: *max_queue*, or what the judge finishes
+    within half of *exit_timeout_s* at its measured pace), each for the price of a counter.
 
     Each finished turn becomes one [`AuditRecord`][ragaudit.AuditRecord] (made once on the judging
     thread: the judgement and every derived value), and every exporter gets the same record, in
@@ -299,6 +302,7 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
         self._counts = _zero_counts()
         self._pending = 0
         self._closing = 0  # finished turns waiting above, in the integrations' closer (as it reports)
+        self._pace = JudgingPace()  # the judge's measured pace: the backlog's bound (Admission)
         self._closed = False
         self._log = RateLimitedLog()
         self._judge_failures = JudgeFailureLog(
@@ -525,11 +529,13 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
         failures (spans the exporters ragaudit installed could not deliver). ``closing`` is how
         many finished turns wait to be recorded in the integrations' closer above (as its closing
         thread last reported, at a batch) and
-        ``close_dropped`` how many it dropped because *max_closing* were waiting already.
+        ``close_dropped`` how many it dropped because *max_closing* were waiting already. ``backlog_bound``: how
+        many turns may wait to be closed or judged before a new one is shed at hand-off (``dropped``).
         """
         sink_errors = self._export.errors
         with self._lock:
-            stats = {**self._counts, "pending": self._pending, "closing": self._closing}
+            stats = {**self._counts, "pending": self._pending, "closing": self._closing,
+                     "backlog_bound": self._backlog_bound()}
         stats["sink_errors"] = sink_errors
         stats.update(self._cost.stats(), **self._session_stats())
         return stats
@@ -594,6 +600,7 @@ class Auditor(SessionJudging, Draining, AuditorAliases):
         self._counts = dict.fromkeys(self._counts, 0)
         self._judge_failures.reset()
         self._closing = 0
+        self._pace.reset()
         self._export.after_fork()
         self._policies.after_fork()
         self._cost.after_fork()

@@ -162,8 +162,13 @@ def current_context() -> Any:
     return _otel_context.get_current()
 
 
-def close_later(auditor: Any, job: Callable[[], None], content: ContentPolicy | None = None) -> bool:
+def close_later(auditor: Any, job: Callable[[], None], content: ContentPolicy | None = None,
+                turn_id: str | None = None) -> bool:
     """Run *job* (build, trace and submit one finished turn) off the host's thread. Never raises.
+
+    With the turn's *turn_id*, the [`Auditor`][ragaudit.Auditor] first decides whether the turn is closed at all
+    ([`admit_turn`][ragaudit.Auditor.admit_turn]: sampling, and shedding past the backlog's bound, each counted);
+    a turn it declines costs a counter, no closing work (returns False).
 
     A failure of *job* is logged through *content* (the handler's policy: the auditor may be shared
     by handlers with other settings).
@@ -180,6 +185,8 @@ def close_later(auditor: Any, job: Callable[[], None], content: ContentPolicy | 
         job = partial(_guarded, job, content)  # else the auditor logs a failure with this very policy
     try:
         if isinstance(auditor, Auditor):
+            if turn_id is not None and not auditor.admit_turn(turn_id):
+                return False
             return closer_for(auditor).defer(job)
         job()
     except Exception as exc:

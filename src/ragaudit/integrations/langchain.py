@@ -309,7 +309,10 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
         now = time.time_ns()
         with self._store.lock:
             self._closed_turns += 1
-        close_later(self.auditor, partial(self._close, turn, now, evicted), self.recorder.content_policy)
+        # The turn id is the one the assembler gives it: sampling and shedding are decided by it now, so a
+        # turn that will not be judged costs a counter, not an assembly (Auditor.admit_turn).
+        close_later(self.auditor, partial(self._close, turn, now, evicted), self.recorder.content_policy,
+                    turn_id=str(turn.run_id))
 
     def _close(self, turn: Turn, now: int, evicted: bool) -> None:
         """On the closing thread: hand the turn's steps to the assembler; it does the rest."""

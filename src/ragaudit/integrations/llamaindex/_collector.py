@@ -399,7 +399,8 @@ class Collector:
             settle(turn)
         except Exception as exc:
             report_failure("closing a LlamaIndex turn", exc)
-        close_later(self.auditor, partial(self._close, turn, now, evicted), self.recorder.content_policy)
+        close_later(self.auditor, partial(self._close, turn, now, evicted), self.recorder.content_policy,
+                    turn_id=str(turn.root_id))  # sampling and shedding decided now (Auditor.admit_turn)
         if drained and self.on_idle is not None:
             self.on_idle()  # the last turn of an uninstrumented instrumentation: leave the dispatcher
 
