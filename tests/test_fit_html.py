@@ -151,3 +151,12 @@ def test_a_config_without_agreement_is_drawn_as_such(tmp_path: Path) -> None:
     assert _texts(_svg(html)).count("no held-out agreement recorded") == 2
     with pytest.raises(ConfigurationError, match="'context_relevance' has no threshold"):
         fit_dimensions(JudgeConfig(thresholds={"faithfulness": 0.7}, agreement={"context_relevance": {}}))
+
+
+def test_the_docs_picture_is_the_drawing_of_the_guides_example(tmp_path: Path) -> None:
+    # docs/guides/judges.md shows the picture of its example (these 40 labels): the one drawn today.
+    page_path = tmp_path / "fit.html"
+    _fit(tmp_path, "--html", str(page_path), "--max-examples", "2")
+    drawn = re.search(r'<svg class="fit".*?</svg>', page_path.read_text(encoding="utf-8"), re.S)
+    image = Path(__file__).resolve().parents[1] / "docs" / "images" / "calibrate-fit-report.svg"
+    assert drawn is not None and image.read_text(encoding="utf-8") == drawn.group(0) + "\n"

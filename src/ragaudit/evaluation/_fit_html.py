@@ -1,7 +1,7 @@
 """The before/after of a fitted judge as an inline SVG (private): the report's "Fitted judge" section
 (``ragaudit report --judge-config``) and the page ``ragaudit calibrate --fit --html`` writes.
 
-Per fitted dimension of a [`JudgeConfig`][ragaudit.judges.fitted.JudgeConfig], the held-out balanced accuracy and
+Per fitted dimension of a `ragaudit.judges.fitted.JudgeConfig`, the held-out balanced accuracy and
 Cohen's kappa at the default threshold (before) and at the fitted one (after), as bars, with both thresholds and
 the held-out and fit counts written beside them. Every figure is read from the configuration's ``agreement``
 and ``label_counts`` (what ``ragaudit calibrate --fit`` measured), never recomputed; a value that is not a

@@ -535,7 +535,7 @@ class EvaluationReport:
 
     def to_html(self, path: str | os.PathLike[str] | None = None, *, judge_config: JudgeConfig | None = None) -> str:
         """A self-contained HTML page (inline CSS and SVG, no scripts, no external assets); with *judge_config*
-        (a [`JudgeConfig`][ragaudit.judges.fitted.JudgeConfig]), a "Fitted judge" section draws its held-out
+        (a `ragaudit.judges.fitted.JudgeConfig`), a "Fitted judge" section draws its held-out
         agreement before and after the fit."""
         from .html import render_html
 
