@@ -75,10 +75,11 @@ def fit_command(args: argparse.Namespace, labels: dict[str, dict[str, float]],
         raise RagAuditError(f"cannot write the judge config to {args.out!r}: {exc.strerror or exc}") from None
     html_out = getattr(args, "html_out", None)
     if html_out:
+        from ..content import scrub
         from ..evaluation._fit_html import fit_page
 
-        try:
-            Path(html_out).write_text(fit_page(result.config), encoding="utf-8")
+        try:  # scrubbed of known secrets, as every report file is
+            Path(html_out).write_text(scrub(fit_page(result.config)), encoding="utf-8")
         except OSError as exc:
             raise RagAuditError(f"cannot write the HTML page to {html_out!r}: {exc.strerror or exc}") from None
     if args.format == "json":
