@@ -98,6 +98,9 @@ def _add_report(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     p.add_argument("--json", dest="json_out", default=None)
     p.add_argument("--limit", type=whole_number(0), default=20, help="how many turns to show")
     p.add_argument("--fail-under", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument("--judge-config", default=None, metavar="PATH",
+                   help="a judge config from `ragaudit calibrate --fit`: the --html report draws its held-out "
+                   "agreement before and after the fit")
     p.set_defaults(handler=("ragaudit.cli.report", "report_command"))
 
 
@@ -118,6 +121,8 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
                      "report agreement before/after on the held-out rest, and write a judge config")
     fit.add_argument("--out", default="judge-config.json", help="where --fit writes the judge config "
                      "(default judge-config.json)")
+    fit.add_argument("--html", dest="html_out", default=None, metavar="PATH",
+                     help="also write a self-contained HTML page drawing the held-out agreement before and after")
     fit.add_argument("--holdout", type=finite_float(0, 1, low_open=True), default=0.3,
                      help="share of the labels held out to measure the fit (default 0.3)")
     fit.add_argument("--seed", type=whole_number(0), default=0, help="seed of the held-out split (default 0)")

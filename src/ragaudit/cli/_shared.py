@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError, MetricError
 from ..evaluation.report import EvaluationReport
 from ..records import SCORE_NAMES
+
+if TYPE_CHECKING:
+    from ..judges.fitted import JudgeConfig
 
 __all__ = ["gate", "parse_fail_under", "write_outputs"]
 
@@ -63,10 +68,12 @@ def gate(report: EvaluationReport, thresholds: Mapping[str, float]) -> int:
     return 0
 
 
-def write_outputs(report: EvaluationReport, args: argparse.Namespace) -> None:
-    """Write the report files the arguments ask for (``--json``, ``--markdown``, ``--html``)."""
-    for attr, method in (("json_out", report.to_json), ("md_out", report.to_markdown),
-                         ("html_out", report.to_html)):
+def write_outputs(report: EvaluationReport, args: argparse.Namespace,
+                  judge_config: JudgeConfig | None = None) -> None:
+    """Write the report files the arguments ask for (``--json``, ``--markdown``, ``--html``; the HTML with a
+    "Fitted judge" section when *judge_config* is given)."""
+    html = functools.partial(report.to_html, judge_config=judge_config)
+    for attr, method in (("json_out", report.to_json), ("md_out", report.to_markdown), ("html_out", html)):
         path = getattr(args, attr, None)
         if path:
             try:

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import RagAuditError
@@ -22,6 +23,8 @@ def calibrate_command(args: argparse.Namespace, out: TextIO | None = None) -> in
     Prints the calibration table (or JSON) and returns 0. Bad input raises
     [`RagAuditError`][ragaudit.RagAuditError], which the command line reports with exit code 2.
     """
+    if getattr(args, "html_out", None) and not args.fit:
+        raise RagAuditError("--html draws the fit's before and after: use it with --fit")
     if args.grades:
         from .qrels import calibrate_grades_command
 
@@ -55,10 +58,11 @@ def _judge_name(path: PathLike) -> str | None:
 
 def fit_command(args: argparse.Namespace, labels: dict[str, dict[str, float]],
                 judgements: dict[str, dict[str, float | None]], out: TextIO) -> int:
-    """``ragaudit calibrate LABELS JUDGEMENTS --fit [--out PATH] [--holdout 0.3] [--seed N]
+    """``ragaudit calibrate LABELS JUDGEMENTS --fit [--out PATH] [--html PAGE] [--holdout 0.3] [--seed N]
     [--target-precision P] [--max-examples K]``: fit (`ragaudit.evaluation.fit.fit_judge`), write the judge
-    config to ``--out``, print the held-out agreement before and after. No labels, no match, or too few
-    labels: [`RagAuditError`][ragaudit.RagAuditError] saying so (and how many more of each class)."""
+    config to ``--out``, print the held-out agreement before and after (and draw it in ``--html``). No labels,
+    no match, or too few labels: [`RagAuditError`][ragaudit.RagAuditError] saying so (and how many more of
+    each class)."""
     from ..evaluation.fit import fit_judge, read_label_texts, read_texts
 
     texts = {**read_texts(args.judgements), **read_label_texts(args.labels)}
@@ -69,9 +73,21 @@ def fit_command(args: argparse.Namespace, labels: dict[str, dict[str, float]],
         result.config.save(args.out)
     except OSError as exc:
         raise RagAuditError(f"cannot write the judge config to {args.out!r}: {exc.strerror or exc}") from None
+    html_out = getattr(args, "html_out", None)
+    if html_out:
+        from ..content import scrub
+        from ..evaluation._fit_html import fit_page
+
+        try:  # scrubbed of known secrets, as every report file is
+            Path(html_out).write_text(scrub(fit_page(result.config)), encoding="utf-8")
+        except OSError as exc:
+            raise RagAuditError(f"cannot write the HTML page to {html_out!r}: {exc.strerror or exc}") from None
     if args.format == "json":
         data: dict[str, Any] = {**result.to_dict(), "out": str(args.out)}
+        if html_out:
+            data["html"] = str(html_out)
         out.write(json.dumps(data, indent=2) + "\n")
     else:
-        out.write(result.to_table() + f"\n\njudge config written to {args.out}\n")
+        out.write(result.to_table() + f"\n\njudge config written to {args.out}\n"
+                  + (f"before/after drawn in {html_out}\n" if html_out else ""))
     return 0

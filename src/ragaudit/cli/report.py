@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._text import EscapingWriter
 from ..errors import ConfigurationError
+from ..evaluation._fit_html import fit_dimensions
 from ..evaluation.audit_log import report_from_audit_log
 from ..evaluation.report import DIAGNOSES, EvaluationReport, RowResult
 from ._shared import gate, parse_fail_under, write_outputs
+
+if TYPE_CHECKING:
+    from ..judges.fitted import JudgeConfig
 
 __all__ = ["report_command"]
 
@@ -109,15 +113,34 @@ def _one_line(text: str | None, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _judge_config(args: argparse.Namespace) -> JudgeConfig | None:
+    """``--judge-config``, read and checked before anything is printed; errors name the file."""
+    path = getattr(args, "judge_config", None)
+    if path is None:
+        return None
+    if not args.html_out:
+        raise ConfigurationError("--judge-config is drawn in the HTML report: add --html PATH")
+    from ..judges.fitted import JudgeConfig
+
+    config = JudgeConfig.load(path)
+    try:
+        fit_dimensions(config)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"judge config {str(path)!r}: {exc}") from None
+    return config
+
+
 def report_command(args: argparse.Namespace) -> int:
-    """``ragaudit report [AUDIT.jsonl] [--html out.html] [--json out.json] [--limit N] [--fail-under ...]``."""
+    """``ragaudit report [AUDIT.jsonl] [--html out.html [--judge-config judge-config.json]] [--json out.json]
+    [--limit N] [--fail-under ...]``."""
     thresholds = parse_fail_under(args.fail_under or [])
     if args.limit < 1:
         raise ConfigurationError(f"--limit must be >= 1, got {args.limit}")
+    judge_config = _judge_config(args)
     if not os.path.exists(args.audit_log):
         raise ConfigurationError(f"audit log {args.audit_log!r} not found (the Auditor writes ./ragaudit-audit.jsonl "
                                  "by default, in the directory the app runs in; pass its path)")
     report = report_from_audit_log(args.audit_log)
     _print_audit(report, args.limit)
-    write_outputs(report, args)
+    write_outputs(report, args, judge_config)
     return gate(report, thresholds)

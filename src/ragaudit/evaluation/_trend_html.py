@@ -11,10 +11,10 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from html import escape
 from typing import TYPE_CHECKING
 
 from ..records import SCORE_NAMES
+from ._svg import SCORE_COLORS, SCORE_LABELS, e, grid, label, line, svg_open
 
 if TYPE_CHECKING:
     from .report import RowResult
@@ -23,9 +23,6 @@ __all__ = ["MAX_BUCKETS", "ScoreTrend", "score_trend", "trend_html"]
 
 MAX_BUCKETS = 24
 _WIDTHS_S = (60, 300, 900, 3600, 3 * 3600, 6 * 3600, 86400, 7 * 86400, 30 * 86400)
-_COLORS = {"faithfulness": "#0969da", "context_relevance": "#1a7f37", "answer_relevance": "#bc4c00"}
-_LABELS = {"faithfulness": "faithfulness", "context_relevance": "context relevance",
-           "answer_relevance": "answer relevance"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,32 +97,25 @@ def _trend_svg(trend: ScoreTrend) -> str:
     def y(value: float) -> float:
         return top + (1 - value) * plot_h
 
-    parts = [f'<svg class="trend" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" role="img" aria-label="score trend">',
-             f"<title>mean judge scores per {escape(_width_words(trend.width_s))}</title>",
-             f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#ffffff" stroke="#59636e"/>']
-    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
-        parts.append(f'<line x1="{left}" y1="{y(tick):.1f}" x2="{left + plot_w}" y2="{y(tick):.1f}" '
-                     f'stroke="#eaeef2"/><text x="{left - 4}" y="{y(tick) + 3:.1f}" font-size="10" '
-                     f'text-anchor="end" fill="#59636e">{tick:g}</text>')
+    parts = [svg_open("trend", width, height, "score trend", f"mean judge scores per {_width_words(trend.width_s)}"),
+             f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#ffffff" stroke="#59636e"/>',
+             *grid(left, plot_w, (0.0, 0.25, 0.5, 0.75, 1.0), y)]
     for moment, anchor in ((first, "start"), (last, "end")):
-        parts.append(f'<text x="{x(moment):.1f}" y="{height - 14}" font-size="10" text-anchor="{anchor}" '
-                     f'fill="#59636e">{escape(_when(moment, trend.width_s))}</text>')
+        parts.append(label(x(moment), height - 14, e(_when(moment, trend.width_s)), anchor=anchor))
     for i, name in enumerate(SCORE_NAMES):
         points = [(x(moment), y(mean), moment, (mean, n)) for moment, means in trend.buckets
                   for mean, n in (means[name],) if mean is not None]
-        color = _COLORS[name]
+        color = SCORE_COLORS[name]
         if len(points) > 1:
             path = " ".join(f"{px:.1f},{py:.1f}" for px, py, _, _ in points)
             parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.5"/>')
         for px, py, moment, (mean, n) in points:
             parts.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="{color}"><title>'
-                         f"{escape(_when(moment, trend.width_s))}: {escape(_LABELS[name])} {mean:.3f} (n={n})"
+                         f"{e(_when(moment, trend.width_s))}: {e(SCORE_LABELS[name])} {mean:.3f} (n={n})"
                          "</title></circle>")
         ly = top + 14 + i * 18
-        parts.append(f'<line x1="{left + plot_w + 12}" y1="{ly - 4}" x2="{left + plot_w + 28}" y2="{ly - 4}" '
-                     f'stroke="{color}" stroke-width="2"/><text x="{left + plot_w + 32}" y="{ly}" font-size="11" '
-                     f'fill="#1f2328">{escape(_LABELS[name])}</text>')
+        parts.append(line(left + plot_w + 12, ly - 4, left + plot_w + 28, ly - 4, color, ' stroke-width="2"')
+                     + label(left + plot_w + 32, ly, e(SCORE_LABELS[name]), size=11, anchor="start", fill="#1f2328"))
     parts.append("</svg>")
     return "".join(parts)
 
@@ -137,5 +127,5 @@ def trend_html(rows: Iterable[RowResult]) -> str:
         return ""
     unreadable = f" · {trend.unreadable} rows with an unreadable time left out" if trend.unreadable else ""
     return (f'<h2>Score trend</h2><figure id="trend">{_trend_svg(trend)}<figcaption>mean of each judge score per '
-            f"{escape(_width_words(trend.width_s))}, {len(trend.buckets)} buckets with turns (times in UTC; hover a "
+            f"{e(_width_words(trend.width_s))}, {len(trend.buckets)} buckets with turns (times in UTC; hover a "
             f"point for its count){unreadable}</figcaption></figure>")

@@ -1,28 +1,31 @@
 """A self-contained HTML page for an [`EvaluationReport`][ragaudit.EvaluationReport].
 
 One file to open from a CI artifact: inline CSS, inline SVG charts (a histogram per score and
-metric, a recall-vs-faithfulness scatter, an audit log's score trend over time), no scripts and no
-external assets. A Content-Security-Policy forbids both, so even a question or answer that slipped
-past escaping could not run or fetch anything. Every piece of text from the dataset, the pipeline or
-the judge is escaped.
+metric, a recall-vs-faithfulness scatter, an audit log's score trend over time, a fitted judge's before
+and after), no scripts and no external assets. A Content-Security-Policy forbids both, so even a
+question or answer that slipped past escaping could not run or fetch anything. Every piece of text
+from the dataset, the pipeline or the judge is escaped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from html import escape
 from typing import TYPE_CHECKING
 
+from ._fit_html import fit_html
 from ._session_html import SESSION_CSS, sessions_html
+from ._svg import CSP, SCORE_LABELS
+from ._svg import e as _e
+from ._svg import label as _label
+from ._svg import line as _line
 from ._trend_html import trend_html
 
 if TYPE_CHECKING:
     # Types only: report.py imports this module to render, so a runtime import back would be a cycle.
+    from ..judges.fitted import JudgeConfig
     from .report import EvaluationReport, RowResult
 
 __all__ = ["render_html"]
-
-_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
 _CSS = """
 :root { --fg:#1f2328; --muted:#59636e; --line:#d1d9e0; --bg:#ffffff; --panel:#f6f8fa;
@@ -91,12 +94,6 @@ _DIAG_CLASS = {"ok": "d-ok", "retrieval": "d-retrieval", "generation": "d-genera
                "prompt/question": "d-prompt", "error": "d-error", "unknown": "d-unknown"}
 _DIAG_COLOR = {"ok": "#1a7f37", "retrieval": "#cf222e", "generation": "#bc4c00",
                "prompt/question": "#8250df", "error": "#6e7781", "unknown": "#9a6700"}
-_LABELS = {"faithfulness": "faithfulness", "context_relevance": "context relevance",
-           "answer_relevance": "answer relevance"}
-
-
-def _e(text: object) -> str:
-    return escape(str(text), quote=True)
 
 
 def _fmt(value: float | None) -> str:
@@ -110,24 +107,13 @@ def _score_cell(value: float | None, threshold: float) -> str:
     return f'<td class="num {css}">{value:.3f}</td>'
 
 
-def _label(x: float, y: float, text: str, *, size: int = 10, anchor: str = "middle", fill: str = "#59636e",
-           extra: str = "") -> str:
-    """An SVG text element; *text* must already be escaped."""
-    return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}" fill="{fill}"{extra}>'
-            f"{text}</text>")
-
-
-def _line(x1: float, y1: float, x2: float, y2: float, stroke: str, extra: str = "") -> str:
-    return f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{stroke}"{extra}/>'
-
-
 def _histogram_svg(name: str, counts: Sequence[int], mean: float | None, n: int, missing: int) -> str:
     width, height, left, bottom, top = 260, 150, 30, 24, 10
     plot_w, plot_h = width - left - 8, height - bottom - top
     peak = max(counts) if counts and max(counts) > 0 else 1
     bins = max(len(counts), 1)  # the report's HISTOGRAM_BINS, read from the data it rendered
     bar_w = plot_w / bins
-    label = _LABELS.get(name, name)
+    label = SCORE_LABELS.get(name, name)
     parts = [f'<svg class="histogram" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" role="img" aria-label="{_e(label)} histogram">',
              f"<title>{_e(label)}: mean {_fmt(mean)}, n={n}, missing={missing}</title>",
@@ -285,7 +271,7 @@ def _documents_html(row: RowResult) -> str:
 def _answer_html(row: RowResult, metrics: Sequence[str], threshold: float) -> str:
     """One audited answer on one screen width: question and scores, the answer with its sentences
     marked, and beside it the retrieved documents with grades and citation checks."""
-    scores = [_score_text(_LABELS[n], v, threshold) for n, v in row.scores().items()]
+    scores = [_score_text(SCORE_LABELS[n], v, threshold) for n, v in row.scores().items()]
     scores += [_score_text(m, row.retrieval_metrics.get(m), None) for m in metrics
                if row.retrieval_metrics.get(m) is not None]
     scores += [_score_text(m, v, None) for m, v in row.graded_metrics.items()]
@@ -311,11 +297,12 @@ def _answer_html(row: RowResult, metrics: Sequence[str], threshold: float) -> st
             f'<div class="rid">{_e(row.id)}{trace}</div></article>')
 
 
-def render_html(report: EvaluationReport) -> str:
-    """The report as one self-contained HTML document (no scripts, no external assets)."""
+def render_html(report: EvaluationReport, judge_config: JudgeConfig | None = None) -> str:
+    """The report as one self-contained HTML document (no scripts, no external assets); with *judge_config*,
+    a "Fitted judge" section draws its before/after (`ragaudit report --judge-config`)."""
     threshold = report.threshold
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">',
+           f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
            f"<title>{_e(report.title)}</title><style>{_CSS}{SESSION_CSS if report.sessions else ''}</style>"
            "</head><body>",
@@ -330,7 +317,7 @@ def render_html(report: EvaluationReport) -> str:
                '<th class="num">n</th><th class="num">missing</th><th class="num">min</th>'
                '<th class="num">max</th></tr></thead><tbody>')
     for s in report.aggregate.values():
-        out.append(f"<tr><td>{_e(_LABELS.get(s.name, s.name))}</td>{_score_cell(s.mean, threshold)}"
+        out.append(f"<tr><td>{_e(SCORE_LABELS.get(s.name, s.name))}</td>{_score_cell(s.mean, threshold)}"
                    f'<td class="num">{s.n}</td><td class="num">{s.missing}</td>'
                    f'<td class="num">{_fmt(s.min)}</td><td class="num">{_fmt(s.max)}</td></tr>')
     out.append("</tbody></table>")
@@ -348,7 +335,7 @@ def render_html(report: EvaluationReport) -> str:
     for name, counts in report.distributions.items():
         s = report.aggregate[name]
         out.append(f"<figure>{_histogram_svg(name, counts, s.mean, s.n, s.missing)}"
-                   f"<figcaption>{_e(_LABELS.get(name, name))}: mean {_fmt(s.mean)} · n={s.n} · "
+                   f"<figcaption>{_e(SCORE_LABELS.get(name, name))}: mean {_fmt(s.mean)} · n={s.n} · "
                    f"missing={s.missing}</figcaption></figure>")
     recall_name = next((m for m in report.metrics if m.startswith("recall")), None)
     has_recall = recall_name is not None and any(
@@ -357,6 +344,8 @@ def render_html(report: EvaluationReport) -> str:
     out.append(f"<figure>{_scatter_svg(report.rows, x_name)}<figcaption>{_e(x_name)} vs faithfulness "
                "(colour: diagnosis)</figcaption></figure></div>")
     out.append(trend_html(report.rows))  # audit logs: the scores over time (rows with a timestamp)
+    if judge_config is not None:
+        out.append(fit_html(judge_config, report.judge))
 
     out.append('<h2>Answers</h2><p class="legend">Each answer sentence is marked by its verdict: '
                '<span class="sent v-supported">supported</span> <span class="sent v-partially_supported">'

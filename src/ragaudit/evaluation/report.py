@@ -14,12 +14,15 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._deprecation import renamed_kwargs, warn_deprecated
 from ..content import scrub
 from ..errors import ConfigurationError, MetricError
 from ..records import SCORE_NAMES
+
+if TYPE_CHECKING:
+    from ..judges.fitted import JudgeConfig
 
 __all__ = [
     "DIAGNOSES",
@@ -530,11 +533,13 @@ class EvaluationReport:
                 fh.write(text)
         return text
 
-    def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
-        """A self-contained HTML page (inline CSS and SVG, no scripts, no external assets)."""
+    def to_html(self, path: str | os.PathLike[str] | None = None, *, judge_config: JudgeConfig | None = None) -> str:
+        """A self-contained HTML page (inline CSS and SVG, no scripts, no external assets); with *judge_config*
+        (a `ragaudit.judges.fitted.JudgeConfig`), a "Fitted judge" section draws its held-out
+        agreement before and after the fit."""
         from .html import render_html
 
-        text = scrub(render_html(self))
+        text = scrub(render_html(self, judge_config))
         if path is not None:
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(text)
