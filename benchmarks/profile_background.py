@@ -52,7 +52,7 @@ AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
                                   "requests/", "urllib3/", "http/client")),
     ("OTel SDK (spans, processor)", ("opentelemetry/",)),
     ("audit log line", ("ragaudit/tracing/files", "json/", "orjson")),
-    ("derived metrics", ("ragaudit/_turn_metrics", "ragaudit/metrics", "ragaudit/judged")),
+    ("derived metrics", ("ragaudit/_turn_metrics", "ragaudit/metrics", "ragaudit/turn_audit")),
     ("judge", ("ragaudit/judges", "openai/")),
     ("HTTP client (httpx)", ("httpx/", "httpcore/", "h11/", "anyio/", "ssl.py", "socket.py", "selectors.py")),
     ("records and content policy", ("ragaudit/records", "ragaudit/content", "ragaudit/_text", "dataclasses")),

@@ -217,20 +217,3 @@ def test_exit_with_small_queue_counts_drops(tmp_path: Path) -> None:
     dropped = int(proc.stdout.strip())
     assert dropped == 35
     assert len(log.read_text().splitlines()) + dropped == 40
-
-
-def test_ragaudit_online_is_a_deprecated_alias_of_the_auditor_package() -> None:
-    import importlib
-    import sys
-    import warnings
-
-    import ragaudit.auditor
-
-    sys.modules.pop("ragaudit.online", None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        online = importlib.import_module("ragaudit.online")
-    assert any(issubclass(w.category, DeprecationWarning) and "ragaudit.auditor" in str(w.message) for w in caught)
-    for name in online.__all__:  # what the alias had; names added since are only in ragaudit.auditor
-        assert getattr(online, name) is getattr(ragaudit.auditor, name)
-    assert ragaudit.Auditor is ragaudit.auditor.Auditor

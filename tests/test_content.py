@@ -271,14 +271,14 @@ def test_any_text_never_raises_and_never_shows_a_registered_secret(text: str, ca
 
 
 def test_the_module_is_on_the_bottom_floor() -> None:
-    # content is floor 1: of ragaudit it imports records, errors, _fork (fork-safe locks) and the
-    # deprecation helper only (neither imports anything of ours), so every floor above may use it.
+    # content is floor 1: of ragaudit it imports records, errors and _fork (fork-safe locks) only
+    # (neither imports anything of ours), so every floor above may use it.
     import ast
 
     with open(content.__file__, encoding="utf-8") as fh:
         tree = ast.parse(fh.read())
     ours = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level}
-    assert ours == {"_deprecation", "errors", "records", "_fork"}
+    assert ours == {"errors", "records", "_fork"}
 
 
 def test_log_lines_without_a_policy_follow_the_strictest_one_in_the_process() -> None:

@@ -1,7 +1,7 @@
 """The retrieval metrics of the judge's grades are ``graded_*`` (0.1.0: ``judged_*``, a word that also
 names a turn's status). Files 0.1.0 wrote are read as before, by every reader: an audit log through
 ``ragaudit report`` (text, JSON and HTML), ``ragaudit qrels``, ``report_from_audit_log`` and
-``read_audit_log``; a span file through ``read_spans``. The old Python names warn and still work.
+``read_audit_log``; a span file through ``read_spans``. The old Python names are gone (issue 49).
 
 The old-format files are the current writers' output with the renamed keys put back as 0.1.0
 wrote them (``"judged_metrics": {"judged_ndcg@10": ...}``, ``ragaudit.retrieval.judged_ndcg@10``):
@@ -10,10 +10,8 @@ nothing else about those lines changed.
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -140,39 +138,20 @@ def test_read_spans_reads_an_old_span_file_under_the_new_attribute_names(tmp_pat
     assert any(s["attributes"].get(key) == 1.0 for s in spans)
 
 
-def test_old_python_names_warn_and_keep_working() -> None:
+def test_the_python_names_are_graded_and_the_old_ones_are_gone() -> None:
+    # 0.1.0's Python names (judged_metrics(), RowResult.judged_metrics, ...) were renamed before the first
+    # release: 0.2.0 has no alias of them (issue 49). Only the files 0.1.0 wrote are read.
     from ragaudit import turn_audit
     from ragaudit.records import DocumentGrade, Judgement
 
     judgement = Judgement(judge="j", document_grades=(DocumentGrade(1, "a", 3), DocumentGrade(2, "b", 0)))
     graded = turn_audit.graded_metrics(judgement)
     assert graded == {"graded_ndcg@10": 1.0, "graded_P@5": 0.2, "graded_mrr@10": 1.0}
-    with pytest.deprecated_call(match=r"turn_audit\.judged_metrics is deprecated.*turn_audit\.graded_metrics"):
-        old = turn_audit.judged_metrics(judgement)  # type: ignore[attr-defined]
-    # the old function as it was: its callers look its keys up under the old names
-    assert old == {"judged_ndcg@10": 1.0, "judged_P@5": 0.2, "judged_mrr@10": 1.0}
-    with pytest.deprecated_call(match="graded_labels"):
-        assert turn_audit.judged_labels(judgement) == turn_audit.graded_labels(judgement) == {"a": 3, "b": 0}  # type: ignore[attr-defined]
-    with pytest.deprecated_call(match="GRADED_MEASURES"):
-        assert turn_audit.JUDGED_MEASURES == turn_audit.GRADED_MEASURES  # type: ignore[attr-defined]
-    with pytest.deprecated_call(match="GRADED_PREFIX"):
-        assert turn_audit.JUDGED_PREFIX == "judged_"  # type: ignore[attr-defined]
+    assert turn_audit.graded_labels(judgement) == {"a": 3, "b": 0}
     assert turn_audit.GRADED_PREFIX == "graded_"
-    assert "judged_metrics" not in turn_audit.__all__ and "judged_metrics" not in dir(turn_audit)
-    with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        turn_audit.nope  # type: ignore[attr-defined]  # noqa: B018
-
-    sys.modules.pop("ragaudit.judged", None)
-    with pytest.deprecated_call(match="ragaudit.turn_audit"):
-        judged = importlib.import_module("ragaudit.judged")
-    assert judged.judged_metrics(judgement) == old and judged.JUDGED_PREFIX == "judged_"
-    assert judged.judged_labels is turn_audit.graded_labels and judged.JUDGED_MEASURES == turn_audit.GRADED_MEASURES
+    assert not hasattr(turn_audit, "judged_metrics") and not hasattr(turn_audit, "JUDGED_PREFIX")
 
     row = RowResult(id="r", question=None, answer=None, graded_metrics=graded)
-    with pytest.deprecated_call(match=r"RowResult\.judged_metrics is deprecated.*RowResult\.graded_metrics"):
-        assert row.judged_metrics == graded
-    with pytest.deprecated_call(match=r"judged_metrics=\.\.\.\) is deprecated.*use graded_metrics="):
-        assert RowResult(id="r", question=None, answer=None, judged_metrics=graded) == row  # type: ignore[call-arg]
-    with pytest.raises(TypeError, match="both 'judged_metrics' and 'graded_metrics'"):
-        RowResult(id="r", question=None, answer=None, judged_metrics=graded, graded_metrics=graded)  # type: ignore[call-arg]
     assert row.to_dict()["graded_metrics"] == graded and "judged_metrics" not in row.to_dict()
+    with pytest.raises(TypeError, match="judged_metrics"):
+        RowResult(id="r", question=None, answer=None, judged_metrics=graded)  # type: ignore[call-arg]

@@ -4,7 +4,6 @@ RagJudge declared. Real ``openai`` SDK against the loopback server."""
 from __future__ import annotations
 
 import json
-import warnings
 from typing import Any
 
 import pytest
@@ -88,17 +87,6 @@ def test_a_rubric_protocol_object_runs_on_chat_rag_judge_like_rubric_judge(srv: 
     assert one.answer_relevance == two.answer_relevance == 0.75
     assert one.identity is not None and two.identity is not None
     assert one.identity.prompt_hash == two.identity.prompt_hash
-
-
-def test_the_old_names_warn_for_one_release(srv: LLMServer) -> None:
-    judge = open_judge(ChatRagJudge, srv, protocol="full-audit")
-    with pytest.warns(DeprecationWarning, match="protocol.name"):
-        assert judge.protocol_name == "full-audit"
-    with pytest.warns(DeprecationWarning, match="protocol.name"):
-        assert judge.full_audit is True
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert judge.protocol.name == "full-audit"
 
 
 class _Configured(BaseRagJudge):

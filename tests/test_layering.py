@@ -17,7 +17,7 @@ import ragaudit
 SRC = Path(ragaudit.__file__).parent
 
 # Floors, top to bottom (DESIGN "The flow"): a module may import its own floor or lower ones only.
-FLOORS = {"cli": 6, "evaluation": 5, "demo": 5, "integrations": 4, "auditor": 3, "online": 3,
+FLOORS = {"cli": 6, "evaluation": 5, "demo": 5, "integrations": 4, "auditor": 3,
           "judges": 2, "tracing": 2}
 # Everything else (records, content, citations, metrics, errors, private helpers) is floor 1.
 

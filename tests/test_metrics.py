@@ -237,14 +237,8 @@ def test_all_queries_semantics() -> None:
     assert mean_complete == pytest.approx((2 / 3 + 1 + 0) / 3)
 
 
-def test_judged_only_is_the_deprecated_negation_of_all_queries() -> None:
+def test_options_are_keyword_only() -> None:
     qrels = {**QRELS, "q3": {"d1": 1}}
-    with pytest.warns(DeprecationWarning, match=r"evaluate\(judged_only=...\).*all_queries"):
-        old = metrics.evaluate(RUN, qrels, ["map"], per_query=True, judged_only=False)
-    assert old == metrics.evaluate(RUN, qrels, ["map"], per_query=True, all_queries=True)
-    with pytest.warns(DeprecationWarning, match="evaluate_columns"):
-        columns = metrics.evaluate_columns(["q1"], ["d2"], [1.0], qrels, ["map"], judged_only=True)
-    assert columns == metrics.evaluate_columns(["q1"], ["d2"], [1.0], qrels, ["map"])
     with pytest.raises(TypeError):
         # Positional options would have flipped meaning: they are keyword-only now.
         metrics.evaluate(RUN, qrels, ["map"], False, 1, False)  # type: ignore[misc]
@@ -554,14 +548,6 @@ def test_metrics_command_json(files: tuple[Path, Path]) -> None:
     complete = json.loads(render_metrics(run_path, qrels_path, ["map"], fmt="json", all_queries=True))
     assert complete["queries"]["evaluated"] == 3
     assert "per_query" not in complete
-
-
-def test_metrics_command_judged_only_is_deprecated(files: tuple[Path, Path]) -> None:
-    run_path, qrels_path = files
-    with pytest.warns(DeprecationWarning, match="render_metrics"):
-        old = json.loads(render_metrics(run_path, qrels_path, ["map"], fmt="json", judged_only=False))
-    assert old == json.loads(render_metrics(run_path, qrels_path, ["map"], fmt="json", all_queries=True))
-    assert old["queries"]["evaluated"] == 3 and old["all_queries"] is True and old["judged_only"] is False
 
 
 def test_metrics_command_errors(files: tuple[Path, Path]) -> None:

@@ -23,7 +23,7 @@ pytrec_eval = pytest.importorskip("pytrec_eval")
 TOL = 1e-9
 # pytrec_eval is trec_eval 9 inside: scores compared as 32-bit floats, so every comparison with it
 # passes ties="pytrec_eval" (trec_eval 10's double comparison is checked in test_metrics_trec_eval_suite).
-PYTREC_OPTIONS = retrieval._options(1, False, "error", "pytrec_eval", None, False, None, "evaluate")
+PYTREC_OPTIONS = retrieval._options(1, False, "error", "pytrec_eval", None, False)
 
 # Measures that pytrec_eval names as we do.
 SAME_NAME = ("Rprec", "bpref", "infAP", "gm_map", "set_map", "num_ret", "num_rel")

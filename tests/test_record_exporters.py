@@ -194,34 +194,9 @@ def test_a_judge_timeout_names_timeout_s() -> None:
     assert "openai package" in failure_hint("RuntimeError", None)
 
 
-def test_renamed_names_keep_a_deprecated_alias() -> None:
-    import importlib
-    import sys
-
-    from ragaudit import turn_audit
-    from ragaudit.tracing import SpanRecorder
-
-    sys.modules.pop("ragaudit.judged", None)
-    with pytest.deprecated_call(match="ragaudit.turn_audit"):
-        judged = importlib.import_module("ragaudit.judged")
-    assert judged.audit_turn is turn_audit.audit_turn and judged.TurnAudit is turn_audit.TurnAudit
-    auditor = Auditor(LexicalJudge(), mode="inline", audit_log=None)
-    try:
-        with pytest.deprecated_call(match="content_policy"):
-            assert auditor.submit(_turn(), recorder=SpanRecorder()) == "judged"
-    finally:
-        auditor.shutdown(10)
-    with pytest.deprecated_call(match="retrieval_span_ids"):
-        assert SpanRecorder().retrieval_span_ids("t1") is None
-    ran: list[int] = []
+def test_the_closer_shuts_its_sources_then_the_auditor() -> None:
     background = Auditor(LexicalJudge(), audit_log=None)
     try:
-        # The Auditor runs no source's code on its threads any more: the deprecated defer() runs the
-        # job now, on the caller's thread; closer_for(auditor) is where jobs go.
-        with pytest.deprecated_call(match=r"closer_for\(auditor\)\.defer"):
-            assert background.defer(lambda: ran.append(1)) and ran == [1]
-        with pytest.deprecated_call(match=r"Auditor\.flush_turns\(\) is deprecated.*force_flush"):
-            assert background.flush_turns(10)
 
         class Source:
             closed = 0
@@ -230,9 +205,7 @@ def test_renamed_names_keep_a_deprecated_alias() -> None:
                 Source.closed += 1
                 return 0
 
-        source = Source()
-        with pytest.deprecated_call(match=r"closer_for\(auditor\)\.attach"):
-            background.attach_source(source)
+        source = Source()  # held here: the closer holds its sources weakly
         closer_for(background).attach(source)
         assert closer_for(background) is closer_for(background)  # one closer per Auditor
     finally:

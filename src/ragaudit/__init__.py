@@ -91,10 +91,7 @@ _EXPORTS = {
     "tracing": ".tracing:",
 }
 
-# `evaluate` meant both "run a pipeline over a dataset" (here) and "trec_eval measures of a run"
-# (ragaudit.metrics.evaluate). The runner is evaluate_pipeline; the old name warns for one release.
-__getattr__, __dir__ = lazy_exports(
-    __name__, _EXPORTS, deprecated={"evaluate": (".evaluation:evaluate_pipeline", "ragaudit.evaluate_pipeline")})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "AuditRecord",

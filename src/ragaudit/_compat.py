@@ -3,7 +3,7 @@
 Audit logs and span files outlive the process that wrote them: ``ragaudit report``, ``ragaudit
 qrels``, the HTML report and [`read_audit_log`][ragaudit.tracing.read_audit_log] read a log that an older
 ragaudit appended to as they read a new one. Each rename of a recorded key is undone here, in one
-place, for one release after it (as a deprecated Python name keeps its alias for one release).
+place, for one release after it.
 
 - 0.1.0 named the retrieval metrics computed from the judge's document grades ``judged_<metric>``
   (``judged_metrics`` in the audit log, ``ragaudit.retrieval.judged_*`` on spans); they are

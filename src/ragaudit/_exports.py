@@ -1,16 +1,12 @@
 """Lazy exports for a package ``__init__``: each public name listed once, imported on first use.
 
 ```python
-__getattr__, __dir__ = lazy_exports(__name__, {"Auditor": ".auditor", "metrics": ".metrics:"},
-                                    deprecated={"evaluate": (".evaluation.runner:evaluate_pipeline",
-                                                             "ragaudit.evaluate_pipeline")})
+__getattr__, __dir__ = lazy_exports(__name__, {"Auditor": ".auditor", "metrics": ".metrics:"})
 ```
 
 A value is ``"module"`` (the attribute of the same name in that module), ``"module:attr"`` (another
 attribute), or ``"module:"`` (the module itself); a leading dot is relative to the package. Lazy
-imports keep ``import ragaudit`` free of frameworks, the OTel SDK and ``openai``. A deprecated name
-resolves to its replacement and warns with a `DeprecationWarning` that names it; it is left out
-of ``dir()`` and ``__all__`` so that ``from ragaudit import *`` does not warn.
+imports keep ``import ragaudit`` free of frameworks, the OTel SDK and ``openai``.
 """
 
 from __future__ import annotations
@@ -19,8 +15,6 @@ import importlib
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
-
-from ._deprecation import warn_deprecated
 
 __all__ = ["lazy_exports"]
 
@@ -34,18 +28,10 @@ def _resolve(package: str, name: str, spec: str) -> Any:
 
 
 def lazy_exports(
-    package: str,
-    exports: Mapping[str, str],
-    *,
-    deprecated: Mapping[str, tuple[str, str]] | None = None,
+    package: str, exports: Mapping[str, str]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """``(__getattr__, __dir__)`` for *package* serving *exports* and the *deprecated* aliases.
-
-    *deprecated* maps an old name to ``(spec, replacement)``: where its value now lives and the public
-    name to use instead (shown in the warning).
-    """
+    """``(__getattr__, __dir__)`` for *package* serving *exports*."""
     exports = dict(exports)
-    deprecated = dict(deprecated or {})
 
     def __getattr__(name: str) -> Any:
         spec = exports.get(name)
@@ -54,10 +40,6 @@ def lazy_exports(
             # Cached in the package so the next access is a plain attribute lookup.
             setattr(sys.modules[package], name, value)
             return value
-        if name in deprecated:
-            spec, replacement = deprecated[name]
-            warn_deprecated(f"{package}.{name}", replacement, stacklevel=2)
-            return _resolve(package, name, spec)  # not cached: every use warns (once per call site)
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     def __dir__() -> list[str]:

@@ -37,7 +37,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit, urlunsplit
 
-from ._deprecation import warn_deprecated
 from ._fork import lock as _fork_safe_lock
 from .errors import ConfigurationError
 from .records import truncate
@@ -469,12 +468,6 @@ class ContentPolicy:
         if value is None or not self.capture_content:
             return None
         return self.text(value, limit)
-
-    def content(self, value: str | None, limit: int | None = None) -> str | None:
-        """Deprecated: [`captured`][ragaudit.content.ContentPolicy.captured] (``content`` also names the policy and a
-        document's text)."""
-        warn_deprecated("ContentPolicy.content()", "ContentPolicy.captured()")
-        return self.captured(value, limit)
 
     def reason(self, value: str | None, limit: int | None = None) -> str | None:
         """The judge's reason: None unless [`capture_reason`][ragaudit.content.ContentPolicy.capture_reason], else

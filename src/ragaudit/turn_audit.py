@@ -1,8 +1,5 @@
 """What is derived from a judged turn: graded retrieval metrics, citation checks, the audit record.
 
-(Was ``ragaudit.judged``, one letter from ``ragaudit.judges``; that name stays, deprecated, for one
-release.)
-
 A full-audit judgement ([`sentences`][ragaudit.Judgement.sentences],
 [`document_grades`][ragaudit.Judgement.document_grades]) says which answer sentence each document supports and how
 relevant each retrieved document is. From it, on every turn and without ground truth:
@@ -11,8 +8,8 @@ relevant each retrieved document is. From it, on every turn and without ground t
   labels of the turn's ranking and [`ragaudit.metrics.score_ranking`][ragaudit.metrics.score_ranking] computes NDCG@k
   with the grade as gain, and P@k and MRR@k with *relevant = grade >= 2* (trec_eval semantics: a document the judge did
   not grade counts as not relevant; no grade at all gives None). They are named ``graded_<metric>`` so
-  they never mix with the ground-truth metrics (0.1.0 named them ``judged_<metric>``; the old
-  Python names stay, deprecated, for one release). Graded **recall** is not defined for one turn: the
+  they never mix with the ground-truth metrics (0.1.0 wrote them ``judged_<metric>``; its audit
+  logs and span files are read under the new names). Graded **recall** is not defined for one turn: the
   relevant documents the retriever missed were never shown to the judge. Pool many turns with
   ``ragaudit qrels`` and compare retrievers with ``ragaudit metrics`` for that.
 - **Citation checks** ([`check_citations`][ragaudit.turn_audit.check_citations]): every explicit citation marker of the
@@ -33,8 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ._compat import GRADED_PREFIX, OLD_GRADED_PREFIX
-from ._exports import lazy_exports
+from ._compat import GRADED_PREFIX
 from ._text import sentence_spans
 from ._turn_metrics import DEFAULT_TURN_MEASURES, turn_metrics
 from .records import AuditRecord, Citation, CitationCheck, Judgement, RagTurn, RetrievedDoc, SentenceVerdict, TurnAudit
@@ -231,21 +227,3 @@ def audit_record(
     return AuditRecord(turn=turn, content_policy=content_policy, judgement=judgement, unjudged=unjudged,
                        ground_truth_metrics=metrics,  # type: ignore[arg-type]
                        audit=audit, tracer_provider=tracer_provider, judge_started_at=judge_started_at)
-
-
-def _judged_metrics(judgement: Judgement, measures: Iterable[str] = GRADED_MEASURES) -> dict[str, float] | None:
-    # The deprecated judged_metrics(): as it was, keyed judged_<metric>, so its callers' lookups hold.
-    graded = graded_metrics(judgement, measures)
-    if graded is None:
-        return None
-    return {OLD_GRADED_PREFIX + name[len(GRADED_PREFIX):]: value for name, value in graded.items()}
-
-
-# The names 0.1.0 had (``judged`` now means only what the Auditor did with a turn): each warns and
-# resolves for one release. judged_metrics() still keys its result judged_<metric>.
-__getattr__, __dir__ = lazy_exports(__name__, {}, deprecated={
-    "judged_metrics": (f"{__name__}:_judged_metrics", f"{__name__}.graded_metrics"),
-    "judged_labels": (f"{__name__}:graded_labels", f"{__name__}.graded_labels"),
-    "JUDGED_MEASURES": (f"{__name__}:GRADED_MEASURES", f"{__name__}.GRADED_MEASURES"),
-    "JUDGED_PREFIX": ("ragaudit._compat:OLD_GRADED_PREFIX", f"{__name__}.GRADED_PREFIX"),
-})

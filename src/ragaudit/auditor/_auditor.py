@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import _fork
-from .._deprecation import deprecated_alias, warn_deprecated
 from .._export import Exporter
 from .._lifecycle import flush_on_sigterm, track
 from .._log import RateLimitedLog
@@ -31,7 +30,6 @@ from ..judges.base import RagJudge
 from ..records import UNSUBMITTED_REASONS, AuditRecord, Judgement, JudgeRequest, RagTurn
 from ..turn_audit import COMPUTE, audit_record
 from ._admission import Admission, JudgingPace
-from ._aliases import AuditorAliases
 from ._draining import Draining
 from ._exporting import ExportStage, LegacySinkExporter, OnJudgementExporter
 from ._first_run import say_where_things_are
@@ -152,7 +150,7 @@ def _as_exporters(sinks: Iterable[Any]) -> list[Exporter]:
     return out
 
 
-class Auditor(Admission, SessionJudging, Draining, AuditorAliases):
+class Auditor(Admission, SessionJudging, Draining):
     """Judges finished [`RagTurn`][ragaudit.RagTurn]s in the background and sends the judgements on.
 
     A `BatchWorker` runs the judging (an asyncio loop on one thread, sync
@@ -173,7 +171,7 @@ class Auditor(Admission, SessionJudging, Draining, AuditorAliases):
     (`ragaudit.integrations._closing`, one per Auditor); at most *max_closing* wait there to be
     recorded (a burst past that drops whole turns, spans included, counted in
     ``stats()["close_dropped"]``), a bound separate from *max_queue* so that a small judging queue
-    never costs traces. Before that, at hand-off, [`admit_turn`][ragaudit.Auditor.admit_turn] decides sampling and
+    never costs traces. Before that, at hand-off, ``admit_turn()`` decides sampling and
     sheds turns past the backlog's bound (``stats()["backlog_bound"]``: *max_queue*, or what the judge finishes
     within half of *exit_timeout_s* at its measured pace), each for the price of a counter.
 
@@ -424,21 +422,17 @@ class Auditor(Admission, SessionJudging, Draining, AuditorAliases):
                             max_documents=self._recorder.max_documents)
 
     def submit(self, turn: RagTurn, *, content_policy: ContentPolicy | None = None,
-               tracer_provider: TracerProvider | None = None, recorder: Any = None) -> SubmitStatus:
+               tracer_provider: TracerProvider | None = None) -> SubmitStatus:
         """Hand *turn* over for judging. Never blocks (except in inline mode) and never raises.
 
         *content_policy* and *tracer_provider*: how the turn was traced (an integration handler's,
         from [`content_policy_for`][ragaudit.Auditor.content_policy_for]); its record (judge span, audit-log line, sink
-        records, log lines) follows them. None: this auditor's. (*recorder*, a span recorder giving both, is
-        deprecated.)
+        records, log lines) follows them. None: this auditor's.
 
         Returns ``"queued"``, ``"sampled_out"`` or ``"dropped"`` (queue full or auditor shut
         down); in inline mode ``"judged"`` or ``"failed"`` once the judgement is made; in worker
         mode ``"to_worker"`` (or ``"dropped"``: the turn has no trace to send).
         """
-        if recorder is not None:
-            warn_deprecated("Auditor.submit(recorder=...)", "submit(content_policy=..., tracer_provider=...)")
-            content_policy, tracer_provider = recorder.content_policy, recorder.tracer_provider
         return self.submit_turn(turn, content_policy=content_policy, tracer_provider=tracer_provider).status
 
     def submit_turn(self, turn: RagTurn, *, content_policy: ContentPolicy | None = None,
@@ -498,8 +492,6 @@ class Auditor(Admission, SessionJudging, Draining, AuditorAliases):
         except Exception as exc:
             self._job_failed(exc)
         return first
-
-    flush_turns = deprecated_alias("force_flush", timeout="timeout_s")
 
     def report_closing(self, waiting: int) -> None:
         """For the integrations' closer above this Auditor: how many finished turns wait there to be

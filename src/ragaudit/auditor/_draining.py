@@ -15,7 +15,6 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .._deprecation import deprecated_alias, renamed_kwargs
 from .._export import Exporter
 from .._lifecycle import report
 from .._worker import BatchWorker, call_with_deadline
@@ -128,8 +127,6 @@ class Draining:
             self._job_failed(exc)
             return False
 
-    flush = deprecated_alias("force_flush", timeout="timeout_s")
-
     def _flush(self, deadline: float | None) -> bool:
         def remaining() -> float | None:
             return None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -164,7 +161,6 @@ class Draining:
             return False
         return finished and bool(result)
 
-    @renamed_kwargs(timeout="timeout_s")
     def shutdown(self, timeout_s: float | None = None) -> bool:
         """Flush (within *timeout_s*, default ``exit_timeout_s``), then stop the workers. Idempotent.
 

@@ -10,7 +10,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._deprecation import warn_deprecated
 from ..errors import MetricError
 from ..metrics import Measure, OnDuplicate, Ties, evaluate, parse_measure, read_qrels, read_run
 
@@ -101,7 +100,6 @@ def render_metrics(
     max_docs_per_query: int | None = None,
     judged_docs_only: bool = False,
     summary: bool = True,
-    judged_only: bool | None = None,
 ) -> str:
     """What ``ragaudit metrics --run RUN --qrels QRELS -m ndcg@10 -m recall@5`` prints.
 
@@ -112,12 +110,9 @@ def render_metrics(
     JSON document with ``means``, ``queries`` (counts: evaluated, in the run, in the qrels, missing
     from the run, ignored because not in the qrels) and, with ``per_query=True``, ``per_query``.
     ``summary=False`` is trec_eval's ``-n``: no summary line (JSON: no ``means``). ``relstring``
-    has no summary. ``judged_only`` is the deprecated name of ``not all_queries``. Raises
+    has no summary. Raises
     [`MetricError`][ragaudit.MetricError] for unreadable files, bad metric names and bad input.
     """
-    if judged_only is not None:
-        warn_deprecated("render_metrics(judged_only=...)", "all_queries= (its negation)")
-        all_queries = not judged_only
     if fmt not in ("table", "json", "trec"):
         raise MetricError(f"fmt must be 'table', 'json' or 'trec', got {fmt!r}")
     keys = [(key, parse_measure(key)) for key in dict.fromkeys(m if isinstance(m, str) else str(m) for m in measures)]
@@ -137,7 +132,7 @@ def render_metrics(
                      len(per))
     if fmt == "json":
         doc: dict[str, Any] = {"queries": counts, "relevance_level": relevance_level, "all_queries": all_queries,
-                               "judged_only": not all_queries, "ties": ties}
+                               "ties": ties}
         if summary:
             doc = {"means": means, **doc}
         if per_query:

@@ -10,7 +10,6 @@ assert_rag_quality(report, faithfulness=0.8, recall_at_5=0.9)   # in a pytest te
 
 from __future__ import annotations
 
-from .._exports import lazy_exports
 from .audit_log import report_from_audit_log
 from .report import (
     DIAGNOSES,
@@ -39,8 +38,3 @@ __all__ = [
     "report_from_audit_log",
     "summarize",
 ]
-
-# ``evaluate`` was also the name of ragaudit.metrics.evaluate (trec_eval measures of a run): one name,
-# two meanings. The pipeline runner is evaluate_pipeline; the old name warns for one release.
-__getattr__, __dir__ = lazy_exports(
-    __name__, {}, deprecated={"evaluate": (".runner:evaluate_pipeline", "ragaudit.evaluate_pipeline")})

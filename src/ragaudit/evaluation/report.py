@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._deprecation import renamed_kwargs, warn_deprecated
 from ..content import scrub
 from ..errors import ConfigurationError, MetricError
 from ..records import SCORE_NAMES
@@ -106,8 +105,7 @@ class RowResult:
     ground truth (``has_ground_truth`` False) or its pipeline raised (``error`` set). ``citations``
     hold ``{doc_id, rank, source, method, marker}`` for each cited document. ``judge_error`` is set
     when the judgement could not be made in full. ``graded_metrics`` are the retrieval metrics of the
-    judge's document grades (``graded_ndcg@10``, ...; was ``judged_metrics``, still accepted and
-    readable, deprecated, for one release).
+    judge's document grades (``graded_ndcg@10``, ...).
     """
 
     id: str
@@ -171,13 +169,6 @@ class RowResult:
                            MappingProxyType({str(k): str(v) for k, v in self.invalid_scores.items()}))
 
     @property
-    def judged_metrics(self) -> Mapping[str, float]:
-        """Deprecated: [`graded_metrics`][ragaudit.evaluation.RowResult.graded_metrics] (``judged`` also names a turn's
-        status)."""
-        warn_deprecated("RowResult.judged_metrics", "RowResult.graded_metrics")
-        return self.graded_metrics
-
-    @property
     def problem_sentences(self) -> list[Mapping[str, Any]]:
         """The sentences judged ``unsupported`` or ``contradicted``, in answer order."""
         return [s for s in self.sentences if s.get("verdict") in ("unsupported", "contradicted")]
@@ -237,9 +228,6 @@ class RowResult:
             "timestamp": self.timestamp,
         }
 
-
-# RowResult(judged_metrics=...), 0.1.0's keyword, is passed on as graded_metrics for one release.
-RowResult.__init__ = renamed_kwargs(judged_metrics="graded_metrics")(RowResult.__init__)  # type: ignore[method-assign]
 
 
 def full_audit_fields(turn: Any, judgement: Any) -> dict[str, Any]:

@@ -22,7 +22,6 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 
 from .. import _fork, _lifecycle
-from .._deprecation import deprecated_alias
 from ..auditor import DEFAULT_TURN_MEASURES, Auditor
 from ..errors import ConfigurationError
 from ._assembler import TurnAssembler
@@ -180,8 +179,6 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
         until the turns closed so far are recorded and judged (see `Auditor.force_flush`)."""
         self.close_ended_turns()
         return force_flush_turns(self.auditor, timeout_s)
-
-    flush = deprecated_alias("force_flush", timeout="timeout_s")
 
     def close_ended_turns(self) -> int:
         """Close every turn whose root run has ended but a child run has not (a hung tool thread, a

@@ -58,12 +58,7 @@ _EXPORTS = {
     "CostEstimate": ".cost", "estimate_cost": ".cost",
 }
 
-# Calibration is evaluation tooling (it judges judges against human labels), not a judge: it moved to
-# ragaudit.evaluation.calibration. The old names warn for one release.
-_MOVED = {name: (f"ragaudit.evaluation.calibration:{name}", f"ragaudit.evaluation.calibration.{name}")
-          for name in ("ZScoreNormalizer", "calibrate", "consistency")}
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, deprecated=_MOVED)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = ["BaseRagJudge", "FakeJudge", "JudgeError", "RagJudge", "default_judge", *_EXPORTS]
 

@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .._deprecation import renamed_kwargs, warn_deprecated
 from ..errors import ConfigurationError, JudgeError
 from ..records import JudgeIdentity, Judgement, JudgeRequest, truncate
 from ..sessions import SessionRequest, SessionVerdict
@@ -113,7 +112,6 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
     """The judge protocol: what is asked and how the reply is read (`ragaudit.judges.protocols`)."""
     _name_prefix: ClassVar[str] = "chat"
 
-    @renamed_kwargs(timeout="timeout_s")
     def __init__(
         self,
         model: str = "gpt-4o-mini",
@@ -170,18 +168,6 @@ class ChatRagJudge(EndpointJudge, BaseRagJudge):
     def protocol_version(self) -> str:
         """The protocol's wire version (``"ragaudit-full-audit/1"``), in every judgement's identity."""
         return self.protocol.version
-
-    @property
-    def protocol_name(self) -> str:
-        """Deprecated: ``protocol.name``."""
-        warn_deprecated("ChatRagJudge.protocol_name", "ChatRagJudge.protocol.name")
-        return self.protocol.name
-
-    @property
-    def full_audit(self) -> bool:
-        """Deprecated: ``protocol.name == "full-audit"``."""
-        warn_deprecated("ChatRagJudge.full_audit", 'ChatRagJudge.protocol.name == "full-audit"')
-        return self.protocol.name == FULL_AUDIT
 
     def config_key(self) -> str:
         """Model, endpoint, temperature, context limit, extra body and protocol version, as JSON."""

@@ -26,7 +26,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from .._deprecation import renamed_kwargs
 from ..errors import ConfigurationError, JudgeError
 from ..records import SCORE_NAMES, JudgeIdentity, Judgement, JudgeRequest, truncate
 from .base import BaseRagJudge
@@ -379,7 +378,6 @@ class GEvalJudge(EndpointJudge, BaseRagJudge):
         """The protocol's wire version, in every judgement's identity."""
         return self.protocol.version
 
-    @renamed_kwargs(timeout="timeout_s")
     def __init__(
         self,
         model: str = "gpt-4o-mini",

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from .._deprecation import renamed_kwargs
 from ..errors import ConfigurationError, JudgeError
 from ..records import truncate
 from .geval import _json_object
@@ -294,7 +293,6 @@ class PairwiseJudge(EndpointJudge):
 
     _name_prefix: ClassVar[str] = "pairwise"
 
-    @renamed_kwargs(timeout="timeout_s")
     def __init__(
         self,
         model: str = "gpt-4o-mini",

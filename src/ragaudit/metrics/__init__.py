@@ -24,7 +24,6 @@ of Python strings and reading a TREC run file.
 
 from __future__ import annotations
 
-from .._exports import lazy_exports
 from .io import read_qrels, read_run
 from .measures import MEASURE_NAMES, Measure, parse_measure
 from .retrieval import OnDuplicate, Run, Ties, evaluate, evaluate_columns, score_ranking
@@ -42,9 +41,3 @@ __all__ = [
     "read_run",
     "score_ranking",
 ]
-
-# The command's text moved to the command line package (library modules take plain arguments and
-# return values); the old name warns for one release.
-__getattr__, __dir__ = lazy_exports(
-    __name__, {}, deprecated={"metrics_command": ("ragaudit.cli.metrics:render_metrics",
-                                                  "ragaudit.cli.metrics.render_metrics")})

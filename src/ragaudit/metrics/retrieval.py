@@ -41,8 +41,7 @@ Every function here computes what ``trec_eval`` 10 computes (its own test suite 
   ``pytrec_eval`` does, so numbers compare with published ones. ``True`` is trec_eval ``-c``:
   qrels queries the run does not contain are scored as an empty ranking (0 on every metric;
   ``num_rel`` still counts their relevant docs) and appear in per-query results; use it when a
-  missing answer is a failure (a RAG system that returned nothing for a question). This was
-  called ``judged_only`` (the opposite sense), a name ir_measures uses for ``-J``.
+  missing answer is a failure (a RAG system that returned nothing for a question).
 - **-M and -J.** ``max_docs_per_query=N`` is trec_eval ``-M N``: only the top N docs of each ranking
   count. ``judged_docs_only=True`` is ``-J``: docs without a judgement (missing from the qrels, or
   with a negative label) are removed from each ranking before anything is computed. -M applies
@@ -70,7 +69,6 @@ from typing import Any, Literal, TypeAlias, overload
 
 import numpy as np
 
-from .._deprecation import warn_deprecated
 from ..errors import MetricError
 from ._inputs import (
     PreparedQrels,
@@ -202,13 +200,7 @@ def _options(
     ties: str,
     max_docs_per_query: Any,
     judged_docs_only: bool,
-    judged_only: bool | None,
-    where: str,
 ) -> _Options:
-    if judged_only is not None:
-        # The old name said the opposite of what it did in ir_measures (-J): it chose the queries.
-        warn_deprecated(f"{where}(judged_only=...)", "all_queries= (its negation)", stacklevel=3)
-        all_queries = not judged_only
     check_on_duplicate(on_duplicate)
     check_ties(ties)
     if max_docs_per_query is not None and (
@@ -288,7 +280,6 @@ def evaluate(
     ties: Ties = "trec_eval",
     max_docs_per_query: int | None = None,
     judged_docs_only: bool = False,
-    judged_only: bool | None = None,
 ) -> dict[str, float]: ...
 
 
@@ -305,7 +296,6 @@ def evaluate(
     ties: Ties = "trec_eval",
     max_docs_per_query: int | None = None,
     judged_docs_only: bool = False,
-    judged_only: bool | None = None,
 ) -> dict[str, dict[str, Any]]: ...
 
 
@@ -322,7 +312,6 @@ def evaluate(
     ties: Ties = "trec_eval",
     max_docs_per_query: int | None = None,
     judged_docs_only: bool = False,
-    judged_only: bool | None = None,
 ) -> dict[str, float] | dict[str, dict[str, Any]]: ...
 
 
@@ -338,7 +327,6 @@ def evaluate(
     ties: Ties = "trec_eval",
     max_docs_per_query: int | None = None,
     judged_docs_only: bool = False,
-    judged_only: bool | None = None,
 ) -> dict[str, float] | dict[str, dict[str, Any]]:
     """Score a run against qrels with trec_eval semantics (see the module docstring for the rules).
 
@@ -356,14 +344,12 @@ def evaluate(
     ``relevance_level`` (``-l``), ``all_queries=True`` (``-c``: qrels queries missing from the run
     count as empty rankings), ``max_docs_per_query`` (``-M``), ``judged_docs_only`` (``-J``);
     ``ties="trec_eval"`` (doubles, trec_eval >= 10.0) or ``"pytrec_eval"`` (32-bit floats, as
-    pytrec_eval and trec_eval <= 9.0.8). ``judged_only`` is the deprecated name of ``not
-    all_queries``. Raises [`MetricError`][ragaudit.MetricError] for an unknown metric, a bad
+    pytrec_eval and trec_eval <= 9.0.8). Raises [`MetricError`][ragaudit.MetricError] for an unknown metric, a bad
     cut-off or option, a NaN score, an empty run or qrels, no query in common (unless
     ``all_queries``), a summary of ``relstring``, or a duplicate doc in a query (unless
     ``on_duplicate="max"``).
     """
-    opts = _options(relevance_level, all_queries, on_duplicate, ties, max_docs_per_query, judged_docs_only,
-                    judged_only, "evaluate")
+    opts = _options(relevance_level, all_queries, on_duplicate, ties, max_docs_per_query, judged_docs_only)
     keys = _parse_measures(measures)
     if isinstance(run, Run) or is_table(run):
         if isinstance(run, Run):
@@ -407,7 +393,6 @@ def evaluate_columns(
     ties: Ties = "trec_eval",
     max_docs_per_query: int | None = None,
     judged_docs_only: bool = False,
-    judged_only: bool | None = None,
 ) -> dict[str, float]: ...
 
 
@@ -426,7 +411,6 @@ def evaluate_columns(
     ties: Ties = "trec_eval",
     max_docs_per_query: int | None = None,
     judged_docs_only: bool = False,
-    judged_only: bool | None = None,
 ) -> dict[str, dict[str, Any]]: ...
 
 
@@ -445,7 +429,6 @@ def evaluate_columns(
     ties: Ties = "trec_eval",
     max_docs_per_query: int | None = None,
     judged_docs_only: bool = False,
-    judged_only: bool | None = None,
 ) -> dict[str, float] | dict[str, dict[str, Any]]: ...
 
 
@@ -463,7 +446,6 @@ def evaluate_columns(
     ties: Ties = "trec_eval",
     max_docs_per_query: int | None = None,
     judged_docs_only: bool = False,
-    judged_only: bool | None = None,
 ) -> dict[str, float] | dict[str, dict[str, Any]]:
     """[`evaluate`][ragaudit.metrics.evaluate] for a run given as three aligned columns: query id, doc id and score per
     row.
@@ -475,8 +457,7 @@ def evaluate_columns(
     are found by id, whether contiguous or not. Same rules, options and errors as
     [`evaluate`][ragaudit.metrics.evaluate].
     """
-    opts = _options(relevance_level, all_queries, on_duplicate, ties, max_docs_per_query, judged_docs_only,
-                    judged_only, "evaluate_columns")
+    opts = _options(relevance_level, all_queries, on_duplicate, ties, max_docs_per_query, judged_docs_only)
     keys = _parse_measures(measures)
     return _evaluate_prepared_columns(qids, docids, scores, qrels, keys, opts, per_query)
 

@@ -26,7 +26,6 @@ from opentelemetry.trace import (
     TracerProvider,
 )
 
-from .._deprecation import warn_deprecated
 from ..content import ContentPolicy, bounded_attributes, otlp_safe
 from ..errors import ConfigurationError
 from ..records import truncate
@@ -195,12 +194,6 @@ class SpanWriter:
             for base in (self._turn_attrs, self._retrieval_attrs, self._generation_attrs,
                          self._judge_attrs, self._tool_attrs):
                 base[c.LANGFUSE_ENVIRONMENT] = lf_environment
-
-    @property
-    def content(self) -> ContentPolicy:
-        """Deprecated: `content_policy` (``content`` also names a document's text)."""
-        warn_deprecated("SpanRecorder.content", "SpanRecorder.content_policy")
-        return self.content_policy
 
     @property
     def tracer_provider(self) -> TracerProvider | None:

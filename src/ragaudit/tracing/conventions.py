@@ -95,7 +95,6 @@ __all__ = [
     "ERROR_TYPE_JUDGE_ERROR",
     "ERROR_TYPE_MISSING_SCORE",
     "ERROR_TYPE_OTHER",
-    "ERROR_TYPE_TURN_ERROR",
     "EVALUATOR_TYPE_LLM_JUDGE",
     "EVENT_EXCEPTION",
     "EVENT_SENTENCE",
@@ -389,9 +388,6 @@ ATTR_ERROR_TYPE: Final = "error.type"
 """Low-cardinality error class (general semconv; also part of the evaluation event)."""
 ERROR_TYPE_OTHER: Final = "_OTHER"
 """General semconv fallback of ``error.type`` when the failure names no exception type."""
-ERROR_TYPE_TURN_ERROR: Final = "ragaudit.turn_error"
-"""Deprecated: no longer written (``error.type`` is the exception's type,
-[`error_type_of`][ragaudit.tracing.conventions.error_type_of])."""
 ERROR_TYPE_JUDGE_ERROR: Final = "ragaudit.judge_error"
 ERROR_TYPE_MISSING_SCORE: Final = "ragaudit.missing_score"
 EVENT_EXCEPTION: Final = "exception"

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _fork
 from .._compat import current_audit_line, current_name
-from .._deprecation import warn_deprecated
 from .._export import ExportResult
 from .._jsonl import read_jsonl
 from .._log import RateLimitedLog
@@ -370,13 +369,6 @@ class AuditLog:
         self.path = self._out.path
         self.capture_content = self.content_policy.capture_content
         self._log = RateLimitedLog()
-
-    @property
-    def content(self) -> ContentPolicy:
-        """Deprecated: [`content_policy`][ragaudit.tracing.AuditLog.content_policy] (``content`` also names a document's
-        text)."""
-        warn_deprecated("AuditLog.content", "AuditLog.content_policy")
-        return self.content_policy
 
     def __enter__(self) -> AuditLog:
         return self

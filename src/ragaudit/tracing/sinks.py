@@ -21,7 +21,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import _fork
-from .._deprecation import warn_deprecated
 from .._export import ExportResult
 from .._log import RateLimitedLog
 from .._sink import BaseJudgementSink
@@ -130,13 +129,6 @@ class HttpSink(BaseJudgementSink):
             self._content = policy
 
     @property
-    def content(self) -> ContentPolicy:
-        """Deprecated: [`content_policy`][ragaudit.tracing.HttpSink.content_policy] (``content`` also names a document's
-        text)."""
-        warn_deprecated(f"{type(self).__name__}.content", f"{type(self).__name__}.content_policy")
-        return self.content_policy
-
-    @property
     def content_policy(self) -> ContentPolicy:
         """The policy of texts that belong to no record ([`emit`][ragaudit.tracing.HttpSink.emit] without a record, log
         lines): the one bound, else one from the environment. A record's texts follow its own policy."""
@@ -146,8 +138,8 @@ class HttpSink(BaseJudgementSink):
         return policy
 
     def recorded_reason(self, judgement: Judgement, policy: ContentPolicy | None = None) -> str | None:
-        """The judge's reason as *policy* (default [`content`][ragaudit.tracing.HttpSink.content]) lets it be recorded:
-        None when it withholds reasons (content capture off), else scrubbed, redacted and cut to
+        """The judge's reason as *policy* (default [`content_policy`][ragaudit.tracing.HttpSink.content_policy]) lets it
+        be recorded: None when it withholds reasons (content capture off), else scrubbed, redacted and cut to
         [`max_text_chars`][ragaudit.tracing.HttpSink.max_text_chars]."""
         return (policy or self.content_policy).reason(judgement.reason, self.max_text_chars)
 
@@ -163,7 +155,7 @@ class HttpSink(BaseJudgementSink):
 
     def requests(self, turn: RagTurn, judgement: Judgement) -> list[tuple[str, dict[str, Any]]]:
         """The ``(path, json_body)`` items to send for one judgement (a record made of them, sent
-        through [`content`][ragaudit.tracing.HttpSink.content])."""
+        through [`content_policy`][ragaudit.tracing.HttpSink.content_policy])."""
         if type(self).record_requests is HttpSink.record_requests:
             raise NotImplementedError
         return self.record_requests(audit_record(turn, judgement, self.content_policy))
@@ -195,7 +187,7 @@ class HttpSink(BaseJudgementSink):
 
     def emit(self, turn: RagTurn, judgement: Judgement) -> None:
         """Queue what this judgement needs sent: [`export`][ragaudit.tracing.HttpSink.export] of its record (texts
-        through [`content`][ragaudit.tracing.HttpSink.content])."""
+        through [`content_policy`][ragaudit.tracing.HttpSink.content_policy])."""
         self.export([audit_record(turn, judgement, self.content_policy)])
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:

@@ -27,7 +27,6 @@ from opentelemetry import trace as _trace_api
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Tracer
 
-from .._deprecation import warn_deprecated
 from ..content import CAPTURE_CONTENT_ENV, content_capture_from_env
 from ..records import Generation, Judgement, RagTurn, Retrieval, ToolCall, truncate
 from . import conventions as c
@@ -261,13 +260,6 @@ class SpanRecorder(SpanWriter):
         if not retrievals and turn.documents:
             retrievals = (Retrieval(name="", documents=turn.documents, query=turn.query),)
         return [self._retrieval_span(tracer, parent, r, handle._start_ns, end_ns, turn.query) for r in retrievals]
-
-    def retrieval_span_ids(self, turn_id: str) -> tuple[str, ...] | None:
-        """Deprecated: a turn's retrieval span ids are on the turn
-        [`record_turn`][ragaudit.tracing.SpanRecorder.record_turn] returns (``turn.retrieval_span_ids``) and on its
-        [`AuditRecord`][ragaudit.AuditRecord]. Always None."""
-        warn_deprecated("SpanRecorder.retrieval_span_ids()", "RagTurn.retrieval_span_ids")
-        return None
 
     def _fill_turn(
         self,

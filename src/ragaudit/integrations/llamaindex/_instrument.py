@@ -10,7 +10,6 @@ from typing import Any
 from llama_index.core.instrumentation import get_dispatcher
 
 from ... import _fork
-from ..._deprecation import deprecated_alias
 from ...auditor import DEFAULT_TURN_MEASURES, Auditor
 from .._common import force_flush_turns
 from ._collector import Collector
@@ -43,8 +42,6 @@ class Audited:
         ok = stream_closer.force_flush(timeout_s)
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         return force_flush_turns(self._collector.auditor, remaining) and ok
-
-    flush = deprecated_alias("force_flush", timeout="timeout_s")
 
     def stats(self) -> dict[str, int]:
         """``open_turns`` (in flight now), ``closed_turns`` and ``evicted`` (ended early at *max_runs*)."""

@@ -29,7 +29,6 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ... import _fork
-from ..._deprecation import renamed_kwargs
 from ..._worker import BatchWorker, call_on, run_jobs
 from ...errors import ConfigurationError, RagAuditError
 from ...records import DocumentGrade, JudgeIdentity, Judgement, JudgeRequest, SentenceVerdict
@@ -144,7 +143,6 @@ class SqliteCache:
     Raises ConfigurationError when the file cannot be opened as a cache.
     """
 
-    @renamed_kwargs(timeout="timeout_s")
     def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 5.0) -> None:
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
             raise ConfigurationError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
