@@ -171,7 +171,7 @@ class Auditor(Admission, SessionJudging, Draining):
     (`ragaudit.integrations._closing`, one per Auditor); at most *max_closing* wait there to be
     recorded (a burst past that drops whole turns, spans included, counted in
     ``stats()["close_dropped"]``), a bound separate from *max_queue* so that a small judging queue
-    never costs traces. Before that, at hand-off, ``admit_turn()`` decides sampling and
+    never costs traces. Before that, at hand-off, [`admit_turn`][ragaudit.Auditor.admit_turn] decides sampling and
     sheds turns past the backlog's bound (``stats()["backlog_bound"]``: *max_queue*, or what the judge finishes
     within half of *exit_timeout_s* at its measured pace), each for the price of a counter.
 
