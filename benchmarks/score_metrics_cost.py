@@ -44,8 +44,10 @@ def _records() -> dict[str, Any]:
         return Judgement(faithfulness=1.0, context_relevance=0.9, answer_relevance=0.8, judge="fake",
                          sentences=sentences)
 
-    sentences = tuple(SentenceVerdict(i, f"Sentence {i} [1].", verdict, (1,), ("d1",))
-                      for i, verdict in enumerate(("supported", "supported", "unsupported", "contradicted"), 1))
+    sentences = (SentenceVerdict(1, "Sentence 1 [1].", "supported", (1,), ("d1",)),
+                 SentenceVerdict(2, "Sentence 2 [1].", "supported", (1,), ("d1",)),
+                 SentenceVerdict(3, "Sentence 3 [1].", "unsupported", (1,), ("d1",)),
+                 SentenceVerdict(4, "Sentence 4 [1].", "contradicted", (1,), ("d1",)))
     audit = TurnAudit(metrics=None, citation_checks=(CitationCheck(1, "d1", 1, "[1]", True, "supported"),
                                                      CitationCheck(3, "d1", 1, "[1]", False, "unsupported")),
                       citation_precision=0.5, citation_recall=0.5, unsupported=2, sentences_missing=0,
