@@ -104,7 +104,7 @@ def test_unjudged_and_failed_turns_are_counted_by_reason() -> None:
                 for p in points[c.METRIC_TURNS]}
     assert outcomes == {("judged", None): 1, ("failed", None): 1, ("unjudged", "over_budget"): 2}
     assert all(p.attributes[c.ATTR_SERVICE_NAME] == "shop-api" for p in points[c.METRIC_TURNS])
-    (faithfulness,) = points[c.SCORE_METRICS["faithfulness"]]  # a failed judgement records no score
+    (faithfulness,) = points["ragaudit.score.faithfulness"]  # a failed judgement records no score
     assert faithfulness.count == 1
 
 
