@@ -8,7 +8,9 @@ Two pipelines, each run N times per configuration. ragaudit runs in its *default
 ``tracing.configure()``'s ``BatchSpanProcessor`` and OTLP/HTTP exporter, here to a loopback sink),
 the same with ``LexicalJudge``, and *lean* (spans to the peers' in-memory exporter, no audit log);
 ``--configs ragaudit-default-unpaced`` adds the default with the background's host-first pacing
-off. A block is 400 calls (0.5-1 s of back-to-back calls): long enough that ragaudit's background
+off; ``--configs ragaudit ragaudit-metrics`` adds the lean configuration with a metrics SDK (issue
+48: what the score metrics cost a team that configured one, against the lean one's no-op provider).
+A block is 400 calls (0.5-1 s of back-to-back calls): long enough that ragaudit's background
 work has to run during the block, next to the host's calls, rather than in the untimed flush after
 it (with blocks of 50, most of it did).
 
@@ -115,7 +117,14 @@ RAGAUDIT = {
     "ragaudit-worker-mode": ("worker", False, "configure"),  # Auditor(mode="worker"): only with --configs
     "ragaudit": ("instant", False, "memory"),
     "ragaudit-notrace": ("instant", False, None),
+    "ragaudit-metrics": ("instant", False, "memory"),  # the lean one + a metrics SDK: only with --configs
 }
+# The configurations recording score metrics through a real SDK MeterProvider (the others record them
+# through the global provider, the OTel API's no-op), and the one each is compared with, round by round.
+METERED = {"ragaudit-metrics": "ragaudit"}
+# How often the metric reader exports: the SDK's default is 60 s; 5 s exports 12 times as often, so the
+# export's share of the cost is an upper bound of a default setup's.
+METRICS_INTERVAL_MS = 5000
 PEERS = {"openinference", "openllmetry", "langfuse"}
 LABELS = {
     "baseline": "no callbacks",
@@ -127,6 +136,7 @@ LABELS = {
     "ragaudit-worker-mode": "ragaudit, judging in ragaudit worker (mode='worker', configure())",
     "ragaudit": "ragaudit lean (in-memory spans, no audit log)",
     "ragaudit-notrace": "ragaudit, tracing not configured",
+    "ragaudit-metrics": "ragaudit lean + score metrics (SDK MeterProvider, OTLP)",
     "openinference": "OpenInference instrumentor",
     "openllmetry": "OpenLLMetry instrumentor",
     "langfuse": "Langfuse CallbackHandler (OTLP to loopback)",
@@ -156,6 +166,19 @@ def _memory_provider() -> tuple[Any, Any]:
     return provider, exporter
 
 
+def _metrics_provider(endpoint: str) -> Any:
+    """A metrics SDK as a team that configured one has it: a ``MeterProvider`` whose
+    ``PeriodicExportingMetricReader`` exports OTLP/HTTP (protobuf) every METRICS_INTERVAL_MS, here to the
+    loopback sink."""
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=endpoint),
+                                           export_interval_millis=METRICS_INTERVAL_MS)
+    return MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
+
+
 def _fake_judge() -> Any:
     from ragaudit import FakeJudge
 
@@ -163,7 +186,7 @@ def _fake_judge() -> Any:
                                       "reason": "benchmark"})
 
 
-def _ragaudit_auditor(config: str, bench: Bench, sink: str | None) -> tuple[Any, Any]:
+def _ragaudit_auditor(config: str, bench: Bench, sink: str | None, framework: str) -> tuple[Any, Any]:
     """The Auditor of one of ragaudit's configurations (see RAGAUDIT) and its tracer provider."""
     import tempfile
 
@@ -189,7 +212,10 @@ def _ragaudit_auditor(config: str, bench: Bench, sink: str | None) -> tuple[Any,
         # Judging latency: from the end of the host's call to the judgement's delivery.
         latencies.append(time.time_ns() - (turn.ended_at or time.time_ns()))
 
-    auditor = Auditor(judge, audit_log=log_path, tracer_provider=provider, on_judgement=on_judgement)
+    if config in METERED:  # the points go to the sink under a path of their own, counted by the parent
+        bench.meter_provider = _metrics_provider(f"{sink}{_metrics_path(framework, config)}")
+    auditor = Auditor(judge, audit_log=log_path, tracer_provider=provider, on_judgement=on_judgement,
+                      meter_provider=bench.meter_provider)
     if not paced:
         from ragaudit.integrations import closer_for
 
@@ -210,6 +236,7 @@ class Bench:
     flush: Callable[[], None] = lambda: None
     exporter: Any = None
     auditor: Any = None
+    meter_provider: Any = None
     spans: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     judging_latency_ns: list[int] = field(default_factory=list)
@@ -231,6 +258,9 @@ class Bench:
             self.auditor.force_flush(30)
             with open(log, encoding="utf-8") as f:
                 out["audit_lines"] = sum(1 for _ in f)
+        if self.meter_provider is not None:  # the last export holds every point (cumulative)
+            self.auditor.force_flush(30)
+            out["metrics_flushed"] = self.meter_provider.force_flush(30_000)
         return out
 
 
@@ -272,7 +302,7 @@ def _langchain_bench(config: str, sink: str | None) -> Bench:
     elif config in RAGAUDIT:
         from ragaudit.integrations.langchain import RagAuditCallbackHandler
 
-        auditor, provider = _ragaudit_auditor(config, bench, sink)
+        auditor, provider = _ragaudit_auditor(config, bench, sink, "langchain")
         handler = RagAuditCallbackHandler(auditor=auditor)
         invoke_config["callbacks"] = [handler]
 
@@ -356,7 +386,7 @@ def _llamaindex_bench(config: str, sink: str | None) -> Bench:
     elif config in RAGAUDIT:
         from ragaudit.integrations import llamaindex
 
-        auditor, provider = _ragaudit_auditor(config, bench, sink)
+        auditor, provider = _ragaudit_auditor(config, bench, sink, "llamaindex")
         installed = llamaindex.instrument(auditor=auditor)
 
         def flush() -> None:
@@ -461,6 +491,7 @@ class Worker:
         self.host_cpu_total = 0
         self.rounds: list[list[int]] = []
         self.host_rounds: list[list[int]] = []
+        self.cpu_rounds: list[int] = []
 
     def _send(self, command: str) -> dict[str, Any]:
         stdin, stdout = self.proc.stdin, self.proc.stdout
@@ -487,6 +518,7 @@ class Worker:
         self.host_cpu.extend(reply["host_cpu_ns"])
         self.host_rounds.append(reply["host_cpu_ns"])
         self.cpu_ns += reply["cpu_ns"]
+        self.cpu_rounds.append(reply["cpu_ns"])
         self.host_cpu_total += sum(reply["host_cpu_ns"])
 
     def stop(self) -> dict[str, Any]:
@@ -513,6 +545,59 @@ def _overhead(worker: Worker, base: Worker, q: float, rng: random.Random, resamp
         theirs = [t for i in picks for t in theirs_rounds[i]]
         estimates.append((percentile(mine, q) - percentile(theirs, q)) / 1000.0)
     return {"us": point, "ci95_low": percentile(estimates, 2.5), "ci95_high": percentile(estimates, 97.5)}
+
+
+def _cpu_difference(worker: Worker, ref: Worker, rng: random.Random, resamples: int) -> dict[str, float]:
+    """Process CPU per call (all threads, flushes included) of *worker* minus *ref*'s, in us, with a 95 %
+    interval from resampling whole rounds (the same rounds of both: they ran next to each other)."""
+    def per_call(w: Worker, picks: list[int]) -> float:
+        return sum(w.cpu_rounds[i] for i in picks) / sum(len(w.rounds[i]) for i in picks) / 1000.0
+
+    n = len(worker.cpu_rounds)
+    everything = list(range(n))
+    estimates = []
+    for _ in range(resamples):
+        picks = [rng.randrange(n) for _ in range(n)]
+        estimates.append(per_call(worker, picks) - per_call(ref, picks))
+    return {"us": per_call(worker, everything) - per_call(ref, everything),
+            "ci95_low": percentile(estimates, 2.5), "ci95_high": percentile(estimates, 97.5)}
+
+
+def _versus(worker: Worker, ref: Worker, rng: random.Random, resamples: int) -> dict[str, Any]:
+    """*worker* against *ref* (METERED): what the one thing that differs costs, each with its interval."""
+    out: dict[str, Any] = {"reference": ref.config}
+    for key, q, host in (("median", 50, False), ("p90", 90, False), ("host_cpu_median", 50, True)):
+        out[key] = _overhead(worker, ref, q, rng, resamples, host_cpu=host)
+    out["cpu_per_call"] = _cpu_difference(worker, ref, rng, resamples)
+    # "Nothing measurable": every interval includes 0.
+    out["measurable"] = [k for k in ("median", "p90", "host_cpu_median", "cpu_per_call")
+                         if out[k]["ci95_low"] > 0 or out[k]["ci95_high"] < 0]
+    return out
+
+
+def _metrics_path(framework: str, config: str) -> str:
+    return f"/v1/metrics/{framework}/{config}"
+
+
+def _metric_points(requests: list[dict[str, Any]], path: str) -> dict[str, Any]:
+    """What the sink received at *path*: the exports, and from the last (cumulative) one the points per
+    metric and the turns counted (``ragaudit.turns``' sum)."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    bodies = [r["body"] for r in requests if r["path"] == path and isinstance(r["body"], bytes)]
+    if not bodies:
+        return {"exports": 0}
+    last = ExportMetricsServiceRequest.FromString(bodies[-1])
+    points: dict[str, int] = {}
+    turns = 0
+    for resource in last.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                data = getattr(metric, metric.WhichOneof("data"))
+                points[metric.name] = len(data.data_points)
+                if metric.name == "ragaudit.turns":
+                    turns = sum(p.as_int for p in data.data_points)
+    return {"exports": len(bodies), "points_per_metric": points, "turns_counted": turns}
 
 
 def _background_cpu_us(worker: Worker) -> float:
@@ -563,7 +648,7 @@ def _verdict(results: dict[str, Any]) -> dict[str, Any]:
     return verdict
 
 
-def run_framework(framework: str, args: argparse.Namespace, sink: str | None) -> dict[str, Any]:
+def run_framework(framework: str, args: argparse.Namespace, sink: Any) -> dict[str, Any]:
     known = [*CONFIGS[framework], *(c for c in RAGAUDIT if c not in CONFIGS[framework])]
     configs = [c for c in known if (c in args.configs if args.configs else c in CONFIGS[framework])
                or c == "baseline"]
@@ -571,7 +656,7 @@ def run_framework(framework: str, args: argparse.Namespace, sink: str | None) ->
     configs = [c for c in configs if c not in skipped]
     for config, why in skipped.items():
         print(f"  skipped {framework}/{config}: {why}")
-    workers = [Worker(framework, c, sink, args.warmup) for c in configs]
+    workers = [Worker(framework, c, sink.url, args.warmup) for c in configs]
     try:
         for w in workers:
             w.ready()
@@ -606,6 +691,11 @@ def run_framework(framework: str, args: argparse.Namespace, sink: str | None) ->
             # CPU off the calling thread (every other thread and the untimed flushes), per call,
             # beyond what the framework itself does there (LangChain's executor thread).
             entry["overhead_background_cpu_us"] = entry["background_cpu_us"] - _background_cpu_us(base)
+        ref = by_name.get(METERED.get(w.config, ""))
+        if ref is not None:
+            entry["versus"] = _versus(w, ref, rng, args.resamples)
+        if w.config in METERED:
+            entry["checks"]["metrics_sink"] = _metric_points(sink.requests, _metrics_path(framework, w.config))
         results[w.config] = entry
     verdict = _verdict(results)
     return {"configs": results, "skipped": skipped, "verdict": verdict,
@@ -653,6 +743,13 @@ def print_table(framework: str, result: dict[str, Any]) -> None:
         print(f"  {config} vs the lightest peer (target <= {TARGET_RATIO}x): " + "; ".join(parts))
     if "noise_floor_us" in v:
         print(f"  noise floor (2nd no-callbacks process): {v['noise_floor_us']:+.0f} us")
+    for entry in result["configs"].values():
+        vs = entry.get("versus")
+        if vs is not None:
+            cells = [f"{k} {vs[k]['us']:+.1f} [{vs[k]['ci95_low']:+.1f}, {vs[k]['ci95_high']:+.1f}]"
+                     for k in ("median", "p90", "host_cpu_median", "cpu_per_call")]
+            print(f"  {entry['label']} minus {vs['reference']}, us: " + "; ".join(cells)
+                  + f" (intervals excluding 0: {', '.join(vs['measurable']) or 'none'})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -685,9 +782,9 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     with HttpRecorder() as sink:
         for framework in frameworks:
-            results[framework] = run_framework(framework, args, sink.url)
+            results[framework] = run_framework(framework, args, sink)
             print_table(framework, results[framework])
-        langfuse_requests = len(sink.requests)
+        langfuse_requests = sum(1 for r in sink.requests if not r["path"].startswith("/v1/metrics/"))
     if "langchain" in results and "langfuse" in results["langchain"]["configs"]:
         results["langchain"]["configs"]["langfuse"]["checks"]["sink_requests"] = langfuse_requests
     load_after = os.getloadavg() if hasattr(os, "getloadavg") else None

@@ -108,6 +108,33 @@ def test_profile_background_quick(tmp_path: Path) -> None:
     assert "judge" in doc["results"]["chat"]["profile"]["profiled_s_per_area"]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_overhead_score_metrics_quick(tmp_path: Path) -> None:
+    # The metrics arm against the no-op one (issue 48): the difference with its intervals, and every
+    # turn arrived at the loopback sink as OTLP metrics (the last, cumulative export counts them all).
+    doc = run_quick("overhead.py", tmp_path / "overhead.json", "--framework", "langchain", "-n", "20",
+                    "--block", "10", "--warmup", "3", "--configs", "ragaudit", "ragaudit-metrics")
+    configs = doc["results"]["langchain"]["configs"]
+    versus = configs["ragaudit-metrics"]["versus"]
+    assert versus["reference"] == "ragaudit"
+    for key in ("median", "p90", "host_cpu_median", "cpu_per_call"):
+        assert {"us", "ci95_low", "ci95_high"} <= set(versus[key]), key
+    checks = configs["ragaudit-metrics"]["checks"]
+    assert checks["metrics_flushed"] is True and checks["metrics_sink"]["exports"] >= 1
+    assert checks["metrics_sink"]["turns_counted"] == checks["auditor"]["judged"] == 23
+    assert "metrics_sink" not in configs["ragaudit"]["checks"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_score_metrics_cost_quick(tmp_path: Path) -> None:
+    doc = run_quick("score_metrics_cost.py", tmp_path / "score_metrics_cost.json")
+    assert set(doc["results"]) == {"lean, batch 1", "lean, batch 32", "full audit, batch 1", "full audit, batch 32"}
+    for row in doc["results"].values():
+        assert row["no-op (global)"]["best_us"] > 0 and row["SDK MeterProvider"]["best_us"] > 0
+
+
 def test_overhead_table_prints_when_the_lightest_peer_measured_no_overhead(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     # On a loaded machine a peer's measured overhead can come out <= 0 (inside the noise floor): there is

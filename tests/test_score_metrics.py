@@ -8,6 +8,7 @@ question, ids or other metadata; the table in docs/guides/alerts.md lists exactl
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,31 @@ def test_unjudged_and_failed_turns_are_counted_by_reason() -> None:
     assert all(p.attributes[c.ATTR_SERVICE_NAME] == "shop-api" for p in points[c.METRIC_TURNS])
     (faithfulness,) = points["ragaudit.score.faithfulness"]  # a failed judgement records no score
     assert faithfulness.count == 1
+
+
+def test_one_batch_of_mixed_records_counts_each_attribute_set_exactly() -> None:
+    # The exporter sums a batch's counts and adds them once per metric and attribute set: records of
+    # two models, judged and unjudged, in one export, each counted under its own attributes.
+    from ragaudit.content import ContentPolicy
+    from ragaudit.records import AuditRecord
+    from ragaudit.tracing.score_metrics import ScoreMetricsExporter
+
+    reader = InMemoryMetricReader()
+    exporter = ScoreMetricsExporter(MeterProvider(metric_readers=[reader]), judge_name="scripted")
+    request = JudgeRequest(query="q?", answer="a", context="c")
+    judged = [AuditRecord(replace(_turn(n), model=model), ContentPolicy(), judgement=_full_audit(request))
+              for n, model in enumerate(("gpt-a", "gpt-b", "gpt-a"))]
+    unjudged = AuditRecord(replace(_turn(9), model="gpt-a"), ContentPolicy(), unjudged="over_budget")
+    exporter.export([*judged, unjudged])
+    points = _points(reader)
+    turns = {(p.attributes[c.ATTR_MODEL], p.attributes[c.ATTR_JUDGE_STATUS]): p.value for p in points[c.METRIC_TURNS]}
+    assert turns == {("gpt-a", "judged"): 2, ("gpt-b", "judged"): 1, ("gpt-a", "unjudged"): 1}
+    sentences = {(p.attributes[c.ATTR_MODEL], p.attributes[c.ATTR_SENTENCE_VERDICT]): p.value
+                 for p in points[c.METRIC_SENTENCES]}
+    assert sentences == {("gpt-a", "supported"): 2, ("gpt-a", "contradicted"): 2,
+                         ("gpt-b", "supported"): 1, ("gpt-b", "contradicted"): 1}
+    faithfulness = {p.attributes[c.ATTR_MODEL]: p.count for p in points[c.SCORE_METRICS["faithfulness"]]}
+    assert faithfulness == {"gpt-a": 2, "gpt-b": 1}
 
 
 def test_the_global_meter_provider_is_used_and_without_an_sdk_nothing_is_lost() -> None:

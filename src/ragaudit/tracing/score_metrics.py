@@ -41,6 +41,9 @@ _METADATA_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 _COST_METRICS = (c.METRIC_JUDGE_TOKENS, c.METRIC_JUDGE_COST, c.METRIC_JUDGE_NOT_SENT)
 
+# A batch's counts: (metric, its attributes as items) -> n, added to the counter once per key.
+_Counts = dict[tuple[str, tuple[tuple[str, str], ...]], int]
+
 
 def _value(value: Any) -> str | None:
     if isinstance(value, bool):
@@ -98,8 +101,14 @@ class ScoreMetricsExporter(BaseExporter):
         self._instruments = instruments
 
     def export(self, records: Sequence[AuditRecord]) -> ExportResult:
+        # The counters of a batch are summed here and added once per metric and attribute set: each
+        # SDK call costs 10-20 us of CPU (it cleans and hashes the attributes), a dict update far less.
+        # Histograms take every value (benchmarks/score_metrics_cost.py; BENCHMARKS.md, issue 48).
+        counts: _Counts = {}
         for record in records:
-            self._record(record)
+            self._record(record, counts)
+        for (metric, attrs), n in counts.items():
+            self._instruments[metric].add(n, dict(attrs))
         return ExportResult.SUCCESS
 
     def export_sessions(self, records: Sequence[SessionRecord]) -> ExportResult:
@@ -115,13 +124,16 @@ class ScoreMetricsExporter(BaseExporter):
                 groundedness.record(judgement.groundedness, attrs)
         return ExportResult.SUCCESS
 
-    def _record(self, record: AuditRecord) -> None:
+    def _record(self, record: AuditRecord, counts: _Counts) -> None:
+        """Records *record*'s scores; adds its counts to *counts*."""
         attrs = metric_attributes(record, self.judge_name)
+        base = tuple(attrs.items())
         judgement = record.judgement
-        outcome: dict[str, str] = {c.ATTR_JUDGE_STATUS: record.status}
+        turn_attrs = (*base, (c.ATTR_JUDGE_STATUS, record.status))
         if record.unjudged is not None:
-            outcome[c.ATTR_UNJUDGED_REASON] = record.unjudged
-        self._instruments[c.METRIC_TURNS].add(1, {**attrs, **outcome})
+            turn_attrs = (*turn_attrs, (c.ATTR_UNJUDGED_REASON, record.unjudged))
+        key = (c.METRIC_TURNS, turn_attrs)
+        counts[key] = counts.get(key, 0) + 1
         if judgement is None or judgement.error is not None:
             return
         audit = record.audit
@@ -135,17 +147,11 @@ class ScoreMetricsExporter(BaseExporter):
             value = values.get(score)
             if value is not None:
                 self._instruments[metric].record(value, attrs)
-        self._count(c.METRIC_SENTENCES, attrs, c.ATTR_SENTENCE_VERDICT,
-                    (s.verdict or "none" for s in judgement.sentences))
+        for sentence in judgement.sentences:
+            key = (c.METRIC_SENTENCES, (*base, (c.ATTR_SENTENCE_VERDICT, sentence.verdict or "none")))
+            counts[key] = counts.get(key, 0) + 1
         if audit is not None:
-            self._count(c.METRIC_CITATIONS, attrs, c.ATTR_CITATION_RESULT,
-                        ("unchecked" if k.holds is None else "holds" if k.holds else "fails"
-                         for k in audit.citation_checks))
-
-    def _count(self, metric: str, attrs: Mapping[str, str], key: str, values: Any) -> None:
-        counts: dict[str, int] = {}
-        for value in values:
-            counts[value] = counts.get(value, 0) + 1
-        for value, n in counts.items():
-            self._instruments[metric].add(n, {**attrs, key: value})
-
+            for check in audit.citation_checks:
+                result = "unchecked" if check.holds is None else "holds" if check.holds else "fails"
+                key = (c.METRIC_CITATIONS, (*base, (c.ATTR_CITATION_RESULT, result)))
+                counts[key] = counts.get(key, 0) + 1
