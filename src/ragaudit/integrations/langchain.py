@@ -186,6 +186,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
         shutdown and at exit, before the Auditor's. Returns how many turns were closed."""
         with self._store.lock:
             ended = self._store.pop_ended()
+            self._closed_turns += len(ended)
         for turn in ended:
             self._hand_off(turn)
         return len(ended)
@@ -232,6 +233,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
                 # uninstrumented), and its child runs are steps of that run, not turns of their own.
                 kind = None
             turn, is_root, evicted = store.start(key, parent, new_turn if kind else None)
+            self._closed_turns += len(evicted)
             if turn is not None:
                 if not is_root:
                     turn.parents[key] = parent
@@ -293,19 +295,20 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
             except Exception as exc:  # an unreadable value must not leave the run, and its turn, open
                 report_failure("reading the end of a run", exc)
             turn, complete = store.end(key, force=is_root and error is not None)
+            if complete:
+                self._closed_turns += 1
         if complete and turn is not None:
             self._hand_off(turn)
 
     # -- closing --------------------------------------------------------------------------------
 
     def _hand_off(self, turn: Turn, *, evicted: bool = False) -> None:
-        """On the host's thread: count the turn closed and leave the rest to the closing thread.
+        """On the host's thread: leave the turn to the closing thread (the caller counted it closed, under the
+        store's lock it held anyway).
 
         The turn is out of the run store by now, so no event can touch it any more.
         """
         now = time.time_ns()
-        with self._store.lock:
-            self._closed_turns += 1
         # The turn id is the one the assembler gives it: sampling and shedding are decided by it now, so a
         # turn that will not be judged costs a counter, not an assembly (Auditor.admit_turn).
         close_later(self.auditor, partial(self._close, turn, now, evicted), self.recorder.content_policy,
