@@ -44,6 +44,7 @@ from ._langchain_values import (
     conversation_of,
     error_text,
     history_of,
+    is_mapping,
     model_name,
     query_from,
     readable,
@@ -335,7 +336,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
                        parent_run_id: UUID | None = None, tags: list[str] | None = None,
                        metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
         name = kwargs.get("name")
-        if not isinstance(name, str) and isinstance(serialized, Mapping):
+        if not isinstance(name, str) and is_mapping(serialized):
             name = serialized.get("name")
         now = time.time_ns()
         # A prompt template's run: the values it fills in tell the assembler what context reached the model.
@@ -423,7 +424,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
             return
         now = time.time_ns()
         name = kwargs.get("name")
-        if not isinstance(name, str) and isinstance(serialized, Mapping):
+        if not isinstance(name, str) and is_mapping(serialized):
             name = serialized.get("name")
         call_id = kwargs.get("tool_call_id")
         inputs = kwargs.get("inputs")
