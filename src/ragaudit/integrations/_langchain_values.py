@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from langchain_core.messages import BaseMessage, ToolMessage
 from pydantic import BaseModel
@@ -108,7 +108,7 @@ def messages_of(value: Any) -> list[tuple[str, str]] | None:
     return out
 
 
-def is_mapping(value: Any) -> bool:
+def is_mapping(value: Any) -> TypeGuard[Mapping[Any, Any]]:
     """``isinstance(value, Mapping)``, without the ABC's check for what most callbacks carry (a dict, a
     string, None): it runs several times per callback on the host's thread."""
     kind = type(value)
