@@ -42,9 +42,8 @@ EVENTS = ("on_chain_start", "on_chain_end", "on_retriever_start", "on_retriever_
 
 def _record() -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
     """The callbacks of one answer of overhead.py's chain, in the order LangChain made them."""
-    from langchain_core.callbacks import BaseCallbackHandler
-
     from benchmarks.overhead import QUESTION, _langchain_chain
+    from langchain_core.callbacks import BaseCallbackHandler
 
     events: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 
