@@ -129,7 +129,7 @@ def _run(chain: Any, config: dict[str, Any], turns: int, flush: Any) -> tuple[in
     return time.process_time_ns() - cpu0, time.thread_time_ns() - host0
 
 
-def _top_ragaudit(stats: pstats.Stats, turns: int, count: int = 30) -> list[dict[str, Any]]:
+def _top_ragaudit(stats: pstats.Stats, turns: int, count: int = 80) -> list[dict[str, Any]]:
     """ragaudit's functions by cumulative profiled time per turn (with their own time): where a stage's time goes."""
     rows = []
     for (path, line, name), (_, calls, own, cumulative, _) in stats.stats.items():  # type: ignore[attr-defined]
