@@ -2,6 +2,12 @@
 
     python benchmarks/overhead.py            # full run (~3 min on 2 cores)
     python benchmarks/overhead.py --quick    # smoke run (a few seconds per configuration)
+    python benchmarks/overhead.py --framework langchain --configs noop-handler ragaudit \
+        --before /path/to/other/checkout      # each ragaudit configuration also as "<config>@before"
+
+With ``--before ROOT`` every selected ragaudit configuration also runs in a process of its own with the
+``src/ragaudit`` of the checkout at ROOT (labelled ``<config>@before``), interleaved with this one's in
+the same rounds: a before/after comparison under the same load.
 
 Two pipelines, each run N times per configuration. ragaudit runs in its *default* configuration
 (what README's setup gives a user: the audit log written, judging in the background, spans through
@@ -150,6 +156,7 @@ REQUIRES = {  # the module a configuration needs; a configuration whose module i
 }
 TARGET_RATIO = 0.25
 TARGET_US = 300.0
+BEFORE = "@before"  # suffix of a configuration run with --before ROOT's ragaudit
 
 
 # --- the pipelines ------------------------------------------------------------------------------------
@@ -249,6 +256,8 @@ class Bench:
 
     def checks(self) -> dict[str, Any]:
         out: dict[str, Any] = {"spans_exported": self.spans, **self.extra}
+        if "ragaudit" in sys.modules:  # which checkout's ragaudit this process ran (see --before)
+            out["ragaudit_module"] = sys.modules["ragaudit"].__file__
         if self.auditor is not None:
             out["auditor"] = self.auditor.stats()
         if self.judging_latency_ns:
@@ -418,8 +427,13 @@ def _llamaindex_bench(config: str, sink: str | None) -> Bench:
 # --- the worker process -------------------------------------------------------------------------------
 
 
-def worker(framework: str, config: str, sink: str | None, warmup: int) -> None:
+def worker(framework: str, config: str, sink: str | None, warmup: int, before: str | None = None) -> None:
     """Build one configuration, warm it up, then run blocks on the parent's command."""
+    if config.endswith(BEFORE):  # the other checkout's ragaudit (not imported yet: imports are lazy)
+        if before is None:
+            raise SystemExit(f"{config} needs --before ROOT")
+        config = config[: -len(BEFORE)]
+        sys.path.insert(0, str(Path(before).resolve() / "src"))
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # anything a library prints goes to stderr, never into the protocol
     sys.stdout = sys.stderr
@@ -473,11 +487,14 @@ def _available(framework: str, config: str) -> str | None:
 
 
 class Worker:
-    def __init__(self, framework: str, config: str, sink: str | None, warmup: int) -> None:
+    def __init__(self, framework: str, config: str, sink: str | None, warmup: int,
+                 before: str | None = None) -> None:
         self.config = config
         args = [sys.executable, __file__, "--worker", framework, config, "--warmup", str(warmup)]
         if sink:
             args += ["--sink", sink]
+        if config.endswith(BEFORE) and before:
+            args += ["--before", before]
         env = {**os.environ, "PYTHONHASHSEED": "0"}
         # The peers' own telemetry stays off; nothing may leave the machine.
         env.update({"TRACELOOP_TELEMETRY": "false", "LANGFUSE_TRACING_ENVIRONMENT": "benchmark",
@@ -656,7 +673,9 @@ def run_framework(framework: str, args: argparse.Namespace, sink: Any) -> dict[s
     configs = [c for c in configs if c not in skipped]
     for config, why in skipped.items():
         print(f"  skipped {framework}/{config}: {why}")
-    workers = [Worker(framework, c, sink.url, args.warmup) for c in configs]
+    if args.before:
+        configs += [c + BEFORE for c in configs if c in RAGAUDIT]
+    workers = [Worker(framework, c, sink.url, args.warmup, args.before) for c in configs]
     try:
         for w in workers:
             w.ready()
@@ -678,7 +697,8 @@ def run_framework(framework: str, args: argparse.Namespace, sink: Any) -> dict[s
     rng = random.Random(0)
     results: dict[str, Any] = {}
     for w in workers:
-        entry: dict[str, Any] = {"label": LABELS[w.config], **summary_ns(w.times),
+        label = LABELS[w.config.removesuffix(BEFORE)] + (f" @ {args.before}" if w.config.endswith(BEFORE) else "")
+        entry: dict[str, Any] = {"label": label, **summary_ns(w.times),
                                  "host_cpu_median_us": percentile(w.host_cpu, 50) / 1000.0,
                                  "cpu_us": w.cpu_ns / len(w.times) / 1000.0,
                                  "background_cpu_us": _background_cpu_us(w), "checks": checks[w.config]}
@@ -763,11 +783,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resamples", type=int, default=None, help="bootstrap resamples (default 500)")
     parser.add_argument("--out", help="result file (default benchmarks/results/overhead[.quick].json)")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--before", metavar="ROOT", help="also run each ragaudit configuration with the "
+                        "ragaudit of the checkout at ROOT (as <config>@before), interleaved")
     parser.add_argument("--worker", nargs=2, metavar=("FRAMEWORK", "CONFIG"), help=argparse.SUPPRESS)
     parser.add_argument("--sink", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        worker(args.worker[0], args.worker[1], args.sink, args.warmup or 1)
+        worker(args.worker[0], args.worker[1], args.sink, args.warmup or 1, args.before)
         return 0
     args.n = args.n or (60 if args.quick else 3200)
     args.block = args.block or (10 if args.quick else 400)

@@ -129,6 +129,18 @@ def _run(chain: Any, config: dict[str, Any], turns: int, flush: Any) -> tuple[in
     return time.process_time_ns() - cpu0, time.thread_time_ns() - host0
 
 
+def _top_ragaudit(stats: pstats.Stats, turns: int, count: int = 80) -> list[dict[str, Any]]:
+    """ragaudit's functions by cumulative profiled time per turn (with their own time): where a stage's time goes."""
+    rows = []
+    for (path, line, name), (_, calls, own, cumulative, _) in stats.stats.items():  # type: ignore[attr-defined]
+        if "ragaudit/" in path:
+            where = f"{path.split('ragaudit/', 1)[1]}:{line}({name})"
+            rows.append({"function": where, "calls_per_turn": calls / turns, "cum_us": 1e6 * cumulative / turns,
+                         "own_us": 1e6 * own / turns})
+    rows.sort(key=lambda row: -row["cum_us"])
+    return rows[:count]
+
+
 def child(judge_kind: str, turns: int, sink: str, llm_url: str | None, profile: bool) -> dict[str, Any]:
     profiles: list[cProfile.Profile] = []
     lock = threading.Lock()
@@ -173,7 +185,7 @@ def child(judge_kind: str, turns: int, sink: str, llm_url: str | None, profile: 
         areas = breakdown(stats) if stats is not None else {}
         areas.pop(FRAMEWORK, None)  # the bare chain's own work, not the background path's
         return {"judge": judge_kind, "turns": turns, "profiled_s_per_area": areas, "threads": len(profiles),
-                "stats": auditor.stats()}
+                "top_ragaudit": _top_ragaudit(stats, turns) if stats is not None else [], "stats": auditor.stats()}
     cpu_bare, host_bare = _run(chain, bare, turns, lambda: None)
     cpu_ra, host_ra = _run(chain, with_ra, turns, flush)
     background_bare = (cpu_bare - host_bare) / turns / 1000.0

@@ -105,7 +105,7 @@ class Admission:
                     return True  # counted where it lands (dropped, or closed at once by a closer shut down)
                 backlog = self._pending + self._closing
                 counts = self._counts
-                done = counts["judged"] + counts["failed"] + sum(counts[reason] for reason in NOT_SENT)
+                done = counts["judged"] + counts["failed"] + sum(map(counts.__getitem__, NOT_SENT))
                 self._pace.update(time.monotonic(), done, self._pending >= self.max_concurrency)
                 bound = self._backlog_bound()
                 if backlog < bound:

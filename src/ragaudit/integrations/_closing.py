@@ -205,6 +205,9 @@ def closer_for(auditor: Auditor) -> TurnCloser:
     """The one [`TurnCloser`][ragaudit.integrations.TurnCloser] above *auditor*, made with the first source that submits
     there and registered with it (`add_upstream`): the Auditor's ``force_flush()`` and
     ``shutdown()`` -- so the exit hook and SIGTERM too -- hand its turns down first."""
+    closer = _closers.get(auditor)  # every turn's hand-off: no lock once the closer exists
+    if closer is not None:
+        return closer
     with _lock:
         closer = _closers.get(auditor)
         if closer is None:

@@ -162,6 +162,19 @@ def current_context() -> Any:
     return _otel_context.get_current()
 
 
+_auditor_class: list[type[Auditor]] = []
+
+
+def _auditor_type() -> type[Auditor]:
+    """The [`Auditor`][ragaudit.Auditor] class, imported on first use (the auditor imports this package), then kept:
+    a function-level import costs a lookup in the import machinery at every turn's hand-off."""
+    if not _auditor_class:
+        from ..auditor import Auditor
+
+        _auditor_class.append(Auditor)
+    return _auditor_class[0]
+
+
 def close_later(auditor: Any, job: Callable[[], None], content: ContentPolicy | None = None,
                 turn_id: str | None = None) -> bool:
     """Run *job* (build, trace and submit one finished turn) off the host's thread. Never raises.
@@ -179,12 +192,11 @@ def close_later(auditor: Any, job: Callable[[], None], content: ContentPolicy | 
     at once on this thread when the auditor judges inline (so the turn is judged before the run
     returns) or is a stand-in that is no [`Auditor`][ragaudit.Auditor]. Returns False when the job was dropped.
     """
-    from ..auditor import Auditor
-
-    if content is not None and not (isinstance(auditor, Auditor) and content is auditor.content_policy):
+    is_auditor = isinstance(auditor, _auditor_type())
+    if content is not None and not (is_auditor and content is auditor.content_policy):
         job = partial(_guarded, job, content)  # else the auditor logs a failure with this very policy
     try:
-        if isinstance(auditor, Auditor):
+        if is_auditor:
             if turn_id is not None and not auditor.admit_turn(turn_id):
                 return False
             return closer_for(auditor).defer(job)

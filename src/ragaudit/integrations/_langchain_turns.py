@@ -16,6 +16,7 @@ from ._common import input_text
 from ._langchain_values import (
     RawDoc,
     convert_documents,
+    is_mapping,
     messages_of,
     prompt_messages,
     prompt_text,
@@ -116,7 +117,7 @@ def is_prompt(serialized: Any, name: Any) -> bool:
     """Whether a chain run is a prompt template's (``ChatPromptTemplate``, ``PromptTemplate``, ...)."""
     if isinstance(name, str) and name.endswith("PromptTemplate"):
         return True
-    ids = serialized.get("id") if isinstance(serialized, Mapping) else None
+    ids = serialized.get("id") if is_mapping(serialized) else None
     return isinstance(ids, list) and "prompts" in ids
 
 

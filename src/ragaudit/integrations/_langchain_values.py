@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from langchain_core.messages import BaseMessage, ToolMessage
 from pydantic import BaseModel
@@ -108,6 +108,17 @@ def messages_of(value: Any) -> list[tuple[str, str]] | None:
     return out
 
 
+def is_mapping(value: Any) -> TypeGuard[Mapping[Any, Any]]:
+    """``isinstance(value, Mapping)``, without the ABC's check for what most callbacks carry (a dict, a
+    string, None): it runs several times per callback on the host's thread."""
+    kind = type(value)
+    if kind is dict:
+        return True
+    if kind is str or value is None:
+        return False
+    return isinstance(value, Mapping)
+
+
 def _last_user(messages: Sequence[tuple[str, str]] | None) -> str | None:
     if not messages:
         return None
@@ -125,7 +136,7 @@ def query_from(inputs: Any) -> str | None:
         return inputs or None
     if isinstance(inputs, BaseMessage):
         return text_of(inputs.content) or None
-    if isinstance(inputs, Mapping):
+    if is_mapping(inputs):
         for key in _QUERY_KEYS:
             value = inputs.get(key)
             if isinstance(value, str):
@@ -149,7 +160,7 @@ def query_from(inputs: Any) -> str | None:
 def conversation_of(inputs: Any) -> Any:
     """The raw message list of a conversation-shaped root input (``{"messages": [...]}`` as agents
     take, or a list of messages), read into messages when the turn closes; None otherwise."""
-    if isinstance(inputs, Mapping):
+    if is_mapping(inputs):
         messages = inputs.get("messages")
         return messages if isinstance(messages, (list, tuple, str, BaseMessage)) else None
     if isinstance(inputs, list) and inputs and not isinstance(inputs[0], str):
@@ -160,7 +171,7 @@ def conversation_of(inputs: Any) -> Any:
 def history_of(inputs: Any) -> Any:
     """A chain input's ``chat_history`` / ``history`` (what ``RunnableWithMessageHistory`` inserts
     and history-aware retrievers read), raw; None when there is none."""
-    if isinstance(inputs, Mapping):
+    if is_mapping(inputs):
         for key in ("chat_history", "history"):
             value = inputs.get(key)
             if isinstance(value, (list, tuple)) and value:
@@ -214,7 +225,7 @@ def snapshot_documents(documents: Sequence[Any] | None) -> tuple[RawDoc, ...]:
     for doc in documents or ():
         metadata = getattr(doc, "metadata", None)
         out.append((getattr(doc, "id", None), getattr(doc, "page_content", None),
-                    dict(metadata) if isinstance(metadata, Mapping) else {}))
+                    dict(metadata) if is_mapping(metadata) else {}))
     return tuple(out)
 
 
@@ -328,7 +339,7 @@ def prompt_text(prompt: Any) -> str | None:
 
 def retriever_name(serialized: Any, metadata: Mapping[str, Any] | None, name: Any) -> str:
     if not isinstance(name, str) or not name:
-        name = serialized.get("name") if isinstance(serialized, Mapping) else None
+        name = serialized.get("name") if is_mapping(serialized) else None
     store = metadata.get("ls_vector_store_provider") if metadata else None
     if isinstance(store, str) and store and (not name or name == "VectorStoreRetriever"):
         return store
@@ -336,7 +347,7 @@ def retriever_name(serialized: Any, metadata: Mapping[str, Any] | None, name: An
 
 
 def model_name(invocation_params: Any, metadata: Mapping[str, Any] | None) -> str | None:
-    if isinstance(invocation_params, Mapping):
+    if is_mapping(invocation_params):
         for key in ("model", "model_name", "model_id", "deployment_name"):
             value = invocation_params.get(key)
             if isinstance(value, str) and value:
@@ -373,9 +384,11 @@ def structured_of(outputs: Any) -> Any:
     LangGraph state holding the structured answer); an agent state's ``structured_response``
     (``create_agent(response_format=...)``, LangGraph's ``create_react_agent``); a dict with a
     ``citations``-like key."""
+    if type(outputs) is str:  # the common answer: no structure (and no ABC checks on the host's thread)
+        return None
     if isinstance(outputs, BaseModel):
         return outputs
-    if not isinstance(outputs, Mapping):
+    if not is_mapping(outputs):
         return None
     response = outputs.get("structured_response")
     if isinstance(response, (BaseModel, Mapping)):

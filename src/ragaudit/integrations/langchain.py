@@ -14,8 +14,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
-from functools import partial, wraps
-from typing import Any, Concatenate, ParamSpec, TypeVar, cast
+from functools import partial
+from typing import Any, cast
 from uuid import UUID, uuid4
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -44,6 +44,7 @@ from ._langchain_values import (
     conversation_of,
     error_text,
     history_of,
+    is_mapping,
     model_name,
     query_from,
     readable,
@@ -56,23 +57,6 @@ from .steps import ErrorStep, dispatch
 __all__ = ["RagAuditCallbackHandler", "instrument", "uninstrument"]
 
 FRAMEWORK = "langchain"
-_H = TypeVar("_H", bound="RagAuditCallbackHandler")
-_P = ParamSpec("_P")
-
-
-def _guarded(event: Callable[Concatenate[_H, _P], None]) -> Callable[Concatenate[_H, _P], None]:
-    """The one guard of every callback: a failure inside the handler is logged (rate-limited) under
-    the callback's name and never reaches the chain."""
-    name = event.__name__
-
-    @wraps(event)
-    def callback(self: _H, *args: _P.args, **kwargs: _P.kwargs) -> None:
-        try:
-            event(self, *args, **kwargs)
-        except Exception as exc:
-            report_failure(name, exc)
-
-    return callback
 
 
 class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
@@ -186,6 +170,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
         shutdown and at exit, before the Auditor's. Returns how many turns were closed."""
         with self._store.lock:
             ended = self._store.pop_ended()
+            self._closed_turns += len(ended)
         for turn in ended:
             self._hand_off(turn)
         return len(ended)
@@ -232,6 +217,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
                 # uninstrumented), and its child runs are steps of that run, not turns of their own.
                 kind = None
             turn, is_root, evicted = store.start(key, parent, new_turn if kind else None)
+            self._closed_turns += len(evicted)
             if turn is not None:
                 if not is_root:
                     turn.parents[key] = parent
@@ -293,19 +279,20 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
             except Exception as exc:  # an unreadable value must not leave the run, and its turn, open
                 report_failure("reading the end of a run", exc)
             turn, complete = store.end(key, force=is_root and error is not None)
+            if complete:
+                self._closed_turns += 1
         if complete and turn is not None:
             self._hand_off(turn)
 
     # -- closing --------------------------------------------------------------------------------
 
     def _hand_off(self, turn: Turn, *, evicted: bool = False) -> None:
-        """On the host's thread: count the turn closed and leave the rest to the closing thread.
+        """On the host's thread: leave the turn to the closing thread (the caller counted it closed, under the
+        store's lock it held anyway).
 
         The turn is out of the run store by now, so no event can touch it any more.
         """
         now = time.time_ns()
-        with self._store.lock:
-            self._closed_turns += 1
         # The turn id is the one the assembler gives it: sampling and shedding are decided by it now, so a
         # turn that will not be judged costs a counter, not an assembly (Auditor.admit_turn).
         close_later(self.auditor, partial(self._close, turn, now, evicted), self.recorder.content_policy,
@@ -325,57 +312,71 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
         assembler.close(self.recorder, self.auditor, parent=turn.context, closed_at=now,
                         measures=self.turn_measures)
 
-    # -- chains (each callback goes through the one guard, _guarded) -------------------------------
+    # -- chains (each callback catches its own failure: a failure inside the handler is logged, rate-limited,
+    # under the callback's name and never reaches the chain; written out in each, not as a decorator,
+    # whose *args/**kwargs forwarding cost every event about a microsecond) ------------------------------
 
-    @_guarded
     def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: UUID,
                        parent_run_id: UUID | None = None, tags: list[str] | None = None,
                        metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        name = kwargs.get("name")
-        if not isinstance(name, str) and isinstance(serialized, Mapping):
-            name = serialized.get("name")
-        now = time.time_ns()
-        # A prompt template's run: the values it fills in tell the assembler what context reached the model.
-        child = OpenPrompt(inputs, now) if parent_run_id is not None and is_prompt(serialized, name) else None
-        self._start(run_id, parent_run_id, "chain", name, inputs, metadata, child, now)
+        try:
+            name = kwargs.get("name")
+            if not isinstance(name, str) and is_mapping(serialized):
+                name = serialized.get("name")
+            now = time.time_ns()
+            # A prompt template's run: the values it fills in tell the assembler what context reached the model.
+            child = OpenPrompt(inputs, now) if parent_run_id is not None and is_prompt(serialized, name) else None
+            self._start(run_id, parent_run_id, "chain", name, inputs, metadata, child, now)
+        except Exception as exc:
+            report_failure("on_chain_start", exc)
 
-    @_guarded
     def on_chain_end(self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
                      **kwargs: Any) -> None:
-        self._end(run_id, outputs=outputs, inputs=kwargs.get("inputs"))
+        try:
+            self._end(run_id, outputs=outputs, inputs=kwargs.get("inputs"))
+        except Exception as exc:
+            report_failure("on_chain_end", exc)
 
-    @_guarded
     def on_chain_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
                        **kwargs: Any) -> None:
-        self._end(run_id, inputs=kwargs.get("inputs"), error=error)
+        try:
+            self._end(run_id, inputs=kwargs.get("inputs"), error=error)
+        except Exception as exc:
+            report_failure("on_chain_error", exc)
 
     # -- retrievers -----------------------------------------------------------------------------
 
-    @_guarded
     def on_retriever_start(self, serialized: dict[str, Any] | None, query: str, *, run_id: UUID,
                            parent_run_id: UUID | None = None, tags: list[str] | None = None,
                            metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        now = time.time_ns()
-        name = retriever_name(serialized, metadata, kwargs.get("name"))
-        text = query if isinstance(query, str) else None
-        self._start(run_id, parent_run_id, "retriever", name, text, metadata, OpenRetrieval(name, text, now), now)
+        try:
+            now = time.time_ns()
+            name = retriever_name(serialized, metadata, kwargs.get("name"))
+            text = query if isinstance(query, str) else None
+            self._start(run_id, parent_run_id, "retriever", name, text, metadata, OpenRetrieval(name, text, now), now)
+        except Exception as exc:
+            report_failure("on_retriever_start", exc)
 
-    @_guarded
     def on_retriever_end(self, documents: Sequence[Any], *, run_id: UUID, parent_run_id: UUID | None = None,
                          **kwargs: Any) -> None:
-        now = time.time_ns()
         try:
-            snapshot = snapshot_documents(documents)
-        except Exception as exc:  # still end the run, or its turn would never close
-            report_failure("reading a retriever's documents", exc)
-            self._end(run_id, error=exc, now=now)
-            return
-        self._end(run_id, documents=snapshot, now=now)
+            now = time.time_ns()
+            try:
+                snapshot = snapshot_documents(documents)
+            except Exception as exc:  # still end the run, or its turn would never close
+                report_failure("reading a retriever's documents", exc)
+                self._end(run_id, error=exc, now=now)
+                return
+            self._end(run_id, documents=snapshot, now=now)
+        except Exception as exc:
+            report_failure("on_retriever_end", exc)
 
-    @_guarded
     def on_retriever_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
                            **kwargs: Any) -> None:
-        self._end(run_id, error=error, now=time.time_ns())
+        try:
+            self._end(run_id, error=error, now=time.time_ns())
+        except Exception as exc:
+            report_failure("on_retriever_error", exc)
 
     # -- models ---------------------------------------------------------------------------------
 
@@ -389,55 +390,69 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
         self._start(run_id, parent_run_id, "llm", name if isinstance(name, str) else child.model,
                     prompt, metadata, child, now)
 
-    @_guarded
     def on_chat_model_start(self, serialized: dict[str, Any] | None, messages: list[list[BaseMessage]], *,
                             run_id: UUID, parent_run_id: UUID | None = None, tags: list[str] | None = None,
                             metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        self._start_model(messages[0] if messages else [], run_id, parent_run_id, metadata, kwargs)
+        try:
+            self._start_model(messages[0] if messages else [], run_id, parent_run_id, metadata, kwargs)
+        except Exception as exc:
+            report_failure("on_chat_model_start", exc)
 
-    @_guarded
     def on_llm_start(self, serialized: dict[str, Any] | None, prompts: list[str], *, run_id: UUID,
                      parent_run_id: UUID | None = None, tags: list[str] | None = None,
                      metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        self._start_model(list(prompts[:1]), run_id, parent_run_id, metadata, kwargs)
+        try:
+            self._start_model(list(prompts[:1]), run_id, parent_run_id, metadata, kwargs)
+        except Exception as exc:
+            report_failure("on_llm_start", exc)
 
-    @_guarded
     def on_llm_end(self, response: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
                    **kwargs: Any) -> None:
-        self._end(run_id, response=response, now=time.time_ns())
+        try:
+            self._end(run_id, response=response, now=time.time_ns())
+        except Exception as exc:
+            report_failure("on_llm_end", exc)
 
-    @_guarded
     def on_llm_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
                      **kwargs: Any) -> None:
-        self._end(run_id, error=error, now=time.time_ns())
+        try:
+            self._end(run_id, error=error, now=time.time_ns())
+        except Exception as exc:
+            report_failure("on_llm_error", exc)
 
     # -- tools (steps of an agent's turn; never a turn of their own) ----------------------------------
 
-    @_guarded
     def on_tool_start(self, serialized: dict[str, Any] | None, input_str: str, *, run_id: UUID,
                       parent_run_id: UUID | None = None, **kwargs: Any) -> None:
-        if parent_run_id is None:
-            return
-        now = time.time_ns()
-        name = kwargs.get("name")
-        if not isinstance(name, str) and isinstance(serialized, Mapping):
-            name = serialized.get("name")
-        call_id = kwargs.get("tool_call_id")
-        inputs = kwargs.get("inputs")
-        tool = OpenTool(name if isinstance(name, str) and name else "tool",
-                        call_id if isinstance(call_id, str) and call_id else None,
-                        inputs if inputs is not None else input_str, now)
-        self._start(run_id, parent_run_id, None, None, None, None, tool, now)
+        try:
+            if parent_run_id is None:
+                return
+            now = time.time_ns()
+            name = kwargs.get("name")
+            if not isinstance(name, str) and is_mapping(serialized):
+                name = serialized.get("name")
+            call_id = kwargs.get("tool_call_id")
+            inputs = kwargs.get("inputs")
+            tool = OpenTool(name if isinstance(name, str) and name else "tool",
+                            call_id if isinstance(call_id, str) and call_id else None,
+                            inputs if inputs is not None else input_str, now)
+            self._start(run_id, parent_run_id, None, None, None, None, tool, now)
+        except Exception as exc:
+            report_failure("on_tool_start", exc)
 
-    @_guarded
     def on_tool_end(self, output: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
                     **kwargs: Any) -> None:
-        self._end(run_id, outputs=output, now=time.time_ns())
+        try:
+            self._end(run_id, outputs=output, now=time.time_ns())
+        except Exception as exc:
+            report_failure("on_tool_end", exc)
 
-    @_guarded
     def on_tool_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
                       **kwargs: Any) -> None:
-        self._end(run_id, error=error, now=time.time_ns())
+        try:
+            self._end(run_id, error=error, now=time.time_ns())
+        except Exception as exc:
+            report_failure("on_tool_error", exc)
 
     # -- vector-store searches (SearchObserver: reported by the wrapped VectorStore methods) ----------
 
