@@ -272,7 +272,7 @@ def test_sampled_out_turns_get_no_scores() -> None:
         provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=rx.traces_url)))
         sink = LangfuseSink(rec.url, public_key="pk", secret_key="sk")
         judge = FakeJudge(lambda r: {"faithfulness": 1.0, "context_relevance": 1.0, "answer_relevance": 1.0})
-        with Auditor(judge, audit_log=None, tracer_provider=provider, sinks=[sink]) as auditor:
+        with Auditor(judge, audit_log=None, tracer_provider=provider, exporters=[sink]) as auditor:
             for i in range(3):
                 turn = auditor.recorder.record_turn(make_turn(turn_id=f"t{i}"))
                 assert turn.trace_id is None and turn.span_id is None and turn.sampled_out

@@ -58,7 +58,7 @@ class Collect(BaseExporter):
 def test_every_exporter_gets_the_same_record_with_every_derived_value() -> None:
     first, second = Collect(), Collect()
     seen: list[tuple[RagTurn, Judgement]] = []
-    auditor = Auditor(LexicalJudge(), audit_log=None, sinks=[first, second],
+    auditor = Auditor(LexicalJudge(), audit_log=None, exporters=[first, second],
                       on_judgement=lambda turn, judgement: seen.append((turn, judgement)))
     try:
         for n in range(5):
@@ -83,7 +83,7 @@ def test_every_exporter_gets_the_same_record_with_every_derived_value() -> None:
 
 def test_a_turn_with_no_evidence_ends_as_an_unjudged_record() -> None:
     exporter = Collect()
-    auditor = Auditor(LexicalJudge(), audit_log=None, sinks=[exporter])
+    auditor = Auditor(LexicalJudge(), audit_log=None, exporters=[exporter])
     try:
         assert auditor.record_unjudged(_turn(1, documents=()), "no_evidence") is True
         assert auditor.force_flush(10)
@@ -128,7 +128,7 @@ def test_a_record_needs_a_judgement_or_a_reason() -> None:
 
 def test_a_sink_that_is_no_exporter_is_refused_at_construction() -> None:
     with pytest.raises(ConfigurationError, match="Exporter"):
-        Auditor(LexicalJudge(), audit_log=None, sinks=[object()])  # type: ignore[list-item]
+        Auditor(LexicalJudge(), audit_log=None, exporters=[object()])  # type: ignore[list-item]
 
 
 def test_a_raising_exporter_is_counted_and_the_others_still_get_the_record(caplog: pytest.LogCaptureFixture) -> None:
@@ -137,7 +137,7 @@ def test_a_raising_exporter_is_counted_and_the_others_still_get_the_record(caplo
             raise RuntimeError("backend gone")
 
     after = Collect()
-    auditor = Auditor(LexicalJudge(), audit_log=None, sinks=[Broken(), after])
+    auditor = Auditor(LexicalJudge(), audit_log=None, exporters=[Broken(), after])
     try:
         with caplog.at_level(logging.WARNING, logger="ragaudit"):
             auditor.submit(_turn())
@@ -145,7 +145,7 @@ def test_a_raising_exporter_is_counted_and_the_others_still_get_the_record(caplo
     finally:
         auditor.shutdown(10)
     assert len(after.records) == 1
-    assert auditor.stats()["sink_errors"] == 1 and auditor.stats()["judged"] == 1
+    assert auditor.stats()["export_errors"] == 1 and auditor.stats()["judged"] == 1
     assert any("sink Broken failed" in r.getMessage() for r in caplog.records)
 
 

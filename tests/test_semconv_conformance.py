@@ -348,7 +348,7 @@ def judged_spans(rx: OTLPReceiver, judge_srv: LLMServer) -> tuple[list[dict[str,
     provider = otlp_provider(rx, "conformance-judged")
     judge = open_judge(ChatRagJudge, judge_srv, protocol="three-score")
     logs = EvaluationLogSink(endpoint=rx.endpoint, resource={"service.name": "conformance-judged"})
-    auditor = Auditor(judge, audit_log=None, tracer_provider=provider, sinks=[logs])
+    auditor = Auditor(judge, audit_log=None, tracer_provider=provider, exporters=[logs])
     handler = RagAuditCallbackHandler(auditor=auditor, tracer_provider=provider)
     try:
         rag_chain(KB().retriever).invoke(QUESTIONS[0], config={"callbacks": [handler],

@@ -43,7 +43,7 @@ def run(tmp_path: Path) -> Iterator[dict[str, Any]]:
         sink = LangfuseSink(langfuse.url, public_key="pk-lf-1", secret_key="sk-lf-1")
         audit_log = tmp_path / "audit.jsonl"
         with Auditor(open_judge(ChatRagJudge, srv), tracer_provider=provider, audit_log=audit_log,
-                     handle_signals=False, sinks=[EvaluationLogSink(log_provider), sink],
+                     handle_signals=False, exporters=[EvaluationLogSink(log_provider), sink],
                      sessions=SessionTracking(clock=lambda: 0.0)) as auditor:
             traced = []
             for i, (q, a) in enumerate(TURNS, start=1):

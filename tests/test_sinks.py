@@ -90,7 +90,7 @@ def test_failing_backend_never_blocks_and_is_counted(status: int, caplog: pytest
     with HttpRecorder() as rec:
         rec.status = status
         sink = LangfuseSink(rec.url, public_key="pk", secret_key="sk", max_retries=2, backoff_s=0.01)
-        with Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log=None, sinks=[sink]) as aud:
+        with Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log=None, exporters=[sink]) as aud:
             with caplog.at_level(logging.WARNING, logger="ragaudit"):
                 for i in range(5):
                     assert aud.submit(RagTurn(turn_id=f"t{i}", query="q", answer="a", trace_id=TRACE,
@@ -98,7 +98,7 @@ def test_failing_backend_never_blocks_and_is_counted(status: int, caplog: pytest
                 aud.force_flush(10)
             stats = aud.stats()
     assert stats["judged"] == 5
-    assert stats["sink_errors"] == 5
+    assert stats["export_errors"] == 5
     expected_attempts = 5 * (3 if status == 500 else 1)  # 401 is not retried
     assert len(rec.requests) == expected_attempts
     assert sum(f"HTTP {status}" in r.getMessage() for r in caplog.records) == 1  # logged once per kind
@@ -167,7 +167,7 @@ def test_host_chain_unchanged_while_the_sink_answers_500_slowly() -> None:
         sink = LangfuseSink(rec.url, public_key="pk", secret_key="sk", max_retries=1, backoff_s=0.01)
         auditor = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0, "context_relevance": 1.0,
                                                "answer_relevance": 1.0}),
-                          audit_log=None, sinks=[sink], tracer_provider=provider)
+                          audit_log=None, exporters=[sink], tracer_provider=provider)
         handler = RagAuditCallbackHandler(auditor=auditor)
         answers = [chain.invoke(q, config={"callbacks": [handler]}) for q in questions]
         in_flight = sink.stats()
@@ -179,7 +179,7 @@ def test_host_chain_unchanged_while_the_sink_answers_500_slowly() -> None:
     # when the last chain returned, the slow failing backend had not finished with the scores
     assert in_flight["failed"] < 3 * len(questions)
     assert stats["judged"] == len(questions)
-    assert stats["sink_errors"] == 3 * len(questions)  # three scores per judgement, each given up on
+    assert stats["export_errors"] == 3 * len(questions)  # three scores per judgement, each given up on
     assert sink.stats()["retries"] == 3 * len(questions)
 
 

@@ -53,7 +53,7 @@ class JudgementSink(Protocol):
 
     @property
     def errors(self) -> int:
-        """Items that never reached the backend; the Auditor adds them to ``stats()["sink_errors"]``."""
+        """Items that never reached the backend; the Auditor adds them to ``stats()["export_errors"]``."""
         ...
 
 

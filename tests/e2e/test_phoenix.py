@@ -39,7 +39,7 @@ def traced_run(phoenix: PhoenixServer) -> dict[str, Any]:
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=phoenix.otlp_http_endpoint)))
     judged: list[tuple[RagTurn, Judgement]] = []
     sink = PhoenixSink(phoenix.base_url)
-    auditor = Auditor(LexicalJudge(), tracer_provider=provider, audit_log=None, sinks=[sink],
+    auditor = Auditor(LexicalJudge(), tracer_provider=provider, audit_log=None, exporters=[sink],
                       on_judgement=lambda t, j: judged.append((t, j)))
     handler = RagAuditCallbackHandler(auditor=auditor, tracer_provider=provider)
     chain = build_langchain_chain()

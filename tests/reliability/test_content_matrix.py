@@ -135,7 +135,7 @@ def run_three_turns(settings: dict[str, Any], server: LLMServer, traced: Traced,
             backend.status, backend.error_body = 401, sink_error
         judge = ChatRagJudge(client=openai.OpenAI(base_url=server.base_url, api_key="sk-matrix-0000", max_retries=0))
         audit = tmp_path / "audit.jsonl"
-        auditor = Auditor(judge, audit_log=audit, tracer_provider=traced.provider, **settings, sinks=[
+        auditor = Auditor(judge, audit_log=audit, tracer_provider=traced.provider, **settings, exporters=[
             PhoenixSink(phoenix.url, api_key="phx-matrix-key", max_retries=0),
             LangfuseSink(langfuse.url, public_key="pk-lf-matrix", secret_key="sk-lf-matrix", max_retries=0)])
         handler = RagAuditCallbackHandler(auditor=auditor)
@@ -152,7 +152,7 @@ def run_three_turns(settings: dict[str, Any], server: LLMServer, traced: Traced,
             stats = auditor.stats()
         # Every turn recorded and counted: two judged turns (one failed), three turn spans.
         assert (stats["submitted"], stats["judged"], stats["failed"], stats["pending"]) == (2, 1, 1, 0), stats
-        assert stats["sink_errors"] > 0
+        assert stats["export_errors"] > 0
         assert len(traced.spans("ragaudit.turn")) == 3 and len(traced.spans("ragaudit.judge")) == 2
         assert phoenix.requests and langfuse.requests  # the sinks sent, and got the 401 with our canary
         return texts(traced, audit, phoenix, langfuse, caplog)
@@ -238,7 +238,7 @@ def test_no_credential_is_ever_recorded(way: str, traced: Traced, tmp_path: Path
         sinks = [PhoenixSink(phoenix.url, api_key=PHOENIX_KEY, max_retries=0),
                  LangfuseSink(langfuse.url, public_key="pk-lf-credentials", secret_key=LANGFUSE_SECRET, max_retries=0)]
         audit = tmp_path / "audit.jsonl"
-        auditor = Auditor(judge, audit_log=audit, tracer_provider=traced.provider, sinks=sinks,
+        auditor = Auditor(judge, audit_log=audit, tracer_provider=traced.provider, exporters=sinks,
                           capture_content=True)
         handler = RagAuditCallbackHandler(auditor=auditor)
         chain = rag_chain(CanaryRetriever(), FakeListChatModel(responses=["Refunds take 14 days."]))

@@ -213,7 +213,7 @@ def test_read_only_working_directory_constructs_and_traces(tmp_path: Path) -> No
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"\n{cwd_note}: {out['stats']}")
     assert out["answers"] == ["Returns take 30 days."] * 3
-    assert out["stats"]["judged"] == 3 and out["stats"]["sink_errors"] == 3  # each audit line counted
+    assert out["stats"]["judged"] == 3 and out["stats"]["export_errors"] == 3  # each audit line counted
     assert out["flushed"] is False  # and said so: not everything was delivered
     assert "ragaudit.turn" in out["spans"] and "ragaudit.judge" in out["spans"]  # traces still flow
     assert proc.stderr.count("cannot open audit log") == 1  # logged once
@@ -228,7 +228,7 @@ def test_full_disk_is_counted_and_shutdown_never_raises() -> None:
     assert auditor.force_flush(10) is False
     auditor.shutdown(5)  # must not raise (closing the file cannot write its buffer either)
     stats = auditor.stats()
-    assert stats["judged"] == 5 and stats["sink_errors"] >= 5
+    assert stats["judged"] == 5 and stats["export_errors"] >= 5
 
 
 # -- deadlines -----------------------------------------------------------------------------------
@@ -259,7 +259,7 @@ DEADLINE_CHILD = """
     else:
         sinks = [SilentSink()]
     aud = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log="audit.jsonl", exit_timeout_s=2.0,
-                  sinks=sinks)
+                  exporters=sinks)
     docs = (RetrievedDoc(id="d1", content="Returns within 30 days.", rank=1),)
     ids = dict(trace_id="0" * 31 + "1", span_id="0" * 15 + "1")
     for i in range(40):

@@ -177,7 +177,7 @@ def test_capture_off_records_no_text(how: str, server: LLMServer, traced: Traced
         traced.provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=receiver.traces_url)))
         sink = LangfuseSink(backend.url, public_key="pk", secret_key="sk-lf")
         auditor = Auditor(judge, audit_log=log, tracer_provider=traced.provider, capture_content=capture,
-                          sinks=[sink])
+                          exporters=[sink])
         handler = RagAuditCallbackHandler(auditor=auditor, tracer_provider=traced.provider, capture_content=capture)
         with caplog.at_level(logging.DEBUG, logger="ragaudit"):
             answer = canary_chain().invoke(f"Refunds {CANARIES['question']}?",
@@ -241,7 +241,7 @@ def test_redact_reaches_every_recorded_text(wiring: str, server: LLMServer, trac
             auditor = handler.auditor
             assert handler.recorder.content_policy.redact is redact
         else:
-            auditor = Auditor(judge, audit_log=log, tracer_provider=traced.provider, redact=redact, sinks=sinks)
+            auditor = Auditor(judge, audit_log=log, tracer_provider=traced.provider, redact=redact, exporters=sinks)
             handler = RagAuditCallbackHandler(auditor=auditor)
         document = Document(page_content=f"Card {SECRET} was refunded in 14 days.", id="refunds",
                             metadata={"source": f"tickets/{SECRET}.md", "holder": {"card": SECRET}})

@@ -231,7 +231,7 @@ def test_handler_policy_stricter_than_its_auditor_reaches_audit_log_spans_and_si
 
     with HttpRecorder() as backend:
         auditor = Auditor(FakeJudge(judge), audit_log=log, tracer_provider=traced.provider,
-                          sinks=[LangfuseSink(backend.url, public_key="pk", secret_key="sk-lf"),
+                          exporters=[LangfuseSink(backend.url, public_key="pk", secret_key="sk-lf"),
                                  PhoenixSink(backend.url)])
         kwargs: dict[str, Any] = {"redact": redact} if setting == "redact" else {"capture_content": False}
         handler = RagAuditCallbackHandler(auditor=auditor, **kwargs)  # no longer refused: it reaches everything

@@ -56,7 +56,7 @@ def demo_shape() -> dict[str, Any]:
             provider = demo._tracer_provider(traces, None)
             sinks = [PhoenixSink(backend.url, max_retries=0),
                      LangfuseSink(backend.url, public_key="pk-demo", secret_key="sk-demo", max_retries=0)]
-            auditor = Auditor(LexicalJudge(), audit_log=audit_log, tracer_provider=provider, sinks=sinks)
+            auditor = Auditor(LexicalJudge(), audit_log=audit_log, tracer_provider=provider, exporters=sinks)
             result = demo.DemoResult(framework, "stand-in", "lexical")
             runner = demo._run_langchain if framework == "langchain" else demo._run_llamaindex
             try:

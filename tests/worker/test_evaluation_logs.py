@@ -22,7 +22,7 @@ def _turn(**metadata: Any) -> RagTurn:
 
 def test_log_records_on_the_evaluated_span(collector: Any, memory_provider: Any, memory_exporter: Any) -> None:
     sink = EvaluationLogSink(endpoint=collector.endpoint)
-    auditor = Auditor(LexicalJudge(), mode="inline", tracer_provider=memory_provider, audit_log=None, sinks=[sink])
+    auditor = Auditor(LexicalJudge(), mode="inline", tracer_provider=memory_provider, audit_log=None, exporters=[sink])
     assert auditor.submit(_turn(**{EVALUATED_SPAN_ID: LLM_SPAN, EVALUATED_RESPONSE_ID: "chatcmpl-7"})) == "judged"
     assert auditor.force_flush(10) and sink.force_flush(10)
     logs = collector.wait_for_logs(3)
@@ -42,7 +42,7 @@ def test_log_records_on_the_evaluated_span(collector: Any, memory_provider: Any,
 
 def test_without_an_evaluated_span_the_turn_span_and_no_completion_id(collector: Any) -> None:
     sink = EvaluationLogSink(endpoint=collector.endpoint)
-    auditor = Auditor(LexicalJudge(), mode="inline", audit_log=None, sinks=[sink], capture_content=False)
+    auditor = Auditor(LexicalJudge(), mode="inline", audit_log=None, exporters=[sink], capture_content=False)
     auditor.submit(_turn())
     assert sink.force_flush(10)
     logs = collector.wait_for_logs(3)
@@ -54,7 +54,7 @@ def test_without_an_evaluated_span_the_turn_span_and_no_completion_id(collector:
 
 def test_failed_exports_are_counted() -> None:
     sink = EvaluationLogSink(endpoint="http://127.0.0.1:9")  # nothing listens there
-    auditor = Auditor(LexicalJudge(), mode="inline", audit_log=None, sinks=[sink])
+    auditor = Auditor(LexicalJudge(), mode="inline", audit_log=None, exporters=[sink])
     auditor.submit(_turn())
     sink.force_flush(20)
     assert sink.errors == 3

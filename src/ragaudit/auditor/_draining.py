@@ -116,7 +116,7 @@ class Draining:
         Returns within *timeout_s* (seconds) plus a few milliseconds whatever the trace backend or a
         sink does (their flushes run on a worker thread and are abandoned at the deadline), and
         says truthfully whether everything was delivered: False when the time ran out, a span
-        export or a sink's flush did not succeed, or a delivery failed (``sink_errors`` grew)
+        export or a sink's flush did not succeed, or a delivery failed (``export_errors`` grew)
         during the flush. Never raises.
         """
         deadline = None if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
@@ -131,7 +131,7 @@ class Draining:
         def remaining() -> float | None:
             return None if deadline is None else max(0.0, deadline - time.monotonic())
 
-        errors_before = self.stats()["sink_errors"]
+        errors_before = self.stats()["export_errors"]
         spans_failed_before = self._spans.spans_not_exported()
         ok = self._judging.force_flush(remaining())
         ok = self._export.worker.force_flush(remaining()) and ok
@@ -148,7 +148,7 @@ class Draining:
         for exporter in self._export.exporters:
             ok = self._bounded(exporter.force_flush, remaining(), exporter) and ok
         stats = self.stats()
-        return (ok and stats["pending"] == 0 and stats["sink_errors"] == errors_before
+        return (ok and stats["pending"] == 0 and stats["export_errors"] == errors_before
                 and self._spans.spans_not_exported() == spans_failed_before)
 
     def _bounded(self, call: Callable[[float], bool], timeout_s: float | None, target: object) -> bool:
@@ -208,7 +208,7 @@ class Draining:
                    f"{budget:g}s); stats={stats}")
         if not ok and not lost:
             report(f"spans or sink deliveries were not all confirmed at shutdown (flush timeout {budget:g}s; "
-                   f"{stats['sink_errors']} sink item(s) not delivered); stats={stats}")
+                   f"{stats['export_errors']} exporter item(s) not delivered); stats={stats}")
         return ok and not lost
 
     def _release_loop_clients(self, timeout_s: float) -> None:

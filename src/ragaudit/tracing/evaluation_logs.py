@@ -12,7 +12,7 @@ backend files it under the operation it grades. The judge span keeps its span ev
 from ragaudit import Auditor
 from ragaudit.tracing.evaluation_logs import EvaluationLogSink
 
-auditor = Auditor(sinks=[EvaluationLogSink()])     # OTLP/HTTP logs to $OTEL_EXPORTER_OTLP_[LOGS_]ENDPOINT
+auditor = Auditor(exporters=[EvaluationLogSink()])     # OTLP/HTTP logs to $OTEL_EXPORTER_OTLP_[LOGS_]ENDPOINT
 ```
 
 Each record: ``event_name`` and body ``gen_ai.evaluation.result``; attributes
@@ -183,7 +183,7 @@ def logs_not_exported(provider: Any) -> int:
 def counted_log_exporter(inner: Any, provider: Any) -> Any:
     """*inner* (a log exporter), its failures counted under *provider* (`logs_not_exported`): an
     `EvaluationLogSink` given that provider reports them as its ``errors``, so a batch the
-    backend refused (too large, a dead endpoint) shows in ``stats()["sink_errors"]``."""
+    backend refused (too large, a dead endpoint) shows in ``stats()["export_errors"]``."""
     return _CountingLogExporter(inner, provider)
 
 

@@ -59,7 +59,7 @@ class HttpSink(BaseJudgementSink):
     answer looks like: a 2xx status with a JSON body is not enough for every backend; an HTML login page answered with
     200 is a failure). ``stats()`` gives ``sent``, ``failed`` (items given up on), ``dropped`` (queue full),
     ``retries``, ``rejected`` (answers that did not look delivered); ``errors`` is ``failed +
-    dropped`` (the Auditor adds it to its ``sink_errors``).
+    dropped`` (the Auditor adds it to its ``export_errors``).
     """
 
     def __init__(
