@@ -23,10 +23,10 @@ if backend == "jaeger":
 elif backend == "phoenix":
     phoenix = os.environ.get("PHOENIX_COLLECTOR_ENDPOINT", "http://localhost:6006")
     provider = tracing.configure(endpoint=phoenix)
-    exporters.append(tracing.PhoenixSink(phoenix))
+    exporters.append(tracing.PhoenixExporter(phoenix))
 elif backend == "langfuse":
     provider = tracing.configure(langfuse=True)  # LANGFUSE_HOST, LANGFUSE_PUBLIC_KEY, LANGFUSE_SECRET_KEY
-    exporters.append(tracing.LangfuseSink())
+    exporters.append(tracing.LangfuseExporter())
 else:
     sys.exit(f"unknown backend {backend!r}: jaeger, phoenix or langfuse")
 

@@ -126,9 +126,27 @@ def test_a_record_needs_a_judgement_or_a_reason() -> None:
         AuditRecord(turn=_turn(), content_policy=policy, judgement=Judgement(judge="j"), unjudged="dropped")
 
 
-def test_a_sink_that_is_no_exporter_is_refused_at_construction() -> None:
+def test_an_object_that_is_no_exporter_is_refused_at_construction() -> None:
     with pytest.raises(ConfigurationError, match="Exporter"):
         Auditor(LexicalJudge(), audit_log=None, exporters=[object()])  # type: ignore[list-item]
+
+
+def test_an_object_of_the_old_emit_shape_is_told_what_to_implement() -> None:
+    """The interface before exporters (``emit(turn, judgement)``, ``bind_recorder``) is gone: such an
+    object is refused when the Auditor is made, naming what to implement instead."""
+
+    class OldShape:
+        def emit(self, turn: RagTurn, judgement: Judgement) -> None: ...
+        def force_flush(self, timeout_s: float = 30.0) -> bool: return True
+        def shutdown(self, timeout_s: float = 30.0) -> None: ...
+        def bind_recorder(self, recorder: object) -> None: ...
+        errors = 0
+
+    with pytest.raises(ConfigurationError) as raised:
+        Auditor(LexicalJudge(), audit_log=None, exporters=[OldShape()])  # type: ignore[list-item]
+    message = str(raised.value)
+    assert "missing export" in message and "emit(turn, judgement)" in message
+    assert "ragaudit.BaseExporter" in message and "export(records) -> ExportResult" in message
 
 
 def test_a_raising_exporter_is_counted_and_the_others_still_get_the_record(caplog: pytest.LogCaptureFixture) -> None:
@@ -146,7 +164,7 @@ def test_a_raising_exporter_is_counted_and_the_others_still_get_the_record(caplo
         auditor.shutdown(10)
     assert len(after.records) == 1
     assert auditor.stats()["export_errors"] == 1 and auditor.stats()["judged"] == 1
-    assert any("sink Broken failed" in r.getMessage() for r in caplog.records)
+    assert any("exporter Broken failed" in r.getMessage() for r in caplog.records)
 
 
 # -- issue 23 item 7: say when judging is failing ------------------------------------------------------

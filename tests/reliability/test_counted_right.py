@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from ragaudit import Auditor, Judgement, LexicalJudge, RagTurn, RetrievedDoc
-from ragaudit.tracing import LangfuseSink, PhoenixSink
+from ragaudit.tracing import LangfuseExporter, PhoenixExporter
 from tests.support.http_recorder import HttpRecorder
+from tests.support.records import judged
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGIN_PAGE = b"<!doctype html><html><head><title>Sign in</title></head><body><form>...</form></body></html>"
@@ -38,8 +39,8 @@ JUDGEMENT = Judgement(faithfulness=0.9, context_relevance=0.8, answer_relevance=
 def test_a_200_html_login_page_is_a_failure_counted_in_export_errors(sink_kind: str) -> None:
     with HttpRecorder() as backend:
         backend.ok_body, backend.ok_content_type = LOGIN_PAGE, "text/html; charset=utf-8"
-        sink = (PhoenixSink(backend.url, max_retries=0) if sink_kind == "phoenix"
-                else LangfuseSink(backend.url, public_key="pk", secret_key="sk", max_retries=0))
+        sink = (PhoenixExporter(backend.url, max_retries=0) if sink_kind == "phoenix"
+                else LangfuseExporter(backend.url, public_key="pk", secret_key="sk", max_retries=0))
         auditor = Auditor(LexicalJudge(), mode="inline", audit_log=None, exporters=[sink])
         try:
             assert auditor.submit(_turn()) == "judged"
@@ -55,8 +56,8 @@ def test_a_200_html_login_page_is_a_failure_counted_in_export_errors(sink_kind: 
 
 def test_a_200_json_answer_is_delivered() -> None:
     with HttpRecorder() as backend:
-        sink = PhoenixSink(backend.url, max_retries=0)
-        sink.emit(_turn(), JUDGEMENT)
+        sink = PhoenixExporter(backend.url, max_retries=0)
+        sink.export([judged(_turn(), JUDGEMENT)])
         assert sink.force_flush(10)
         sink.shutdown()
     assert sink.errors == 0 and sink.stats()["sent"] >= 1

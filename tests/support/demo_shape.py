@@ -46,7 +46,7 @@ def demo_shape() -> dict[str, Any]:
     from ragaudit.auditor import Auditor
     from ragaudit.demo import run as demo
     from ragaudit.judges.lexical import LexicalJudge
-    from ragaudit.tracing import LangfuseSink, PhoenixSink, read_audit_log, read_spans
+    from ragaudit.tracing import LangfuseExporter, PhoenixExporter, read_audit_log, read_spans
     from tests.support.http_recorder import HttpRecorder
 
     out: dict[str, Any] = {}
@@ -54,8 +54,8 @@ def demo_shape() -> dict[str, Any]:
         for framework in ("langchain", "llamaindex"):
             traces, audit_log = Path(tmp, f"{framework}-spans.jsonl"), Path(tmp, f"{framework}-audit.jsonl")
             provider = demo._tracer_provider(traces, None)
-            sinks = [PhoenixSink(backend.url, max_retries=0),
-                     LangfuseSink(backend.url, public_key="pk-demo", secret_key="sk-demo", max_retries=0)]
+            sinks = [PhoenixExporter(backend.url, max_retries=0),
+                     LangfuseExporter(backend.url, public_key="pk-demo", secret_key="sk-demo", max_retries=0)]
             auditor = Auditor(LexicalJudge(), audit_log=audit_log, tracer_provider=provider, exporters=sinks)
             result = demo.DemoResult(framework, "stand-in", "lexical")
             runner = demo._run_langchain if framework == "langchain" else demo._run_llamaindex

@@ -21,7 +21,6 @@ from .._lifecycle import flush_on_sigterm, track
 from .._log import RateLimitedLog
 from .._numbers import check_number
 from .._sampling import sampled
-from .._sink import BaseJudgementSink, JudgementSink
 from .._turn_metrics import turn_metrics
 from .._worker import BatchWorker, on_fork_in_child, run_jobs
 from ..content import ContentPolicy, log_exception
@@ -31,7 +30,7 @@ from ..records import UNSUBMITTED_REASONS, AuditRecord, Judgement, JudgeRequest,
 from ..turn_audit import COMPUTE, audit_record
 from ._admission import Admission, JudgingPace
 from ._draining import Draining
-from ._exporting import ExportStage, LegacySinkExporter, OnJudgementExporter
+from ._exporting import ExportStage, OnJudgementExporter
 from ._first_run import say_where_things_are
 from ._governor import NOT_SENT, Budget, CostControl
 from ._judge_health import JudgeFailureLog, judge_context
@@ -45,7 +44,7 @@ if TYPE_CHECKING:
 
     from ..tracing.spans import SpanRecorder
 
-__all__ = ["Auditor", "JudgementSink", "OnJudgement", "Submission", "SubmitStatus"]
+__all__ = ["Auditor", "OnJudgement", "Submission", "SubmitStatus"]
 
 logger = logging.getLogger("ragaudit")
 
@@ -137,16 +136,19 @@ def _metrics(turn: RagTurn, policy: ContentPolicy) -> Any:
         return None
 
 
-def _as_exporters(sinks: Iterable[Any]) -> list[Exporter]:
+def _as_exporters(given: Iterable[Any]) -> list[Exporter]:
+    """*given* as exporters; anything that is not one is a ConfigurationError naming what to implement."""
     out: list[Exporter] = []
-    for sink in sinks:
-        if isinstance(sink, Exporter):
-            out.append(sink)
-        elif isinstance(sink, JudgementSink):
-            out.append(LegacySinkExporter(sink))
-        else:
-            raise ConfigurationError(f"sink {sink!r} does not implement Exporter (export, force_flush, shutdown, "
-                                     "errors): derive it from ragaudit.BaseExporter")
+    for exporter in given:
+        if isinstance(exporter, Exporter):
+            out.append(exporter)
+            continue
+        missing = ", ".join(name for name in ("export", "force_flush", "shutdown", "errors")
+                            if not hasattr(exporter, name))
+        old = (" (emit(turn, judgement) is not part of it: export gets a batch of AuditRecords, each with its .turn "
+               "and .judgement)") if hasattr(exporter, "emit") else ""
+        raise ConfigurationError(f"exporters: {exporter!r} is not an Exporter (missing {missing}){old}; derive it "
+                                 "from ragaudit.BaseExporter and implement export(records) -> ExportResult")
     return out
 
 
@@ -181,7 +183,7 @@ class Auditor(Admission, SessionJudging, Draining):
     *tracer_provider* or the global one; a child of the turn's span, or with
     ``judge_trace="separate"`` the root of its own trace linked to the turn, so the turn's trace
     lasts as long as the answer did), the JSONL *audit_log* (``None`` to disable), every *exporters*
-    entry (exporters; sinks of the older ``emit(turn, judgement)`` interface are adapted),
+    entry (each an [`Exporter`][ragaudit.Exporter]; derive yours from [`BaseExporter`][ragaudit.BaseExporter]),
     and *on_judgement(turn, judgement)*. A judge or exporter that fails is recorded
     (judgement ``error``, ``stats()["export_errors"]``), never raised.
 
@@ -237,7 +239,7 @@ class Auditor(Admission, SessionJudging, Draining):
         audit_log: str | os.PathLike[str] | None = "ragaudit-audit.jsonl",
         tracer_provider: Any = None,
         on_judgement: OnJudgement | None = None,
-        exporters: Iterable[Exporter | JudgementSink] = (),
+        exporters: Iterable[Exporter] = (),
         capture_content: bool | None = None,
         redact: Callable[[str], str] | None = None,
         capture_reason: bool | None = None,
@@ -265,10 +267,7 @@ class Auditor(Admission, SessionJudging, Draining):
         judge = _resolve_judge(judge) if mode != "worker" else WorkerModeJudge()
         self._cost = CostControl(judge, budget, max_rps, budget_store, budget_fail, pause_s, prices, judge_if,
                                  retain_s, max_retained)  # budgets, rate, pause, judge_if, feedback
-        given = tuple(exporters)
-        exporters = _as_exporters(given)
-        # Sinks of the older interface get the Auditor's recorder (their content policy, provider).
-        legacy = [sink for sink in given if isinstance(sink, BaseJudgementSink) or not isinstance(sink, Exporter)]
+        given = _as_exporters(exporters)
 
         from ..tracing.spans import SpanRecorder
 
@@ -287,9 +286,7 @@ class Auditor(Admission, SessionJudging, Draining):
         self._policies = PolicyBook(self._content_policy, capture_content is not None or capture_reason is not None
                                     or redact is not None)
         self._recorder = SpanRecorder(tracer_provider, content=self._content_policy, judge_trace=judge_trace)
-        for sink in legacy:
-            sink.bind_recorder(self._recorder)
-        stage = self._exporters(audit_log, exporters, on_judgement, sessions, meter_provider)
+        stage = self._exporters(audit_log, given, on_judgement, sessions, meter_provider)
         # Sync-only judges (LexicalJudge, a user's BaseRagJudge with judge()) are called in
         # threads of a worker of ours, not through asyncio.to_thread: at interpreter exit the
         # default executor refuses new work, and exit is exactly when we flush.
@@ -426,8 +423,8 @@ class Auditor(Admission, SessionJudging, Draining):
         """Hand *turn* over for judging. Never blocks (except in inline mode) and never raises.
 
         *content_policy* and *tracer_provider*: how the turn was traced (an integration handler's,
-        from [`content_policy_for`][ragaudit.Auditor.content_policy_for]); its record (judge span, audit-log line, sink
-        records, log lines) follows them. None: this auditor's.
+        from [`content_policy_for`][ragaudit.Auditor.content_policy_for]); its record (judge span, audit-log line,
+        exports, log lines) follows them. None: this auditor's.
 
         Returns ``"queued"``, ``"sampled_out"`` or ``"dropped"`` (queue full or auditor shut
         down); in inline mode ``"judged"`` or ``"failed"`` once the judgement is made; in worker

@@ -55,7 +55,7 @@ def add_worker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--audit-log", default=None, help="also write a JSONL audit log here (default: none)")
     p.add_argument("--exporter", dest="exporters", action="append", default=[], metavar="MODULE:OBJECT",
                    help="an exporter of audit records (or a zero-argument factory of one), e.g. "
-                   "ragaudit.tracing:PhoenixSink or ragaudit.tracing:LangfuseSink; repeatable")
+                   "ragaudit.tracing:PhoenixExporter or ragaudit.tracing:LangfuseExporter; repeatable")
     p.add_argument("--sessions", action="store_true",
                    help="also judge each conversation as a whole, once idle (route by session in the Collector: "
                    "see the scale guide)")

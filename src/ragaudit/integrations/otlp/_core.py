@@ -71,7 +71,7 @@ class Worker:
     *quiet_s* without a new span, at most *max_wait_s* after its first), reads its spans by convention into turns, and
     submits them to an [`Auditor`][ragaudit.Auditor] (sampling, judging, budgets), which writes each judgement as a
     ``ragaudit.judge`` span in the evaluated trace plus ``gen_ai.evaluation.result`` log records
-    (`EvaluationLogSink`) to *otlp_endpoint* (None: the
+    (`EvaluationLogExporter`) to *otlp_endpoint* (None: the
     ``OTEL_EXPORTER_OTLP_*`` variables).
 
     Bounds: at most *max_traces* traces wait (the oldest is dropped, counted), at most *max_spans*
@@ -205,10 +205,10 @@ class Worker:
                       exporters: Iterable[Exporter], sessions: Any = None, cost: dict[str, Any] | None = None
                       ) -> Any:
         from ...auditor import Auditor
-        from ...tracing.evaluation_logs import EvaluationLogSink
+        from ...tracing.evaluation_logs import EvaluationLogExporter
 
         assert self._outputs is not None
-        logs = EvaluationLogSink(self._outputs.logger_provider)
+        logs = EvaluationLogExporter(self._outputs.logger_provider)
         return Auditor(judge, tracer_provider=self._outputs.tracer_provider, exporters=[logs, *exporters],
                        meter_provider=self._outputs.meter_provider,
                        audit_log=audit_log, sample_rate=sample_rate, max_queue=self.max_queue, timeout_s=timeout_s,
