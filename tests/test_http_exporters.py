@@ -53,7 +53,7 @@ def test_langfuse_scores_wire_format() -> None:
     assert sink.stats()["sent"] == 6
 
 
-def test_langfuse_sink_needs_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_langfuse_exporter_needs_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LANGFUSE_PUBLIC_KEY", raising=False)
     monkeypatch.delenv("LANGFUSE_SECRET_KEY", raising=False)
     with pytest.raises(ConfigurationError, match="public_key"):
@@ -148,7 +148,7 @@ def test_configure_langfuse_points_otlp_at_langfuse(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_host_chain_unchanged_while_the_sink_answers_500_slowly() -> None:
+def test_host_chain_unchanged_while_the_backend_answers_500_slowly() -> None:
     """A LangChain chain with the handler returns the same answers while the Langfuse backend answers
     500 after a delay: the chains return while the sink is still failing (nothing waits on it), and
     every failure is counted afterwards."""

@@ -220,7 +220,7 @@ def test_llamaindex_instrument_shares_the_default_auditor_and_keeps_each_policy(
 
 
 @pytest.mark.parametrize("setting", ["redact", "capture_off"])
-def test_handler_policy_stricter_than_its_auditor_reaches_audit_log_spans_and_sinks(
+def test_handler_policy_stricter_than_its_auditor_reaches_audit_log_spans_and_exporters(
         setting: str, traced: Traced, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     log = tmp_path / "audit.jsonl"
     shown = {"n": 0}

@@ -114,7 +114,7 @@ def test_credentials_in_an_otlp_endpoint_variable_are_scrubbed(monkeypatch: pyte
     assert key not in text and password not in text
 
 
-def test_evaluation_log_sink_registers_its_endpoint_and_headers() -> None:
+def test_evaluation_log_exporter_registers_its_endpoint_and_headers() -> None:
     pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
     from ragaudit.tracing.evaluation_logs import EvaluationLogExporter
 
