@@ -219,3 +219,23 @@ def test_score_ids_are_stable_and_distinct() -> None:
         assert len(set(first)) == len(first) == 6
     finally:
         sink.shutdown(0.1)
+
+
+def test_every_exporter_of_ragaudit_is_on_the_one_interface() -> None:
+    """One interface for every exporter (issue 49): a BaseExporter, with the protocol's 30 s defaults
+    for force_flush and shutdown, and nothing of the old sink interface (emit, bind_recorder)."""
+    import inspect
+
+    from ragaudit import BaseExporter
+    from ragaudit.auditor._exporting import OnJudgementExporter
+    from ragaudit.auditor._sessions import SessionTracker
+    from ragaudit.tracing import HttpExporter, ScoreMetricsExporter
+    from ragaudit.tracing._judge_spans import JudgeSpanExporter
+    from ragaudit.tracing.evaluation_logs import EvaluationLogExporter
+
+    for cls in (HttpExporter, PhoenixExporter, LangfuseExporter, EvaluationLogExporter, JudgeSpanExporter,
+                ScoreMetricsExporter, SessionTracker, OnJudgementExporter):
+        assert issubclass(cls, BaseExporter), cls
+        for method in ("force_flush", "shutdown"):
+            assert inspect.signature(getattr(cls, method)).parameters["timeout_s"].default == 30.0, (cls, method)
+        assert not hasattr(cls, "emit") and not hasattr(cls, "bind_recorder"), cls

@@ -286,7 +286,7 @@ class EvaluationLogExporter(BaseExporter):
         """Emit the ``gen_ai.evaluation.result`` records of every judged record (unjudged: nothing)."""
         for record in records:
             if record.judgement is not None:
-                self.emit(record)
+                self._emit_logs(record)
         return ExportResult.SUCCESS
 
     def export_sessions(self, records: Sequence[SessionRecord]) -> ExportResult:
@@ -302,7 +302,7 @@ class EvaluationLogExporter(BaseExporter):
                                   body=c.GEN_AI_EVALUATION_RESULT, attributes=bounded_attributes(attrs, limit))
         return ExportResult.SUCCESS
 
-    def emit(self, record: AuditRecord) -> None:
+    def _emit_logs(self, record: AuditRecord) -> None:
         """The log records of one judged *record*, on its evaluated span's context."""
         turn, judgement = record.turn, record.judgement
         if judgement is None:

@@ -54,11 +54,10 @@ class HttpExporter(BaseExporter):
 
     Subclasses implement [`record_requests`][ragaudit.tracing.HttpExporter.record_requests] (what to send for one
     record: ``(path, body)`` pairs) and may set [`response_check`][ragaudit.tracing.HttpExporter.response_check] (what a
-    delivered
-    answer looks like: a 2xx status with a JSON body is not enough for every backend; an HTML login page answered with
-    200 is a failure). ``stats()`` gives ``sent``, ``failed`` (items given up on), ``dropped`` (queue full),
-    ``retries``, ``rejected`` (answers that did not look delivered); ``errors`` is ``failed +
-    dropped`` (the Auditor adds it to its ``export_errors``).
+    delivered answer looks like: a 2xx status with a JSON body is not enough for every backend; an HTML login page
+    answered with 200 is a failure). ``stats()`` gives ``sent``, ``failed`` (items given up on), ``dropped`` (queue
+    full), ``retries``, ``rejected`` (answers that did not look delivered); ``errors`` is ``failed + dropped`` (the
+    Auditor adds it to its ``export_errors``).
     """
 
     def __init__(
