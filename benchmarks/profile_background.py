@@ -56,7 +56,7 @@ AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("judge", ("ragaudit/judges", "openai/")),
     ("HTTP client (httpx)", ("httpx/", "httpcore/", "h11/", "anyio/", "ssl.py", "socket.py", "selectors.py")),
     ("records and content policy", ("ragaudit/records", "ragaudit/content", "ragaudit/_text", "dataclasses")),
-    ("auditor and worker bookkeeping", ("ragaudit/auditor", "ragaudit/_worker", "ragaudit/_sink",
+    ("auditor and worker bookkeeping", ("ragaudit/auditor", "ragaudit/_worker", "ragaudit/_export",
                                         "ragaudit/_sampling", "ragaudit/_log")),
     ("event loop and thread hand-offs", ("asyncio/", "threading.py", "concurrent/", "queue.py", "weakref")),
 )

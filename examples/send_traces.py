@@ -17,20 +17,20 @@ from ragaudit.integrations.langchain import RagAuditCallbackHandler
 
 backend = sys.argv[1] if len(sys.argv) > 1 else "jaeger"
 os.environ.setdefault("OTEL_SERVICE_NAME", "ragaudit-demo")
-sinks: list = []
+exporters: list = []
 if backend == "jaeger":
     provider = tracing.configure(endpoint=os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318"))
 elif backend == "phoenix":
     phoenix = os.environ.get("PHOENIX_COLLECTOR_ENDPOINT", "http://localhost:6006")
     provider = tracing.configure(endpoint=phoenix)
-    sinks.append(tracing.PhoenixSink(phoenix))
+    exporters.append(tracing.PhoenixExporter(phoenix))
 elif backend == "langfuse":
     provider = tracing.configure(langfuse=True)  # LANGFUSE_HOST, LANGFUSE_PUBLIC_KEY, LANGFUSE_SECRET_KEY
-    sinks.append(tracing.LangfuseSink())
+    exporters.append(tracing.LangfuseExporter())
 else:
     sys.exit(f"unknown backend {backend!r}: jaeger, phoenix or langfuse")
 
-auditor = Auditor(sinks=sinks, audit_log="ragaudit-audit.jsonl")
+auditor = Auditor(exporters=exporters, audit_log="ragaudit-audit.jsonl")
 handler = RagAuditCallbackHandler(auditor=auditor)
 chain = build_langchain_chain()
 for q in QUESTIONS:

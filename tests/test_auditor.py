@@ -135,7 +135,7 @@ def test_failing_callback_is_counted_and_isolated() -> None:
         aud.submit(make_turn(1))
         aud.force_flush(10)
         stats = aud.stats()
-    assert stats["sink_errors"] == 1 and stats["judged"] == 1
+    assert stats["export_errors"] == 1 and stats["judged"] == 1
 
 
 def test_flush_times_out_and_reports_false() -> None:

@@ -3,7 +3,7 @@
 Read against langfuse v4.16.0 (62751446): :data:`tests.support.backends.LANGFUSE_READS` states which
 attributes Langfuse reads for each field, :func:`tests.support.backends.langfuse_observation` /
 :func:`~tests.support.backends.langfuse_trace` restate its ingestion rules. Spans go through the real
-OTel SDK and OTLP/HTTP exporter to the loopback receiver; scores through :class:`LangfuseSink` to a
+OTel SDK and OTLP/HTTP exporter to the loopback receiver; scores through :class:`LangfuseExporter` to a
 loopback recorder. For turn, retrieval, chat, tool and judge spans, with content capture on and off,
 each field must hold what a user should see there.
 """
@@ -24,8 +24,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, Decision, Sampler, SamplingResult
 
 from ragaudit import Auditor, FakeJudge, Generation, Judgement, RagTurn, Retrieval, RetrievedDoc, ToolCall
-from ragaudit.tracing import LangfuseSink, SpanRecorder, read_audit_log
-from ragaudit.tracing.sinks import score_id
+from ragaudit.tracing import LangfuseExporter, SpanRecorder, read_audit_log
+from ragaudit.tracing.http_exporters import score_id
 from tests.support.backends import (
     LANGFUSE_READS,
     LANGFUSE_VERSION,
@@ -35,6 +35,7 @@ from tests.support.backends import (
 )
 from tests.support.http_recorder import HttpRecorder
 from tests.support.otlp_receiver import OTLPReceiver
+from tests.support.records import judged
 
 T0 = 1_700_000_000_000_000_000
 MS = 1_000_000
@@ -229,9 +230,8 @@ def test_scores_match_their_trace(receiver: OTLPReceiver, capture: bool) -> None
     recorder = SpanRecorder(provider_to(receiver, **{"deployment.environment.name": "Staging"}),
                             capture_content=capture)
     with HttpRecorder() as rec:
-        sink = LangfuseSink(rec.url, public_key="pk", secret_key="sk")
-        sink.bind_recorder(recorder)
-        sink.emit(turn, JUDGEMENT)
+        sink = LangfuseExporter(rec.url, public_key="pk", secret_key="sk")
+        sink.export([judged(turn, JUDGEMENT, recorder)])
         assert sink.force_flush(10)
         sink.shutdown()
         bodies = {r["body"]["name"]: r["body"] for r in rec.requests}
@@ -248,9 +248,9 @@ def test_environment_from_langfuse_variable(receiver: OTLPReceiver, monkeypatch:
     monkeypatch.setenv("LANGFUSE_TRACING_ENVIRONMENT", "prod-eu")
     turn, obs, _ = record(receiver, True, **{"deployment.environment.name": "staging"})
     assert {o["environment"] for o in obs.values()} == {"prod-eu"}  # Langfuse's variable wins, as in its SDK
-    sink = LangfuseSink("http://127.0.0.1:9", public_key="pk", secret_key="sk")
+    sink = LangfuseExporter("http://127.0.0.1:9", public_key="pk", secret_key="sk")
     try:
-        assert {body["environment"] for _, body in sink.requests(turn, JUDGEMENT)} == {"prod-eu"}
+        assert {body["environment"] for _, body in sink.record_requests(judged(turn, JUDGEMENT))} == {"prod-eu"}
     finally:
         sink.shutdown(0.1)
 
@@ -258,9 +258,9 @@ def test_environment_from_langfuse_variable(receiver: OTLPReceiver, monkeypatch:
 def test_no_environment_means_langfuses_default(receiver: OTLPReceiver) -> None:
     turn, obs, _ = record(receiver, True)
     assert {o["environment"] for o in obs.values()} == {"default"}
-    sink = LangfuseSink("http://127.0.0.1:9", public_key="pk", secret_key="sk")
+    sink = LangfuseExporter("http://127.0.0.1:9", public_key="pk", secret_key="sk")
     try:
-        assert all("environment" not in body for _, body in sink.requests(turn, JUDGEMENT))
+        assert all("environment" not in body for _, body in sink.record_requests(judged(turn, JUDGEMENT)))
     finally:
         sink.shutdown(0.1)
 
@@ -270,9 +270,9 @@ def test_sampled_out_turns_get_no_scores() -> None:
     with OTLPReceiver() as rx, HttpRecorder() as rec:
         provider = TracerProvider(sampler=ALWAYS_OFF, shutdown_on_exit=False)
         provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=rx.traces_url)))
-        sink = LangfuseSink(rec.url, public_key="pk", secret_key="sk")
+        sink = LangfuseExporter(rec.url, public_key="pk", secret_key="sk")
         judge = FakeJudge(lambda r: {"faithfulness": 1.0, "context_relevance": 1.0, "answer_relevance": 1.0})
-        with Auditor(judge, audit_log=None, tracer_provider=provider, sinks=[sink]) as auditor:
+        with Auditor(judge, audit_log=None, tracer_provider=provider, exporters=[sink]) as auditor:
             for i in range(3):
                 turn = auditor.recorder.record_turn(make_turn(turn_id=f"t{i}"))
                 assert turn.trace_id is None and turn.span_id is None and turn.sampled_out
@@ -290,9 +290,9 @@ def test_a_retried_score_the_backend_stored_is_not_duplicated() -> None:
     retry carries the same id, and Langfuse upserts by id (``id: body.id || randomUUID()``)."""
     with HttpRecorder() as rec:
         rec.delays = [1.5, 0.0, 1.5, 0.0]  # each score's first attempt: stored, answered after the client gave up
-        sink = LangfuseSink(rec.url, public_key="pk", secret_key="sk", timeout_s=0.5, backoff_s=0.01,
+        sink = LangfuseExporter(rec.url, public_key="pk", secret_key="sk", timeout_s=0.5, backoff_s=0.01,
                             max_retries=2, batch_size=1)
-        sink.emit(make_turn(trace_id="ab" * 16, span_id="cd" * 8, relevant_ids=None), JUDGEMENT)
+        sink.export([judged(make_turn(trace_id="ab" * 16, span_id="cd" * 8, relevant_ids=None), JUDGEMENT)])
         assert sink.force_flush(20)
         stats = sink.stats()
         sink.shutdown()

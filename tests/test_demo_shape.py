@@ -1,4 +1,4 @@
-"""Behaviour unchanged by the record/exporter refactoring: the demo's spans, audit lines and sink
+"""Behaviour unchanged by the record/exporter refactoring: the demo's spans, audit lines and exporter
 payloads carry the same keys and values as before (ids, times and latencies aside).
 
 ``tests/data/demo_shape.json`` was written by ``python -m tests.support.demo_shape`` on the code
@@ -24,7 +24,7 @@ from tests.support.demo_shape import demo_shape
 _BEFORE = Path(__file__).parent / "data" / "demo_shape.json"
 
 
-def test_demo_spans_audit_lines_and_sink_payloads_are_unchanged() -> None:
+def test_demo_spans_audit_lines_and_exporter_payloads_are_unchanged() -> None:
     before = json.loads(_BEFORE.read_text(encoding="utf-8"))
     now = json.loads(json.dumps(demo_shape(), sort_keys=True))
     assert sorted(now) == sorted(before)

@@ -67,13 +67,18 @@ OLD_MODULE_NAMES = [("ragaudit", "evaluate"), ("ragaudit.evaluation", "evaluate"
                     ("ragaudit.judges", "consistency"), ("ragaudit.judges", "ZScoreNormalizer"),
                     ("ragaudit.turn_audit", "judged_metrics"), ("ragaudit.turn_audit", "judged_labels"),
                     ("ragaudit.turn_audit", "JUDGED_MEASURES"), ("ragaudit.turn_audit", "JUDGED_PREFIX"),
-                    ("ragaudit.tracing.conventions", "ERROR_TYPE_TURN_ERROR")]
+                    ("ragaudit.tracing.conventions", "ERROR_TYPE_TURN_ERROR"),
+                    # one name per role: exporters are exporters everywhere
+                    ("ragaudit.tracing", "HttpSink"), ("ragaudit.tracing", "PhoenixSink"),
+                    ("ragaudit.tracing", "LangfuseSink"), ("ragaudit.tracing", "sinks"),
+                    ("ragaudit.tracing.evaluation_logs", "EvaluationLogSink"),
+                    ("ragaudit.auditor", "JudgementSink"), ("ragaudit.auditor", "BaseJudgementSink")]
 OLD_MEMBERS = [("ragaudit:Auditor", ("flush", "flush_turns", "content", "attach_source", "defer")),
                ("ragaudit:ChatRagJudge", ("protocol_name", "full_audit")),
                ("ragaudit.evaluation:RowResult", ("judged_metrics",)),
                ("ragaudit.tracing:SpanRecorder", ("content", "retrieval_span_ids")),
                ("ragaudit.tracing:AuditLog", ("content",)),
-               ("ragaudit.tracing.sinks:HttpSink", ("content",)),
+               ("ragaudit.tracing.http_exporters:HttpExporter", ("content", "emit", "bind_recorder", "requests")),
                ("ragaudit.content:ContentPolicy", ("content",)),
                ("ragaudit.integrations.langchain:RagAuditCallbackHandler", ("flush",)),
                ("ragaudit.integrations.llamaindex:LlamaIndexInstrumentation", ("flush",))]
@@ -91,14 +96,15 @@ def test_members_renamed_before_the_first_release_are_gone(owner: str, old: tupl
     assert [member for member in old if hasattr(cls, member)] == []
 
 
-@pytest.mark.parametrize("module", ["ragaudit.online", "ragaudit.judged"])
+@pytest.mark.parametrize("module", ["ragaudit.online", "ragaudit.judged", "ragaudit.tracing.sinks", "ragaudit._sink"])
 def test_modules_renamed_before_the_first_release_are_gone(module: str) -> None:
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module(module)
 
 
 def test_keywords_renamed_before_the_first_release_are_refused(tmp_path: Path) -> None:
-    from ragaudit import ChatRagJudge, SqliteCache
+    from ragaudit import Auditor, ChatRagJudge, SqliteCache
+    from ragaudit.integrations.otlp import Worker
     from ragaudit.metrics import evaluate
 
     with pytest.raises(TypeError, match="timeout"):
@@ -107,3 +113,7 @@ def test_keywords_renamed_before_the_first_release_are_refused(tmp_path: Path) -
         SqliteCache(tmp_path / "c.sqlite", timeout=2.0)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="judged_only"):
         evaluate({"q": {"d": 1.0}}, {"q": {"d": 1}}, ["map"], judged_only=False)  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="sinks"):
+        Auditor(audit_log=None, sinks=[])  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="sinks"):
+        Worker(sinks=[])  # type: ignore[call-arg]

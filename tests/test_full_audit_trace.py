@@ -16,12 +16,13 @@ from ragaudit.citations import find_citations
 from ragaudit.integrations import closer_for
 from ragaudit.judges.chat import ChatRagJudge
 from ragaudit.records import DocumentGrade, Judgement, RagTurn, Retrieval, RetrievedDoc, SentenceVerdict
-from ragaudit.tracing import LangfuseSink, PhoenixSink, SpanRecorder
+from ragaudit.tracing import LangfuseExporter, PhoenixExporter, SpanRecorder
 from ragaudit.tracing import conventions as c
 from ragaudit.tracing.files import read_audit_log
 from tests.support.http_recorder import HttpRecorder
 from tests.support.judges import open_judge
 from tests.support.llm_server import LLMServer
+from tests.support.records import judged
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -80,11 +81,10 @@ def test_phoenix_document_annotations_from_grades_and_langfuse_graded_scores() -
     recorder = SpanRecorder(provider)
     traced = recorder.record_turn(TURN)
     with HttpRecorder() as rec:
-        phoenix = PhoenixSink(rec.url + "/v1/traces")
-        phoenix.bind_recorder(recorder)
-        phoenix.emit(traced, JUDGEMENT)
-        langfuse = LangfuseSink(rec.url, public_key="pk", secret_key="sk")
-        langfuse.emit(traced, JUDGEMENT)
+        phoenix = PhoenixExporter(rec.url + "/v1/traces")
+        phoenix.export([judged(traced, JUDGEMENT, recorder)])
+        langfuse = LangfuseExporter(rec.url, public_key="pk", secret_key="sk")
+        langfuse.export([judged(traced, JUDGEMENT, recorder)])
         assert phoenix.force_flush(10) and langfuse.force_flush(10)
         phoenix.shutdown()
         langfuse.shutdown()

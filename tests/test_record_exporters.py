@@ -58,7 +58,7 @@ class Collect(BaseExporter):
 def test_every_exporter_gets_the_same_record_with_every_derived_value() -> None:
     first, second = Collect(), Collect()
     seen: list[tuple[RagTurn, Judgement]] = []
-    auditor = Auditor(LexicalJudge(), audit_log=None, sinks=[first, second],
+    auditor = Auditor(LexicalJudge(), audit_log=None, exporters=[first, second],
                       on_judgement=lambda turn, judgement: seen.append((turn, judgement)))
     try:
         for n in range(5):
@@ -83,7 +83,7 @@ def test_every_exporter_gets_the_same_record_with_every_derived_value() -> None:
 
 def test_a_turn_with_no_evidence_ends_as_an_unjudged_record() -> None:
     exporter = Collect()
-    auditor = Auditor(LexicalJudge(), audit_log=None, sinks=[exporter])
+    auditor = Auditor(LexicalJudge(), audit_log=None, exporters=[exporter])
     try:
         assert auditor.record_unjudged(_turn(1, documents=()), "no_evidence") is True
         assert auditor.force_flush(10)
@@ -126,9 +126,27 @@ def test_a_record_needs_a_judgement_or_a_reason() -> None:
         AuditRecord(turn=_turn(), content_policy=policy, judgement=Judgement(judge="j"), unjudged="dropped")
 
 
-def test_a_sink_that_is_no_exporter_is_refused_at_construction() -> None:
+def test_an_object_that_is_no_exporter_is_refused_at_construction() -> None:
     with pytest.raises(ConfigurationError, match="Exporter"):
-        Auditor(LexicalJudge(), audit_log=None, sinks=[object()])  # type: ignore[list-item]
+        Auditor(LexicalJudge(), audit_log=None, exporters=[object()])  # type: ignore[list-item]
+
+
+def test_an_object_of_the_old_emit_shape_is_told_what_to_implement() -> None:
+    """The interface before exporters (``emit(turn, judgement)``, ``bind_recorder``) is gone: such an
+    object is refused when the Auditor is made, naming what to implement instead."""
+
+    class OldShape:
+        def emit(self, turn: RagTurn, judgement: Judgement) -> None: ...
+        def force_flush(self, timeout_s: float = 30.0) -> bool: return True
+        def shutdown(self, timeout_s: float = 30.0) -> None: ...
+        def bind_recorder(self, recorder: object) -> None: ...
+        errors = 0
+
+    with pytest.raises(ConfigurationError) as raised:
+        Auditor(LexicalJudge(), audit_log=None, exporters=[OldShape()])  # type: ignore[list-item]
+    message = str(raised.value)
+    assert "missing export" in message and "emit(turn, judgement)" in message
+    assert "ragaudit.BaseExporter" in message and "export(records) -> ExportResult" in message
 
 
 def test_a_raising_exporter_is_counted_and_the_others_still_get_the_record(caplog: pytest.LogCaptureFixture) -> None:
@@ -137,7 +155,7 @@ def test_a_raising_exporter_is_counted_and_the_others_still_get_the_record(caplo
             raise RuntimeError("backend gone")
 
     after = Collect()
-    auditor = Auditor(LexicalJudge(), audit_log=None, sinks=[Broken(), after])
+    auditor = Auditor(LexicalJudge(), audit_log=None, exporters=[Broken(), after])
     try:
         with caplog.at_level(logging.WARNING, logger="ragaudit"):
             auditor.submit(_turn())
@@ -145,8 +163,8 @@ def test_a_raising_exporter_is_counted_and_the_others_still_get_the_record(caplo
     finally:
         auditor.shutdown(10)
     assert len(after.records) == 1
-    assert auditor.stats()["sink_errors"] == 1 and auditor.stats()["judged"] == 1
-    assert any("sink Broken failed" in r.getMessage() for r in caplog.records)
+    assert auditor.stats()["export_errors"] == 1 and auditor.stats()["judged"] == 1
+    assert any("exporter Broken failed" in r.getMessage() for r in caplog.records)
 
 
 # -- issue 23 item 7: say when judging is failing ------------------------------------------------------

@@ -141,7 +141,7 @@ def test_the_global_meter_provider_is_used_and_without_an_sdk_nothing_is_lost() 
     try:
         auditor.submit(_turn(0))
         assert auditor.force_flush(10.0)
-        assert auditor.stats()["judged"] == 1 and auditor.stats()["sink_errors"] == 0
+        assert auditor.stats()["judged"] == 1 and auditor.stats()["export_errors"] == 0
     finally:
         auditor.shutdown(10.0)
     reader = InMemoryMetricReader()

@@ -6,7 +6,7 @@ Five runs send their spans through the real OTLP/HTTP exporter to a real receive
 docs.langchain.com/oss/python/langchain/rag, with the real ``ChatOpenAI`` against the loopback
 chat-completions server), a LlamaIndex ``FunctionAgent`` (the real ``OpenAI`` LLM), a failing run
 (the retriever raises) and an LLM-judged run (``ChatRagJudge`` against a second loopback server, with
-:class:`EvaluationLogSink` sending the ``gen_ai.evaluation.result`` log records to the same receiver).
+:class:`EvaluationLogExporter` sending the ``gen_ai.evaluation.result`` log records to the same receiver).
 
 Every ``gen_ai.*`` key must be a name of ``opentelemetry-semantic-conventions``' GenAI registry
 (``_incubating.attributes.gen_ai_attributes``), or one of the evaluator names proposed in
@@ -39,7 +39,7 @@ from ragaudit.integrations import closer_for
 from ragaudit.judges import ChatRagJudge
 from ragaudit.judges.lexical import LexicalJudge
 from ragaudit.tracing import conventions as c
-from ragaudit.tracing.evaluation_logs import EvaluationLogSink
+from ragaudit.tracing.evaluation_logs import EvaluationLogExporter
 from tests.support.judges import open_judge
 from tests.support.llm_server import LLMServer, Reply, ToolCall
 from tests.support.otlp_receiver import OTLPReceiver
@@ -347,8 +347,8 @@ def judged_spans(rx: OTLPReceiver, judge_srv: LLMServer) -> tuple[list[dict[str,
 
     provider = otlp_provider(rx, "conformance-judged")
     judge = open_judge(ChatRagJudge, judge_srv, protocol="three-score")
-    logs = EvaluationLogSink(endpoint=rx.endpoint, resource={"service.name": "conformance-judged"})
-    auditor = Auditor(judge, audit_log=None, tracer_provider=provider, sinks=[logs])
+    logs = EvaluationLogExporter(endpoint=rx.endpoint, resource={"service.name": "conformance-judged"})
+    auditor = Auditor(judge, audit_log=None, tracer_provider=provider, exporters=[logs])
     handler = RagAuditCallbackHandler(auditor=auditor, tracer_provider=provider)
     try:
         rag_chain(KB().retriever).invoke(QUESTIONS[0], config={"callbacks": [handler],

@@ -69,7 +69,7 @@ def test_a_four_turn_session_one_judge_call_contradiction_with_both_sentences(se
                                                                                clock: Clock) -> None:
     kept = Kept()
     judge = open_judge(ChatRagJudge, server)
-    with auditor(judge, clock, sinks=[kept]) as a:
+    with auditor(judge, clock, exporters=[kept]) as a:
         for i, (q, ans) in enumerate(TURNS, start=1):
             a.submit(turn(i, q, ans))
         assert a.force_flush(10)
@@ -99,7 +99,7 @@ def test_a_four_turn_session_one_judge_call_contradiction_with_both_sentences(se
 
 def test_resolved_and_unresolved_sessions_told_apart(server: LLMServer, clock: Clock) -> None:
     kept = Kept()
-    with auditor(open_judge(ChatRagJudge, server), clock, sinks=[kept]) as a:
+    with auditor(open_judge(ChatRagJudge, server), clock, exporters=[kept]) as a:
         a.submit(turn(1, "How long do refunds take?", "Refunds take 14 days.", session="good"))
         a.submit(turn(1, "Can I return opened software?", "I don't know.", session="bad"))
         a.submit(turn(2, "Can I return opened software?", "I don't know.", session="bad"))
@@ -116,7 +116,7 @@ def test_resolved_and_unresolved_sessions_told_apart(server: LLMServer, clock: C
 def test_caps_drop_the_oldest_and_count_it(clock: Clock) -> None:
     kept = Kept()
     judge = FakeJudge(lambda r: {"faithfulness": 1.0}, session=lambda req: {"resolved": "partly"})
-    with auditor(judge, clock, max_sessions=2, max_session_turns=2, sinks=[kept]) as a:
+    with auditor(judge, clock, max_sessions=2, max_session_turns=2, exporters=[kept]) as a:
         for sid in ("a", "b", "c"):  # "a" is pushed out by "c"
             a.submit(turn(1, "q", "A.", session=sid))
             a.force_flush(5)
@@ -136,7 +136,7 @@ def test_caps_drop_the_oldest_and_count_it(clock: Clock) -> None:
 def test_partial_sessions_sampled_out_and_unseen_are_flagged(clock: Clock) -> None:
     kept = Kept()
     judge = FakeJudge(lambda r: {"faithfulness": 1.0}, session=lambda req: {"resolved": "yes"})
-    with auditor(judge, clock, sample_rate=0.5, sinks=[kept]) as a:
+    with auditor(judge, clock, sample_rate=0.5, exporters=[kept]) as a:
         for i in range(1, 21):
             a.submit(turn(i, f"q{i}", "A.", session="s"))
         # a conversation this process sees from its third turn on (another replica had the first two)
@@ -173,7 +173,7 @@ def test_idle_detection_by_the_injected_clock_only(clock: Clock) -> None:
 def test_none_where_the_judge_gave_nothing(server: LLMServer, clock: Clock) -> None:
     server.rule = lambda body: "no json here" if is_session_request(body) else judge_rule(body)
     kept = Kept()
-    with auditor(open_judge(ChatRagJudge, server), clock, sinks=[kept]) as a:
+    with auditor(open_judge(ChatRagJudge, server), clock, exporters=[kept]) as a:
         a.submit(turn(1, "How long do refunds take?", "Refunds take 14 days."))
         a.force_flush(10)
         a.end_session("s1")
@@ -203,7 +203,7 @@ def test_a_judge_without_sessions_gives_a_verdict_with_its_error(clock: Clock) -
     from ragaudit import LexicalJudge
 
     kept = Kept()
-    with auditor(LexicalJudge(), clock, sinks=[kept]) as a:
+    with auditor(LexicalJudge(), clock, exporters=[kept]) as a:
         a.submit(turn(1, "How long do refunds take?", "Refunds take 14 days."))
         a.force_flush(5)
     [record] = kept.sessions
@@ -220,7 +220,7 @@ def test_a_session_judged_at_once_at_shutdown_is_never_lost(clock: Clock) -> Non
 
     for i in range(40):
         kept = Kept()
-        with auditor(LexicalJudge(), Clock(), sinks=[kept]) as a:
+        with auditor(LexicalJudge(), Clock(), exporters=[kept]) as a:
             a.submit(turn(1, "How long do refunds take?", "Refunds take 14 days.", session=f"s{i}"))
         assert [r.session_id for r in kept.sessions] == [f"s{i}"], i
         assert a.stats()["sessions_failed"] == 1 and a.stats()["sessions_pending"] == 0
@@ -249,7 +249,7 @@ def test_session_records_are_validated() -> None:
 def test_turns_still_being_judged_at_shutdown_end_in_their_session(clock: Clock) -> None:
     kept = Kept()
     judge = FakeJudge(lambda r: {"faithfulness": 1.0}, session=lambda req: {"resolved": "yes"})
-    with auditor(judge, clock, sinks=[kept]) as a:
+    with auditor(judge, clock, exporters=[kept]) as a:
         for i in range(1, 4):
             a.submit(turn(i, f"q{i}", "A.", session="closing"))
         # no flush: the turns are still queued or being judged when shutdown begins

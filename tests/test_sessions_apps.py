@@ -99,7 +99,7 @@ def run(judge_llm: LLMServer) -> Iterator[Callable[..., Any]]:
 
     def go(app: Callable[[Auditor], None], **options: Any) -> dict[str, Any]:
         clock, kept = Clock(), Kept()
-        auditor = Auditor(open_judge(ChatRagJudge, judge_llm), audit_log=None, handle_signals=False, sinks=[kept],
+        auditor = Auditor(open_judge(ChatRagJudge, judge_llm), audit_log=None, handle_signals=False, exporters=[kept],
                           sessions=SessionTracking(clock=clock, session_idle_s=300, **options))
         made.append(auditor)
         app(auditor)

@@ -20,9 +20,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from ragaudit import Auditor, ChatRagJudge, SessionTracking
 from ragaudit.evaluation.audit_log import report_from_audit_log
 from ragaudit.tracing import conventions as c
-from ragaudit.tracing.evaluation_logs import EvaluationLogSink
+from ragaudit.tracing.evaluation_logs import EvaluationLogExporter
 from ragaudit.tracing.files import read_audit_log
-from ragaudit.tracing.sinks import LangfuseSink
+from ragaudit.tracing.http_exporters import LangfuseExporter
 from tests.support.http_recorder import HttpRecorder
 from tests.support.judges import open_judge
 from tests.support.llm_server import LLMServer
@@ -40,10 +40,10 @@ def run(tmp_path: Path) -> Iterator[dict[str, Any]]:
     log_provider = LoggerProvider()
     log_provider.add_log_record_processor(SimpleLogRecordProcessor(logs))
     with LLMServer(judge_rule) as srv, HttpRecorder() as langfuse:
-        sink = LangfuseSink(langfuse.url, public_key="pk-lf-1", secret_key="sk-lf-1")
+        sink = LangfuseExporter(langfuse.url, public_key="pk-lf-1", secret_key="sk-lf-1")
         audit_log = tmp_path / "audit.jsonl"
         with Auditor(open_judge(ChatRagJudge, srv), tracer_provider=provider, audit_log=audit_log,
-                     handle_signals=False, sinks=[EvaluationLogSink(log_provider), sink],
+                     handle_signals=False, exporters=[EvaluationLogExporter(log_provider), sink],
                      sessions=SessionTracking(clock=lambda: 0.0)) as auditor:
             traced = []
             for i, (q, a) in enumerate(TURNS, start=1):

@@ -36,7 +36,7 @@ class Exporter(Protocol):
     were judged; it must not block for long (an exporter that talks to the network queues and
     sends from a worker of its own). ``force_flush`` and ``shutdown`` return within *timeout_s*
     (the Auditor also abandons them at its deadline). ``errors`` counts items that never reached
-    their destination; the Auditor adds it to ``stats()["sink_errors"]``. Never raise into the
+    their destination; the Auditor adds it to ``stats()["export_errors"]``. Never raise into the
     Auditor: a raise from ``export`` is counted as one error per record of the batch.
     """
 

@@ -1,4 +1,4 @@
-"""The ``ragaudit`` logger and a rate-limited warning, shared by the Auditor, integrations and sinks."""
+"""The ``ragaudit`` logger and a rate-limited warning, shared by the Auditor, integrations and exporters."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Ground-truth retrieval metrics of one turn, for its span, its audit line and the sinks.
+"""Ground-truth retrieval metrics of one turn, for its span, its audit line and the exporters.
 
-At the bottom floor so tracing (sinks), the auditor and the integrations all reach it without an
+At the bottom floor so tracing (exporters), the auditor and the integrations all reach it without an
 upward import.
 """
 

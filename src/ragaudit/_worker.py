@@ -1,6 +1,6 @@
 """The one background worker: every job ragaudit runs off the host's threads runs on a BatchWorker.
 
-Judging (the Auditor), turn closing, the sinks' deliveries, closing abandoned LlamaIndex streams, the
+Judging (the Auditor), turn closing, the exporters' deliveries, closing abandoned LlamaIndex streams, the
 sync-to-async bridge of judges and the calls that must not outlive a deadline (exporter flushes at
 exit, SIGTERM) all go through this one class, in the style of OpenTelemetry's
 ``BatchSpanProcessor``:
@@ -628,8 +628,8 @@ def call_on(worker: BatchWorker[Callable[[], None]], fn: Callable[[], R]) -> con
 def call_with_deadline(fn: Callable[[], R], timeout_s: float) -> tuple[bool, R | None]:
     """Run *fn* on a worker thread and wait at most *timeout_s* for it: ``(finished, result)``.
 
-    For calls into code we do not control that may block on the network (an exporter's flush, a
-    sink's shutdown): the caller's deadline holds whatever they do; a call still running then is
+    For calls into code we do not control that may block on the network (an exporter's flush, an
+    exporter's shutdown): the caller's deadline holds whatever they do; a call still running then is
     left to finish on its daemon thread. An exception from *fn* is re-raised here.
     """
     future = call_on(_calls_worker(), fn)

@@ -1,15 +1,15 @@
 """What ragaudit records of the texts it sees: the one [`ContentPolicy`][ragaudit.content.ContentPolicy], and secret
 scrubbing.
 
-Every text that leaves the process — span attributes and events, audit-log fields, sink payloads,
+Every text that leaves the process — span attributes and events, audit-log fields, exporter payloads,
 ragaudit's own log lines — goes through a [`ContentPolicy`][ragaudit.content.ContentPolicy] (the Auditor builds one and
-hands it to its span recorder, audit log and sinks). The policy decides, per kind of text:
+hands it to its span recorder, audit log and exporters). The policy decides, per kind of text:
 
 - **content** (question, answer, documents, prompts, metadata keys and values, citation markers, the
   judge's raw reply): recorded only with content capture on;
 - **the judge's reason**: recorded with content capture on, or when the user opted in to keeping it
   on its own (``capture_reason=True``);
-- **errors** (judge failures, host exceptions, sink replies): with capture on, their text; with
+- **errors** (judge failures, host exceptions, exporter replies): with capture on, their text; with
   capture off, only their type, HTTP status and a fixed message of ours — an error text quotes
   whatever the failing party saw (a 400 that echoes the prompt, a parse error quoting the reply);
 - **identifiers** (ids, sources, names): always recorded.
@@ -19,7 +19,7 @@ passed through the user's ``redact`` hook (contained: any exception, ``BaseExcep
 withholds the text and never escapes), then cut when a limit applies.
 
 Secrets are process-wide, because a key is a key whichever Auditor sees it echoed: API keys and
-header values of the judge clients and sinks (registered when they are built), userinfo and query
+header values of the judge clients and exporters (registered when they are built), userinfo and query
 values of their URLs and of the budget store's, the values of ``OTEL_EXPORTER_OTLP_*HEADERS``, the
 credentials in ``OTEL_EXPORTER_OTLP_*ENDPOINT`` URLs, and the values of environment variables
 whose names look like keys or tokens (re-read at most once a second). A logging filter on the
@@ -502,7 +502,7 @@ class ContentPolicy:
         return f"{kind} (HTTP {status}): {ERROR_WITHHELD}" if status is not None else f"{kind}: {ERROR_WITHHELD}"
 
     def body(self, value: str | None, *, status: int | None = None, limit: int | None = 200) -> str:
-        """A reply body from a backend (a sink's HTTP error) for a log line: its text with capture on,
+        """A reply body from a backend (an exporter's HTTP error) for a log line: its text with capture on,
         else only the status."""
         if self.capture_content and value:
             return self.text(value, limit)

@@ -713,7 +713,7 @@ class CitationCheck:
 
 @dataclass(frozen=True, slots=True)
 class TurnAudit:
-    """Everything derived from one fully audited turn, for spans, the audit log, sinks and reports.
+    """Everything derived from one fully audited turn, for spans, the audit log, exporters and reports.
 
     ``metrics`` are the graded retrieval metrics (None without grades); ``citation_checks`` one per
     explicit citation; ``citation_precision``/``citation_recall`` the ALCE scores (see

@@ -455,7 +455,7 @@ class SessionRecord:
 class SessionExporter(Protocol):
     """An exporter that also records judged sessions: the Auditor's export stage gives it batches of
     [`SessionRecord`][ragaudit.SessionRecord] (on the same thread as the turns' records) when it has this method. The
-    judge spans, the audit log and the Langfuse sink have it; an exporter of yours may add it."""
+    judge spans, the audit log and the Langfuse exporter have it; an exporter of yours may add it."""
 
     def export_sessions(self, records: Sequence[SessionRecord]) -> ExportResult:
         """Take a batch of session records; never raise (a raise is counted as one error per record)."""

@@ -17,7 +17,7 @@ from ragaudit.demo.kb import QRELS, QUESTIONS
 from ragaudit.demo.pipelines import build_langchain_chain
 from ragaudit.integrations import closer_for
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
-from ragaudit.tracing import PhoenixSink
+from ragaudit.tracing import PhoenixExporter
 from tests.support.phoenix import PhoenixServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -38,8 +38,8 @@ def traced_run(phoenix: PhoenixServer) -> dict[str, Any]:
                                                         "openinference.project.name": project}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=phoenix.otlp_http_endpoint)))
     judged: list[tuple[RagTurn, Judgement]] = []
-    sink = PhoenixSink(phoenix.base_url)
-    auditor = Auditor(LexicalJudge(), tracer_provider=provider, audit_log=None, sinks=[sink],
+    sink = PhoenixExporter(phoenix.base_url)
+    auditor = Auditor(LexicalJudge(), tracer_provider=provider, audit_log=None, exporters=[sink],
                       on_judgement=lambda t, j: judged.append((t, j)))
     handler = RagAuditCallbackHandler(auditor=auditor, tracer_provider=provider)
     chain = build_langchain_chain()

@@ -32,7 +32,7 @@ from ragaudit import Auditor, ChatRagJudge
 from ragaudit.content import SECRET_MARKER
 from ragaudit.integrations import closer_for
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
-from ragaudit.tracing import LangfuseSink, PhoenixSink
+from ragaudit.tracing import LangfuseExporter, PhoenixExporter
 from tests.reliability._support import rag_chain
 from tests.reliability.conftest import Traced
 from tests.support.http_recorder import HttpRecorder
@@ -135,9 +135,9 @@ def run_three_turns(settings: dict[str, Any], server: LLMServer, traced: Traced,
             backend.status, backend.error_body = 401, sink_error
         judge = ChatRagJudge(client=openai.OpenAI(base_url=server.base_url, api_key="sk-matrix-0000", max_retries=0))
         audit = tmp_path / "audit.jsonl"
-        auditor = Auditor(judge, audit_log=audit, tracer_provider=traced.provider, **settings, sinks=[
-            PhoenixSink(phoenix.url, api_key="phx-matrix-key", max_retries=0),
-            LangfuseSink(langfuse.url, public_key="pk-lf-matrix", secret_key="sk-lf-matrix", max_retries=0)])
+        auditor = Auditor(judge, audit_log=audit, tracer_provider=traced.provider, **settings, exporters=[
+            PhoenixExporter(phoenix.url, api_key="phx-matrix-key", max_retries=0),
+            LangfuseExporter(langfuse.url, public_key="pk-lf-matrix", secret_key="sk-lf-matrix", max_retries=0)])
         handler = RagAuditCallbackHandler(auditor=auditor)
         chain = rag_chain(CanaryRetriever(), FakeListChatModel(responses=[f"{ANSWER} Refunds take 14 days."]))
         config: Any = {"callbacks": [handler], "metadata": {META_KEY: META_VALUE}}
@@ -152,7 +152,7 @@ def run_three_turns(settings: dict[str, Any], server: LLMServer, traced: Traced,
             stats = auditor.stats()
         # Every turn recorded and counted: two judged turns (one failed), three turn spans.
         assert (stats["submitted"], stats["judged"], stats["failed"], stats["pending"]) == (2, 1, 1, 0), stats
-        assert stats["sink_errors"] > 0
+        assert stats["export_errors"] > 0
         assert len(traced.spans("ragaudit.turn")) == 3 and len(traced.spans("ragaudit.judge")) == 2
         assert phoenix.requests and langfuse.requests  # the sinks sent, and got the 401 with our canary
         return texts(traced, audit, phoenix, langfuse, caplog)
@@ -235,10 +235,11 @@ def test_no_credential_is_ever_recorded(way: str, traced: Traced, tmp_path: Path
                                    api_key=PROXY_KEY if way.startswith("proxy") else "sk-matrix-1111",
                                    default_headers={"x-api-key": GATEWAY_KEY})
             judge = ChatRagJudge(client=client)
-        sinks = [PhoenixSink(phoenix.url, api_key=PHOENIX_KEY, max_retries=0),
-                 LangfuseSink(langfuse.url, public_key="pk-lf-credentials", secret_key=LANGFUSE_SECRET, max_retries=0)]
+        sinks = [PhoenixExporter(phoenix.url, api_key=PHOENIX_KEY, max_retries=0),
+                 LangfuseExporter(langfuse.url, public_key="pk-lf-credentials", secret_key=LANGFUSE_SECRET,
+                                  max_retries=0)]
         audit = tmp_path / "audit.jsonl"
-        auditor = Auditor(judge, audit_log=audit, tracer_provider=traced.provider, sinks=sinks,
+        auditor = Auditor(judge, audit_log=audit, tracer_provider=traced.provider, exporters=sinks,
                           capture_content=True)
         handler = RagAuditCallbackHandler(auditor=auditor)
         chain = rag_chain(CanaryRetriever(), FakeListChatModel(responses=["Refunds take 14 days."]))

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from ragaudit import Auditor, Judgement, LexicalJudge, RagTurn, RetrievedDoc
-from ragaudit.tracing import LangfuseSink, PhoenixSink
+from ragaudit.tracing import LangfuseExporter, PhoenixExporter
 from tests.support.http_recorder import HttpRecorder
+from tests.support.records import judged
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGIN_PAGE = b"<!doctype html><html><head><title>Sign in</title></head><body><form>...</form></body></html>"
@@ -35,12 +36,12 @@ JUDGEMENT = Judgement(faithfulness=0.9, context_relevance=0.8, answer_relevance=
 
 
 @pytest.mark.parametrize("sink_kind", ["phoenix", "langfuse"])
-def test_a_200_html_login_page_is_a_failure_counted_in_sink_errors(sink_kind: str) -> None:
+def test_a_200_html_login_page_is_a_failure_counted_in_export_errors(sink_kind: str) -> None:
     with HttpRecorder() as backend:
         backend.ok_body, backend.ok_content_type = LOGIN_PAGE, "text/html; charset=utf-8"
-        sink = (PhoenixSink(backend.url, max_retries=0) if sink_kind == "phoenix"
-                else LangfuseSink(backend.url, public_key="pk", secret_key="sk", max_retries=0))
-        auditor = Auditor(LexicalJudge(), mode="inline", audit_log=None, sinks=[sink])
+        sink = (PhoenixExporter(backend.url, max_retries=0) if sink_kind == "phoenix"
+                else LangfuseExporter(backend.url, public_key="pk", secret_key="sk", max_retries=0))
+        auditor = Auditor(LexicalJudge(), mode="inline", audit_log=None, exporters=[sink])
         try:
             assert auditor.submit(_turn()) == "judged"
             delivered = auditor.force_flush(10)
@@ -49,14 +50,14 @@ def test_a_200_html_login_page_is_a_failure_counted_in_sink_errors(sink_kind: st
         assert backend.requests, "the sink did post"
     assert not delivered  # flush says truthfully that the scores did not arrive
     assert sink.stats()["sent"] == 0  # nothing counted as delivered: every score was answered with HTML
-    assert auditor.stats()["sink_errors"] >= 1
-    assert sink.errors == auditor.stats()["sink_errors"]
+    assert auditor.stats()["export_errors"] >= 1
+    assert sink.errors == auditor.stats()["export_errors"]
 
 
 def test_a_200_json_answer_is_delivered() -> None:
     with HttpRecorder() as backend:
-        sink = PhoenixSink(backend.url, max_retries=0)
-        sink.emit(_turn(), JUDGEMENT)
+        sink = PhoenixExporter(backend.url, max_retries=0)
+        sink.export([judged(_turn(), JUDGEMENT)])
         assert sink.force_flush(10)
         sink.shutdown()
     assert sink.errors == 0 and sink.stats()["sent"] >= 1
@@ -94,7 +95,7 @@ def test_full_disk_one_lost_line_is_counted_once(tmp_path: Path) -> None:
     print(json.dumps(auditor.stats()))
     """, tmp_path)
     assert out["judged"] == 1
-    assert out["sink_errors"] == 1  # one line lost, counted once (it was counted twice)
+    assert out["export_errors"] == 1  # one line lost, counted once (it was counted twice)
 
 
 def test_after_a_transient_error_the_lost_count_equals_the_lines_missing(tmp_path: Path) -> None:
@@ -126,4 +127,4 @@ def test_after_a_transient_error_the_lost_count_equals_the_lines_missing(tmp_pat
     assert out["lines"] == out["distinct"]  # no line written twice
     missing = out["judged"] - out["lines"]
     assert missing == 3  # lines 5-7: the cut line 4 was finished by the next write
-    assert out["sink_errors"] == missing
+    assert out["export_errors"] == missing

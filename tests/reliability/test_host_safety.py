@@ -213,7 +213,7 @@ def test_read_only_working_directory_constructs_and_traces(tmp_path: Path) -> No
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"\n{cwd_note}: {out['stats']}")
     assert out["answers"] == ["Returns take 30 days."] * 3
-    assert out["stats"]["judged"] == 3 and out["stats"]["sink_errors"] == 3  # each audit line counted
+    assert out["stats"]["judged"] == 3 and out["stats"]["export_errors"] == 3  # each audit line counted
     assert out["flushed"] is False  # and said so: not everything was delivered
     assert "ragaudit.turn" in out["spans"] and "ragaudit.judge" in out["spans"]  # traces still flow
     assert proc.stderr.count("cannot open audit log") == 1  # logged once
@@ -228,7 +228,7 @@ def test_full_disk_is_counted_and_shutdown_never_raises() -> None:
     assert auditor.force_flush(10) is False
     auditor.shutdown(5)  # must not raise (closing the file cannot write its buffer either)
     stats = auditor.stats()
-    assert stats["judged"] == 5 and stats["sink_errors"] >= 5
+    assert stats["judged"] == 5 and stats["export_errors"] >= 5
 
 
 # -- deadlines -----------------------------------------------------------------------------------
@@ -237,29 +237,29 @@ DEADLINE_CHILD = """
     import json, socket, sys, time
     mode = sys.argv[2]
     from ragaudit import Auditor, FakeJudge, RagTurn, RetrievedDoc, tracing
-    from ragaudit._sink import BaseJudgementSink
-    from ragaudit.tracing.sinks import LangfuseSink
+    from ragaudit import BaseExporter, ExportResult
+    from ragaudit.tracing.http_exporters import LangfuseExporter
     hole = socket.socket(); hole.bind(("127.0.0.1", 0)); hole.listen(128)   # connects, never answers
     black = f"http://127.0.0.1:{hole.getsockname()[1]}"
     gone = socket.socket(); gone.bind(("127.0.0.1", 0)); refused = f"http://127.0.0.1:{gone.getsockname()[1]}"
     gone.close()
 
-    class SilentSink(BaseJudgementSink):   # a backend that never answers anything
-        def emit(self, turn, judgement): pass
+    class SilentExporter(BaseExporter):   # a backend that never answers anything
+        def export(self, records): return ExportResult.SUCCESS
         def force_flush(self, timeout_s=30.0): time.sleep(3600); return True
         def shutdown(self, timeout_s=30.0): time.sleep(3600)
 
-    sinks = []
+    exporters = []
     if mode == "otlp_blackholed":
         tracing.configure(endpoint=black)
     elif mode == "otlp_refused":
         tracing.configure(endpoint=refused)
-    elif mode == "sink_blackholed":
-        sinks = [LangfuseSink(black, public_key="pk", secret_key="sk")]
+    elif mode == "exporter_blackholed":
+        exporters = [LangfuseExporter(black, public_key="pk", secret_key="sk")]
     else:
-        sinks = [SilentSink()]
+        exporters = [SilentExporter()]
     aud = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log="audit.jsonl", exit_timeout_s=2.0,
-                  sinks=sinks)
+                  exporters=exporters)
     docs = (RetrievedDoc(id="d1", content="Returns within 30 days.", rank=1),)
     ids = dict(trace_id="0" * 31 + "1", span_id="0" * 15 + "1")
     for i in range(40):
@@ -271,7 +271,7 @@ DEADLINE_CHILD = """
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["otlp_blackholed", "otlp_refused", "sink_blackholed", "sink_silent"])
+@pytest.mark.parametrize("mode", ["otlp_blackholed", "otlp_refused", "exporter_blackholed", "exporter_silent"])
 def test_flush_and_exit_hold_their_deadlines_whatever_the_backend_does(tmp_path: Path, mode: str) -> None:
     proc, _ = run_child(DEADLINE_CHILD, str(tmp_path), mode, timeout=60)
     ended = time.time()

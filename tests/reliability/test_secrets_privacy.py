@@ -22,7 +22,7 @@ from langchain_core.documents import Document
 from ragaudit import Auditor, ChatRagJudge, FakeJudge
 from ragaudit.integrations import closer_for
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
-from ragaudit.tracing import LangfuseSink, PhoenixSink
+from ragaudit.tracing import LangfuseExporter, PhoenixExporter
 from ragaudit.tracing.files import read_audit_log
 from tests.reliability._support import FixedRetriever, rag_chain
 from tests.reliability.conftest import Traced
@@ -175,9 +175,9 @@ def test_capture_off_records_no_text(how: str, server: LLMServer, traced: Traced
     log = tmp_path / "audit.jsonl"
     with OTLPReceiver() as receiver, HttpRecorder() as backend:
         traced.provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=receiver.traces_url)))
-        sink = LangfuseSink(backend.url, public_key="pk", secret_key="sk-lf")
+        sink = LangfuseExporter(backend.url, public_key="pk", secret_key="sk-lf")
         auditor = Auditor(judge, audit_log=log, tracer_provider=traced.provider, capture_content=capture,
-                          sinks=[sink])
+                          exporters=[sink])
         handler = RagAuditCallbackHandler(auditor=auditor, tracer_provider=traced.provider, capture_content=capture)
         with caplog.at_level(logging.DEBUG, logger="ragaudit"):
             answer = canary_chain().invoke(f"Refunds {CANARIES['question']}?",
@@ -230,8 +230,8 @@ def test_redact_reaches_every_recorded_text(wiring: str, server: LLMServer, trac
     judge = ChatRagJudge(base_url=server.base_url, api_key="test", timeout_s=5, max_retries=0)
     log = tmp_path / "audit.jsonl"
     with HttpRecorder() as backend:
-        sinks = [LangfuseSink(backend.url, public_key="pk", secret_key="sk-lf"),
-                 PhoenixSink(backend.url)]
+        sinks = [LangfuseExporter(backend.url, public_key="pk", secret_key="sk-lf"),
+                 PhoenixExporter(backend.url)]
         if wiring == "handler_judge":
             # The handler gets its judge's Auditor (audit log in the working directory, no sinks);
             # its redact travels with each of its turns.
@@ -241,7 +241,7 @@ def test_redact_reaches_every_recorded_text(wiring: str, server: LLMServer, trac
             auditor = handler.auditor
             assert handler.recorder.content_policy.redact is redact
         else:
-            auditor = Auditor(judge, audit_log=log, tracer_provider=traced.provider, redact=redact, sinks=sinks)
+            auditor = Auditor(judge, audit_log=log, tracer_provider=traced.provider, redact=redact, exporters=sinks)
             handler = RagAuditCallbackHandler(auditor=auditor)
         document = Document(page_content=f"Card {SECRET} was refunded in 14 days.", id="refunds",
                             metadata={"source": f"tickets/{SECRET}.md", "holder": {"card": SECRET}})

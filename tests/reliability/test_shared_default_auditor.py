@@ -25,7 +25,7 @@ import pytest
 from ragaudit import Auditor, FakeJudge
 from ragaudit.integrations import _common, closer_for
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
-from ragaudit.tracing import LangfuseSink, PhoenixSink
+from ragaudit.tracing import LangfuseExporter, PhoenixExporter
 from ragaudit.tracing import conventions as c
 from ragaudit.tracing.files import read_audit_log
 from tests.reliability._support import chroma_store, rag_chain
@@ -220,7 +220,7 @@ def test_llamaindex_instrument_shares_the_default_auditor_and_keeps_each_policy(
 
 
 @pytest.mark.parametrize("setting", ["redact", "capture_off"])
-def test_handler_policy_stricter_than_its_auditor_reaches_audit_log_spans_and_sinks(
+def test_handler_policy_stricter_than_its_auditor_reaches_audit_log_spans_and_exporters(
         setting: str, traced: Traced, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     log = tmp_path / "audit.jsonl"
     shown = {"n": 0}
@@ -231,8 +231,8 @@ def test_handler_policy_stricter_than_its_auditor_reaches_audit_log_spans_and_si
 
     with HttpRecorder() as backend:
         auditor = Auditor(FakeJudge(judge), audit_log=log, tracer_provider=traced.provider,
-                          sinks=[LangfuseSink(backend.url, public_key="pk", secret_key="sk-lf"),
-                                 PhoenixSink(backend.url)])
+                          exporters=[LangfuseExporter(backend.url, public_key="pk", secret_key="sk-lf"),
+                                 PhoenixExporter(backend.url)])
         kwargs: dict[str, Any] = {"redact": redact} if setting == "redact" else {"capture_content": False}
         handler = RagAuditCallbackHandler(auditor=auditor, **kwargs)  # no longer refused: it reaches everything
         plain_handler = RagAuditCallbackHandler(auditor=auditor)

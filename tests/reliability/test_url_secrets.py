@@ -114,13 +114,14 @@ def test_credentials_in_an_otlp_endpoint_variable_are_scrubbed(monkeypatch: pyte
     assert key not in text and password not in text
 
 
-def test_evaluation_log_sink_registers_its_endpoint_and_headers() -> None:
+def test_evaluation_log_exporter_registers_its_endpoint_and_headers() -> None:
     pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
-    from ragaudit.tracing.evaluation_logs import EvaluationLogSink
+    from ragaudit.tracing.evaluation_logs import EvaluationLogExporter
 
     token = "logs-Bearer-Token-0f1e2d3c4b5a"
     password = "logs-Passw0rd-99aa11bb"
-    sink = EvaluationLogSink(endpoint=f"http://u:{password}@127.0.0.1:9", headers={"Authorization": f"Bearer {token}"})
+    sink = EvaluationLogExporter(endpoint=f"http://u:{password}@127.0.0.1:9",
+                                 headers={"Authorization": f"Bearer {token}"})
     try:
         text = scrub(f"refused: Bearer {token} at u:{password}@127.0.0.1")
     finally:

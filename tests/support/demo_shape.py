@@ -1,7 +1,7 @@
-"""The shape of what the demo records: span attributes and events, audit lines, sink payloads.
+"""The shape of what the demo records: span attributes and events, audit lines, exporter payloads.
 
 Runs the offline demo pipelines (LangChain and LlamaIndex) through one Auditor that also has a
-Phoenix and a Langfuse sink (pointed at a loopback recorder), and reduces everything recorded to
+Phoenix and a Langfuse exporter (pointed at a loopback recorder), and reduces everything recorded to
 its keys and values with ids, times and latencies left out. ``tests/test_demo_shape.py`` compares
 this with the shape recorded before the exporter refactoring (``tests/data/demo_shape.json``);
 ``python -m tests.support.demo_shape OUT.json`` writes a new one.
@@ -46,7 +46,7 @@ def demo_shape() -> dict[str, Any]:
     from ragaudit.auditor import Auditor
     from ragaudit.demo import run as demo
     from ragaudit.judges.lexical import LexicalJudge
-    from ragaudit.tracing import LangfuseSink, PhoenixSink, read_audit_log, read_spans
+    from ragaudit.tracing import LangfuseExporter, PhoenixExporter, read_audit_log, read_spans
     from tests.support.http_recorder import HttpRecorder
 
     out: dict[str, Any] = {}
@@ -54,9 +54,9 @@ def demo_shape() -> dict[str, Any]:
         for framework in ("langchain", "llamaindex"):
             traces, audit_log = Path(tmp, f"{framework}-spans.jsonl"), Path(tmp, f"{framework}-audit.jsonl")
             provider = demo._tracer_provider(traces, None)
-            sinks = [PhoenixSink(backend.url, max_retries=0),
-                     LangfuseSink(backend.url, public_key="pk-demo", secret_key="sk-demo", max_retries=0)]
-            auditor = Auditor(LexicalJudge(), audit_log=audit_log, tracer_provider=provider, sinks=sinks)
+            exporters = [PhoenixExporter(backend.url, max_retries=0),
+                         LangfuseExporter(backend.url, public_key="pk-demo", secret_key="sk-demo", max_retries=0)]
+            auditor = Auditor(LexicalJudge(), audit_log=audit_log, tracer_provider=provider, exporters=exporters)
             result = demo.DemoResult(framework, "stand-in", "lexical")
             runner = demo._run_langchain if framework == "langchain" else demo._run_llamaindex
             try:
@@ -79,7 +79,7 @@ def demo_shape() -> dict[str, Any]:
                     for item in (r["body"]["data"] if isinstance(r["body"], dict) and "data" in r["body"]
                                  else [r["body"]])]
             backend.requests.clear()
-            out[f"{framework}.sinks"] = sorted(sent, key=_key)
+            out[f"{framework}.exporters"] = sorted(sent, key=_key)
     return out
 
 

@@ -96,15 +96,15 @@ def otlp() -> None:
 
 
 def langfuse() -> None:
-    from ragaudit.tracing import LangfuseSink
+    from ragaudit.tracing import LangfuseExporter
 
-    LangfuseSink(host="http://127.0.0.1:9", public_key="pk", secret_key="sk").shutdown(1)
+    LangfuseExporter(host="http://127.0.0.1:9", public_key="pk", secret_key="sk").shutdown(1)
 
 
 def phoenix() -> None:
-    from ragaudit.tracing import PhoenixSink
+    from ragaudit.tracing import PhoenixExporter
 
-    PhoenixSink(endpoint="http://127.0.0.1:9").shutdown(1)
+    PhoenixExporter(endpoint="http://127.0.0.1:9").shutdown(1)
 
 
 def _cli(*argv: str) -> None:

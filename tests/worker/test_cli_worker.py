@@ -53,13 +53,13 @@ def test_signal_judges_in_flight_and_exits_cleanly(sig: int, collector: Any) -> 
     collector.wait_for_logs(3)
 
 
-def test_sink_option_adds_an_exporter(collector: Any, tmp_path: Any) -> None:
-    out = tmp_path / "sink.txt"
+def test_exporter_option_adds_an_exporter(collector: Any, tmp_path: Any) -> None:
+    out = tmp_path / "exported.txt"
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "OPENAI_"))}
-    env.update(PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}", RAGAUDIT_TEST_SINK_FILE=str(out))
+    env.update(PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}", RAGAUDIT_TEST_EXPORT_FILE=str(out))
     proc = subprocess.Popen([sys.executable, "-m", "ragaudit.cli", "worker", "--port", str(port), "--otlp-endpoint",
-                             collector.endpoint, "--sink", "tests.worker.file_sink:FileSink"], env=env,
+                             collector.endpoint, "--exporter", "tests.worker.file_exporter:FileExporter"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = f"http://127.0.0.1:{port}"

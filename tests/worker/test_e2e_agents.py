@@ -21,7 +21,7 @@ from tests.support.judges import open_judge
 from tests.support.llm_server import LLMServer
 from tests.worker.apps.langchain_agents import STYLES, agent_reply, make_store
 from tests.worker.conftest import rag_rule, run_app, wait_for
-from tests.worker.file_sink import Records
+from tests.worker.file_exporter import Records
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -70,7 +70,7 @@ def test_agent_through_the_worker_gives_the_handlers_records(style: str, app_llm
     expected = {turn.query: shown(turn) for turn in _in_process(style, app_llm)}
     with LLMServer() as judge_srv:
         records = Records()
-        worker = make_worker(judge=open_judge(ChatRagJudge, judge_srv, protocol="three-score"), sinks=[records])
+        worker = make_worker(judge=open_judge(ChatRagJudge, judge_srv, protocol="three-score"), exporters=[records])
         env = {"OPENAI_BASE_URL": app_llm.base_url, "OPENAI_API_KEY": "test",
                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": worker.url + "/v1/traces"}
         printed = run_app("tests.worker.apps.langchain_agents", [style], env)

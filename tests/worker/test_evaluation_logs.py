@@ -1,5 +1,5 @@
 """gen_ai.evaluation.result as OTel log records in-process (issue 28 items 1-2): an Auditor with the
-EvaluationLogSink, the real Logs SDK and OTLP log exporter, a real OTLP receiver."""
+EvaluationLogExporter, the real Logs SDK and OTLP log exporter, a real OTLP receiver."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from ragaudit import Auditor, LexicalJudge, RagTurn, RetrievedDoc
 from ragaudit.errors import ConfigurationError
-from ragaudit.tracing.evaluation_logs import EVALUATED_RESPONSE_ID, EVALUATED_SPAN_ID, EvaluationLogSink
+from ragaudit.tracing.evaluation_logs import EVALUATED_RESPONSE_ID, EVALUATED_SPAN_ID, EvaluationLogExporter
 
 TRACE, TURN_SPAN, LLM_SPAN = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331", "00f067aa0ba902b7"
 
@@ -21,8 +21,8 @@ def _turn(**metadata: Any) -> RagTurn:
 
 
 def test_log_records_on_the_evaluated_span(collector: Any, memory_provider: Any, memory_exporter: Any) -> None:
-    sink = EvaluationLogSink(endpoint=collector.endpoint)
-    auditor = Auditor(LexicalJudge(), mode="inline", tracer_provider=memory_provider, audit_log=None, sinks=[sink])
+    sink = EvaluationLogExporter(endpoint=collector.endpoint)
+    auditor = Auditor(LexicalJudge(), mode="inline", tracer_provider=memory_provider, audit_log=None, exporters=[sink])
     assert auditor.submit(_turn(**{EVALUATED_SPAN_ID: LLM_SPAN, EVALUATED_RESPONSE_ID: "chatcmpl-7"})) == "judged"
     assert auditor.force_flush(10) and sink.force_flush(10)
     logs = collector.wait_for_logs(3)
@@ -41,8 +41,8 @@ def test_log_records_on_the_evaluated_span(collector: Any, memory_provider: Any,
 
 
 def test_without_an_evaluated_span_the_turn_span_and_no_completion_id(collector: Any) -> None:
-    sink = EvaluationLogSink(endpoint=collector.endpoint)
-    auditor = Auditor(LexicalJudge(), mode="inline", audit_log=None, sinks=[sink], capture_content=False)
+    sink = EvaluationLogExporter(endpoint=collector.endpoint)
+    auditor = Auditor(LexicalJudge(), mode="inline", audit_log=None, exporters=[sink], capture_content=False)
     auditor.submit(_turn())
     assert sink.force_flush(10)
     logs = collector.wait_for_logs(3)
@@ -53,8 +53,8 @@ def test_without_an_evaluated_span_the_turn_span_and_no_completion_id(collector:
 
 
 def test_failed_exports_are_counted() -> None:
-    sink = EvaluationLogSink(endpoint="http://127.0.0.1:9")  # nothing listens there
-    auditor = Auditor(LexicalJudge(), mode="inline", audit_log=None, sinks=[sink])
+    sink = EvaluationLogExporter(endpoint="http://127.0.0.1:9")  # nothing listens there
+    auditor = Auditor(LexicalJudge(), mode="inline", audit_log=None, exporters=[sink])
     auditor.submit(_turn())
     sink.force_flush(20)
     assert sink.errors == 3
@@ -63,4 +63,4 @@ def test_failed_exports_are_counted() -> None:
 
 def test_bad_arguments_named() -> None:
     with pytest.raises(ConfigurationError, match="logger_provider"):
-        EvaluationLogSink(logger_provider=object())
+        EvaluationLogExporter(logger_provider=object())

@@ -105,7 +105,7 @@ def test_tier1_restarted_while_workers_hold_traces(tmp_path: Path, redis: RedisS
     """A slow judge (0.3 s a call) keeps turns waiting at the workers; tier 1 is restarted (SIGTERM: it
     drains its batch processor and exporters) while they do. Tier 1 held nothing it did not deliver: every
     turn is judged exactly once. The judge spans the workers exported while it was down are retried by
-    their exporter or counted as not exported (``sink_errors``); none is missing uncounted."""
+    their exporter or counted as not exported (``export_errors``); none is missing uncounted."""
     turns = 60
     with OTLPReceiver() as backend, LLMServer(delay=0.3) as judge:
         with fleet(tmp_path, backend, judge, redis.url, max_calls=1000) as f:
@@ -117,7 +117,7 @@ def test_tier1_restarted_while_workers_hold_traces(tmp_path: Path, redis: RedisS
             outputs.append(send_load(f.gateway_url, turns, "second"))
             stats = wait_decided(f, 2 * turns)
             judged = _total(stats, "turns_judged")
-            not_exported = _total(stats, "sink_errors")
+            not_exported = _total(stats, "export_errors")
             wait_for(lambda: len(backend.spans_named("ragaudit.judge")) >= judged - not_exported, timeout=60,
                      what="every exported judge span at the backend")
             spans = backend.spans_named("ragaudit.judge")

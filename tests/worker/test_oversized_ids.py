@@ -3,9 +3,9 @@
 
 A 10 MB ``session.id`` used to travel uncapped on the session evaluation events and log records: the
 export batch reached ~84 MB, the exporter dropped it whole (0 of the judge spans, 0 of the session
-spans at the receiver) and ``sink_errors`` stayed 0. Now every string attribute of every span, span
+spans at the receiver) and ``export_errors`` stayed 0. Now every string attribute of every span, span
 event, link and log record goes through the content policy's cap (8,192 characters,
-``docs/guides/content.md``), and what an exporter fails to deliver is in ``stats()["sink_errors"]``.
+``docs/guides/content.md``), and what an exporter fails to deliver is in ``stats()["export_errors"]``.
 Real parts: OTel SDK spans over OTLP/HTTP into the worker, the loopback judge through the ``openai``
 SDK, a real OTLP receiver that refuses bodies over 20 MiB as the Collector does by default.
 """
@@ -69,10 +69,10 @@ def test_a_10_mb_session_id_is_capped_and_every_judgement_arrives(make_worker: A
     assert len(session_logs) == 4
     assert all(len(r["attributes"]["session.id"]) <= CAP + 48 for r in session_logs)
     assert all(r.get("status") != 413 for r in collector.requests)
-    assert stats["auditor"]["sink_errors"] == 0 and stats["turns_judged"] == len(CONVERSATION)
+    assert stats["auditor"]["export_errors"] == 0 and stats["turns_judged"] == len(CONVERSATION)
 
 
-def test_an_export_the_backend_refuses_is_counted_in_sink_errors_and_stats(make_worker: Any,
+def test_an_export_the_backend_refuses_is_counted_in_export_errors_and_stats(make_worker: Any,
                                                                            collector: Any) -> None:
     collector.max_body_bytes = 200  # every export batch is "too large" for this backend
     clock = Clock()
@@ -82,9 +82,9 @@ def test_an_export_the_backend_refuses_is_counted_in_sink_errors_and_stats(make_
         clock.now += 2.5  # past quiet_s: the trace is complete
         wait_for(lambda: worker.stats()["turns_judged"] == 1, what="the judgement")
         assert not worker.auditor.force_flush(30)  # said truthfully: nothing was delivered
-        wait_for(lambda: worker.stats()["auditor"]["sink_errors"] >= 4, what="the refused exports counted")
+        wait_for(lambda: worker.stats()["auditor"]["export_errors"] >= 4, what="the refused exports counted")
         with urllib.request.urlopen(worker.url + "/stats", timeout=10) as reply:
             served = json.load(reply)
     assert any(r.get("status") == 413 for r in collector.requests)
     # One judge span and three evaluation log records that never reached the backend, each counted.
-    assert served["auditor"]["sink_errors"] >= 4
+    assert served["auditor"]["export_errors"] >= 4

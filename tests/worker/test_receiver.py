@@ -24,7 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.worker.conftest import wait_for
-from tests.worker.file_sink import Records
+from tests.worker.file_exporter import Records
 from tests.worker.spans import ANSWER, DOCS, QUESTION, SpanMaker, encode, genai_trace, rag_trace
 
 
@@ -200,7 +200,7 @@ def test_error_turn_ends_as_a_record_with_its_reason(make_worker: Any, clock: Cl
     # As in-process: every finished turn ends as a record; a failed one says why it was not judged, and
     # the Auditor counts it (score metrics and the records' readers count it by reason).
     records = Records()
-    worker = make_worker(clock=clock, tick_s=0.02, sinks=[records])
+    worker = make_worker(clock=clock, tick_s=0.02, exporters=[records])
     assert post(worker.url + "/v1/traces", encode(rag_trace(SpanMaker(), fail=True)))[0] == 200
     clock.now += 2.5
     wait_for(lambda: worker.stats()["turns_found"] == 1, what="the turn read")

@@ -7,7 +7,6 @@ modules of this package (or of the floor below, where judges and tracing share t
 from __future__ import annotations
 
 from .._sampling import sampled
-from .._sink import BaseJudgementSink, JudgementSink
 from .._turn_metrics import DEFAULT_TURN_MEASURES, turn_metrics
 from ._auditor import Auditor, OnJudgement, Submission, SubmitStatus
 from ._draining import Upstream
@@ -17,9 +16,7 @@ from ._sessions import SessionTracking
 __all__ = [
     "DEFAULT_TURN_MEASURES",
     "Auditor",
-    "BaseJudgementSink",
     "Budget",
-    "JudgementSink",
     "OnJudgement",
     "SessionTracking",
     "Submission",

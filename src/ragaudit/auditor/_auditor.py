@@ -21,7 +21,6 @@ from .._lifecycle import flush_on_sigterm, track
 from .._log import RateLimitedLog
 from .._numbers import check_number
 from .._sampling import sampled
-from .._sink import BaseJudgementSink, JudgementSink
 from .._turn_metrics import turn_metrics
 from .._worker import BatchWorker, on_fork_in_child, run_jobs
 from ..content import ContentPolicy, log_exception
@@ -31,7 +30,7 @@ from ..records import UNSUBMITTED_REASONS, AuditRecord, Judgement, JudgeRequest,
 from ..turn_audit import COMPUTE, audit_record
 from ._admission import Admission, JudgingPace
 from ._draining import Draining
-from ._exporting import ExportStage, LegacySinkExporter, OnJudgementExporter
+from ._exporting import ExportStage, OnJudgementExporter
 from ._first_run import say_where_things_are
 from ._governor import NOT_SENT, Budget, CostControl
 from ._judge_health import JudgeFailureLog, judge_context
@@ -45,7 +44,7 @@ if TYPE_CHECKING:
 
     from ..tracing.spans import SpanRecorder
 
-__all__ = ["Auditor", "JudgementSink", "OnJudgement", "Submission", "SubmitStatus"]
+__all__ = ["Auditor", "OnJudgement", "Submission", "SubmitStatus"]
 
 logger = logging.getLogger("ragaudit")
 
@@ -137,16 +136,19 @@ def _metrics(turn: RagTurn, policy: ContentPolicy) -> Any:
         return None
 
 
-def _as_exporters(sinks: Iterable[Any]) -> list[Exporter]:
+def _as_exporters(given: Iterable[Any]) -> list[Exporter]:
+    """*given* as exporters; anything that is not one is a ConfigurationError naming what to implement."""
     out: list[Exporter] = []
-    for sink in sinks:
-        if isinstance(sink, Exporter):
-            out.append(sink)
-        elif isinstance(sink, JudgementSink):
-            out.append(LegacySinkExporter(sink))
-        else:
-            raise ConfigurationError(f"sink {sink!r} does not implement Exporter (export, force_flush, shutdown, "
-                                     "errors): derive it from ragaudit.BaseExporter")
+    for exporter in given:
+        if isinstance(exporter, Exporter):
+            out.append(exporter)
+            continue
+        missing = ", ".join(name for name in ("export", "force_flush", "shutdown", "errors")
+                            if not hasattr(exporter, name))
+        old = (" (emit(turn, judgement) is not part of it: export gets a batch of AuditRecords, each with its .turn "
+               "and .judgement)") if hasattr(exporter, "emit") else ""
+        raise ConfigurationError(f"exporters: {exporter!r} is not an Exporter (missing {missing}){old}; derive it "
+                                 "from ragaudit.BaseExporter and implement export(records) -> ExportResult")
     return out
 
 
@@ -157,7 +159,7 @@ class Auditor(Admission, SessionJudging, Draining):
     judges on threads of a second one); [`submit`][ragaudit.Auditor.submit] hands it a turn without blocking and
     without raising. Constructing an Auditor starts no thread and opens no file: threads start
     with the first turn, the audit log opens with its first line (a failure there is counted in
-    ``sink_errors`` and logged once, and the traces still flow). An Auditor nobody references any
+    ``export_errors`` and logged once, and the traces still flow). An Auditor nobody references any
     more stops its threads and closes its file (its worker threads hold it weakly). At most
     *max_queue* turns wait or are being judged; past that a turn is
     **dropped and counted**, never lost silently. At most *max_concurrency* judgements run at once,
@@ -180,21 +182,21 @@ class Auditor(Admission, SessionJudging, Draining):
     batches, on the export thread ([`Exporter`][ragaudit.Exporter]): the OTel judge span (through
     *tracer_provider* or the global one; a child of the turn's span, or with
     ``judge_trace="separate"`` the root of its own trace linked to the turn, so the turn's trace
-    lasts as long as the answer did), the JSONL *audit_log* (``None`` to disable), every *sinks*
-    entry (exporters; sinks of the older ``emit(turn, judgement)`` interface are adapted),
-    and *on_judgement(turn, judgement)*. A judge or sink that fails is recorded
-    (judgement ``error``, ``stats()["sink_errors"]``), never raised.
+    lasts as long as the answer did), the JSONL *audit_log* (``None`` to disable), every *exporters*
+    entry (each an [`Exporter`][ragaudit.Exporter]; derive yours from [`BaseExporter`][ragaudit.BaseExporter]),
+    and *on_judgement(turn, judgement)*. A judge or exporter that fails is recorded
+    (judgement ``error``, ``stats()["export_errors"]``), never raised.
 
-    Every text recorded (spans, audit log, sinks, ragaudit's log lines) goes through one
+    Every text recorded (spans, audit log, exporters, ragaudit's log lines) goes through one
     [`ContentPolicy`][ragaudit.content.ContentPolicy], [`content_policy`][ragaudit.Auditor.content_policy], made of
     *capture_content* (None: the ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` setting), *capture_reason* (keep
     the judge's reason even with capture off; None: as *capture_content*) and *redact*. A turn an integration
     handler submits carries the handler's content policy and tracer provider
     ([`content_policy_for`][ragaudit.Auditor.content_policy_for], [`submit`][ragaudit.Auditor.submit]); that turn's
-    record, hence its judge span, audit-log line, sink records and log lines, follow them, so handlers with different
+    record, hence its judge span, audit-log line, exports and log lines, follow them, so handlers with different
     settings share one Auditor (one set of threads, one file) and none of them has its texts recorded more
     loosely than it asked. Known secrets (API keys,
-    credential headers and URL parts of the judge client and sinks, key-like environment variables,
+    credential headers and URL parts of the judge client and exporters, key-like environment variables,
     OTLP headers) are scrubbed always; a *redact* that raises withholds the text, never the turn.
 
     Pending judgements are flushed at normal interpreter exit (within *exit_timeout_s*); a
@@ -237,7 +239,7 @@ class Auditor(Admission, SessionJudging, Draining):
         audit_log: str | os.PathLike[str] | None = "ragaudit-audit.jsonl",
         tracer_provider: Any = None,
         on_judgement: OnJudgement | None = None,
-        sinks: Iterable[Exporter | JudgementSink] = (),
+        exporters: Iterable[Exporter] = (),
         capture_content: bool | None = None,
         redact: Callable[[str], str] | None = None,
         capture_reason: bool | None = None,
@@ -257,17 +259,15 @@ class Auditor(Admission, SessionJudging, Draining):
     ) -> None:
         _check_arguments(mode, sample_rate, max_queue, max_closing, max_concurrency, timeout_s, on_judgement, redact)
         if mode == "worker":
-            check_worker_mode({"judge": judge is not None, "sample_rate": sample_rate != 1.0, "sinks": bool(sinks),
-                               "on_judgement": on_judgement is not None, "budget": budget is not None,
+            check_worker_mode({"judge": judge is not None, "sample_rate": sample_rate != 1.0,
+                               "exporters": bool(exporters), "on_judgement": on_judgement is not None,
+                               "budget": budget is not None,
                                "max_rps": max_rps is not None, "budget_store": budget_store is not None,
                                "judge_if": judge_if is not None, "retain_s": retain_s is not None})
         judge = _resolve_judge(judge) if mode != "worker" else WorkerModeJudge()
         self._cost = CostControl(judge, budget, max_rps, budget_store, budget_fail, pause_s, prices, judge_if,
                                  retain_s, max_retained)  # budgets, rate, pause, judge_if, feedback
-        sinks = tuple(sinks)
-        exporters = _as_exporters(sinks)
-        # Sinks of the older interface get the Auditor's recorder (their content policy, provider).
-        legacy = [sink for sink in sinks if isinstance(sink, BaseJudgementSink) or not isinstance(sink, Exporter)]
+        given = _as_exporters(exporters)
 
         from ..tracing.spans import SpanRecorder
 
@@ -280,16 +280,13 @@ class Auditor(Admission, SessionJudging, Draining):
         self.timeout_s = float(timeout_s)
         self.max_context_chars = max_context_chars
         self.exit_timeout_s = exit_timeout_s
-        self._sinks = tuple(exporters)
         # The one policy for every text this auditor and its exporters record.
         self._content_policy = ContentPolicy(capture_content=capture_content, capture_reason=capture_reason,
                                      redact=redact)
         self._policies = PolicyBook(self._content_policy, capture_content is not None or capture_reason is not None
                                     or redact is not None)
         self._recorder = SpanRecorder(tracer_provider, content=self._content_policy, judge_trace=judge_trace)
-        for sink in legacy:
-            sink.bind_recorder(self._recorder)
-        stage = self._exporters(audit_log, exporters, on_judgement, sessions, meter_provider)
+        stage = self._exporters(audit_log, given, on_judgement, sessions, meter_provider)
         # Sync-only judges (LexicalJudge, a user's BaseRagJudge with judge()) are called in
         # threads of a worker of ours, not through asyncio.to_thread: at interpreter exit the
         # default executor refuses new work, and exit is exactly when we flush.
@@ -310,7 +307,7 @@ class Auditor(Admission, SessionJudging, Draining):
         if handle_signals is not False:
             flush_on_sigterm(self, asked=handle_signals is True)
 
-    def _exporters(self, audit_log: str | os.PathLike[str] | None, sinks: Sequence[Exporter],
+    def _exporters(self, audit_log: str | os.PathLike[str] | None, given: Sequence[Exporter],
                    on_judgement: OnJudgement | None, sessions: SessionTracking | bool | None,
                    meter_provider: Any) -> list[Exporter]:
         from ..tracing._judge_spans import JudgeSpanExporter
@@ -324,10 +321,10 @@ class Auditor(Admission, SessionJudging, Draining):
             # Opened with its first line: a read-only working directory must not make constructing
             # an Auditor (or a handler) raise into the host; a failed write is counted instead.
             self._audit_log = AuditLog(audit_log, content=self._content_policy, lazy=True)
-        # Judge spans first: a sink may refer to them (Phoenix annotations need the span to exist).
+        # Judge spans first: an exporter may refer to them (Phoenix annotations need the span to exist).
         stage: list[Exporter] = [self._spans]
         stage += [self._audit_log] if self._audit_log is not None else []
-        stage += sinks
+        stage += given
         stage += [OnJudgementExporter(on_judgement)] if on_judgement is not None else []
         stage.append(ScoreMetricsExporter(meter_provider, judge_name=self.judge.name))
         return [*stage, *self._session_part(sessions)]  # the session tracker sees every record too
@@ -426,8 +423,8 @@ class Auditor(Admission, SessionJudging, Draining):
         """Hand *turn* over for judging. Never blocks (except in inline mode) and never raises.
 
         *content_policy* and *tracer_provider*: how the turn was traced (an integration handler's,
-        from [`content_policy_for`][ragaudit.Auditor.content_policy_for]); its record (judge span, audit-log line, sink
-        records, log lines) follows them. None: this auditor's.
+        from [`content_policy_for`][ragaudit.Auditor.content_policy_for]); its record (judge span, audit-log line,
+        exports, log lines) follows them. None: this auditor's.
 
         Returns ``"queued"``, ``"sampled_out"`` or ``"dropped"`` (queue full or auditor shut
         down); in inline mode ``"judged"`` or ``"failed"`` once the judgement is made; in worker
@@ -499,7 +496,7 @@ class Auditor(Admission, SessionJudging, Draining):
         self._closing = max(0, int(waiting))
 
     def stats(self) -> dict[str, int]:
-        """Counts: submitted, judged, failed, dropped, sampled_out, to_worker, pending, sink_errors, close_dropped,
+        """Counts: submitted, judged, failed, dropped, sampled_out, to_worker, pending, export_errors, close_dropped,
         closing, evidence_from_prompt and ``unjudged_<reason>`` for each of
         `UNSUBMITTED_REASONS`.
 
@@ -516,19 +513,19 @@ class Auditor(Admission, SessionJudging, Draining):
 
         One consistent snapshot (one lock): ``submitted == judged + failed + dropped + sampled_out
         + pending + to_worker`` plus the five not-sent reasons always holds, also while judgements are being
-        delivered (a turn judged after a thumbs-down was submitted twice: sampled out, then judged). ``sink_errors``
-        includes the sinks' own delivery failures (items a sink gave up on) and the judge spans' export
+        delivered (a turn judged after a thumbs-down was submitted twice: sampled out, then judged). ``export_errors``
+        includes the exporters' own delivery failures (items an exporter gave up on) and the judge spans' export
         failures (spans the exporters ragaudit installed could not deliver). ``closing`` is how
         many finished turns wait to be recorded in the integrations' closer above (as its closing
         thread last reported, at a batch) and
         ``close_dropped`` how many it dropped because *max_closing* were waiting already. ``backlog_bound``: how
         many turns may wait to be closed or judged before a new one is shed at hand-off (``dropped``).
         """
-        sink_errors = self._export.errors
+        export_errors = self._export.errors
         with self._lock:
             stats = {**self._counts, "pending": self._pending, "closing": self._closing,
                      "backlog_bound": self._backlog_bound()}
-        stats["sink_errors"] = sink_errors
+        stats["export_errors"] = export_errors
         stats.update(self._cost.stats(), **self._session_stats())
         return stats
 

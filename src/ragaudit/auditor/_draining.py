@@ -1,4 +1,4 @@
-"""Flushing and shutting down the Auditor: every deadline holds, whatever a judge, backend or sink does.
+"""Flushing and shutting down the Auditor: every deadline holds, whatever a judge, backend or exporter does.
 
 `Draining` is the Auditor's base class for these (its workers and exporters are the
 Auditor's); kept apart so the Auditor class stays about taking turns in. They go down the flow only:
@@ -108,15 +108,15 @@ class Draining:
 
     def force_flush(self, timeout_s: float | None = 30.0) -> bool:
         """Wait until every turn that ended before the call is recorded and judged, its spans
-        exported and the sinks flushed, whichever source produced it: the integrations' closer
+        exported and the exporters flushed, whichever source produced it: the integrations' closer
         above this Auditor (every [`Upstream`][ragaudit.auditor.Upstream] added) first closes its sources' ended turns
         and runs the close jobs handed over so far, then judging, export and each exporter's
         ``force_flush``, all within the one deadline.
 
         Returns within *timeout_s* (seconds) plus a few milliseconds whatever the trace backend or a
-        sink does (their flushes run on a worker thread and are abandoned at the deadline), and
+        exporter does (their flushes run on a worker thread and are abandoned at the deadline), and
         says truthfully whether everything was delivered: False when the time ran out, a span
-        export or a sink's flush did not succeed, or a delivery failed (``sink_errors`` grew)
+        export or an exporter's flush did not succeed, or a delivery failed (``export_errors`` grew)
         during the flush. Never raises.
         """
         deadline = None if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
@@ -131,7 +131,7 @@ class Draining:
         def remaining() -> float | None:
             return None if deadline is None else max(0.0, deadline - time.monotonic())
 
-        errors_before = self.stats()["sink_errors"]
+        errors_before = self.stats()["export_errors"]
         spans_failed_before = self._spans.spans_not_exported()
         ok = self._judging.force_flush(remaining())
         ok = self._export.worker.force_flush(remaining()) and ok
@@ -143,16 +143,16 @@ class Draining:
         if self._has_sessions():
             ok = self._judging.force_flush(remaining()) and ok
             ok = self._export.worker.force_flush(remaining()) and ok
-        # Exporters in order: spans first, as a sink may refer to them (Phoenix annotations need the
+        # Exporters in order: spans first, as an exporter may refer to them (Phoenix annotations need the
         # span to exist); the judge-span exporter flushes every provider turns were judged through.
         for exporter in self._export.exporters:
             ok = self._bounded(exporter.force_flush, remaining(), exporter) and ok
         stats = self.stats()
-        return (ok and stats["pending"] == 0 and stats["sink_errors"] == errors_before
+        return (ok and stats["pending"] == 0 and stats["export_errors"] == errors_before
                 and self._spans.spans_not_exported() == spans_failed_before)
 
     def _bounded(self, call: Callable[[float], bool], timeout_s: float | None, target: object) -> bool:
-        """Run a flush of code we do not control (an exporter, a sink) within *timeout_s*."""
+        """Run a flush of code we do not control (an exporter's) within *timeout_s*."""
         budget = 30.0 if timeout_s is None else timeout_s
         try:
             finished, result = call_with_deadline(lambda: call(budget), budget + _CALL_MARGIN_S)
@@ -168,14 +168,14 @@ class Draining:
         stops closing in the background, so the turns that ended before the call are judged too.
 
         Never raises, and returns within *timeout_s* plus a small margin whatever a judge, the trace
-        backend or a sink does. Turns submitted afterwards are counted as dropped. Returns False
+        backend or an exporter does. Turns submitted afterwards are counted as dropped. Returns False
         when something was not delivered by the deadline; what (judgements, turns, spans) is
         reported on stderr.
         """
         budget = self.exit_timeout_s if timeout_s is None else max(0.0, timeout_s)
         try:
             return self._shutdown(time.monotonic() + budget, budget)
-        except Exception as exc:  # never into the host (a full disk, a failing sink, ...)
+        except Exception as exc:  # never into the host (a full disk, a failing exporter, ...)
             self._job_failed(exc)
             return False
 
@@ -202,13 +202,13 @@ class Draining:
         self._export.worker.shutdown(0)
         for exporter in self._export.exporters:
             ok = self._bounded(_shutdown_call(exporter), remaining(), exporter) and ok
-        stats = self.stats()  # after the sinks' shutdown: what they could not deliver is counted now
+        stats = self.stats()  # after the exporters' shutdown: what they could not deliver is counted now
         if lost:
             report(f"{lost} judgement(s) still pending at shutdown were not recorded (flush timeout "
                    f"{budget:g}s); stats={stats}")
         if not ok and not lost:
-            report(f"spans or sink deliveries were not all confirmed at shutdown (flush timeout {budget:g}s; "
-                   f"{stats['sink_errors']} sink item(s) not delivered); stats={stats}")
+            report(f"spans or exporter deliveries were not all confirmed at shutdown (flush timeout {budget:g}s; "
+                   f"{stats['export_errors']} exporter item(s) not delivered); stats={stats}")
         return ok and not lost
 
     def _release_loop_clients(self, timeout_s: float) -> None:

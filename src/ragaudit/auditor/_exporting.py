@@ -1,12 +1,11 @@
 """The Auditor's export stage: every record to every exporter, in batches, on one BatchWorker.
 
 The judging loop hands each finished [`AuditRecord`][ragaudit.AuditRecord] to `ExportStage`; its
-worker thread gives batches of them to each exporter in turn (the judge span first: a sink may refer
-to it), then tells the Auditor they are delivered (so ``stats()`` counts a judgement once it is
+worker thread gives batches of them to each exporter in turn (the judge span first: an exporter may
+refer to it), then tells the Auditor they are delivered (so ``stats()`` counts a judgement once it is
 recorded everywhere). File and network work never runs on the judging loop.
 
-Also here: the exporters made of the Auditor's other arguments (`OnJudgementExporter`) and
-the adapter for sinks written against the old ``emit(turn, judgement)`` interface.
+Also here: the exporter made of the Auditor's ``on_judgement`` argument (`OnJudgementExporter`).
 """
 
 from __future__ import annotations
@@ -18,13 +17,12 @@ from typing import Any
 from .. import _fork
 from .._export import BaseExporter, Exporter, ExportResult
 from .._log import RateLimitedLog
-from .._sink import JudgementSink
 from .._worker import BatchWorker
 from ..content import ContentPolicy
 from ..records import AuditRecord, Judgement, RagTurn
 from ..sessions import SessionExporter, SessionRecord
 
-__all__ = ["ExportStage", "LegacySinkExporter", "OnJudgementExporter", "exporter_name"]
+__all__ = ["ExportStage", "OnJudgementExporter", "exporter_name"]
 
 logger = logging.getLogger("ragaudit")
 
@@ -55,7 +53,7 @@ class _Failures:
         with self._lock:
             self.count += count
         name = exporter_name(target)
-        self._log.warning(f"sink:{name}:{type(exc).__name__}", "ragaudit: sink %s failed: %s", name,
+        self._log.warning(f"export:{name}:{type(exc).__name__}", "ragaudit: exporter %s failed: %s", name,
                           policy.exception(exc))
 
     def reset(self) -> None:
@@ -63,16 +61,13 @@ class _Failures:
         self.count = 0
 
 
-class _PerJudgement(BaseExporter):
-    """An exporter that hands each judged record's turn and judgement to *target* (`deliver`);
+class OnJudgementExporter(BaseExporter):
+    """``Auditor(on_judgement=...)`` as an exporter: ``on_judgement(turn, judgement)`` per judged record;
     a raise is counted (``errors``) and logged, never passed on."""
 
-    def __init__(self, target: object) -> None:
-        self._target = target
+    def __init__(self, callback: OnJudgement) -> None:
+        self.callback = callback
         self._failures = _Failures()
-
-    def deliver(self, turn: RagTurn, judgement: Judgement) -> None:
-        raise NotImplementedError
 
     def export(self, records: Sequence[AuditRecord]) -> ExportResult:
         ok = True
@@ -80,48 +75,15 @@ class _PerJudgement(BaseExporter):
             if record.judgement is None:
                 continue
             try:
-                self.deliver(record.turn, record.judgement)
+                self.callback(record.turn, record.judgement)
             except Exception as exc:
                 ok = False
-                self._failures.add(self._target, exc, record.content_policy)
+                self._failures.add(self.callback, exc, record.content_policy)
         return ExportResult.SUCCESS if ok else ExportResult.FAILURE
 
     @property
     def errors(self) -> int:
         return self._failures.count
-
-
-class OnJudgementExporter(_PerJudgement):
-    """``Auditor(on_judgement=...)`` as an exporter: ``on_judgement(turn, judgement)`` per judged record."""
-
-    def __init__(self, callback: OnJudgement) -> None:
-        super().__init__(callback)
-        self.callback = callback
-
-    def deliver(self, turn: RagTurn, judgement: Judgement) -> None:
-        self.callback(turn, judgement)
-
-
-class LegacySinkExporter(_PerJudgement):
-    """A sink of the old interface (``emit(turn, judgement)``, [`JudgementSink`][ragaudit.auditor.JudgementSink])
-    as an exporter: each judged record is emitted; its flush, shutdown and errors are the sink's."""
-
-    def __init__(self, sink: JudgementSink) -> None:
-        super().__init__(sink)
-        self.sink = sink
-
-    def deliver(self, turn: RagTurn, judgement: Judgement) -> None:
-        self.sink.emit(turn, judgement)
-
-    def force_flush(self, timeout_s: float = 30.0) -> bool:
-        return bool(self.sink.force_flush(timeout_s))
-
-    def shutdown(self, timeout_s: float = 30.0) -> None:
-        self.sink.shutdown(timeout_s)
-
-    @property
-    def errors(self) -> int:
-        return self._failures.count + int(self.sink.errors)
 
 
 class ExportStage:

@@ -6,13 +6,13 @@ call with the messages that reached the model, all with OpenInference attributes
 OTLP exporter (``ragaudit.tracing.configure()``, or any OTel SDK setup) sends them to the
 OpenTelemetry Collector or straight to ``ragaudit worker``. The worker reads ragaudit's own spans
 like any other convention, assembles the same turn, judges it and writes the records (judge span,
-evaluation log records, its audit log and sinks). Judging then costs the app's interpreter nothing:
+evaluation log records, its audit log and exporters). Judging then costs the app's interpreter nothing:
 no judge calls, no parsing, no record, no judge span.
 
 Counted on the app's side: ``stats()["to_worker"]``, every turn handed over with its trace;
 a turn that has no trace (tracing not configured, or the sampler dropped its span) cannot reach
 the worker and is counted ``dropped``, with a warning. Sampling, budgets, rate limits, the judge
-and the sinks are the worker's (``ragaudit worker --sample-rate``, the Collector's
+and the exporters are the worker's (``ragaudit worker --sample-rate``, the Collector's
 ``tail_sampling``); giving them here is a [`ConfigurationError`][ragaudit.ConfigurationError].
 """
 
@@ -47,5 +47,5 @@ def check_worker_mode(given: Mapping[str, bool]) -> None:
     if ignored:
         raise ConfigurationError(
             f"Auditor(mode='worker') judges nothing in this process: {', '.join(ignored)} would have no "
-            "effect here; give them to the worker (ragaudit worker --sample-rate, a Worker(judge=..., sinks=...))"
+            "effect here; give them to the worker (ragaudit worker --sample-rate, a Worker(judge=..., exporters=...))"
         )

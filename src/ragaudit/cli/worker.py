@@ -53,9 +53,9 @@ def add_worker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
                    help="spans buffered; requests past this get 503 + Retry-After (default 1000000)")
     p.add_argument("--sample-rate", type=finite_float(0, 1), default=1.0, help="share of turns judged (default 1)")
     p.add_argument("--audit-log", default=None, help="also write a JSONL audit log here (default: none)")
-    p.add_argument("--sink", dest="sinks", action="append", default=[], metavar="MODULE:OBJECT",
+    p.add_argument("--exporter", dest="exporters", action="append", default=[], metavar="MODULE:OBJECT",
                    help="an exporter of audit records (or a zero-argument factory of one), e.g. "
-                   "ragaudit.tracing:PhoenixSink or ragaudit.tracing:LangfuseSink; repeatable")
+                   "ragaudit.tracing:PhoenixExporter or ragaudit.tracing:LangfuseExporter; repeatable")
     p.add_argument("--sessions", action="store_true",
                    help="also judge each conversation as a whole, once idle (route by session in the Collector: "
                    "see the scale guide)")
@@ -115,17 +115,17 @@ def _service_options(args: argparse.Namespace) -> dict[str, Any]:
             "max_inflight_bytes": args.max_inflight_bytes}
 
 
-def _sink(spec: str) -> Any:
+def _exporter(spec: str) -> Any:
     """The exporter named by *spec* (``module:object``): an instance, or a class / factory called once."""
     from .._export import Exporter
     from .eval import load_object
 
-    obj = load_object(spec, "--sink")
+    obj = load_object(spec, "--exporter")
     if isinstance(obj, type) or (callable(obj) and not isinstance(obj, Exporter)):
         try:
             obj = obj()
         except TypeError as exc:
-            raise ConfigurationError(f"--sink {spec!r} cannot be made without arguments: {exc}") from exc
+            raise ConfigurationError(f"--exporter {spec!r} cannot be made without arguments: {exc}") from exc
     return obj
 
 
@@ -142,7 +142,7 @@ def start_line(worker: Any, args: argparse.Namespace) -> str:
                if os.environ.get(name, "").strip()]
     if args.audit_log is not None:
         out.append(f"audit log {os.path.abspath(args.audit_log)}")
-    out.extend(f"sink {spec}" for spec in args.sinks)
+    out.extend(f"exporter {spec}" for spec in args.exporters)
     # The judge's repr: an LLM judge's names its model and (scrubbed) base URL.
     return (f"ragaudit worker: listening on {', '.join(listen)}; judge {scrub(repr(worker.auditor.judge))[:300]}; "
             f"judgements to {', '.join(out)}; "
@@ -165,7 +165,7 @@ def worker_command(args: argparse.Namespace) -> int:
         from ..judges.fitted import FittedJudge
 
         judge = FittedJudge.load(args.judge_config, judge=judge)
-    sinks = [_sink(spec) for spec in args.sinks]
+    exporters = [_exporter(spec) for spec in args.exporters]
     sessions = None
     if args.sessions:
         from ..auditor import SessionTracking
@@ -179,11 +179,12 @@ def worker_command(args: argparse.Namespace) -> int:
         log.setLevel(logging.INFO)
     worker = Worker(judge, host=args.host, port=args.port, otlp_endpoint=args.otlp_endpoint,
                     quiet_s=args.quiet_s, max_wait_s=args.max_wait_s, max_traces=args.max_traces,
-                    max_spans=args.max_spans, sample_rate=args.sample_rate, audit_log=args.audit_log, sinks=sinks,
+                    max_spans=args.max_spans, sample_rate=args.sample_rate, audit_log=args.audit_log,
+                    exporters=exporters,
                     shutdown_timeout_s=args.shutdown_timeout_s, grpc_port=args.grpc_port, sessions=sessions,
                     **_service_options(args))
     try:
-        # The start line goes to stderr itself, not through logging: whatever a --sink module did to
+        # The start line goes to stderr itself, not through logging: whatever an --exporter module did to
         # the logging configuration, the operator sees where the worker listens and what it does.
         worker.run(ready=lambda: print(start_line(worker, args), file=sys.stderr, flush=True))
     except OSError as exc:  # the port is taken, the address is not ours

@@ -259,7 +259,7 @@ def to_langfuse_queue(items: Iterable[ReviewItem], queue_id: str, *, host: str |
                       timeout_s: float = 30.0) -> dict[str, int]:
     """Add the trace of each of *items* to the Langfuse annotation queue *queue_id*.
 
-    *host* defaults as for [`LangfuseSink`][ragaudit.tracing.LangfuseSink] (``$LANGFUSE_BASE_URL``,
+    *host* defaults as for [`LangfuseExporter`][ragaudit.tracing.LangfuseExporter] (``$LANGFUSE_BASE_URL``,
     ``$LANGFUSE_HOST``, Langfuse Cloud), the keys to ``$LANGFUSE_PUBLIC_KEY`` / ``$LANGFUSE_SECRET_KEY``.
     Langfuse queues traces, so an item without a trace id (the app ran without tracing) is skipped and
     counted. Returns ``{"sent": n, "skipped": m}``.

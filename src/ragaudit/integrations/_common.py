@@ -294,7 +294,7 @@ def resolve_backend(
     that judge object); else `default_auditor`. The recorder of the handler's turns is
     [`Auditor.recorder_for`][ragaudit.Auditor.recorder_for] of the tracing settings (the auditor's own when none is
     given): the handler's turn spans and, since each turn is submitted with it, that turn's judge span, audit-log
-    line and sink records follow it. Raises [`ConfigurationError`][ragaudit.ConfigurationError] naming *owner* for
+    line and exporter records follow it. Raises [`ConfigurationError`][ragaudit.ConfigurationError] naming *owner* for
     contradictory arguments.
     """
     if judge is not None and auditor is not None:

@@ -106,7 +106,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
         tracer_provider, capture_content, redact: how this handler's turns are recorded
             (``capture_content`` None: on unless
             ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=NO_CONTENT``): its turn spans, and
-            each turn's judge span, audit-log line and sink payloads
+            each turn's judge span, audit-log line and exporter payloads
             ([`recorder_for`][ragaudit.Auditor.recorder_for]; with an auditor given content settings of its
             own, the stricter of both). When none is given, the auditor's recorder is used.
         max_runs: at most this many turns are tracked at once; beyond it the oldest open turn is

@@ -22,16 +22,16 @@ from .spans import SpanRecorder, TurnHandle, content_capture_from_env
 
 if TYPE_CHECKING:
     from .files import JsonlSpanExporter
+    from .http_exporters import HttpExporter, LangfuseExporter, PhoenixExporter
     from .score_metrics import ScoreMetricsExporter
     from .setup import configure
-    from .sinks import HttpSink, LangfuseSink, PhoenixSink
 
 __all__ = [
     "AuditLog",
-    "HttpSink",
+    "HttpExporter",
     "JsonlSpanExporter",
-    "LangfuseSink",
-    "PhoenixSink",
+    "LangfuseExporter",
+    "PhoenixExporter",
     "ScoreMetricsExporter",
     "SpanRecorder",
     "TurnHandle",
@@ -43,8 +43,9 @@ __all__ = [
 ]
 
 
-_LAZY = {"configure": ".setup", "JsonlSpanExporter": ".files", "HttpSink": ".sinks",
-         "LangfuseSink": ".sinks", "PhoenixSink": ".sinks", "ScoreMetricsExporter": ".score_metrics"}
+_LAZY = {"configure": ".setup", "JsonlSpanExporter": ".files", "HttpExporter": ".http_exporters",
+         "LangfuseExporter": ".http_exporters", "PhoenixExporter": ".http_exporters",
+         "ScoreMetricsExporter": ".score_metrics"}
 
 
 def __getattr__(name: str) -> Any:

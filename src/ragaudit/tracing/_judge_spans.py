@@ -247,7 +247,7 @@ class JudgeSpanExporter(BaseExporter):
     @property
     def errors(self) -> int:
         """Spans that never reached the backend (`spans_not_exported`): the Auditor adds them to
-        ``stats()["sink_errors"]``, so an export that failed (a batch the endpoint refused as too
+        ``stats()["export_errors"]``, so an export that failed (a batch the endpoint refused as too
         large, a dead endpoint) is counted where the rest of the delivery failures are."""
         return self.spans_not_exported()
 

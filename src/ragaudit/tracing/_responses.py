@@ -2,7 +2,7 @@
 
 A 2xx status alone is not proof: a proxy or single sign-on page in front of the backend answers 200
 with an HTML login page, and the scores never arrive. A backend's API answers JSON; anything else
-is a failure, counted like any other (``sink_errors``).
+is a failure, counted like any other (``export_errors``).
 """
 
 from __future__ import annotations

@@ -217,7 +217,7 @@ class SpanWriter:
     def environment(self) -> str | None:
         """The environment Langfuse files this recorder's traces under (None: Langfuse's
         ``default``): ``$LANGFUSE_TRACING_ENVIRONMENT``, else the provider's resource
-        ``deployment.environment.name`` / ``deployment.environment``. Sinks send scores there."""
+        ``deployment.environment.name`` / ``deployment.environment``. Exporters send scores there."""
         if self._current_tracer() is None:
             return environment_of(None)
         provider = self._provider if self._provider is not None else _trace_api.get_tracer_provider()

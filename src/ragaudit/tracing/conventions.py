@@ -16,7 +16,7 @@ configuration:
   turn's metadata goes out one key per ``langfuse.observation.metadata.<key>``; ``session.id`` and
   ``user.id`` fill Langfuse's Sessions and Users views; the ``langfuse.trace.*`` keys name the
   trace when the turn is its root. Span events (the evaluation results) are dropped by Langfuse:
-  scores reach it through [`LangfuseSink`][ragaudit.tracing.LangfuseSink].
+  scores reach it through [`LangfuseExporter`][ragaudit.tracing.LangfuseExporter].
 
 Keys under ``ragaudit.*`` are ours. Text-bearing keys (marked *content*) are only written when
 content capture is on; with it off, ``ragaudit.*.chars`` sizes are written instead.

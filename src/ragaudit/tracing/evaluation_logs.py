@@ -2,7 +2,7 @@
 
 The OTel GenAI conventions define evaluation results as *events*, and events are log records
 (``event_name`` set), not span events: Logfire's live evaluations, Splunk and AWS AgentCore read log
-records, and Langfuse drops span events. `EvaluationLogSink` writes one record per score of
+records, and Langfuse drops span events. `EvaluationLogExporter` writes one record per score of
 every judgement through the OTel Logs SDK, each carrying the **evaluated** span's trace and span
 ids (the model call that produced the answer when the source knows it, else the turn's span), so a
 backend files it under the operation it grades. The judge span keeps its span events too
@@ -10,9 +10,9 @@ backend files it under the operation it grades. The judge span keeps its span ev
 
 ```python
 from ragaudit import Auditor
-from ragaudit.tracing.evaluation_logs import EvaluationLogSink
+from ragaudit.tracing.evaluation_logs import EvaluationLogExporter
 
-auditor = Auditor(sinks=[EvaluationLogSink()])     # OTLP/HTTP logs to $OTEL_EXPORTER_OTLP_[LOGS_]ENDPOINT
+auditor = Auditor(exporters=[EvaluationLogExporter()])  # OTLP/HTTP logs to $OTEL_EXPORTER_OTLP_[LOGS_]ENDPOINT
 ```
 
 Each record: ``event_name`` and body ``gen_ai.evaluation.result``; attributes
@@ -52,7 +52,7 @@ from . import conventions as c
 __all__ = [
     "EVALUATED_RESPONSE_ID",
     "EVALUATED_SPAN_ID",
-    "EvaluationLogSink",
+    "EvaluationLogExporter",
     "evaluation_attributes",
     "judgement_id",
     "score_record_id",
@@ -169,7 +169,7 @@ def _span_context_of(trace_id: str | None, span_id: str | None) -> Any:
 
 
 # Log records the counted exporters of a LoggerProvider failed to export, by provider (weak keys: a
-# provider dropped takes its count with it): the errors of a sink given that provider (the worker's).
+# provider dropped takes its count with it): the errors of an exporter given that provider (the worker's).
 _failed_lock = _fork.lock()
 _failed: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
@@ -182,13 +182,13 @@ def logs_not_exported(provider: Any) -> int:
 
 def counted_log_exporter(inner: Any, provider: Any) -> Any:
     """*inner* (a log exporter), its failures counted under *provider* (`logs_not_exported`): an
-    `EvaluationLogSink` given that provider reports them as its ``errors``, so a batch the
-    backend refused (too large, a dead endpoint) shows in ``stats()["sink_errors"]``."""
+    `EvaluationLogExporter` given that provider reports them as its ``errors``, so a batch the
+    backend refused (too large, a dead endpoint) shows in ``stats()["export_errors"]``."""
     return _CountingLogExporter(inner, provider)
 
 
 class _CountingLogExporter:
-    """Wraps a log exporter and counts the records whose export failed (the sink's ``errors``)."""
+    """Wraps a log exporter and counts the records whose export failed (the exporter's ``errors``)."""
 
     def __init__(self, inner: Any, provider: Any = None) -> None:
         self._inner = inner
@@ -226,7 +226,7 @@ def _logs_url(endpoint: str | None) -> str | None:
     return base if base.endswith("/v1/logs") else base + "/v1/logs"
 
 
-class EvaluationLogSink(BaseExporter):
+class EvaluationLogExporter(BaseExporter):
     """Writes each judgement as ``gen_ai.evaluation.result`` log records (see the module docstring).
 
     Args:
@@ -255,7 +255,8 @@ class EvaluationLogSink(BaseExporter):
             raise ConfigurationError(f"logger_provider must be an OTel LoggerProvider, got "
                                      f"{type(logger_provider).__name__}")
         if logger_provider is not None and (endpoint is not None or headers is not None or resource is not None):
-            raise ConfigurationError("give EvaluationLogSink a logger_provider or endpoint/headers/resource, not both")
+            raise ConfigurationError(
+                "give EvaluationLogExporter a logger_provider or endpoint/headers/resource, not both")
         self._counting: _CountingLogExporter | None = None
         self._own = logger_provider is None
         if logger_provider is None:
@@ -271,7 +272,7 @@ class EvaluationLogSink(BaseExporter):
             from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
             from opentelemetry.sdk.resources import Resource
         except ImportError as exc:
-            raise ConfigurationError("EvaluationLogSink needs the OTel SDK and OTLP/HTTP exporter: "
+            raise ConfigurationError("EvaluationLogExporter needs the OTel SDK and OTLP/HTTP exporter: "
                                      "pip install 'ragaudit[otlp]'") from exc
         register_url(url)  # the exporter's credentials are scrubbed from everything ragaudit records
         register_headers(headers)
@@ -285,7 +286,7 @@ class EvaluationLogSink(BaseExporter):
         """Emit the ``gen_ai.evaluation.result`` records of every judged record (unjudged: nothing)."""
         for record in records:
             if record.judgement is not None:
-                self.emit(record)
+                self._emit_logs(record)
         return ExportResult.SUCCESS
 
     def export_sessions(self, records: Sequence[SessionRecord]) -> ExportResult:
@@ -301,7 +302,7 @@ class EvaluationLogSink(BaseExporter):
                                   body=c.GEN_AI_EVALUATION_RESULT, attributes=bounded_attributes(attrs, limit))
         return ExportResult.SUCCESS
 
-    def emit(self, record: AuditRecord) -> None:
+    def _emit_logs(self, record: AuditRecord) -> None:
         """The log records of one judged *record*, on its evaluated span's context."""
         turn, judgement = record.turn, record.judgement
         if judgement is None:

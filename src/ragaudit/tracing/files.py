@@ -351,7 +351,7 @@ class AuditLog:
     is applied to every text written (also errors, sources and metadata keys); a text it fails on is
     withheld, never written as it was. Lines are written whole at once (no buffer); safe to share
     between threads. A line the disk refuses is lost and counted once in [`errors`][ragaudit.tracing.AuditLog.errors]
-    (the Auditor's ``sink_errors``); the rest of a line a full disk cut short is written first by the next write.
+    (the Auditor's ``export_errors``); the rest of a line a full disk cut short is written first by the next write.
     """
 
     def __init__(
@@ -540,7 +540,7 @@ class AuditLog:
             self._out.write_lines(lines)
         except (OSError, RagAuditError) as exc:
             self._log.warning(f"write:{type(exc).__name__}", "ragaudit: %d audit line(s) could not be written to "
-                              "%s (counted in stats()['sink_errors']): %s", self._out.lost - lost_before,
+                              "%s (counted in stats()['export_errors']): %s", self._out.lost - lost_before,
                               self.path, policy.exception(exc))
             return ExportResult.FAILURE
         return ExportResult.SUCCESS

@@ -59,8 +59,8 @@ def langfuse_host(explicit: str | None = None) -> str:
     """The Langfuse host traces and scores go to: *explicit*, else ``$LANGFUSE_BASE_URL`` (the
     Langfuse SDK's current name), else ``$LANGFUSE_HOST`` (its older one), else Langfuse Cloud.
 
-    [`configure`][ragaudit.tracing.configure] and [`LangfuseSink`][ragaudit.tracing.LangfuseSink] both use it, so scores
-    land in the same project as their traces whichever variables are set.
+    [`configure`][ragaudit.tracing.configure] and [`LangfuseExporter`][ragaudit.tracing.LangfuseExporter] both use it,
+    so scores land in the same project as their traces whichever variables are set.
     """
     return (explicit or _env("LANGFUSE_BASE_URL", "LANGFUSE_HOST") or LANGFUSE_DEFAULT_HOST).rstrip("/")
 

@@ -210,7 +210,7 @@ def instrument(
         auditor: the auditor to submit turns to.
         tracer_provider, capture_content, redact: how the turns are recorded (``capture_content``
             None: on unless ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` says
-            ``NO_CONTENT``): turn spans, and each turn's judge span, audit-log line and sink payloads
+            ``NO_CONTENT``): turn spans, and each turn's judge span, audit-log line and exporter payloads
             ([`recorder_for`][ragaudit.Auditor.recorder_for]); they never make an Auditor of their own. With
             none given, the auditor's recorder is used.
         max_runs: at most this many turns are tracked at once; past it the oldest is ended as an error.

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ... import _fork
+from ..._export import Exporter
 from ..._numbers import check_number
-from ..._sink import JudgementSink
 from ..._worker import BatchWorker, run_jobs
 from ...errors import ConfigurationError
 from ...judges.base import RagJudge
@@ -71,7 +71,7 @@ class Worker:
     *quiet_s* without a new span, at most *max_wait_s* after its first), reads its spans by convention into turns, and
     submits them to an [`Auditor`][ragaudit.Auditor] (sampling, judging, budgets), which writes each judgement as a
     ``ragaudit.judge`` span in the evaluated trace plus ``gen_ai.evaluation.result`` log records
-    (`EvaluationLogSink`) to *otlp_endpoint* (None: the
+    (`EvaluationLogExporter`) to *otlp_endpoint* (None: the
     ``OTEL_EXPORTER_OTLP_*`` variables).
 
     Bounds: at most *max_traces* traces wait (the oldest is dropped, counted), at most *max_spans*
@@ -92,7 +92,7 @@ class Worker:
 
     *judge*: any [`RagJudge`][ragaudit.RagJudge] (None: the default, ``ChatRagJudge`` when
     ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` is set, else ``LexicalJudge``). *auditor*: an Auditor
-    of your own instead (then *judge*, *sample_rate*, *sinks*, *audit_log* and the output
+    of your own instead (then *judge*, *sample_rate*, *exporters*, *audit_log* and the output
     endpoint are its business). *budget*, *max_rps*, *budget_store*: the Auditor's cost control
     ([`Budget`][ragaudit.Budget]; ``budget_store="redis://..."`` shares the budget and the rate with every
     worker and app that names the same store). *grpc_port*: also serve OTLP/gRPC there (the ``worker-grpc``
@@ -124,7 +124,7 @@ class Worker:
         sample_rate: float = 1.0,
         timeout_s: float = 60.0,
         audit_log: str | None = None,
-        sinks: Iterable[JudgementSink] = (),
+        exporters: Iterable[Exporter] = (),
         budget: Budget | Sequence[Budget] | None = None,
         max_rps: float | None = None,
         budget_store: str | None = None,
@@ -185,7 +185,7 @@ class Worker:
 
                 sessions = SessionTracking(clock=clock)
             cost = {"budget": budget, "max_rps": max_rps, "budget_store": budget_store}
-            auditor = self._make_auditor(judge, sample_rate, timeout_s, audit_log, sinks, sessions, cost)
+            auditor = self._make_auditor(judge, sample_rate, timeout_s, audit_log, exporters, sessions, cost)
         self.auditor = auditor
         if self._outputs is not None:
             self._register_metrics(self._outputs.meter_provider)
@@ -202,14 +202,14 @@ class Worker:
         return f"Worker(url={self.url!r}, auth={'bearer' if self.auth_token else 'none'}, tls={self.tls is not None})"
 
     def _make_auditor(self, judge: RagJudge | None, sample_rate: float, timeout_s: float, audit_log: str | None,
-                      sinks: Iterable[JudgementSink], sessions: Any = None, cost: dict[str, Any] | None = None
+                      exporters: Iterable[Exporter], sessions: Any = None, cost: dict[str, Any] | None = None
                       ) -> Any:
         from ...auditor import Auditor
-        from ...tracing.evaluation_logs import EvaluationLogSink
+        from ...tracing.evaluation_logs import EvaluationLogExporter
 
         assert self._outputs is not None
-        logs = EvaluationLogSink(self._outputs.logger_provider)
-        return Auditor(judge, tracer_provider=self._outputs.tracer_provider, sinks=[logs, *sinks],
+        logs = EvaluationLogExporter(self._outputs.logger_provider)
+        return Auditor(judge, tracer_provider=self._outputs.tracer_provider, exporters=[logs, *exporters],
                        meter_provider=self._outputs.meter_provider,
                        audit_log=audit_log, sample_rate=sample_rate, max_queue=self.max_queue, timeout_s=timeout_s,
                        on_judgement=self._judged, judge_trace="turn", exit_timeout_s=self.shutdown_timeout_s,

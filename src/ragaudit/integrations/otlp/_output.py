@@ -177,7 +177,7 @@ def build_outputs(endpoint: str | None, headers: Mapping[str, str] | None = None
                                      shutdown_on_exit=False)
     derived = TraceDerivedProvider(tracer_provider)
     # Failures are counted under the providers the judge spans and log records are written through
-    # (the derived one, not the SDK's inside it): stats()["sink_errors"] and /stats show them.
+    # (the derived one, not the SDK's inside it): stats()["export_errors"] and /stats show them.
     spans_out = OTLPSpanExporter(endpoint=_url(endpoint, "traces"), headers=extra)
     tracer_provider.add_span_processor(BatchSpanProcessor(counted_exporter(spans_out, derived)))
     logger_provider = LoggerProvider(resource=res, shutdown_on_exit=False)

@@ -1,6 +1,6 @@
-"""Judgement sinks for trace backends: Phoenix annotations and Langfuse scores, as exporters.
+"""Exporters to trace backends over HTTP: Phoenix annotations and Langfuse scores.
 
-Each sink is an [`Exporter`][ragaudit.Exporter] of [`AuditRecord`][ragaudit.AuditRecord]s: its ``export`` only
+Each is an [`Exporter`][ragaudit.Exporter] of [`AuditRecord`][ragaudit.AuditRecord]s: its ``export`` only
 queues what a record needs sent (scores, annotations: read from the record, never recomputed; texts
 through the record's content policy); a thread of ragaudit's one batch worker sends batches over HTTP. A
 backend that is down, slow, or answers 401/500 never blocks or breaks the [`Auditor`][ragaudit.Auditor]:
@@ -21,22 +21,20 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import _fork
-from .._export import ExportResult
+from .._export import BaseExporter, ExportResult
 from .._log import RateLimitedLog
-from .._sink import BaseJudgementSink
 from .._worker import BatchWorker
 from ..content import ContentPolicy, register_headers, register_secret, register_url, scrub_url
 from ..errors import ConfigurationError
 from ..records import SCORE_NAMES, AuditRecord, Judgement, RagTurn, Retrieval
 from ..sessions import SessionRecord
-from ..turn_audit import audit_record
 from ._responses import ResponseCheck, check_response
 from .spans import LANGFUSE_ENVIRONMENT_ENV, environment_of
 
 Item = tuple[str, dict[str, Any], ContentPolicy]
 """One queued delivery: the path, the JSON body, and the policy of the record it came from."""
 
-__all__ = ["HttpSink", "LangfuseSink", "PhoenixSink", "score_id"]
+__all__ = ["HttpExporter", "LangfuseExporter", "PhoenixExporter", "score_id"]
 
 logger = logging.getLogger("ragaudit")
 
@@ -51,15 +49,15 @@ class _BatchPolicy(threading.local):
     policy: ContentPolicy | None = None
 
 
-class HttpSink(BaseJudgementSink):
-    """Base for sinks that POST JSON batches from a background thread.
+class HttpExporter(BaseExporter):
+    """Base for exporters that POST JSON batches from a background thread.
 
-    Subclasses implement [`record_requests`][ragaudit.tracing.HttpSink.record_requests] (what to send for one record:
-    ``(path, body)`` pairs) and may set [`response_check`][ragaudit.tracing.HttpSink.response_check] (what a delivered
-    answer looks like: a 2xx status with a JSON body is not enough for every backend; an HTML login page answered with
-    200 is a failure). ``stats()`` gives ``sent``, ``failed`` (items given up on), ``dropped`` (queue full),
-    ``retries``, ``rejected`` (answers that did not look delivered); ``errors`` is ``failed +
-    dropped`` (the Auditor adds it to its ``sink_errors``).
+    Subclasses implement [`record_requests`][ragaudit.tracing.HttpExporter.record_requests] (what to send for one
+    record: ``(path, body)`` pairs) and may set [`response_check`][ragaudit.tracing.HttpExporter.response_check] (what a
+    delivered answer looks like: a 2xx status with a JSON body is not enough for every backend; an HTML login page
+    answered with 200 is a failure). ``stats()`` gives ``sent``, ``failed`` (items given up on), ``dropped`` (queue
+    full), ``retries``, ``rejected`` (answers that did not look delivered); ``errors`` is ``failed + dropped`` (the
+    Auditor adds it to its ``export_errors``).
     """
 
     def __init__(
@@ -99,10 +97,10 @@ class HttpSink(BaseJudgementSink):
         ref = weakref.ref(self)
 
         def send_batch(batch: list[Item]) -> int:
-            sink = ref()
-            return 0 if sink is None else sink._send_batch(batch)
+            exporter = ref()
+            return 0 if exporter is None else exporter._send_batch(batch)
 
-        # The worker holds this sink weakly: a sink nobody references stops its thread.
+        # The worker holds this exporter weakly: an exporter nobody references stops its thread.
         self._worker: BatchWorker[Item] = BatchWorker(
             type(self).__name__, send_batch, max_queue=max_queue, max_batch=batch_size)
         weakref.finalize(self, _release, self._worker, self._client)
@@ -119,46 +117,28 @@ class HttpSink(BaseJudgementSink):
     max_text_chars: int = 8192
     """Texts sent (the judge's reason) are cut to this many characters."""
 
-    def bind_recorder(self, recorder: Any) -> None:
-        """Kept for sinks written against the old interface: the policy of *recorder*
-        (``recorder.content_policy``) becomes the policy of [`emit`][ragaudit.tracing.HttpSink.emit] and of log
-        lines."""
-        super().bind_recorder(recorder)
-        policy = recorder.content_policy
-        if isinstance(policy, ContentPolicy):
-            self._content = policy
-
     @property
     def content_policy(self) -> ContentPolicy:
-        """The policy of texts that belong to no record ([`emit`][ragaudit.tracing.HttpSink.emit] without a record, log
-        lines): the one bound, else one from the environment. A record's texts follow its own policy."""
+        """The policy of texts that belong to no record (log lines outside a batch): one from the
+        environment. A record's texts, and the log lines of its batch, follow the record's own policy."""
         policy = self._content
         if policy is None:
             policy = self._content = ContentPolicy()
         return policy
 
     def recorded_reason(self, judgement: Judgement, policy: ContentPolicy | None = None) -> str | None:
-        """The judge's reason as *policy* (default [`content_policy`][ragaudit.tracing.HttpSink.content_policy]) lets it
-        be recorded: None when it withholds reasons (content capture off), else scrubbed, redacted and cut to
-        [`max_text_chars`][ragaudit.tracing.HttpSink.max_text_chars]."""
+        """The judge's reason as *policy* (default [`content_policy`][ragaudit.tracing.HttpExporter.content_policy])
+        lets it be recorded: None when it withholds reasons (content capture off), else scrubbed, redacted and cut to
+        [`max_text_chars`][ragaudit.tracing.HttpExporter.max_text_chars]."""
         return (policy or self.content_policy).reason(judgement.reason, self.max_text_chars)
 
     def __repr__(self) -> str:  # never show a credential of the URL
         return f"{type(self).__name__}({scrub_url(self.endpoint)!r})"
 
     def record_requests(self, record: AuditRecord) -> list[tuple[str, dict[str, Any]]]:
-        """The ``(path, json_body)`` items to send for one record (default:
-        [`requests`][ragaudit.tracing.HttpSink.requests] of its turn and judgement; nothing for an unjudged turn)."""
-        if record.judgement is None:
-            return []
-        return self.requests(record.turn, record.judgement)
-
-    def requests(self, turn: RagTurn, judgement: Judgement) -> list[tuple[str, dict[str, Any]]]:
-        """The ``(path, json_body)`` items to send for one judgement (a record made of them, sent
-        through [`content_policy`][ragaudit.tracing.HttpSink.content_policy])."""
-        if type(self).record_requests is HttpSink.record_requests:
-            raise NotImplementedError
-        return self.record_requests(audit_record(turn, judgement, self.content_policy))
+        """The ``(path, json_body)`` items to send for one record (texts through
+        ``record.content_policy``; usually nothing for an unjudged turn). To implement."""
+        raise NotImplementedError
 
     def send(self, path: str, bodies: list[dict[str, Any]]) -> int:
         """POST a batch of items for *path*; returns how many were delivered (default: one POST each)."""
@@ -167,7 +147,7 @@ class HttpSink(BaseJudgementSink):
     # -- Exporter ---------------------------------------------------------------------------
 
     def export(self, records: Sequence[AuditRecord]) -> ExportResult:
-        """Queue what each record needs sent. Never blocks; a full queue (or a shut-down sink)
+        """Queue what each record needs sent. Never blocks; a full queue (or a shut-down exporter)
         drops and counts (FAILURE then)."""
         ok = True
         for record in records:
@@ -185,16 +165,11 @@ class HttpSink(BaseJudgementSink):
                 )
         return ok
 
-    def emit(self, turn: RagTurn, judgement: Judgement) -> None:
-        """Queue what this judgement needs sent: [`export`][ragaudit.tracing.HttpSink.export] of its record (texts
-        through [`content_policy`][ragaudit.tracing.HttpSink.content_policy])."""
-        self.export([audit_record(turn, judgement, self.content_policy)])
-
     def force_flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until everything queued was sent or given up on; False on timeout."""
         return self._worker.force_flush(timeout_s)
 
-    def shutdown(self, timeout_s: float = 10.0) -> None:
+    def shutdown(self, timeout_s: float = 30.0) -> None:
         """Flush within *timeout_s*, then stop. Never raises. Items not sent by then are counted as
         failed once (a request still running then is not counted again when it returns)."""
         if self._closed:
@@ -204,7 +179,7 @@ class HttpSink(BaseJudgementSink):
         if not self._worker.started:
             self._client.close()
         # else a request may still be running on the worker's daemon thread: the client is
-        # closed when the sink is collected (or the process ends).
+        # closed when the exporter is collected (or the process ends).
 
     def stats(self) -> dict[str, int]:
         """Counts: sent, failed (given up on, or still unsent at shutdown), dropped (queue full),
@@ -228,7 +203,8 @@ class HttpSink(BaseJudgementSink):
         by_path: dict[str, list[dict[str, Any]]] = {}
         for path, body, policy in batch:
             by_path.setdefault(path, []).append(body)
-            if not policy.capture_content:  # log lines of this batch follow its strictest policy
+            # Log lines of this batch follow its strictest policy (capture off first, then one that redacts).
+            if _stricter(policy, self._batch_policy.policy):
                 self._batch_policy.policy = policy
         delivered = 0
         try:
@@ -295,6 +271,12 @@ class HttpSink(BaseJudgementSink):
         return False
 
 
+def _stricter(policy: ContentPolicy, than: ContentPolicy | None) -> bool:
+    """Whether log lines should follow *policy* rather than *than* (None: any policy is stricter)."""
+    if than is None:
+        return True
+    return (not policy.capture_content, policy.redact is not None) > (not than.capture_content, than.redact is not None)
+
 
 def _release(worker: BatchWorker[Any], client: Any) -> None:
     worker.shutdown(0)
@@ -310,15 +292,15 @@ def _label(score: float | None, threshold: float) -> str:
     return "pass" if score >= threshold else "fail"
 
 
-class PhoenixSink(HttpSink):
+class PhoenixExporter(HttpExporter):
     """Posts each judgement to Phoenix as span annotations on the turn span.
 
     One annotation per score (annotator kind ``LLM``, label ``pass``/``fail`` at *threshold*,
     score, the judge's reason as explanation) through ``POST /v1/span_annotations``, so Phoenix's
     own evaluation views show them. A score the judge did not give is not sent (never 0). When the
-    turn has ground-truth relevance labels and the retrieval span ids are known (the Auditor binds
-    the sink to its span recorder), each retrieved document also gets a ``relevance`` document
-    annotation (``POST /v1/document_annotations``).
+    turn has ground-truth relevance labels and the retrieval span ids are known (on the record's
+    turn), each retrieved document also gets a ``relevance`` document annotation
+    (``POST /v1/document_annotations``).
 
     *endpoint* defaults to ``$PHOENIX_COLLECTOR_ENDPOINT`` or ``http://localhost:6006``;
     *api_key* to ``$PHOENIX_API_KEY`` (sent as a Bearer token). Phoenix answers 404 for a span
@@ -379,7 +361,7 @@ class PhoenixSink(HttpSink):
         # Document annotations go on the retrieval spans, whose ids are on the record's turn.
         span_ids = turn.retrieval_span_ids
         if not span_ids:
-            self._log.warning("no-span-ids", "ragaudit: PhoenixSink found no retrieval span for turn %s; "
+            self._log.warning("no-span-ids", "ragaudit: PhoenixExporter found no retrieval span for turn %s; "
                               "its document annotations are not sent", turn.turn_id)
             return out
         if turn.relevant_ids is not None:
@@ -410,7 +392,7 @@ def score_id(trace_id: str, observation_id: str | None, judge: str, name: str) -
     return str(uuid.uuid5(_SCORE_ID_NAMESPACE, "\x1f".join((trace_id, observation_id or "", judge, name))))
 
 
-class LangfuseSink(HttpSink):
+class LangfuseExporter(HttpExporter):
     """Sends each judgement to Langfuse as scores on the turn's trace and observation.
 
     Three ``NUMERIC`` scores (``faithfulness``, ``context_relevance``, ``answer_relevance``) with
@@ -421,7 +403,7 @@ class LangfuseSink(HttpSink):
     whose span was not recorded (sampled out) gets no scores.
 
     Each score's ``id`` is `score_id` (trace, span, judge, score name), so a retry never
-    duplicates a score. Its ``environment`` is *environment*, else the bound span recorder's (the
+    duplicates a score. Its ``environment`` is *environment*, else that of the record's tracer provider (the
     traces' ``$LANGFUSE_TRACING_ENVIRONMENT`` or resource ``deployment.environment[.name]``), else
     ``$LANGFUSE_TRACING_ENVIRONMENT``; none: Langfuse's ``default``. Keys default to
     ``LANGFUSE_PUBLIC_KEY`` / ``LANGFUSE_SECRET_KEY``; the host is resolved as
@@ -446,7 +428,7 @@ class LangfuseSink(HttpSink):
         secret_key = secret_key or os.environ.get("LANGFUSE_SECRET_KEY")
         if not public_key or not secret_key:
             raise ConfigurationError(
-                "LangfuseSink needs public_key and secret_key (or LANGFUSE_PUBLIC_KEY / LANGFUSE_SECRET_KEY)"
+                "LangfuseExporter needs public_key and secret_key (or LANGFUSE_PUBLIC_KEY / LANGFUSE_SECRET_KEY)"
             )
         register_secret(public_key)
         register_secret(secret_key)
@@ -454,15 +436,12 @@ class LangfuseSink(HttpSink):
         super().__init__(host, headers={"Authorization": f"Basic {token}"}, **kwargs)
 
     def __repr__(self) -> str:  # never show the keys
-        return f"LangfuseSink(host={scrub_url(self.endpoint)!r})"
+        return f"LangfuseExporter(host={scrub_url(self.endpoint)!r})"
 
     def _environment(self, record: AuditRecord | SessionRecord) -> str | None:
         if self.environment:
             return self.environment
-        provider = record.tracer_provider
-        if provider is None and self._recorder is not None:  # bound through the old interface
-            provider = self._recorder.tracer_provider
-        found = environment_of(provider)
+        found = environment_of(record.tracer_provider)
         if found:
             return found
         return os.environ.get(LANGFUSE_ENVIRONMENT_ENV, "").strip() or None
@@ -526,7 +505,7 @@ class LangfuseSink(HttpSink):
 
     def export_sessions(self, records: Sequence[SessionRecord]) -> ExportResult:
         """Queue the session scores of every judged session (see
-        [`session_requests`][ragaudit.tracing.LangfuseSink.session_requests])."""
+        [`session_requests`][ragaudit.tracing.LangfuseExporter.session_requests])."""
         ok = True
         for record in records:
             ok = self._queue(self.session_requests(record), record.content_policy) and ok

@@ -1,5 +1,5 @@
-"""The worker tests' exporters: :class:`FileSink` for the CLI test (each judged turn's id to
-``$RAGAUDIT_TEST_SINK_FILE``), :class:`Records` to keep the records in the test's own process."""
+"""The worker tests' exporters: :class:`FileExporter` for the CLI test (each judged turn's id to
+``$RAGAUDIT_TEST_EXPORT_FILE``), :class:`Records` to keep the records in the test's own process."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from ragaudit import BaseExporter, ExportResult
 from ragaudit.records import AuditRecord
 
 
-class FileSink(BaseExporter):
+class FileExporter(BaseExporter):
     def export(self, records: Sequence[AuditRecord]) -> ExportResult:
-        with open(os.environ["RAGAUDIT_TEST_SINK_FILE"], "a") as f:
+        with open(os.environ["RAGAUDIT_TEST_EXPORT_FILE"], "a") as f:
             for record in records:
                 f.write(f"{record.turn.turn_id} {record.status}\n")
         return ExportResult.SUCCESS

@@ -13,8 +13,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ragaudit import Auditor, ConfigurationError, FakeJudge, Judgement, RagTurn, Retrieval, RetrievedDoc
-from ragaudit.tracing import LangfuseSink, PhoenixSink, SpanRecorder
+from ragaudit.tracing import LangfuseExporter, PhoenixExporter, SpanRecorder
 from tests.support.http_recorder import HttpRecorder
+from tests.support.records import judged
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE, SPAN = "ab" * 16, "cd" * 8
@@ -33,8 +34,8 @@ JUDGEMENT = Judgement(faithfulness=0.9, context_relevance=None, answer_relevance
 
 def test_langfuse_scores_wire_format() -> None:
     with HttpRecorder() as rec:
-        sink = LangfuseSink(rec.url, public_key="pk-lf-1", secret_key="sk-lf-secret")
-        sink.emit(turn(), JUDGEMENT)
+        sink = LangfuseExporter(rec.url, public_key="pk-lf-1", secret_key="sk-lf-secret")
+        sink.export([judged(turn(), JUDGEMENT)])
         assert sink.force_flush(10)
         sink.shutdown()
         reqs = rec.requests
@@ -52,11 +53,11 @@ def test_langfuse_scores_wire_format() -> None:
     assert sink.stats()["sent"] == 6
 
 
-def test_langfuse_sink_needs_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_langfuse_exporter_needs_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LANGFUSE_PUBLIC_KEY", raising=False)
     monkeypatch.delenv("LANGFUSE_SECRET_KEY", raising=False)
     with pytest.raises(ConfigurationError, match="public_key"):
-        LangfuseSink("http://127.0.0.1:1")
+        LangfuseExporter("http://127.0.0.1:1")
 
 
 def test_phoenix_annotations_wire_format_with_documents() -> None:
@@ -65,9 +66,8 @@ def test_phoenix_annotations_wire_format_with_documents() -> None:
     recorder = SpanRecorder(provider)
     traced = recorder.record_turn(turn())
     with HttpRecorder() as rec:
-        sink = PhoenixSink(rec.url + "/v1/traces")
-        sink.bind_recorder(recorder)
-        sink.emit(traced, JUDGEMENT)
+        sink = PhoenixExporter(rec.url + "/v1/traces")
+        sink.export([judged(traced, JUDGEMENT, recorder)])
         assert sink.force_flush(10)
         sink.shutdown()
         reqs = rec.requests
@@ -89,8 +89,8 @@ def test_phoenix_annotations_wire_format_with_documents() -> None:
 def test_failing_backend_never_blocks_and_is_counted(status: int, caplog: pytest.LogCaptureFixture) -> None:
     with HttpRecorder() as rec:
         rec.status = status
-        sink = LangfuseSink(rec.url, public_key="pk", secret_key="sk", max_retries=2, backoff_s=0.01)
-        with Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log=None, sinks=[sink]) as aud:
+        sink = LangfuseExporter(rec.url, public_key="pk", secret_key="sk", max_retries=2, backoff_s=0.01)
+        with Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log=None, exporters=[sink]) as aud:
             with caplog.at_level(logging.WARNING, logger="ragaudit"):
                 for i in range(5):
                     assert aud.submit(RagTurn(turn_id=f"t{i}", query="q", answer="a", trace_id=TRACE,
@@ -98,7 +98,7 @@ def test_failing_backend_never_blocks_and_is_counted(status: int, caplog: pytest
                 aud.force_flush(10)
             stats = aud.stats()
     assert stats["judged"] == 5
-    assert stats["sink_errors"] == 5
+    assert stats["export_errors"] == 5
     expected_attempts = 5 * (3 if status == 500 else 1)  # 401 is not retried
     assert len(rec.requests) == expected_attempts
     assert sum(f"HTTP {status}" in r.getMessage() for r in caplog.records) == 1  # logged once per kind
@@ -111,14 +111,14 @@ def test_unreachable_backend_shutdown_returns_within_timeout() -> None:
     # nothing counted sent and every item counted failed; waiting for the backend would have sent them.
     with HttpRecorder() as rec:
         rec.delay_s = 120.0
-        sink = LangfuseSink(rec.url, public_key="pk", secret_key="sk", max_retries=0, timeout_s=600.0)
-        items = len(sink.requests(turn(), JUDGEMENT))
-        sink.emit(turn(), JUDGEMENT)
+        sink = LangfuseExporter(rec.url, public_key="pk", secret_key="sk", max_retries=0, timeout_s=600.0)
+        items = len(sink.record_requests(judged(turn(), JUDGEMENT)))
+        sink.export([judged(turn(), JUDGEMENT)])
         assert len(rec.wait_for(1)) >= 1  # the request is at the backend, unanswered
         sink.shutdown(timeout_s=0.5)
         assert sink.stats() == {"sent": 0, "failed": items, "dropped": 0, "retries": 0, "rejected": 0}
         assert sink.errors == items
-        sink.emit(turn(), JUDGEMENT)  # after shutdown: dropped and counted per item, never queued
+        sink.export([judged(turn(), JUDGEMENT)])  # after shutdown: dropped and counted per item, never queued
         assert sink.stats()["dropped"] == items and sink.errors == 2 * items
 
 
@@ -148,7 +148,7 @@ def test_configure_langfuse_points_otlp_at_langfuse(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_host_chain_unchanged_while_the_sink_answers_500_slowly() -> None:
+def test_host_chain_unchanged_while_the_backend_answers_500_slowly() -> None:
     """A LangChain chain with the handler returns the same answers while the Langfuse backend answers
     500 after a delay: the chains return while the sink is still failing (nothing waits on it), and
     every failure is counted afterwards."""
@@ -164,10 +164,10 @@ def test_host_chain_unchanged_while_the_sink_answers_500_slowly() -> None:
     provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
     with HttpRecorder() as rec:
         rec.status, rec.delay_s = 500, 0.3
-        sink = LangfuseSink(rec.url, public_key="pk", secret_key="sk", max_retries=1, backoff_s=0.01)
+        sink = LangfuseExporter(rec.url, public_key="pk", secret_key="sk", max_retries=1, backoff_s=0.01)
         auditor = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0, "context_relevance": 1.0,
                                                "answer_relevance": 1.0}),
-                          audit_log=None, sinks=[sink], tracer_provider=provider)
+                          audit_log=None, exporters=[sink], tracer_provider=provider)
         handler = RagAuditCallbackHandler(auditor=auditor)
         answers = [chain.invoke(q, config={"callbacks": [handler]}) for q in questions]
         in_flight = sink.stats()
@@ -179,7 +179,7 @@ def test_host_chain_unchanged_while_the_sink_answers_500_slowly() -> None:
     # when the last chain returned, the slow failing backend had not finished with the scores
     assert in_flight["failed"] < 3 * len(questions)
     assert stats["judged"] == len(questions)
-    assert stats["sink_errors"] == 3 * len(questions)  # three scores per judgement, each given up on
+    assert stats["export_errors"] == 3 * len(questions)  # three scores per judgement, each given up on
     assert sink.stats()["retries"] == 3 * len(questions)
 
 
@@ -191,14 +191,14 @@ def test_langfuse_host_precedence_is_the_same_for_traces_and_scores(monkeypatch:
     monkeypatch.setenv("LANGFUSE_HOST", "http://old.example:3000")
     monkeypatch.setenv("LANGFUSE_BASE_URL", "http://new.example:3000")
     url, _ = _langfuse_target(None, None)
-    sink = LangfuseSink()
+    sink = LangfuseExporter()
     try:
         assert url == "http://new.example:3000/api/public/otel/v1/traces"
         assert sink.endpoint == "http://new.example:3000"
     finally:
         sink.shutdown(0.1)
     monkeypatch.delenv("LANGFUSE_BASE_URL")
-    sink = LangfuseSink()
+    sink = LangfuseExporter()
     try:
         assert sink.endpoint == "http://old.example:3000" and _langfuse_target(None, None)[0].startswith(
             "http://old.example:3000/")
@@ -207,15 +207,35 @@ def test_langfuse_host_precedence_is_the_same_for_traces_and_scores(monkeypatch:
 
 
 def test_score_ids_are_stable_and_distinct() -> None:
-    from ragaudit.tracing.sinks import score_id
+    from ragaudit.tracing.http_exporters import score_id
 
     ids = {score_id(TRACE, SPAN, judge, name) for judge in ("a", "b") for name in ("faithfulness", "answer_relevance")}
     assert len(ids) == 4
     assert score_id(TRACE, SPAN, "a", "faithfulness") == score_id(TRACE, SPAN, "a", "faithfulness")
-    sink = LangfuseSink("http://127.0.0.1:9", public_key="pk", secret_key="sk")
+    sink = LangfuseExporter("http://127.0.0.1:9", public_key="pk", secret_key="sk")
     try:
-        first = [body["id"] for _, body in sink.requests(turn(), JUDGEMENT)]
-        assert first == [body["id"] for _, body in sink.requests(turn(), JUDGEMENT)]
+        first = [body["id"] for _, body in sink.record_requests(judged(turn(), JUDGEMENT))]
+        assert first == [body["id"] for _, body in sink.record_requests(judged(turn(), JUDGEMENT))]
         assert len(set(first)) == len(first) == 6
     finally:
         sink.shutdown(0.1)
+
+
+def test_every_exporter_of_ragaudit_is_on_the_one_interface() -> None:
+    """One interface for every exporter (issue 49): a BaseExporter, with the protocol's 30 s defaults
+    for force_flush and shutdown, and nothing of the old sink interface (emit, bind_recorder)."""
+    import inspect
+
+    from ragaudit import BaseExporter
+    from ragaudit.auditor._exporting import OnJudgementExporter
+    from ragaudit.auditor._sessions import SessionTracker
+    from ragaudit.tracing import HttpExporter, ScoreMetricsExporter
+    from ragaudit.tracing._judge_spans import JudgeSpanExporter
+    from ragaudit.tracing.evaluation_logs import EvaluationLogExporter
+
+    for cls in (HttpExporter, PhoenixExporter, LangfuseExporter, EvaluationLogExporter, JudgeSpanExporter,
+                ScoreMetricsExporter, SessionTracker, OnJudgementExporter):
+        assert issubclass(cls, BaseExporter), cls
+        for method in ("force_flush", "shutdown"):
+            assert inspect.signature(getattr(cls, method)).parameters["timeout_s"].default == 30.0, (cls, method)
+        assert not hasattr(cls, "emit") and not hasattr(cls, "bind_recorder"), cls
