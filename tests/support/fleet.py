@@ -57,6 +57,13 @@ class Fleet:
     received_before: list[int] = field(default_factory=list)
     """Per worker: spans it had received when its tier 2 (the running one) started."""
 
+    def restart_worker(self, i: int) -> None:
+        """Start worker *i* again (after it was killed), same arguments and port."""
+        self.workers[i] = _start_worker(list(self.workers[i].args), self.logs / f"worker-{i}.log")
+        wait_for(lambda: _healthy(self.worker_urls[i]) or self.workers[i].poll() is not None, timeout=90,
+                 what="the restarted worker")
+        assert self.workers[i].poll() is None
+
     def restart_collector(self, i: int) -> Collector:
         """Stop Collector *i* (SIGTERM: it drains its pipelines) and start it again, same configs and ports."""
         self.collectors[i].stop()
