@@ -131,11 +131,17 @@ def test_missing_model_pauses_and_a_server_error_does_not() -> None:
 
 
 def test_rate_limit_holds_a_process_to_max_rps() -> None:
-    governor = Governor(max_rps=4)
-    started = time.monotonic()
-    assert [admit(governor) for _ in range(9)] == ["ok"] * 9
-    assert time.monotonic() - started >= 1.0  # 9 calls at 4 per second need a third window
-    assert governor.counts["rate_waits"] >= 2
+    # Counted per window of the governor's own clock, not by elapsed time: under load the calls may
+    # themselves be slow enough to cross windows without waiting, and the cap must hold either way.
+    governor = Governor(max_rps=4)  # windows of one second of its clock, time.time
+    spans: list[tuple[int, int]] = []  # the window before and after each admission
+    for _ in range(9):
+        before = int(time.time())
+        assert admit(governor) == "ok"
+        spans.append((before, int(time.time())))
+    within = [start for start, end in spans if start == end]  # admitted in a window known for sure
+    assert max((within.count(w) for w in within), default=0) <= 4
+    assert spans[-1][1] - spans[0][0] >= 2  # 9 calls at 4 per window need a third window
 
 
 def test_rate_limit_gives_up_at_the_deadline() -> None:
