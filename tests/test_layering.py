@@ -24,7 +24,8 @@ FLOORS = {"cli": 6, "evaluation": 5, "demo": 5, "integrations": 4, "auditor": 3,
 # Third-party roots a pure floor never imports: the frameworks, OpenTelemetry, the vector store.
 FRAMEWORKS = ("langchain", "langchain_core", "langgraph", "llama_index", "opentelemetry", "chromadb",
               "openinference", "langfuse", "phoenix")
-FRAMEWORK_FREE = ("metrics", "judges", "records", "content", "citations", "errors")
+FRAMEWORK_FREE = ("metrics", "judges", "records", "_judgement_records", "_record_checks", "content", "citations",
+                  "errors")
 
 
 def _module_name(path: Path) -> str:
