@@ -19,7 +19,7 @@ import json
 import math
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from opentelemetry import context as _otel_context
@@ -43,6 +43,7 @@ __all__ = [
     "current_context",
     "default_auditor",
     "doc_id_from",
+    "each_or_none",
     "ground_truth_from",
     "input_text",
     "judge_auditor",
@@ -54,6 +55,7 @@ __all__ = [
 ]
 
 S = TypeVar("S")
+R = TypeVar("R")
 
 RELEVANT_IDS_KEY = "ragaudit_relevant_ids"
 """Run metadata key holding a turn's ground truth: a list of relevant ids or ``{id: graded label}``."""
@@ -379,6 +381,18 @@ class RunStore(Generic[S]):
         closed[run_id] = None
         if len(closed) > self.max_runs:
             closed.popitem(last=False)
+
+
+def each_or_none(items: Iterable[Any], read: Callable[[Any], R | None]) -> list[R] | None:
+    """*read* of every one of *items*, in order; None as soon as one reads as None (then *items* is not a
+    list of such things: a list of messages, of documents)."""
+    out: list[R] = []
+    for item in items:
+        found = read(item)
+        if found is None:
+            return None
+        out.append(found)
+    return out
 
 
 def input_text(value: Any) -> str | None:

@@ -268,26 +268,28 @@ class Collector(TurnSource):
 
     def retrieval_started(self, run_id: str, name: str, query: Any, now: int) -> None:
         with self.store.lock:
-            turn = self.store.state_of(run_id)
-            if turn is None:
-                return
-            retrieving = turn.retrievals.get(run_id)
-            if retrieving is None:
-                turn.retrievals[run_id] = Retrieving(turn.next_seq(), name, query_text(query), now)
-            elif retrieving.query is None:
+            retrieving = self._retrieval(run_id, name, now)
+            if retrieving is not None and retrieving.query is None:
                 retrieving.query = query_text(query)
 
     def retrieval_ended(self, run_id: str, nodes: Any, now: int) -> None:
         pairs = snapshot(nodes)
         with self.store.lock:
-            turn = self.store.state_of(run_id)
-            if turn is None:
-                return
-            retrieving = turn.retrievals.get(run_id)
-            if retrieving is None:
-                retrieving = turn.retrievals[run_id] = Retrieving(turn.next_seq(), "retriever", None, now)
-            retrieving.nodes = pairs
-            retrieving.ended_at = now
+            retrieving = self._retrieval(run_id, "retriever", now)
+            if retrieving is not None:
+                retrieving.nodes = pairs
+                retrieving.ended_at = now
+
+    def _retrieval(self, run_id: str, name: str, now: int) -> Retrieving | None:
+        """The retrieval of run *run_id* (store lock held), begun now as *name* when its start was not seen; None
+        outside every turn."""
+        turn = self.store.state_of(run_id)
+        if turn is None:
+            return None
+        retrieving = turn.retrievals.get(run_id)
+        if retrieving is None:
+            retrieving = turn.retrievals[run_id] = Retrieving(turn.next_seq(), name, None, now)
+        return retrieving
 
     def generation_started(self, turn: Turn, run_id: str, outer: str | None, now: int,
                            caller: Any = None) -> None:
