@@ -197,18 +197,39 @@ def test_error_turn_traced_not_judged(worker: Any, clock: Clock) -> None:
 
 
 def test_error_turn_ends_as_a_record_with_its_reason(make_worker: Any, clock: Clock) -> None:
-    # As in-process: every finished turn ends as a record; a failed one says why it was not judged, and
-    # the Auditor counts it (score metrics and the records' readers count it by reason).
+    # As in-process, and the same way (TurnSource.close_turn): every finished turn ends as a record; the same
+    # failed run, traced to the worker or run under the LangChain handler, ends as the same unjudged record
+    # (with its reason) and the same counts in its Auditor (score metrics and the records' readers count it).
+    from langchain_core.runnables import RunnableLambda
+
+    from ragaudit import Auditor
+    from ragaudit.integrations.langchain import RagAuditCallbackHandler
+
+    def overloaded(question: str) -> str:
+        raise RuntimeError("model overloaded")
+
+    in_process = Records()
+    with Auditor(audit_log=None, exporters=[in_process]) as auditor:
+        chain = RunnableLambda(lambda q: q) | RunnableLambda(overloaded)
+        with pytest.raises(RuntimeError, match="model overloaded"):
+            chain.invoke(QUESTION, config={"callbacks": [RagAuditCallbackHandler(auditor=auditor)]})
+        assert auditor.force_flush(10)
+        local_counts = auditor.stats()
     records = Records()
     worker = make_worker(clock=clock, tick_s=0.02, exporters=[records])
     assert post(worker.url + "/v1/traces", encode(rag_trace(SpanMaker(), fail=True)))[0] == 200
     clock.now += 2.5
     wait_for(lambda: worker.stats()["turns_found"] == 1, what="the turn read")
     assert worker.auditor.force_flush(10)
-    [record] = records.records
-    assert (record.status, record.unjudged, record.judgement, record.turn.query) == (
-        "unjudged", "failed", None, QUESTION)
-    assert worker.auditor.stats()["unjudged_failed"] == 1
+    [local], [record] = in_process.records, records.records
+    for each in (local, record):
+        assert (each.status, each.unjudged, each.judgement, each.turn.query) == ("unjudged", "failed", None, QUESTION)
+        assert "model overloaded" in (each.turn.error or "")
+    counts = worker.auditor.stats()
+    unjudged = sorted(key for key in local_counts if key.startswith("unjudged_"))
+    assert [local_counts[k] for k in unjudged] == [counts[k] for k in unjudged]
+    assert counts["unjudged_failed"] == 1 and local_counts["submitted"] == counts["submitted"] == 0
+    assert worker.stats()["turns_unjudged_failed"] == 1
 
 
 def test_genai_conventions_only(worker: Any, clock: Clock, collector: Any) -> None:

@@ -66,6 +66,8 @@ from ._structured import structured_answer, structured_citations
 from .steps import ErrorStep, ModelCall, RetrievalStep, RunEnded, RunKind, RunStarted, ToolResult
 
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
+
     from ..auditor import Auditor
     from ..tracing.spans import SpanRecorder, TurnHandle
 
@@ -74,6 +76,7 @@ __all__ = [
     "MAX_HISTORY_MESSAGES",
     "MAX_MESSAGE_CHARS",
     "UNFINISHED",
+    "ClosedTurn",
     "TurnAssembler",
     "conversation",
     "direct_tool_answer",
@@ -166,7 +169,7 @@ def _end(ended_at: int | None, error: str | None, now: int) -> tuple[int, str | 
 
 
 class TurnAssembler:
-    """Takes one turn's steps (a [`StepSink`][ragaudit.integrations.steps.StepSink]) and makes its
+    """Takes one turn's steps (a [`StepConsumer`][ragaudit.integrations.steps.StepConsumer]) and makes its
     [`RagTurn`][ragaudit.RagTurn] by the rules of this module ([`build`][ragaudit.integrations.TurnAssembler.build],
     [`close`][ragaudit.integrations.TurnAssembler.close]).
 
@@ -198,7 +201,7 @@ class TurnAssembler:
         self.errors: list[str] = []  # of the ErrorSteps
         self._last = 0  # the last time a step reported
 
-    # -- StepSink ---------------------------------------------------------------------------------
+    # -- StepConsumer ---------------------------------------------------------------------------------
 
     def _child(self, step: _Child) -> None:
         self.parents.setdefault(step.run_id, step.parent_id)
@@ -296,19 +299,23 @@ class TurnAssembler:
 
     def close(
         self,
-        recorder: SpanRecorder,
+        recorder: SpanRecorder | None,
         auditor: Auditor,
         *,
-        parent: Any = None,
+        parent: Context | None = None,
         closed_at: int | None = None,
         measures: Sequence[str] = DEFAULT_TURN_MEASURES,
-    ) -> RagTurn:
+        handle: TurnHandle | None = None,
+    ) -> ClosedTurn:
         """On the closing thread: open the turn span (under *parent*, the OTel context at the root's
-        start), build the turn, submit it when it is to be judged (else count why not), end the span.
-        Never raises; a turn that cannot be built is recorded as an error turn."""
+        start), build the turn, submit it when it is to be judged (else record it unjudged, with the
+        reason), end the span. *recorder* None: the turn's spans exist already (a received trace, its
+        root span *handle*): none is recorded, the judgement goes into that trace. Never raises; a turn
+        that cannot be built is recorded as an error turn."""
         root = self.root
         started_at = root.started_at if root is not None else self._last
-        handle = recorder.start_turn(start_ns=started_at, parent=parent)
+        if recorder is not None:
+            handle = recorder.start_turn(start_ns=started_at, parent=parent)
         try:
             turn = self.build(handle, closed_at=closed_at)
         except Exception as exc:
@@ -318,15 +325,31 @@ class TurnAssembler:
                            ended_at=max(started_at, closed_at or self._last),
                            error=f"ragaudit could not build this turn: {exc}")
         agent = self.agent
-        if agent is not None:  # the turn span is the agent's invoke_agent span
+        if agent is not None and recorder is not None and handle is not None:  # the turn span is the agent's
             recorder.mark_agent(handle, agent)
         reason = unjudged_reason(turn, self.kind)
         if reason is not None:
             _note_unjudged(auditor, turn, reason, recorder, "outside" if self.retrieval_outside else "none")
         elif self.from_prompt:
             _note_from_prompt(auditor, turn)
-        finish_turn(recorder, auditor if reason is None else None, handle, turn, measures=measures)
-        return turn
+        status = finish_turn(recorder, auditor if reason is None else None, handle, turn, measures=measures)
+        return ClosedTurn(turn, status, reason)
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedTurn:
+    """What [`TurnAssembler.close`][ragaudit.integrations.TurnAssembler.close] did with a turn: the *turn*, the
+    Auditor's submit *status* (None: not submitted) and, for a turn not judged, the *unjudged* reason (one of
+    `UNSUBMITTED_REASONS`; the turn was recorded with it)."""
+
+    turn: RagTurn
+    status: str | None
+    unjudged: str | None
+
+    @property
+    def accepted(self) -> bool:
+        """The Auditor took the turn for judging (queued, or judged inline with or without an error)."""
+        return self.status in ("queued", "judged", "failed")
 
 
 def _turn_id(root: RunStarted | None) -> str:
@@ -680,11 +703,11 @@ def unjudged_reason(turn: RagTurn, kind: RunKind) -> str | None:
     return None
 
 
-def _note_unjudged(auditor: Auditor, turn: RagTurn, reason: str, recorder: SpanRecorder, seen: str) -> None:
+def _note_unjudged(auditor: Auditor, turn: RagTurn, reason: str, recorder: SpanRecorder | None, seen: str) -> None:
     try:
         # Counted, and the turn ends as a record (with its reason) like every finished turn.
-        first = auditor.record_unjudged(turn, reason, content_policy=recorder.content_policy,
-                                        tracer_provider=recorder.tracer_provider)
+        first = auditor.record_unjudged(turn, reason, content_policy=recorder.content_policy if recorder else None,
+                                        tracer_provider=recorder.tracer_provider if recorder else None)
     except Exception as exc:  # a user's stand-in auditor
         report_failure("counting an unjudged turn", exc)
         return
@@ -703,14 +726,15 @@ def _note_from_prompt(auditor: Auditor, turn: RagTurn) -> None:
 
 
 def finish_turn(
-    recorder: SpanRecorder,
+    recorder: SpanRecorder | None,
     auditor: Auditor | None,
-    handle: TurnHandle,
+    handle: TurnHandle | None,
     turn: RagTurn,
     *,
     measures: Sequence[str] = DEFAULT_TURN_MEASURES,
 ) -> str | None:
-    """Submit *turn* to *auditor* (skipped when it is None) and end its span. Never raises.
+    """Submit *turn* to *auditor* (skipped when it is None) and end its span (none without a *recorder*: the
+    turn's spans are recorded elsewhere). Never raises.
 
     Returns the submit status (``"queued"``, ``"judged"``, ...), or None when the turn was not
     submitted; the status and the retrieval metrics (*measures*, when the turn's ``relevant_ids``
@@ -723,22 +747,25 @@ def finish_turn(
         metrics = turn_metrics(turn, measures)
     except Exception as exc:
         report_failure("computing retrieval metrics", exc)
-    try:
-        turn = recorder.start_children(handle, turn)
-    except Exception as exc:
-        report_failure("starting the retrieval spans", exc)
+    if recorder is not None and handle is not None:
+        try:
+            turn = recorder.start_children(handle, turn)
+        except Exception as exc:
+            report_failure("starting the retrieval spans", exc)
     record = None
     if auditor is not None:
         try:
             # The handler's policy and provider go with the turn: its record follows them.
-            submitted = auditor.submit_turn(turn, content_policy=recorder.content_policy,
-                                            tracer_provider=recorder.tracer_provider, ground_truth_metrics=metrics)
+            submitted = auditor.submit_turn(turn, content_policy=recorder.content_policy if recorder else None,
+                                            tracer_provider=recorder.tracer_provider if recorder else None,
+                                            ground_truth_metrics=metrics)
             status, record = submitted.status, submitted.record
         except Exception as exc:  # Auditor.submit_turn never raises; a user's stand-in might
             report_failure("submitting a turn", exc)
             status = "dropped"
-    try:
-        recorder.end_turn(handle, turn, judge_status=status, retrieval_metrics=metrics, record=record)
-    except Exception as exc:
-        report_failure("ending a turn span", exc)
+    if recorder is not None and handle is not None:
+        try:
+            recorder.end_turn(handle, turn, judge_status=status, retrieval_metrics=metrics, record=record)
+        except Exception as exc:
+            report_failure("ending a turn span", exc)
     return status

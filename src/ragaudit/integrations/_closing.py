@@ -9,16 +9,16 @@ turns go: source → closer → Auditor → exporters. The closer registers with
 this one), so `Auditor.force_flush` and `Auditor.shutdown` -- and the exit hook and
 SIGTERM, which call them -- have it hand its turns down first;
 [`TurnCloser.force_flush`][ragaudit.integrations.TurnCloser.force_flush] and
-[`TurnCloser.shutdown`][ragaudit.integrations.TurnCloser.shutdown] are the Auditor's. What the closer drops it counts in
-its Auditor's ``stats()`` (``close_dropped``; ``closing`` is how many wait here, as the closing thread last saw at a
-batch).
+[`TurnCloser.shutdown`][ragaudit.integrations.TurnCloser.shutdown] are the Auditor's. The closer counts for itself, in
+its own [`stats`][ragaudit.integrations.TurnCloser.stats]: ``close_dropped`` (what it dropped) and ``closing`` (how
+many wait here).
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 
 from .. import _fork, _lifecycle
 from .._log import RateLimitedLog
@@ -27,21 +27,12 @@ from ..content import ContentPolicy, log_exception
 
 if TYPE_CHECKING:
     from ..auditor import Auditor
+    from ._source import TurnSource
 
-__all__ = ["TurnCloser", "TurnSource", "closer_for"]
+__all__ = ["TurnCloser", "closer_for"]
 
 _CLOSE_BATCH = 64
 _CLOSE_DELAY_S = 0.1
-
-
-@runtime_checkable
-class TurnSource(Protocol):
-    """An integration handler with turns of its own to close at shutdown."""
-
-    def close_ended_turns(self) -> int:
-        """Close the turns whose root run ended (children still open are marked unfinished);
-        returns how many. Never raises."""
-        ...
 
 
 class TurnCloser:
@@ -57,6 +48,8 @@ class TurnCloser:
         self._log = RateLimitedLog()
         self._failed = _failure_log(self._log, auditor.content_policy)
         self._sources: weakref.WeakSet[TurnSource] = weakref.WeakSet()
+        self._dropped = 0  # close jobs dropped at the bound (stats()["close_dropped"])
+        self._counting = _fork.lock()
         ref = weakref.ref(self)
 
         def run(jobs: list[Callable[[], None]]) -> None:
@@ -111,8 +104,10 @@ class TurnCloser:
         except Exception as exc:
             self._failed(exc)
             return False
+        with self._counting:
+            self._dropped += 1
         auditor = self._auditor()
-        if auditor is not None:
+        if auditor is not None:  # until Auditor.stats() sums its upstream stages' stats()
             auditor.count("close_dropped")
         self._log.warning("close_dropped", "ragaudit: a finished turn was dropped before it was recorded "
                           "(%d turns already waiting to be closed, max_closing=%d)", len(self.worker),
@@ -175,10 +170,12 @@ class TurnCloser:
         return self.stop(self.exit_timeout_s if timeout_s is None else max(0.0, timeout_s))
 
     def stats(self) -> Mapping[str, int]:
-        """``closing``: finished turns waiting here to be recorded."""
-        return {"closing": len(self.worker)}
+        """``closing``: finished turns waiting here to be recorded; ``close_dropped``: those dropped because
+        *max_closing* were waiting already (each logged, rate-limited)."""
+        return {"closing": len(self.worker), "close_dropped": self._dropped}
 
     def _waiting(self) -> None:
+        # The Auditor's ``stats()["closing"]``, until it sums its upstream stages' stats() itself.
         auditor = self._auditor()
         if auditor is not None:
             auditor.report_closing(len(self.worker))

@@ -8,9 +8,9 @@ read documents the way DESIGN.md says and [`retrieved_doc`][ragaudit.integration
 `ragaudit.integrations._assembler`. Nothing here imports a framework.
 
 The host's thread does as little as it can: while a run is open, dictionary updates; when it ends,
-`close_later` hands the raw run data (with the OTel context captured at its start by
-`current_context`) to a background thread, which builds the turn, finds its citations,
-records its spans with the framework's timestamps and submits it for judging.
+the source ([`TurnSource.hand_off`][ragaudit.integrations.TurnSource.hand_off]) hands the raw run data (with the OTel
+context captured at its start by `current_context`) to a background thread, which builds the turn, finds its
+citations, records its spans with the framework's timestamps and submits it for judging.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ import json
 import math
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from functools import partial
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from opentelemetry import context as _otel_context
@@ -30,9 +29,10 @@ from .._log import RateLimitedLog
 from ..content import ContentPolicy, log_exception
 from ..errors import ConfigurationError
 from ..records import RetrievedDoc, normalize_relevance, stable_doc_id
-from ._closing import closer_for
 
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
+
     from ..auditor import Auditor
 
 __all__ = [
@@ -40,12 +40,10 @@ __all__ = [
     "RELEVANT_IDS_KEY",
     "RunStore",
     "check_measures",
-    "close_at_shutdown",
-    "close_later",
     "current_context",
     "default_auditor",
     "doc_id_from",
-    "force_flush_turns",
+    "each_or_none",
     "ground_truth_from",
     "input_text",
     "judge_auditor",
@@ -57,6 +55,7 @@ __all__ = [
 ]
 
 S = TypeVar("S")
+R = TypeVar("R")
 
 RELEVANT_IDS_KEY = "ragaudit_relevant_ids"
 """Run metadata key holding a turn's ground truth: a list of relevant ids or ``{id: graded label}``."""
@@ -157,79 +156,9 @@ def ground_truth_from(metadata: Mapping[str, Any] | None) -> tuple[Mapping[str, 
     return relevant, reference if isinstance(reference, str) else None
 
 
-def current_context() -> Any:
+def current_context() -> Context:
     """The OpenTelemetry context now: what a turn span started later must take as its parent."""
     return _otel_context.get_current()
-
-
-_auditor_class: list[type[Auditor]] = []
-
-
-def _auditor_type() -> type[Auditor]:
-    """The [`Auditor`][ragaudit.Auditor] class, imported on first use (the auditor imports this package), then kept:
-    a function-level import costs a lookup in the import machinery at every turn's hand-off."""
-    if not _auditor_class:
-        from ..auditor import Auditor
-
-        _auditor_class.append(Auditor)
-    return _auditor_class[0]
-
-
-def close_later(auditor: Any, job: Callable[[], None], content: ContentPolicy | None = None,
-                turn_id: str | None = None) -> bool:
-    """Run *job* (build, trace and submit one finished turn) off the host's thread. Never raises.
-
-    With the turn's *turn_id*, the [`Auditor`][ragaudit.Auditor] first decides whether the turn is closed at all
-    ([`admit_turn`][ragaudit.Auditor.admit_turn]: sampling, and shedding past the backlog's bound, each counted);
-    a turn it declines costs a counter, no closing work (returns False).
-
-    A failure of *job* is logged through *content* (the handler's policy: the auditor may be shared
-    by handlers with other settings).
-
-    The job goes to *auditor*'s closer ([`closer_for`][ragaudit.integrations.closer_for]: bounded,
-    batched, drained by the handlers' ``force_flush()``, the closer's ``shutdown()`` and at exit; a
-    job the full queue cannot take is dropped and counted in ``stats()["close_dropped"]``). It runs
-    at once on this thread when the auditor judges inline (so the turn is judged before the run
-    returns) or is a stand-in that is no [`Auditor`][ragaudit.Auditor]. Returns False when the job was dropped.
-    """
-    is_auditor = isinstance(auditor, _auditor_type())
-    if content is not None and not (is_auditor and content is auditor.content_policy):
-        job = partial(_guarded, job, content)  # else the auditor logs a failure with this very policy
-    try:
-        if is_auditor:
-            if turn_id is not None and not auditor.admit_turn(turn_id):
-                return False
-            return closer_for(auditor).defer(job)
-        job()
-    except Exception as exc:
-        report_failure("closing a turn", exc, content)
-    return True
-
-
-def close_at_shutdown(auditor: Any, source: Any) -> None:
-    """Have *auditor*'s closer close *source*'s half-finished turns before it shuts *auditor* down
-    (held weakly); nothing for a stand-in that is no [`Auditor`][ragaudit.Auditor]."""
-    from ..auditor import Auditor
-
-    if isinstance(auditor, Auditor):
-        closer_for(auditor).attach(source)
-
-
-def force_flush_turns(auditor: Any, timeout_s: float | None) -> bool:
-    """A handler's ``force_flush()``, top down: *auditor*'s closer (the turns handed over so far
-    built, traced and submitted), then *auditor* itself (`force_flush`)."""
-    from ..auditor import Auditor
-
-    if isinstance(auditor, Auditor):
-        return closer_for(auditor).force_flush(timeout_s)
-    return bool(auditor.force_flush(timeout_s))
-
-
-def _guarded(job: Callable[[], None], content: ContentPolicy) -> None:
-    try:
-        job()
-    except Exception as exc:
-        report_failure("closing a turn", exc, content)
 
 
 # --- the shared default auditor --------------------------------------------------------------------
@@ -452,6 +381,18 @@ class RunStore(Generic[S]):
         closed[run_id] = None
         if len(closed) > self.max_runs:
             closed.popitem(last=False)
+
+
+def each_or_none(items: Iterable[Any], read: Callable[[Any], R | None]) -> list[R] | None:
+    """*read* of every one of *items*, in order; None as soon as one reads as None (then *items* is not a
+    list of such things: a list of messages, of documents)."""
+    out: list[R] = []
+    for item in items:
+        found = read(item)
+        if found is None:
+            return None
+        out.append(found)
+    return out
 
 
 def input_text(value: Any) -> str | None:

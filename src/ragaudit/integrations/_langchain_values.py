@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from ..content import exception_type_name
 from ..records import RetrievedDoc
-from ._common import report_failure, retrieved_doc, score_from
+from ._common import each_or_none, report_failure, retrieved_doc, score_from
 from .steps import ModelToolCall
 
 __all__ = [
@@ -99,13 +99,7 @@ def messages_of(value: Any) -> list[tuple[str, str]] | None:
             and not isinstance(value[1], (list, tuple, BaseMessage)):
         single = _message_of(value)  # one ("user", "text") pair
         return [single] if single is not None else None
-    out = []
-    for item in value:
-        message = _message_of(item)
-        if message is None:
-            return None
-        out.append(message)
-    return out
+    return each_or_none(value, _message_of)
 
 
 def is_mapping(value: Any) -> TypeGuard[Mapping[Any, Any]]:

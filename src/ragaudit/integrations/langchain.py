@@ -14,8 +14,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
-from functools import partial
-from typing import Any, cast
+from functools import wraps
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 from uuid import UUID, uuid4
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -24,18 +24,7 @@ from langchain_core.messages import BaseMessage
 from .. import _fork, _lifecycle
 from ..auditor import DEFAULT_TURN_MEASURES, Auditor
 from ..errors import ConfigurationError
-from ._assembler import TurnAssembler
-from ._common import (
-    RunStore,
-    check_measures,
-    close_at_shutdown,
-    close_later,
-    current_context,
-    force_flush_turns,
-    report_failure,
-    resolve_backend,
-)
-from ._evidence import DocumentMemory
+from ._common import RunStore, current_context, report_failure, resolve_backend
 from ._langchain_stores import SearchObserver, outside_searches, patch_vector_stores
 from ._langchain_turns import Child, OpenGeneration, OpenPrompt, OpenRetrieval, OpenTool, Turn, is_prompt, turn_steps
 from ._langchain_values import (
@@ -52,14 +41,32 @@ from ._langchain_values import (
     snapshot_documents,
     structured_of,
 )
-from .steps import ErrorStep, dispatch
+from ._source import TurnSource
 
 __all__ = ["RagAuditCallbackHandler", "instrument", "uninstrument"]
 
 FRAMEWORK = "langchain"
 
+_H = TypeVar("_H", bound="RagAuditCallbackHandler")
+_P = ParamSpec("_P")
 
-class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
+
+def _guarded(event: Callable[Concatenate[_H, _P], None]) -> Callable[Concatenate[_H, _P], None]:
+    """The one guard of every callback: a failure inside the handler is logged (rate-limited) under the
+    callback's name and never reaches the chain. One forwarding call per event, nothing else."""
+    name = event.__name__
+
+    @wraps(event)
+    def callback(self: _H, *args: _P.args, **kwargs: _P.kwargs) -> None:
+        try:
+            event(self, *args, **kwargs)
+        except Exception as exc:
+            report_failure(name, exc)
+
+    return callback
+
+
+class RagAuditCallbackHandler(TurnSource, BaseCallbackHandler, SearchObserver):
     """A LangChain callback handler that turns each root run into an audited [`RagTurn`][ragaudit.RagTurn].
 
     Pass it in ``config={"callbacks": [handler]}`` (or use [`instrument`][ragaudit.integrations.langchain.instrument]).
@@ -141,28 +148,18 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
         turn_measures: Sequence[str] = DEFAULT_TURN_MEASURES,
         answer_field: str | None = None,
     ) -> None:
-        super().__init__()
         if answer_field is not None and (not isinstance(answer_field, str) or not answer_field):
             raise ConfigurationError(f"answer_field must be a field name (a non-empty string), got {answer_field!r}")
         self.answer_field = answer_field
-        self.turn_measures = check_measures(turn_measures)
         self._store: RunStore[Turn] = RunStore(max_runs)  # keyed by run_id.int
-        self.auditor, self.recorder = resolve_backend(judge, auditor, tracer_provider, capture_content, redact,
-                                                      owner="RagAuditCallbackHandler")
-        self._closed_turns = 0
-        self._memory = DocumentMemory()  # what earlier turns retrieved: a follow-up quoting it keeps the ids
+        backend, recorder = resolve_backend(judge, auditor, tracer_provider, capture_content, redact,
+                                            owner="RagAuditCallbackHandler")
+        # The source base: hand-off, closing, force_flush, registration for shutdown.
+        TurnSource.__init__(self, backend, recorder, turn_measures=turn_measures)
         self._process_wide = False  # set by instrument(): see _start
-        close_at_shutdown(self.auditor, self)
         patch_vector_stores()  # once per process: searches in middleware, nodes and tools are retrievals
 
     # -- public helpers -------------------------------------------------------------------------
-
-    def force_flush(self, timeout_s: float | None = 30.0) -> bool:
-        """Close the turns whose root run has ended (see
-        [`close_ended_turns`][ragaudit.integrations.langchain.RagAuditCallbackHandler.close_ended_turns]), then wait
-        until the turns closed so far are recorded and judged (see `Auditor.force_flush`)."""
-        self.close_ended_turns()
-        return force_flush_turns(self.auditor, timeout_s)
 
     def close_ended_turns(self) -> int:
         """Close every turn whose root run has ended but a child run has not (a hung tool thread, a
@@ -170,7 +167,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
         shutdown and at exit, before the Auditor's. Returns how many turns were closed."""
         with self._store.lock:
             ended = self._store.pop_ended()
-            self._closed_turns += len(ended)
+            self.closed_turns += len(ended)
         for turn in ended:
             self._hand_off(turn)
         return len(ended)
@@ -178,7 +175,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
     def stats(self) -> dict[str, int]:
         """``open_turns`` (in flight now), ``closed_turns`` and ``evicted`` (ended early at *max_runs*)."""
         with self._store.lock:
-            return {"open_turns": len(self._store), "closed_turns": self._closed_turns,
+            return {"open_turns": len(self._store), "closed_turns": self.closed_turns,
                     "evicted": self._store.evicted}
 
     # -- bookkeeping ----------------------------------------------------------------------------
@@ -217,7 +214,7 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
                 # uninstrumented), and its child runs are steps of that run, not turns of their own.
                 kind = None
             turn, is_root, evicted = store.start(key, parent, new_turn if kind else None)
-            self._closed_turns += len(evicted)
+            self.closed_turns += len(evicted)
             if turn is not None:
                 if not is_root:
                     turn.parents[key] = parent
@@ -280,103 +277,72 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
                 report_failure("reading the end of a run", exc)
             turn, complete = store.end(key, force=is_root and error is not None)
             if complete:
-                self._closed_turns += 1
+                self.closed_turns += 1
         if complete and turn is not None:
             self._hand_off(turn)
 
     # -- closing --------------------------------------------------------------------------------
 
     def _hand_off(self, turn: Turn, *, evicted: bool = False) -> None:
-        """On the host's thread: leave the turn to the closing thread (the caller counted it closed, under the
-        store's lock it held anyway).
+        """On the host's thread, once the turn is out of the run store (no event can touch it any more; the
+        caller counted it closed): leave it to the closing thread, which reads its steps
+        (`ragaudit.integrations._langchain_turns`) into the assembler."""
+        evicted_at = self._store.max_runs if evicted else None
+        self.hand_off(str(turn.run_id), lambda now: turn_steps(turn, now, evicted_at), root_id=turn.run_id,
+                      framework=FRAMEWORK, parent=turn.context, retrieval_outside=outside_searches() > turn.outside,
+                      answer_field=self.answer_field)
 
-        The turn is out of the run store by now, so no event can touch it any more.
-        """
-        now = time.time_ns()
-        # The turn id is the one the assembler gives it: sampling and shedding are decided by it now, so a
-        # turn that will not be judged costs a counter, not an assembly (Auditor.admit_turn).
-        close_later(self.auditor, partial(self._close, turn, now, evicted), self.recorder.content_policy,
-                    turn_id=str(turn.run_id))
+    # -- chains (each callback goes through the one guard, _guarded) -------------------------------
 
-    def _close(self, turn: Turn, now: int, evicted: bool) -> None:
-        """On the closing thread: hand the turn's steps to the assembler; it does the rest."""
-        assembler = TurnAssembler(FRAMEWORK, capture_content=self.recorder.capture_content,
-                                  retrieval_outside=outside_searches() > turn.outside, answer_field=self.answer_field,
-                                  memory=self._memory)
-        try:
-            for step in turn_steps(turn, now, self._store.max_runs if evicted else None):
-                dispatch(assembler, step)
-        except Exception as exc:
-            report_failure("reading a LangChain turn", exc)
-            dispatch(assembler, ErrorStep(turn.run_id, f"ragaudit could not read this turn: {exc}", now))
-        assembler.close(self.recorder, self.auditor, parent=turn.context, closed_at=now,
-                        measures=self.turn_measures)
-
-    # -- chains (each callback catches its own failure: a failure inside the handler is logged, rate-limited,
-    # under the callback's name and never reaches the chain; written out in each, not as a decorator,
-    # whose *args/**kwargs forwarding cost every event about a microsecond) ------------------------------
-
+    @_guarded
     def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: UUID,
                        parent_run_id: UUID | None = None, tags: list[str] | None = None,
                        metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        try:
-            name = kwargs.get("name")
-            if not isinstance(name, str) and is_mapping(serialized):
-                name = serialized.get("name")
-            now = time.time_ns()
-            # A prompt template's run: the values it fills in tell the assembler what context reached the model.
-            child = OpenPrompt(inputs, now) if parent_run_id is not None and is_prompt(serialized, name) else None
-            self._start(run_id, parent_run_id, "chain", name, inputs, metadata, child, now)
-        except Exception as exc:
-            report_failure("on_chain_start", exc)
+        name = kwargs.get("name")
+        if not isinstance(name, str) and is_mapping(serialized):
+            name = serialized.get("name")
+        now = time.time_ns()
+        # A prompt template's run: the values it fills in tell the assembler what context reached the model.
+        child = OpenPrompt(inputs, now) if parent_run_id is not None and is_prompt(serialized, name) else None
+        self._start(run_id, parent_run_id, "chain", name, inputs, metadata, child, now)
 
+    @_guarded
     def on_chain_end(self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
                      **kwargs: Any) -> None:
-        try:
-            self._end(run_id, outputs=outputs, inputs=kwargs.get("inputs"))
-        except Exception as exc:
-            report_failure("on_chain_end", exc)
+        self._end(run_id, outputs=outputs, inputs=kwargs.get("inputs"))
 
+    @_guarded
     def on_chain_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
                        **kwargs: Any) -> None:
-        try:
-            self._end(run_id, inputs=kwargs.get("inputs"), error=error)
-        except Exception as exc:
-            report_failure("on_chain_error", exc)
+        self._end(run_id, inputs=kwargs.get("inputs"), error=error)
 
     # -- retrievers -----------------------------------------------------------------------------
 
+    @_guarded
     def on_retriever_start(self, serialized: dict[str, Any] | None, query: str, *, run_id: UUID,
                            parent_run_id: UUID | None = None, tags: list[str] | None = None,
                            metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        try:
-            now = time.time_ns()
-            name = retriever_name(serialized, metadata, kwargs.get("name"))
-            text = query if isinstance(query, str) else None
-            self._start(run_id, parent_run_id, "retriever", name, text, metadata, OpenRetrieval(name, text, now), now)
-        except Exception as exc:
-            report_failure("on_retriever_start", exc)
+        now = time.time_ns()
+        name = retriever_name(serialized, metadata, kwargs.get("name"))
+        text = query if isinstance(query, str) else None
+        self._start(run_id, parent_run_id, "retriever", name, text, metadata, OpenRetrieval(name, text, now), now)
 
+    @_guarded
     def on_retriever_end(self, documents: Sequence[Any], *, run_id: UUID, parent_run_id: UUID | None = None,
                          **kwargs: Any) -> None:
+        now = time.time_ns()
         try:
-            now = time.time_ns()
-            try:
-                snapshot = snapshot_documents(documents)
-            except Exception as exc:  # still end the run, or its turn would never close
-                report_failure("reading a retriever's documents", exc)
-                self._end(run_id, error=exc, now=now)
-                return
-            self._end(run_id, documents=snapshot, now=now)
-        except Exception as exc:
-            report_failure("on_retriever_end", exc)
+            snapshot = snapshot_documents(documents)
+        except Exception as exc:  # still end the run, or its turn would never close
+            report_failure("reading a retriever's documents", exc)
+            self._end(run_id, error=exc, now=now)
+            return
+        self._end(run_id, documents=snapshot, now=now)
 
+    @_guarded
     def on_retriever_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
                            **kwargs: Any) -> None:
-        try:
-            self._end(run_id, error=error, now=time.time_ns())
-        except Exception as exc:
-            report_failure("on_retriever_error", exc)
+        self._end(run_id, error=error, now=time.time_ns())
 
     # -- models ---------------------------------------------------------------------------------
 
@@ -390,69 +356,55 @@ class RagAuditCallbackHandler(BaseCallbackHandler, SearchObserver):
         self._start(run_id, parent_run_id, "llm", name if isinstance(name, str) else child.model,
                     prompt, metadata, child, now)
 
+    @_guarded
     def on_chat_model_start(self, serialized: dict[str, Any] | None, messages: list[list[BaseMessage]], *,
                             run_id: UUID, parent_run_id: UUID | None = None, tags: list[str] | None = None,
                             metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        try:
-            self._start_model(messages[0] if messages else [], run_id, parent_run_id, metadata, kwargs)
-        except Exception as exc:
-            report_failure("on_chat_model_start", exc)
+        self._start_model(messages[0] if messages else [], run_id, parent_run_id, metadata, kwargs)
 
+    @_guarded
     def on_llm_start(self, serialized: dict[str, Any] | None, prompts: list[str], *, run_id: UUID,
                      parent_run_id: UUID | None = None, tags: list[str] | None = None,
                      metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        try:
-            self._start_model(list(prompts[:1]), run_id, parent_run_id, metadata, kwargs)
-        except Exception as exc:
-            report_failure("on_llm_start", exc)
+        self._start_model(list(prompts[:1]), run_id, parent_run_id, metadata, kwargs)
 
+    @_guarded
     def on_llm_end(self, response: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
                    **kwargs: Any) -> None:
-        try:
-            self._end(run_id, response=response, now=time.time_ns())
-        except Exception as exc:
-            report_failure("on_llm_end", exc)
+        self._end(run_id, response=response, now=time.time_ns())
 
+    @_guarded
     def on_llm_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
                      **kwargs: Any) -> None:
-        try:
-            self._end(run_id, error=error, now=time.time_ns())
-        except Exception as exc:
-            report_failure("on_llm_error", exc)
+        self._end(run_id, error=error, now=time.time_ns())
 
     # -- tools (steps of an agent's turn; never a turn of their own) ----------------------------------
 
+    @_guarded
     def on_tool_start(self, serialized: dict[str, Any] | None, input_str: str, *, run_id: UUID,
                       parent_run_id: UUID | None = None, **kwargs: Any) -> None:
-        try:
-            if parent_run_id is None:
-                return
-            now = time.time_ns()
-            name = kwargs.get("name")
-            if not isinstance(name, str) and is_mapping(serialized):
-                name = serialized.get("name")
-            call_id = kwargs.get("tool_call_id")
-            inputs = kwargs.get("inputs")
-            tool = OpenTool(name if isinstance(name, str) and name else "tool",
-                            call_id if isinstance(call_id, str) and call_id else None,
-                            inputs if inputs is not None else input_str, now)
-            self._start(run_id, parent_run_id, None, None, None, None, tool, now)
-        except Exception as exc:
-            report_failure("on_tool_start", exc)
+        if parent_run_id is None:
+            return
+        now = time.time_ns()
+        name = kwargs.get("name")
+        if not isinstance(name, str) and is_mapping(serialized):
+            name = serialized.get("name")
+        call_id = kwargs.get("tool_call_id")
+        inputs = kwargs.get("inputs")
+        tool = OpenTool(name if isinstance(name, str) and name else "tool",
+                        call_id if isinstance(call_id, str) and call_id else None,
+                        inputs if inputs is not None else input_str, now)
+        self._start(run_id, parent_run_id, None, None, None, None, tool, now)
 
+    @_guarded
     def on_tool_end(self, output: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
                     **kwargs: Any) -> None:
-        try:
-            self._end(run_id, outputs=output, now=time.time_ns())
-        except Exception as exc:
-            report_failure("on_tool_end", exc)
+        self._end(run_id, outputs=output, now=time.time_ns())
 
+    @_guarded
     def on_tool_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
                       **kwargs: Any) -> None:
-        try:
-            self._end(run_id, error=error, now=time.time_ns())
-        except Exception as exc:
-            report_failure("on_tool_error", exc)
+        self._end(run_id, error=error, now=time.time_ns())
 
     # -- vector-store searches (SearchObserver: reported by the wrapped VectorStore methods) ----------
 

@@ -40,8 +40,8 @@ possible (when the turn closes): it never raises, so a bad step cannot harm the 
     framework's own ids
 ([`ragaudit.integrations.retrieved_doc`][ragaudit.integrations.retrieved_doc]).
 
-The consumer side is the [`StepSink`][ragaudit.integrations.steps.StepSink] protocol: anything with its six methods can
-take steps (the assembler, a test's recorder, a future live consumer).
+The consumer side is the [`StepConsumer`][ragaudit.integrations.steps.StepConsumer] protocol: anything with its six
+methods can take steps (the assembler, a test's recorder, a future live consumer).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ __all__ = [
     "RunKind",
     "RunStarted",
     "Step",
-    "StepSink",
+    "StepConsumer",
     "ToolResult",
     "dispatch",
 ]
@@ -231,7 +231,7 @@ Step: TypeAlias = RunStarted | RunEnded | RetrievalStep | ToolResult | ModelCall
 """Any step."""
 
 
-class StepSink(Protocol):
+class StepConsumer(Protocol):
     """What takes steps (the assembler side). Sources never call these directly: they call
     [`dispatch`][ragaudit.integrations.steps.dispatch], which guards them."""
 
@@ -254,24 +254,24 @@ class StepSink(Protocol):
         """The turn failed (see [`ErrorStep`][ragaudit.integrations.steps.ErrorStep])."""
 
 
-_ROUTES: dict[type, Callable[[StepSink, Any], None]] = {
-    RunStarted: lambda sink, step: sink.on_run_started(step),
-    RunEnded: lambda sink, step: sink.on_run_ended(step),
-    RetrievalStep: lambda sink, step: sink.on_retrieval(step),
-    ToolResult: lambda sink, step: sink.on_tool_result(step),
-    ModelCall: lambda sink, step: sink.on_model_call(step),
-    ErrorStep: lambda sink, step: sink.on_error(step),
+_ROUTES: dict[type, Callable[[StepConsumer, Any], None]] = {
+    RunStarted: lambda consumer, step: consumer.on_run_started(step),
+    RunEnded: lambda consumer, step: consumer.on_run_ended(step),
+    RetrievalStep: lambda consumer, step: consumer.on_retrieval(step),
+    ToolResult: lambda consumer, step: consumer.on_tool_result(step),
+    ModelCall: lambda consumer, step: consumer.on_model_call(step),
+    ErrorStep: lambda consumer, step: consumer.on_error(step),
 }
 
 
-def dispatch(sink: StepSink, step: Step) -> bool:
-    """Hand *step* to *sink*. Never raises: a step that is not one of these types, or that the sink
-    fails on, is logged (rate-limited, on the ``ragaudit`` logger) and False is returned."""
+def dispatch(consumer: StepConsumer, step: Step) -> bool:
+    """Hand *step* to *consumer*. Never raises: a step that is not one of these types, or that the
+    consumer fails on, is logged (rate-limited, on the ``ragaudit`` logger) and False is returned."""
     route = _ROUTES.get(type(step))
     try:
         if route is None:
             raise TypeError(f"not a step: {type(step).__name__} (see ragaudit.integrations.steps)")
-        route(sink, step)
+        route(consumer, step)
     except Exception as exc:
         report_failure(f"taking a {type(step).__name__} step", exc)
         return False

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from typing import Any
 
 from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
@@ -13,17 +12,8 @@ from llama_index.core.chat_engine.types import StreamingAgentChatResponse
 from ... import _fork, _lifecycle
 from ...auditor import Auditor
 from ...errors import ConfigurationError
-from .._assembler import TurnAssembler
-from .._common import (
-    RunStore,
-    check_measures,
-    close_later,
-    current_context,
-    report_failure,
-    resolve_backend,
-)
-from .._evidence import DocumentMemory
-from ..steps import ErrorStep, dispatch
+from .._common import RunStore, current_context, report_failure, resolve_backend
+from .._source import TurnSource
 from ._closing import settle, steps_of
 from ._state import STREAM_TURN, Generating, Retrieving, RootInfo, Tooling, Turn
 from ._streams import AsyncStreamTap, StreamTap, stream_closer
@@ -49,13 +39,14 @@ __all__ = ["Collector"]
 _ENDED_KEPT = 4096  # ended dispatcher spans outside turns remembered as parents (see Collector.outside)
 
 
-class Collector:
-    """Groups LlamaIndex runs (dispatcher spans or legacy callback events) into turns and closes them.
+class Collector(TurnSource):
+    """Groups LlamaIndex runs (dispatcher spans or legacy callback events) into turns and closes them: LlamaIndex's
+    [`TurnSource`][ragaudit.integrations.TurnSource].
 
     Shared by the span/event handlers of [`instrument`][ragaudit.integrations.llamaindex.instrument] and by
     [`RagAuditLlamaIndexHandler`][ragaudit.integrations.llamaindex.RagAuditLlamaIndexHandler]. On the host's thread it
     only updates dictionaries under the store lock (callers catch what it raises); a finished turn is built, traced and
-    submitted on the auditor's closing thread (`close_later`).
+    submitted on the auditor's closing thread (`TurnSource.hand_off`).
     """
 
     def __init__(
@@ -70,19 +61,18 @@ class Collector:
         owner: str,
         query_key: str | None = None,
     ) -> None:
-        self.turn_measures = check_measures(turn_measures)
         if query_key is not None and (not isinstance(query_key, str) or not query_key):
             raise ConfigurationError(f"query_key must be a StartEvent field name (a non-empty str), got {query_key!r}")
         # Where a workflow run's question is in its StartEvent: the configured field first.
         self.query_keys = WORKFLOW_QUERY_KEYS if query_key is None else (query_key, *WORKFLOW_QUERY_KEYS)
-        self.auditor, self.recorder = resolve_backend(judge, auditor, tracer_provider, capture_content, redact,
-                                                      owner=owner)
+        backend, recorder = resolve_backend(judge, auditor, tracer_provider, capture_content, redact, owner=owner)
         self.store: RunStore[Turn] = RunStore(max_runs)
         # Re-entrant: LlamaIndex dispatches events from generator finalizers, which the garbage
         # collector may run on this thread while it is inside one of our own critical sections.
         self.store.lock = _fork.rlock()  # type: ignore[assignment]
-        self.closed_turns = 0
-        self.memory = DocumentMemory()  # what earlier turns retrieved: a follow-up quoting it keeps the ids
+        # The source base: hand-off, closing, force_flush, registration for shutdown. close_ended_turns is the
+        # base's (none): a turn whose root ended with a run still open is a stream being read, not a lost event.
+        super().__init__(backend, recorder, turn_measures=turn_measures)
         # False once uninstrument() detached us: runs of open turns still finish, nothing new starts.
         self.accepting = True
         # Called (no lock held) when a turn closed while not accepting, or a span started then: the
@@ -278,26 +268,28 @@ class Collector:
 
     def retrieval_started(self, run_id: str, name: str, query: Any, now: int) -> None:
         with self.store.lock:
-            turn = self.store.state_of(run_id)
-            if turn is None:
-                return
-            retrieving = turn.retrievals.get(run_id)
-            if retrieving is None:
-                turn.retrievals[run_id] = Retrieving(turn.next_seq(), name, query_text(query), now)
-            elif retrieving.query is None:
+            retrieving = self._retrieval(run_id, name, now)
+            if retrieving is not None and retrieving.query is None:
                 retrieving.query = query_text(query)
 
     def retrieval_ended(self, run_id: str, nodes: Any, now: int) -> None:
         pairs = snapshot(nodes)
         with self.store.lock:
-            turn = self.store.state_of(run_id)
-            if turn is None:
-                return
-            retrieving = turn.retrievals.get(run_id)
-            if retrieving is None:
-                retrieving = turn.retrievals[run_id] = Retrieving(turn.next_seq(), "retriever", None, now)
-            retrieving.nodes = pairs
-            retrieving.ended_at = now
+            retrieving = self._retrieval(run_id, "retriever", now)
+            if retrieving is not None:
+                retrieving.nodes = pairs
+                retrieving.ended_at = now
+
+    def _retrieval(self, run_id: str, name: str, now: int) -> Retrieving | None:
+        """The retrieval of run *run_id* (store lock held), begun now as *name* when its start was not seen; None
+        outside every turn."""
+        turn = self.store.state_of(run_id)
+        if turn is None:
+            return None
+        retrieving = turn.retrievals.get(run_id)
+        if retrieving is None:
+            retrieving = turn.retrievals[run_id] = Retrieving(turn.next_seq(), name, None, now)
+        return retrieving
 
     def generation_started(self, turn: Turn, run_id: str, outer: str | None, now: int,
                            caller: Any = None) -> None:
@@ -388,10 +380,14 @@ class Collector:
 
     # -- closing -----------------------------------------------------------------------------------
 
+    def stats(self) -> dict[str, int]:
+        """``open_turns`` (in flight now), ``closed_turns`` and ``evicted`` (ended early at *max_runs*)."""
+        with self.store.lock:
+            return {"open_turns": len(self.store), "closed_turns": self.closed_turns, "evicted": self.store.evicted}
+
     def _hand_off(self, turn: Turn, *, evicted: bool = False) -> None:
         """On the host's thread, once the turn is out of the run store: take what it was answered
         with, and leave the rest to the auditor's closing thread."""
-        now = time.time_ns()
         with self.store.lock:
             self.closed_turns += 1
             drained = not self.accepting and not self.store
@@ -399,22 +395,11 @@ class Collector:
             settle(turn)
         except Exception as exc:
             report_failure("closing a LlamaIndex turn", exc)
-        close_later(self.auditor, partial(self._close, turn, now, evicted), self.recorder.content_policy,
-                    turn_id=str(turn.root_id))  # sampling and shedding decided now (Auditor.admit_turn)
+        evicted_at = self.store.max_runs if evicted else None
+        self.hand_off(str(turn.root_id), lambda now: steps_of(turn, now, evicted_at), root_id=turn.root_id,
+                      framework=FRAMEWORK, parent=turn.context)
         if drained and self.on_idle is not None:
             self.on_idle()  # the last turn of an uninstrumented instrumentation: leave the dispatcher
-
-    def _close(self, turn: Turn, now: int, evicted: bool) -> None:
-        """On the closing thread: hand the turn's steps to the assembler; it does the rest."""
-        assembler = TurnAssembler(FRAMEWORK, capture_content=self.recorder.capture_content, memory=self.memory)
-        try:
-            for step in steps_of(turn, now, self.store.max_runs if evicted else None):
-                dispatch(assembler, step)
-        except Exception as exc:
-            report_failure("reading a LlamaIndex turn", exc)
-            dispatch(assembler, ErrorStep(turn.root_id, f"ragaudit could not read this turn: {exc}", now))
-        assembler.close(self.recorder, self.auditor, parent=turn.context, closed_at=now,
-                        measures=self.turn_measures)
 
 
 def _never() -> Turn:  # pragma: no cover - a stream run always has its turn's root as parent

@@ -11,7 +11,6 @@ from llama_index.core.instrumentation import get_dispatcher
 
 from ... import _fork
 from ...auditor import DEFAULT_TURN_MEASURES, Auditor
-from .._common import force_flush_turns
 from ._collector import Collector
 from ._dispatch import EventHandler, SpanHandler
 from ._streams import stream_closer
@@ -41,14 +40,11 @@ class Audited:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         ok = stream_closer.force_flush(timeout_s)
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return force_flush_turns(self._collector.auditor, remaining) and ok
+        return self._collector.force_flush(remaining) and ok
 
     def stats(self) -> dict[str, int]:
         """``open_turns`` (in flight now), ``closed_turns`` and ``evicted`` (ended early at *max_runs*)."""
-        collector = self._collector
-        with collector.store.lock:
-            return {"open_turns": len(collector.store), "closed_turns": collector.closed_turns,
-                    "evicted": collector.store.evicted}
+        return self._collector.stats()
 
 
 class LlamaIndexInstrumentation(Audited):

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+from .._common import each_or_none
 from ..steps import ModelToolCall
 from ._decode import SpanData
 
@@ -172,6 +173,9 @@ def _unwrapped(value: Any) -> Any:
     return value
 
 
+_DOCUMENT_KEYS = ("documents", "outputs", "output", "inputs", "nodes", "source_nodes", "artifact")
+
+
 def documents_in(value: Any) -> list[DocReading] | None:
     """Documents in a JSON value: LangChain ``Document`` s (Python ``page_content``, JS
     ``pageContent``, serialised ``{"lc": 1, "kwargs": {...}}``), LlamaIndex nodes (``text``), as a
@@ -179,21 +183,10 @@ def documents_in(value: Any) -> list[DocReading] | None:
     ``content_and_artifact`` tool returns them). None when it holds none."""
     value = _unwrapped(value)
     if isinstance(value, dict):
-        for key in ("documents", "outputs", "output", "inputs", "nodes", "source_nodes", "artifact"):
-            if key in value:
-                found = documents_in(value[key])
-                if found is not None:
-                    return found
-        return None
+        return _under_keys(value, _DOCUMENT_KEYS, documents_in)
     if not isinstance(value, list) or not value:
         return None
-    docs: list[DocReading] = []
-    for item in value:
-        doc = _document(item)
-        if doc is None:
-            return None
-        docs.append(doc)
-    return docs
+    return each_or_none(value, _document)
 
 
 def _document(item: Any) -> DocReading | None:
@@ -361,11 +354,20 @@ def question_in(value: Any) -> str | None:
     if isinstance(value, str):
         return value
     if isinstance(value, dict):
-        for key in _QUESTION_KEYS:
-            if key in value:
-                found = question_in(value[key])
-                if found:
-                    return found
+        return _under_keys(value, _QUESTION_KEYS, lambda inner: question_in(inner) or None)
+    return None
+
+
+_T = TypeVar("_T")
+
+
+def _under_keys(value: Mapping[str, Any], keys: Sequence[str], read: Callable[[Any], _T | None]) -> _T | None:
+    """What *read* finds under the first of *keys* in *value* where it finds something, or None."""
+    for key in keys:
+        if key in value:
+            found = read(value[key])
+            if found is not None:
+                return found
     return None
 
 
@@ -401,11 +403,9 @@ def _answer_in(value: Any) -> str | None:
     if isinstance(value, str):
         return value
     if isinstance(value, dict):
-        for key in _ANSWER_KEYS:
-            if key in value:
-                found = _answer_in(value[key])
-                if found is not None:
-                    return found
+        found = _under_keys(value, _ANSWER_KEYS, _answer_in)
+        if found is not None:
+            return found
         if isinstance(value.get("messages"), list):
             msgs = messages_in(value)
             return next((t for role, t in reversed(msgs) if role == "assistant"), None)

@@ -19,9 +19,9 @@ from ..._worker import BatchWorker, run_jobs
 from ...errors import ConfigurationError
 from ...judges.base import RagJudge
 from ...records import UNSUBMITTED_REASONS, Judgement, RagTurn
-from .._assembler import TurnAssembler
+from .._assembler import ClosedTurn
 from .._evidence import DocumentMemory
-from ..steps import dispatch
+from .._source import TurnSource
 from ._buffer import PendingTrace, TraceBuffer
 from ._decode import SpanData, decode_traces
 from ._output import WORKER_SERVICE, Outputs, build_outputs
@@ -63,7 +63,7 @@ class IngestOutcome:
     message: str = ""
 
 
-class Worker:
+class Worker(TurnSource):
     """Judges the RAG turns of any app that sends OTLP traces (``ragaudit worker``).
 
     Receives OTLP/HTTP traces on *host*:*port* (``port=0``: a free one, see
@@ -104,6 +104,11 @@ class Worker:
     session arrive in many traces; one worker sees a whole session only when the Collector routes by
     the session attribute (``load_balancing`` with ``routing_key: attributes``, see the scale guide);
     otherwise each worker judges the part it saw, flagged partial.
+
+    The worker is a [`TurnSource`][ragaudit.integrations.TurnSource]: each turn of a trace is closed the way an
+    in-process source closes it ([`close_turn`][ragaudit.integrations.TurnSource.close_turn], on the worker's own
+    thread, with no span of its own: the trace has them), and every finished turn ends as an `AuditRecord`, judged
+    or not (``turns_unjudged_<reason>``).
     """
 
     def __init__(
@@ -195,6 +200,7 @@ class Worker:
         self._started = threading.Event()
         self._stopped = threading.Event()
         self._start_error: BaseException | None = None
+        TurnSource.__init__(self, auditor, None)  # the source base: closing, memory, force_flush
 
     # -- construction helpers ---------------------------------------------------------------------
 
@@ -375,24 +381,17 @@ class Worker:
         from ...tracing.spans import TurnHandle
 
         self.count("turns_found")
-        assembler = TurnAssembler(framework=found.convention, memory=self._memory)
-        for step in found.steps:
-            dispatch(assembler, step)
-        try:
-            turn = assembler.build(TurnHandle(trace_id, found.root_span_id))
-        except Exception as exc:
-            self.count("assembly_errors")
-            logger.warning("ragaudit worker: could not build a turn of trace %s: %s", trace_id, exc)
-            return
-        reason = assembler.unjudged_reason(turn)
-        if reason is not None:
-            # As in-process (TurnAssembler.close): counted, and the turn ends as a record with its reason,
-            # exported like every finished turn (score metrics count it by reason).
-            self.count(f"turns_unjudged_{reason}")
-            self.auditor.record_unjudged(turn, reason)
-            return
-        accepted = self.auditor.submit_turn(turn).accepted
-        self.count("turns_submitted" if accepted else "turns_not_submitted")
+        self.closed_turns += 1
+        self.close_turn(found.steps, closed_at=None, root_id=found.root_span_id, framework=found.convention,
+                        handle=TurnHandle(trace_id, found.root_span_id))
+
+    def turn_closed(self, closed: ClosedTurn) -> None:
+        """Count the turn: ``turns_unjudged_<reason>`` (recorded with its reason, as in-process), else
+        ``turns_submitted`` or ``turns_not_submitted``."""
+        if closed.unjudged is not None:
+            self.count(f"turns_unjudged_{closed.unjudged}")
+        else:
+            self.count("turns_submitted" if closed.accepted else "turns_not_submitted")
 
     def drain(self) -> int:
         """Assemble and submit every trace still waiting, ready or not (shutdown)."""
