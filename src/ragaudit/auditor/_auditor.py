@@ -14,6 +14,7 @@ import logging
 import os
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._export import Exporter
@@ -246,64 +247,20 @@ class Auditor:
         self._ledger = Ledger()  # the counts, pending and closed, shared by the parts below
         self._log = RateLimitedLog()
         self._job_failed = _FailureLog(self._log, self._content_policy)
-        tracking = session_tracking(sessions)
-        ledger = self._ledger
-        self._sessions = None if tracking is None else SessionJudging(
-            tracking, judge, self._cost, self.timeout_s, closed=lambda: ledger.closed, failed=self._job_failed)
+        self._sessions = _session_part(session_tracking(sessions), judge, self._cost, self.timeout_s, self._ledger,
+                                       self._job_failed)
         self._spans, self._audit_log, stage = _exporters(self._recorder, self._content_policy, audit_log, given,
-                                                         on_judgement, meter_provider, judge.name)
-        if self._sessions is not None:
-            stage.append(self._sessions.tracker)  # the session tracker sees every record too
-        self._start_parts(stage, mode)
-        if handle_signals is not False:
-            flush_on_sigterm(self, asked=handle_signals is True)
-
-    def _start_parts(self, exporters: list[Exporter], mode: str) -> None:
-        # The parts hold no reference to this auditor (what they report with goes through a weak one), so a
-        # running worker thread never keeps an Auditor nobody else references alive; when it goes, they stop.
-        judge, audit_log, recorder = self.judge, self._audit_log, self._recorder
-        self._judge_failures = JudgeFailureLog(
-            on_first=lambda: say_where_things_are(judge.name, audit_log, recorder.tracer_provider),
-            context=lambda: judge_context(judge, audit_log.path if audit_log is not None else None))
-        describe = _weak_stats(self)
-        # The workers' own bounds leave room for the judgements in flight: max_queue (pending,
-        # counted in the ledger under one lock with the judged/failed counts) is what drops turns.
-        bound = self.max_queue + self.max_concurrency
-        # Sync-only judges (LexicalJudge, a user's BaseRagJudge with judge()) are called in
-        # threads of a worker of ours, not through asyncio.to_thread: at interpreter exit the
-        # default executor refuses new work, and exit is exactly when we flush.
-        self._blocking: BatchWorker[Callable[[], None]] | None = None
-        if judge.blocking:
-            self._blocking = BatchWorker("judge", run_jobs, max_queue=bound, max_batch=1,
-                                         threads=self.max_concurrency, paced=True)
-        self._export = ExportStage(exporters, self._ledger.delivered, self._content_policy, max_queue=bound)
-        strategy = SUBMIT_STRATEGIES[mode]  # the one place mode is looked at
-        turns = TurnJudging(self._ledger, self._cost, judge, self._export, timeout_s=self.timeout_s,
-                            max_context_chars=self.max_context_chars, blocking=self._blocking,
-                            failures=self._judge_failures, provider=recorder.tracer_provider,
-                            deliver=strategy.delivery(self._export))
-        self._judging: BatchWorker[Any] = BatchWorker("auditor", ahandle=job_handler(turns, self._sessions),
-                                                       max_queue=bound, concurrency=self.max_concurrency,
-                                                       paced=True, yield_idle=False)
-        if self._sessions is not None:
-            self._sessions.connect(self._judging, self._blocking, self._export.put)
-        self._submitter: SubmitStrategy = strategy(
-            self._ledger, self._cost, self._judging, turns, self._export, self._sessions,
-            sample_rate=self.sample_rate, max_queue=self.max_queue, log=self._log, describe=describe)
-        self._drain = Drain(self._ledger, self._judging, self._blocking, self._export, self._spans, self._sessions,
-                            judge, exit_timeout_s=self.exit_timeout_s, policy=self._content_policy,
-                            describe=describe, failed=self._job_failed)
-        # Sampling moves to hand-off unless the built turn of a sampled-out turn is needed (kept for feedback,
-        # or counted in its session): decided once, here.
-        early = strategy.samples_at_hand_off and not self._cost.retained.enabled and self._sessions is None
-        self._admission = Admission(self._ledger, self._drain.closing, sample_rate=self.sample_rate,
-                                    sample_early=early, shed=strategy.sheds_at_hand_off, max_queue=self.max_queue,
-                                    max_concurrency=self.max_concurrency, exit_timeout_s=self.exit_timeout_s,
-                                    log=self._log)
+                                                         on_judgement, meter_provider, judge.name, self._sessions)
+        parts = _assemble(self, stage, SUBMIT_STRATEGIES[mode])  # the one place mode is looked at
+        self._judging, self._blocking, self._export = parts.judging, parts.blocking, parts.export
+        self._submitter, self._drain, self._admission = parts.submitter, parts.drain, parts.admission
+        self._judge_failures = parts.judge_failures
         workers = [w for w in (self._judging, self._blocking, self._export.worker) if w is not None]
         weakref.finalize(self, _release, workers, self._audit_log)
         track(self)
         on_fork_in_child(self._after_fork)
+        if handle_signals is not False:
+            flush_on_sigterm(self, asked=handle_signals is True)
 
     # -- public API -------------------------------------------------------------------------
 
@@ -556,6 +513,59 @@ class _FailureLog:
                           "unaffected): %s", log_exception(exc, self._policy))
 
 
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    judging: BatchWorker[Any]
+    blocking: BatchWorker[Callable[[], None]] | None
+    export: ExportStage
+    submitter: SubmitStrategy
+    drain: Drain
+    admission: Admission
+    judge_failures: JudgeFailureLog
+
+
+def _assemble(auditor: Auditor, exporters: list[Exporter], strategy: type[SubmitStrategy]) -> _Parts:
+    """The parts of *auditor* (its settings, policy, cost control, sessions and ledger made already), each given
+    what it needs; none holds *auditor* (what they report with goes through a weak reference), so a running
+    worker thread never keeps an Auditor nobody else references alive; when it goes, they stop."""
+    judge, audit_log, recorder, ledger = auditor.judge, auditor._audit_log, auditor._recorder, auditor._ledger
+    sessions, policy, cost = auditor._sessions, auditor._content_policy, auditor._cost
+    failures = JudgeFailureLog(
+        on_first=lambda: say_where_things_are(judge.name, audit_log, recorder.tracer_provider),
+        context=lambda: judge_context(judge, audit_log.path if audit_log is not None else None))
+    describe = _weak_stats(auditor)
+    # The workers' own bounds leave room for the judgements in flight: max_queue (pending,
+    # counted in the ledger under one lock with the judged/failed counts) is what drops turns.
+    bound = auditor.max_queue + auditor.max_concurrency
+    # Sync-only judges (LexicalJudge, a user's BaseRagJudge with judge()) are called in
+    # threads of a worker of ours, not through asyncio.to_thread: at interpreter exit the
+    # default executor refuses new work, and exit is exactly when we flush.
+    blocking: BatchWorker[Callable[[], None]] | None = None
+    if judge.blocking:
+        blocking = BatchWorker("judge", run_jobs, max_queue=bound, max_batch=1, threads=auditor.max_concurrency,
+                               paced=True)
+    export = ExportStage(exporters, ledger.delivered, policy, max_queue=bound)
+    turns = TurnJudging(ledger, cost, judge, export, timeout_s=auditor.timeout_s,
+                        max_context_chars=auditor.max_context_chars, blocking=blocking, failures=failures,
+                        provider=recorder.tracer_provider, deliver=strategy.delivery(export))
+    judging: BatchWorker[Any] = BatchWorker("auditor", ahandle=job_handler(turns, sessions), max_queue=bound,
+                                            concurrency=auditor.max_concurrency, paced=True, yield_idle=False)
+    if sessions is not None:
+        sessions.connect(judging, blocking, export.put)
+    submitter = strategy(ledger, cost, judging, turns, export, sessions, sample_rate=auditor.sample_rate,
+                         max_queue=auditor.max_queue, log=auditor._log, describe=describe)
+    drain = Drain(ledger, judging, blocking, export, auditor._spans, sessions, judge,
+                  exit_timeout_s=auditor.exit_timeout_s, policy=policy, describe=describe, failed=auditor._job_failed)
+    # Sampling moves to hand-off unless the built turn of a sampled-out turn is needed (kept for feedback,
+    # or counted in its session): decided once, here.
+    early = strategy.samples_at_hand_off and not cost.retained.enabled and sessions is None
+    admission = Admission(ledger, drain.closing, sample_rate=auditor.sample_rate, sample_early=early,
+                          shed=strategy.sheds_at_hand_off, max_queue=auditor.max_queue,
+                          max_concurrency=auditor.max_concurrency, exit_timeout_s=auditor.exit_timeout_s,
+                          log=auditor._log)
+    return _Parts(judging, blocking, export, submitter, drain, admission, failures)
+
+
 def _weak_stats(auditor: Auditor) -> Callable[[], Mapping[str, int]]:
     """*auditor*'s ``stats()`` for its parts' reports, through a weak reference ({} once it is gone)."""
     ref = weakref.ref(auditor)
@@ -569,7 +579,8 @@ def _weak_stats(auditor: Auditor) -> Callable[[], Mapping[str, int]]:
 
 def _exporters(recorder: SpanRecorder, policy: ContentPolicy, audit_log: str | os.PathLike[str] | None,
                given: Sequence[Exporter], on_judgement: OnJudgement | None, meter_provider: Any,
-               judge_name: str) -> tuple[JudgeSpanExporter, AuditLog | None, list[Exporter]]:
+               judge_name: str, sessions: SessionJudging | None) -> tuple[JudgeSpanExporter, AuditLog | None,
+                                                                          list[Exporter]]:
     """The judge-span exporter, the audit log (None: none) and every exporter of the export stage, in order."""
     from ..tracing._judge_spans import JudgeSpanExporter
     from ..tracing.score_metrics import ScoreMetricsExporter
@@ -588,7 +599,16 @@ def _exporters(recorder: SpanRecorder, policy: ContentPolicy, audit_log: str | o
     stage += given
     stage += [OnJudgementExporter(on_judgement)] if on_judgement is not None else []
     stage.append(ScoreMetricsExporter(meter_provider, judge_name=judge_name))
+    stage += [sessions.tracker] if sessions is not None else []  # the session tracker sees every record too
     return spans, log, stage
+
+
+def _session_part(tracking: SessionTracking | None, judge: RagJudge, cost: CostControl, timeout_s: float,
+                  ledger: Ledger, failed: Callable[[BaseException], None]) -> SessionJudging | None:
+    """The session part, when *tracking* asks for sessions (its idle sweep stops once *ledger* is closed)."""
+    if tracking is None:
+        return None
+    return SessionJudging(tracking, judge, cost, timeout_s, closed=lambda: ledger.closed, failed=failed)
 
 
 def _release(workers: list[BatchWorker[Any]], audit_log: Any) -> None:

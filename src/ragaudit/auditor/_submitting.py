@@ -20,9 +20,10 @@ pending gauge.
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from .._sampling import sampled
 from ..records import AuditRecord, Judgement, JudgeRequest
@@ -145,26 +146,14 @@ def job_handler(turns: TurnJudging, sessions: SessionJudging | None) -> Callable
     return handle
 
 
-class SubmitStrategy(Protocol):
-    """What ``mode`` chooses: how a submitted turn is taken, and whether admission decides at hand-off."""
+class SubmitStrategy(ABC):
+    """What ``mode`` chooses: how a submitted turn is taken, how its record reaches the exporters, and whether
+    admission decides sampling and the backlog's bound at hand-off. Every strategy is made with the ledger, cost
+    control, the judging loop, the turn judging, the export stage, the session part (None without sessions), the
+    queue bound and sampling, the log and *describe* (the ``stats()`` a drop's log line shows)."""
 
     samples_at_hand_off: ClassVar[bool]
     sheds_at_hand_off: ClassVar[bool]
-
-    def submit(self, job: Job, sample: bool) -> tuple[SubmitStatus, AuditRecord | None]:
-        """Take *job* (*sample*: False for a turn past the sampler, after feedback); counted. Never blocks except
-        inline."""
-        ...
-
-    def record_unjudged(self, make: Callable[[], AuditRecord]) -> None:
-        """The record *make* gives, of a turn traced and not judged, to the exporters (where records are made)."""
-        ...
-
-
-class _Part:
-    """What every strategy is made with: the ledger, cost control, the judging loop, the turn judging, the export
-    stage, the session part (None without sessions), the queue bound and sampling, the log and *describe* (the
-    ``stats()`` a drop's log line shows)."""
 
     def __init__(self, ledger: Ledger, cost: CostControl, judging: BatchWorker[Any], turns: TurnJudging,
                  export: ExportStage, sessions: SessionJudging | None, *, sample_rate: float, max_queue: int,
@@ -187,8 +176,22 @@ class _Part:
                           self._describe())
         return "dropped", None
 
+    @staticmethod
+    @abstractmethod
+    def delivery(export: ExportStage) -> Callable[[AuditRecord], None]:
+        """How a judged turn's record reaches the exporters of *export*."""
 
-class _JudgedHere(_Part):
+    @abstractmethod
+    def submit(self, job: Job, sample: bool) -> tuple[SubmitStatus, AuditRecord | None]:
+        """Take *job* (*sample*: False for a turn past the sampler, after feedback), counted in the ledger. Never
+        blocks except inline."""
+
+    @abstractmethod
+    def record_unjudged(self, make: Callable[[], AuditRecord]) -> None:
+        """The record *make* gives, of a turn traced and not judged, to the exporters (where records are made)."""
+
+
+class _JudgedHere(SubmitStrategy):
     """Turns judged in this process: ``judge_if``, sampling and the queue bound decide, then `_hand` takes it."""
 
     samples_at_hand_off: ClassVar[bool] = True
@@ -225,8 +228,9 @@ class _JudgedHere(_Part):
         if self._sessions is not None:
             self._sessions.sampled_out(job.turn)
 
+    @abstractmethod
     def _hand(self, job: Job) -> tuple[SubmitStatus, AuditRecord | None]:
-        raise NotImplementedError  # pragma: no cover - each strategy has its own
+        """Take the queued *job* (counted pending)."""
 
     def record_unjudged(self, make: Callable[[], AuditRecord]) -> None:
         self._export.put(make())
@@ -268,7 +272,7 @@ class _InlineSubmit(_JudgedHere):
         return ("judged" if record.status == "judged" else "failed"), record
 
 
-class _ToWorker(_Part):
+class _ToWorker(SubmitStrategy):
     """``mode="worker"``: judged by ``ragaudit worker`` from the turn's trace, if it has one; nothing here."""
 
     samples_at_hand_off: ClassVar[bool] = False
@@ -293,6 +297,6 @@ class _ToWorker(_Part):
         """Nothing: ragaudit worker makes the record, from the same trace."""
 
 
-SUBMIT_STRATEGIES: Mapping[str, type[_BackgroundSubmit] | type[_InlineSubmit] | type[_ToWorker]] = {
+SUBMIT_STRATEGIES: Mapping[str, type[SubmitStrategy]] = {
     "background": _BackgroundSubmit, "inline": _InlineSubmit, "worker": _ToWorker}
 """The submit strategy of each ``mode``."""
