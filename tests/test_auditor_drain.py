@@ -6,17 +6,17 @@ export stage with an exporter, the judge-span exporter on an SDK tracer provider
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from ragaudit import Auditor, AuditRecord, BaseExporter, ConfigurationError, ExportResult
+from ragaudit import Auditor, ConfigurationError
 from ragaudit._worker import BatchWorker
 from ragaudit.auditor import Upstream
 from ragaudit.auditor._draining import Drain
-from ragaudit.auditor._exporting import ExportStage
+from ragaudit.auditor._exporting import ExportStage, OnJudgementExporter
 from ragaudit.auditor._ledger import Ledger
 from ragaudit.content import ContentPolicy
 from ragaudit.judges.lexical import LexicalJudge
@@ -47,16 +47,6 @@ class _Broken(_Stage):
         raise RuntimeError("a third party's stage")
 
 
-class _Kept(BaseExporter):
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[AuditRecord] = []
-
-    def export(self, records: Sequence[AuditRecord]) -> ExportResult:
-        self.records.extend(records)
-        return ExportResult.SUCCESS
-
-
 @pytest.fixture
 def drain() -> Iterator[tuple[Drain, Ledger, list[BaseException]]]:
     ledger, failures = Ledger(), []
@@ -65,7 +55,8 @@ def drain() -> Iterator[tuple[Drain, Ledger, list[BaseException]]]:
         return None
 
     judging: BatchWorker[Any] = BatchWorker("auditor", ahandle=handle, max_queue=8)
-    export = ExportStage([_Kept()], ledger.delivered, ContentPolicy(), max_queue=8)
+    exporters = [OnJudgementExporter(lambda turn, judgement: None)]
+    export = ExportStage(exporters, ledger.delivered, ContentPolicy(), max_queue=8)
     spans = JudgeSpanExporter(SpanRecorder(TracerProvider()))
     part = Drain(ledger, judging, None, export, spans, None, LexicalJudge(), exit_timeout_s=5.0,
                  policy=ContentPolicy(), describe=lambda: {"export_errors": export.errors}, failed=failures.append)
