@@ -211,7 +211,7 @@ class Drain:
                    f"{budget:g}s); stats={stats}")
         if not ok and not lost:
             report(f"spans or exporter deliveries were not all confirmed at shutdown (flush timeout {budget:g}s; "
-                   f"{stats['export_errors']} exporter item(s) not delivered); stats={stats}")
+                   f"{stats.get('export_errors', 0)} exporter item(s) not delivered); stats={stats}")
         return ok and not lost
 
     def _release_loop_clients(self, timeout_s: float) -> None:
