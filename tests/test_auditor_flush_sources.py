@@ -141,6 +141,9 @@ class _Queued:
         self.stopped = True
         return self.hand_down(timeout_s)
 
+    def stats(self) -> dict[str, int]:
+        return {"closing": len(self.turns)}
+
 
 def test_any_upstream_stage_is_driven_first_by_flush_and_shutdown(auditor: Auditor, audit_log_path: Path) -> None:
     from ragaudit.auditor import Upstream

@@ -1,6 +1,6 @@
 """The Auditor's admission at hand-off: what becomes of a finished turn before any closing work.
 
-`Admission` is a base class of the Auditor, kept apart like its draining and its sessions. An integration
+`Admission` is a part the Auditor owns (as it owns its drain and its session judging). An integration
 asks [`Auditor.admit_turn`][ragaudit.Auditor.admit_turn] with the turn's id at the moment its run ends, before
 it hands the raw events to the closer (`ragaudit.integrations._closing`). Two decisions are made there, each
 for the price of a counter, so that a turn that will not be judged costs no assembly, no spans and no record:
@@ -24,14 +24,14 @@ is submitted and counted in the same step.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .._sampling import sampled
-from ._governor import NOT_SENT
 
 if TYPE_CHECKING:
     from .._log import RateLimitedLog
-    from ._governor import CostControl
+    from ._ledger import Ledger
 
 __all__ = ["Admission", "JudgingPace"]
 
@@ -70,48 +70,50 @@ class JudgingPace:
 
 
 class Admission:
-    """Sampling and overload shedding at hand-off, for the Auditor (see the module docstring)."""
+    """Sampling and overload shedding at hand-off, a part the Auditor owns (see the module docstring).
 
-    mode: str
-    sample_rate: float
-    max_queue: int
-    max_concurrency: int
-    exit_timeout_s: float
-    _lock: Any
-    _counts: dict[str, int]
-    _pending: int
-    _closing: int
-    _closed: bool
-    _cost: CostControl
-    _log: RateLimitedLog
-    _sessions: Any
-    _pace: JudgingPace
+    *ledger*: the Auditor's counts. *closing*: how many finished turns wait above, in the closers (the upstream
+    stages' ``closing``). *sample_early*: whether sampling is decided here (decided once by the Auditor: not in
+    worker mode, not when sampled-out turns are kept for feedback or count in their session, and only with a
+    *sample_rate* below 1). *shed*: whether the backlog's bound applies (turns judged in the background)."""
+
+    __slots__ = ("_closing", "_ledger", "_log", "exit_timeout_s", "max_concurrency", "max_queue", "pace",
+                 "sample_early", "sample_rate", "shed")
+
+    def __init__(self, ledger: Ledger, closing: Callable[[], int], *, sample_rate: float, sample_early: bool,
+                 shed: bool, max_queue: int, max_concurrency: int, exit_timeout_s: float, log: RateLimitedLog) -> None:
+        self._ledger = ledger
+        self._closing = closing
+        self._log = log
+        self.sample_rate = sample_rate
+        self.sample_early = sample_early and sample_rate < 1.0
+        self.shed = shed
+        self.max_queue = max_queue
+        self.max_concurrency = max_concurrency
+        self.exit_timeout_s = exit_timeout_s
+        self.pace = JudgingPace()  # the judge's measured pace: the backlog's bound
 
     def admit_turn(self, turn_id: str) -> bool:
-        """At hand-off, before any closing work: True when the finished turn *turn_id* is to be closed (built,
-        traced, submitted). False when it was decided here, and counted: sampled out, or shed because the
-        backlog is at its bound (``dropped``). Never raises, never blocks."""
+        """True when the finished turn *turn_id* is to be closed; False when it was decided (and counted) here.
+        See [`Auditor.admit_turn`][ragaudit.Auditor.admit_turn]. Never raises, never blocks."""
         try:
-            early = self.mode != "worker" and not self._cost.retained.enabled and self._sessions is None
-            if early and self.sample_rate < 1.0 and not sampled(turn_id, self.sample_rate):
-                with self._lock:
-                    self._counts["submitted"] += 1
-                    self._counts["sampled_out"] += 1
+            if self.sample_early and not sampled(turn_id, self.sample_rate):
+                self._ledger.shed("sampled_out")
                 return False
-            if self.mode != "background":
+            if not self.shed:
                 return True
-            with self._lock:
-                if self._closed:
+            closing = self._closing()
+            ledger = self._ledger
+            with ledger.lock:
+                if ledger.closed:
                     return True  # counted where it lands (dropped, or closed at once by a closer shut down)
-                backlog = self._pending + self._closing
-                counts = self._counts
-                done = counts["judged"] + counts["failed"] + sum(map(counts.__getitem__, NOT_SENT))
-                self._pace.update(time.monotonic(), done, self._pending >= self.max_concurrency)
-                bound = self._backlog_bound()
+                backlog = ledger.pending + closing
+                self.pace.update(time.monotonic(), ledger.done(), ledger.pending >= self.max_concurrency)
+                bound = self.backlog_bound()
                 if backlog < bound:
                     return True
-                counts["submitted"] += 1
-                counts["dropped"] += 1
+                ledger.counts["submitted"] += 1
+                ledger.counts["dropped"] += 1
             self._log.warning("shed", "ragaudit: turns arrive faster than the judge finishes them: turn %s shed "
                               "at hand-off, counted in stats()['dropped'] (backlog %d, bound %d: max_queue=%d, "
                               "exit_timeout_s=%g)", turn_id, backlog, bound, self.max_queue, self.exit_timeout_s)
@@ -119,9 +121,12 @@ class Admission:
         except Exception:  # never into the host: the turn takes the ordinary path
             return True
 
-    def _backlog_bound(self) -> int:
+    def backlog_bound(self) -> int:
         """*max_queue*, or less: what the judge finishes within half of *exit_timeout_s* at its measured pace."""
-        rate = self._pace.rate
+        rate = self.pace.rate
         if rate is None:
             return self.max_queue
         return min(self.max_queue, max(2 * self.max_concurrency, int(rate * self.exit_timeout_s / 2)))
+
+    def after_fork(self) -> None:
+        self.pace.reset()

@@ -1,84 +1,57 @@
 """The [`Auditor`][ragaudit.Auditor]: takes finished turns and judges them off the host's hot path.
 
-A turn's walk through here: [`Auditor.submit`][ragaudit.Auditor.submit] (admission: sampling, the queue bound) → the
-judging loop (`Auditor._process`: the judge, then the one [`AuditRecord`][ragaudit.AuditRecord]) →
-the export stage (`ragaudit.auditor._exporting`: every exporter, in batches) → counted.
+A turn's walk through here: [`Auditor.admit_turn`][ragaudit.Auditor.admit_turn] at hand-off (`_admission`:
+sampling, the backlog's bound) → [`Auditor.submit`][ragaudit.Auditor.submit] (`_submitting`: the submit strategy of
+``mode``: sampling, the queue bound) → the judging loop (`_submitting.TurnJudging`: cost control, the judge, then
+the one [`AuditRecord`][ragaudit.AuditRecord]) → the export stage (`_exporting`: every exporter, in batches) →
+counted (`_ledger`). Flush and shutdown are the drain's (`_draining`), sessions the session part's
+(`_session_part`): parts the Auditor makes and owns, each given what it needs; none holds the Auditor.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .. import _fork
 from .._export import Exporter
 from .._lifecycle import flush_on_sigterm, track
 from .._log import RateLimitedLog
 from .._numbers import check_number
-from .._sampling import sampled
 from .._turn_metrics import turn_metrics
 from .._worker import BatchWorker, on_fork_in_child, run_jobs
 from ..content import ContentPolicy, log_exception
 from ..errors import ConfigurationError
 from ..judges.base import RagJudge
-from ..records import UNSUBMITTED_REASONS, AuditRecord, Judgement, JudgeRequest, RagTurn
+from ..records import Judgement, RagTurn
 from ..turn_audit import COMPUTE, audit_record
-from ._admission import Admission, JudgingPace
-from ._draining import Draining
+from ._admission import Admission
+from ._draining import Drain, Upstream
 from ._exporting import ExportStage, OnJudgementExporter
 from ._first_run import say_where_things_are
-from ._governor import NOT_SENT, Budget, CostControl
+from ._governor import Budget, CostControl
 from ._judge_health import JudgeFailureLog, judge_context
-from ._judging import judge_request
+from ._ledger import Ledger
 from ._policies import PolicyBook
-from ._session_part import SessionJudging, SessionTracking
+from ._session_part import SessionJudging, SessionTracking, session_tracking
+from ._submitting import SUBMIT_STRATEGIES, Job, Submission, SubmitStatus, SubmitStrategy, TurnJudging, job_handler
 from ._worker_mode import WorkerModeJudge, check_worker_mode
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
+    from ..tracing._judge_spans import JudgeSpanExporter
+    from ..tracing.files import AuditLog
     from ..tracing.spans import SpanRecorder
 
 __all__ = ["Auditor", "OnJudgement", "Submission", "SubmitStatus"]
 
 logger = logging.getLogger("ragaudit")
 
-SubmitStatus = Literal["queued", "judged", "failed", "dropped", "sampled_out", "filtered_out", "not_sent",
-                       "to_worker"]
-"""What [`Auditor.submit`][ragaudit.Auditor.submit] did with a turn: taken for judging (``"queued"``; inline, the
-outcome, ``"judged"`` or ``"failed"``, as the record's status says it) or not, and why."""
-
 OnJudgement = Callable[[RagTurn, Judgement], None]
-
-
-
-@dataclass(frozen=True, slots=True)
-class Submission:
-    """What [`Auditor.submit_turn`][ragaudit.Auditor.submit_turn] did: the ``status``, the turn's
-    ``ground_truth_metrics`` (computed once, for its span and its record) and, when it was judged before the call
-    returned (inline mode), its ``record`` (for the turn span: graded metrics, grades)."""
-
-    status: SubmitStatus
-    ground_truth_metrics: Any = None
-    record: AuditRecord | None = None
-
-    @property
-    def accepted(self) -> bool:
-        """The Auditor took the turn for judging (queued, or judged inline with or without an error)."""
-        return self.status in ("queued", "judged", "failed")
-
-
-@dataclass(frozen=True, slots=True)
-class _Job:
-    turn: RagTurn
-    policy: ContentPolicy
-    provider: Any
-    metrics: Any
 
 
 def _check_arguments(mode: str, sample_rate: float, max_queue: int, max_closing: int, max_concurrency: int,
@@ -97,21 +70,6 @@ def _check_arguments(mode: str, sample_rate: float, max_queue: int, max_closing:
         raise ConfigurationError("on_judgement must be callable(turn, judgement)")
     if redact is not None and not callable(redact):
         raise ConfigurationError("redact must be callable(text) -> text")
-
-
-def _drop_reason(closed: bool, mode: str, max_queue: int) -> str:
-    if closed:
-        return "auditor shut down"
-    if mode == "worker":
-        return "mode='worker' and the turn has no trace for ragaudit worker: is tracing configured?"
-    return f"queue full, max_queue={max_queue}"
-
-
-def _zero_counts() -> dict[str, int]:
-    """Every count of ``stats()``, at zero (the gauges, ``pending`` and ``closing``, are kept apart)."""
-    return {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0, "to_worker": 0,
-            "evidence_from_prompt": 0, "close_dropped": 0,
-            **{f"unjudged_{reason}": 0 for reason in UNSUBMITTED_REASONS}, **dict.fromkeys(NOT_SENT, 0)}
 
 
 def _resolve_judge(judge: RagJudge | None) -> RagJudge:
@@ -152,7 +110,7 @@ def _as_exporters(given: Iterable[Any]) -> list[Exporter]:
     return out
 
 
-class Auditor(Admission, SessionJudging, Draining):
+class Auditor:
     """Judges finished [`RagTurn`][ragaudit.RagTurn]s in the background and sends the judgements on.
 
     A `BatchWorker` runs the judging (an asyncio loop on one thread, sync
@@ -286,79 +244,23 @@ class Auditor(Admission, SessionJudging, Draining):
         self._policies = PolicyBook(self._content_policy, capture_content is not None or capture_reason is not None
                                     or redact is not None)
         self._recorder = SpanRecorder(tracer_provider, content=self._content_policy, judge_trace=judge_trace)
-        stage = self._exporters(audit_log, given, on_judgement, sessions, meter_provider)
-        # Sync-only judges (LexicalJudge, a user's BaseRagJudge with judge()) are called in
-        # threads of a worker of ours, not through asyncio.to_thread: at interpreter exit the
-        # default executor refuses new work, and exit is exactly when we flush.
-        self._sync_judge = bool(judge.blocking)
-
-        self._lock = _fork.lock()
-        self._upstream = []  # the integrations' closer above (add_upstream), held weakly
-        self._counts = _zero_counts()
-        self._pending = 0
-        self._closing = 0  # finished turns waiting above, in the integrations' closer (as it reports)
-        self._pace = JudgingPace()  # the judge's measured pace: the backlog's bound (Admission)
-        self._closed = False
+        self._ledger = Ledger()  # the counts, pending and closed, shared by the parts below
         self._log = RateLimitedLog()
-        self._judge_failures = JudgeFailureLog(
-            on_first=lambda: say_where_things_are(judge.name, self._audit_log, self.tracer_provider),
-            context=lambda: judge_context(judge, self._audit_log.path if self._audit_log is not None else None))
-        self._start_workers(stage)
-        if handle_signals is not False:
-            flush_on_sigterm(self, asked=handle_signals is True)
-
-    def _exporters(self, audit_log: str | os.PathLike[str] | None, given: Sequence[Exporter],
-                   on_judgement: OnJudgement | None, sessions: SessionTracking | bool | None,
-                   meter_provider: Any) -> list[Exporter]:
-        from ..tracing._judge_spans import JudgeSpanExporter
-        from ..tracing.score_metrics import ScoreMetricsExporter
-
-        self._spans = JudgeSpanExporter(self._recorder)
-        self._audit_log = None
-        if audit_log is not None:
-            from ..tracing.files import AuditLog
-
-            # Opened with its first line: a read-only working directory must not make constructing
-            # an Auditor (or a handler) raise into the host; a failed write is counted instead.
-            self._audit_log = AuditLog(audit_log, content=self._content_policy, lazy=True)
-        # Judge spans first: an exporter may refer to them (Phoenix annotations need the span to exist).
-        stage: list[Exporter] = [self._spans]
-        stage += [self._audit_log] if self._audit_log is not None else []
-        stage += given
-        stage += [OnJudgementExporter(on_judgement)] if on_judgement is not None else []
-        stage.append(ScoreMetricsExporter(meter_provider, judge_name=self.judge.name))
-        return [*stage, *self._session_part(sessions)]  # the session tracker sees every record too
-
-    def _start_workers(self, exporters: Sequence[Exporter]) -> None:
-        # The workers' handlers reach this auditor through a weak reference, so a running worker
-        # thread never keeps an Auditor nobody else references alive; when it goes, they stop.
-        ref = weakref.ref(self)
-
-        async def judge_turn(job: Any) -> None:  # a turn's _Job, or a session's (SessionJudging)
-            auditor = ref()
-            if auditor is not None:
-                await auditor._judge_job(job)
-
-        def delivered(records: Sequence[AuditRecord]) -> None:
-            auditor = ref()
-            if auditor is not None:
-                auditor._delivered(records)
-
-        # The workers' own bounds leave room for the judgements in flight: max_queue (pending,
-        # counted here under one lock with the judged/failed counts) is what drops turns.
-        bound = self.max_queue + self.max_concurrency
-        self._judging: BatchWorker[Any] = BatchWorker("auditor", ahandle=judge_turn, max_queue=bound,
-                                                       concurrency=self.max_concurrency, paced=True,
-                                                       yield_idle=False)
-        self._blocking: BatchWorker[Callable[[], None]] | None = None
-        if self._sync_judge:
-            self._blocking = BatchWorker("judge", run_jobs, max_queue=bound, max_batch=1,
-                                         threads=self.max_concurrency, paced=True)
-        self._export = ExportStage(exporters, delivered, self._content_policy, max_queue=bound)
+        self._job_failed = _FailureLog(self._log, self._content_policy)
+        self._sessions = _session_part(session_tracking(sessions), judge, self._cost, self.timeout_s, self._ledger,
+                                       self._job_failed)
+        self._spans, self._audit_log, stage = _exporters(self._recorder, self._content_policy, audit_log, given,
+                                                         on_judgement, meter_provider, judge.name, self._sessions)
+        parts = _assemble(self, stage, SUBMIT_STRATEGIES[mode])  # the one place mode is looked at
+        self._judging, self._blocking, self._export = parts.judging, parts.blocking, parts.export
+        self._submitter, self._drain, self._admission = parts.submitter, parts.drain, parts.admission
+        self._judge_failures = parts.judge_failures
         workers = [w for w in (self._judging, self._blocking, self._export.worker) if w is not None]
         weakref.finalize(self, _release, workers, self._audit_log)
         track(self)
         on_fork_in_child(self._after_fork)
+        if handle_signals is not False:
+            flush_on_sigterm(self, asked=handle_signals is True)
 
     # -- public API -------------------------------------------------------------------------
 
@@ -385,7 +287,7 @@ class Auditor(Admission, SessionJudging, Draining):
     @property
     def closed(self) -> bool:
         """True once `shutdown` has begun: turns submitted from then on are dropped."""
-        return self._closed
+        return self._ledger.closed
 
     def content_policy_for(self, capture_content: bool | None = None,
                            redact: Callable[[str], str] | None = None) -> ContentPolicy:
@@ -442,23 +344,26 @@ class Auditor(Admission, SessionJudging, Draining):
             policy = self._policies.resolve(content_policy)
             if ground_truth_metrics is COMPUTE:
                 ground_truth_metrics = _metrics(turn, policy)
-            job = _Job(turn, policy, tracer_provider, ground_truth_metrics)
-            status, record = self._submit(job)
+            status, record = self._submitter.submit(Job(turn, policy, tracer_provider, ground_truth_metrics), True)
             return Submission(status, ground_truth_metrics, record)
         except Exception as exc:  # the host pipeline must never see our failure
             policy = content_policy if isinstance(content_policy, ContentPolicy) else self._content_policy
             logger.error("ragaudit: submit failed; turn counted as dropped: %s", policy.exception(exc),
                          exc_info=exc if policy.capture_content and self._content_policy.capture_content else None)
-            with self._lock:
-                self._counts["submitted"] += 1
-                self._counts["dropped"] += 1
+            self._ledger.shed("dropped")
             return Submission("dropped")
+
+    def admit_turn(self, turn_id: str) -> bool:
+        """At hand-off, before any closing work: True when the finished turn *turn_id* is to be closed (built,
+        traced, submitted). False when it was decided here, and counted: sampled out, or shed because the
+        backlog is at its bound (``dropped``). Never raises, never blocks."""
+        return self._admission.admit_turn(turn_id)
 
     def feedback(self, turn_id: str, value: Any) -> str:
         """A user's feedback on the answer of *turn_id*; never raises, never blocks. A thumbs-down on a
         turn the sampler left out and that is still kept (``retain_s``) gets it judged: ``"queued"``;
         see `CostControl.feedback`."""
-        return self._cost.feedback(turn_id, value, lambda job: self._submit(job, sample=False)[0])
+        return self._cost.feedback(turn_id, value, lambda job: self._submitter.submit(job, False)[0])
 
     def count_unjudged(self, reason: str) -> bool:
         """Count a turn traced and not judged, ``stats()["unjudged_<reason>"]`` (*reason* one of
@@ -468,11 +373,7 @@ class Auditor(Admission, SessionJudging, Draining):
     def count(self, key: str) -> bool:
         """Add one to ``stats()[key]``, a count integrations keep (``unjudged_<reason>``,
         ``evidence_from_prompt``); True the first time. Other keys are not counted."""
-        with self._lock:
-            if key not in self._counts:
-                return False
-            self._counts[key] += 1
-            return self._counts[key] == 1
+        return self._ledger.count(key)
 
     def record_unjudged(self, turn: RagTurn, reason: str, *, content_policy: ContentPolicy | None = None,
                         tracer_provider: TracerProvider | None = None) -> bool:
@@ -480,20 +381,33 @@ class Auditor(Admission, SessionJudging, Draining):
         to every exporter, so that every finished turn ends as a record. Returns True the first time for
         *reason*. Never raises."""
         first = self.count_unjudged(reason)
-        if self.mode == "worker":  # ragaudit worker makes the record, from the same trace
-            return first
-        try:
-            policy = self._policies.resolve(content_policy)
-            self._export.put(audit_record(turn, None, policy, unjudged=reason,
-                                          tracer_provider=tracer_provider or self.tracer_provider))
+        try:  # in worker mode ragaudit worker makes the record, from the same trace: nothing is made here
+            self._submitter.record_unjudged(lambda: audit_record(
+                turn, None, self._policies.resolve(content_policy), unjudged=reason,
+                tracer_provider=tracer_provider or self.tracer_provider))
         except Exception as exc:
             self._job_failed(exc)
         return first
 
     def report_closing(self, waiting: int) -> None:
-        """For the integrations' closer above this Auditor: how many finished turns wait there to be
-        recorded (``stats()["closing"]``). Never raises."""
-        self._closing = max(0, int(waiting))
+        """Kept for the integrations' closer of before: ``stats()["closing"]`` is now gathered from the
+        [`Upstream`][ragaudit.auditor.Upstream] stages' own ``stats()``, so this does nothing. Never raises."""
+
+    def end_session(self, session_id: str) -> bool:
+        """The app says the conversation *session_id* ended: it is judged now (one judge call, in the
+        background) without waiting for ``session_idle_s``. True when such a session was open.
+        Never blocks; raises only [`ConfigurationError`][ragaudit.ConfigurationError] when this Auditor was built
+        without ``sessions=True`` (a call that could never do anything is a mistake in the app)."""
+        if self._sessions is None:
+            raise ConfigurationError("end_session() needs an Auditor that tracks sessions: "
+                                     "Auditor(..., sessions=True) (or a SessionTracking)")
+        return self._sessions.end_session(session_id)
+
+    def check_sessions(self) -> int:
+        """Judge every session idle for ``session_idle_s`` by the session clock; returns how many were
+        due. The Auditor checks by itself every few seconds; call it after moving an injected clock.
+        Never raises."""
+        return 0 if self._sessions is None else self._sessions.check_sessions()
 
     def stats(self) -> dict[str, int]:
         """Counts: submitted, judged, failed, dropped, sampled_out, to_worker, pending, export_errors, close_dropped,
@@ -515,19 +429,58 @@ class Auditor(Admission, SessionJudging, Draining):
         + pending + to_worker`` plus the five not-sent reasons always holds, also while judgements are being
         delivered (a turn judged after a thumbs-down was submitted twice: sampled out, then judged). ``export_errors``
         includes the exporters' own delivery failures (items an exporter gave up on) and the judge spans' export
-        failures (spans the exporters ragaudit installed could not deliver). ``closing`` is how
-        many finished turns wait to be recorded in the integrations' closer above (as its closing
-        thread last reported, at a batch) and
-        ``close_dropped`` how many it dropped because *max_closing* were waiting already. ``backlog_bound``: how
+        failures (spans the exporters ragaudit installed could not deliver). ``closing`` and ``close_dropped``
+        are the [`Upstream`][ragaudit.auditor.Upstream] stages' own counts (their ``stats()``, summed over the
+        stages): how many finished turns wait to be recorded in the integrations' closer above, and how many it
+        dropped because *max_closing* were waiting already; neither is part of the sum above (a turn dropped
+        there never reached this Auditor). ``backlog_bound``: how
         many turns may wait to be closed or judged before a new one is shed at hand-off (``dropped``).
         """
         export_errors = self._export.errors
-        with self._lock:
-            stats = {**self._counts, "pending": self._pending, "closing": self._closing,
-                     "backlog_bound": self._backlog_bound()}
+        upstream = self._drain.upstream_stats()
+        stats = self._ledger.snapshot()
+        stats["closing"] = upstream.get("closing", 0)
+        # close_dropped: still counted here by a closer that calls count("close_dropped"), until it counts itself.
+        stats["close_dropped"] += upstream.get("close_dropped", 0)
+        stats["backlog_bound"] = self._admission.backlog_bound()
         stats["export_errors"] = export_errors
-        stats.update(self._cost.stats(), **self._session_stats())
+        stats.update(self._cost.stats(), **(self._sessions.stats() if self._sessions is not None else {}))
         return stats
+
+    def add_upstream(self, stage: Upstream) -> None:
+        """Have `force_flush` and `shutdown` (and so the exit hook and SIGTERM) hand
+        *stage*'s ended turns down first, in the order the stages were added, and ``stats()`` add its
+        ``stats()``. Held weakly: a stage lives as long as whoever made it keeps it. An integration's turn
+        closer registers itself."""
+        self._drain.add_upstream(stage)
+
+    def force_flush(self, timeout_s: float | None = 30.0) -> bool:
+        """Wait until every turn that ended before the call is recorded and judged, its spans
+        exported and the exporters flushed, whichever source produced it: the integrations' closer
+        above this Auditor (every [`Upstream`][ragaudit.auditor.Upstream] added) first closes its sources' ended turns
+        and runs the close jobs handed over so far, then judging, export and each exporter's
+        ``force_flush``, all within the one deadline.
+
+        Returns within *timeout_s* (seconds) plus a few milliseconds whatever the trace backend or a
+        exporter does (their flushes run on a worker thread and are abandoned at the deadline), and
+        says truthfully whether everything was delivered: False when the time ran out, a span
+        export or an exporter's flush did not succeed, or a delivery failed (``export_errors`` grew)
+        during the flush. Never raises.
+        """
+        return self._drain.force_flush(timeout_s)
+
+    def shutdown(self, timeout_s: float | None = None) -> bool:
+        """Flush (within *timeout_s*, default ``exit_timeout_s``), then stop the workers. Idempotent.
+
+        First every [`Upstream`][ragaudit.auditor.Upstream] (the integrations' closer) hands its ended turns down and
+        stops closing in the background, so the turns that ended before the call are judged too.
+
+        Never raises, and returns within *timeout_s* plus a small margin whatever a judge, the trace
+        backend or an exporter does. Turns submitted afterwards are counted as dropped. Returns False
+        when something was not delivered by the deadline; what (judgements, turns, spans) is
+        reported on stderr.
+        """
+        return self._drain.shutdown(timeout_s)
 
     def __enter__(self) -> Auditor:
         return self
@@ -535,127 +488,127 @@ class Auditor(Admission, SessionJudging, Draining):
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
-    # -- internals --------------------------------------------------------------------------
-
-    def _submit(self, job: _Job, sample: bool = True) -> tuple[SubmitStatus, AuditRecord | None]:
-        turn = job.turn
-        selected = self._cost.selected(turn, job.policy) if sample else True
-        with self._lock:
-            self._counts["submitted"] += 1
-            if self._closed:
-                self._counts["dropped"] += 1
-                status: SubmitStatus = "dropped"
-            elif self.mode == "worker":  # judged by ragaudit worker from the turn's trace, if it has one
-                status = "to_worker" if turn.trace_id is not None else "dropped"
-                self._counts[status] += 1
-            elif not selected:
-                self._counts["filtered_out"] += 1
-                return "filtered_out", None
-            elif sample and not sampled(turn.turn_id, self.sample_rate):
-                self._counts["sampled_out"] += 1
-                self._sampled_out(turn, job)  # kept for feedback; its session is partial by one turn
-                return "sampled_out", None
-            elif self._pending >= self.max_queue:
-                self._counts["dropped"] += 1
-                status = "dropped"
-            else:
-                self._pending += 1
-                status = "queued"
-        if status == "dropped":
-            self._log.warning("dropped", "ragaudit: turn %s dropped (%s); stats=%s", turn.turn_id,
-                              _drop_reason(self._closed, self.mode, self.max_queue), self.stats())
-            return status, None
-        if status == "to_worker":
-            return status, None
-        if self.mode == "inline":
-            try:
-                record = self._judging.run_coroutine(self._process(job)).result()
-            except RuntimeError:  # no thread could be started (interpreter shutdown)
-                self._unqueue()
-                return "dropped", None
-            if record.unjudged is not None:
-                return "not_sent", record
-            return ("judged" if record.status == "judged" else "failed"), record
-        if not self._judging.put(job):
-            self._unqueue()
-            return "dropped", None
-        return "queued", None
-
     def _after_fork(self) -> None:
         # In a forked child (gunicorn --preload): the parent's judgements in flight are the
-        # parent's to finish; the child's workers start empty, and so do its counts (the lock
-        # itself is reset by ragaudit._fork before this runs).
-        self._pending = 0
-        self._counts = dict.fromkeys(self._counts, 0)
+        # parent's to finish; the child's workers start empty, and so do its counts.
+        self._ledger.after_fork()
         self._judge_failures.reset()
-        self._closing = 0
-        self._pace.reset()
+        self._admission.after_fork()
         self._export.after_fork()
         self._policies.after_fork()
         self._cost.after_fork()
 
-    def _unqueue(self) -> None:
-        with self._lock:
-            self._pending -= 1
-            self._counts["dropped"] += 1
 
-    async def _process(self, job: _Job) -> AuditRecord:
-        start_ns = time.time_ns()
-        record: AuditRecord | None = None
-        try:
-            # Budgets, rate and pause decide first; a turn they turn away ends as a record with its
-            # counted reason, never judged, never queued again.
-            # The call and its estimated tokens and money are reserved before it is made, so calls
-            # admitted together see each other's share of a budget (settled with the real usage).
-            ticket = await self._cost.admit(self.timeout_s, lambda: JudgeRequest.from_turn(job.turn,
-                                                                                           self.max_context_chars))
-            verdict = ticket.verdict
-            if verdict != "ok":
-                with self._lock:
-                    self._pending -= 1
-                    self._counts[verdict] += 1
-                record = audit_record(job.turn, None, job.policy, unjudged=verdict,
-                                      tracer_provider=job.provider or self.tracer_provider)
-                self._export.put(record)
-                return record
-            judgement = await self._judge(job.turn)
-            self._cost.settle(judgement, ticket)
-            self._judge_failures.note(judgement)
-            # The one record of this turn: every derived value computed here, once.
-            record = audit_record(job.turn, judgement, job.policy, judge_started_at=start_ns,
-                                  tracer_provider=job.provider or self.tracer_provider,
-                                  ground_truth_metrics=job.metrics)
-        finally:
-            if record is None:  # could not even make the record: counted as failed, never lost
-                self._delivered(())
-        if self.mode == "inline":
-            self._export.export_now([record])
-        else:
-            self._export.put(record)
-        return record
+class _FailureLog:
+    """How a failure of ours on a turn's way is said: rate-limited, under the strictest policy in the process
+    (a job is a handler's turn; its policy is not at hand here). Holds no Auditor."""
 
-    def _delivered(self, records: Sequence[AuditRecord]) -> None:
-        # Counted with the pending count in one step, after every exporter had the record: a
-        # stats() snapshot taken meanwhile still adds up. An empty batch: a record that could not
-        # be made (one failed judgement).
-        with self._lock:
-            if not records:
-                self._pending -= 1
-                self._counts["failed"] += 1
-            for record in records:
-                if record.unjudged is None:
-                    self._pending -= 1
-                    self._counts[record.status] += 1
+    __slots__ = ("_log", "_policy")
 
-    async def _judge(self, turn: RagTurn) -> Judgement:
-        request = JudgeRequest.from_turn(turn, self.max_context_chars)
-        return await judge_request(self.judge, request, self.timeout_s, self._blocking)
+    def __init__(self, log: RateLimitedLog, policy: ContentPolicy) -> None:
+        self._log, self._policy = log, policy
 
-    def _job_failed(self, exc: BaseException) -> None:
-        # A job is a handler's turn; its policy is not at hand here: the strictest in the process.
+    def __call__(self, exc: BaseException) -> None:
         self._log.warning(f"job:{type(exc).__name__}", "ragaudit: closing a turn failed (the pipeline is "
-                          "unaffected): %s", log_exception(exc, self._content_policy))
+                          "unaffected): %s", log_exception(exc, self._policy))
 
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    judging: BatchWorker[Any]
+    blocking: BatchWorker[Callable[[], None]] | None
+    export: ExportStage
+    submitter: SubmitStrategy
+    drain: Drain
+    admission: Admission
+    judge_failures: JudgeFailureLog
+
+
+def _assemble(auditor: Auditor, exporters: list[Exporter], strategy: type[SubmitStrategy]) -> _Parts:
+    """The parts of *auditor* (its settings, policy, cost control, sessions and ledger made already), each given
+    what it needs; none holds *auditor* (what they report with goes through a weak reference), so a running
+    worker thread never keeps an Auditor nobody else references alive; when it goes, they stop."""
+    judge, audit_log, recorder, ledger = auditor.judge, auditor._audit_log, auditor._recorder, auditor._ledger
+    sessions, policy, cost = auditor._sessions, auditor._content_policy, auditor._cost
+    failures = JudgeFailureLog(
+        on_first=lambda: say_where_things_are(judge.name, audit_log, recorder.tracer_provider),
+        context=lambda: judge_context(judge, audit_log.path if audit_log is not None else None))
+    describe = _weak_stats(auditor)
+    # The workers' own bounds leave room for the judgements in flight: max_queue (pending,
+    # counted in the ledger under one lock with the judged/failed counts) is what drops turns.
+    bound = auditor.max_queue + auditor.max_concurrency
+    # Sync-only judges (LexicalJudge, a user's BaseRagJudge with judge()) are called in
+    # threads of a worker of ours, not through asyncio.to_thread: at interpreter exit the
+    # default executor refuses new work, and exit is exactly when we flush.
+    blocking: BatchWorker[Callable[[], None]] | None = None
+    if judge.blocking:
+        blocking = BatchWorker("judge", run_jobs, max_queue=bound, max_batch=1, threads=auditor.max_concurrency,
+                               paced=True)
+    export = ExportStage(exporters, ledger.delivered, policy, max_queue=bound)
+    turns = TurnJudging(ledger, cost, judge, export, timeout_s=auditor.timeout_s,
+                        max_context_chars=auditor.max_context_chars, blocking=blocking, failures=failures,
+                        provider=recorder.tracer_provider, deliver=strategy.delivery(export))
+    judging: BatchWorker[Any] = BatchWorker("auditor", ahandle=job_handler(turns, sessions), max_queue=bound,
+                                            concurrency=auditor.max_concurrency, paced=True, yield_idle=False)
+    if sessions is not None:
+        sessions.connect(judging, blocking, export.put)
+    submitter = strategy(ledger, cost, judging, turns, export, sessions, sample_rate=auditor.sample_rate,
+                         max_queue=auditor.max_queue, log=auditor._log, describe=describe)
+    drain = Drain(ledger, judging, blocking, export, auditor._spans, sessions, judge,
+                  exit_timeout_s=auditor.exit_timeout_s, policy=policy, describe=describe, failed=auditor._job_failed)
+    # Sampling moves to hand-off unless the built turn of a sampled-out turn is needed (kept for feedback,
+    # or counted in its session): decided once, here.
+    early = strategy.samples_at_hand_off and not cost.retained.enabled and sessions is None
+    admission = Admission(ledger, drain.closing, sample_rate=auditor.sample_rate, sample_early=early,
+                          shed=strategy.sheds_at_hand_off, max_queue=auditor.max_queue,
+                          max_concurrency=auditor.max_concurrency, exit_timeout_s=auditor.exit_timeout_s,
+                          log=auditor._log)
+    return _Parts(judging, blocking, export, submitter, drain, admission, failures)
+
+
+def _weak_stats(auditor: Auditor) -> Callable[[], Mapping[str, int]]:
+    """*auditor*'s ``stats()`` for its parts' reports, through a weak reference ({} once it is gone)."""
+    ref = weakref.ref(auditor)
+
+    def describe() -> Mapping[str, int]:
+        owner = ref()
+        return owner.stats() if owner is not None else {}
+
+    return describe
+
+
+def _exporters(recorder: SpanRecorder, policy: ContentPolicy, audit_log: str | os.PathLike[str] | None,
+               given: Sequence[Exporter], on_judgement: OnJudgement | None, meter_provider: Any,
+               judge_name: str, sessions: SessionJudging | None) -> tuple[JudgeSpanExporter, AuditLog | None,
+                                                                          list[Exporter]]:
+    """The judge-span exporter, the audit log (None: none) and every exporter of the export stage, in order."""
+    from ..tracing._judge_spans import JudgeSpanExporter
+    from ..tracing.score_metrics import ScoreMetricsExporter
+
+    spans = JudgeSpanExporter(recorder)
+    log = None
+    if audit_log is not None:
+        from ..tracing.files import AuditLog
+
+        # Opened with its first line: a read-only working directory must not make constructing
+        # an Auditor (or a handler) raise into the host; a failed write is counted instead.
+        log = AuditLog(audit_log, content=policy, lazy=True)
+    # Judge spans first: an exporter may refer to them (Phoenix annotations need the span to exist).
+    stage: list[Exporter] = [spans]
+    stage += [log] if log is not None else []
+    stage += given
+    stage += [OnJudgementExporter(on_judgement)] if on_judgement is not None else []
+    stage.append(ScoreMetricsExporter(meter_provider, judge_name=judge_name))
+    stage += [sessions.tracker] if sessions is not None else []  # the session tracker sees every record too
+    return spans, log, stage
+
+
+def _session_part(tracking: SessionTracking | None, judge: RagJudge, cost: CostControl, timeout_s: float,
+                  ledger: Ledger, failed: Callable[[BaseException], None]) -> SessionJudging | None:
+    """The session part, when *tracking* asks for sessions (its idle sweep stops once *ledger* is closed)."""
+    if tracking is None:
+        return None
+    return SessionJudging(tracking, judge, cost, timeout_s, closed=lambda: ledger.closed, failed=failed)
 
 
 def _release(workers: list[BatchWorker[Any]], audit_log: Any) -> None:

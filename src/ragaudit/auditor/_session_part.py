@@ -1,132 +1,116 @@
-"""The Auditor's part for sessions (``Auditor(sessions=...)``), kept apart like its draining.
+"""The Auditor's part for sessions (``Auditor(sessions=...)``): a part the Auditor owns, like its drain.
 
-`SessionJudging` is a base class of the Auditor: it makes the session tracker (an exporter of
-the export stage, `ragaudit.auditor._sessions`) and gives the public ``end_session`` and
-``check_sessions``, the session counts of ``stats()``, the hooks the turn path calls (a sampled-out
-turn, a session's job on the judging loop) and the shutdown's part. Without sessions every hook is a
-no-op and ``stats()`` has no session keys.
+`SessionJudging` holds the session tracker (an exporter of the export stage, `ragaudit.auditor._sessions`) and does
+the work of the public ``end_session`` and ``check_sessions``, the session counts of ``stats()``, what the turn
+path asks of it (a sampled-out turn, a session's job on the judging loop) and the shutdown's part. The Auditor
+makes it only with sessions; without, it has none and ``stats()`` has no session keys.
+
+It is made before the judging and export workers (its tracker is one of the exporters they are built with), and
+told them once, by `connect`, right after they are made; until then (in the Auditor's ``__init__`` only) a
+session job is not queued but counted failed.
 """
 
 from __future__ import annotations
 
-import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._export import Exporter
 from .._fork import on_fork_in_child
 from ..errors import ConfigurationError
 from ._sessions import SessionJob, Sessions, SessionTracking
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from .._worker import BatchWorker
     from ..records import RagTurn
-    from ._exporting import ExportStage
+    from ..sessions import SessionRecord
     from ._governor import CostControl
+    from ._sessions import SessionTracker
 
-__all__ = ["SessionJudging", "SessionTracking"]
+__all__ = ["SessionJudging", "SessionTracking", "session_tracking"]
+
+
+def session_tracking(sessions: SessionTracking | bool | None) -> SessionTracking | None:
+    """The tracking options *sessions* asks for (None: no sessions); a ConfigurationError for anything else."""
+    if sessions is None or sessions is False:
+        return None
+    if sessions is not True and not isinstance(sessions, SessionTracking):
+        raise ConfigurationError(f"sessions must be True or a SessionTracking, got {type(sessions).__name__}")
+    return SessionTracking() if sessions is True else sessions
 
 
 class SessionJudging:
-    """Sessions judged as a whole, for the Auditor (see the module docstring)."""
+    """Sessions judged as a whole, for the Auditor (see the module docstring). *closed*: whether the Auditor's
+    shutdown has begun (the idle sweep stops then); *failed*: how a failure of ours is logged."""
 
-    judge: Any
-    timeout_s: float
-    _cost: CostControl
-    _judging: BatchWorker[Any]
-    _blocking: BatchWorker[Callable[[], None]] | None
-    _export: ExportStage
-    _sessions: Sessions | None = None
+    def __init__(self, options: SessionTracking, judge: Any, cost: CostControl, timeout_s: float, *,
+                 closed: Callable[[], bool], failed: Callable[[BaseException], None]) -> None:
+        self._closed = closed
+        self._failed = failed
+        self._judging: BatchWorker[Any] | None = None
+        self._blocking: BatchWorker[Callable[[], None]] | None = None
+        self._export: Callable[[SessionRecord], None] | None = None
+        self.part = Sessions(options, judge, cost, timeout_s, self._put, self._export_record, self._sweep)
+        on_fork_in_child(self.part.after_fork)
 
-    def _job_failed(self, exc: BaseException) -> None:
-        raise NotImplementedError
+    @property
+    def tracker(self) -> SessionTracker:
+        """The session tracker: an exporter of the export stage, it sees every record."""
+        return self.part.tracker
 
-    async def _process(self, job: Any) -> Any:
-        raise NotImplementedError
+    @property
+    def closed(self) -> bool:
+        return self._closed()
 
-    def _session_part(self, sessions: SessionTracking | bool | None) -> list[Exporter]:
-        """Make the session part when *sessions* asks for it; its tracker joins the export stage."""
-        if sessions is None or sessions is False:
-            self._sessions = None
-            return []
-        if sessions is not True and not isinstance(sessions, SessionTracking):
-            raise ConfigurationError(f"sessions must be True or a SessionTracking, got {type(sessions).__name__}")
-        ref = weakref.ref(self)  # the export thread holds the tracker: never the Auditor itself
+    def connect(self, judging: BatchWorker[Any], blocking: BatchWorker[Callable[[], None]] | None,
+                export: Callable[[SessionRecord], None]) -> None:
+        """The Auditor's judging loop (and the worker of a sync judge) and its export stage's ``put``."""
+        self._judging, self._blocking, self._export = judging, blocking, export
 
-        def put(job: SessionJob) -> bool:
-            auditor = ref()
-            return auditor is not None and auditor._judging.put(job)
+    def _put(self, job: SessionJob) -> bool:
+        return self._judging is not None and self._judging.put(job)
 
-        def export(record: Any) -> None:
-            auditor = ref()
-            if auditor is not None:
-                auditor._export.put(record)
+    def _export_record(self, record: SessionRecord) -> None:
+        if self._export is not None:
+            self._export(record)
 
-        def sweep() -> None:  # the first session turn: check for idle sessions from now on
-            auditor = ref()
-            if auditor is not None and auditor._sessions is not None:
-                auditor._sessions.start_sweeping(auditor._judging, auditor)
-
-        part = Sessions(SessionTracking() if sessions is True else sessions, self.judge, self._cost, self.timeout_s,
-                        put, export, sweep)
-        self._sessions = part
-        on_fork_in_child(part.after_fork)
-        return [part.tracker]
+    def _sweep(self) -> None:  # the first session turn: check for idle sessions from now on
+        if self._judging is not None:
+            self.part.start_sweeping(self._judging, self)
 
     def end_session(self, session_id: str) -> bool:
-        """The app says the conversation *session_id* ended: it is judged now (one judge call, in the
-        background) without waiting for ``session_idle_s``. True when such a session was open.
-        Never blocks; raises only [`ConfigurationError`][ragaudit.ConfigurationError] when this Auditor was built
-        without ``sessions=True`` (a call that could never do anything is a mistake in the app)."""
-        if self._sessions is None:
-            raise ConfigurationError("end_session() needs an Auditor that tracks sessions: "
-                                     "Auditor(..., sessions=True) (or a SessionTracking)")
+        """See [`Auditor.end_session`][ragaudit.Auditor.end_session]. Never raises."""
         try:
-            job = self._sessions.tracker.take(str(session_id)) if self._sessions is not None else None
-            if job is not None and self._sessions is not None:
-                self._sessions.queue([job])
+            job = self.part.tracker.take(str(session_id))
+            if job is not None:
+                self.part.queue([job])
             return job is not None
         except Exception as exc:  # never into the host
-            self._job_failed(exc)
+            self._failed(exc)
             return False
 
     def check_sessions(self) -> int:
-        """Judge every session idle for ``session_idle_s`` by the session clock; returns how many were
-        due. The Auditor checks by itself every few seconds; call it after moving an injected clock.
-        Never raises."""
+        """See [`Auditor.check_sessions`][ragaudit.Auditor.check_sessions] (also the idle sweep's call). Never
+        raises."""
         try:
-            if self._sessions is None:
-                return 0
-            jobs = self._sessions.tracker.take_idle()
-            self._sessions.queue(jobs)
+            jobs = self.part.tracker.take_idle()
+            self.part.queue(jobs)
             return len(jobs)
         except Exception as exc:
-            self._job_failed(exc)
+            self._failed(exc)
             return 0
 
-    async def _judge_job(self, job: Any) -> None:
-        """One job of the judging loop: a session's, or a turn's."""
-        if isinstance(job, SessionJob):
-            if self._sessions is not None:
-                await self._sessions.process(job, self._blocking)
-        else:
-            await self._process(job)
+    async def process(self, job: SessionJob) -> None:
+        """A session's job on the judging loop."""
+        await self.part.process(job, self._blocking)
 
-    def _sampled_out(self, turn: RagTurn, job: Any) -> None:
-        """A turn the sampler left out: kept for feedback, and its session is partial by one turn."""
-        self._cost.retain(turn, job)
-        if self._sessions is not None:
-            self._sessions.tracker.sampled_out(turn)
+    def sampled_out(self, turn: RagTurn) -> None:
+        """A turn the sampler left out: its session is partial by one turn."""
+        self.part.tracker.sampled_out(turn)
 
-    def _session_stats(self) -> dict[str, int]:
-        return self._sessions.stats() if self._sessions is not None else {}
+    def stats(self) -> dict[str, int]:
+        return self.part.stats()
 
-    def _end_sessions(self) -> None:
+    def end_all(self) -> None:
         """At shutdown: every open session is judged on what was seen (``ended="shutdown"``)."""
-        if self._sessions is not None:
-            self._sessions.stop_sweeping()
-            self._sessions.queue(self._sessions.tracker.take_all("shutdown"))
-
-    def _has_sessions(self) -> bool:
-        return self._sessions is not None
+        self.part.stop_sweeping()
+        self.part.queue(self.part.tracker.take_all("shutdown"))
