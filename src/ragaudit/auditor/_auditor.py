@@ -389,10 +389,6 @@ class Auditor:
             self._job_failed(exc)
         return first
 
-    def report_closing(self, waiting: int) -> None:
-        """Kept for the integrations' closer of before: ``stats()["closing"]`` is now gathered from the
-        [`Upstream`][ragaudit.auditor.Upstream] stages' own ``stats()``, so this does nothing. Never raises."""
-
     def end_session(self, session_id: str) -> bool:
         """The app says the conversation *session_id* ended: it is judged now (one judge call, in the
         background) without waiting for ``session_idle_s``. True when such a session was open.
@@ -440,8 +436,7 @@ class Auditor:
         upstream = self._drain.upstream_stats()
         stats = self._ledger.snapshot()
         stats["closing"] = upstream.get("closing", 0)
-        # close_dropped: still counted here by a closer that calls count("close_dropped"), until it counts itself.
-        stats["close_dropped"] += upstream.get("close_dropped", 0)
+        stats["close_dropped"] = upstream.get("close_dropped", 0)
         stats["backlog_bound"] = self._admission.backlog_bound()
         stats["export_errors"] = export_errors
         stats.update(self._cost.stats(), **(self._sessions.stats() if self._sessions is not None else {}))

@@ -20,7 +20,7 @@ __all__ = ["Ledger"]
 def _zero_counts() -> dict[str, int]:
     """Every count of ``stats()``, at zero (the gauges, ``pending`` and ``closing``, are kept apart)."""
     return {"submitted": 0, "judged": 0, "failed": 0, "dropped": 0, "sampled_out": 0, "to_worker": 0,
-            "evidence_from_prompt": 0, "close_dropped": 0,
+            "evidence_from_prompt": 0,
             **{f"unjudged_{reason}": 0 for reason in UNSUBMITTED_REASONS}, **dict.fromkeys(NOT_SENT, 0)}
 
 

@@ -50,20 +50,8 @@ class TurnCloser:
         self._sources: weakref.WeakSet[TurnSource] = weakref.WeakSet()
         self._dropped = 0  # close jobs dropped at the bound (stats()["close_dropped"])
         self._counting = _fork.lock()
-        ref = weakref.ref(self)
-
-        def run(jobs: list[Callable[[], None]]) -> None:
-            # The closing gauge is reported from here, at each batch, never from the host's thread.
-            closer = ref()
-            if closer is not None:
-                closer._waiting()
-            run_jobs(jobs)
-            closer = ref()
-            if closer is not None:
-                closer._waiting()
-
         self.worker: BatchWorker[Callable[[], None]] = BatchWorker(
-            "closer", run, max_queue=self.max_closing, max_batch=_CLOSE_BATCH, delay_s=_CLOSE_DELAY_S,
+            "closer", run_jobs, max_queue=self.max_closing, max_batch=_CLOSE_BATCH, delay_s=_CLOSE_DELAY_S,
             on_error=self._failed, paced=True)
         weakref.finalize(self, self.worker.shutdown, 0)
 
@@ -106,9 +94,6 @@ class TurnCloser:
             return False
         with self._counting:
             self._dropped += 1
-        auditor = self._auditor()
-        if auditor is not None:  # until Auditor.stats() sums its upstream stages' stats()
-            auditor.count("close_dropped")
         self._log.warning("close_dropped", "ragaudit: a finished turn was dropped before it was recorded "
                           "(%d turns already waiting to be closed, max_closing=%d)", len(self.worker),
                           self.max_closing)
@@ -133,9 +118,6 @@ class TurnCloser:
         except Exception as exc:
             self._failed(exc)
             ok = False
-        # The batch thread's last report counts the batch it was running; after a flush the gauge
-        # says what still waits (0 once everything is recorded), as ``stats()`` callers expect.
-        self._waiting()
         return ok
 
     def stop(self, timeout_s: float) -> bool:
@@ -147,7 +129,6 @@ class TurnCloser:
         self.hand_down(timeout_s)
         unclosed = len(self.worker)
         self.worker.shutdown(0)
-        self._waiting()
         if unclosed:
             _lifecycle.report(f"{unclosed} finished turn(s) still waiting to be recorded at shutdown were not "
                               f"recorded (flush timeout {timeout_s:g}s)")
@@ -173,12 +154,6 @@ class TurnCloser:
         """``closing``: finished turns waiting here to be recorded; ``close_dropped``: those dropped because
         *max_closing* were waiting already (each logged, rate-limited)."""
         return {"closing": len(self.worker), "close_dropped": self._dropped}
-
-    def _waiting(self) -> None:
-        # The Auditor's ``stats()["closing"]``, until it sums its upstream stages' stats() itself.
-        auditor = self._auditor()
-        if auditor is not None:
-            auditor.report_closing(len(self.worker))
 
     def __len__(self) -> int:
         return len(self.worker)
