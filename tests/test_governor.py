@@ -145,7 +145,7 @@ def test_rate_limit_holds_a_process_to_max_rps() -> None:
 
 
 def test_rate_limit_gives_up_at_the_deadline() -> None:
-    governor = Governor(max_rps=1)
+    governor = Governor(max_rps=1, clock=Clock())  # the window's clock stands still: no second slot comes
     assert admit(governor) == "ok"
     assert admit(governor, wait_s=0.01) == "rate_limited"
     assert governor.counts["rate_limited"] == 1
@@ -250,7 +250,7 @@ def test_reservations_are_seen_at_once_and_settled_with_the_real_usage(where: st
 
 
 def test_a_call_the_rate_turns_away_gives_its_reservation_back() -> None:
-    governor = Governor([Budget(max_calls=2)], max_rps=1)
+    governor = Governor([Budget(max_calls=2)], max_rps=1, clock=Clock())  # one window, whatever the load
     assert admit(governor) == "ok"  # takes the only rate slot of this second, and one of 2 calls
     assert admit(governor, wait_s=0.01) == "rate_limited"  # reserved the second call, then gave it back
     assert governor._counters.get(f"calls:{Budget(max_calls=2).key()}") == 1
