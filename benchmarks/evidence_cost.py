@@ -52,11 +52,15 @@ def child() -> dict[str, Any]:
     )
     from ragaudit.records import RetrievedDoc
 
-    docs = [RetrievedDoc(id=f"doc-{i}", content=text, source=source, rank=i + 1)
-            for i, (source, text) in enumerate(DOC_TEXTS[:4])]
+    docs = [
+        RetrievedDoc(id=f"doc-{i}", content=text, source=source, rank=i + 1)
+        for i, (source, text) in enumerate(DOC_TEXTS[:4])
+    ]
     context = "\n\n".join(f"[{i}] {d.content}" for i, d in enumerate(docs, 1))
-    messages = (("system", "Answer from the numbered context only and cite it like [1]."),
-                ("user", f"Context:\n{context}\n\nQuestion: {QUESTION}"))
+    messages = (
+        ("system", "Answer from the numbered context only and cite it like [1]."),
+        ("user", f"Context:\n{context}\n\nQuestion: {QUESTION}"),
+    )
     variables = {"context": context, "question": QUESTION}
     memory = DocumentMemory()
 
@@ -84,8 +88,14 @@ def child() -> dict[str, Any]:
 
 def _spawn(root: Path) -> dict[str, Any]:
     env_path = f"{root / 'src'}:{ROOT}"
-    proc = subprocess.run([sys.executable, __file__, "--child"], capture_output=True, text=True, check=True,
-                          env={**os.environ, "PYTHONPATH": env_path}, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": env_path},
+        cwd=ROOT,
+    )
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
@@ -105,21 +115,33 @@ def main(argv: list[str] | None = None) -> int:
     roots = {"after": ROOT, **({"before": Path(args.before).resolve()} if args.before else {})}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in roots}
     for round_ in range(args.rounds):
-        for name, root in (roots.items() if round_ % 2 == 0 else reversed(roots.items())):
+        for name, root in roots.items() if round_ % 2 == 0 else reversed(roots.items()):
             run = _spawn(root)
             runs[name].append(run)
-            print(f"round {round_} {name:<6} evidence {run['evidence_us']:7.1f} us  "
-                  f"citations {run['citations_us']:7.1f} us  ({run['ragaudit']})", flush=True)
+            print(
+                f"round {round_} {name:<6} evidence {run['evidence_us']:7.1f} us  "
+                f"citations {run['citations_us']:7.1f} us  ({run['ragaudit']})",
+                flush=True,
+            )
     if args.before and {r["result"] for rs in runs.values() for r in rs} != {runs["after"][0]["result"]}:
         print("warning: the two checkouts' results differ", flush=True)
     load_after = Path("/proc/loadavg").read_text().split()[:3]
-    summary = {name: {key: statistics.median(r[key] for r in rs) for key in ("evidence_us", "citations_us")}
-               for name, rs in runs.items()}
+    summary = {
+        name: {key: statistics.median(r[key] for r in rs) for key in ("evidence_us", "citations_us")}
+        for name, rs in runs.items()
+    }
     for name, figures in summary.items():
         print(f"{name:<6} median: evidence {figures['evidence_us']:.1f} us, citations {figures['citations_us']:.1f} us")
     print(f"load average: {' '.join(load_before)} -> {' '.join(load_after)}")
-    payload = {"machine": info, "load_before": load_before, "load_after": load_after, "block": BLOCK,
-               "blocks": BLOCKS, "summary": summary, "runs": runs}
+    payload = {
+        "machine": info,
+        "load_before": load_before,
+        "load_after": load_after,
+        "block": BLOCK,
+        "blocks": BLOCKS,
+        "summary": summary,
+        "runs": runs,
+    }
     write_result("evidence_cost", payload, quick=False, out=args.out)
     return 0
 
