@@ -20,6 +20,7 @@ alternated with this checkout's; the figure is the median over rounds.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import statistics
@@ -39,9 +40,14 @@ BLOCKS = 8
 
 
 def child() -> dict[str, Any]:
+    # the given checkout's ragaudit, imported before overhead.py puts this checkout's src first on the path
+    src = os.environ["EVIDENCE_COST_SRC"]
+    sys.path.insert(0, src)
+    ragaudit = importlib.import_module("ragaudit")
+    if not str(Path(ragaudit.__file__ or "").resolve()).startswith(str(Path(src).resolve())):
+        raise SystemExit(f"ragaudit came from {ragaudit.__file__}, not from {src}")
     from benchmarks.overhead import ANSWER, DOC_TEXTS, QUESTION
 
-    import ragaudit
     from ragaudit.citations import find_citations
     from ragaudit.integrations._evidence import (
         DocumentMemory,
@@ -87,13 +93,12 @@ def child() -> dict[str, Any]:
 
 
 def _spawn(root: Path) -> dict[str, Any]:
-    env_path = f"{root / 'src'}:{ROOT}"
     proc = subprocess.run(
         [sys.executable, __file__, "--child"],
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "PYTHONPATH": env_path},
+        env={**os.environ, "EVIDENCE_COST_SRC": str(root / "src")},
         cwd=ROOT,
     )
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
