@@ -152,15 +152,15 @@ class _Finder:
             self.by_rank.setdefault(doc.rank, doc)
             self.by_id.setdefault(doc.id, doc)
             self.by_id_folded.setdefault(doc.id.lower(), doc)
-            if _is_distinctive(doc.id):
-                self._add_name(doc.id, doc)
-            for name in _names(doc):
+            for name in _doc_names(doc.id, doc.source, _str_meta(doc, "section"), _str_meta(doc, "title")):
                 self._add_name(name, doc)
-        self.distinctive = sorted((n for n in self.by_name if _is_distinctive(n)), key=len, reverse=True)
+        self.distinctive = sorted(filter(_is_distinctive, self.by_name), key=len, reverse=True)
 
     def _add_name(self, name: str, doc: RetrievedDoc) -> None:
-        bucket = self.by_name.setdefault(name.lower(), [])
-        if all(d.id != doc.id for d in bucket):
+        bucket = self.by_name.get(name)
+        if bucket is None:
+            self.by_name[name] = [doc]
+        elif all(d.id != doc.id for d in bucket):
             bucket.append(doc)
 
     def run(self) -> tuple[Citation, ...]:
@@ -211,22 +211,20 @@ class _Finder:
 
     def _support(self, spans: Sequence[tuple[int, int]]) -> list[list[RetrievedDoc]]:
         """Per answer sentence, the documents covering >= threshold of it, best first."""
-        postings: dict[str, list[int]] = {}
-        for index, doc in enumerate(self.docs):
-            for term in _doc_terms(doc.content[:_MAX_DOC_CHARS]):
-                postings.setdefault(term, []).append(index)
+        # Each sentence's terms against each document's set (the intersection runs in C, on the sentence's few
+        # terms): no index of every document term is built per call.
+        doc_terms: list[frozenset[str]] | None = None
         result: list[list[RetrievedDoc]] = []
         for start, end in spans:
             terms = term_set(strip_markers(self.answer[start:end]))
             if len(terms) < _MIN_OVERLAP_TERMS:
                 result.append([])
                 continue
-            counts: dict[int, int] = {}
-            for term in terms:
-                for index in postings.get(term, ()):
-                    counts[index] = counts.get(index, 0) + 1
+            if doc_terms is None:
+                doc_terms = [_doc_terms(doc.content[:_MAX_DOC_CHARS]) for doc in self.docs]
             need = math.ceil(self.threshold * len(terms) - 1e-9)
-            good = sorted((i for i, n in counts.items() if n >= need), key=lambda i: (-counts[i], i))
+            counts = [len(terms & these) for these in doc_terms]
+            good = sorted((i for i, n in enumerate(counts) if n and n >= need), key=lambda i: (-counts[i], i))
             result.append([self.docs[i] for i in good])
         return result
 
@@ -308,23 +306,32 @@ class _Finder:
         return _Hit(position, marker, docs, shared=True)
 
 
-def _names(doc: RetrievedDoc) -> list[str]:
+def _str_meta(doc: RetrievedDoc, key: str) -> str | None:
+    value = doc.metadata.get(key)
+    return value if isinstance(value, str) else None
+
+
+@lru_cache(maxsize=2048)
+def _doc_names(doc_id: str, source: str | None, section: str | None, title: str | None) -> tuple[str, ...]:
+    """The names a document goes by, lower-cased, in the order they are added: its id when distinctive,
+    its source (the path, its base name, the stem), its metadata ``section`` and ``title``. Cached: the same
+    retrieved chunks come back turn after turn."""
     names: list[str] = []
-    if doc.source:
-        source = doc.source.strip()
+    if source:
+        source = source.strip()
         names.append(source)
         base = _basename(source)
         names.append(base)
         stem, dot, ext = base.rpartition(".")
         if dot and stem and ext.isalnum() and len(ext) <= 5:
             names.append(stem)
-    for key in ("section", "title"):
-        value = doc.metadata.get(key)
-        if isinstance(value, str) and value.strip():
+    for value in (section, title):
+        if value is not None and value.strip():
             names.append(value.strip())
             if "_" in value:
                 names.append(value.strip().replace("_", " "))
-    return [n for n in names if n and len(n) <= 200]
+    kept = [n.lower() for n in names if n and len(n) <= 200]
+    return (doc_id.lower(), *kept) if _is_distinctive(doc_id) else tuple(kept)
 
 
 def _doc_terms(content: str) -> frozenset[str]:

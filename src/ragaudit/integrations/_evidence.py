@@ -26,8 +26,9 @@ import itertools
 import re
 import sys
 from collections import OrderedDict
-from collections.abc import Iterable, KeysView, Mapping, Sequence
+from collections.abc import Iterable, Iterator, KeysView, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from .. import _fork
 from ..records import Message, RetrievedDoc, stable_doc_id
@@ -56,6 +57,7 @@ MAX_CANDIDATES = 64
 MAX_REFERENCE_CHARS = 4_000_000
 """The reference is searched up to here (far beyond any model's context window)."""
 
+_CACHED_CHARS = 4_000  # documents up to this long keep their words in a cache (see _content_words)
 _MIN_PASSAGE_WORDS = 4  # shorter leftovers ("Answer:", a date, a name) are not context
 MIN_MESSAGE_CONTEXT_WORDS = 40
 """System and tool messages are taken as context (when no observed document reached the call) only
@@ -85,6 +87,29 @@ def _words(text: str) -> list[str]:
     return list(map(sys.intern, _WORD_RE.findall(text.lower())))
 
 
+def _read_words(content: str) -> list[str]:
+    return list(map(sys.intern, map(str.lower, _WORD_RE.findall(content))))
+
+
+@lru_cache(maxsize=2048)
+def _content_words(content: str) -> tuple[str, ...]:
+    # The same retrieved chunks come back turn after turn, and each is matched against every reference.
+    return tuple(_read_words(content))
+
+
+def _read_key(content: str) -> str:
+    return " ".join(m.group() for m in itertools.islice(_WORD_RE.finditer(content.lower()), KEY_WORDS))
+
+
+_cached_key = lru_cache(maxsize=2048)(_read_key)
+
+
+def _doc_key(content: str) -> str:
+    """``_key(_words(content))``, without reading more than the first `KEY_WORDS` words (cached, as
+    `_content_words`)."""
+    return _cached_key(content) if len(content) <= _CACHED_CHARS else _read_key(content)
+
+
 def _key(words: Sequence[str], at: int = 0) -> str:
     return " ".join(words[at:at + KEY_WORDS])
 
@@ -107,7 +132,7 @@ class _Words:
 
     def __init__(self, content: str) -> None:
         self.content = content
-        self.words = list(map(sys.intern, map(str.lower, _WORD_RE.findall(content))))
+        self.words = list(_content_words(content)) if len(content) <= _CACHED_CHARS else _read_words(content)
 
     def span(self, n: int) -> tuple[int, int]:
         """Where word *n* starts and ends in the content (read once, for a document that reached in part)."""
@@ -120,7 +145,7 @@ class Reference:
     replies in it (assistant messages) count for documents that reached it whole only: a part of a
     document there is an earlier answer quoting it, not the document."""
 
-    __slots__ = ("_heads", "_index", "_replies", "text", "words")
+    __slots__ = ("_first", "_heads", "_keys", "_last", "_replies", "text", "words")
 
     def __init__(self, messages: Sequence[Message], prompt: str | None) -> None:
         parts = [(role, text) for role, text in messages if text]
@@ -138,14 +163,13 @@ class Reference:
             words.extend(found)
             if budget <= 0:
                 break
-        index: dict[str, list[int]] = {}
-        shifted = [words[i:] for i in range(KEY_WORDS)]
-        for at, key in enumerate(map(" ".join, zip(*shifted, strict=False))):
-            index.setdefault(key, []).append(at)
-        for at in range(max(0, len(words) - KEY_WORDS + 1), len(words)):  # the last, shorter keys
-            index.setdefault(_key(words, at), []).append(at)
+        # The key at each position (built in C: no Python step per word), and where each key is first.
+        keys = list(map(" ".join, zip(*(words[i:] for i in range(KEY_WORDS)), strict=False)))
+        keys.extend(_key(words, at) for at in range(len(keys), len(words)))  # the last, shorter keys
         self.words = words
-        self._index = index
+        self._keys = keys
+        self._first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1), strict=True))
+        self._last = dict(zip(keys, range(len(keys)), strict=True))
         self._heads: dict[str, list[int]] | None = None
 
     def __bool__(self) -> bool:
@@ -153,7 +177,20 @@ class Reference:
 
     def word_keys(self) -> KeysView[str]:
         """The word keys of the reference (the `KEY_WORDS` words at each position), each once."""
-        return self._index.keys()
+        return self._first.keys()
+
+    def _positions(self, key: str) -> Iterator[int]:
+        """Where *key* is in the reference, in order, the first `MAX_CANDIDATES` of them (a key that recurs:
+        the next place found by a scan of the keys in C, from the last, up to its last place)."""
+        at = self._first.get(key)
+        if at is None:
+            return
+        last, keys = self._last[key], self._keys
+        for _ in range(MAX_CANDIDATES):
+            yield at
+            if at == last:
+                return
+            at = keys.index(key, at + 1, last + 1)
 
     def match(self, content: str) -> Match | None:
         """Where and how much of *content* reached the model (see the module docstring), or None."""
@@ -165,7 +202,7 @@ class Reference:
             return self._short(words, doc, len(content))
         best: tuple[int, int, int] | None = None  # (words agreeing, letters of the next one, at)
         budget = 4 * len(words)  # words compared: linear in the document, however often its opening recurs
-        for at in (self._index.get(_key(words)) or ())[:MAX_CANDIDATES]:
+        for at in self._positions(_key(words)):
             found = self._extend(words, at)
             budget -= found[0]
             if found[0] == len(words):
@@ -246,15 +283,13 @@ def reached(references: Sequence[Reference], documents: Iterable[RetrievedDoc]) 
                 best = (i, match)
         if best is not None:
             found.append((doc, *best))
-    covered: set[tuple[int, int]] = set()  # (reference, word position) inside a document that reached whole
-    for _, ref, match in found:
-        if match.whole:
-            covered.update((ref, at) for at in range(match.at, match.at + match.words))
+    # (reference, first word, end) of each document that reached whole
+    covered = [(ref, match.at, match.at + match.words) for _, ref, match in found if match.whole]
     out = []
     for doc, ref, match in found:
         if match.whole:
             out.append(doc)
-        elif (ref, match.at) not in covered:
+        elif not any(r == ref and start <= match.at < end for r, start, end in covered):
             out.append(replace(doc, content=doc.content[:match.chars], truncated=True))
     return out
 
@@ -278,7 +313,7 @@ class DocumentMemory:
 
     def remember(self, documents: Iterable[RetrievedDoc]) -> None:
         """Keep *documents* (whole ones: a part or a passage of a prompt is not a document)."""
-        keyed = [(_key(_words(doc.content)), doc) for doc in documents
+        keyed = [(_doc_key(doc.content), doc) for doc in documents
                  if not doc.truncated and doc.source != PROMPT_SOURCE]
         with self._lock:
             for key, doc in keyed:
@@ -370,6 +405,7 @@ def prompt_passages(
     return tuple(docs)
 
 
+_ZERO_REACH = len("document") + 12 + 1  # the longest label, what may stand between it and the 0, the boundary
 _ZERO_LABEL_RE = re.compile(r"\b(?:source|doc(?:ument)?|passage|context|chunk|id)\b[^\n\d]{0,12}\b0\b|\[0\]",
                             re.IGNORECASE)
 
@@ -378,4 +414,13 @@ def numbers_from_zero(text: str) -> bool:
     """Whether the documents in *text* (a model's input) are numbered from 0 (``Source ID: 0``,
     ``[0]``), as ``enumerate()`` numbers them: then a structured answer's integer citations are
     0-based indices."""
-    return _ZERO_LABEL_RE.search(text) is not None
+    # A match ends at a "0" (or "0]") and starts at most _ZERO_REACH characters before it: the pattern is tried
+    # around each "0" only, from its real position (so its word boundaries see the text as it is), instead of at
+    # every character of a long input.
+    search, find = _ZERO_LABEL_RE.search, text.find
+    at = find("0")
+    while at != -1:
+        if search(text, max(0, at - _ZERO_REACH), at + 2) is not None:
+            return True
+        at = find("0", at + 1)
+    return False
