@@ -31,7 +31,7 @@ from ._governor import NOT_SENT
 
 if TYPE_CHECKING:
     from .._log import RateLimitedLog
-    from ._governor import CostControl
+    from ._governor import CostGate
 
 __all__ = ["Admission", "JudgingPace"]
 
@@ -82,7 +82,7 @@ class Admission:
     _pending: int
     _closing: int
     _closed: bool
-    _cost: CostControl
+    _cost: CostGate
     _log: RateLimitedLog
     _sessions: Any
     _pace: JudgingPace

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .._export import Exporter
 from .._fork import on_fork_in_child
 from ..errors import ConfigurationError
-from ._sessions import SessionJob, Sessions, SessionTracking
+from ._sessions import SessionJob, SessionRuntime, Sessions
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     from .._worker import BatchWorker
     from ..records import RagTurn
     from ._exporting import ExportStage
-    from ._governor import CostControl
+    from ._governor import CostGate
 
-__all__ = ["SessionJudging", "SessionTracking"]
+__all__ = ["SessionJudging", "Sessions"]
 
 
 class SessionJudging:
@@ -33,11 +33,11 @@ class SessionJudging:
 
     judge: Any
     timeout_s: float
-    _cost: CostControl
+    _cost: CostGate
     _judging: BatchWorker[Any]
     _blocking: BatchWorker[Callable[[], None]] | None
     _export: ExportStage
-    _sessions: Sessions | None = None
+    _sessions: SessionRuntime | None = None
 
     def _job_failed(self, exc: BaseException) -> None:
         raise NotImplementedError
@@ -45,13 +45,13 @@ class SessionJudging:
     async def _process(self, job: Any) -> Any:
         raise NotImplementedError
 
-    def _session_part(self, sessions: SessionTracking | bool | None) -> list[Exporter]:
+    def _session_part(self, sessions: Sessions | bool | None) -> list[Exporter]:
         """Make the session part when *sessions* asks for it; its tracker joins the export stage."""
         if sessions is None or sessions is False:
             self._sessions = None
             return []
-        if sessions is not True and not isinstance(sessions, SessionTracking):
-            raise ConfigurationError(f"sessions must be True or a SessionTracking, got {type(sessions).__name__}")
+        if sessions is not True and not isinstance(sessions, Sessions):
+            raise ConfigurationError(f"sessions must be True or a Sessions, got {type(sessions).__name__}")
         ref = weakref.ref(self)  # the export thread holds the tracker: never the Auditor itself
 
         def put(job: SessionJob) -> bool:
@@ -68,8 +68,8 @@ class SessionJudging:
             if auditor is not None and auditor._sessions is not None:
                 auditor._sessions.start_sweeping(auditor._judging, auditor)
 
-        part = Sessions(SessionTracking() if sessions is True else sessions, self.judge, self._cost, self.timeout_s,
-                        put, export, sweep)
+        part = SessionRuntime(Sessions() if sessions is True else sessions, self.judge, self._cost, self.timeout_s,
+                              put, export, sweep)
         self._sessions = part
         on_fork_in_child(part.after_fork)
         return [part.tracker]
@@ -81,7 +81,7 @@ class SessionJudging:
         without ``sessions=True`` (a call that could never do anything is a mistake in the app)."""
         if self._sessions is None:
             raise ConfigurationError("end_session() needs an Auditor that tracks sessions: "
-                                     "Auditor(..., sessions=True) (or a SessionTracking)")
+                                     "Auditor(..., sessions=True) (or a Sessions)")
         try:
             job = self._sessions.tracker.take(str(session_id)) if self._sessions is not None else None
             if job is not None and self._sessions is not None:
