@@ -28,7 +28,7 @@ from langchain_core.documents import Document
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.retrievers import BaseRetriever
 
-from ragaudit import Auditor, ChatRagJudge
+from ragaudit import Auditor, ChatRagJudge, ContentPolicy
 from ragaudit.content import SECRET_MARKER
 from ragaudit.integrations import closer_for
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
@@ -240,7 +240,7 @@ def test_no_credential_is_ever_recorded(way: str, traced: Traced, tmp_path: Path
                                   max_retries=0)]
         audit = tmp_path / "audit.jsonl"
         auditor = Auditor(judge, audit_log=audit, tracer_provider=traced.provider, exporters=sinks,
-                          capture_content=True)
+                          content=ContentPolicy(capture_content=True))
         handler = RagAuditCallbackHandler(auditor=auditor)
         chain = rag_chain(CanaryRetriever(), FakeListChatModel(responses=["Refunds take 14 days."]))
         with caplog.at_level(logging.DEBUG):
@@ -274,7 +274,8 @@ def test_a_redact_raising_anything_withholds_the_text_and_loses_no_turn(
     with LLMServer(rule=judge_rule) as server:
         judge = ChatRagJudge(client=openai.OpenAI(base_url=server.base_url, api_key="sk-redact-0", max_retries=0))
         audit = tmp_path / "audit.jsonl"
-        auditor = Auditor(judge, audit_log=audit, tracer_provider=traced.provider, redact=failing_redact)
+        auditor = Auditor(judge, audit_log=audit, tracer_provider=traced.provider,
+                          content=ContentPolicy(redact=failing_redact))
         handler = RagAuditCallbackHandler(auditor=auditor)
         chain = rag_chain(CanaryRetriever(), FakeListChatModel(responses=["Refunds take 14 days."]))
         with caplog.at_level(logging.DEBUG):
