@@ -78,7 +78,7 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
                                        for source in SOURCES},
     "capture on, redact": {source: set() for source in SOURCES},
 }
-SETTINGS: dict[str, dict[str, Any]] = {
+SETTINGS: dict[str, dict[str, Any]] = {  # made when a test runs: a policy with capture off marks the process
     "capture on": {"capture_content": True},
     "capture off": {"capture_content": False},
     "capture off, judge reason kept": {"capture_content": False, "capture_reason": True},
@@ -162,7 +162,7 @@ def run_three_turns(settings: dict[str, Any], server: LLMServer, traced: Traced,
 def test_each_text_goes_exactly_where_the_policy_allows(
         mode: str, traced: Traced, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with LLMServer(rule=judge_rule) as server:
-        recorded = run_three_turns(SETTINGS[mode], server, traced, tmp_path, caplog)
+        recorded = run_three_turns({"content": ContentPolicy(**SETTINGS[mode])}, server, traced, tmp_path, caplog)
     found = {source: {path for path in PATHS if canary in recorded[path]} for source, canary in SOURCES.items()}
     assert found == EXPECTED[mode]
     # Off means off in the span file too; redacted texts are still there, as the marker.
