@@ -238,7 +238,7 @@ def run_auditor(base_url: str, turns: list[Any], concurrency: int, *, trace_memo
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from ragaudit import Auditor, ChatRagJudge
+    from ragaudit import Auditor, ChatRagJudge, Limits
 
     provider = TracerProvider(shutdown_on_exit=False)
     provider.add_span_processor(BatchSpanProcessor(_DiscardingExporter()))  # type: ignore[arg-type]
@@ -256,8 +256,9 @@ def run_auditor(base_url: str, turns: list[Any], concurrency: int, *, trace_memo
             for key in usage:
                 usage[key] += int(judgement.usage.get(key, 0))
 
-    auditor = Auditor(judge, max_concurrency=concurrency, max_queue=10_000, audit_log=workdir / "audit.jsonl",
-                      tracer_provider=provider, on_judgement=on_judgement, timeout_s=60)
+    auditor = Auditor(judge, limits=Limits(max_concurrency=concurrency, max_queue=10_000, timeout_s=60),
+                      audit_log=workdir / "audit.jsonl",
+                      tracer_provider=provider, on_judgement=on_judgement)
     # Warm up (connections, the worker thread, imports), then start counting from zero.
     for turn in turns[:concurrency]:
         auditor.submit(turn)

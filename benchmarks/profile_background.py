@@ -110,11 +110,11 @@ def _build(judge_kind: str, sink: str, llm_url: str | None) -> tuple[Any, Any, A
         judge = overhead._fake_judge()
     import tempfile
 
-    from ragaudit import Auditor
+    from ragaudit import Auditor, Limits
 
     provider = tracing.configure(endpoint=sink)
     log = Path(tempfile.mkdtemp(prefix="ragaudit-profile-")) / "ragaudit-audit.jsonl"
-    auditor = Auditor(judge, audit_log=log, tracer_provider=provider, max_concurrency=16)
+    auditor = Auditor(judge, audit_log=log, tracer_provider=provider, limits=Limits(max_concurrency=16))
     handler = RagAuditCallbackHandler(auditor=auditor)
     return overhead._langchain_chain(), handler, (auditor, provider, log)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ragaudit import Auditor, ConfigurationError, FakeJudge, Judgement, JudgeRequest, RagTurn, RetrievedDoc
+from ragaudit import Auditor, ConfigurationError, FakeJudge, Judgement, JudgeRequest, Limits, RagTurn, RetrievedDoc
 from ragaudit.auditor import sampled, turn_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,7 +56,7 @@ def test_queue_full_drops_and_counts_without_blocking(tmp_path: Path) -> None:
         gate.wait(10)
         return {"faithfulness": 1.0}
 
-    aud = Auditor(FakeJudge(slow), max_queue=3, max_concurrency=1, audit_log=None)
+    aud = Auditor(FakeJudge(slow), limits=Limits(max_queue=3, max_concurrency=1), audit_log=None)
     statuses = [aud.submit(make_turn(i)) for i in range(10)]
     assert statuses.count("queued") == 3 and statuses.count("dropped") == 7
     stats = aud.stats()
@@ -110,7 +110,8 @@ def test_judge_errors_and_timeouts_are_recorded_not_raised(tmp_path: Path) -> No
     # loaded machine it cannot be cut by the deadline the hanging judge runs into (it once was, at
     # load 8-11 with turns 1-3 in flight together).
     log = tmp_path / "a.jsonl"
-    with Auditor(FakeJudge(fn), timeout_s=1.0, audit_log=log, on_judgement=lambda t, j: out.append(j)) as aud:
+    with Auditor(FakeJudge(fn), limits=Limits(timeout_s=1.0), audit_log=log,
+                 on_judgement=lambda t, j: out.append(j)) as aud:
         aud.submit(make_turn(3))
         assert aud.force_flush(10)
         for i in (1, 2):
@@ -151,10 +152,10 @@ def test_flush_times_out_and_reports_false() -> None:
 @pytest.mark.parametrize("kwargs, match", [
     ({"mode": "later"}, "mode"),
     ({"sample_rate": 1.5}, "sample_rate"),
-    ({"max_queue": 0}, "max_queue"),
-    ({"max_concurrency": 0}, "max_concurrency"),
-    ({"max_closing": 0}, "max_closing"),
-    ({"timeout_s": 0}, "timeout_s"),
+    ({"limits": {"max_queue": 0}}, "limits"),
+    ({"cost": 5.0}, "cost"),
+    ({"content": False}, "content"),
+    ({"sessions": 300}, "sessions"),
     ({"on_judgement": 3}, "on_judgement"),
 ])
 def test_bad_configuration_is_rejected(kwargs: dict[str, object], match: str) -> None:
@@ -176,13 +177,13 @@ def test_turn_metrics_from_relevant_ids() -> None:
 
 EXIT_SCRIPT = textwrap.dedent("""
     import asyncio, sys, time
-    from ragaudit import Auditor, FakeJudge, RagTurn
+    from ragaudit import Auditor, FakeJudge, Limits, RagTurn
     async def slow(request):
         await asyncio.sleep(0.05)
         return {{"faithfulness": 1.0, "reason": "ok"}}
     judge = FakeJudge(slow)
     {setup}
-    aud = Auditor(judge, audit_log=sys.argv[1], max_queue=int(sys.argv[2]), max_concurrency=4)
+    aud = Auditor(judge, audit_log=sys.argv[1], limits=Limits(max_queue=int(sys.argv[2]), max_concurrency=4))
     for i in range(40):
         aud.submit(RagTurn(turn_id=f"t{{i}}", query="q", answer="a"))
     print(aud.stats()["dropped"])

@@ -4,7 +4,7 @@ measured pace. Real parts: the Auditor's `Ledger` and `JudgingPace`, no Auditor.
 
 from __future__ import annotations
 
-from ragaudit import Auditor
+from ragaudit import Auditor, CostControl
 from ragaudit._log import RateLimitedLog
 from ragaudit.auditor._admission import Admission, JudgingPace
 from ragaudit.auditor._ledger import Ledger
@@ -87,7 +87,8 @@ def test_the_pace_needs_a_whole_window_and_smooths() -> None:
 
 def test_the_auditor_decides_early_sampling_once_by_its_mode_and_settings() -> None:
     made = [Auditor(LexicalJudge(), sample_rate=0.5, audit_log=None, handle_signals=False),
-            Auditor(LexicalJudge(), sample_rate=0.5, retain_s=60, audit_log=None, handle_signals=False),
+            Auditor(LexicalJudge(), sample_rate=0.5, cost=CostControl(retain_s=60), audit_log=None,
+                    handle_signals=False),
             Auditor(LexicalJudge(), sample_rate=0.5, sessions=True, audit_log=None, handle_signals=False),
             Auditor(mode="worker", audit_log=None, handle_signals=False),
             Auditor(LexicalJudge(), mode="inline", sample_rate=0.5, audit_log=None, handle_signals=False)]

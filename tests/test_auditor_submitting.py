@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ragaudit import Auditor, AuditRecord, BaseExporter, ExportResult, RagTurn, RetrievedDoc
+from ragaudit import Auditor, AuditRecord, BaseExporter, CostControl, ExportResult, RagTurn, RetrievedDoc
 from ragaudit._log import RateLimitedLog
 from ragaudit._worker import BatchWorker
 from ragaudit.auditor._exporting import ExportStage
-from ragaudit.auditor._governor import CostControl
+from ragaudit.auditor._governor import CostGate
 from ragaudit.auditor._judge_health import JudgeFailureLog
 from ragaudit.auditor._ledger import Ledger
 from ragaudit.auditor._submitting import SUBMIT_STRATEGIES, Job, TurnJudging
@@ -39,7 +39,7 @@ def _turn(turn_id: str, trace_id: str | None = None) -> RagTurn:
 def test_to_worker_judges_nothing_and_counts_what_has_a_trace() -> None:
     ledger, kept = Ledger(), _Kept()
     judge = WorkerModeJudge()
-    cost = CostControl(judge, None, None, None, "open", 60.0, None, None, None, 1_000)
+    cost = CostGate(judge, CostControl())
     export = ExportStage([kept], ledger.delivered, ContentPolicy(), max_queue=8)
     strategy = SUBMIT_STRATEGIES["worker"]
     turns = TurnJudging(ledger, cost, judge, export, timeout_s=1.0, max_context_chars=1000, blocking=None,

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ragaudit import Auditor, FakeJudge, RetrievedDoc
+from ragaudit import Auditor, FakeJudge, Limits, RetrievedDoc
 from ragaudit.integrations import ClosedTurn, TurnCloser, TurnSource, closer_for
 from ragaudit.integrations.steps import ModelCall, RetrievalStep, RunEnded, RunKind, RunStarted, Step
 from ragaudit.tracing.spans import SpanRecorder
@@ -82,7 +82,7 @@ def test_a_turn_is_handed_off_the_hosts_thread_and_ends_as_a_record(records: Rec
 def test_a_burst_past_max_closing_is_dropped_and_counted(records: Records) -> None:
     gate, entered = threading.Event(), threading.Event()
     with Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), exporters=[records], audit_log=None,
-                 max_closing=4) as auditor:
+                 limits=Limits(max_closing=4)) as auditor:
         source = StepSource(auditor)
         closer = closer_for(auditor)
         try:

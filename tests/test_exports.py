@@ -72,7 +72,9 @@ OLD_MODULE_NAMES = [("ragaudit", "evaluate"), ("ragaudit.evaluation", "evaluate"
                     ("ragaudit.tracing", "HttpSink"), ("ragaudit.tracing", "PhoenixSink"),
                     ("ragaudit.tracing", "LangfuseSink"), ("ragaudit.tracing", "sinks"),
                     ("ragaudit.tracing.evaluation_logs", "EvaluationLogSink"),
-                    ("ragaudit.auditor", "JudgementSink"), ("ragaudit.auditor", "BaseJudgementSink")]
+                    ("ragaudit.auditor", "JudgementSink"), ("ragaudit.auditor", "BaseJudgementSink"),
+                    # one session type per job: the public value is Sessions
+                    ("ragaudit", "SessionTracking"), ("ragaudit.auditor", "SessionTracking")]
 OLD_MEMBERS = [("ragaudit:Auditor", ("flush", "flush_turns", "content", "attach_source", "defer")),
                ("ragaudit:ChatRagJudge", ("protocol_name", "full_audit")),
                ("ragaudit.evaluation:RowResult", ("judged_metrics",)),

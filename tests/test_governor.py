@@ -197,7 +197,7 @@ def test_redis_down_fails_open_or_closed_and_is_counted(redis: RedisServer) -> N
 
 
 def test_bad_store_url_is_a_configuration_error() -> None:
-    with pytest.raises(ConfigurationError, match="budget_store"):
+    with pytest.raises(ConfigurationError, match=r"CostControl\.store"):
         Governor([Budget(max_calls=1)], store="nosuch://x")
 
 

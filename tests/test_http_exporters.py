@@ -228,13 +228,13 @@ def test_every_exporter_of_ragaudit_is_on_the_one_interface() -> None:
 
     from ragaudit import BaseExporter
     from ragaudit.auditor._exporting import OnJudgementExporter
-    from ragaudit.auditor._sessions import SessionTracker
+    from ragaudit.auditor._sessions import OpenSessions
     from ragaudit.tracing import HttpExporter, ScoreMetricsExporter
     from ragaudit.tracing._judge_spans import JudgeSpanExporter
     from ragaudit.tracing.evaluation_logs import EvaluationLogExporter
 
     for cls in (HttpExporter, PhoenixExporter, LangfuseExporter, EvaluationLogExporter, JudgeSpanExporter,
-                ScoreMetricsExporter, SessionTracker, OnJudgementExporter):
+                ScoreMetricsExporter, OpenSessions, OnJudgementExporter):
         assert issubclass(cls, BaseExporter), cls
         for method in ("force_flush", "shutdown"):
             assert inspect.signature(getattr(cls, method)).parameters["timeout_s"].default == 30.0, (cls, method)

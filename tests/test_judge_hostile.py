@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ragaudit import Auditor, RagTurn, RetrievedDoc
+from ragaudit import Auditor, Limits, RagTurn, RetrievedDoc
 from ragaudit.judges.chat import ChatRagJudge
 from ragaudit.judges.combinators.cache import CachedJudge, SqliteCache
 from ragaudit.judges.llm.prompt import sanitize_untrusted
@@ -145,7 +145,7 @@ def test_a_locked_sqlite_cache_never_blocks_the_loop_and_a_locked_lookup_is_a_co
         srv.rule = Barrier(6)  # six requests in flight at once, or every judgement fails
         arrivals: list[tuple[str, dict[str, int], float]] = []
         started = time.monotonic()
-        with Auditor(judge, audit_log=None, max_concurrency=8, timeout_s=30,
+        with Auditor(judge, audit_log=None, limits=Limits(max_concurrency=8, timeout_s=30),
                      on_judgement=lambda t, j: arrivals.append((t.turn_id, judge.stats(), time.monotonic()))) as aud:
             for i in range(6):
                 aud.submit(_turn(i))

@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from ragaudit import Auditor, BaseRagJudge, FakeJudge, Judgement, JudgeRequest
+from ragaudit import Auditor, BaseRagJudge, ContentPolicy, FakeJudge, Judgement, JudgeRequest
 from ragaudit.integrations import closer_for
 from ragaudit.integrations.langchain import RagAuditCallbackHandler, instrument, uninstrument
 from ragaudit.tracing import conventions as c
@@ -399,7 +399,7 @@ def test_capture_content_false_keeps_text_out_of_spans(
     memory_exporter: InMemorySpanExporter, memory_provider: TracerProvider, audit_log_path: Path, kb: KB,
 ) -> None:
     auditor = Auditor(FakeJudge(doc_ids_judge), audit_log=audit_log_path, tracer_provider=memory_provider,
-                      capture_content=False)
+                      content=ContentPolicy(capture_content=False))
     handler = RagAuditCallbackHandler(auditor=auditor, tracer_provider=memory_provider, capture_content=False)
     try:
         q = QUESTIONS[9]

@@ -35,7 +35,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from ragaudit import Auditor, BaseRagJudge, FakeJudge, Judgement, JudgeRequest, LexicalJudge
+from ragaudit import Auditor, BaseRagJudge, ContentPolicy, FakeJudge, Judgement, JudgeRequest, LexicalJudge
 from ragaudit.integrations import closer_for, llamaindex
 from ragaudit.integrations.llamaindex import (
     JUDGE_CONTEXT_KEY,
@@ -525,7 +525,7 @@ def test_capture_content_false_keeps_text_out_of_spans(
         memory_exporter: InMemorySpanExporter, memory_provider: TracerProvider, audit_log_path: Path,
         kb: KB) -> None:
     auditor = Auditor(LexicalJudge(), audit_log=audit_log_path, tracer_provider=memory_provider,
-                      capture_content=False)
+                      content=ContentPolicy(capture_content=False))
     llamaindex.instrument(auditor=auditor, tracer_provider=memory_provider, capture_content=False)
     q = QUESTIONS[9]
     try:

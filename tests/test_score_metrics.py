@@ -16,7 +16,17 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from ragaudit import Auditor, Budget, FakeJudge, Judgement, JudgeRequest, RagTurn, RetrievedDoc, SentenceVerdict
+from ragaudit import (
+    Auditor,
+    Budget,
+    CostControl,
+    FakeJudge,
+    Judgement,
+    JudgeRequest,
+    RagTurn,
+    RetrievedDoc,
+    SentenceVerdict,
+)
 from ragaudit.records import Citation
 from ragaudit.tracing import conventions as c
 
@@ -92,7 +102,7 @@ def test_unjudged_and_failed_turns_are_counted_by_reason() -> None:
         return {"faithfulness": 0.9}
 
     auditor = _auditor(MeterProvider(metric_readers=[reader]), FakeJudge(flaky, name="flaky"),
-                       budget=Budget(max_calls=2), mode="inline")
+                       cost=CostControl(budget=Budget(max_calls=2)), mode="inline")
     try:
         for n in range(4):
             auditor.submit(_turn(n, **{"service.name": "shop-api"}))

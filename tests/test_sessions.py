@@ -20,7 +20,7 @@ from ragaudit import (
     FakeJudge,
     RagTurn,
     RetrievedDoc,
-    SessionTracking,
+    Sessions,
 )
 from ragaudit.sessions import Contradiction, SessionJudgement, SessionRequest, SessionTurn, SessionVerdict
 from ragaudit.turn_audit import consistent_faithfulness
@@ -58,7 +58,7 @@ def turn(i: int, query: str, answer: str, session: str | None = "s1", **kw: Any)
 def auditor(judge: Any, clock: Clock, **kw: Any) -> Auditor:
     options = {k: kw.pop(k) for k in ("session_idle_s", "max_sessions", "max_session_turns") if k in kw}
     return Auditor(judge, audit_log=None, handle_signals=False,
-                   sessions=SessionTracking(clock=clock, **options), **kw)
+                   sessions=Sessions(clock=clock, **options), **kw)
 
 
 def session_calls(srv: LLMServer) -> int:
@@ -188,10 +188,10 @@ def test_none_where_the_judge_gave_nothing(server: LLMServer, clock: Clock) -> N
 
 
 def test_a_session_over_budget_is_not_sent_and_counted(clock: Clock) -> None:
-    from ragaudit import Budget
+    from ragaudit import Budget, CostControl
 
     judge = FakeJudge(lambda r: {"faithfulness": 1.0}, session=lambda req: {"resolved": "yes"})
-    with auditor(judge, clock, budget=Budget(max_calls=1, per_s=86_400)) as a:
+    with auditor(judge, clock, cost=CostControl(budget=Budget(max_calls=1, per_s=86_400))) as a:
         a.submit(turn(1, "q", "A."))
         a.force_flush(5)
         a.end_session("s1")
@@ -237,7 +237,7 @@ def test_session_records_are_validated() -> None:
     with pytest.raises(ConfigurationError, match="missed"):
         SessionRequest("s", (t,), missed={"lost": 1})
     with pytest.raises(ConfigurationError, match="session_idle_s"):
-        SessionTracking(session_idle_s=0)
+        Sessions(session_idle_s=0)
     with pytest.raises(ConfigurationError, match="sessions must be"):
         Auditor(FakeJudge(lambda r: {}), audit_log=None, sessions="yes")  # type: ignore[arg-type]
     request = SessionRequest("s", (t,))

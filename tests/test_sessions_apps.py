@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from ragaudit import Auditor, ChatRagJudge, SessionTracking
+from ragaudit import Auditor, ChatRagJudge, Sessions
 from tests.support.judges import open_judge
 from tests.support.llm_server import LLMServer, Reply, Scripted, ToolCall, is_session_request
 from tests.support.sessions import Clock, Kept, judge_rule
@@ -100,7 +100,7 @@ def run(judge_llm: LLMServer) -> Iterator[Callable[..., Any]]:
     def go(app: Callable[[Auditor], None], **options: Any) -> dict[str, Any]:
         clock, kept = Clock(), Kept()
         auditor = Auditor(open_judge(ChatRagJudge, judge_llm), audit_log=None, handle_signals=False, exporters=[kept],
-                          sessions=SessionTracking(clock=clock, session_idle_s=300, **options))
+                          sessions=Sessions(clock=clock, session_idle_s=300, **options))
         made.append(auditor)
         app(auditor)
         assert auditor.force_flush(30)

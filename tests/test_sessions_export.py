@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ragaudit import Auditor, ChatRagJudge, SessionTracking
+from ragaudit import Auditor, ChatRagJudge, Sessions
 from ragaudit.evaluation.audit_log import report_from_audit_log
 from ragaudit.tracing import conventions as c
 from ragaudit.tracing.evaluation_logs import EvaluationLogExporter
@@ -44,7 +44,7 @@ def run(tmp_path: Path) -> Iterator[dict[str, Any]]:
         audit_log = tmp_path / "audit.jsonl"
         with Auditor(open_judge(ChatRagJudge, srv), tracer_provider=provider, audit_log=audit_log,
                      handle_signals=False, exporters=[EvaluationLogExporter(log_provider), sink],
-                     sessions=SessionTracking(clock=lambda: 0.0)) as auditor:
+                     sessions=Sessions(clock=lambda: 0.0)) as auditor:
             traced = []
             for i, (q, a) in enumerate(TURNS, start=1):
                 traced.append(auditor.recorder.record_turn(turn(i, q, a)))  # the turn span, as integrations do

@@ -37,7 +37,10 @@ if TYPE_CHECKING:  # for type checkers; `X as X` marks a re-export (tests/test_e
     from ._version import __version__ as __version__
     from .auditor import Auditor as Auditor
     from .auditor import Budget as Budget
-    from .auditor import SessionTracking as SessionTracking
+    from .auditor import CostControl as CostControl
+    from .auditor import Limits as Limits
+    from .auditor import Sessions as Sessions
+    from .content import ContentPolicy as ContentPolicy
     from .evaluation import EvaluationReport as EvaluationReport
     from .evaluation import assert_rag_quality as assert_rag_quality
     from .evaluation import evaluate_pipeline as evaluate_pipeline
@@ -65,7 +68,10 @@ _EXPORTS = {
     "__version__": "._version",
     "Auditor": ".auditor",
     "Budget": ".auditor",
-    "SessionTracking": ".auditor",
+    "CostControl": ".auditor",
+    "Limits": ".auditor",
+    "Sessions": ".auditor",
+    "ContentPolicy": ".content",
     "ChatRagJudge": ".judges",
     "LexicalJudge": ".judges",
     "RubricJudge": ".judges",

@@ -12,7 +12,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from ragaudit import Auditor, FakeJudge, SessionTracking
+from ragaudit import Auditor, FakeJudge, Sessions
 from tests.support.phoenix import PhoenixServer
 from tests.support.sessions import Clock
 from tests.test_sessions import TURNS, turn
@@ -28,7 +28,7 @@ def test_the_session_span_reads_back_from_phoenix(phoenix: PhoenixServer) -> Non
     judge = FakeJudge(lambda r: {"faithfulness": 1.0, "context_relevance": 1.0, "answer_relevance": 1.0},
                       session=lambda req: {"resolved": "yes", "resolved_turn": 4, "contradictions": [(2, 1, 4, 1)]})
     with Auditor(judge, tracer_provider=provider, audit_log=None, handle_signals=False,
-                 sessions=SessionTracking(clock=Clock())) as auditor:
+                 sessions=Sessions(clock=Clock())) as auditor:
         traced = []
         for i, (q, a) in enumerate(TURNS, start=1):
             traced.append(auditor.recorder.record_turn(turn(i, q, a)))

@@ -93,7 +93,7 @@ def children_while_a_callback_is_held(workdir: str, children: str = "50", deadli
     from langchain_core.vectorstores import InMemoryVectorStore
     from langchain_openai import ChatOpenAI
 
-    from ragaudit import Auditor, ChatRagJudge, RagTurn, RetrievedDoc
+    from ragaudit import Auditor, ChatRagJudge, Limits, RagTurn, RetrievedDoc
     from ragaudit.integrations.langchain import RagAuditCallbackHandler
     from tests.reliability._support import DOCS, HashEmbeddings
     from tests.support.llm_server import LLMServer
@@ -108,7 +108,7 @@ def children_while_a_callback_is_held(workdir: str, children: str = "50", deadli
                   | RunnableLambda(lambda docs: "\n\n".join(d.page_content for d in docs)),
                   "question": RunnablePassthrough()} | prompt | llm | StrOutputParser())
         judge = ChatRagJudge(base_url=srv.base_url, api_key="sk-test", timeout_s=20, max_retries=0)
-        auditor = Auditor(judge, audit_log=out / "audit.jsonl", exit_timeout_s=10)
+        auditor = Auditor(judge, audit_log=out / "audit.jsonl", limits=Limits(exit_timeout_s=10))
         handler = RagAuditCallbackHandler(auditor=auditor)
 
         # Warmed up like a preloaded app: the parent's judging worker, its loop and the judge's
@@ -170,7 +170,7 @@ def audit_log_mid_write(workdir: str, deadline: str = "60") -> None:
     the pipe, so its writer thread is inside ``write()`` (holding every lock on the way) when the
     main thread forks. Then the reader drains the pipe, and both processes' lines come through.
     """
-    from ragaudit import Auditor, FakeJudge, RagTurn, RetrievedDoc
+    from ragaudit import Auditor, FakeJudge, Limits, RagTurn, RetrievedDoc
 
     deadline_s = float(deadline)
     out = Path(workdir)
@@ -178,7 +178,8 @@ def audit_log_mid_write(workdir: str, deadline: str = "60") -> None:
     os.mkfifo(fifo)
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader exists: the writer's open does not wait
     capacity = fcntl.fcntl(reader, 1032)  # F_GETPIPE_SZ
-    auditor = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0, "reason": "ok"}), audit_log=fifo, exit_timeout_s=5)
+    auditor = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0, "reason": "ok"}), audit_log=fifo,
+                      limits=Limits(exit_timeout_s=5))
     docs = (RetrievedDoc(id="big", content="x" * (4 * capacity), rank=1),)
     auditor.submit(RagTurn(turn_id="parent-big", query="q", answer="a", documents=docs))
     end = time.monotonic() + 30

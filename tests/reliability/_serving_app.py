@@ -19,13 +19,13 @@ from typing import Any
 
 from langchain_openai import ChatOpenAI
 
-from ragaudit import Auditor, ChatRagJudge
+from ragaudit import Auditor, ChatRagJudge, Limits
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
 from tests.reliability._support import memory_store, rag_chain
 
 auditor = Auditor(ChatRagJudge(base_url=os.environ["SERVE_JUDGE_URL"], api_key="sk-test", model="judge-1",
                                max_retries=0),
-                  audit_log=os.environ["SERVE_AUDIT_LOG"], exit_timeout_s=20.0)
+                  audit_log=os.environ["SERVE_AUDIT_LOG"], limits=Limits(exit_timeout_s=20.0))
 handler = RagAuditCallbackHandler(auditor=auditor)
 chain = rag_chain(memory_store().as_retriever(search_kwargs={"k": 2}),
                   ChatOpenAI(model="app-model", base_url=os.environ["SERVE_MODEL_URL"], api_key="sk-test",

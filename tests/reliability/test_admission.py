@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ragaudit import Auditor, FakeJudge, JudgeRequest, LexicalJudge
+from ragaudit import Auditor, CostControl, FakeJudge, JudgeRequest, LexicalJudge, Limits
 from ragaudit.integrations import closer_for
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
 from ragaudit.tracing import read_audit_log
@@ -75,7 +75,8 @@ def test_sampled_in_turns_are_closed_and_judged_as_before(tmp_path: Path) -> Non
 
 
 def test_sampling_stays_at_submission_when_the_sampled_out_turn_is_kept_for_feedback(tmp_path: Path) -> None:
-    auditor = Auditor(FakeJudge(instant), sample_rate=0.0, retain_s=60, audit_log=None, handle_signals=False)
+    auditor = Auditor(FakeJudge(instant), sample_rate=0.0, cost=CostControl(retain_s=60), audit_log=None,
+                      handle_signals=False)
     handler = RagAuditCallbackHandler(auditor=auditor)
     chain = rag_chain(memory_store().as_retriever(search_kwargs={"k": 2}))
     try:
@@ -101,7 +102,8 @@ def test_sustained_overload_sheds_with_a_count_and_exits_with_everything_kept_re
         return {"faithfulness": 1.0, "context_relevance": 1.0, "answer_relevance": 1.0}
 
     log = tmp_path / "audit.jsonl"
-    auditor = Auditor(FakeJudge(slow), max_concurrency=CONCURRENCY, exit_timeout_s=EXIT_TIMEOUT_S, audit_log=log,
+    auditor = Auditor(FakeJudge(slow), limits=Limits(max_concurrency=CONCURRENCY, exit_timeout_s=EXIT_TIMEOUT_S),
+                      audit_log=log,
                       handle_signals=False)
     handler = RagAuditCallbackHandler(auditor=auditor)
     chain = rag_chain(memory_store().as_retriever(search_kwargs={"k": 2}))

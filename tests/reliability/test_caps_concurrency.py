@@ -16,7 +16,7 @@ import logging
 
 import pytest
 
-from ragaudit import Auditor, Budget, ChatRagJudge, ConfigurationError, RagTurn, RetrievedDoc
+from ragaudit import Auditor, Budget, ChatRagJudge, ConfigurationError, CostControl, Limits, RagTurn, RetrievedDoc
 from tests.support.judges import closing
 from tests.support.llm_server import LLMServer, Reply, judgement_json
 from tests.support.redis_server import RedisServer
@@ -41,8 +41,8 @@ def spend_with(budget: Budget, store: str | None) -> tuple[int, dict[str, int]]:
     with LLMServer(default=reply) as srv:
         judge = closing(ChatRagJudge("gpt-4o-mini", base_url=srv.base_url, api_key="sk-test", max_retries=0,
                                      timeout_s=30))
-        auditor = Auditor(judge, audit_log=None, budget=budget, budget_store=store, max_concurrency=CALLS,
-                          prices={"gpt-4o-mini": PRICE})
+        auditor = Auditor(judge, audit_log=None, limits=Limits(max_concurrency=CALLS),
+                          cost=CostControl(budget=budget, store=store, prices={"gpt-4o-mini": PRICE}))
         for i in range(CALLS):
             auditor.submit(turn(i))
         assert auditor.force_flush(60)
@@ -79,13 +79,13 @@ def test_a_money_cap_ends_at_most_one_call_over_under_16_concurrent_calls(store:
 def test_a_money_cap_on_a_judge_model_with_no_price_is_refused_at_construction() -> None:
     judge = closing(ChatRagJudge("judge-model-nobody-prices", base_url="http://127.0.0.1:9/v1", api_key="sk-test"))
     with pytest.raises(ConfigurationError) as refused:
-        Auditor(judge, audit_log=None, budget=Budget(max_usd=1.0))
+        Auditor(judge, audit_log=None, cost=CostControl(budget=Budget(max_usd=1.0)))
     said = str(refused.value)
     assert "judge-model-nobody-prices" in said and "prices=" in said and "ragaudit[prices]" in said
     # A price given, or no money cap: accepted.
-    Auditor(judge, audit_log=None, budget=Budget(max_usd=1.0),
-            prices={"judge-model-nobody-prices": (1.0, 1.0)}).shutdown()
-    Auditor(judge, audit_log=None, budget=Budget(max_tokens=1_000)).shutdown()
+    Auditor(judge, audit_log=None,
+            cost=CostControl(budget=Budget(max_usd=1.0), prices={"judge-model-nobody-prices": (1.0, 1.0)})).shutdown()
+    Auditor(judge, audit_log=None, cost=CostControl(budget=Budget(max_tokens=1_000))).shutdown()
 
 
 def test_a_money_cap_fails_closed_when_the_judge_model_shows_unpriced_only_in_its_replies(
@@ -103,7 +103,8 @@ def test_a_money_cap_fails_closed_when_the_judge_model_shows_unpriced_only_in_it
                              identity=JudgeIdentity(model="judge-model-nobody-prices"))
 
     caplog.set_level(logging.WARNING, logger="ragaudit")
-    auditor = Auditor(Unnamed(), audit_log=None, budget=Budget(max_usd=100.0), max_concurrency=1)
+    auditor = Auditor(Unnamed(), audit_log=None, limits=Limits(max_concurrency=1),
+                      cost=CostControl(budget=Budget(max_usd=100.0)))
     for i in range(60):
         auditor.submit(turn(i))
     assert auditor.force_flush(30)

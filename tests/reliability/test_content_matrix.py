@@ -28,7 +28,7 @@ from langchain_core.documents import Document
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.retrievers import BaseRetriever
 
-from ragaudit import Auditor, ChatRagJudge
+from ragaudit import Auditor, ChatRagJudge, ContentPolicy
 from ragaudit.content import SECRET_MARKER
 from ragaudit.integrations import closer_for
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
@@ -78,7 +78,7 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
                                        for source in SOURCES},
     "capture on, redact": {source: set() for source in SOURCES},
 }
-SETTINGS: dict[str, dict[str, Any]] = {
+SETTINGS: dict[str, dict[str, Any]] = {  # made when a test runs: a policy with capture off marks the process
     "capture on": {"capture_content": True},
     "capture off": {"capture_content": False},
     "capture off, judge reason kept": {"capture_content": False, "capture_reason": True},
@@ -162,7 +162,7 @@ def run_three_turns(settings: dict[str, Any], server: LLMServer, traced: Traced,
 def test_each_text_goes_exactly_where_the_policy_allows(
         mode: str, traced: Traced, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with LLMServer(rule=judge_rule) as server:
-        recorded = run_three_turns(SETTINGS[mode], server, traced, tmp_path, caplog)
+        recorded = run_three_turns({"content": ContentPolicy(**SETTINGS[mode])}, server, traced, tmp_path, caplog)
     found = {source: {path for path in PATHS if canary in recorded[path]} for source, canary in SOURCES.items()}
     assert found == EXPECTED[mode]
     # Off means off in the span file too; redacted texts are still there, as the marker.
@@ -240,7 +240,7 @@ def test_no_credential_is_ever_recorded(way: str, traced: Traced, tmp_path: Path
                                   max_retries=0)]
         audit = tmp_path / "audit.jsonl"
         auditor = Auditor(judge, audit_log=audit, tracer_provider=traced.provider, exporters=sinks,
-                          capture_content=True)
+                          content=ContentPolicy(capture_content=True))
         handler = RagAuditCallbackHandler(auditor=auditor)
         chain = rag_chain(CanaryRetriever(), FakeListChatModel(responses=["Refunds take 14 days."]))
         with caplog.at_level(logging.DEBUG):
@@ -274,7 +274,8 @@ def test_a_redact_raising_anything_withholds_the_text_and_loses_no_turn(
     with LLMServer(rule=judge_rule) as server:
         judge = ChatRagJudge(client=openai.OpenAI(base_url=server.base_url, api_key="sk-redact-0", max_retries=0))
         audit = tmp_path / "audit.jsonl"
-        auditor = Auditor(judge, audit_log=audit, tracer_provider=traced.provider, redact=failing_redact)
+        auditor = Auditor(judge, audit_log=audit, tracer_provider=traced.provider,
+                          content=ContentPolicy(redact=failing_redact))
         handler = RagAuditCallbackHandler(auditor=auditor)
         chain = rag_chain(CanaryRetriever(), FakeListChatModel(responses=["Refunds take 14 days."]))
         with caplog.at_level(logging.DEBUG):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ragaudit import Auditor, Budget, ChatRagJudge, RagTurn, RetrievedDoc
+from ragaudit import Auditor, Budget, ChatRagJudge, CostControl, RagTurn, RetrievedDoc
 from tests.support.judges import closing
 from tests.support.llm_server import Fault, LLMServer
 from tests.support.redis_server import RedisServer
@@ -85,7 +85,7 @@ def test_a_shared_rate_of_5_rps_holds_over_30_s_at_the_server(redis: RedisServer
 def test_a_401_pauses_the_judge_with_one_warning_until_a_probe_succeeds(caplog: pytest.LogCaptureFixture) -> None:
     with LLMServer() as srv:
         srv.fail_next(Fault.bad_request("Incorrect API key provided: sk-test.", status=401), times=2)
-        auditor = Auditor(judge_for(srv), audit_log=None, pause_s=1.0)
+        auditor = Auditor(judge_for(srv), audit_log=None, cost=CostControl(pause_s=1.0))
         with caplog.at_level(logging.WARNING, logger="ragaudit"):
             auditor.submit(turn(0))
             assert auditor.force_flush(10)
@@ -111,8 +111,8 @@ def test_a_401_pauses_the_judge_with_one_warning_until_a_probe_succeeds(caplog: 
 
 def test_redis_stopped_mid_run_leaves_the_host_unharmed_and_the_loss_counted(redis: RedisServer) -> None:
     with LLMServer() as srv:
-        auditor = Auditor(judge_for(srv), audit_log=None, budget=Budget(max_calls=1000), budget_store=redis.url,
-                          budget_fail="closed")
+        auditor = Auditor(judge_for(srv), audit_log=None,
+                          cost=CostControl(budget=Budget(max_calls=1000), store=redis.url, fail="closed"))
         for i in range(5):
             auditor.submit(turn(i))
         assert auditor.force_flush(10)
@@ -134,7 +134,7 @@ def test_redis_stopped_mid_run_leaves_the_host_unharmed_and_the_loss_counted(red
 def test_retry_after_of_a_429_holds_the_next_calls_back() -> None:
     with LLMServer() as srv:
         srv.fail_next(Fault.rate_limit(retry_after=1.0))
-        auditor = Auditor(judge_for(srv), audit_log=None, max_rps=50)
+        auditor = Auditor(judge_for(srv), audit_log=None, cost=CostControl(max_rps=50))
         auditor.submit(turn(0))
         assert auditor.force_flush(10)
         refused_at = srv.requests[0].received_at
@@ -148,8 +148,9 @@ def test_retry_after_of_a_429_holds_the_next_calls_back() -> None:
 
 def test_judge_if_and_a_thumbs_down_on_a_sampled_out_turn() -> None:
     with LLMServer() as srv:
-        auditor = Auditor(judge_for(srv), audit_log=None, sample_rate=0.0, retain_s=60, max_retained=3,
-                          judge_if=lambda t: not t.turn_id.endswith("skip"))
+        auditor = Auditor(judge_for(srv), audit_log=None, sample_rate=0.0,
+                          cost=CostControl(retain_s=60, max_retained=3,
+                                           judge_if=lambda t: not t.turn_id.endswith("skip")))
         assert auditor.submit(turn("skip")) == "filtered_out"
         for i in range(5):
             assert auditor.submit(turn(i)) == "sampled_out"
@@ -166,8 +167,8 @@ def test_judge_if_and_a_thumbs_down_on_a_sampled_out_turn() -> None:
 
 def test_money_and_tokens_are_in_stats_and_a_money_budget_stops_judging() -> None:
     with LLMServer() as srv:
-        auditor = Auditor(judge_for(srv), audit_log=None, budget=Budget(max_usd=1e-9),
-                          prices={"gpt-4o-mini": (1.0, 1.0)})
+        auditor = Auditor(judge_for(srv), audit_log=None,
+                          cost=CostControl(budget=Budget(max_usd=1e-9), prices={"gpt-4o-mini": (1.0, 1.0)}))
         auditor.submit(turn(0))
         assert auditor.force_flush(10)
         auditor.submit(turn(1))

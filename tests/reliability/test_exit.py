@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]  # a fresh interpreter 
 # submitted, "ready" printed, then the given ending.
 CHILD = textwrap.dedent("""
     import asyncio, os, signal, sys, threading, time
-    from ragaudit import Auditor, ChatRagJudge, FakeJudge, RagTurn, RetrievedDoc
+    from ragaudit import Auditor, ChatRagJudge, FakeJudge, Limits, RagTurn, RetrievedDoc
     log, judge_kind, ending, turns = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[5])
     extra = eval(sys.argv[4])
     if judge_kind == "slow":          # 0.1 s per judgement: all of them finish within the flush timeout
@@ -57,7 +57,8 @@ CHILD = textwrap.dedent("""
     if ending.startswith("host_before"):
         signal.signal(signal.SIGTERM, on_term)
     via = extra.pop("via", "submit")
-    aud = Auditor(judge, audit_log=log, max_concurrency=4, **extra)
+    limits = Limits(max_concurrency=4, exit_timeout_s=extra.pop("exit_timeout_s", 30.0))
+    aud = Auditor(judge, audit_log=log, limits=limits, **extra)
     if ending.startswith("host_after"):
         signal.signal(signal.SIGTERM, on_term)
     if via == "chain":                # a LangChain chain with the handler: turns are closed in the background

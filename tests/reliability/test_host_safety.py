@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from langchain_core.documents import Document
 
-from ragaudit import Auditor, FakeJudge, Judgement, JudgeRequest, RagTurn, RetrievedDoc
+from ragaudit import Auditor, FakeJudge, Judgement, JudgeRequest, Limits, RagTurn, RetrievedDoc
 from ragaudit._worker import BatchWorker, run_jobs
 from ragaudit.integrations import closer_for
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
@@ -236,7 +236,7 @@ def test_full_disk_is_counted_and_shutdown_never_raises() -> None:
 DEADLINE_CHILD = """
     import json, socket, sys, time
     mode = sys.argv[2]
-    from ragaudit import Auditor, FakeJudge, RagTurn, RetrievedDoc, tracing
+    from ragaudit import Auditor, FakeJudge, Limits, RagTurn, RetrievedDoc, tracing
     from ragaudit import BaseExporter, ExportResult
     from ragaudit.tracing.http_exporters import LangfuseExporter
     hole = socket.socket(); hole.bind(("127.0.0.1", 0)); hole.listen(128)   # connects, never answers
@@ -258,8 +258,8 @@ DEADLINE_CHILD = """
         exporters = [LangfuseExporter(black, public_key="pk", secret_key="sk")]
     else:
         exporters = [SilentExporter()]
-    aud = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log="audit.jsonl", exit_timeout_s=2.0,
-                  exporters=exporters)
+    aud = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log="audit.jsonl",
+                  limits=Limits(exit_timeout_s=2.0), exporters=exporters)
     docs = (RetrievedDoc(id="d1", content="Returns within 30 days.", rank=1),)
     ids = dict(trace_id="0" * 31 + "1", span_id="0" * 15 + "1")
     for i in range(40):
@@ -292,7 +292,7 @@ HOST_PROVIDER_CHILD = """
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
-    from ragaudit import Auditor, FakeJudge, RagTurn, RetrievedDoc, tracing
+    from ragaudit import Auditor, FakeJudge, Limits, RagTurn, RetrievedDoc, tracing
     mode = sys.argv[2]
     hole = socket.socket(); hole.bind(("127.0.0.1", 0)); hole.listen(128)   # connects, never answers
     black = f"http://127.0.0.1:{hole.getsockname()[1]}"
@@ -321,7 +321,7 @@ HOST_PROVIDER_CHILD = """
     ids = dict(trace_id="0" * 31 + "1", span_id="0" * 15 + "1")
     turns = [RagTurn(turn_id=f"t{i}", query=f"q{i}", answer="30 days.", documents=docs, **ids) for i in range(40)]
     aud = None if mode == "host_alone" else Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}),
-                                                    audit_log="audit.jsonl", exit_timeout_s=2.0)
+                                                    audit_log="audit.jsonl", limits=Limits(exit_timeout_s=2.0))
     host_tracer = provider.get_tracer("host")
     def record(batch):   # ragaudit judges the turns (a judge span each); alone, the host records spans
         for t in batch:
@@ -368,9 +368,10 @@ def test_exit_with_the_hosts_own_tracer_provider_holds_our_deadline_and_leaves_i
 def test_a_forked_childs_turns_are_all_judged(tmp_path: Path) -> None:
     code = """
         import json, os, sys
-        from ragaudit import Auditor, FakeJudge, RagTurn, RetrievedDoc
+        from ragaudit import Auditor, FakeJudge, Limits, RagTurn, RetrievedDoc
         docs = (RetrievedDoc(id="d1", content="Returns within 30 days.", rank=1),)
-        aud = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log="audit.jsonl", exit_timeout_s=5)
+        aud = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0}), audit_log="audit.jsonl",
+                      limits=Limits(exit_timeout_s=5))
         for i in range(10):                     # the parent's workers are running before the fork
             aud.submit(RagTurn(turn_id=f"parent{i}", query="q", answer="a", documents=docs))
         assert aud.force_flush(10)
@@ -447,7 +448,7 @@ def test_stats_is_a_consistent_snapshot_while_judgements_are_delivered() -> None
     def on_judgement(t: RagTurn, j: Judgement) -> None:
         slow_delivery.wait(0.001)
 
-    auditor = Auditor(FakeJudge(scores), audit_log=None, on_judgement=on_judgement, max_concurrency=4)
+    auditor = Auditor(FakeJudge(scores), audit_log=None, on_judgement=on_judgement, limits=Limits(max_concurrency=4))
     broken: list[dict[str, int]] = []
     stop = threading.Event()
 

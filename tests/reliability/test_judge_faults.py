@@ -21,7 +21,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ragaudit import Auditor, ChatRagJudge, FakeJudge, JudgeRequest, RagTurn
+from ragaudit import Auditor, ChatRagJudge, FakeJudge, JudgeRequest, Limits, RagTurn
 from ragaudit.integrations import closer_for
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
 from ragaudit.records import SCORE_NAMES
@@ -84,7 +84,7 @@ class Rig:
         self.judge = ChatRagJudge(base_url=base_url, api_key="test", timeout_s=judge_timeout_s,
                                   max_retries=MAX_RETRIES)
         self.collected = Collected()
-        auditor_kwargs.setdefault("timeout_s", 30.0)
+        auditor_kwargs.setdefault("limits", Limits(timeout_s=30.0))
         self.auditor = Auditor(self.judge, audit_log=log, tracer_provider=provider,
                                on_judgement=self.collected, **auditor_kwargs)
         self.handler = RagAuditCallbackHandler(auditor=self.auditor)
@@ -197,7 +197,7 @@ def test_auditor_deadline_cuts_a_judge_that_outlives_it(server: LLMServer, retri
     # long enough for the one request to reach the server even on a loaded machine (a 0.3 s deadline
     # sometimes cut the judge before its request was sent).
     server.rule = lambda body: Fault.hang(10.0)
-    rig = rig_factory(server.base_url, timeout_s=1.5, judge_timeout_s=4.0)
+    rig = rig_factory(server.base_url, limits=Limits(timeout_s=1.5), judge_timeout_s=4.0)
     assert rag_chain(retriever).invoke(QUESTION, config={"callbacks": [rig.handler]}) == expected_answer
     assert closer_for(rig.auditor).force_flush(30)
     assert_recorded_failure(rig, "timeout", expected_answer)

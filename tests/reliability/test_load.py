@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from ragaudit import Auditor, ChatRagJudge, FakeJudge, JudgeRequest, RagTurn, RetrievedDoc
+from ragaudit import Auditor, ChatRagJudge, FakeJudge, JudgeRequest, Limits, RagTurn, RetrievedDoc
 from ragaudit.auditor import sampled
 from ragaudit.integrations import closer_for
 from ragaudit.tracing.files import read_audit_log
@@ -103,8 +103,9 @@ def test_10k_turns_from_8_threads_never_block_and_add_up_exactly(tmp_path: Path,
         return {"faithfulness": 1.0, "context_relevance": 1.0, "answer_relevance": 1.0}
 
     log = tmp_path / "audit.jsonl"
-    auditor = Auditor(FakeJudge(slow), max_queue=MAX_QUEUE, max_concurrency=8, sample_rate=SAMPLE_RATE,
-                      audit_log=log, timeout_s=60)
+    auditor = Auditor(FakeJudge(slow), limits=Limits(max_queue=MAX_QUEUE, max_concurrency=8, timeout_s=60),
+                      sample_rate=SAMPLE_RATE,
+                      audit_log=log)
     try:
         before = rss_mb()
         statuses, durations, threads = submit_from_threads(auditor, TURNS // THREADS)
@@ -154,7 +155,7 @@ def test_loopback_judge_with_delay_under_load(tmp_path: Path) -> None:
     """The same with the real ChatRagJudge against a loopback server that takes 50 ms per reply."""
     with LLMServer(delay=0.05) as srv:
         judge = ChatRagJudge(base_url=srv.base_url, api_key="test", timeout_s=10, max_retries=0)
-        auditor = Auditor(judge, max_queue=50, max_concurrency=8, audit_log=tmp_path / "audit.jsonl")
+        auditor = Auditor(judge, limits=Limits(max_queue=50, max_concurrency=8), audit_log=tmp_path / "audit.jsonl")
         try:
             statuses, _, threads = submit_from_threads(auditor, 250)
             assert not any(t.is_alive() for t in threads)
@@ -180,7 +181,7 @@ def test_handler_under_concurrent_chains_with_a_gated_judge(tmp_path: Path) -> N
 
     gate = threading.Event()
     judge = FakeJudge(lambda request: gate.wait(30) and {"faithfulness": 1.0})
-    auditor = Auditor(judge, max_queue=10, max_concurrency=2, audit_log=tmp_path / "audit.jsonl")
+    auditor = Auditor(judge, limits=Limits(max_queue=10, max_concurrency=2), audit_log=tmp_path / "audit.jsonl")
     handler = RagAuditCallbackHandler(auditor=auditor)
     chain = rag_chain(FixedRetriever(documents=[Document(page_content="Returns take 30 days. Keep the receipt.",
                                                          id="returns")]))

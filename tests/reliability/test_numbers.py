@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ragaudit import Auditor, ConfigurationError, LexicalJudge
-from ragaudit.auditor import SessionTracking
+from ragaudit import Auditor, ConfigurationError, LexicalJudge, Limits
+from ragaudit.auditor import Sessions
 from ragaudit.auditor._governor import Governor
 from ragaudit.cli import build_parser, main
 
@@ -71,9 +71,9 @@ def test_worker_with_a_nan_shutdown_timeout_exits_2_before_listening() -> None:
 
 
 @pytest.mark.parametrize("make, name", [
-    (lambda v: Auditor(LexicalJudge(), audit_log=None, timeout_s=v), "timeout_s"),
+    (lambda v: Auditor(LexicalJudge(), audit_log=None, limits=Limits(timeout_s=v)), "timeout_s"),
     (lambda v: Auditor(LexicalJudge(), audit_log=None, sample_rate=v), "sample_rate"),
-    (lambda v: SessionTracking(session_idle_s=v), "session_idle_s"),
+    (lambda v: Sessions(session_idle_s=v), "session_idle_s"),
     (lambda v: Governor(pause_s=v), "pause_s"),
 ])
 @pytest.mark.parametrize("value", [math.nan, math.inf, -1.0])

@@ -19,7 +19,7 @@ import openai
 import pytest
 from langchain_core.documents import Document
 
-from ragaudit import Auditor, ChatRagJudge, FakeJudge
+from ragaudit import Auditor, ChatRagJudge, ContentPolicy, FakeJudge
 from ragaudit.integrations import closer_for
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
 from ragaudit.tracing import LangfuseExporter, PhoenixExporter
@@ -176,7 +176,8 @@ def test_capture_off_records_no_text(how: str, server: LLMServer, traced: Traced
     with OTLPReceiver() as receiver, HttpRecorder() as backend:
         traced.provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=receiver.traces_url)))
         sink = LangfuseExporter(backend.url, public_key="pk", secret_key="sk-lf")
-        auditor = Auditor(judge, audit_log=log, tracer_provider=traced.provider, capture_content=capture,
+        auditor = Auditor(judge, audit_log=log, tracer_provider=traced.provider,
+                          content=ContentPolicy(capture_content=capture),
                           exporters=[sink])
         handler = RagAuditCallbackHandler(auditor=auditor, tracer_provider=traced.provider, capture_content=capture)
         with caplog.at_level(logging.DEBUG, logger="ragaudit"):
@@ -241,7 +242,8 @@ def test_redact_reaches_every_recorded_text(wiring: str, server: LLMServer, trac
             auditor = handler.auditor
             assert handler.recorder.content_policy.redact is redact
         else:
-            auditor = Auditor(judge, audit_log=log, tracer_provider=traced.provider, redact=redact, exporters=sinks)
+            auditor = Auditor(judge, audit_log=log, tracer_provider=traced.provider,
+                              content=ContentPolicy(redact=redact), exporters=sinks)
             handler = RagAuditCallbackHandler(auditor=auditor)
         document = Document(page_content=f"Card {SECRET} was refunded in 14 days.", id="refunds",
                             metadata={"source": f"tickets/{SECRET}.md", "holder": {"card": SECRET}})
@@ -272,7 +274,8 @@ def test_a_redact_hook_given_to_handler_and_auditor_is_applied_once(tmp_path: Pa
         return redact(text) + "#"
 
     log = tmp_path / "audit.jsonl"
-    auditor = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0, "reason": "fine"}), audit_log=log, redact=mark)
+    auditor = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0, "reason": "fine"}), audit_log=log,
+                      content=ContentPolicy(redact=mark))
     handler = RagAuditCallbackHandler(auditor=auditor, redact=mark)
     chain = rag_chain(FixedRetriever(documents=[Document(page_content=f"Card {SECRET} refunds.", id="d")]))
     chain.invoke(f"Refund for {SECRET}?", config={"callbacks": [handler]})
@@ -290,7 +293,7 @@ def test_a_failing_redact_withholds_the_text_and_loses_no_judgement(traced: Trac
 
     log = tmp_path / "audit.jsonl"
     auditor = Auditor(FakeJudge(lambda r: {"faithfulness": 1.0, "reason": "fine"}), audit_log=log,
-                      tracer_provider=traced.provider, redact=fragile)
+                      tracer_provider=traced.provider, content=ContentPolicy(redact=fragile))
     handler = RagAuditCallbackHandler(auditor=auditor)
     chain = rag_chain(FixedRetriever(documents=[Document(page_content=f"BOOM {SECRET} refunds.", id="d")]))
     answer = chain.invoke(f"Refund for {SECRET}?", config={"callbacks": [handler]})

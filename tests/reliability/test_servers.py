@@ -191,7 +191,7 @@ def test_requests_in_flight_at_sigterm_are_audited_too(tmp_path: Path, servers: 
 # disposition restored and SIGTERM re-raised ("reraise"), or a normal exit ("return").
 RERAISE = """
 import signal, sys, time
-from ragaudit import Auditor, ChatRagJudge
+from ragaudit import Auditor, ChatRagJudge, Limits
 from ragaudit.integrations.langchain import RagAuditCallbackHandler
 from tests.reliability._support import FixedRetriever, rag_chain
 from tests.support.llm_server import LLMServer
@@ -199,7 +199,7 @@ from langchain_core.documents import Document
 log, ending = sys.argv[1], sys.argv[2]
 srv = LLMServer(delay=0.3).start()
 auditor = Auditor(ChatRagJudge(base_url=srv.base_url, api_key="sk-test", max_retries=0), audit_log=log,
-                  exit_timeout_s=20.0)
+                  limits=Limits(exit_timeout_s=20.0))
 stopping = []
 signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))  # the server's, set later
 handler = RagAuditCallbackHandler(auditor=auditor)

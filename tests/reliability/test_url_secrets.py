@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ragaudit import Auditor, Budget, ChatRagJudge, ConfigurationError, RagTurn, RetrievedDoc
+from ragaudit import Auditor, Budget, ChatRagJudge, ConfigurationError, CostControl, RagTurn, RetrievedDoc
 from ragaudit.content import scrub, scrub_url
 from tests.support.judges import closing
 from tests.support.llm_server import LLMServer
@@ -48,7 +48,7 @@ def test_redis_password_never_in_the_warning_when_redis_goes_down(
     try:
         with LLMServer() as srv:
             judge = closing(ChatRagJudge("gpt-4o-mini", base_url=srv.base_url, api_key="sk-test", max_retries=0))
-            auditor = Auditor(judge, audit_log=None, budget=Budget(max_calls=100), budget_store=redis.url)
+            auditor = Auditor(judge, audit_log=None, cost=CostControl(budget=Budget(max_calls=100), store=redis.url))
             auditor.submit(turn(0))
             assert auditor.force_flush(10)
             redis.stop()  # Redis down: the store fails, the warning says which store
@@ -75,7 +75,8 @@ def test_redis_password_never_in_the_warning_when_redis_is_unreachable(caplog: p
     caplog.set_level(logging.DEBUG, logger="ragaudit")
     with LLMServer() as srv:
         judge = closing(ChatRagJudge("gpt-4o-mini", base_url=srv.base_url, api_key="sk-test", max_retries=0))
-        auditor = Auditor(judge, audit_log=None, budget=Budget(max_calls=10), budget_store=url, budget_fail="closed")
+        auditor = Auditor(judge, audit_log=None,
+                          cost=CostControl(budget=Budget(max_calls=10), store=url, fail="closed"))
         for i in range(3):
             auditor.submit(turn(i))
         assert auditor.force_flush(20)
@@ -90,8 +91,8 @@ def test_a_store_url_that_cannot_be_used_is_said_masked() -> None:
     pytest.importorskip("limits")
     with pytest.raises(ConfigurationError) as refused:
         Auditor(closing(ChatRagJudge("m", base_url="http://127.0.0.1:9/v1", api_key="sk-test")), audit_log=None,
-                budget=Budget(max_calls=1), budget_store=f"nosuch://:{SHORT_PW}@127.0.0.1:1/0")
-    assert "budget_store" in str(refused.value) and SHORT_PW not in str(refused.value)
+                cost=CostControl(budget=Budget(max_calls=1), store=f"nosuch://:{SHORT_PW}@127.0.0.1:1/0"))
+    assert "CostControl.store" in str(refused.value) and SHORT_PW not in str(refused.value)
     assert ":***@127.0.0.1:1/0" in str(refused.value)
 
 

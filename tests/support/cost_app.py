@@ -12,7 +12,7 @@ import json
 import os
 import time
 
-from ragaudit import Auditor, Budget, ChatRagJudge, RagTurn, RetrievedDoc
+from ragaudit import Auditor, Budget, ChatRagJudge, CostControl, Limits, RagTurn, RetrievedDoc
 
 
 def main() -> None:
@@ -26,8 +26,8 @@ def main() -> None:
     args = parser.parse_args()
     judge = ChatRagJudge("gpt-4o-mini", base_url=args.judge_url, api_key="sk-test", max_retries=0, timeout_s=30)
     budget = Budget(max_calls=args.max_calls) if args.max_calls else None
-    auditor = Auditor(judge, budget=budget, max_rps=args.max_rps, budget_store=args.store, audit_log=None,
-                      timeout_s=args.run_s + 30, max_queue=args.turns, exit_timeout_s=2)
+    auditor = Auditor(judge, limits=Limits(timeout_s=args.run_s + 30, max_queue=args.turns, exit_timeout_s=2),
+                      cost=CostControl(budget=budget, max_rps=args.max_rps, store=args.store), audit_log=None)
     doc = RetrievedDoc(id="returns", content="Items can be returned within 30 days of delivery.", rank=1)
     for i in range(args.turns):
         auditor.submit(RagTurn(turn_id=f"{os.getpid()}-{i}", query="How long do I have to return an item?",

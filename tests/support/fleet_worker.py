@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ragaudit import Budget, ChatRagJudge, SessionTracking
+from ragaudit import Budget, ChatRagJudge, CostControl, Sessions
 from ragaudit.integrations.otlp import Worker
 
 
@@ -29,10 +29,10 @@ def main() -> None:
     args = parser.parse_args()
     judge = ChatRagJudge("judge-model", base_url=args.judge_url, api_key="sk-test", max_retries=0, timeout_s=30)
     worker = Worker(judge, port=args.port, otlp_endpoint=args.otlp_endpoint, quiet_s=args.quiet, max_wait_s=20,
-                    budget=Budget(max_calls=args.max_calls), budget_store=args.store, metrics_interval_s=1.0,
+                    cost=CostControl(budget=Budget(max_calls=args.max_calls), store=args.store), metrics_interval_s=1.0,
                     shutdown_timeout_s=20, max_spans=args.max_spans,
                     max_queue=args.max_queue,
-                    sessions=SessionTracking(session_idle_s=args.session_idle) if args.session_idle else None)
+                    sessions=Sessions(session_idle_s=args.session_idle) if args.session_idle else None)
     worker.run()
     print(json.dumps(worker.stats(), default=str), flush=True)
 

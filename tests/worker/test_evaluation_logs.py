@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ragaudit import Auditor, LexicalJudge, RagTurn, RetrievedDoc
+from ragaudit import Auditor, ContentPolicy, LexicalJudge, RagTurn, RetrievedDoc
 from ragaudit.errors import ConfigurationError
 from ragaudit.tracing.evaluation_logs import EVALUATED_RESPONSE_ID, EVALUATED_SPAN_ID, EvaluationLogExporter
 
@@ -42,7 +42,8 @@ def test_log_records_on_the_evaluated_span(collector: Any, memory_provider: Any,
 
 def test_without_an_evaluated_span_the_turn_span_and_no_completion_id(collector: Any) -> None:
     sink = EvaluationLogExporter(endpoint=collector.endpoint)
-    auditor = Auditor(LexicalJudge(), mode="inline", audit_log=None, exporters=[sink], capture_content=False)
+    auditor = Auditor(LexicalJudge(), mode="inline", audit_log=None, exporters=[sink],
+                      content=ContentPolicy(capture_content=False))
     auditor.submit(_turn())
     assert sink.force_flush(10)
     logs = collector.wait_for_logs(3)

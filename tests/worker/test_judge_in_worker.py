@@ -146,11 +146,12 @@ def test_mode_worker_sends_the_turns_to_ragaudit_worker_which_judges_them_as_in_
 
 
 def test_mode_worker_refuses_what_only_the_worker_can_act_on() -> None:
-    from ragaudit import Auditor, Budget, LexicalJudge
+    from ragaudit import Auditor, Budget, CostControl, LexicalJudge
     from ragaudit.errors import ConfigurationError
 
     for kwargs, named in (({"judge": LexicalJudge()}, "judge"), ({"sample_rate": 0.5}, "sample_rate"),
-                          ({"budget": Budget(max_calls=10)}, "budget"), ({"max_rps": 1.0}, "max_rps"),
+                          ({"cost": CostControl(budget=Budget(max_calls=10))}, "cost"),
+                          ({"cost": CostControl(max_rps=1.0)}, "cost"),
                           ({"on_judgement": lambda turn, judgement: None}, "on_judgement")):
         with pytest.raises(ConfigurationError, match=rf"mode='worker'.*\b{named}\b"):
             Auditor(mode="worker", audit_log=None, **kwargs)  # type: ignore[arg-type]

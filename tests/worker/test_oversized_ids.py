@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from ragaudit import ChatRagJudge, SessionTracking
+from ragaudit import ChatRagJudge, Sessions
 from tests.support.judges import open_judge
 from tests.support.llm_server import LLMServer
 from tests.support.sessions import Clock, judge_rule
@@ -48,7 +48,7 @@ def test_a_10_mb_session_id_is_capped_and_every_judgement_arrives(make_worker: A
     clock = Clock()
     with LLMServer(judge_rule) as judge_llm:
         worker = make_worker(judge=open_judge(ChatRagJudge, judge_llm), clock=clock, quiet_s=2.0, tick_s=0.02,
-                             sessions=SessionTracking(clock=clock, session_idle_s=120))
+                             sessions=Sessions(clock=clock, session_idle_s=120))
         maker = SpanMaker()
         for number in range(len(CONVERSATION)):
             send(worker, agent_turn(maker, number, session))

@@ -272,12 +272,13 @@ def test_otlp_grpc(make_worker: Any, clock: Clock, collector: Any) -> None:
 
 
 def test_budget_is_the_workers_auditors(make_worker: Any, clock: Clock, collector: Any) -> None:
-    # Worker(budget=...): the Auditor the worker makes holds it; the second turn is over it, counted.
-    from ragaudit import Auditor, Budget
+    # Worker(cost=CostControl(budget=...)): the Auditor the worker makes holds it; the second turn is over it, counted.
+    from ragaudit import Auditor, Budget, CostControl
     from ragaudit.errors import ConfigurationError
     from ragaudit.integrations.otlp import Worker
 
-    worker = make_worker(clock=clock, quiet_s=2.0, max_wait_s=30.0, tick_s=0.02, budget=Budget(max_calls=1))
+    worker = make_worker(clock=clock, quiet_s=2.0, max_wait_s=30.0, tick_s=0.02,
+                         cost=CostControl(budget=Budget(max_calls=1)))
     exporter = OTLPSpanExporter(endpoint=worker.url + "/v1/traces")
     for _ in range(2):
         assert exporter.export(rag_trace(SpanMaker())) is SpanExportResult.SUCCESS
@@ -285,5 +286,5 @@ def test_budget_is_the_workers_auditors(make_worker: Any, clock: Clock, collecto
     wait_for(lambda: worker.stats()["turns_submitted"] == 2 and worker.stats()["judge_pending"] == 0,
              what="both turns through the auditor")
     assert worker.stats()["turns_judged"] == 1 and worker.stats()["auditor"]["over_budget"] == 1
-    with pytest.raises(ConfigurationError, match="budget"):
-        Worker(auditor=Auditor(audit_log=None), budget=Budget(max_calls=1))
+    with pytest.raises(ConfigurationError, match="cost"):
+        Worker(auditor=Auditor(audit_log=None), cost=CostControl(budget=Budget(max_calls=1)))

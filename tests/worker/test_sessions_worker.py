@@ -17,7 +17,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from ragaudit import ChatRagJudge, SessionTracking
+from ragaudit import ChatRagJudge, Sessions
 from tests.support.judges import open_judge
 from tests.support.llm_server import LLMServer, is_session_request
 from tests.support.sessions import Clock, judge_rule
@@ -84,7 +84,7 @@ def test_one_worker_sees_the_whole_session_and_judges_it_once(make_worker: Any, 
                                                                collector: Any) -> None:
     clock = Clock()
     worker = make_worker(judge=open_judge(ChatRagJudge, judge_llm), clock=clock, quiet_s=2.0, tick_s=0.02,
-                         sessions=SessionTracking(clock=clock, session_idle_s=120))
+                         sessions=Sessions(clock=clock, session_idle_s=120))
     maker = SpanMaker()
     roots = []
     for number in range(len(CONVERSATION)):
@@ -114,7 +114,7 @@ def test_without_session_routing_each_worker_judges_its_part_flagged_partial(
         make_worker: Any, judge_llm: LLMServer, collector: Any) -> None:
     clock = Clock()
     workers = [make_worker(judge=open_judge(ChatRagJudge, judge_llm), clock=clock, quiet_s=2.0, tick_s=0.02,
-                           sessions=SessionTracking(clock=clock)) for _ in range(2)]
+                           sessions=Sessions(clock=clock)) for _ in range(2)]
     maker = SpanMaker()
     # what routing by trace id may do: turns 1 and 3 to one worker, turn 2 to the other
     for number, worker in zip(range(3), (workers[0], workers[1], workers[0]), strict=True):

@@ -10,15 +10,18 @@ from .._sampling import sampled
 from .._turn_metrics import DEFAULT_TURN_MEASURES, turn_metrics
 from ._auditor import Auditor, OnJudgement, Submission, SubmitStatus
 from ._draining import Upstream
-from ._governor import Budget
-from ._sessions import SessionTracking
+from ._governor import Budget, CostControl
+from ._limits import Limits
+from ._sessions import Sessions
 
 __all__ = [
     "DEFAULT_TURN_MEASURES",
     "Auditor",
     "Budget",
+    "CostControl",
+    "Limits",
     "OnJudgement",
-    "SessionTracking",
+    "Sessions",
     "Submission",
     "SubmitStatus",
     "Upstream",

@@ -32,11 +32,13 @@ from ._admission import Admission
 from ._draining import Drain, Upstream
 from ._exporting import ExportStage, OnJudgementExporter
 from ._first_run import say_where_things_are
-from ._governor import Budget, CostControl
+from ._governor import CostControl, CostGate
 from ._judge_health import JudgeFailureLog, judge_context
 from ._ledger import Ledger
+from ._limits import Limits
 from ._policies import PolicyBook
-from ._session_part import SessionJudging, SessionTracking, session_tracking
+from ._session_part import SessionJudging, session_tracking
+from ._sessions import Sessions
 from ._submitting import SUBMIT_STRATEGIES, Job, Submission, SubmitStatus, SubmitStrategy, TurnJudging, job_handler
 from ._worker_mode import WorkerModeJudge, check_worker_mode
 
@@ -54,22 +56,18 @@ logger = logging.getLogger("ragaudit")
 OnJudgement = Callable[[RagTurn, Judgement], None]
 
 
-def _check_arguments(mode: str, sample_rate: float, max_queue: int, max_closing: int, max_concurrency: int,
-                     timeout_s: float, on_judgement: Any, redact: Any) -> None:
+def _check_arguments(mode: str, sample_rate: float, on_judgement: Any, limits: Any, cost: Any, content: Any) -> None:
+    """The Auditor's own arguments; its parts (`Limits`, `CostControl`, `ContentPolicy`, `Sessions`) check theirs
+    when made, so here only that each part is of its type."""
     if mode not in ("background", "inline", "worker"):
         raise ConfigurationError(f"mode must be 'background', 'inline' or 'worker', got {mode!r}")
     check_number("sample_rate", sample_rate, 0, 1)
-    if not isinstance(max_queue, int) or max_queue < 1:
-        raise ConfigurationError(f"max_queue must be an int >= 1, got {max_queue!r}")
-    if not isinstance(max_closing, int) or max_closing < 1:
-        raise ConfigurationError(f"max_closing must be an int >= 1, got {max_closing!r}")
-    if not isinstance(max_concurrency, int) or max_concurrency < 1:
-        raise ConfigurationError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
-    check_number("timeout_s", timeout_s, 0, low_open=True)
     if on_judgement is not None and not callable(on_judgement):
         raise ConfigurationError("on_judgement must be callable(turn, judgement)")
-    if redact is not None and not callable(redact):
-        raise ConfigurationError("redact must be callable(text) -> text")
+    for name, value, kind in (("limits", limits, Limits), ("cost", cost, CostControl),
+                              ("content", content, ContentPolicy)):
+        if value is not None and not isinstance(value, kind):
+            raise ConfigurationError(f"{name} must be a ragaudit.{kind.__name__} or None, got {type(value).__name__}")
 
 
 def _resolve_judge(judge: RagJudge | None) -> RagJudge:
@@ -118,22 +116,27 @@ class Auditor:
     without raising. Constructing an Auditor starts no thread and opens no file: threads start
     with the first turn, the audit log opens with its first line (a failure there is counted in
     ``export_errors`` and logged once, and the traces still flow). An Auditor nobody references any
-    more stops its threads and closes its file (its worker threads hold it weakly). At most
-    *max_queue* turns wait or are being judged; past that a turn is
-    **dropped and counted**, never lost silently. At most *max_concurrency* judgements run at once,
-    each bounded by *timeout_s*. *sample_rate* keeps a deterministic share of turns (by turn id).
+    more stops its threads and closes its file (its worker threads hold it weakly).
+
+    Its parts are values, each validated when made (a [`ConfigurationError`][ragaudit.ConfigurationError] names the
+    field): *limits* ([`Limits`][ragaudit.Limits]: queue, concurrency, timeouts), *cost*
+    ([`CostControl`][ragaudit.CostControl]: budgets, rate, store, pause, prices, ``judge_if``, feedback retention),
+    *content* ([`ContentPolicy`][ragaudit.content.ContentPolicy]: what text is recorded) and *sessions*
+    ([`Sessions`][ragaudit.Sessions]). At most ``limits.max_queue`` turns wait or are being judged; past that a
+    turn is **dropped and counted**, never lost silently. At most ``limits.max_concurrency`` judgements run at
+    once, each bounded by ``limits.timeout_s``. *sample_rate* keeps a deterministic share of turns (by turn id).
     ``mode="inline"`` judges before [`submit`][ragaudit.Auditor.submit] returns (for scripts and tests);
     ``mode="worker"`` judges nothing here: the turns' traces go out over OTLP and ``ragaudit
     worker`` judges them (see `ragaudit.auditor._worker_mode`, counted ``to_worker``). A judge that
     fails is said at WARNING: the first failure at once, then a summary at most once a minute
     while failures go on (how many, the last error's type and HTTP status, what to check).
     Integrations build their turns on a closing thread of their own, above the Auditor
-    (`ragaudit.integrations._closing`, one per Auditor); at most *max_closing* wait there to be
+    (`ragaudit.integrations._closing`, one per Auditor); at most ``limits.max_closing`` wait there to be
     recorded (a burst past that drops whole turns, spans included, counted in
-    ``stats()["close_dropped"]``), a bound separate from *max_queue* so that a small judging queue
+    ``stats()["close_dropped"]``), a bound separate from ``max_queue`` so that a small judging queue
     never costs traces. Before that, at hand-off, [`admit_turn`][ragaudit.Auditor.admit_turn] decides sampling and
-    sheds turns past the backlog's bound (``stats()["backlog_bound"]``: *max_queue*, or what the judge finishes
-    within half of *exit_timeout_s* at its measured pace), each for the price of a counter.
+    sheds turns past the backlog's bound (``stats()["backlog_bound"]``: ``max_queue``, or what the judge finishes
+    within half of ``limits.exit_timeout_s`` at its measured pace), each for the price of a counter.
 
     Each finished turn becomes one [`AuditRecord`][ragaudit.AuditRecord] (made once on the judging
     thread: the judgement and every derived value), and every exporter gets the same record, in
@@ -146,9 +149,10 @@ class Auditor:
     (judgement ``error``, ``stats()["export_errors"]``), never raised.
 
     Every text recorded (spans, audit log, exporters, ragaudit's log lines) goes through one
-    [`ContentPolicy`][ragaudit.content.ContentPolicy], [`content_policy`][ragaudit.Auditor.content_policy], made of
-    *capture_content* (None: the ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` setting), *capture_reason* (keep
-    the judge's reason even with capture off; None: as *capture_content*) and *redact*. A turn an integration
+    [`ContentPolicy`][ragaudit.content.ContentPolicy], [`content_policy`][ragaudit.Auditor.content_policy]: *content*,
+    or None: ``ContentPolicy()`` (capture as the ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` setting, no
+    *redact* hook). A *content* given binds every turn submitted here; the default leaves each handler's own
+    settings in charge. A turn an integration
     handler submits carries the handler's content policy and tracer provider
     ([`content_policy_for`][ragaudit.Auditor.content_policy_for], [`submit`][ragaudit.Auditor.submit]); that turn's
     record, hence its judge span, audit-log line, exports and log lines, follow them, so handlers with different
@@ -157,13 +161,13 @@ class Auditor:
     credential headers and URL parts of the judge client and exporters, key-like environment variables,
     OTLP headers) are scrubbed always; a *redact* that raises withholds the text, never the turn.
 
-    Pending judgements are flushed at normal interpreter exit (within *exit_timeout_s*); a
+    Pending judgements are flushed at normal interpreter exit (within ``limits.exit_timeout_s``); a
     shortfall is written to stderr. ``stats()`` always satisfies ``submitted == judged + failed +
     dropped + sampled_out + pending`` plus the turns not sent (see [`stats`][ragaudit.Auditor.stats]).
 
     SIGTERM (``docker stop``, Kubernetes) kills a Python process without running exit hooks. So
     by default (*handle_signals* None or True) the first Auditor made on the main thread installs
-    a SIGTERM handler that flushes every such auditor (one deadline: the largest *exit_timeout_s*)
+    a SIGTERM handler that flushes every such auditor (one deadline: the largest ``exit_timeout_s``)
     and then hands over to what SIGTERM did before: the application's own handler, if it installed
     one before (called with the same arguments; the auditors are only flushed, not shut down, so
     the application decides whether the process goes on), else the default (the auditors are shut
@@ -176,7 +180,7 @@ class Auditor:
     the main thread no handler can be installed (with ``handle_signals=True`` a warning says so);
     ``handle_signals=False`` leaves this auditor out.
 
-    *sessions* (True or a [`SessionTracking`][ragaudit.SessionTracking]) also judges each conversation as a whole,
+    *sessions* (True or a [`Sessions`][ragaudit.Sessions]) also judges each conversation as a whole,
     in one judge call, once idle, ended (`end_session`) or at shutdown (see the sessions guide).
 
     Every record's scores, sentence verdicts, citation checks and outcome also go out as OpenTelemetry
@@ -191,40 +195,27 @@ class Auditor:
         *,
         mode: Literal["background", "inline", "worker"] = "background",
         sample_rate: float = 1.0,
-        max_queue: int = 10_000,
-        max_concurrency: int = 16,
-        timeout_s: float = 60.0,
-        audit_log: str | os.PathLike[str] | None = "ragaudit-audit.jsonl",
-        tracer_provider: Any = None,
-        on_judgement: OnJudgement | None = None,
         exporters: Iterable[Exporter] = (),
-        capture_content: bool | None = None,
-        redact: Callable[[str], str] | None = None,
-        capture_reason: bool | None = None,
-        max_context_chars: int = 24_000,
-        exit_timeout_s: float = 30.0,
-        handle_signals: bool | None = None,
-        max_closing: int = 10_000,
-        judge_trace: Literal["turn", "separate"] | None = None,
-        budget: Budget | Sequence[Budget] | None = None,
-        max_rps: float | None = None,
-        budget_store: str | None = None, budget_fail: Literal["open", "closed"] = "open",
-        pause_s: float = 60.0,
-        prices: Mapping[str, tuple[float, float]] | None = None,
-        judge_if: Callable[[RagTurn], bool] | None = None,
-        retain_s: float | None = None, max_retained: int = 1_000, sessions: SessionTracking | bool | None = None,
+        audit_log: str | os.PathLike[str] | None = "ragaudit-audit.jsonl",
+        limits: Limits | None = None,
+        cost: CostControl | None = None,
+        content: ContentPolicy | None = None,
+        sessions: Sessions | bool | None = None,
+        tracer_provider: Any = None,
         meter_provider: Any = None,
+        on_judgement: OnJudgement | None = None,
+        judge_trace: Literal["turn", "separate"] | None = None,
+        handle_signals: bool | None = None,
     ) -> None:
-        _check_arguments(mode, sample_rate, max_queue, max_closing, max_concurrency, timeout_s, on_judgement, redact)
+        _check_arguments(mode, sample_rate, on_judgement, limits, cost, content)
         if mode == "worker":
             check_worker_mode({"judge": judge is not None, "sample_rate": sample_rate != 1.0,
                                "exporters": bool(exporters), "on_judgement": on_judgement is not None,
-                               "budget": budget is not None,
-                               "max_rps": max_rps is not None, "budget_store": budget_store is not None,
-                               "judge_if": judge_if is not None, "retain_s": retain_s is not None})
+                               "cost": cost is not None and cost != CostControl()})
         judge = _resolve_judge(judge) if mode != "worker" else WorkerModeJudge()
-        self._cost = CostControl(judge, budget, max_rps, budget_store, budget_fail, pause_s, prices, judge_if,
-                                 retain_s, max_retained)  # budgets, rate, pause, judge_if, feedback
+        self.limits = limits = limits if limits is not None else Limits()
+        self.cost = cost = cost if cost is not None else CostControl()
+        self._cost = CostGate(judge, cost)  # budgets, rate, pause, judge_if, feedback
         given = _as_exporters(exporters)
 
         from ..tracing.spans import SpanRecorder
@@ -232,17 +223,16 @@ class Auditor:
         self.judge = judge
         self.mode = mode
         self.sample_rate = float(sample_rate)
-        self.max_queue = max_queue
-        self.max_closing = max_closing
-        self.max_concurrency = max_concurrency
-        self.timeout_s = float(timeout_s)
-        self.max_context_chars = max_context_chars
-        self.exit_timeout_s = exit_timeout_s
-        # The one policy for every text this auditor and its exporters record.
-        self._content_policy = ContentPolicy(capture_content=capture_content, capture_reason=capture_reason,
-                                     redact=redact)
-        self._policies = PolicyBook(self._content_policy, capture_content is not None or capture_reason is not None
-                                    or redact is not None)
+        self.max_queue = limits.max_queue
+        self.max_closing = limits.max_closing
+        self.max_concurrency = limits.max_concurrency
+        self.timeout_s = float(limits.timeout_s)
+        self.max_context_chars = limits.max_context_chars
+        self.exit_timeout_s = float(limits.exit_timeout_s)
+        # The one policy for every text this auditor and its exporters record; one given binds every
+        # turn submitted here, the default (the environment's capture setting, no hook) leaves handlers in charge.
+        self._content_policy = content if content is not None else ContentPolicy()
+        self._policies = PolicyBook(self._content_policy, content is not None)
         self._recorder = SpanRecorder(tracer_provider, content=self._content_policy, judge_trace=judge_trace)
         self._ledger = Ledger()  # the counts, pending and closed, shared by the parts below
         self._log = RateLimitedLog()
@@ -362,7 +352,7 @@ class Auditor:
     def feedback(self, turn_id: str, value: Any) -> str:
         """A user's feedback on the answer of *turn_id*; never raises, never blocks. A thumbs-down on a
         turn the sampler left out and that is still kept (``retain_s``) gets it judged: ``"queued"``;
-        see `CostControl.feedback`."""
+        see `CostGate.feedback`."""
         return self._cost.feedback(turn_id, value, lambda job: self._submitter.submit(job, False)[0])
 
     def count_unjudged(self, reason: str) -> bool:
@@ -396,7 +386,7 @@ class Auditor:
         without ``sessions=True`` (a call that could never do anything is a mistake in the app)."""
         if self._sessions is None:
             raise ConfigurationError("end_session() needs an Auditor that tracks sessions: "
-                                     "Auditor(..., sessions=True) (or a SessionTracking)")
+                                     "Auditor(..., sessions=True) (or a Sessions)")
         return self._sessions.end_session(session_id)
 
     def check_sessions(self) -> int:
@@ -598,7 +588,7 @@ def _exporters(recorder: SpanRecorder, policy: ContentPolicy, audit_log: str | o
     return spans, log, stage
 
 
-def _session_part(tracking: SessionTracking | None, judge: RagJudge, cost: CostControl, timeout_s: float,
+def _session_part(tracking: Sessions | None, judge: RagJudge, cost: CostGate, timeout_s: float,
                   ledger: Ledger, failed: Callable[[BaseException], None]) -> SessionJudging | None:
     """The session part, when *tracking* asks for sessions (its idle sweep stops once *ledger* is closed)."""
     if tracking is None:

@@ -139,8 +139,8 @@ def redis_counters(url: str, said: str) -> RedisCounters:
     try:
         from limits.storage import storage_from_string
     except ImportError as exc:
-        raise ConfigurationError("budget_store='redis://...' needs the redis extra: pip install 'ragaudit[redis]'") \
-            from exc
+        raise ConfigurationError("CostControl(store='redis://...') needs the redis extra: "
+                                 "pip install 'ragaudit[redis]'") from exc
     # Short socket timeouts: a store that does not answer costs a judgement a quarter of a second,
     # never the host anything (the governor runs on the Auditor's worker, off its event loop).
     try:
@@ -149,5 +149,5 @@ def redis_counters(url: str, said: str) -> RedisCounters:
         return RedisCounters(storage)
     except Exception as exc:
         # limits quotes the URL, password and all, and a chained cause would print it in any traceback.
-        raise ConfigurationError(f"budget_store {said!r} cannot be used: "
+        raise ConfigurationError(f"CostControl.store {said!r} cannot be used: "
                                  f"{scrub(str(exc).replace(url, said))}") from None

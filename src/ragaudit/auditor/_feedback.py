@@ -1,6 +1,6 @@
 """Sampled-out turns kept a while, so a user's thumbs-down can still get them judged (private).
 
-``Auditor(retain_s=600)`` keeps each turn the sampler left out, with what recorded it, for
+``CostControl(retain_s=600)`` keeps each turn the sampler left out, with what recorded it, for
 *retain_s* seconds and at most *max_retained* of them (the oldest go first, counted
 ``retained_evicted``). ``auditor.feedback(turn_id, value)`` with a negative value on a turn still
 kept submits it for judging, past the sampler; a turn no longer kept is counted

@@ -23,11 +23,11 @@ The Auditor asks `Governor.admit` before it sends a turn to the judge and tells
   is let through, and its success resumes judging.
 
 Windows live in a counter store (``_budget_store``): in-process by default (each process its own
-budget), or Redis (``budget_store="redis://host:port/db"``, one Lua script reserving and settling),
+budget), or Redis (``CostControl(store="redis://host:port/db")``, one Lua script reserving and settling),
 shared by every app replica and worker. The in-process store is ours because ``limits``' memory
 storage starts a timer thread for its expiries, and this package starts none per call. A store
 that fails (Redis down) is skipped for a few seconds and counted (``budget_store_errors``); the
-call is then admitted (``budget_fail="open"``, the default) or turned away and counted
+call is then admitted (``CostControl(fail="open")``, the default) or turned away and counted
 ``budget_unavailable`` (``"closed"``). Nothing here runs on the host's thread.
 """
 
@@ -52,7 +52,7 @@ from ..tracing import conventions as c
 from ._budget_store import Counters, Item, LocalCounters, Mode, redis_counters
 from ._feedback import FEEDBACK, FeedbackRetention, is_negative
 
-__all__ = ["NOT_SENT", "Budget", "CostControl", "Governor", "Verdict", "price_of"]
+__all__ = ["NOT_SENT", "Budget", "CostControl", "CostGate", "Governor", "Verdict", "price_of"]
 
 logger = logging.getLogger("ragaudit")
 
@@ -62,7 +62,7 @@ Verdict = Literal["ok", "over_budget", "paused", "budget_unavailable", "rate_lim
 NOT_SENT = ("filtered_out", "over_budget", "paused", "budget_unavailable", "rate_limited")
 """The ``stats()`` counters of turns that were not sent to the judge, each with its reason:
 ``judge_if`` said no, a budget was spent, the judge is paused, the budget store was down (with
-``budget_fail="closed"``), or no rate slot came free within the judge's deadline."""
+``CostControl(fail="closed")``), or no rate slot came free within the judge's deadline."""
 
 _FOREVER_S = 100 * 365 * 86_400  # "no window": the process's (or the store's) whole life
 _STORE_BACKOFF_S = 5.0  # after a store error, the store is not asked again for this long
@@ -74,10 +74,10 @@ _USD_UNIT = 1_000_000  # money is counted in micro-dollars: the stores count int
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """A ceiling on judge spend: ``Auditor(budget=Budget(max_calls=1000, per_s=86_400))``.
+    """A ceiling on judge spend: ``Auditor(cost=CostControl(budget=Budget(max_calls=1000, per_s=86_400)))``.
 
     Any of *max_calls*, *max_tokens* (prompt + completion) and *max_usd* (from the judge's reported
-    usage and a price table: ``genai-prices``, or ``Auditor(prices=...)``); *per_s* is the window in
+    usage and a price table: ``genai-prices``, or ``CostControl(prices=...)``); *per_s* is the window in
     whole seconds (60: per minute, 86400: per day), None for no window. Pass a list for several at
     once (per minute and per day). A turn that would go over any of them is not judged and is
     counted in ``stats()["over_budget"]``.
@@ -173,6 +173,19 @@ def _genai_prices() -> tuple[Any, Any] | None:
     return Usage, calc_price
 
 
+def _check_governing(budgets: Sequence[Any], max_rps: Any, fail: Any, pause_s: Any, owner: str) -> None:
+    """The checks of the governor's settings; a ConfigurationError names the field (``owner`` + its name)."""
+    if max_rps is not None and (isinstance(max_rps, bool) or not isinstance(max_rps, (int, float))
+                                or not math.isfinite(max_rps) or max_rps <= 0):
+        raise ConfigurationError(f"{owner}max_rps must be a number > 0 or None, got {max_rps!r}")
+    if fail not in ("open", "closed"):
+        raise ConfigurationError(f"{owner}fail must be 'open' or 'closed', got {fail!r}")
+    check_number(f"{owner}pause_s", pause_s, 0, low_open=True)
+    for budget in budgets:
+        if not isinstance(budget, Budget):
+            raise ConfigurationError(f"{owner}budget must be a ragaudit.Budget or a list of them, got {budget!r}")
+
+
 class Governor:
     """Budgets, rate and pause for one Auditor's judge (see the module docstring)."""
 
@@ -187,15 +200,7 @@ class Governor:
         prices: Mapping[str, tuple[float, float]] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if max_rps is not None and (isinstance(max_rps, bool) or not isinstance(max_rps, (int, float))
-                                    or not math.isfinite(max_rps) or max_rps <= 0):
-            raise ConfigurationError(f"max_rps must be a number > 0 or None, got {max_rps!r}")
-        if fail not in ("open", "closed"):
-            raise ConfigurationError(f"budget_fail must be 'open' or 'closed', got {fail!r}")
-        check_number("pause_s", pause_s, 0, low_open=True)
-        for budget in budgets:
-            if not isinstance(budget, Budget):
-                raise ConfigurationError(f"budget must be a ragaudit.Budget or a list of them, got {budget!r}")
+        _check_governing(budgets, max_rps, fail, pause_s, "")
         self.budgets = tuple(budgets)
         self.max_rps = float(max_rps) if max_rps is not None else None
         self.fail = fail
@@ -284,7 +289,7 @@ class Governor:
         if self._money_budgeted and price_of(model, {"prompt_tokens": 1, "completion_tokens": 1}, self.prices) is None:
             raise ConfigurationError(
                 f"Budget(max_usd=...) cannot be kept: no price is known for judge model {model!r}. Give it: "
-                f"Auditor(prices={{{model!r}: (usd_per_million_input_tokens, usd_per_million_output_tokens)}}), "
+                f"CostControl(prices={{{model!r}: (usd_per_million_input_tokens, usd_per_million_output_tokens)}}), "
                 "or pip install 'ragaudit[prices]' for the genai-prices table")
 
     def _unpriced_model(self, model: str) -> None:
@@ -295,7 +300,7 @@ class Governor:
             self._unpriced.add(model)
         logger.warning("ragaudit: no price is known for judge model %r, so the money budget (Budget(max_usd=...)) "
                        "cannot be kept: it is closed, and every later turn is counted in stats()['over_budget'] "
-                       "and not judged. Give Auditor(prices={%r: (usd_per_mtok_in, usd_per_mtok_out)}), or "
+                       "and not judged. Give CostControl(prices={%r: (usd_per_mtok_in, usd_per_mtok_out)}), or "
                        "pip install 'ragaudit[prices]' for the genai-prices table.", model, model)
 
     # -- pause ----------------------------------------------------------------------------------
@@ -372,7 +377,7 @@ class Governor:
             reserved = self._counters.apply("reserve", self._items(1, hold.tokens, hold.usd_units))
             return "ok" if reserved else "over_budget"
 
-        # "ok" from a store that is down (budget_fail="open") reserved nothing: settle adds the whole cost.
+        # "ok" from a store that is down (fail="open") reserved nothing: settle adds the whole cost.
         return self._store(reserve), Hold(hold.tokens, hold.usd_units, reserved)
 
     def _estimate(self, need: Callable[[], Need] | None) -> Hold:
@@ -494,23 +499,86 @@ def _meter() -> _Meter:
     return _METER
 
 
+@dataclass(frozen=True, slots=True)
 class CostControl:
-    """What an Auditor holds for cost control: the `Governor` of its judge's endpoint, the
-    ``judge_if`` predicate and the retention of sampled-out turns for feedback (``_feedback``)."""
+    """What an [`Auditor`][ragaudit.Auditor]'s judging may cost: ``Auditor(cost=CostControl(budget=..., max_rps=5))``.
 
-    def __init__(self, judge: Any, budget: Budget | Sequence[Budget] | None, max_rps: float | None,
-                 budget_store: str | None, budget_fail: Literal["open", "closed"], pause_s: float,
-                 prices: Mapping[str, tuple[float, float]] | None, judge_if: Callable[[Any], bool] | None,
-                 retain_s: float | None, max_retained: int) -> None:
+    Args:
+        budget: a [`Budget`][ragaudit.Budget] or a list of them (per minute and per day); a turn that would
+            go over one is not judged, counted ``over_budget``. None: no budget.
+        max_rps: judge calls per second to the judge's endpoint (None: no limit); a call waits for a free
+            slot within its deadline, else it is counted ``rate_limited``. A 429 lowers this process's share.
+        store: where budgets and rates are counted: None, in this process; ``"redis://host:port/db"``,
+            shared by every replica and worker that names the same store.
+        fail: what a turn gets while the store is down: ``"open"`` (judged) or ``"closed"`` (counted
+            ``budget_unavailable``).
+        pause_s: after an error retrying cannot fix (401, 403, unknown model) the judge is paused this long,
+            then one probe call is let through.
+        prices: ``{model: (usd per 1M prompt tokens, usd per 1M completion tokens)}`` for money budgets, over
+            ``genai-prices``.
+        judge_if: ``turn -> bool``; a turn it says no to is not judged, counted ``filtered_out``.
+        retain_s: keep each sampled-out turn this many seconds so that a thumbs-down
+            ([`feedback`][ragaudit.Auditor.feedback]) can still get it judged (None: off, keeping costs memory).
+        max_retained: at most this many such turns (the oldest go first, counted ``retained_evicted``).
+
+    Validated when made: a bad value is a [`ConfigurationError`][ragaudit.ConfigurationError] naming the field.
+    """
+
+    budget: Budget | Sequence[Budget] | None = None
+    max_rps: float | None = None
+    store: str | None = None
+    fail: Literal["open", "closed"] = "open"
+    pause_s: float = 60.0
+    prices: Mapping[str, tuple[float, float]] | None = None
+    judge_if: Callable[[Any], bool] | None = None
+    retain_s: float | None = None
+    max_retained: int = 1_000
+
+    def __post_init__(self) -> None:
+        if self.budget is not None and not isinstance(self.budget, (Budget, list, tuple)):
+            raise ConfigurationError(f"CostControl.budget must be a ragaudit.Budget or a list of them, "
+                                     f"got {self.budget!r}")
+        if isinstance(self.budget, list):
+            object.__setattr__(self, "budget", tuple(self.budget))
+        _check_governing(self.budgets, self.max_rps, self.fail, self.pause_s, "CostControl.")
+        if self.store is not None and not isinstance(self.store, str):
+            raise ConfigurationError(f"CostControl.store must be a redis:// URL or None, "
+                                     f"got {type(self.store).__name__}")
+        if self.prices is not None and not isinstance(self.prices, Mapping):
+            raise ConfigurationError("CostControl.prices must be a mapping {model: (usd_per_1m_prompt, "
+                                     f"usd_per_1m_completion)}}, got {type(self.prices).__name__}")
+        if self.judge_if is not None and not callable(self.judge_if):
+            raise ConfigurationError("CostControl.judge_if must be callable(turn) -> bool")
+        if self.retain_s is not None and (isinstance(self.retain_s, bool) or not isinstance(self.retain_s, (int, float))
+                                          or not math.isfinite(self.retain_s) or self.retain_s <= 0):
+            raise ConfigurationError(f"CostControl.retain_s must be a number of seconds > 0 or None, "
+                                     f"got {self.retain_s!r}")
+        if isinstance(self.max_retained, bool) or not isinstance(self.max_retained, int) or self.max_retained < 1:
+            raise ConfigurationError(f"CostControl.max_retained must be an int >= 1, got {self.max_retained!r}")
+
+    def __repr__(self) -> str:  # the store's password never shows
+        fields = {"budget": self.budget, "max_rps": self.max_rps, "store": scrub_url(self.store), "fail": self.fail,
+                  "pause_s": self.pause_s, "prices": self.prices, "judge_if": self.judge_if,
+                  "retain_s": self.retain_s, "max_retained": self.max_retained}
+        return f"CostControl({', '.join(f'{name}={value!r}' for name, value in fields.items())})"
+
+    @property
+    def budgets(self) -> tuple[Budget, ...]:
+        """The budgets, as a tuple (empty: none)."""
+        return (self.budget,) if isinstance(self.budget, Budget) else tuple(self.budget or ())
+
+
+class CostGate:
+    """A [`CostControl`][ragaudit.CostControl] at run time, for one Auditor: the `Governor` of its judge's
+    endpoint, the ``judge_if`` predicate and the retention of sampled-out turns for feedback (``_feedback``)."""
+
+    def __init__(self, judge: Any, cost: CostControl) -> None:
         from ..judges.llm.endpoint import EndpointJudge, endpoint_host
 
-        if judge_if is not None and not callable(judge_if):
-            raise ConfigurationError("judge_if must be callable(turn) -> bool")
-        budgets = (budget,) if isinstance(budget, Budget) else tuple(budget or ())
-        self.governor = Governor(budgets, max_rps=max_rps, store=budget_store, fail=budget_fail, pause_s=pause_s,
-                                 prices=prices)
-        self.judge_if = judge_if
-        self.retained = FeedbackRetention(retain_s, max_retained)
+        self.governor = Governor(cost.budgets, max_rps=cost.max_rps, store=cost.store, fail=cost.fail,
+                                 pause_s=cost.pause_s, prices=cost.prices)
+        self.judge_if = cost.judge_if
+        self.retained = FeedbackRetention(cost.retain_s, cost.max_retained)
         # The rate limit is per judge endpoint: replicas judging through one endpoint share its rate.
         self.endpoint = (endpoint_host(judge.base_url) or judge.base_url) if isinstance(judge, EndpointJudge) \
             else str(judge.name)
@@ -531,7 +599,7 @@ class CostControl:
 
     def feedback(self, turn_id: str, value: Any, resubmit: Callable[[Any], str]) -> str:
         """A user's feedback on *turn_id*. A thumbs-down (False, a number below 0.5, ``"down"``,
-        ``"bad"``, ...) on a turn the sampler left out and that is still kept (``Auditor(retain_s=...)``)
+        ``"bad"``, ...) on a turn the sampler left out and that is still kept (``CostControl(retain_s=...)``)
         is *resubmit* ted for judging, past the sampler and ``judge_if`` (counted ``feedback_judged``;
         the status is *resubmit*'s, ``"queued"``); ``"unmatched"`` when no such turn is kept (counted
         ``feedback_unmatched``), ``"ignored"`` for feedback that is not negative. Never raises."""

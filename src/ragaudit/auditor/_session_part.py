@@ -17,43 +17,43 @@ from typing import TYPE_CHECKING, Any
 
 from .._fork import on_fork_in_child
 from ..errors import ConfigurationError
-from ._sessions import SessionJob, Sessions, SessionTracking
+from ._sessions import SessionJob, SessionRuntime, Sessions
 
 if TYPE_CHECKING:
     from .._worker import BatchWorker
     from ..records import RagTurn
     from ..sessions import SessionRecord
-    from ._governor import CostControl
-    from ._sessions import SessionTracker
+    from ._governor import CostGate
+    from ._sessions import OpenSessions
 
-__all__ = ["SessionJudging", "SessionTracking", "session_tracking"]
+__all__ = ["SessionJudging", "Sessions", "session_tracking"]
 
 
-def session_tracking(sessions: SessionTracking | bool | None) -> SessionTracking | None:
+def session_tracking(sessions: Sessions | bool | None) -> Sessions | None:
     """The tracking options *sessions* asks for (None: no sessions); a ConfigurationError for anything else."""
     if sessions is None or sessions is False:
         return None
-    if sessions is not True and not isinstance(sessions, SessionTracking):
-        raise ConfigurationError(f"sessions must be True or a SessionTracking, got {type(sessions).__name__}")
-    return SessionTracking() if sessions is True else sessions
+    if sessions is not True and not isinstance(sessions, Sessions):
+        raise ConfigurationError(f"sessions must be True or a Sessions, got {type(sessions).__name__}")
+    return Sessions() if sessions is True else sessions
 
 
 class SessionJudging:
     """Sessions judged as a whole, for the Auditor (see the module docstring). *closed*: whether the Auditor's
     shutdown has begun (the idle sweep stops then); *failed*: how a failure of ours is logged."""
 
-    def __init__(self, options: SessionTracking, judge: Any, cost: CostControl, timeout_s: float, *,
+    def __init__(self, options: Sessions, judge: Any, cost: CostGate, timeout_s: float, *,
                  closed: Callable[[], bool], failed: Callable[[BaseException], None]) -> None:
         self._closed = closed
         self._failed = failed
         self._judging: BatchWorker[Any] | None = None
         self._blocking: BatchWorker[Callable[[], None]] | None = None
         self._export: Callable[[SessionRecord], None] | None = None
-        self.part = Sessions(options, judge, cost, timeout_s, self._put, self._export_record, self._sweep)
+        self.part = SessionRuntime(options, judge, cost, timeout_s, self._put, self._export_record, self._sweep)
         on_fork_in_child(self.part.after_fork)
 
     @property
-    def tracker(self) -> SessionTracker:
+    def tracker(self) -> OpenSessions:
         """The session tracker: an exporter of the export stage, it sees every record."""
         return self.part.tracker
 

@@ -1,6 +1,6 @@
 """Conversations judged as a whole: the Auditor's session tracker and its one judge call per session.
 
-`SessionTracker` is an exporter of the export stage: every turn's record passes it, and the
+`OpenSessions` is an exporter of the export stage: every turn's record passes it, and the
 turns of a session ([`session_id_of`][ragaudit.sessions.session_id_of]) are held in memory, bounded by
 ``max_sessions`` and ``max_session_turns`` (the oldest session, or a session's oldest turn, dropped and
 counted; a session that lost turns is judged as partial and says what it missed). A session is due
@@ -36,9 +36,9 @@ from ._judging import bounded_call
 if TYPE_CHECKING:
     from .._worker import BatchWorker
     from ..records import RagTurn
-    from ._governor import CostControl
+    from ._governor import CostGate
 
-__all__ = ["SessionJob", "SessionTracker", "SessionTracking", "Sessions"]
+__all__ = ["OpenSessions", "SessionJob", "SessionRuntime", "Sessions"]
 
 SESSION_COUNTS: tuple[str, ...] = ("sessions_judged", "sessions_failed", "sessions_not_sent", "sessions_partial",
                                    "sessions_evicted", "session_turns_evicted", "sessions_pending")
@@ -46,8 +46,8 @@ SESSION_COUNTS: tuple[str, ...] = ("sessions_judged", "sessions_failed", "sessio
 
 
 @dataclass(frozen=True, slots=True)
-class SessionTracking:
-    """How an Auditor judges conversations as a whole (``Auditor(sessions=SessionTracking(...))``).
+class Sessions:
+    """How an Auditor judges conversations as a whole (``Auditor(sessions=Sessions(...))``).
 
     A session is judged once it has been idle for *session_idle_s* seconds (by *clock*, a monotonic
     ``() -> seconds``; default `time.monotonic`), when the app ends it, or at shutdown. At most
@@ -62,13 +62,13 @@ class SessionTracking:
     clock: Callable[[], float] = field(default=time.monotonic)
 
     def __post_init__(self) -> None:
-        check_number("session_idle_s", self.session_idle_s, 0, low_open=True)
+        check_number("Sessions.session_idle_s", self.session_idle_s, 0, low_open=True)
         for name in ("max_sessions", "max_session_turns"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
+                raise ConfigurationError(f"Sessions.{name} must be an int >= 1, got {value!r}")
         if not callable(self.clock):
-            raise ConfigurationError("clock must be callable() -> seconds (monotonic)")
+            raise ConfigurationError("Sessions.clock must be callable() -> seconds (monotonic)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +116,10 @@ def _started(seen: _Seen) -> tuple[int, int]:
     return seen.started
 
 
-class SessionTracker(BaseExporter):
+class OpenSessions(BaseExporter):
     """The turns of open sessions, bounded (see the module docstring). Thread-safe, fork-safe."""
 
-    def __init__(self, options: SessionTracking, due: Callable[[list[SessionJob]], None],
+    def __init__(self, options: Sessions, due: Callable[[list[SessionJob]], None],
                  first: Callable[[], None] | None = None) -> None:
         self.options = options
         self._due = due
@@ -220,14 +220,14 @@ def _as_judgement(verdict: SessionVerdict) -> Judgement:
                      identity=verdict.identity)
 
 
-class Sessions:
+class SessionRuntime:
     """The Auditor's part for sessions: the tracker, the queue onto the judging loop, the judge call,
     the counts, the idle sweep. Made only with ``Auditor(sessions=...)``."""
 
-    def __init__(self, options: SessionTracking, judge: Any, cost: CostControl, timeout_s: float,
+    def __init__(self, options: Sessions, judge: Any, cost: CostGate, timeout_s: float,
                  put: Callable[[SessionJob], bool], export: Callable[[SessionRecord], None],
                  sweep: Callable[[], None] | None = None) -> None:
-        self.tracker = SessionTracker(options, self.queue, sweep)
+        self.tracker = OpenSessions(options, self.queue, sweep)
         self._sweep = sweep
         self._judge = judge
         self._cost = cost

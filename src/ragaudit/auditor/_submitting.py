@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ..judges.base import RagJudge
     from ..records import RagTurn
     from ._exporting import ExportStage
-    from ._governor import CostControl
+    from ._governor import CostGate
     from ._judge_health import JudgeFailureLog
     from ._ledger import Ledger
     from ._session_part import SessionJudging
@@ -84,7 +84,7 @@ class TurnJudging:
     """The judging of one queued turn (see the module docstring). *provider*: the Auditor's tracer provider, for a
     turn submitted without one; *deliver*: how a judged turn's record reaches the exporters (the strategy's)."""
 
-    def __init__(self, ledger: Ledger, cost: CostControl, judge: RagJudge, export: ExportStage, *, timeout_s: float,
+    def __init__(self, ledger: Ledger, cost: CostGate, judge: RagJudge, export: ExportStage, *, timeout_s: float,
                  max_context_chars: int, blocking: BatchWorker[Callable[[], None]] | None,
                  failures: JudgeFailureLog, provider: Any, deliver: Callable[[AuditRecord], None]) -> None:
         self._ledger = ledger
@@ -155,7 +155,7 @@ class SubmitStrategy(ABC):
     samples_at_hand_off: ClassVar[bool]
     sheds_at_hand_off: ClassVar[bool]
 
-    def __init__(self, ledger: Ledger, cost: CostControl, judging: BatchWorker[Any], turns: TurnJudging,
+    def __init__(self, ledger: Ledger, cost: CostGate, judging: BatchWorker[Any], turns: TurnJudging,
                  export: ExportStage, sessions: SessionJudging | None, *, sample_rate: float, max_queue: int,
                  log: RateLimitedLog, describe: Callable[[], Mapping[str, int]]) -> None:
         self._ledger = ledger

@@ -168,9 +168,9 @@ def worker_command(args: argparse.Namespace) -> int:
     exporters = [_exporter(spec) for spec in args.exporters]
     sessions = None
     if args.sessions:
-        from ..auditor import SessionTracking
+        from ..auditor import Sessions
 
-        sessions = SessionTracking(session_idle_s=args.session_idle_s, max_sessions=args.max_sessions)
+        sessions = Sessions(session_idle_s=args.session_idle_s, max_sessions=args.max_sessions)
     log = logging.getLogger("ragaudit")
     if not any(not isinstance(h, (StderrFallback, logging.NullHandler)) for h in log.handlers):
         handler = logging.StreamHandler(sys.stderr)

@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .._jsonl import read_jsonl
-from ..auditor import Auditor, Submission, SubmitStatus
+from ..auditor import Auditor, Limits, Submission, SubmitStatus
 from ..errors import ConfigurationError, MetricError
 from ..judges.base import RagJudge
 from ..records import SCORE_NAMES, Judgement, RagTurn, normalize_relevance
@@ -375,7 +375,7 @@ def evaluate_pipeline(
         concurrency: rows run at once, and judgements made at once.
         progress: show progress bars on a terminal (never when stderr is not a TTY).
         auditor_kwargs: extra [`Auditor`][ragaudit.Auditor] arguments (``audit_log``,
-            ``tracer_provider``, ``timeout_s``, ...). By default no audit log is written and every
+            ``tracer_provider``, ``limits``, ...). By default no audit log is written and every
             row is judged (``sample_rate=1``, a queue as long as the dataset).
         threshold: the score at or above which a signal counts as good in the diagnosis.
 
@@ -448,8 +448,8 @@ def _eval_auditor(judge: RagJudge, rows: int, concurrency: int, auditor_kwargs: 
                 judgements[key] = judgement
         bar.judged_one()
 
-    settings: dict[str, Any] = {"audit_log": None, "sample_rate": 1.0, "max_queue": max(rows, 1),
-                                "max_concurrency": concurrency}
+    settings: dict[str, Any] = {"audit_log": None, "sample_rate": 1.0,
+                                "limits": Limits(max_queue=max(rows, 1), max_concurrency=concurrency)}
     settings.update(auditor_kwargs or {})
     for reserved in ("judge", "on_judgement"):
         if reserved in settings:

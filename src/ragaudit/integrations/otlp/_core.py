@@ -20,7 +20,6 @@ from ...errors import ConfigurationError
 from ...judges.base import RagJudge
 from ...records import UNSUBMITTED_REASONS, Judgement, RagTurn
 from .._assembler import ClosedTurn
-from .._evidence import DocumentMemory
 from .._source import TurnSource
 from ._buffer import PendingTrace, TraceBuffer
 from ._decode import SpanData, decode_traces
@@ -29,11 +28,9 @@ from ._security import BearerToken, ConnectionLimits, ServerTLS
 from ._turns import WorkerTurn, turns_of
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from opentelemetry.metrics import Histogram
 
-    from ...auditor import Budget
+    from ...auditor import CostControl, Sessions
     from ._server import HttpServer
 
 __all__ = ["IngestOutcome", "Worker"]
@@ -93,14 +90,14 @@ class Worker(TurnSource):
     *judge*: any [`RagJudge`][ragaudit.RagJudge] (None: the default, ``ChatRagJudge`` when
     ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` is set, else ``LexicalJudge``). *auditor*: an Auditor
     of your own instead (then *judge*, *sample_rate*, *exporters*, *audit_log* and the output
-    endpoint are its business). *budget*, *max_rps*, *budget_store*: the Auditor's cost control
-    ([`Budget`][ragaudit.Budget]; ``budget_store="redis://..."`` shares the budget and the rate with every
+    endpoint are its business). *cost*: the Auditor's cost control ([`CostControl`][ragaudit.CostControl]:
+    budgets, rate, ...; ``CostControl(store="redis://...")`` shares the budget and the rate with every
     worker and app that names the same store). *grpc_port*: also serve OTLP/gRPC there (the ``worker-grpc``
     extra). *clock*: monotonic seconds (tests step it by hand and call
     [`tick`][ragaudit.integrations.otlp.Worker.tick]).
 
     *sessions*: judge conversations as a whole (``True`` or a
-    [`SessionTracking`][ragaudit.SessionTracking]; True uses *clock* as the session clock). The turns of a
+    [`Sessions`][ragaudit.Sessions]; True uses *clock* as the session clock). The turns of a
     session arrive in many traces; one worker sees a whole session only when the Collector routes by
     the session attribute (``load_balancing`` with ``routing_key: attributes``, see the scale guide);
     otherwise each worker judges the part it saw, flagged partial.
@@ -130,48 +127,28 @@ class Worker(TurnSource):
         timeout_s: float = 60.0,
         audit_log: str | None = None,
         exporters: Iterable[Exporter] = (),
-        budget: Budget | Sequence[Budget] | None = None,
-        max_rps: float | None = None,
-        budget_store: str | None = None,
+        cost: CostControl | None = None,
         auditor: Any = None,
         shutdown_timeout_s: float = 30.0,
         metrics_interval_s: float = 10.0,
         tick_s: float = 0.1,
         grpc_port: int | None = None,
         clock: Callable[[], float] = time.monotonic,
-        sessions: Any = None,
+        sessions: Sessions | bool | None = None,
         auth_token: BearerToken | str | None = None,
         tls: ServerTLS | None = None,
         limits: ConnectionLimits | None = None,
     ) -> None:
-        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
-            raise ConfigurationError(f"port must be an int in [0, 65535], got {port!r}")
-        for name, value in (("max_spans", max_spans), ("max_request_bytes", max_request_bytes)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
-        check_number("shutdown_timeout_s", shutdown_timeout_s, 0)  # a NaN here once judged nothing at SIGTERM
-        check_number("metrics_interval_s", metrics_interval_s, 0, low_open=True)
-        check_number("tick_s", tick_s, 0, low_open=True)
-        if grpc_port is not None and (isinstance(grpc_port, bool) or not isinstance(grpc_port, int)
-                                      or not 0 <= grpc_port <= 65535):
-            raise ConfigurationError(f"grpc_port must be None or an int in [0, 65535], got {grpc_port!r}")
-        _check_service(max_request_bytes, max_inflight_bytes, tls)
-        self.auth_token = BearerToken(auth_token) if isinstance(auth_token, str) else auth_token
-        self.tls, self.max_inflight_bytes = tls, max_inflight_bytes
-        self.limits = limits if limits is not None else ConnectionLimits()
-        self._reading_bytes = 0  # request bodies being read (their reservations; the event loop's)
-        self._http: HttpServer | None = None
-        if auditor is not None and (budget, max_rps, budget_store) != (None, None, None):
-            raise ConfigurationError("budget, max_rps and budget_store are for the Auditor the worker makes; "
-                                     "with auditor=..., give them to that Auditor")
-        self.host = host
-        self._port = port
-        self._grpc_port = grpc_port
+        _check_settings(port, grpc_port, max_spans, max_request_bytes, max_inflight_bytes, tls,
+                        shutdown_timeout_s=shutdown_timeout_s, metrics_interval_s=metrics_interval_s, tick_s=tick_s)
+        if auditor is not None and cost is not None:
+            raise ConfigurationError("cost is for the Auditor the worker makes; with auditor=..., give it to that "
+                                     "Auditor")
+        self._serve(host, port, grpc_port, auth_token, tls, limits, max_request_bytes, max_inflight_bytes)
         self._clock = clock
         self._buffer = TraceBuffer(quiet_s=quiet_s, max_wait_s=max_wait_s, max_traces=max_traces, clock=clock)
         self.max_spans = max_spans
         self.max_queue = max_queue
-        self.max_request_bytes = max_request_bytes
         self.shutdown_timeout_s = float(shutdown_timeout_s)
         self.tick_s = tick_s
         self.retry_after_s = max(1, round(quiet_s))
@@ -180,16 +157,10 @@ class Worker(TurnSource):
         self._judge_latency_s = 0.0
         self._latency: Histogram | None = None  # the judge-latency histogram, with the OTLP outputs
         self._ready_delay_s: list[float] = []
-        self._memory = DocumentMemory()  # what earlier traces retrieved: a follow-up quoting it keeps the ids
         self._accepting = True
         self._outputs: Outputs | None = None
         if auditor is None:
             self._outputs = build_outputs(otlp_endpoint, otlp_headers, metrics_interval_s=metrics_interval_s)
-            if sessions is True:
-                from ...auditor import SessionTracking
-
-                sessions = SessionTracking(clock=clock)
-            cost = {"budget": budget, "max_rps": max_rps, "budget_store": budget_store}
             auditor = self._make_auditor(judge, sample_rate, timeout_s, audit_log, exporters, sessions, cost)
         self.auditor = auditor
         if self._outputs is not None:
@@ -207,19 +178,33 @@ class Worker(TurnSource):
     def __repr__(self) -> str:  # never the token
         return f"Worker(url={self.url!r}, auth={'bearer' if self.auth_token else 'none'}, tls={self.tls is not None})"
 
+    def _serve(self, host: str, port: int, grpc_port: int | None, auth_token: BearerToken | str | None,
+               tls: ServerTLS | None, limits: ConnectionLimits | None, max_request_bytes: int,
+               max_inflight_bytes: int) -> None:
+        """The service's transport: where it listens, who may send, its connection and byte bounds."""
+        self.host = host
+        self._port = port
+        self._grpc_port = grpc_port
+        self.auth_token = BearerToken(auth_token) if isinstance(auth_token, str) else auth_token
+        self.tls, self.max_inflight_bytes, self.max_request_bytes = tls, max_inflight_bytes, max_request_bytes
+        self.limits = limits if limits is not None else ConnectionLimits()
+        self._reading_bytes = 0  # request bodies being read (their reservations; the event loop's)
+        self._http: HttpServer | None = None
+
     def _make_auditor(self, judge: RagJudge | None, sample_rate: float, timeout_s: float, audit_log: str | None,
-                      exporters: Iterable[Exporter], sessions: Any = None, cost: dict[str, Any] | None = None
-                      ) -> Any:
-        from ...auditor import Auditor
+                      exporters: Iterable[Exporter], sessions: Sessions | bool | None = None,
+                      cost: CostControl | None = None) -> Any:
+        """The Auditor the worker judges with (True *sessions*: a `Sessions` on the worker's clock)."""
+        from ...auditor import Auditor, Limits, Sessions
         from ...tracing.evaluation_logs import EvaluationLogExporter
 
         assert self._outputs is not None
+        sessions = Sessions(clock=self._clock) if sessions is True else sessions
         logs = EvaluationLogExporter(self._outputs.logger_provider)
+        limits = Limits(max_queue=self.max_queue, timeout_s=timeout_s, exit_timeout_s=self.shutdown_timeout_s)
         return Auditor(judge, tracer_provider=self._outputs.tracer_provider, exporters=[logs, *exporters],
-                       meter_provider=self._outputs.meter_provider,
-                       audit_log=audit_log, sample_rate=sample_rate, max_queue=self.max_queue, timeout_s=timeout_s,
-                       on_judgement=self._judged, judge_trace="turn", exit_timeout_s=self.shutdown_timeout_s,
-                       sessions=sessions, **(cost or {}))
+                       meter_provider=self._outputs.meter_provider, audit_log=audit_log, sample_rate=sample_rate,
+                       limits=limits, cost=cost, sessions=sessions, on_judgement=self._judged, judge_trace="turn")
 
     def _register_metrics(self, meter_provider: Any) -> None:
         from opentelemetry.metrics import CallbackOptions, Observation
@@ -535,6 +520,23 @@ class Worker(TurnSource):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _check_settings(port: Any, grpc_port: Any, max_spans: Any, max_request_bytes: Any, max_inflight_bytes: Any,
+                    tls: Any, **seconds: Any) -> None:
+    """The Worker's own settings (its Auditor's are checked by their values): a ConfigurationError names the one."""
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+        raise ConfigurationError(f"port must be an int in [0, 65535], got {port!r}")
+    for name, value in (("max_spans", max_spans), ("max_request_bytes", max_request_bytes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
+    check_number("shutdown_timeout_s", seconds["shutdown_timeout_s"], 0)  # a NaN here once judged nothing at SIGTERM
+    check_number("metrics_interval_s", seconds["metrics_interval_s"], 0, low_open=True)
+    check_number("tick_s", seconds["tick_s"], 0, low_open=True)
+    if grpc_port is not None and (isinstance(grpc_port, bool) or not isinstance(grpc_port, int)
+                                  or not 0 <= grpc_port <= 65535):
+        raise ConfigurationError(f"grpc_port must be None or an int in [0, 65535], got {grpc_port!r}")
+    _check_service(max_request_bytes, max_inflight_bytes, tls)
 
 
 def _check_service(max_request_bytes: int, max_inflight_bytes: Any, tls: Any) -> None:
