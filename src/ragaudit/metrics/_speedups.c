@@ -110,12 +110,15 @@ static inline int ready(PyObject *s) {
 #define NOT_HASHED UINT64_C(0x8000000000000000)
 
 /* The hash of *len* bytes known to be ASCII unless *check* (then checked: any byte over 0x7F,
- * like a NUL or an id over 512 bytes, gives NOT_HASHED). The NUL test runs on the words as they
+ * like a NUL -- unless *nul_ok*, for fixed-width rows whose padding is NULs -- or an id over 512
+ * bytes, gives NOT_HASHED). Every row hash is this one formula; the flags are constants at each
+ * call, so the inlined copy drops the tests it does not need. The NUL test runs on the words as they
  * are hashed (a word has a zero byte exactly when (w - 0x01..01) & ~w & 0x80..80 is not zero),
  * not as a call to memchr per id, which cost as much as the hash. */
 #define ONES UINT64_C(0x0101010101010101)
 #define HIGHS UINT64_C(0x8080808080808080)
-static inline uint64_t hash_bytes(const unsigned char *data, Py_ssize_t len, const uint64_t *weights, int check) {
+static inline uint64_t hash_bytes(const unsigned char *data, Py_ssize_t len, const uint64_t *weights, int check,
+                                  int nul_ok) {
     if ((len + 7) / 8 > MAX_WORDS)
         return NOT_HASHED;
     uint64_t h = 0, high = 0, zero = 0;
@@ -140,7 +143,7 @@ static inline uint64_t hash_bytes(const unsigned char *data, Py_ssize_t len, con
         zero |= (tested - ONES) & ~tested & HIGHS;
         h += w * weights[k];
     }
-    if (zero != 0)
+    if (zero != 0 && !nul_ok)
         return NOT_HASHED; /* a NUL: fixed-width bytes could not keep "a\0" apart from "a" */
     if (check && (high & HIGHS) != 0)
         return NOT_HASHED;
@@ -150,7 +153,7 @@ static inline uint64_t hash_bytes(const unsigned char *data, Py_ssize_t len, con
 static inline uint64_t hash_ascii(PyObject *s, const uint64_t *weights) {
     if (!PyUnicode_CheckExact(s) || !ready(s) || !PyUnicode_IS_ASCII(s))
         return NOT_HASHED;
-    return hash_bytes(PyUnicode_1BYTE_DATA(s), PyUnicode_GET_LENGTH(s), weights, 0);
+    return hash_bytes(PyUnicode_1BYTE_DATA(s), PyUnicode_GET_LENGTH(s), weights, 0, 0);
 }
 
 static int weights_of(PyObject *obj, Py_buffer *view) {
@@ -170,6 +173,17 @@ static inline PyObject *or_none(PyObject *out) {
     if (out == NULL && !PyErr_Occurred())
         Py_RETURN_NONE;
     return out;
+}
+
+/* Hash *h* stored at *slot*; 0 when it is NOT_HASHED: *out* dropped (the whole answer declines, see
+ * or_none) and the caller's loop ends. */
+static inline int put_hash(PyObject **out, uint64_t *slot, uint64_t h) {
+    if (h == NOT_HASHED) {
+        Py_CLEAR(*out);
+        return 0;
+    }
+    *slot = h;
+    return 1;
 }
 
 /* The second pass of a gather_*: *out* made, *m* rows of *width* bytes, zeroed; NULL with an error
@@ -340,11 +354,8 @@ static PyObject *hash_strings(PyObject *self, PyObject *args) {
         if (i + AHEAD < objs.n)
             PREFETCH(objs.items[(i + AHEAD) * objs.stride]);
         uint64_t h = hash_ascii(objs.items[i * objs.stride], weights);
-        if (h == NOT_HASHED) {
-            Py_CLEAR(out);
+        if (!put_hash(&out, &hashes[i], h))
             break;
-        }
-        hashes[i] = h;
     }
     PyBuffer_Release(&wview);
     return or_none(out);
@@ -635,26 +646,11 @@ static inline uint64_t ucs4_row_hash(const unsigned char *row, Py_ssize_t units,
     return seen >= 0x80 ? NOT_HASHED : h & UINT64_C(0x7FFFFFFFFFFFFFFF);
 }
 
-/* One row of a numpy 'S' array, *itemsize* bytes: its little-endian 64-bit words, NUL padding
- * included (a zero word adds nothing), times the weights -- any bytes. */
+/* One row of a numpy 'S' array, *itemsize* bytes (at most 512: hash_args declines wider rows): its
+ * little-endian 64-bit words, NUL padding included (a zero word adds nothing), times the weights --
+ * any bytes. */
 static inline uint64_t bytes_row_hash(const unsigned char *row, Py_ssize_t itemsize, const uint64_t *weights) {
-    Py_ssize_t full = itemsize / 8;
-    uint64_t h = 0;
-    for (Py_ssize_t k = 0; k < full; k++) {
-        uint64_t w;
-        memcpy(&w, row + 8 * k, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-        w = __builtin_bswap64(w);
-#endif
-        h += w * weights[k];
-    }
-    if (full * 8 < itemsize) {
-        uint64_t w = 0;
-        for (Py_ssize_t b = full * 8; b < itemsize; b++)
-            w |= (uint64_t)row[b] << (8 * (b - full * 8));
-        h += w * weights[full];
-    }
-    return h & UINT64_C(0x7FFFFFFFFFFFFFFF);
+    return hash_bytes(row, itemsize, weights, 0, 1);
 }
 
 /* hash_ucs4 (*unit* 4) and hash_rows (*unit* 1): every row's hash by its row hash above; None when
@@ -671,11 +667,8 @@ static PyObject *hash_fixed(PyObject *args, Py_ssize_t unit) {
     const unsigned char *row = (const unsigned char *)view.buf;
     for (Py_ssize_t i = 0; i < n; i++, row += width * unit) {
         uint64_t h = unit == 4 ? ucs4_row_hash(row, width, weights) : bytes_row_hash(row, width, weights);
-        if (h == NOT_HASHED) {
-            Py_CLEAR(out);
+        if (!put_hash(&out, &hashes[i], h))
             break;
-        }
-        hashes[i] = h;
     }
     PyBuffer_Release(&wview);
     PyBuffer_Release(&view);
@@ -843,12 +836,9 @@ static PyObject *hash_views(PyObject *self, PyObject *args) {
                     PREFETCH(ahead);
             }
             const unsigned char *data = view_at(&v, i, &len);
-            uint64_t h = data == NULL ? NOT_HASHED : hash_bytes(data, len, weights, 1);
-            if (h == NOT_HASHED) {
-                Py_CLEAR(out);
+            uint64_t h = data == NULL ? NOT_HASHED : hash_bytes(data, len, weights, 1, 0);
+            if (!put_hash(&out, &hashes[i], h))
                 break;
-            }
-            hashes[i] = h;
         }
     }
     PyBuffer_Release(&wview);
@@ -1680,12 +1670,9 @@ static PyObject *hash_offsets(PyObject *self, PyObject *args) {
                 int64_t end = wide ? ((const int64_t *)offsets)[j + 1] : ((const int32_t *)offsets)[j + 1];
                 uint64_t h = start < 0 || end < start || end > size
                                  ? NOT_HASHED
-                                 : hash_bytes(base + start, (Py_ssize_t)(end - start), weights, 1);
-                if (h == NOT_HASHED) {
-                    Py_CLEAR(out);
+                                 : hash_bytes(base + start, (Py_ssize_t)(end - start), weights, 1, 0);
+                if (!put_hash(&out, hash++, h))
                     break;
-                }
-                *hash++ = h;
             }
         }
     }
