@@ -98,7 +98,7 @@ _VERDICT_KEYS = ("winner", "verdict", "better", "preferred", "choice", "answer")
 _BRACKET_RE = re.compile(r"\[\[\s*(A|B|C|tie)\s*\]\]", re.IGNORECASE)
 
 
-def _verdict_word(value: Any) -> Verdict | None:
+def _verdict_word(value: object) -> Verdict | None:
     if not isinstance(value, str):
         return None
     word = re.sub(r"^(?:answer|option|response)\s*", "", value.strip().strip("\"'`.*[]() ").lower()).strip()

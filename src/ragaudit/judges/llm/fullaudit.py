@@ -213,7 +213,7 @@ _GRADE_KEYS = ("grade", "relevance", "score", "label")
 _NUMBER_RE = re.compile(r"^\s*(?:\(?s|\[|doc(?:ument)?\s*#?|#)?\s*(\d{1,6})\s*[\])]?\s*$", re.IGNORECASE)
 
 
-def _int(value: Any) -> int | None:
+def _int(value: object) -> int | None:
     """A whole number from an int, an integral float or a string like ``"2"``, ``"[2]"``, ``"S2"``."""
     if isinstance(value, bool):
         return None
@@ -252,7 +252,7 @@ def _entries(obj: Mapping[str, Any], key: str) -> list[tuple[Any, Any]]:
     return []
 
 
-def _verdict(value: Any) -> str | None:
+def _verdict(value: object) -> str | None:
     if not isinstance(value, str):
         return None
     return _VERDICT_ALIASES.get(norm_key(value))

@@ -189,7 +189,7 @@ def _collapse(text: str) -> str:
     return _WS_RE.sub("", text)
 
 
-def _canonical(obj: Any) -> str:
+def _canonical(obj: object) -> str:
     try:
         return json.dumps(obj, sort_keys=True, default=str)
     except (TypeError, ValueError, RecursionError):
@@ -443,7 +443,7 @@ def _loads_repaired(candidate: str) -> dict[str, Any] | None:
     return _loads(_PY_LITERAL_RE.sub(lambda m: _JSON_LITERALS[m.group(1)], fixed).replace("'", '"'))
 
 
-def norm_key(key: Any) -> str:
+def norm_key(key: object) -> str:
     """*key* without spaces, underscores and dashes, lower-cased: ``Faithfulness_Score`` -> ``faithfulnessscore``."""
     return re.sub(r"[\s_\-]", "", str(key)).lower()
 

@@ -81,7 +81,7 @@ VERDICT_SCHEMA: Mapping[str, Any] = {
 """The verdict's ``json_schema`` (``response_format={"type": "json_schema", "json_schema": ...}``)."""
 
 
-def prompt_hash(*parts: Any) -> str:
+def prompt_hash(*parts: object) -> str:
     """The first 16 hex digits of the SHA-256 of *parts* (prompt templates, schemas) as canonical JSON.
 
     Part of a judgement's identity: a change of prompt or schema shows as a change of hash.
