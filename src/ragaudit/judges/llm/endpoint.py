@@ -214,7 +214,7 @@ def validate_settings(
         raise ConfigurationError(f"extra_body must be a mapping or None, got {type(extra_body).__name__}")
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

@@ -290,7 +290,7 @@ _MIN_SHOWN_CHARS = 20
 _MAX_SHOWN_OBJECTS = 64
 
 
-def _audit_object(text: Any, request: JudgeRequest, quoted: Quoted, max_chars: int,
+def _audit_object(text: object, request: JudgeRequest, quoted: Quoted, max_chars: int,
                   notes: list[str]) -> tuple[dict[str, Any] | None, bool]:
     """The reply's own object with the sentence verdicts and grades (rules A-C), and whether ambiguous.
 

@@ -344,7 +344,7 @@ def shown_objects(texts: Iterable[str], is_verdict: Callable[[dict[str, Any]], b
     return {_canonical(obj) for text in texts for obj in _all_objects(text, max_starts) if _safe(is_verdict, obj)}
 
 
-def _nested_objects(value: Any, depth: int) -> Iterable[dict[str, Any]]:
+def _nested_objects(value: object, depth: int) -> Iterable[dict[str, Any]]:
     if depth > 8:
         return
     if isinstance(value, dict):
@@ -537,7 +537,7 @@ def parse_judgement(
         return ParsedScores(notes=tuple(notes))
 
 
-def _parse(text: Any, quoted: Quoted, max_chars: int, notes: list[str]) -> ParsedScores:
+def _parse(text: object, quoted: Quoted, max_chars: int, notes: list[str]) -> ParsedScores:
     if not isinstance(text, str):
         notes.append(f"judge output is {type(text).__name__}, not text")
         return ParsedScores(notes=tuple(notes))

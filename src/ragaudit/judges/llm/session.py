@@ -126,7 +126,7 @@ def _field(obj: Mapping[str, Any], *names: str) -> Any:
     return next((v for k, v in obj.items() if norm_key(k) in wanted), None)
 
 
-def _items(value: Any, what: str, notes: list[str]) -> list[Mapping[str, Any]]:
+def _items(value: object, what: str, notes: list[str]) -> list[Mapping[str, Any]]:
     if value is None:
         notes.append(f"{what}: missing")
         return []
