@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from . import _last_resort
 from ._export import BaseExporter, Exporter, ExportResult
-from ._exports import lazy_exports
+from ._lazy import lazy_exports
 from .errors import ConfigurationError, JudgeError, MetricError, RagAuditError
 from .judges.base import BaseRagJudge, FakeJudge, RagJudge
 from .records import (
@@ -63,7 +63,7 @@ if TYPE_CHECKING:  # for type checkers; `X as X` marks a re-export (tests/test_e
     from .judges.rubric import RubricJudge as RubricJudge
     from .judges.rules import RuleJudge as RuleJudge
 
-# The heavier names, imported on first use (name -> module, see ragaudit._exports).
+# The heavier names, imported on first use (name -> module, see ragaudit._lazy).
 _EXPORTS = {
     "__version__": "._version",
     "Auditor": ".auditor",

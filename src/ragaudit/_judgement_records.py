@@ -203,7 +203,7 @@ def _usage_counts(value: Mapping[str, Any] | None) -> Mapping[str, int | None]:
     return MappingProxyType(counts)
 
 
-def _count(value: Any) -> int | None:
+def _count(value: object) -> int | None:
     """*value* as a non-negative int, or None when it is not a finite non-negative integer."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None

@@ -40,6 +40,6 @@ def check_time(name: str, value: int | None) -> None:
         raise ConfigurationError(f"{name} must be epoch nanoseconds (int >= 0) or None, got {value!r}")
 
 
-def check_optional_str(name: str, value: Any) -> None:
+def check_optional_str(name: str, value: object) -> None:
     if value is not None and not isinstance(value, str):
         raise ConfigurationError(f"{name} must be a string or None, got {type(value).__name__}")

@@ -72,7 +72,7 @@ class BatchWorker(Generic[T]):
         name: str,
         handle: Callable[[list[T]], int | None] | None = None,
         *,
-        ahandle: Callable[[T], Awaitable[Any]] | None = None,
+        ahandle: Callable[[T], Awaitable[object]] | None = None,
         max_queue: int = 2048,
         max_batch: int = 512,
         delay_s: float = 0.0,

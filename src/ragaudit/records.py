@@ -69,14 +69,16 @@ Message = tuple[str, str]
 _ROLES = frozenset({"user", "assistant"})
 
 
-def _check_history(owner: str, history: Any) -> tuple[Message, ...]:
-    out = tuple(tuple(m) if isinstance(m, (list, tuple)) else m for m in history)
-    for message in out:
+def _check_history(owner: str, history: Iterable[object]) -> tuple[Message, ...]:
+    out: list[Message] = []
+    for item in history:
+        message = tuple(item) if isinstance(item, (list, tuple)) else item
         if not (isinstance(message, tuple) and len(message) == 2 and message[0] in _ROLES
                 and isinstance(message[1], str)):
             raise ConfigurationError(f"{owner}.history must hold (role, text) pairs with role 'user' or "
                                      f"'assistant', got {message!r}")
-    return out
+        out.append((str(message[0]), message[1]))
+    return tuple(out)
 
 
 def truncate(text: str, limit: int) -> str:

@@ -80,13 +80,13 @@ def session_id_of(metadata: Mapping[str, Any] | None) -> str | None:
     return None
 
 
-def _index(owner: str, value: Any, low: int = 1) -> int:
+def _index(owner: str, value: object, low: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ConfigurationError(f"{owner} must be an int >= {low}, got {value!r}")
     return value
 
 
-def _opt_str(owner: str, value: Any) -> None:
+def _opt_str(owner: str, value: object) -> None:
     if value is not None and not isinstance(value, str):
         raise ConfigurationError(f"{owner} must be a string or None, got {type(value).__name__}")
 

@@ -11,12 +11,12 @@ import argparse
 import os
 import pkgutil
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from .._text import exception_text
 from ..errors import ConfigurationError, MetricError
 from ..evaluation.report import EvaluationReport
-from ..evaluation.runner import DEFAULT_METRICS, is_pipeline, load_dataset
+from ..evaluation.runner import DEFAULT_METRICS, DatasetRow, is_pipeline, load_dataset
 from ..judges.base import RagJudge
 from ..records import SCORE_NAMES
 from ._shared import gate, parse_fail_under, write_outputs
@@ -116,7 +116,7 @@ def _print_summary(report: EvaluationReport) -> None:
         print(f"\n({len(report.rows)} rows: see --markdown, --html or --json for each row)")
 
 
-def _dry_run(dataset: Any, judge_spec: str | None, out: Any = None) -> None:
+def _dry_run(dataset: list[DatasetRow], judge_spec: str | None, out: TextIO | None = None) -> None:
     out = out or sys.stdout
     from ..judges.cost import estimate_cost
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._text import EscapingWriter
 from ..errors import ConfigurationError
@@ -15,12 +15,14 @@ from ..evaluation.report import DIAGNOSES, EvaluationReport, RowResult
 from ._shared import gate, parse_fail_under, write_outputs
 
 if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
     from ..judges.fitted import JudgeConfig
 
 __all__ = ["report_command"]
 
 
-def _print_audit(report: EvaluationReport, limit: int, out: Any = None) -> None:
+def _print_audit(report: EvaluationReport, limit: int, out: SupportsWrite[str] | None = None) -> None:
     # Every line can carry recorded (untrusted) text: control characters are shown, not obeyed.
     out = EscapingWriter(out or sys.stdout)
     total = len(report.rows)
@@ -70,7 +72,7 @@ def _num(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}"
 
 
-def _sentence_citations(row: RowResult, index: Any) -> str:
+def _sentence_citations(row: RowResult, index: object) -> str:
     sources = dict(zip(row.doc_ids, row.doc_sources))
     parts = []
     for check in row.citation_checks:
@@ -83,7 +85,7 @@ def _sentence_citations(row: RowResult, index: Any) -> str:
     return "cites " + ", ".join(parts) if parts else "cites nothing"
 
 
-def _print_problem_sentences(report: EvaluationReport, limit: int, out: Any) -> None:
+def _print_problem_sentences(report: EvaluationReport, limit: int, out: SupportsWrite[str]) -> None:
     """The sentences judged unsupported or contradicted, and the citations that do not hold, first."""
     lines: list[str] = []
     for row in report.rows:

@@ -16,10 +16,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError
 from ._numbers import finite_float, whole_number
+
+if TYPE_CHECKING:
+    from ..evaluation.review import ReviewItem
 
 __all__ = ["add_review_parser", "review_command"]
 
@@ -89,7 +92,7 @@ def _labels_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print(items: list[Any], show: int) -> None:
+def _print(items: list[ReviewItem], show: int) -> None:
     reasons = Counter(r for item in items for r in item.reasons)
     print(f"{len(items)} turns to review: " + (", ".join(f"{r} {n}" for r, n in reasons.items()) or "none"))
     for item in items[:show]:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from .generator import STANDIN_LABEL, Passage, extractive_answer, parse_prompt
+from .generator import STANDIN_LABEL, Passage, extractive_answer
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -91,10 +91,7 @@ def careless_answer(question: str, passages: Sequence[Passage]) -> str:
 
 def langchain_careless() -> BaseChatModel:
     """The careless generator as a LangChain chat model. Needs ``langchain-core``."""
-    from langchain_core.messages import AIMessage
-    from langchain_core.outputs import ChatGeneration, ChatResult
-
-    from .generator import _langchain_standin_class, _message_text, _role
+    from .generator import _langchain_standin_class
 
     base: Any = _langchain_standin_class()
 
@@ -107,14 +104,8 @@ def langchain_careless() -> BaseChatModel:
         def _llm_type(self) -> str:
             return "ragaudit-careless"
 
-        def _generate(self, messages: list[Any], stop: list[str] | None = None,
-                      run_manager: Any = None, **kwargs: Any) -> ChatResult:
-            users = [m for m in messages if _role(m) == "user"]
-            question, passages = parse_prompt(_message_text(users[-1]) if users else "")
-            message = AIMessage(content=careless_answer(question, passages),
-                                response_metadata={"model_name": self.model_name})
-            return ChatResult(generations=[ChatGeneration(message=message)],
-                              llm_output={"model_name": self.model_name})
+        def _answer(self, question: str, passages: Sequence[Passage]) -> str:
+            return careless_answer(question, passages)
 
     model: BaseChatModel = CarelessChatModel()
     return model
@@ -122,8 +113,6 @@ def langchain_careless() -> BaseChatModel:
 
 def llamaindex_careless() -> CustomLLM:
     """The careless generator as a LlamaIndex LLM. Needs ``llama-index-core``."""
-    from llama_index.core.llms import CompletionResponse, LLMMetadata
-    from llama_index.core.llms.callbacks import llm_completion_callback
 
     from .generator import _llamaindex_standin_class
 
@@ -132,16 +121,12 @@ def llamaindex_careless() -> CustomLLM:
     class CarelessLLM(base):  # type: ignore[misc, valid-type]
         """The extractive stand-in with scripted mistakes (see `ragaudit.demo.careless`)."""
 
-        @property
-        def metadata(self) -> LLMMetadata:
-            return LLMMetadata(model_name=CARELESS_MODEL, context_window=32_768, num_output=512)
+        standin_model: ClassVar[str] = CARELESS_MODEL
 
-        @llm_completion_callback()
-        def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-            question, passages = parse_prompt(prompt)
-            return CompletionResponse(text=careless_answer(question, passages))
+        def _answer(self, question: str, passages: Sequence[Passage]) -> str:
+            return careless_answer(question, passages)
 
-        # stream_complete is the stand-in's: it streams whatever self.complete answers.
+        # complete and stream_complete are the stand-in's: they answer with self._answer.
 
     llm: CustomLLM = CarelessLLM()
     return llm

@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._text import content_terms, is_number, sentence_spans
 
@@ -243,6 +243,10 @@ def _langchain_standin_class() -> type:
         def _llm_type(self) -> str:
             return "ragaudit-extractive"
 
+        def _answer(self, question: str, passages: Sequence[Passage]) -> str:
+            """The answer; a subclass (the careless demo's) answers its own way."""
+            return extractive_answer(question, passages)
+
         @property
         def _identifying_params(self) -> dict[str, Any]:
             return {"model_name": self.model_name}
@@ -251,7 +255,7 @@ def _langchain_standin_class() -> type:
                       run_manager: Any = None, **kwargs: Any) -> ChatResult:
             users = [m for m in messages if _role(m) == "user"]
             question, passages = parse_prompt(_message_text(users[-1]) if users else "")
-            answer = extractive_answer(question, passages)
+            answer = self._answer(question, passages)
             message = AIMessage(content=answer, response_metadata={"model_name": self.model_name})
             return ChatResult(generations=[ChatGeneration(message=message)],
                               llm_output={"model_name": self.model_name})
@@ -305,14 +309,20 @@ def _llamaindex_standin_class() -> type:
         Use it with `LLAMAINDEX_PROMPT` as the query engine's ``text_qa_template``.
         """
 
+        standin_model: ClassVar[str] = STANDIN_MODEL
+
         @property
         def metadata(self) -> LLMMetadata:
-            return LLMMetadata(model_name=STANDIN_MODEL, context_window=32_768, num_output=512)
+            return LLMMetadata(model_name=self.standin_model, context_window=32_768, num_output=512)
+
+        def _answer(self, question: str, passages: Sequence[Passage]) -> str:
+            """The answer; a subclass (the careless demo's) answers its own way."""
+            return extractive_answer(question, passages)
 
         @llm_completion_callback()
         def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
             question, passages = parse_prompt(prompt)
-            return CompletionResponse(text=extractive_answer(question, passages))
+            return CompletionResponse(text=self._answer(question, passages))
 
         @llm_completion_callback()
         def stream_complete(self, prompt: str, formatted: bool = False,

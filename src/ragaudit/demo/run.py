@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .._text import EscapingWriter
 from ..errors import ConfigurationError
@@ -26,6 +26,12 @@ from .careless import CARELESS_MODEL, MISTAKES
 from .generator import STANDIN_MODEL, model_from_env
 from .kb import DOCUMENTS, QRELS, QUESTIONS, DemoQuestion
 from .pipelines import DEFAULT_K, real_model_configured
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from ..auditor import Auditor
 
 __all__ = ["DemoResult", "print_report", "run_demo"]
 
@@ -70,7 +76,7 @@ def _otlp_url(explicit: str | None) -> str | None:
     return base if base.endswith("/v1/traces") else base + "/v1/traces"
 
 
-def _tracer_provider(traces: str | os.PathLike[str], otlp_url: str | None) -> Any:
+def _tracer_provider(traces: str | os.PathLike[str], otlp_url: str | None) -> TracerProvider:
     # The demo's own provider, passed explicitly to the handler and the Auditor: the process-wide
     # provider is left alone (tracing.configure() would install one globally).
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -190,7 +196,7 @@ def _ask_all(questions: Sequence[DemoQuestion], ask: Callable[[DemoQuestion, dic
             result.errors[question.id] = f"{type(exc).__name__}: {exc}"
 
 
-def _run_langchain(questions: Sequence[DemoQuestion], auditor: Any, provider: Any, real: bool,
+def _run_langchain(questions: Sequence[DemoQuestion], auditor: Auditor, provider: TracerProvider, real: bool,
                    result: DemoResult, careless: bool = False) -> None:
     from ..integrations.langchain import RagAuditCallbackHandler
     from .careless import langchain_careless
@@ -208,7 +214,7 @@ def _run_langchain(questions: Sequence[DemoQuestion], auditor: Any, provider: An
     handler.force_flush(_FLUSH_TIMEOUT_S)  # turns close above the auditor, on the closing thread
 
 
-def _run_llamaindex(questions: Sequence[DemoQuestion], auditor: Any, provider: Any, real: bool,
+def _run_llamaindex(questions: Sequence[DemoQuestion], auditor: Auditor, provider: TracerProvider, real: bool,
                     result: DemoResult, careless: bool = False) -> None:
     from llama_index.core.instrumentation.dispatcher import instrument_tags
 
@@ -375,7 +381,7 @@ def _print_caught(result: DemoResult, questions: Sequence[DemoQuestion], say: Ca
         say(f"  {qid} {_MISTAKE_LABELS[mistake]:<34} {'CAUGHT' if caught else 'MISSED'}: {how}")
 
 
-def _table(rows: list[list[str]], out: Any) -> None:
+def _table(rows: list[list[str]], out: SupportsWrite[str]) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     numeric = {2, 3, 4, 5, 6, 7}
     for n, row in enumerate(rows):
@@ -431,7 +437,8 @@ def _print_header(result: DemoResult, questions: Sequence[DemoQuestion], say: Ca
     say("")
 
 
-def _print_table(result: DemoResult, questions: Sequence[DemoQuestion], out: Any, say: Callable[..., None]) -> None:
+def _print_table(result: DemoResult, questions: Sequence[DemoQuestion], out: SupportsWrite[str],
+                 say: Callable[..., None]) -> None:
     """The judged table, one row per question, and what its columns mean."""
     rows = [["#", "question", "faithful", "ctx rel", "ans rel", f"recall@{DEFAULT_K}", f"gNDCG@{DEFAULT_K}",
              f"gP@{DEFAULT_K}", "grades", "cited", "cite P"]]

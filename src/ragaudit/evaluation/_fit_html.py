@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError
 from ._svg import CSP, SCORE_LABELS, e, grid, label, line, svg_open
@@ -50,7 +50,7 @@ class FitDimension:
     counts: Mapping[str, int]
 
 
-def _number(value: Any, where: str, low: float, *, none: bool = True) -> float | None:
+def _number(value: object, where: str, low: float, *, none: bool = True) -> float | None:
     if value is None and none:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
@@ -60,13 +60,13 @@ def _number(value: Any, where: str, low: float, *, none: bool = True) -> float |
     return float(value)
 
 
-def _count(value: Any, where: str) -> int:
+def _count(value: object, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigurationError(f"{where} must be a whole number >= 0, got {value!r}")
     return value
 
 
-def _side(value: Any, where: str) -> FitSide:
+def _side(value: object, where: str) -> FitSide:
     if not isinstance(value, Mapping):
         raise ConfigurationError(f"{where} must be an object, got {type(value).__name__}")
     threshold = _number(value.get("threshold"), f"{where}.threshold", 0.0, none=False)

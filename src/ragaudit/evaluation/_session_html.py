@@ -33,7 +33,7 @@ def _e(text: object) -> str:
     return escape(str(text), quote=True)
 
 
-def _num(value: Any) -> str:
+def _num(value: object) -> str:
     return f"{value:.2f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "–"
 
 

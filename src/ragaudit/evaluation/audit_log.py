@@ -16,7 +16,7 @@ from .report import EvaluationReport, RowResult, diagnose
 __all__ = ["read_audit_entries", "report_from_audit_log", "row_from_audit"]
 
 
-def _float_or_none(value: Any) -> float | None:
+def _float_or_none(value: object) -> float | None:
     """A logged score in [0, 1]; None for anything else (never clamped: a 7 is not a 1.0)."""
     if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -95,7 +95,7 @@ def _full_audit_from_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _str_or_none(value: Any) -> str | None:
+def _str_or_none(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
@@ -138,7 +138,7 @@ def _check_line(entry: Mapping[str, Any], where: str) -> None:
         raise wrong("relevant_ids", "an object or a list")
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, (int, float)):

@@ -387,7 +387,7 @@ def calibrate(
 # -- reading the inputs ---------------------------------------------------------------------------
 
 
-def _norm_key(key: Any) -> str:
+def _norm_key(key: object) -> str:
     return str(key).replace("_", "").replace("-", "").replace(" ", "").lower()
 
 
@@ -415,7 +415,7 @@ def _dimension_values(row: Mapping[str, Any]) -> dict[str, Any]:
     return found
 
 
-def _label_value(value: Any, where: str) -> float | None:
+def _label_value(value: object, where: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool):
@@ -437,7 +437,7 @@ def _label_value(value: Any, where: str) -> float | None:
     raise ConfigurationError(f"{where}: label {value!r} is neither a score in [0, 1] nor pass/fail/true/false/1/0")
 
 
-def _score_value(value: Any, where: str) -> float | None:
+def _score_value(value: object, where: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):

@@ -22,6 +22,7 @@ from ..records import SCORE_NAMES
 
 if TYPE_CHECKING:
     from ..judges.fitted import JudgeConfig
+    from ..records import Judgement, RagTurn
 
 __all__ = [
     "DIAGNOSES",
@@ -230,7 +231,7 @@ class RowResult:
 
 
 
-def full_audit_fields(turn: Any, judgement: Any) -> dict[str, Any]:
+def full_audit_fields(turn: RagTurn | None, judgement: Judgement | None) -> dict[str, Any]:
     """The [`RowResult`][ragaudit.evaluation.RowResult] fields of a full audit (sentences, grades, citation checks,
     graded metrics, citation precision/recall) for *turn* and *judgement*; empty when either is None."""
     if turn is None or judgement is None or (not judgement.sentences and not judgement.document_grades):

@@ -132,7 +132,7 @@ def _thresholds(low: float | Mapping[str, float]) -> dict[str, float]:
     return {name: float(value) for name, value in given.items()}
 
 
-def _check_number(name: str, value: Any, low: float, high: float) -> float:
+def _check_number(name: str, value: object, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
         raise ConfigurationError(f"{name} must be a number in [{low:g}, {high:g}], got {value!r}")
     return float(value)
@@ -164,7 +164,7 @@ def _disagreements(row: RowResult, others: Sequence[RowResult], high: float, low
     return said
 
 
-def _reasons(row: RowResult, others: Sequence[RowResult], feedback: Any, has_feedback: bool,
+def _reasons(row: RowResult, others: Sequence[RowResult], feedback: object, has_feedback: bool,
              lows: Mapping[str, float], disagree: float) -> tuple[list[str], list[str]]:
     """(reasons, the words for each) of one turn; empty when nothing flags it."""
     reasons: list[str] = []

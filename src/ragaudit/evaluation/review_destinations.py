@@ -98,7 +98,7 @@ def write_jsonl(items: Iterable[ReviewItem], path: PathLike) -> int:
 
 # -- labels back ---------------------------------------------------------------------------------
 
-def _label(value: Any) -> Any:
+def _label(value: object) -> object:
     """A filled-in label as calibrate reads it (a number, a pass/fail word, a boolean); None when empty."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None

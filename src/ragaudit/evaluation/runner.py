@@ -65,7 +65,7 @@ class DatasetRow:
         return self.relevant is not None and any(label >= 1 for label in self.relevant.values())
 
 
-def _row_from_mapping(raw: Any, index: int, where: str) -> DatasetRow:
+def _row_from_mapping(raw: object, index: int, where: str) -> DatasetRow:
     if not isinstance(raw, Mapping):
         raise ConfigurationError(f"{where}: a row must be a JSON object, got {type(raw).__name__}")
     question = raw.get("question")
@@ -147,7 +147,7 @@ def _llamaindex_engine_type() -> type | None:
     return BaseQueryEngine
 
 
-def _framework_of(pipeline: Any) -> str | None:
+def _framework_of(pipeline: object) -> str | None:
     runnable = _langchain_runnable_type()
     if runnable is not None and isinstance(pipeline, runnable):
         return "langchain"
@@ -157,7 +157,7 @@ def _framework_of(pipeline: Any) -> str | None:
     return None
 
 
-def is_pipeline(obj: Any) -> bool:
+def is_pipeline(obj: object) -> bool:
     """True for a LangChain ``Runnable`` or a LlamaIndex ``BaseQueryEngine``."""
     return _framework_of(obj) is not None
 
@@ -353,7 +353,7 @@ def evaluate_pipeline(
     dataset: str | os.PathLike[str] | Iterable[Mapping[str, Any] | DatasetRow],
     pipeline: Any,
     *,
-    judge: Any = None,
+    judge: RagJudge | None = None,
     metrics: Sequence[str] = DEFAULT_METRICS,
     concurrency: int = 8,
     progress: bool = True,
@@ -412,7 +412,7 @@ def evaluate_pipeline(
 
 
 def _checked(dataset: str | os.PathLike[str] | Iterable[Mapping[str, Any] | DatasetRow], pipeline: Any,
-             judge: Any, metrics: Sequence[str], concurrency: int, threshold: float
+             judge: RagJudge | None, metrics: Sequence[str], concurrency: int, threshold: float
              ) -> tuple[list[DatasetRow], str, tuple[str, ...], RagJudge]:
     """evaluate_pipeline()'s arguments checked: the rows, the framework, the metrics, the judge."""
     rows = load_dataset(dataset)

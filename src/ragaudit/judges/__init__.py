@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from .._exports import lazy_exports
+from .._lazy import lazy_exports
 from .base import BaseRagJudge, FakeJudge, JudgeError, RagJudge
 
 if TYPE_CHECKING:  # for type checkers; `X as X` marks a re-export (tests/test_exports.py checks it matches)
@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # for type checkers; `X as X` marks a re-export (tests/test_e
     from .rubric import RubricJudge as RubricJudge
     from .rules import RuleJudge as RuleJudge
 
-# Each judge is imported on first use (name -> module, see ragaudit._exports).
+# Each judge is imported on first use (name -> module, see ragaudit._lazy).
 _EXPORTS = {
     # the judges
     "ChatRagJudge": ".chat",

@@ -138,7 +138,7 @@ def _calls_per_judgement(judge: RagJudge) -> int:
 
 
 def estimate_request(
-    judge: Any, request: JudgeRequest, *, chars_per_token: float = 4.0, exact: bool = True
+    judge: RagJudge, request: JudgeRequest, *, chars_per_token: float = 4.0, exact: bool = True
 ) -> CostEstimate:
     """What judging one *request* with *judge* would cost (``rows`` is left at 0).
 
@@ -157,7 +157,7 @@ def estimate_request(
                         completion_tokens=one.completion_tokens * calls)
 
 
-def _field(row: Any, *names: str) -> Any:
+def _field(row: object, *names: str) -> object:
     for name in names:
         value = row.get(name) if isinstance(row, Mapping) else getattr(row, name, None)
         if value is not None:
@@ -166,7 +166,7 @@ def _field(row: Any, *names: str) -> Any:
 
 
 def _request_from_row(
-    row: Any, index: int, answer_chars: int, context_chars: int
+    row: object, index: int, answer_chars: int, context_chars: int
 ) -> tuple[JudgeRequest, list[str]]:
     if isinstance(row, JudgeRequest):
         return row, []
@@ -185,7 +185,8 @@ def _request_from_row(
     contexts = _field(row, "contexts")
     documents: tuple[RetrievedDoc, ...] = ()
     if context is None and contexts is not None:
-        if isinstance(contexts, str) or not all(isinstance(c, str) for c in contexts):
+        if (isinstance(contexts, str) or not isinstance(contexts, Iterable)
+                or not all(isinstance(c, str) for c in contexts)):
             raise ConfigurationError(f"{where}: 'contexts' must be a list of strings")
         documents = tuple(RetrievedDoc(id=stable_doc_id(text), content=text, rank=rank)
                           for rank, text in enumerate(contexts, start=1))
@@ -201,8 +202,8 @@ def _request_from_row(
 
 
 def estimate_cost(
-    judge: Any,
-    rows: Iterable[Any],
+    judge: RagJudge,
+    rows: Iterable[object],
     *,
     chars_per_token: float = 4.0,
     answer_chars: int = _DEFAULT_ANSWER_CHARS,

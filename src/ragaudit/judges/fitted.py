@@ -150,7 +150,7 @@ class JudgeConfig:
                 "agreement": _plain(self.agreement), "settings": _plain(self.settings)}
 
     @classmethod
-    def from_dict(cls, data: Any, where: str = "judge config") -> JudgeConfig:
+    def from_dict(cls, data: object, where: str = "judge config") -> JudgeConfig:
         """The configuration saved by `to_dict`; ConfigurationError naming the problem for anything else."""
         if not isinstance(data, Mapping):
             raise ConfigurationError(f"{where}: must be a JSON object, got {type(data).__name__}")

@@ -145,7 +145,7 @@ class Criterion:
 # -- reading JSON replies (shared with the correctness judge) -------------------------------------
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -183,7 +183,7 @@ def _reason(flat: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _number(raw: Any) -> float | None:
+def _number(raw: object) -> float | None:
     """A finite number from a JSON value: a number, ``"2"``, ``"80%"`` (0.8); else None."""
     value: float | None = None
     if isinstance(raw, (int, float)) and not isinstance(raw, bool):
@@ -491,7 +491,7 @@ class RubricJudge(_StructuredChatJudge):
         return f"RubricJudge(name={self.name!r}, model={self.model!r}, criteria=[{names}], mode={self.mode!r})"
 
 
-def _label(raw: Any) -> str | None:
+def _label(raw: object) -> str | None:
     if isinstance(raw, bool):
         return "pass" if raw else "fail"
     if isinstance(raw, str):

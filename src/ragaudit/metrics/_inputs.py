@@ -92,7 +92,7 @@ def duplicate_message(qid: str, docid: str) -> str:
     )
 
 
-def as_label(value: Any, qid: str, docid: str) -> int:
+def as_label(value: object, qid: str, docid: str) -> int:
     if isinstance(value, (int, np.integer, np.bool_)):
         return int(value)
     if isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():

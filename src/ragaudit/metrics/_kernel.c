@@ -228,18 +228,15 @@ PyObject *rank_columns(PyObject *self, PyObject *args) {
         k.scores = (const char *)views[2].buf;
     }
     Py_ssize_t n_first = queries, n_count = queries;
-    if (items(objs[3], &views[3], 8, &n_first, "first") < 0)
-        goto done;
-    held[3] = 1;
-    if (items(objs[4], &views[4], 8, &n_count, "count") < 0)
-        goto done;
-    held[4] = 1;
-    if (items(objs[5], &views[5], 8, &n_order, "order") < 0)
-        goto done;
-    held[5] = 1;
-    if (items(objs[6], &views[6], 8, &entries, "entry_hash") < 0)
-        goto done;
-    held[6] = 1;
+    /* The labelled docs' columns, 8 bytes an item: first and count one a query, order and
+     * entry_hash any length (read back into n_order and entries). */
+    Py_ssize_t *lengths[4] = {&n_first, &n_count, &n_order, &entries};
+    static const char *const names[4] = {"first", "count", "order", "entry_hash"};
+    for (int c = 0; c < 4; c++) {
+        if (items(objs[3 + c], &views[3 + c], 8, lengths[c], names[c]) < 0)
+            goto done;
+        held[3 + c] = 1;
+    }
     k.offsets = (const int64_t *)views[0].buf;
     k.hashes = (const uint64_t *)views[1].buf;
     k.first = (const int64_t *)views[3].buf;

@@ -110,12 +110,15 @@ static inline int ready(PyObject *s) {
 #define NOT_HASHED UINT64_C(0x8000000000000000)
 
 /* The hash of *len* bytes known to be ASCII unless *check* (then checked: any byte over 0x7F,
- * like a NUL or an id over 512 bytes, gives NOT_HASHED). The NUL test runs on the words as they
+ * like a NUL -- unless *nul_ok*, for fixed-width rows whose padding is NULs -- or an id over 512
+ * bytes, gives NOT_HASHED). Every row hash is this one formula; the flags are constants at each
+ * call, so the inlined copy drops the tests it does not need. The NUL test runs on the words as they
  * are hashed (a word has a zero byte exactly when (w - 0x01..01) & ~w & 0x80..80 is not zero),
  * not as a call to memchr per id, which cost as much as the hash. */
 #define ONES UINT64_C(0x0101010101010101)
 #define HIGHS UINT64_C(0x8080808080808080)
-static inline uint64_t hash_bytes(const unsigned char *data, Py_ssize_t len, const uint64_t *weights, int check) {
+static inline uint64_t hash_bytes(const unsigned char *data, Py_ssize_t len, const uint64_t *weights, int check,
+                                  int nul_ok) {
     if ((len + 7) / 8 > MAX_WORDS)
         return NOT_HASHED;
     uint64_t h = 0, high = 0, zero = 0;
@@ -140,7 +143,7 @@ static inline uint64_t hash_bytes(const unsigned char *data, Py_ssize_t len, con
         zero |= (tested - ONES) & ~tested & HIGHS;
         h += w * weights[k];
     }
-    if (zero != 0)
+    if (zero != 0 && !nul_ok)
         return NOT_HASHED; /* a NUL: fixed-width bytes could not keep "a\0" apart from "a" */
     if (check && (high & HIGHS) != 0)
         return NOT_HASHED;
@@ -150,7 +153,7 @@ static inline uint64_t hash_bytes(const unsigned char *data, Py_ssize_t len, con
 static inline uint64_t hash_ascii(PyObject *s, const uint64_t *weights) {
     if (!PyUnicode_CheckExact(s) || !ready(s) || !PyUnicode_IS_ASCII(s))
         return NOT_HASHED;
-    return hash_bytes(PyUnicode_1BYTE_DATA(s), PyUnicode_GET_LENGTH(s), weights, 0);
+    return hash_bytes(PyUnicode_1BYTE_DATA(s), PyUnicode_GET_LENGTH(s), weights, 0, 0);
 }
 
 static int weights_of(PyObject *obj, Py_buffer *view) {
@@ -162,6 +165,47 @@ static int weights_of(PyObject *obj, Py_buffer *view) {
         return -1;
     }
     return 0;
+}
+
+/* The answer of a function that declines with None: *out*; None where it was dropped (a declined
+ * input) with no error set; NULL where an error is set. */
+static inline PyObject *or_none(PyObject *out) {
+    if (out == NULL && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return out;
+}
+
+/* Hash *h* stored at *slot*; 0 when it is NOT_HASHED: *out* dropped (the whole answer declines, see
+ * or_none) and the caller's loop ends. */
+static inline int put_hash(PyObject **out, uint64_t *slot, uint64_t h) {
+    if (h == NOT_HASHED) {
+        Py_CLEAR(*out);
+        return 0;
+    }
+    *slot = h;
+    return 1;
+}
+
+/* The second pass of a gather_*: *out* made, *m* rows of *width* bytes, zeroed; NULL with an error
+ * set when there is no memory. */
+static char *gather_rows(PyObject **out, Py_ssize_t m, Py_ssize_t width) {
+    *out = PyBytes_FromStringAndSize(NULL, m * width);
+    if (*out == NULL)
+        return NULL;
+    char *dst = PyBytes_AS_STRING(*out);
+    memset(dst, 0, (size_t)(m * width));
+    return dst;
+}
+
+/* The answer of a gather_*: (bytes, width); None when *declined*; NULL where an error is set. */
+static PyObject *gathered(PyObject *out, Py_ssize_t width, int declined) {
+    if (declined) {
+        Py_XDECREF(out);
+        Py_RETURN_NONE;
+    }
+    if (out == NULL)
+        return NULL;
+    return Py_BuildValue("(Nn)", out, width);
 }
 
 /* Runs of equal query ids: the first id of each run and where each run ends. */
@@ -310,15 +354,11 @@ static PyObject *hash_strings(PyObject *self, PyObject *args) {
         if (i + AHEAD < objs.n)
             PREFETCH(objs.items[(i + AHEAD) * objs.stride]);
         uint64_t h = hash_ascii(objs.items[i * objs.stride], weights);
-        if (h == NOT_HASHED) {
-            Py_DECREF(out);
-            PyBuffer_Release(&wview);
-            Py_RETURN_NONE;
-        }
-        hashes[i] = h;
+        if (!put_hash(&out, &hashes[i], h))
+            break;
     }
     PyBuffer_Release(&wview);
-    return out;
+    return or_none(out);
 }
 
 /* string_runs(values) -> (heads, lengths) | None
@@ -472,14 +512,9 @@ static PyObject *gather_ascii(PyObject *self, PyObject *args) {
     PyObject *out = NULL;
     /* Two passes over the (few) gathered ids: their widest length, then their bytes. */
     for (int pass = 0; pass < 2; pass++) {
-        char *dst = NULL;
-        if (pass == 1) {
-            out = PyBytes_FromStringAndSize(NULL, m * width);
-            if (out == NULL)
-                break;
-            dst = PyBytes_AS_STRING(out);
-            memset(dst, 0, (size_t)(m * width));
-        }
+        char *dst = pass == 1 ? gather_rows(&out, m, width) : NULL;
+        if (pass == 1 && dst == NULL)
+            break;
         for (Py_ssize_t k = 0; k < m; k++) {
             Py_ssize_t i = index[k];
             if (i < 0 || i >= objs.n) {
@@ -517,13 +552,10 @@ static PyObject *gather_ascii(PyObject *self, PyObject *args) {
         }
     }
     PyBuffer_Release(&view);
-    if (out == NULL)
-        return NULL;
-    return Py_BuildValue("(Nn)", out, width);
+    return gathered(out, width, 0);
 decline:
-    Py_XDECREF(out);
     PyBuffer_Release(&view);
-    Py_RETURN_NONE;
+    return gathered(out, width, 1);
 }
 
 /* A contiguous buffer of n rows of *itemsize* bytes (a numpy array's). */
@@ -543,11 +575,6 @@ static int rows_buffer(PyObject *obj, Py_ssize_t itemsize, Py_buffer *view, Py_s
     return 0;
 }
 
-/* hash_ucs4(array, units, weights) -> bytearray | None
- *
- * A C-contiguous numpy 'U' array of *units* native-order code units a row: the hash of every row's
- * id as hash_strings gives it for the same (ASCII) text -- the units narrowed to bytes on the fly,
- * never into a copy of the column. None when a unit is not ASCII or a row is over 512 units. */
 /* The arguments of hash_ucs4 and hash_rows, (array, row width in units of *unit* bytes, weights),
  * read -- the rows' buffer and their number, the weights' buffer -- and the output made: a
  * bytearray of one uint64 a row. 1: read (the caller releases both buffers); 0: declined (rows
@@ -574,109 +601,97 @@ static int hash_args(PyObject *args, Py_ssize_t unit, Py_ssize_t *width, Py_buff
     return 1;
 }
 
-static PyObject *hash_ucs4(PyObject *self, PyObject *args) {
-    (void)self;
-    Py_ssize_t units, n;
-    Py_buffer view, wview;
-    PyObject *out;
-    int got = hash_args(args, 4, &units, &view, &wview, &n, &out);
-    if (got <= 0)
-        return got < 0 ? NULL : Py_NewRef(Py_None);
-    const uint64_t *weights = (const uint64_t *)wview.buf;
-    uint64_t *hashes = (uint64_t *)PyByteArray_AS_STRING(out);
-    const uint32_t *unit = (const uint32_t *)view.buf;
+/* One row of a numpy 'U' array, *units* native-order code units: its hash, NOT_HASHED when a unit
+ * is not ASCII. Eight units a word: narrowed by SSE2's saturating packs where there is SSE2 (a unit
+ * over 0x7F declines the whole column, so saturation never reaches a used hash), else straight-line
+ * shifts. */
+static inline uint64_t ucs4_row_hash(const unsigned char *row, Py_ssize_t units, const uint64_t *weights) {
+    const uint32_t *unit = (const uint32_t *)row;
     Py_ssize_t full = units / 8;
-    for (Py_ssize_t i = 0; i < n; i++, unit += units) {
-        uint64_t h = 0;
-        uint32_t seen = 0;
-        /* Eight units a word: narrowed by SSE2's saturating packs where there is SSE2 (a unit
-         * over 0x7F declines the whole column, so saturation never reaches a used hash),
-         * else straight-line shifts. */
+    uint64_t h = 0;
+    uint32_t seen = 0;
 #if defined(__SSE2__)
-        __m128i any = _mm_setzero_si128();
-        for (Py_ssize_t k = 0; k < full; k++) {
-            __m128i lo = _mm_loadu_si128((const __m128i *)(unit + 8 * k));
-            __m128i hi = _mm_loadu_si128((const __m128i *)(unit + 8 * k + 4));
-            any = _mm_or_si128(any, _mm_or_si128(lo, hi));
-            __m128i narrow = _mm_packus_epi16(_mm_packs_epi32(lo, hi), _mm_setzero_si128());
-            uint64_t w;
-            _mm_storel_epi64((__m128i *)&w, narrow); /* the low 8 bytes: the 8 units narrowed */
-            h += w * weights[k];
-        }
-        {
-            uint32_t lanes[4];
-            _mm_storeu_si128((__m128i *)lanes, any);
-            seen |= lanes[0] | lanes[1] | lanes[2] | lanes[3];
-        }
-#else
-        for (Py_ssize_t k = 0; k < full; k++) {
-            const uint32_t *u = unit + 8 * k;
-            seen |= u[0] | u[1] | u[2] | u[3] | u[4] | u[5] | u[6] | u[7];
-            uint64_t w = (uint64_t)u[0] | (uint64_t)u[1] << 8 | (uint64_t)u[2] << 16 | (uint64_t)u[3] << 24 |
-                         (uint64_t)u[4] << 32 | (uint64_t)u[5] << 40 | (uint64_t)u[6] << 48 |
-                         (uint64_t)u[7] << 56;
-            h += w * weights[k];
-        }
-#endif
-        if (full * 8 < units) {
-            uint64_t w = 0;
-            for (Py_ssize_t b = full * 8; b < units; b++) {
-                seen |= unit[b];
-                w |= (uint64_t)unit[b] << (8 * (b - full * 8));
-            }
-            h += w * weights[full];
-        }
-        if (seen >= 0x80) {
-            Py_CLEAR(out);
-            break;
-        }
-        hashes[i] = h & UINT64_C(0x7FFFFFFFFFFFFFFF);
+    __m128i any = _mm_setzero_si128();
+    for (Py_ssize_t k = 0; k < full; k++) {
+        __m128i lo = _mm_loadu_si128((const __m128i *)(unit + 8 * k));
+        __m128i hi = _mm_loadu_si128((const __m128i *)(unit + 8 * k + 4));
+        any = _mm_or_si128(any, _mm_or_si128(lo, hi));
+        __m128i narrow = _mm_packus_epi16(_mm_packs_epi32(lo, hi), _mm_setzero_si128());
+        uint64_t w;
+        _mm_storel_epi64((__m128i *)&w, narrow); /* the low 8 bytes: the 8 units narrowed */
+        h += w * weights[k];
     }
-    PyBuffer_Release(&wview);
-    PyBuffer_Release(&view);
-    if (out == NULL && !PyErr_Occurred())
-        Py_RETURN_NONE;
-    return out;
+    {
+        uint32_t lanes[4];
+        _mm_storeu_si128((__m128i *)lanes, any);
+        seen |= lanes[0] | lanes[1] | lanes[2] | lanes[3];
+    }
+#else
+    for (Py_ssize_t k = 0; k < full; k++) {
+        const uint32_t *u = unit + 8 * k;
+        seen |= u[0] | u[1] | u[2] | u[3] | u[4] | u[5] | u[6] | u[7];
+        uint64_t w = (uint64_t)u[0] | (uint64_t)u[1] << 8 | (uint64_t)u[2] << 16 | (uint64_t)u[3] << 24 |
+                     (uint64_t)u[4] << 32 | (uint64_t)u[5] << 40 | (uint64_t)u[6] << 48 | (uint64_t)u[7] << 56;
+        h += w * weights[k];
+    }
+#endif
+    if (full * 8 < units) {
+        uint64_t w = 0;
+        for (Py_ssize_t b = full * 8; b < units; b++) {
+            seen |= unit[b];
+            w |= (uint64_t)unit[b] << (8 * (b - full * 8));
+        }
+        h += w * weights[full];
+    }
+    return seen >= 0x80 ? NOT_HASHED : h & UINT64_C(0x7FFFFFFFFFFFFFFF);
 }
 
-/* hash_rows(array, itemsize, weights) -> bytearray | None
- *
- * A C-contiguous numpy 'S' array of *itemsize* bytes a row: _docids.hash_fixed's hash of every
- * row -- its little-endian 64-bit words, NUL padding included (a zero word adds nothing), times
- * the weights -- any bytes. None for rows over 512 bytes. */
-static PyObject *hash_rows(PyObject *self, PyObject *args) {
-    (void)self;
-    Py_ssize_t itemsize, n;
+/* One row of a numpy 'S' array, *itemsize* bytes (at most 512: hash_args declines wider rows): its
+ * little-endian 64-bit words, NUL padding included (a zero word adds nothing), times the weights --
+ * any bytes. */
+static inline uint64_t bytes_row_hash(const unsigned char *row, Py_ssize_t itemsize, const uint64_t *weights) {
+    return hash_bytes(row, itemsize, weights, 0, 1);
+}
+
+/* hash_ucs4 (*unit* 4) and hash_rows (*unit* 1): every row's hash by its row hash above; None when
+ * one declines or the rows are too wide (hash_args). */
+static PyObject *hash_fixed(PyObject *args, Py_ssize_t unit) {
+    Py_ssize_t width, n;
     Py_buffer view, wview;
     PyObject *out;
-    int got = hash_args(args, 1, &itemsize, &view, &wview, &n, &out);
+    int got = hash_args(args, unit, &width, &view, &wview, &n, &out);
     if (got <= 0)
         return got < 0 ? NULL : Py_NewRef(Py_None);
     const uint64_t *weights = (const uint64_t *)wview.buf;
     uint64_t *hashes = (uint64_t *)PyByteArray_AS_STRING(out);
     const unsigned char *row = (const unsigned char *)view.buf;
-    Py_ssize_t full = itemsize / 8;
-    for (Py_ssize_t i = 0; i < n; i++, row += itemsize) {
-        uint64_t h = 0;
-        for (Py_ssize_t k = 0; k < full; k++) {
-            uint64_t w;
-            memcpy(&w, row + 8 * k, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-            w = __builtin_bswap64(w);
-#endif
-            h += w * weights[k];
-        }
-        if (full * 8 < itemsize) {
-            uint64_t w = 0;
-            for (Py_ssize_t b = full * 8; b < itemsize; b++)
-                w |= (uint64_t)row[b] << (8 * (b - full * 8));
-            h += w * weights[full];
-        }
-        hashes[i] = h & UINT64_C(0x7FFFFFFFFFFFFFFF);
+    for (Py_ssize_t i = 0; i < n; i++, row += width * unit) {
+        uint64_t h = unit == 4 ? ucs4_row_hash(row, width, weights) : bytes_row_hash(row, width, weights);
+        if (!put_hash(&out, &hashes[i], h))
+            break;
     }
     PyBuffer_Release(&wview);
     PyBuffer_Release(&view);
-    return out;
+    return or_none(out);
+}
+
+/* hash_ucs4(array, units, weights) -> bytearray | None
+ *
+ * A C-contiguous numpy 'U' array of *units* native-order code units a row: the hash of every row's
+ * id as hash_strings gives it for the same (ASCII) text -- the units narrowed to bytes on the fly,
+ * never into a copy of the column. None when a unit is not ASCII or a row is over 512 units. */
+static PyObject *hash_ucs4(PyObject *self, PyObject *args) {
+    (void)self;
+    return hash_fixed(args, 4);
+}
+
+/* hash_rows(array, itemsize, weights) -> bytearray | None
+ *
+ * A C-contiguous numpy 'S' array of *itemsize* bytes a row: _docids.hash_fixed's hash of every
+ * row (bytes_row_hash). None for rows over 512 bytes. */
+static PyObject *hash_rows(PyObject *self, PyObject *args) {
+    (void)self;
+    return hash_fixed(args, 1);
 }
 
 /* fixed_runs(array, itemsize) -> bytearray | None
@@ -821,19 +836,14 @@ static PyObject *hash_views(PyObject *self, PyObject *args) {
                     PREFETCH(ahead);
             }
             const unsigned char *data = view_at(&v, i, &len);
-            uint64_t h = data == NULL ? NOT_HASHED : hash_bytes(data, len, weights, 1);
-            if (h == NOT_HASHED) {
-                Py_CLEAR(out);
+            uint64_t h = data == NULL ? NOT_HASHED : hash_bytes(data, len, weights, 1, 0);
+            if (!put_hash(&out, &hashes[i], h))
                 break;
-            }
-            hashes[i] = h;
         }
     }
     PyBuffer_Release(&wview);
     views_free(&v);
-    if (out == NULL && !PyErr_Occurred())
-        Py_RETURN_NONE;
-    return out;
+    return or_none(out);
 }
 
 /* view_runs(views, offset, n, buffers) -> bytearray | None
@@ -910,14 +920,9 @@ static PyObject *gather_views(PyObject *self, PyObject *args) {
     PyObject *out = NULL;
     int declined = 0;
     for (int pass = 0; pass < 2 && !declined; pass++) {
-        char *dst = NULL;
-        if (pass == 1) {
-            out = PyBytes_FromStringAndSize(NULL, m * width);
-            if (out == NULL)
-                break;
-            dst = PyBytes_AS_STRING(out);
-            memset(dst, 0, (size_t)(m * width));
-        }
+        char *dst = pass == 1 ? gather_rows(&out, m, width) : NULL;
+        if (pass == 1 && dst == NULL)
+            break;
         for (Py_ssize_t k = 0; k < m; k++) {
             if (index[k] < 0 || index[k] >= n) {
                 Py_CLEAR(out);
@@ -942,13 +947,7 @@ static PyObject *gather_views(PyObject *self, PyObject *args) {
     }
     PyBuffer_Release(&ix);
     views_free(&v);
-    if (declined) {
-        Py_XDECREF(out);
-        Py_RETURN_NONE;
-    }
-    if (out == NULL)
-        return NULL;
-    return Py_BuildValue("(Nn)", out, width);
+    return gathered(out, width, declined);
 }
 
 /* ---- Grouping spread query ids --------------------------------------------------------------
@@ -1671,20 +1670,15 @@ static PyObject *hash_offsets(PyObject *self, PyObject *args) {
                 int64_t end = wide ? ((const int64_t *)offsets)[j + 1] : ((const int32_t *)offsets)[j + 1];
                 uint64_t h = start < 0 || end < start || end > size
                                  ? NOT_HASHED
-                                 : hash_bytes(base + start, (Py_ssize_t)(end - start), weights, 1);
-                if (h == NOT_HASHED) {
-                    Py_CLEAR(out);
+                                 : hash_bytes(base + start, (Py_ssize_t)(end - start), weights, 1, 0);
+                if (!put_hash(&out, hash++, h))
                     break;
-                }
-                *hash++ = h;
             }
         }
     }
     source_free(&s);
     PyBuffer_Release(&wview);
-    if (out == NULL && !PyErr_Occurred())
-        Py_RETURN_NONE;
-    return out;
+    return or_none(out);
 }
 
 /* The bytes of row *row* of Arrow string chunks (*s*, from offsets_source; *firsts*: each chunk's
@@ -1735,25 +1729,22 @@ static PyObject *gather_offsets(PyObject *self, PyObject *args) {
         firsts[k] = at;
     const Py_ssize_t *index = (const Py_ssize_t *)ix.buf;
     Py_ssize_t m = ix.len / (Py_ssize_t)sizeof(Py_ssize_t), width = 1;
-    PyObject *out = NULL, *result = NULL;
+    PyObject *out = NULL;
+    int declined = 0;
     for (int pass = 0; pass < 2; pass++) {
-        char *dst = NULL;
-        if (pass == 1) {
-            out = PyBytes_FromStringAndSize(NULL, m * width);
-            if (out == NULL)
-                goto done;
-            dst = PyBytes_AS_STRING(out);
-            memset(dst, 0, (size_t)(m * width));
-        }
+        char *dst = pass == 1 ? gather_rows(&out, m, width) : NULL;
+        if (pass == 1 && dst == NULL)
+            goto done;
         for (Py_ssize_t k = 0; k < m; k++) {
             if (index[k] < 0 || index[k] >= s.n) {
+                Py_CLEAR(out);
                 PyErr_SetString(PyExc_IndexError, "row number out of range");
                 goto done;
             }
             Py_ssize_t len;
             const char *data = offsets_at(&s, firsts, index[k], &len);
             if (data == NULL) {
-                result = Py_NewRef(Py_None);
+                declined = 1;
                 goto done;
             }
             if (pass == 0 && len > width)
@@ -1762,13 +1753,11 @@ static PyObject *gather_offsets(PyObject *self, PyObject *args) {
                 memcpy(dst + k * width, data, (size_t)len);
         }
     }
-    result = Py_BuildValue("(On)", out, width);
 done:
-    Py_XDECREF(out);
     PyBuffer_Release(&ix);
     PyMem_Free(firsts);
     source_free(&s);
-    return result;
+    return gathered(out, width, declined);
 }
 
 /* dict_scores(dicts, n) -> bytearray | None

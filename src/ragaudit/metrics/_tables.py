@@ -138,11 +138,11 @@ def same_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-def _is_polars(obj: Any) -> bool:
+def _is_polars(obj: object) -> bool:
     return type(obj).__module__.split(".", 1)[0] == "polars" and hasattr(obj, "to_arrow")
 
 
-def is_table(obj: Any) -> bool:
+def is_table(obj: object) -> bool:
     """A pyarrow Table, a pandas DataFrame or a Polars DataFrame."""
     return hasattr(obj, "column_names") or (hasattr(obj, "columns") and hasattr(obj, "iloc")) or (
         _is_polars(obj) and hasattr(obj, "columns")
@@ -727,7 +727,7 @@ def joined_runs(steps: Iterable[QidRuns]) -> QidRuns | None:
     return QidRuns(np.concatenate(lengths), qids)
 
 
-def qid_text(value: Any) -> str:
+def qid_text(value: object) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, bytes):

@@ -125,7 +125,7 @@ def read_run(path: str | os.PathLike[str]) -> Run:
     return Run(np.array(qids, dtype=str), np.array(docids, dtype=str), scores)
 
 
-def _label(value: Any, where: str) -> int:
+def _label(value: object, where: str) -> int:
     if isinstance(value, bool):
         raise MetricError(f"{where}: relevance must be an integer, got {value!r}")
     if isinstance(value, int):

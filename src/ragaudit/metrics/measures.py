@@ -486,7 +486,7 @@ def _short(x: float) -> str:
     return text if float(text) == x else repr(x)
 
 
-def _check_cutoff(entry: MeasureEntry, cutoff: Any) -> int | float | None:
+def _check_cutoff(entry: MeasureEntry, cutoff: object) -> int | float | None:
     if cutoff is None:
         if entry.cutoff == "required":
             raise MetricError(f"metric {entry.name!r} needs a recall level, e.g. '{entry.name}@0.1'")

@@ -25,7 +25,7 @@ content capture is on; with it off, ``ragaudit.*.chars`` sizes are written inste
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, NamedTuple
+from typing import Final, NamedTuple
 
 __all__ = [
     "ATTR_ANSWER_CHARS",
@@ -581,7 +581,7 @@ _IDENTITY_KEYS: Final = {
 }
 
 
-def judge_identity_attributes(identity: Mapping[str, Any] | None) -> dict[str, str]:
+def judge_identity_attributes(identity: Mapping[str, object] | None) -> dict[str, str]:
     """The span and event attributes of a judge identity (``JudgeIdentity.to_dict()``); {} for None."""
     attrs: dict[str, str] = {}
     for key, attr in _IDENTITY_KEYS.items():
@@ -642,8 +642,8 @@ REFERENCE_SET_METADATA_KEY: Final = "ragaudit.reference_set.id"
 """Turn metadata key (run metadata, instrument tags) that names the reference set a run is judged against."""
 
 
-def evaluator_attributes(judge: str, identity: Mapping[str, Any] | None,
-                         metadata: Mapping[str, Any] | None = None) -> dict[str, str]:
+def evaluator_attributes(judge: str, identity: Mapping[str, object] | None,
+                         metadata: Mapping[str, object] | None = None) -> dict[str, str]:
     """The ``gen_ai.evaluation.evaluator.*`` / ``reference_set.id`` attributes of a judgement by
     *judge* with *identity* (``JudgeIdentity.to_dict()``) of a turn with *metadata*."""
     identity = identity or {}

@@ -59,7 +59,7 @@ def _encode(text: str) -> bytes:
     return text.encode("utf-8", "backslashreplace")
 
 
-def _dumps(value: Any) -> str:
+def _dumps(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
@@ -308,7 +308,7 @@ def _utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _finite(value: Any) -> Any:
+def _finite(value: object) -> object:
     return None if isinstance(value, float) and math.isnan(value) else value
 
 

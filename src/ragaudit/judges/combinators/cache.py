@@ -342,16 +342,12 @@ class CachedJudge(BaseRagJudge):
         """The cached judgement of *request*, or the wrapped judge's (then stored)."""
         started = time.perf_counter()
         key = self.key(request)
-        if self._worker is None:
-            stored = self._get(key)
-        elif (future := self._submit("lookup", lambda: self._get(key))) is None:
-            stored = None
-        else:
+        stored, future = self._lookup(key)
+        if future is not None:
             try:
                 stored = future.result(timeout=self.timeout_s)
             except FutureTimeout:
                 self._timed_out(future, "lookup")
-                stored = None
         hit = self._hit(stored, started)
         if hit is not None:
             return hit
@@ -371,16 +367,12 @@ class CachedJudge(BaseRagJudge):
         for."""
         started = time.perf_counter()
         key = self.key(request)
-        if self._worker is None:
-            stored = self._get(key)
-        elif (future := self._submit("lookup", lambda: self._get(key))) is None:
-            stored = None
-        else:
+        stored, future = self._lookup(key)
+        if future is not None:
             try:
                 stored = await asyncio.wait_for(asyncio.wrap_future(future), self.timeout_s)
             except asyncio.TimeoutError:
                 self._timed_out(future, "lookup")
-                stored = None
         hit = self._hit(stored, started)
         if hit is not None:
             return hit
@@ -391,6 +383,13 @@ class CachedJudge(BaseRagJudge):
             else:
                 self._submit("store", lambda: self._put(key, judgement))  # counted when it ends
         return judgement
+
+    def _lookup(self, key: str) -> tuple[Judgement | None, Future[Judgement | None] | None]:
+        """The lookup of *key* started: (the stored judgement, None) without a worker, else (None, the
+        lookup's future to wait for; None too when the worker refused it: a miss)."""
+        if self._worker is None:
+            return self._get(key), None
+        return None, self._submit("lookup", lambda: self._get(key))
 
     def _get(self, key: str) -> Judgement | None:
         """The stored judgement; None for a miss and for a cache that fails (counted)."""

@@ -43,7 +43,7 @@ def trimmed_mean(values: Sequence[float], trim: float) -> float:
     return float(ordered[cut : len(ordered) - cut].mean())
 
 
-def _check_judge(judge: Any, what: str) -> None:
+def _check_judge(judge: object, what: str) -> None:
     if not isinstance(judge, RagJudge):
         raise ConfigurationError(f"{what} must be a RagJudge (derive it from BaseRagJudge), got {type(judge).__name__}")
 

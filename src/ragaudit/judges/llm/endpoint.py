@@ -48,6 +48,7 @@ from ._http import http_clients
 
 if TYPE_CHECKING:
     import openai
+    from typing_extensions import Unpack
 
     AnyClient = openai.OpenAI | openai.AsyncOpenAI
 
@@ -213,7 +214,7 @@ def validate_settings(
         raise ConfigurationError(f"extra_body must be a mapping or None, got {type(extra_body).__name__}")
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -487,6 +488,17 @@ def _format_kind(params: Mapping[str, Any]) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
+class EndpointSettings(TypedDict):
+    """The arguments of an `Endpoint` after *model* and *name*, as an `EndpointJudge` passes them on."""
+
+    base_url: str | None
+    api_key: str | None
+    client: AnyClient | None
+    timeout_s: float
+    max_retries: int
+    extra_body: Mapping[str, Any] | None
+
+
 class ChatJudgeSettings(TypedDict, total=False):
     """The keyword arguments of [`ChatRagJudge`][ragaudit.ChatRagJudge] after *model*, for judges that pass
     them on unchanged (``**settings: Unpack[ChatJudgeSettings]``); their defaults are ChatRagJudge's."""
@@ -522,29 +534,25 @@ class EndpointJudge:
         self,
         model: str,
         *,
-        base_url: str | None,
-        api_key: str | None,
-        client: AnyClient | None,
-        timeout_s: float,
-        max_retries: int,
         temperature: float,
         max_context_chars: int,
         raise_on_error: bool,
         name: str | None,
-        extra_body: Mapping[str, Any] | None,
+        **endpoint: Unpack[EndpointSettings],
     ) -> None:
         """Check the shared settings (ConfigurationError when one is out of range), keep them and
-        make the `Endpoint`; *name* None means ``"<_name_prefix>:<model>"``."""
+        make the `Endpoint` (*endpoint*: its arguments); *name* None means ``"<_name_prefix>:<model>"``."""
         name = name if name is not None else f"{self._name_prefix}:{model}"
-        validate_settings(model, timeout_s, max_retries, temperature, max_context_chars, name, extra_body)
+        timeout_s = endpoint["timeout_s"]
+        validate_settings(model, timeout_s, endpoint["max_retries"], temperature, max_context_chars, name,
+                          endpoint["extra_body"])
         self.model = model
         self.name = name
         self.timeout_s = float(timeout_s)  # the deadline of each request (see _http)
         self.temperature = float(temperature)
         self.max_context_chars = max_context_chars
         self.raise_on_error = raise_on_error
-        self._endpoint = Endpoint(model, base_url=base_url, api_key=api_key, client=client, timeout_s=timeout_s,
-                                  max_retries=max_retries, extra_body=extra_body, name=name)
+        self._endpoint = Endpoint(model, name=name, **endpoint)
 
     def _config_json(self, judge: str, protocol: str, **settings: Any) -> str:
         """A ``config_key``: *judge*, the model, the endpoint, *settings* and the *protocol* version, as

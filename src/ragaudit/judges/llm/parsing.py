@@ -189,7 +189,7 @@ def _collapse(text: str) -> str:
     return _WS_RE.sub("", text)
 
 
-def _canonical(obj: Any) -> str:
+def _canonical(obj: object) -> str:
     try:
         return json.dumps(obj, sort_keys=True, default=str)
     except (TypeError, ValueError, RecursionError):
@@ -344,7 +344,7 @@ def shown_objects(texts: Iterable[str], is_verdict: Callable[[dict[str, Any]], b
     return {_canonical(obj) for text in texts for obj in _all_objects(text, max_starts) if _safe(is_verdict, obj)}
 
 
-def _nested_objects(value: Any, depth: int) -> Iterable[dict[str, Any]]:
+def _nested_objects(value: object, depth: int) -> Iterable[dict[str, Any]]:
     if depth > 8:
         return
     if isinstance(value, dict):
@@ -443,7 +443,7 @@ def _loads_repaired(candidate: str) -> dict[str, Any] | None:
     return _loads(_PY_LITERAL_RE.sub(lambda m: _JSON_LITERALS[m.group(1)], fixed).replace("'", '"'))
 
 
-def norm_key(key: Any) -> str:
+def norm_key(key: object) -> str:
     """*key* without spaces, underscores and dashes, lower-cased: ``Faithfulness_Score`` -> ``faithfulnessscore``."""
     return re.sub(r"[\s_\-]", "", str(key)).lower()
 
@@ -537,7 +537,7 @@ def parse_judgement(
         return ParsedScores(notes=tuple(notes))
 
 
-def _parse(text: Any, quoted: Quoted, max_chars: int, notes: list[str]) -> ParsedScores:
+def _parse(text: object, quoted: Quoted, max_chars: int, notes: list[str]) -> ParsedScores:
     if not isinstance(text, str):
         notes.append(f"judge output is {type(text).__name__}, not text")
         return ParsedScores(notes=tuple(notes))

@@ -93,7 +93,7 @@ def read_unit_scores(raw: Mapping[str, Any], scale_hint: Any = None, *, notes: l
     return UnitScores(scores, name_of_scale, tuple(rejected))
 
 
-def _read_value(raw: Any, name: str, notes: list[str]) -> _Value | None:
+def _read_value(raw: object, name: str, notes: list[str]) -> _Value | None:
     if isinstance(raw, Mapping):
         inner = next((raw[k] for k in ("score", "value") if k in raw), None)
         if inner is None:
@@ -145,7 +145,7 @@ def _read_string(raw: str) -> _Value | None:
     return None
 
 
-def _explicit_scale(hint: Any) -> tuple[float, float] | None:
+def _explicit_scale(hint: object) -> tuple[float, float] | None:
     lo, hi = math.nan, math.nan
     if isinstance(hint, str):
         match = _SCALE_RE.search(hint)
