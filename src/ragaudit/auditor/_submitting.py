@@ -219,7 +219,7 @@ class _JudgedHere(SubmitStrategy):
                 ledger.pending += 1
                 queued = True
         if not queued:
-            return self._dropped(job, f"queue full, max_queue={self.max_queue}")
+            return self._dropped(job, f"queue full, Limits.max_queue={self.max_queue}")
         return self._hand(job)
 
     def _sampled_out(self, job: Job) -> None:

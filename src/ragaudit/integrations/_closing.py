@@ -95,7 +95,7 @@ class TurnCloser:
         with self._counting:
             self._dropped += 1
         self._log.warning("close_dropped", "ragaudit: a finished turn was dropped before it was recorded "
-                          "(%d turns already waiting to be closed, max_closing=%d)", len(self.worker),
+                          "(%d turns already waiting to be closed, Limits.max_closing=%d)", len(self.worker),
                           self.max_closing)
         return False
 
