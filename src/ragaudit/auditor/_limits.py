@@ -25,16 +25,17 @@ class Limits:
         max_context_chars: the retrieved documents given to the judge, cut to this many characters.
         exit_timeout_s: how long pending judgements are flushed at interpreter exit or SIGTERM.
         max_cpu_share: the share of the process's CPU that ragaudit's own threads (closing turns, spans, the
-            judging loop, export) may take while the process is CPU-saturated (it used at least 0.85 of a core
-            over the last second: a CPython process, with its GIL, is saturated near one core). Past it, finished
-            turns are shed at hand-off, before any closing work -- an adaptive share of them, so that the judged
-            share is what the CPU allows -- each counted ``dropped`` and ``shed_cpu`` in ``stats()``, and said
-            once a minute. The host's capacity is kept by construction; a process that is not saturated (an idle
-            server) sheds nothing for CPU. Default 0.1. ``None`` turns the cap off (every turn is closed and
-            judged, at the host's expense); to judge every answer of a CPU-saturated server, move judging out
-            of the process (``mode="worker"`` and ``ragaudit worker``). Applies to background judging only (not
-            ``mode="inline"`` or ``"worker"``), and only where threads' CPU clocks can be read
-            (``time.pthread_getcpuclockid``: Linux, macOS; off on Windows).
+            judging loop, export) may take while the process is CPU-saturated (it used, or waited in the run
+            queue for, at least 0.85 of a core over the last second: a CPython process, with its GIL, is
+            saturated near one core). Past it, finished turns are shed at hand-off, before any closing work --
+            an adaptive share of them, so that the judged share is what the CPU allows -- each counted
+            ``dropped`` and ``shed_cpu`` in ``stats()``, and said once a minute. The host's capacity is kept by
+            construction; a process that is not saturated (an idle server) sheds nothing for CPU. Default 0.1.
+            ``None`` turns the cap off (every turn is closed and judged, at the host's expense); to judge every
+            answer of a CPU-saturated server, move judging out of the process (``mode="worker"`` and ``ragaudit
+            worker``); see the serving guide. Applies to background judging only (not ``mode="inline"`` or
+            ``"worker"``), and only where threads' CPU clocks can be read (``time.pthread_getcpuclockid``:
+            Linux, macOS; off on Windows).
 
     Validated when made: a bad value is a [`ConfigurationError`][ragaudit.ConfigurationError] naming the field.
     """
