@@ -39,6 +39,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .. import _fork
 from .._sampling import sampled
 from .._worker import own_cpu
 
@@ -110,8 +111,10 @@ class CpuShare:
     not known, counted as 0), and looks back over the last ``WINDOW_S``. The process is saturated when it used or
     waited for at least ``SATURATED`` cores: a CPython process, with its GIL, is saturated near one core, and on a
     machine with more work than cores (two server workers, the load, other processes on two cores) a CPU-bound
-    process gets less than a core, the rest of its demand waiting in the run queue. Saturated and ragaudit's share
-    over *max_share*: ``keep`` (the share of turns kept) is multiplied by ``max_share / share``, spread over a
+    process gets less than a core, the rest of its demand waiting in the run queue. ragaudit's share is its threads'
+    CPU over the process's, the latter counted as at least ``SATURATED`` cores (a process that mostly waits for a
+    core is not held to a share of the little it got). No decision before a whole window was seen. Saturated and
+    ragaudit's share over *max_share*: ``keep`` (the share of turns kept) is multiplied by ``max_share / share``, spread over a
     window (an integral step per check, so that the window's lag does not overshoot); under it, ``keep`` rises
     again the same way (at most doubling per window). Not saturated: ``keep`` is 1 at once. Turns are kept evenly
     (a credit of ``keep`` per turn, a turn kept per whole credit), not in bursts. Where *own_cpu* gives None
@@ -123,7 +126,7 @@ class CpuShare:
     SATURATED = 0.85
     MIN_KEEP = 0.01
 
-    __slots__ = ("_clock", "_credit", "_last", "_next", "_own_cpu", "_process_cpu", "_run_wait", "_samples", "_sums",
+    __slots__ = ("_checking", "_clock", "_credit", "_last", "_next", "_own_cpu", "_process_cpu", "_run_wait", "_samples", "_sums",
                  "cores", "keep", "max_share", "share")
 
     def __init__(self, max_share: float, *, own_cpu: Callable[[], float | None] = own_cpu,
@@ -134,6 +137,7 @@ class CpuShare:
         self._process_cpu = process_cpu
         self._run_wait = run_wait
         self._clock = clock
+        self._checking = _fork.lock()
         # (wall, process CPU, ragaudit's CPU, run-queue wait), the last three as running sums of the readings'
         # increases (a reader that goes back -- a thread that ended, a fork -- adds nothing).
         self._samples: deque[tuple[float, float, float, float]] = deque()
@@ -148,8 +152,11 @@ class CpuShare:
     def admit(self) -> bool:
         """True to keep this turn (cheap: the decision is re-made at most every ``CHECK_S``)."""
         now = self._clock()
-        if now >= self._next:
-            self._check(now)
+        if now >= self._next and self._checking.acquire(blocking=False):  # one check at a time; the others go on
+            try:
+                self._check(now)
+            finally:
+                self._checking.release()
         keep = self.keep
         if keep >= 1.0:
             return True
@@ -184,14 +191,16 @@ class CpuShare:
             samples.popleft()
         start, process_start, own_start, wait_start = samples[0]
         elapsed = now - start
-        if elapsed < self.WINDOW_S / 2:
-            return  # too little seen yet: the last decision holds
+        if elapsed < self.WINDOW_S:
+            return  # less than a window seen yet: the last decision holds (a short burst never sheds)
         used = sums[0] - process_start
         self.cores = (used + sums[2] - wait_start) / elapsed
         if self.cores < self.SATURATED or used <= 0:
             self.keep, self.share = 1.0, None
             return
-        share = self.share = min(1.0, (sums[1] - own_start) / used)
+        # Of the CPU the process used, counted as at least SATURATED cores: a process that mostly waits for a core
+        # (a light app on a busy machine) is not held to a tenth of the little it got.
+        share = self.share = min(1.0, (sums[1] - own_start) / max(used, self.SATURATED * elapsed))
         factor = min(2.0, self.max_share / share) if share > 0 else 2.0
         step = min(1.0, (now - previous) / self.WINDOW_S)
         self.keep = min(1.0, max(self.MIN_KEEP, self.keep * factor ** step))

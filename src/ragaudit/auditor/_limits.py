@@ -34,8 +34,9 @@ class Limits:
             ``None`` turns the cap off (every turn is closed and judged, at the host's expense); to judge every
             answer of a CPU-saturated server, move judging out of the process (``mode="worker"`` and ``ragaudit
             worker``); see the serving guide. Applies to background judging only (not ``mode="inline"`` or
-            ``"worker"``), and only where threads' CPU clocks can be read (``time.pthread_getcpuclockid``:
-            Linux, macOS; off on Windows).
+            ``"worker"``), and only where threads' CPU clocks can be read (Python's
+            ``time.pthread_getcpuclockid``: Linux and Unixes that have it; where it is missing -- Windows -- the
+            cap is off).
 
     Validated when made: a bad value is a [`ConfigurationError`][ragaudit.ConfigurationError] naming the field.
     """
