@@ -113,10 +113,10 @@ class CpuShare:
     machine with more work than cores (two server workers, the load, other processes on two cores) a CPU-bound
     process gets less than a core, the rest of its demand waiting in the run queue. ragaudit's share is its threads'
     CPU over the process's, the latter counted as at least ``SATURATED`` cores (a process that mostly waits for a
-    core is not held to a share of the little it got). No decision before a whole window was seen. Saturated and
-    ragaudit's share over *max_share*: ``keep`` (the share of turns kept) is multiplied by ``max_share / share``, spread over a
-    window (an integral step per check, so that the window's lag does not overshoot); under it, ``keep`` rises
-    again the same way (at most doubling per window). Not saturated: ``keep`` is 1 at once. Turns are kept evenly
+    core is not held to a share of the little it got). No decision before a whole window was seen. Saturated
+    and ragaudit's share over *max_share*: ``keep`` (the share of turns kept) is multiplied by
+    ``max_share / share``, spread over a window (an integral step per check, so that the window's lag does not
+    overshoot); under it, ``keep`` rises again the same way (at most doubling per window). Not saturated: ``keep`` is 1 at once. Turns are kept evenly
     (a credit of ``keep`` per turn, a turn kept per whole credit), not in bursts. Where *own_cpu* gives None
     (threads' CPU clocks cannot be read: Windows) the cap is off. The readers and the clock are injectable so
     that the policy is tested on scripted readings."""
@@ -126,8 +126,8 @@ class CpuShare:
     SATURATED = 0.85
     MIN_KEEP = 0.01
 
-    __slots__ = ("_checking", "_clock", "_credit", "_last", "_next", "_own_cpu", "_process_cpu", "_run_wait", "_samples", "_sums",
-                 "cores", "keep", "max_share", "share")
+    __slots__ = ("_checking", "_clock", "_credit", "_last", "_next", "_own_cpu", "_process_cpu", "_run_wait",
+                 "_samples", "_sums", "cores", "keep", "max_share", "share")
 
     def __init__(self, max_share: float, *, own_cpu: Callable[[], float | None] = own_cpu,
                  process_cpu: Callable[[], float] = time.process_time,
