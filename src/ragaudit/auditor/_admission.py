@@ -116,10 +116,10 @@ class CpuShare:
     core is not held to a share of the little it got). No decision before a whole window was seen. Saturated
     and ragaudit's share over *max_share*: ``keep`` (the share of turns kept) is multiplied by
     ``max_share / share``, spread over a window (an integral step per check, so that the window's lag does not
-    overshoot); under it, ``keep`` rises again the same way (at most doubling per window). Not saturated: ``keep`` is 1 at once. Turns are kept evenly
-    (a credit of ``keep`` per turn, a turn kept per whole credit), not in bursts. Where *own_cpu* gives None
-    (threads' CPU clocks cannot be read: Windows) the cap is off. The readers and the clock are injectable so
-    that the policy is tested on scripted readings."""
+    overshoot); under it, ``keep`` rises again the same way (at most doubling per window). Not saturated: ``keep``
+    is 1 at once. Turns are kept evenly (a credit of ``keep`` per turn, a turn kept per whole credit), not in
+    bursts. Where *own_cpu* gives None (threads' CPU clocks cannot be read: Windows) the cap is off. The readers
+    and the clock are injectable so that the policy is tested on scripted readings."""
 
     CHECK_S = 0.1
     WINDOW_S = 1.0
