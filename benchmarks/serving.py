@@ -22,7 +22,8 @@ Per arm: requests/s and latency p50/p99 (over the measured window, after a warm-
 of the window and at its end, CPU per request (the workers' user+system time over the window / requests), the
 event loop's lag p99 (each worker wakes every 10 ms and notes how late), exit time (SIGTERM to the master's
 exit), and for ragaudit, audited vs served: every answer served must end as an audit-log line or a counted
-reason (``sampled_out``, ``dropped``, ``close_dropped``), else it is reported as lost.
+reason (``sampled_out``, ``dropped``, ``close_dropped``), else it is reported as lost; the shed turns by reason
+(``shed_cpu``: ``Limits.max_cpu_share``; ``shed_backlog``), and so the judged share, are in the summary.
 """
 
 from __future__ import annotations
@@ -383,7 +384,17 @@ def _audited(files: list[dict[str, Any]], audit_log: Path, served: int) -> dict[
     lines = sum(1 for _ in audit_log.open()) if audit_log.exists() else 0
     counted = {
         key: sum(f.get("auditor", {}).get(key, 0) for f in files)
-        for key in ("sampled_out", "dropped", "close_dropped", "judged", "failed", "pending", "submitted")
+        for key in (
+            "sampled_out",
+            "dropped",
+            "shed_cpu",
+            "shed_backlog",
+            "close_dropped",
+            "judged",
+            "failed",
+            "pending",
+            "submitted",
+        )
     }
     accounted = lines + counted["sampled_out"] + counted["dropped"] + counted["close_dropped"]
     return {
@@ -426,6 +437,11 @@ def _summary(runs: list[dict[str, Any]], arms: list[str]) -> list[dict[str, Any]
                     "rss_mb": [w for r in mine for w in r["rss_mb"]],
                     "exit_s": max(r["exit_s"] for r in mine),
                     "lost": sum(r.get("audit", {}).get("lost", 0) for r in mine),
+                    "served": sum(r["served"] for r in mine),
+                    **{
+                        key: sum(r.get("audit", {}).get(key, 0) for r in mine)
+                        for key in ("lines", "shed_cpu", "shed_backlog")
+                    },
                 }
             )
     return rows
@@ -443,6 +459,11 @@ def _print(rows: list[dict[str, Any]]) -> None:
             f"{r['p99_ms']:7.1f} {r['p99_ratio'] or 0:5.2f} {r['cpu_ms_per_request']:8.2f} "
             f"{r['loop_lag_p99_ms']:8.1f} {r['exit_s']:6.1f}  {rss}"
         )
+        if r["arm"] == "ragaudit":
+            print(
+                f"{'':<12} audited: {r['lines']} lines of {r['served']} served; shed for CPU {r['shed_cpu']}, "
+                f"for the backlog {r['shed_backlog']}; lost {r['lost']}"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

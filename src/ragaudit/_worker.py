@@ -44,7 +44,7 @@ from ._fork import on_fork_in_child
 from .content import log_exception
 
 __all__ = ["BatchWorker", "HostFirst", "call_on", "call_with_deadline", "exit_deadline", "on_fork_in_child",
-           "run_coroutine", "run_jobs"]
+           "own_cpu", "run_coroutine", "run_jobs"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -533,6 +533,8 @@ class HostFirst:
 
 # thread ident -> CPU clock id of every thread of ragaudit's (the BatchWorkers' and the paced exporters').
 _own_clocks: dict[int, int] = {}
+_own_last: dict[int, float] = {}  # thread ident -> its CPU clock when own_cpu() last read it
+_ended_cpu = [0.0]  # the CPU of ragaudit's threads that ended, as last read (own_cpu)
 
 
 def _register_own_thread() -> None:
@@ -542,6 +544,28 @@ def _register_own_thread() -> None:
             _own_clocks[threading.get_ident()] = getclock(threading.get_ident())
         except (OSError, OverflowError):
             pass
+
+
+def own_cpu() -> float | None:
+    """CPU seconds spent so far by ragaudit's own threads (every BatchWorker's and paced thread's: each registers
+    its CPU clock when it starts), or None where threads' CPU clocks cannot be read (``time.pthread_getcpuclockid``
+    is missing: Windows). A thread that ended counts with its last reading. A few ``clock_gettime`` calls: read it
+    at intervals, never per turn."""
+    if getattr(time, "pthread_getcpuclockid", None) is None:
+        return None
+    total = _ended_cpu[0]
+    for ident, clock in list(_own_clocks.items()):
+        try:
+            spent = time.clock_gettime(clock)
+        except OSError:  # the thread ended: keep what it was last seen to have spent
+            if _own_clocks.pop(ident, None) is not None:
+                ended = _own_last.pop(ident, 0.0)
+                _ended_cpu[0] += ended
+                total += ended
+            continue
+        _own_last[ident] = spent
+        total += spent
+    return total
 
 
 def _host_cpu() -> float | None:
@@ -565,6 +589,8 @@ def _restart_workers_in_child() -> None:
     # The child has one thread (this one): the parent's worker threads and loops are gone. Each
     # worker starts over empty; its threads start again with its next item.
     _own_clocks.clear()  # the parent's threads are gone
+    _own_last.clear()
+    _ended_cpu[0] = 0.0
     for worker in list(_registry):
         closed = worker._closed
         worker._reset()

@@ -59,7 +59,10 @@ def test_sample_rate_zero_assembles_nothing_and_drops_nothing_at_the_closer(tmp_
 
 def test_sampled_in_turns_are_closed_and_judged_as_before(tmp_path: Path) -> None:
     log = tmp_path / "audit.jsonl"
-    auditor = Auditor(FakeJudge(instant), sample_rate=0.5, audit_log=log, handle_signals=False)
+    # Every sampled-in turn judged: the CPU share cap off (a tight loop saturates the process; tested apart in
+    # test_cpu_share.py).
+    auditor = Auditor(FakeJudge(instant), sample_rate=0.5, limits=Limits(max_cpu_share=None), audit_log=log,
+                      handle_signals=False)
     handler = RagAuditCallbackHandler(auditor=auditor)
     chain = rag_chain(memory_store().as_retriever(search_kwargs={"k": 2}))
     try:
@@ -102,9 +105,10 @@ def test_sustained_overload_sheds_with_a_count_and_exits_with_everything_kept_re
         return {"faithfulness": 1.0, "context_relevance": 1.0, "answer_relevance": 1.0}
 
     log = tmp_path / "audit.jsonl"
-    auditor = Auditor(FakeJudge(slow), limits=Limits(max_concurrency=CONCURRENCY, exit_timeout_s=EXIT_TIMEOUT_S),
-                      audit_log=log,
-                      handle_signals=False)
+    # The backlog's bound on its own: the CPU share cap off (tested apart in test_cpu_share.py).
+    auditor = Auditor(FakeJudge(slow), limits=Limits(max_concurrency=CONCURRENCY, exit_timeout_s=EXIT_TIMEOUT_S,
+                                                     max_cpu_share=None),
+                      audit_log=log, handle_signals=False)
     handler = RagAuditCallbackHandler(auditor=auditor)
     chain = rag_chain(memory_store().as_retriever(search_kwargs={"k": 2}))
     backlog: list[int] = []

@@ -28,7 +28,7 @@ from ..errors import ConfigurationError
 from ..judges.base import RagJudge
 from ..records import Judgement, RagTurn
 from ..turn_audit import COMPUTE, audit_record
-from ._admission import Admission
+from ._admission import Admission, CpuShare
 from ._draining import Drain, Upstream
 from ._exporting import ExportStage, OnJudgementExporter
 from ._first_run import say_where_things_are
@@ -136,7 +136,8 @@ class Auditor:
     ``stats()["close_dropped"]``), a bound separate from ``max_queue`` so that a small judging queue
     never costs traces. Before that, at hand-off, [`admit_turn`][ragaudit.Auditor.admit_turn] decides sampling and
     sheds turns past the backlog's bound (``stats()["backlog_bound"]``: ``max_queue``, or what the judge finishes
-    within half of ``limits.exit_timeout_s`` at its measured pace), each for the price of a counter.
+    within half of ``limits.exit_timeout_s`` at its measured pace) or past ``limits.max_cpu_share`` of a CPU-saturated
+    process's CPU, each for the price of a counter.
 
     Each finished turn becomes one [`AuditRecord`][ragaudit.AuditRecord] (made once on the judging
     thread: the judgement and every derived value), and every exporter gets the same record, in
@@ -229,6 +230,7 @@ class Auditor:
         self.timeout_s = float(limits.timeout_s)
         self.max_context_chars = limits.max_context_chars
         self.exit_timeout_s = float(limits.exit_timeout_s)
+        self.max_cpu_share = limits.max_cpu_share
         # The one policy for every text this auditor and its exporters record; one given binds every
         # turn submitted here, the default (the environment's capture setting, no hook) leaves handlers in charge.
         self._content_policy = content if content is not None else ContentPolicy()
@@ -421,13 +423,16 @@ class Auditor:
         dropped because *max_closing* were waiting already; neither is part of the sum above (a turn dropped
         there never reached this Auditor). ``backlog_bound``: how
         many turns may wait to be closed or judged before a new one is shed at hand-off (``dropped``).
+        ``shed_backlog`` and ``shed_cpu``: the turns shed at hand-off, by reason (each also counted in ``dropped``,
+        not added to the sum again): past the backlog's bound, and while the process is CPU-saturated and
+        ragaudit's threads are over ``limits.max_cpu_share`` of its CPU ([`Limits`][ragaudit.Limits]).
         """
         export_errors = self._export.errors
         upstream = self._drain.upstream_stats()
         stats = self._ledger.snapshot()
         stats["closing"] = upstream.get("closing", 0)
         stats["close_dropped"] = upstream.get("close_dropped", 0)
-        stats["backlog_bound"] = self._admission.backlog_bound()
+        stats.update(self._admission.stats())
         stats["export_errors"] = export_errors
         stats.update(self._cost.stats(), **(self._sessions.stats() if self._sessions is not None else {}))
         return stats
@@ -547,7 +552,8 @@ def _assemble(auditor: Auditor, exporters: list[Exporter], strategy: type[Submit
     admission = Admission(ledger, drain.closing, sample_rate=auditor.sample_rate, sample_early=early,
                           shed=strategy.sheds_at_hand_off, max_queue=auditor.max_queue,
                           max_concurrency=auditor.max_concurrency, exit_timeout_s=auditor.exit_timeout_s,
-                          log=auditor._log)
+                          log=auditor._log,
+                          cpu=None if auditor.max_cpu_share is None else CpuShare(auditor.max_cpu_share))
     return _Parts(judging, blocking, export, submitter, drain, admission, failures)
 
 

@@ -24,6 +24,19 @@ class Limits:
         timeout_s: the longest one judgement may take.
         max_context_chars: the retrieved documents given to the judge, cut to this many characters.
         exit_timeout_s: how long pending judgements are flushed at interpreter exit or SIGTERM.
+        max_cpu_share: the share of the process's CPU that ragaudit's own threads (closing turns, spans, the
+            judging loop, export) may take while the process is CPU-saturated (it used, or waited in the run
+            queue for, at least 0.85 of a core over the last second: a CPython process, with its GIL, is
+            saturated near one core). Past it, finished turns are shed at hand-off, before any closing work --
+            an adaptive share of them, so that the judged share is what the CPU allows -- each counted
+            ``dropped`` and ``shed_cpu`` in ``stats()``, and said once a minute. The host's capacity is kept by
+            construction; a process that is not saturated (an idle server) sheds nothing for CPU. Default 0.1.
+            ``None`` turns the cap off (every turn is closed and judged, at the host's expense); to judge every
+            answer of a CPU-saturated server, move judging out of the process (``mode="worker"`` and ``ragaudit
+            worker``); see the serving guide. Applies to background judging only (not ``mode="inline"`` or
+            ``"worker"``), and only where threads' CPU clocks can be read (Python's
+            ``time.pthread_getcpuclockid``: Linux and Unixes that have it; where it is missing -- Windows -- the
+            cap is off).
 
     Validated when made: a bad value is a [`ConfigurationError`][ragaudit.ConfigurationError] naming the field.
     """
@@ -34,6 +47,7 @@ class Limits:
     timeout_s: float = 60.0
     max_context_chars: int = 24_000
     exit_timeout_s: float = 30.0
+    max_cpu_share: float | None = 0.1
 
     def __post_init__(self) -> None:
         for name in ("max_queue", "max_concurrency", "max_closing", "max_context_chars"):
@@ -42,3 +56,5 @@ class Limits:
                 raise ConfigurationError(f"Limits.{name} must be an int >= 1, got {value!r}")
         check_number("Limits.timeout_s", self.timeout_s, 0, low_open=True)
         check_number("Limits.exit_timeout_s", self.exit_timeout_s, 0)
+        if self.max_cpu_share is not None:
+            check_number("Limits.max_cpu_share", self.max_cpu_share, 0, 1, low_open=True)
