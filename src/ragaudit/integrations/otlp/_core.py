@@ -201,7 +201,9 @@ class Worker(TurnSource):
         assert self._outputs is not None
         sessions = Sessions(clock=self._clock) if sessions is True else sessions
         logs = EvaluationLogExporter(self._outputs.logger_provider)
-        limits = Limits(max_queue=self.max_queue, timeout_s=timeout_s, exit_timeout_s=self.shutdown_timeout_s)
+        # The worker's process is there to judge: no share of its CPU is kept for a host (max_cpu_share=None).
+        limits = Limits(max_queue=self.max_queue, timeout_s=timeout_s, exit_timeout_s=self.shutdown_timeout_s,
+                        max_cpu_share=None)
         return Auditor(judge, tracer_provider=self._outputs.tracer_provider, exporters=[logs, *exporters],
                        meter_provider=self._outputs.meter_provider, audit_log=audit_log, sample_rate=sample_rate,
                        limits=limits, cost=cost, sessions=sessions, on_judgement=self._judged, judge_trace="turn")
