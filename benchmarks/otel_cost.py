@@ -2,6 +2,7 @@
 
     python benchmarks/otel_cost.py                                  # this checkout, 5 rounds
     python benchmarks/otel_cost.py --before /path/to/other/checkout # and that one's, alternated
+    python benchmarks/otel_cost.py --profile                        # where the span writing's time goes
 
 One answer of ``overhead.py``'s LCEL chain in its default configuration: the chain runs a few times
 through ``RagAuditCallbackHandler`` (instant ``FakeJudge``), and an exporter of the Auditor keeps the
@@ -162,6 +163,13 @@ def child(policy_name: str) -> dict[str, Any]:
     def judge_span() -> None:
         judge_spans.export([record])
 
+    if os.environ.get("OTEL_COST_PROFILE"):  # cProfile of 1,000 answers' spans, by own time (stderr)
+        import cProfile
+        import pstats
+
+        profile = cProfile.Profile()
+        profile.runcall(lambda: [(turn_spans(), judge_span()) for _ in range(1000)])
+        pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(30)
     queue.spans.clear()
     turn_spans()
     judge_span()
@@ -216,11 +224,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", metavar="ROOT", help="also run ROOT's src/ragaudit, alternated")
     parser.add_argument("--policies", nargs="*", choices=POLICIES, default=list(POLICIES))
     parser.add_argument("--out", help="result file (default benchmarks/results/otel_cost.json)")
+    parser.add_argument("--profile", action="store_true", help="print a cProfile of this checkout's span writing")
     parser.add_argument("--child", choices=POLICIES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(args.child)))
         return 0
+    if args.profile:
+        env = {
+            **os.environ,
+            "OTEL_COST_SRC": str((Path(args.before) if args.before else ROOT) / "src"),
+            "OTEL_COST_PROFILE": "1",
+        }
+        done = subprocess.run(
+            [sys.executable, __file__, "--child", args.policies[0]],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=600,
+        )
+        print(done.stderr)
+        return done.returncode
     info = machine_info()
     print_machine(info)
     load_before = Path("/proc/loadavg").read_text().split()[:3]
