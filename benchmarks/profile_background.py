@@ -16,8 +16,10 @@ Each judge runs in a fresh process, twice:
   the bare chain's (LangChain runs a ``RunnableParallel`` branch on its executor thread).
 * *profiled*: cProfile in every thread started after the start (``threading.setprofile``), the
   calling thread left out; each function's own time goes to one area of the background path (a
-  built-in's to the area of the function that called it most). Absolute times are inflated by the
-  profiler; the shares are what matter, and the *measured* figure is the headline.
+  built-in's, or a standard-library helper's such as JSON encoding, to the area of the function that
+  called it most). Absolute times are inflated by the profiler; the shares are what matter, and the
+  *measured* figure is the headline. ``--stats-dir DIR`` also writes each judge's merged profile
+  (pstats), every function in it.
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (FRAMEWORK, ("langchain", "pydantic")),
     ("closing the turn (handler, assembler, citations)", ("ragaudit/integrations", "ragaudit/citations")),
     ("ragaudit span recording", ("ragaudit/tracing/spans", "ragaudit/tracing/_audit_spans",
-                                 "ragaudit/tracing/conventions")),
+                                 "ragaudit/tracing/conventions", "ragaudit/tracing/_span_base",
+                                 "ragaudit/tracing/_judge_spans", "ragaudit/tracing/_session_spans",
+                                 "ragaudit/tracing/evaluation_logs", "ragaudit/tracing/score_metrics")),
     ("OTLP encoding and export", ("opentelemetry/exporter", "google/protobuf", "opentelemetry/proto",
                                   "requests/", "urllib3/", "http/client")),
     ("OTel SDK (spans, processor)", ("opentelemetry/",)),
@@ -62,6 +66,13 @@ AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+# Helpers whose own time is their caller's work: built-ins ("~") and the standard library's small helpers
+# (JSON encoding, uuid, dataclasses.replace, ABC checks). Their time goes to the area of their heaviest
+# caller, followed up to a few levels (json.dumps -> encode -> iterencode), so that a JSON text a span
+# writes counts as span recording and one the audit log writes as the audit log line.
+HELPERS = ("~", "/json/", "/uuid.py", "/dataclasses.py", "/copy.py", "<frozen abc>", "<frozen _collections_abc>",
+           "/abc.py", "/typing.py", "/enum.py", "/functools.py")
+
 # Built-ins that block (their "own time" is waiting): left out of the breakdown.
 BLOCKING = ("acquire", "poll", "select", "recv_into", "recv", "sleep", "wait", "accept", "sendall", "send")
 
@@ -73,17 +84,24 @@ def area_of(filename: str) -> str:
     return "other"
 
 
+def _is_helper(filename: str) -> bool:
+    return filename == "~" or any(needle in filename for needle in HELPERS[1:])
+
+
 def breakdown(stats: pstats.Stats) -> dict[str, float]:
-    """Own time (s) per area; a built-in's own time goes to the area of its heaviest caller."""
+    """Own time (s) per area; a helper's (`HELPERS`) own time goes to the area of its heaviest caller."""
     raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
     areas: dict[str, float] = {}
     for func, (_cc, _nc, tottime, _ct, callers) in raw.items():
         filename = func[0]
         if filename == "~" and any(f"'{name}'" in func[2] for name in BLOCKING):
             continue  # a wait, not work (the per-thread CPU clock is not trusted across it)
-        if filename == "~" and callers:
+        for _ in range(6):  # up the heaviest callers, past the helpers
+            if not _is_helper(filename) or not callers:
+                break
             heaviest = max(callers.items(), key=lambda item: item[1][2] if isinstance(item[1], tuple) else 0)[0]
             filename = heaviest[0]
+            callers = raw.get(heaviest, (0, 0, 0, 0, {}))[4]
         area = area_of(filename)
         areas[area] = areas.get(area, 0.0) + tottime
     return areas
@@ -141,7 +159,8 @@ def _top_ragaudit(stats: pstats.Stats, turns: int, count: int = 80) -> list[dict
     return rows[:count]
 
 
-def child(judge_kind: str, turns: int, sink: str, llm_url: str | None, profile: bool) -> dict[str, Any]:
+def child(judge_kind: str, turns: int, sink: str, llm_url: str | None, profile: bool,
+          stats_out: str | None = None) -> dict[str, Any]:
     profiles: list[cProfile.Profile] = []
     lock = threading.Lock()
 
@@ -182,6 +201,8 @@ def child(judge_kind: str, turns: int, sink: str, llm_url: str | None, profile: 
                 stats = pstats.Stats(prof)
             else:
                 stats.add(prof)
+        if stats is not None and stats_out:
+            stats.dump_stats(stats_out)  # for pstats / snakeviz: every function, not only ragaudit's
         areas = breakdown(stats) if stats is not None else {}
         areas.pop(FRAMEWORK, None)  # the bare chain's own work, not the background path's
         return {"judge": judge_kind, "turns": turns, "profiled_s_per_area": areas, "threads": len(profiles),
@@ -229,8 +250,11 @@ def json_encoders(records: list[dict[str, Any]], rounds: int = 7) -> dict[str, A
 # --- the parent ---------------------------------------------------------------------------------------
 
 
-def _spawn(judge: str, turns: int, sink: str, llm_url: str | None, profile: bool) -> dict[str, Any]:
+def _spawn(judge: str, turns: int, sink: str, llm_url: str | None, profile: bool,
+           stats_dir: str | None = None) -> dict[str, Any]:
     args = [sys.executable, __file__, "--child", judge, "--turns", str(turns), "--sink", sink]
+    if profile and stats_dir:
+        args += ["--stats-out", str(Path(stats_dir) / f"profile_background.{judge}.pstats")]
     if llm_url:
         args += ["--llm-url", llm_url]
     if profile:
@@ -277,13 +301,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--judges", nargs="*", choices=JUDGES, default=list(JUDGES))
     parser.add_argument("--quick", action="store_true", help="smoke run: 40 turns")
     parser.add_argument("--out", help="result file (default benchmarks/results/profile_background[.quick].json)")
+    parser.add_argument("--stats-dir", help="also write each judge's merged cProfile stats (pstats) here")
     parser.add_argument("--child", choices=JUDGES, help=argparse.SUPPRESS)
+    parser.add_argument("--stats-out", help=argparse.SUPPRESS)
     parser.add_argument("--sink", help=argparse.SUPPRESS)
     parser.add_argument("--llm-url", help=argparse.SUPPRESS)
     parser.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child, args.turns, args.sink, args.llm_url, args.profile)))
+        print(json.dumps(child(args.child, args.turns, args.sink, args.llm_url, args.profile, args.stats_out)))
         return 0
     turns = 40 if args.quick else args.turns
     info = machine_info()
@@ -299,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
             for judge in args.judges:
                 url = server.base_url if server is not None and judge == "chat" else None
                 results[judge] = {"measured": _spawn(judge, turns, sink.url, url, profile=False),
-                                  "profile": _spawn(judge, turns, sink.url, url, profile=True)}
+                                  "profile": _spawn(judge, turns, sink.url, url, profile=True,
+                                                    stats_dir=args.stats_dir)}
                 print(f"  {judge}: {results[judge]['measured']['background_cpu_us']:,.0f} us background CPU "
                       "per turn", flush=True)
     finally:

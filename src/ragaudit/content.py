@@ -116,6 +116,9 @@ class _Secrets:
         self._env_key: tuple[int, int] = (-1, -1)
         self._env_checked = float("-inf")
         self._ordered: tuple[str, ...] = ()
+        # Bumped whenever the set of secrets changes: a TextMemo made before holds texts scrubbed of
+        # the old set, and drops them.
+        self.version = 0
 
     def add(self, value: object, min_len: int = _MIN_SECRET) -> None:
         if not isinstance(value, str):
@@ -132,6 +135,7 @@ class _Secrets:
     def _rebuild(self) -> None:
         # Longest first, so a secret that contains another is replaced whole.
         self._ordered = tuple(sorted(self._given | self._env, key=len, reverse=True))
+        self.version += 1
 
     def refresh_env(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -513,7 +517,7 @@ class ContentPolicy:
         capture off."""
         if value is None or not self.capture_content:
             return None
-        return {self.text(_safe_str(k)): self._deep(v) for k, v in _items(value)}
+        return _deep_mapping(value, self.text, None)
 
     def details(self, value: Mapping[str, Any] | None, limit: int | None = None) -> dict[str, Any]:
         """A judge's extra details: with capture on, every string in them (keys too) through
@@ -522,35 +526,88 @@ class ContentPolicy:
         if not value:
             return {}
         if self.capture_content:
-            return {self.text(_safe_str(k)): self._deep(v, limit) for k, v in _items(value)}
+            return _deep_mapping(value, self.text, limit)
         return {
             _safe_str(k): v
             for k, v in _items(value)
             if v is None or isinstance(v, (bool, int)) or (isinstance(v, float) and v == v)
         }
 
-    def _deep(self, value: Any, limit: int | None = None) -> Any:
-        if isinstance(value, str):
-            return self.text(value, limit)
-        if isinstance(value, Mapping):
-            return {self.text(_safe_str(k)): self._deep(v, limit) for k, v in _items(value)}
-        if isinstance(value, (list, tuple, set, frozenset)):
-            return [self._deep(v, limit) for v in value]
-        if value is None or isinstance(value, (bool, int, float)):
-            return value
-        return self.text(_safe_str(value), limit)  # any other object would be written as its str()
-
     def json(self, value: Any, limit: int | None = None) -> str:
         """*value* (already through this policy) as compact JSON for a span attribute: scrubbed once
         more, cut to *limit*, lone surrogates replaced ([`otlp_safe`][ragaudit.content.otlp_safe])."""
         try:
-            text = json.dumps(value, ensure_ascii=False, default=_safe_str, separators=(",", ":"))
+            text = _COMPACT_JSON.encode(value)
         except (TypeError, ValueError):
             text = _safe_str(value)
         text = _SECRETS.scrub(text)
         if limit is not None and len(text) > limit:
             text = truncate(text, limit)
         return otlp_safe(text)
+
+
+
+class TextMemo:
+    """The texts of one scope (the spans of one turn) through *policy*, each distinct text scrubbed and
+    redacted once (the span writers'; not public API): a turn's question is recorded on its turn and
+    retrieval spans, a document's source as its id and in its metadata, the answer as the turn's and
+    the model's output.
+
+    ``text`` and ``metadata`` give what the policy's methods of those names give. It holds the texts of
+    its scope only, as long as the scope keeps it (never process-wide). When the process's secrets
+    change (a secret registered, or one found in the environment when it is next re-read, at most once
+    a second as for every scrub) it drops every text it holds, and scrubs them again when asked. The
+    user's ``redact`` hook runs once per distinct text of the scope. Not shared across threads.
+    """
+
+    __slots__ = ("_done", "_policy", "_version", "capture_content")
+
+    def __init__(self, policy: ContentPolicy) -> None:
+        self._policy = policy
+        self.capture_content = policy.capture_content
+        self._done: dict[str, str] = {}
+        self._version = _SECRETS.version
+
+    def text(self, value: str, limit: int | None = None) -> str:
+        """[`ContentPolicy.text`][ragaudit.content.ContentPolicy.text], once per distinct *value*."""
+        if type(value) is not str:
+            return self._policy.text(value, limit)
+        version = _SECRETS.version  # read before scrubbing: a secret added meanwhile drops this text too
+        if version != self._version:
+            self._done.clear()
+            self._version = version
+        done = self._done.get(value)
+        if done is None:
+            # Scrubbed and redacted whole (the scrub re-reads the environment at most once a second, as
+            # every scrub does); cutting after is what text(value, limit) does.
+            done = self._done[value] = self._policy.text(value)
+        if limit is not None and len(done) > limit:
+            return truncate(done, max(0, limit))
+        return done
+
+    def metadata(self, value: Mapping[Any, Any] | None) -> dict[str, Any] | None:
+        """[`ContentPolicy.metadata`][ragaudit.content.ContentPolicy.metadata], each text once."""
+        if value is None or not self.capture_content:
+            return None
+        return _deep_mapping(value, self.text, None)
+
+
+def _deep_mapping(value: Mapping[Any, Any], text: Callable[[str, int | None], str],
+                  limit: int | None) -> dict[str, Any]:
+    """*value* with every key and every string in it (nested too) through *text*."""
+    return {text(_safe_str(k), None): _deep(v, text, limit) for k, v in _items(value)}
+
+
+def _deep(value: Any, text: Callable[[str, int | None], str], limit: int | None) -> Any:
+    if isinstance(value, str):
+        return text(value, limit)
+    if isinstance(value, Mapping):
+        return _deep_mapping(value, text, limit)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_deep(v, text, limit) for v in value]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return text(_safe_str(value), limit)  # any other object would be written as its str()
 
 
 def otlp_safe(text: str) -> str:
@@ -562,6 +619,7 @@ def otlp_safe(text: str) -> str:
 
 
 _MARKER_SLACK = 48  # a text cut by the policy is its cap plus the truncation marker
+_SCALARS = frozenset({int, float, bool, type(None)})
 
 
 def bounded_attributes(attrs: dict[str, Any], limit: int) -> dict[str, Any]:
@@ -572,7 +630,13 @@ def bounded_attributes(attrs: dict[str, Any], limit: int) -> dict[str, Any]:
     10 MB ``session.id`` once made an 84 MB batch that the exporter dropped whole)."""
     slack = limit + _MARKER_SLACK  # a text the policy cut already is left as it is
     for key, value in attrs.items():
-        if isinstance(value, str):
+        kind = type(value)
+        if kind is str:  # most of them, then numbers: by exact type first (a span has ~30 attributes)
+            if len(value) > slack:
+                attrs[key] = otlp_safe(truncate(value, limit))
+        elif kind in _SCALARS:
+            continue
+        elif isinstance(value, str):
             if len(value) > slack:
                 attrs[key] = otlp_safe(truncate(value, limit))
         elif isinstance(value, (list, tuple)) and any(isinstance(v, str) and len(v) > slack for v in value):
@@ -593,6 +657,10 @@ def _safe_str(value: Any) -> str:
         return value if isinstance(value, str) else str(value)
     except Exception:
         return f"<unprintable {type(value).__name__}>"
+
+
+# ContentPolicy.json's encoder, built once: json.dumps with these arguments builds one per call.
+_COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, default=_safe_str, separators=(",", ":"))
 
 
 # --- ragaudit's own log records ----------------------------------------------------------------------

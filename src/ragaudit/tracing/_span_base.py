@@ -26,7 +26,7 @@ from opentelemetry.trace import (
     TracerProvider,
 )
 
-from ..content import ContentPolicy, bounded_attributes, otlp_safe
+from ..content import ContentPolicy, TextMemo, bounded_attributes, otlp_safe
 from ..errors import ConfigurationError
 from ..records import truncate
 from ..sessions import session_id_of
@@ -62,8 +62,10 @@ def _version() -> str:
     return __version__
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
+_COMPACT = json.JSONEncoder(ensure_ascii=False, default=str, separators=(",", ":"))  # built once, not per call
+_dumps = _COMPACT.encode
+"""*value* as compact JSON (what ``json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))``
+gives)."""
 
 
 def _first_id(metadata: Mapping[str, Any], keys: Sequence[str]) -> str | None:
@@ -256,11 +258,12 @@ class SpanWriter:
             exc_info=exc if self.content_policy.capture_content else None,
         )
 
-    def _text(self, value: str) -> str:
+    def _text(self, value: str, texts: TextMemo | None = None) -> str:
         """A text as recorded: through the content policy (secrets scrubbed, redacted), cut to
         *max_attribute_chars*, encodable by OTLP. Callers decide whether it is recorded at all
-        (content only with capture on)."""
-        return otlp_safe(self.content_policy.text(value, self.max_attribute_chars))
+        (content only with capture on). *texts*: the turn's memo (each distinct text through the
+        policy once per turn)."""
+        return otlp_safe((texts if texts is not None else self.content_policy).text(value, self.max_attribute_chars))
 
     def _json(self, value: Any) -> str:
         """*value* (its texts already through the policy) as a JSON attribute, scrubbed and capped."""
@@ -295,24 +298,25 @@ class SpanWriter:
         attrs[key] = attrs[lf_key] = value
         attrs[mime_key] = mime
 
-    def _who(self, attrs: dict[str, Any], metadata: Mapping[str, Any]) -> None:
+    def _who(self, attrs: dict[str, Any], metadata: Mapping[str, Any], texts: TextMemo | None = None) -> None:
         """Session and user of the turn, from its metadata: Langfuse's Sessions and Users views
         read ``session.id`` / ``user.id`` (also OpenInference's keys). Ids, not content: kept with
         capture off, but redacted like every text."""
         session = session_id_of(metadata)
         if session is not None:
-            attrs[c.SESSION_ID] = attrs[c.GEN_AI_CONVERSATION_ID] = self._text(session)
+            attrs[c.SESSION_ID] = attrs[c.GEN_AI_CONVERSATION_ID] = self._text(session, texts)
         user = _first_id(metadata, _USER_KEYS)
         if user is not None:
-            attrs[c.USER_ID] = self._text(user)
+            attrs[c.USER_ID] = self._text(user, texts)
 
-    def _metadata(self, attrs: dict[str, Any], metadata: Mapping[str, Any], trace_level: bool) -> None:
+    def _metadata(self, attrs: dict[str, Any], metadata: Mapping[str, Any], trace_level: bool,
+                  texts: TextMemo | None = None) -> None:
         """The turn's metadata (content: capture on only): one OpenInference ``metadata`` JSON
         string (Phoenix) and one ``langfuse.observation.metadata.<key>`` per key (Langfuse filters
         on those, not on ``metadata``); ``langfuse.trace.metadata.<key>`` too when the turn is not
         the trace's root (a root's observation metadata is its trace's already)."""
         # keys and values (nested too) through the policy: a key is the host's text as much as a value
-        recorded = self.content_policy.metadata(metadata) or {}
+        recorded = (texts if texts is not None else self.content_policy).metadata(metadata) or {}
         attrs[c.METADATA] = self._json(recorded)
         for n, (key, value) in enumerate(recorded.items()):
             if n >= _MAX_METADATA_KEYS:

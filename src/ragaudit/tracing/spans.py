@@ -27,7 +27,7 @@ from opentelemetry import trace as _trace_api
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Tracer
 
-from ..content import CAPTURE_CONTENT_ENV, content_capture_from_env
+from ..content import CAPTURE_CONTENT_ENV, TextMemo, content_capture_from_env
 from ..records import Generation, Judgement, RagTurn, Retrieval, ToolCall, truncate
 from . import conventions as c
 from ._audit_spans import record_grades, retrieval_grades, turn_audit_attributes
@@ -69,8 +69,8 @@ class TurnHandle:
     handle back to [`SpanRecorder.end_turn`][ragaudit.tracing.SpanRecorder.end_turn] exactly once.
     """
 
-    __slots__ = ("_agent", "_name", "_retrievals", "_root", "_span", "_start_ns", "sampled_out", "span_id",
-                 "trace_id")
+    __slots__ = ("_agent", "_name", "_retrievals", "_root", "_span", "_start_ns", "_texts", "sampled_out",
+                 "span_id", "trace_id")
 
     def __init__(
         self,
@@ -92,6 +92,9 @@ class TurnHandle:
         # Retrieval spans started by SpanRecorder.start_children, ended by end_turn.
         self._retrievals: list[_OpenRetrieval] | None = None
         self._agent: str | None = None  # SpanRecorder.mark_agent
+        # The turn's texts through the content policy, each once (its retrieval spans' and its own); dropped
+        # when the turn span ends.
+        self._texts: TextMemo | None = None
 
     def __repr__(self) -> str:
         return f"TurnHandle(trace_id={self.trace_id!r}, span_id={self.span_id!r})"
@@ -209,6 +212,7 @@ class SpanRecorder(SpanWriter):
         except Exception as exc:
             self._report("end_turn", exc)
         finally:
+            handle._texts = None
             try:
                 span.end(end_time=end_ns)
             except Exception as exc:
@@ -259,7 +263,9 @@ class SpanRecorder(SpanWriter):
         retrievals = turn.retrievals
         if not retrievals and turn.documents:
             retrievals = (Retrieval(name="", documents=turn.documents, query=turn.query),)
-        return [self._retrieval_span(tracer, parent, r, handle._start_ns, end_ns, turn.query) for r in retrievals]
+        texts = _texts_of(self, handle)
+        return [self._retrieval_span(tracer, parent, r, handle._start_ns, end_ns, turn.query, texts)
+                for r in retrievals]
 
     def _fill_turn(
         self,
@@ -272,6 +278,7 @@ class SpanRecorder(SpanWriter):
         record: AuditRecord | None,
     ) -> None:
         capture = self.capture_content
+        texts = _texts_of(self, handle)
         attrs: dict[str, Any] = {
             c.ATTR_TURN_ID: turn.turn_id,
             c.ATTR_CONTENT_CAPTURED: capture,
@@ -297,21 +304,21 @@ class SpanRecorder(SpanWriter):
                 attrs[c.GEN_AI_PROVIDER_NAME] = provider
         if handle._root:
             attrs[c.LANGFUSE_TRACE_NAME] = c.agent_span_name(handle._agent) if handle._agent else handle._name
-        self._who(attrs, turn.metadata)
+        self._who(attrs, turn.metadata, texts)
         if capture:
-            query = self._text(turn.query)
+            query = self._text(turn.query, texts)
             self._io(attrs, c.INPUT_VALUE, c.INPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_INPUT, query, c.MIME_TEXT)
             if handle._root:
                 attrs[c.LANGFUSE_TRACE_INPUT] = query
             if turn.answer is not None:
-                answer = self._text(turn.answer)
+                answer = self._text(turn.answer, texts)
                 self._io(attrs, c.OUTPUT_VALUE, c.OUTPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_OUTPUT, answer,
                          c.MIME_TEXT)
                 if handle._root:
                     attrs[c.LANGFUSE_TRACE_OUTPUT] = answer
             if turn.metadata:
-                self._metadata(attrs, turn.metadata, trace_level=not handle._root)
-        self._evidence_attributes(attrs, turn, retrieval_metrics)
+                self._metadata(attrs, turn.metadata, trace_level=not handle._root, texts=texts)
+        self._evidence_attributes(attrs, turn, retrieval_metrics, texts)
         if judge_status:
             attrs[c.ATTR_JUDGE_STATUS] = judge_status
         # A full audit judged before the turn span ends (inline): graded metrics, citation scores.
@@ -335,12 +342,12 @@ class SpanRecorder(SpanWriter):
         # The conversation id goes on each chat span too (the convention's inference-span attribute).
         conversation = attrs.get(c.GEN_AI_CONVERSATION_ID)
         for generation in turn.generations:
-            self._generation_span(tracer, parent, generation, start_ns, end_ns, conversation)
+            self._generation_span(tracer, parent, generation, start_ns, end_ns, conversation, texts)
         for call in turn.tool_calls:
-            self._tool_span(tracer, parent, call, start_ns, end_ns)
+            self._tool_span(tracer, parent, call, start_ns, end_ns, texts)
 
     def _evidence_attributes(self, attrs: dict[str, Any], turn: RagTurn,
-                             retrieval_metrics: Mapping[str, float] | None) -> None:
+                             retrieval_metrics: Mapping[str, float] | None, texts: TextMemo | None = None) -> None:
         """The turn span's documents, citations, ground truth and ground-truth metrics."""
         capture = self.capture_content
         docs = turn.documents
@@ -357,7 +364,7 @@ class SpanRecorder(SpanWriter):
                 {
                     "doc_id": cit.doc_id,
                     "rank": cit.rank,
-                    "marker": self._text(cit.marker) if capture and cit.marker is not None else None,
+                    "marker": self._text(cit.marker, texts) if capture and cit.marker is not None else None,
                     "method": cit.method,
                 }
                 for cit in cits
@@ -374,6 +381,7 @@ class SpanRecorder(SpanWriter):
 
     def _retrieval_span(
         self, tracer: Tracer, parent: Context, r: Retrieval, start_ns: int, end_ns: int, turn_query: str,
+        texts: TextMemo | None = None,
     ) -> _OpenRetrieval:
         capture = self.capture_content
         attrs = dict(self._retrieval_attrs)
@@ -382,7 +390,7 @@ class SpanRecorder(SpanWriter):
         query = r.query if r.query is not None else turn_query
         attrs[c.ATTR_QUERY_CHARS] = len(query)
         if capture:
-            text = self._text(query)
+            text = self._text(query, texts)
             self._io(attrs, c.INPUT_VALUE, c.INPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_INPUT, text, c.MIME_TEXT)
             attrs[c.GEN_AI_RETRIEVAL_QUERY_TEXT] = text
         # Top ranks first: documents arrive in retrieval order, rank 1 first.
@@ -403,12 +411,12 @@ class SpanRecorder(SpanWriter):
             meta: dict[str, Any] = {"rank": doc.rank}
             # A source is an identifier (kept with capture off), but a path or URL may hold what
             # redact hides, or a credential.
-            source = self._text(doc.source) if doc.source is not None else None
+            source = self._text(doc.source, texts) if doc.source is not None else None
             if source is not None:
                 meta["source"] = source
             if capture:
-                attrs[keys.content] = self._text(doc.content)
-                meta.update(self.content_policy.metadata(doc.metadata) or {})
+                attrs[keys.content] = self._text(doc.content, texts)
+                meta.update((texts if texts is not None else self.content_policy).metadata(doc.metadata) or {})
             attrs[keys.metadata] = self._json(meta)
             summary.append(_document_summary(doc.id, doc.score, doc.rank, source))
         # One JSON text for all three (see _document_summary): the GenAI documents, and the span's
@@ -436,7 +444,7 @@ class SpanRecorder(SpanWriter):
 
     def _generation_span(
         self, tracer: Tracer, parent: Context, g: Generation, start_ns: int, end_ns: int,
-        conversation: str | None = None,
+        conversation: str | None = None, texts: TextMemo | None = None,
     ) -> None:
         attrs = dict(self._generation_attrs)
         if conversation is not None:
@@ -453,17 +461,17 @@ class SpanRecorder(SpanWriter):
             attrs[c.ATTR_ANSWER_CHARS] = len(g.output)
         if self.capture_content:
             if g.messages:
-                self._messages(attrs, g.messages)
+                self._messages(attrs, g.messages, texts)
             elif g.prompt is not None:
-                prompt = self._text(g.prompt)
+                prompt = self._text(g.prompt, texts)
                 self._io(attrs, c.INPUT_VALUE, c.INPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_INPUT, prompt,
                          c.MIME_TEXT)
                 role_key, content_key = c.input_message_keys(0)
                 attrs[role_key], attrs[content_key] = "user", prompt
             if g.tool_calls:
-                self._tool_call_reply(attrs, g)
+                self._tool_call_reply(attrs, g, texts)
             elif g.output is not None:
-                output = self._text(g.output)
+                output = self._text(g.output, texts)
                 self._io(attrs, c.OUTPUT_VALUE, c.OUTPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_OUTPUT, output,
                          c.MIME_TEXT)
                 role_key, content_key = c.output_message_keys(0)
@@ -472,7 +480,7 @@ class SpanRecorder(SpanWriter):
         end = g.ended_at if g.ended_at is not None else end_ns
         self._child(tracer, parent, c.chat_span_name(g.model), SpanKind.CLIENT, attrs, start, end, g.error)
 
-    def _tool_call_reply(self, attrs: dict[str, Any], g: Generation) -> None:
+    def _tool_call_reply(self, attrs: dict[str, Any], g: Generation, texts: TextMemo | None = None) -> None:
         """A reply that asked for tools, with capture on: OpenInference
         ``llm.output_messages.0.message.tool_calls.{j}.tool_call.*`` (Phoenix) and the GenAI output
         message with ``tool_call`` parts, as a JSON string (``gen_ai.output.messages``, also the
@@ -484,7 +492,7 @@ class SpanRecorder(SpanWriter):
         attrs[role_key] = "assistant"
         parts: list[dict[str, Any]] = []
         if g.output:
-            attrs[content_key] = text = self._text(g.output)
+            attrs[content_key] = text = self._text(g.output, texts)
             parts.append({"type": "text", "content": text})
         for j, call in enumerate(g.tool_calls[:_MAX_MESSAGES]):
             id_key, name_key, arguments_key = c.output_tool_call_keys(0, j)
@@ -493,14 +501,15 @@ class SpanRecorder(SpanWriter):
             if call.call_id:
                 attrs[id_key] = part["id"] = call.call_id
             if call.arguments is not None:
-                attrs[arguments_key] = arguments = self._text(call.arguments)
+                attrs[arguments_key] = arguments = self._text(call.arguments, texts)
                 part["arguments"] = _json_or_text(arguments)
             parts.append(part)
         reply = self._json([{"role": "assistant", "parts": parts, "finish_reason": "tool_call"}])
         attrs[c.GEN_AI_OUTPUT_MESSAGES] = reply
         self._io(attrs, c.OUTPUT_VALUE, c.OUTPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_OUTPUT, reply, c.MIME_JSON)
 
-    def _messages(self, attrs: dict[str, Any], messages: Sequence[tuple[str, str]]) -> None:
+    def _messages(self, attrs: dict[str, Any], messages: Sequence[tuple[str, str]],
+                  texts: TextMemo | None = None) -> None:
         """The chat messages sent: a JSON list of ``{role, content}`` as the input (Langfuse renders
         it as a conversation) and OpenInference ``llm.input_messages.{i}`` (Phoenix). Beyond
         ``_MAX_MESSAGES`` only the first (usually the system prompt) and the latest are kept."""
@@ -510,13 +519,14 @@ class SpanRecorder(SpanWriter):
         share = max(self.max_attribute_chars // max(len(messages), 1) - 32, 0)
         listed = []
         for i, (role, content) in enumerate(messages):
-            text = self._text(content)
+            text = self._text(content, texts)
             role_key, content_key = c.input_message_keys(i)
             attrs[role_key], attrs[content_key] = role, text
             listed.append({"role": role, "content": truncate(text, share) if len(text) > share else text})
         self._io(attrs, c.INPUT_VALUE, c.INPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_INPUT, _dumps(listed), c.MIME_JSON)
 
-    def _tool_span(self, tracer: Tracer, parent: Context, t: ToolCall, start_ns: int, end_ns: int) -> None:
+    def _tool_span(self, tracer: Tracer, parent: Context, t: ToolCall, start_ns: int, end_ns: int,
+                   texts: TextMemo | None = None) -> None:
         attrs = dict(self._tool_attrs)
         if t.name:
             attrs[c.GEN_AI_TOOL_NAME] = attrs[c.TOOL_NAME] = t.name
@@ -528,12 +538,12 @@ class SpanRecorder(SpanWriter):
             attrs[c.ATTR_TOOL_OUTPUT_CHARS] = len(t.output)
         if self.capture_content:
             if t.arguments is not None:
-                arguments = self._text(t.arguments)
+                arguments = self._text(t.arguments, texts)
                 attrs[c.GEN_AI_TOOL_CALL_ARGUMENTS] = arguments
                 self._io(attrs, c.INPUT_VALUE, c.INPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_INPUT, arguments,
                          c.MIME_JSON if arguments.startswith(("{", "[")) else c.MIME_TEXT)
             if t.output is not None:
-                output = self._text(t.output)
+                output = self._text(t.output, texts)
                 attrs[c.GEN_AI_TOOL_CALL_RESULT] = output
                 self._io(attrs, c.OUTPUT_VALUE, c.OUTPUT_MIME_TYPE, c.LANGFUSE_OBSERVATION_OUTPUT, output,
                          c.MIME_TEXT)
@@ -587,6 +597,14 @@ class SpanRecorder(SpanWriter):
             self._report("record_judgement", exc)
             return
         write_judge_span(self, record)
+
+
+def _texts_of(writer: SpanWriter, handle: TurnHandle) -> TextMemo:
+    """The memo of *handle*'s turn (made at its first text)."""
+    texts = handle._texts
+    if texts is None:
+        texts = handle._texts = TextMemo(writer.content_policy)
+    return texts
 
 
 def _document_summary(doc_id: str, score: float | None, rank: int, source: str | None) -> dict[str, Any]:
