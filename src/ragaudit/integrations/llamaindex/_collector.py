@@ -14,9 +14,9 @@ from ...auditor import Auditor
 from ...errors import ConfigurationError
 from .._common import RunStore, current_context, report_failure, resolve_backend
 from .._source import TurnSource
-from ._turn_steps import settle, steps_of
 from ._state import STREAM_TURN, Generating, Retrieving, RootInfo, Tooling, Turn
 from ._streams import AsyncStreamTap, StreamTap, stream_closer
+from ._turn_steps import settle, steps_of
 from ._values import (
     CHAT_WRITE_METHODS,
     FRAMEWORK,
