@@ -132,7 +132,7 @@ def score_from(metadata: Mapping[str, object] | None) -> float | None:
 
 
 def retrieved_doc(
-    rank: int, obj_id: object, content: object, metadata: Mapping[str, Any], score: float | None
+    rank: int, obj_id: object, content: object, metadata: Mapping[str, object], score: float | None
 ) -> RetrievedDoc:
     """The [`RetrievedDoc`][ragaudit.RetrievedDoc] at *rank* of a framework's document or node: *content* as
     text ("" for None), the source from *metadata* and the id from *obj_id*, *metadata* or the text

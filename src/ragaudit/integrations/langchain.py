@@ -352,7 +352,7 @@ class RagAuditCallbackHandler(TurnSource, BaseCallbackHandler, SearchObserver):
     # -- models ---------------------------------------------------------------------------------
 
     def _start_model(self, prompt: object, run_id: UUID, parent_run_id: UUID | None,
-                     metadata: dict[str, Any] | None, kwargs: dict[str, Any]) -> None:
+                     metadata: Mapping[str, object] | None, kwargs: Mapping[str, object]) -> None:
         now = time.time_ns()
         provider = metadata.get("ls_provider") if metadata else None
         child = OpenGeneration(model_name(kwargs.get("invocation_params"), metadata),

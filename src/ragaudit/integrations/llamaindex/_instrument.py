@@ -143,7 +143,7 @@ class LlamaIndexInstrumentation(Audited):
 
 registration_lock = _fork.rlock()
 _current: LlamaIndexInstrumentation | None = None
-_last: tuple[tuple[Any, ...], LlamaIndexInstrumentation] | None = None  # the last instrument()'s arguments
+_last: tuple[tuple[object, ...], LlamaIndexInstrumentation] | None = None  # the last instrument()'s arguments
 _draining: set[LlamaIndexInstrumentation] = set()  # detached, still on the dispatcher for turns in flight
 
 
@@ -232,7 +232,7 @@ def instrument(
     return _install(args, LlamaIndexInstrumentation(collector))
 
 
-def _reattach(args: tuple[Any, ...]) -> LlamaIndexInstrumentation | None:
+def _reattach(args: tuple[object, ...]) -> LlamaIndexInstrumentation | None:
     """Idempotent, also after uninstrument(): the same arguments get the one instrumentation."""
     global _current
     with registration_lock:
@@ -247,7 +247,7 @@ def _reattach(args: tuple[Any, ...]) -> LlamaIndexInstrumentation | None:
         return installed
 
 
-def _install(args: tuple[Any, ...], installed: LlamaIndexInstrumentation) -> LlamaIndexInstrumentation:
+def _install(args: tuple[object, ...], installed: LlamaIndexInstrumentation) -> LlamaIndexInstrumentation:
     global _current, _last
     with registration_lock:
         previous, _current, _last = _current, installed, (args, installed)

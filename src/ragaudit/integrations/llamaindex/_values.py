@@ -214,7 +214,7 @@ def query_from_args(bound_args: object, keys: Sequence[str] = WORKFLOW_QUERY_KEY
     return None
 
 
-def stop_result(result: object) -> Any:
+def stop_result(result: object) -> object:
     """What a workflow run returned: its ``StopEvent``'s result (text, a ``Response``, a stream)."""
     return result.result if isinstance(result, StopEvent) else result
 
@@ -265,7 +265,7 @@ def structured_from(response: object) -> dict[str, Any] | None:
     return None
 
 
-def source_nodes_of(response: object) -> list[Any] | None:
+def source_nodes_of(response: object) -> list[object] | None:
     """The nodes *response* was built from; for a chat response whose own list is empty (the async
     streaming chat engines leave it so), those of the query results it carries as ``sources``."""
     nodes = getattr(response, "source_nodes", None)
