@@ -53,6 +53,8 @@ from ._budget_store import Counters, Item, LocalCounters, Mode, redis_counters
 from ._feedback import FEEDBACK, FeedbackRetention, is_negative
 
 if TYPE_CHECKING:
+    from genai_prices.types import PriceCalculation, Usage
+
     from ..content import ContentPolicy
     from ..judges.base import RagJudge
     from ..records import RagTurn
@@ -169,7 +171,7 @@ def price_of(model: str | None, usage: Mapping[str, object], prices: Mapping[str
 
 
 @cache
-def _genai_prices() -> tuple[Any, Any] | None:
+def _genai_prices() -> tuple[type[Usage], Callable[..., PriceCalculation]] | None:
     """genai-prices' ``Usage`` and ``calc_price``, or None without the ``prices`` extra. Looked up once: a
     failed import is not remembered by Python and cost about 0.1 ms on every judgement."""
     try:
