@@ -92,7 +92,7 @@ def _bearer_check(token: BearerToken, worker: Worker, grpc: ModuleType) -> Serve
 
     denied = grpc.unary_unary_rpc_method_handler(deny)  # no deserializer: the body stays bytes
 
-    class BearerCheck(ServerInterceptor):  # type: ignore[misc]
+    class BearerCheck(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         async def intercept_service(
             self, continuation: Callable[[HandlerCallDetails], Awaitable[RpcMethodHandler]],
             details: HandlerCallDetails,
