@@ -12,14 +12,13 @@ makes the second one fail to bind, as the HTTP port does, and that is said as a 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigurationError
 from ._decode import spans_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
-    from types import ModuleType
 
     from grpc import HandlerCallDetails, RpcMethodHandler
     from grpc.aio import Server, ServerInterceptor, ServicerContext
@@ -82,7 +81,7 @@ async def start_grpc(worker: Worker, host: str, port: int) -> tuple[Server, int]
     return server, bound
 
 
-def _bearer_check(token: BearerToken, worker: Worker, grpc: ModuleType) -> ServerInterceptor:
+def _bearer_check(token: BearerToken, worker: Worker, grpc: Any) -> ServerInterceptor:  # grpc: the untyped module
     """A server interceptor that answers ``UNAUTHENTICATED`` to a call without *token*, from the
     call's metadata alone: the request is never parsed."""
 
