@@ -23,7 +23,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal, Union
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from .._sampling import sampled
 from ..records import AuditRecord, Judgement, JudgeRequest
@@ -83,7 +83,7 @@ class Job:
     metrics: Mapping[str, float] | None
 
 
-JudgingJob = Union[Job, SessionJob]  # noqa: UP007 (a runtime alias on Python 3.10)
+JudgingJob = Job | SessionJob
 """What the judging loop takes: a submitted turn, or a due session."""
 
 
