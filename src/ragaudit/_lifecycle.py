@@ -17,11 +17,14 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import _fork
 from ._worker import call_with_deadline, exit_deadline
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 __all__ = ["Stage", "flush_on_sigterm", "install_sigterm_handler", "keep_sigterm_handler", "report", "shut_down_all",
            "track"]
@@ -106,7 +109,7 @@ def _shut_down_at_exit() -> None:
             logger.debug("ragaudit: exit flush failed: %r", exc)
 
 
-def _register_exit(callback: Any) -> None:
+def _register_exit(callback: Callable[[], object]) -> None:
     # threading's exit hooks run before interpreter shutdown stops thread pools (which is what makes
     # asyncio.to_thread fail inside a plain atexit handler), and before non-daemon threads are joined.
     register = getattr(threading, "_register_atexit", None)
@@ -228,7 +231,7 @@ def _after_fork_in_child() -> None:
 _fork.on_fork_in_child(_after_fork_in_child)
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     import signal
 
     previous = _sigterm_previous

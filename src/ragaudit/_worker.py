@@ -619,7 +619,7 @@ def exit_deadline(budget_s: float) -> float:
 _CALL_THREADS = 4
 _singletons_lock = _fork.lock()
 _calls: BatchWorker[Callable[[], None]] | None = None
-_bridge: BatchWorker[Any] | None = None
+_bridge: BatchWorker[object] | None = None
 
 
 def _calls_worker() -> BatchWorker[Callable[[], None]]:
@@ -668,7 +668,7 @@ def call_with_deadline(fn: Callable[[], R], timeout_s: float) -> tuple[bool, R |
         return False, None
 
 
-def _bridge_worker() -> BatchWorker[Any]:
+def _bridge_worker() -> BatchWorker[object]:
     global _bridge
     with _singletons_lock:
         if _bridge is None:

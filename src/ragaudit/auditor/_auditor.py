@@ -15,7 +15,7 @@ import os
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal, Protocol, cast
 
 from .._export import Exporter
 from .._lifecycle import flush_on_sigterm, track
@@ -43,11 +43,13 @@ from ._submitting import SUBMIT_STRATEGIES, Job, Submission, SubmitStatus, Submi
 from ._worker_mode import WorkerModeJudge, check_worker_mode
 
 if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
     from ..tracing._judge_spans import JudgeSpanExporter
     from ..tracing.files import AuditLog
     from ..tracing.spans import SpanRecorder
+    from ._submitting import JudgingJob
 
 __all__ = ["Auditor", "OnJudgement", "Submission", "SubmitStatus"]
 
@@ -56,7 +58,14 @@ logger = logging.getLogger("ragaudit")
 OnJudgement = Callable[[RagTurn, Judgement], None]
 
 
-def _check_arguments(mode: str, sample_rate: float, on_judgement: Any, limits: Any, cost: Any, content: Any) -> None:
+class _Stoppable(Protocol):
+    """A worker `_release` stops (a `BatchWorker` of any job type)."""
+
+    def shutdown(self, timeout_s: float | None = ...) -> object: ...
+
+
+def _check_arguments(mode: str, sample_rate: float, on_judgement: object, limits: object, cost: object,
+                     content: object) -> None:
     """The Auditor's own arguments; its parts (`Limits`, `CostControl`, `ContentPolicy`, `Sessions`) check theirs
     when made, so here only that each part is of its type."""
     if mode not in ("background", "inline", "worker"):
@@ -83,7 +92,7 @@ def _resolve_judge(judge: RagJudge | None) -> RagJudge:
     return judge
 
 
-def _metrics(turn: RagTurn, policy: ContentPolicy) -> Any:
+def _metrics(turn: RagTurn, policy: ContentPolicy) -> dict[str, float] | None:
     try:
         return turn_metrics(turn)
     except Exception as exc:
@@ -92,7 +101,7 @@ def _metrics(turn: RagTurn, policy: ContentPolicy) -> Any:
         return None
 
 
-def _as_exporters(given: Iterable[Any]) -> list[Exporter]:
+def _as_exporters(given: Iterable[object]) -> list[Exporter]:
     """*given* as exporters; anything that is not one is a ConfigurationError naming what to implement."""
     out: list[Exporter] = []
     for exporter in given:
@@ -202,8 +211,8 @@ class Auditor:
         cost: CostControl | None = None,
         content: ContentPolicy | None = None,
         sessions: Sessions | bool | None = None,
-        tracer_provider: Any = None,
-        meter_provider: Any = None,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
         on_judgement: OnJudgement | None = None,
         judge_trace: Literal["turn", "separate"] | None = None,
         handle_signals: bool | None = None,
@@ -294,7 +303,7 @@ class Auditor:
 
     def recorder_for(
         self,
-        tracer_provider: Any = None,
+        tracer_provider: TracerProvider | None = None,
         *,
         capture_content: bool | None = None,
         redact: Callable[[str], str] | None = None,
@@ -328,16 +337,17 @@ class Auditor:
 
     def submit_turn(self, turn: RagTurn, *, content_policy: ContentPolicy | None = None,
                     tracer_provider: TracerProvider | None = None,
-                    ground_truth_metrics: Any = COMPUTE) -> Submission:
+                    ground_truth_metrics: Mapping[str, float] | object | None = COMPUTE) -> Submission:
         """[`submit`][ragaudit.Auditor.submit], returning a [`Submission`][ragaudit.auditor.Submission] (status,
         ground-truth metrics computed once, and the record when judged inline). *ground_truth_metrics*: when already
         computed. Never raises."""
         try:
             policy = self._policies.resolve(content_policy)
+            metrics = cast("Mapping[str, float] | None", ground_truth_metrics)  # the documented values: None or one
             if ground_truth_metrics is COMPUTE:
-                ground_truth_metrics = _metrics(turn, policy)
-            status, record = self._submitter.submit(Job(turn, policy, tracer_provider, ground_truth_metrics), True)
-            return Submission(status, ground_truth_metrics, record)
+                metrics = _metrics(turn, policy)
+            status, record = self._submitter.submit(Job(turn, policy, tracer_provider, metrics), True)
+            return Submission(status, metrics, record)
         except Exception as exc:  # the host pipeline must never see our failure
             policy = content_policy if isinstance(content_policy, ContentPolicy) else self._content_policy
             logger.error("ragaudit: submit failed; turn counted as dropped: %s", policy.exception(exc),
@@ -351,7 +361,7 @@ class Auditor:
         backlog is at its bound (``dropped``). Never raises, never blocks."""
         return self._admission.admit_turn(turn_id)
 
-    def feedback(self, turn_id: str, value: Any) -> str:
+    def feedback(self, turn_id: str, value: object) -> str:
         """A user's feedback on the answer of *turn_id*; never raises, never blocks. A thumbs-down on a
         turn the sampler left out and that is still kept (``retain_s``) gets it judged: ``"queued"``;
         see `CostGate.feedback`."""
@@ -505,7 +515,7 @@ class _FailureLog:
 
 @dataclass(frozen=True, slots=True)
 class _Parts:
-    judging: BatchWorker[Any]
+    judging: BatchWorker[JudgingJob]
     blocking: BatchWorker[Callable[[], None]] | None
     export: ExportStage
     submitter: SubmitStrategy
@@ -538,7 +548,7 @@ def _assemble(auditor: Auditor, exporters: list[Exporter], strategy: type[Submit
     turns = TurnJudging(ledger, cost, judge, export, timeout_s=auditor.timeout_s,
                         max_context_chars=auditor.max_context_chars, blocking=blocking, failures=failures,
                         provider=recorder.tracer_provider, deliver=strategy.delivery(export))
-    judging: BatchWorker[Any] = BatchWorker("auditor", ahandle=job_handler(turns, sessions), max_queue=bound,
+    judging: BatchWorker[JudgingJob] = BatchWorker("auditor", ahandle=job_handler(turns, sessions), max_queue=bound,
                                             concurrency=auditor.max_concurrency, paced=True, yield_idle=False)
     if sessions is not None:
         sessions.connect(judging, blocking, export.put)
@@ -569,7 +579,7 @@ def _weak_stats(auditor: Auditor) -> Callable[[], Mapping[str, int]]:
 
 
 def _exporters(recorder: SpanRecorder, policy: ContentPolicy, audit_log: str | os.PathLike[str] | None,
-               given: Sequence[Exporter], on_judgement: OnJudgement | None, meter_provider: Any,
+               given: Sequence[Exporter], on_judgement: OnJudgement | None, meter_provider: MeterProvider | None,
                judge_name: str, sessions: SessionJudging | None) -> tuple[JudgeSpanExporter, AuditLog | None,
                                                                           list[Exporter]]:
     """The judge-span exporter, the audit log (None: none) and every exporter of the export stage, in order."""
@@ -602,7 +612,7 @@ def _session_part(tracking: Sessions | None, judge: RagJudge, cost: CostGate, ti
     return SessionJudging(tracking, judge, cost, timeout_s, closed=lambda: ledger.closed, failed=failed)
 
 
-def _release(workers: list[BatchWorker[Any]], audit_log: Any) -> None:
+def _release(workers: Sequence[_Stoppable], audit_log: AuditLog | None) -> None:
     """An Auditor went away without shutdown(): stop its threads, close its file. Never raises."""
     for worker in workers:
         worker.shutdown(0)

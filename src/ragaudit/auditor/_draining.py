@@ -13,7 +13,7 @@ import logging
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from .. import _fork
 from .._export import Exporter
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ._exporting import ExportStage
     from ._ledger import Ledger
     from ._session_part import SessionJudging
+    from ._submitting import JudgingJob
 
 __all__ = ["Drain", "Upstream"]
 
@@ -68,8 +69,9 @@ class Drain:
     (None without sessions), the *judge* (its loop clients are closed at shutdown), *describe* (the
     ``stats()`` a report on stderr shows) and *failed* (how a failure of ours is logged)."""
 
-    def __init__(self, ledger: Ledger, judging: BatchWorker[Any], blocking: BatchWorker[Callable[[], None]] | None,
-                 export: ExportStage, spans: JudgeSpanExporter, sessions: SessionJudging | None, judge: RagJudge, *,
+    def __init__(self, ledger: Ledger, judging: BatchWorker[JudgingJob],
+                 blocking: BatchWorker[Callable[[], None]] | None, export: ExportStage, spans: JudgeSpanExporter,
+                 sessions: SessionJudging | None, judge: RagJudge, *,
                  exit_timeout_s: float, policy: ContentPolicy, describe: Callable[[], Mapping[str, int]],
                  failed: Callable[[BaseException], None]) -> None:
         self._ledger = ledger

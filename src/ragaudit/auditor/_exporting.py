@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TypeVar
 
 from .. import _fork
 from .._export import BaseExporter, Exporter, ExportResult
@@ -33,6 +33,7 @@ _PACE_BATCH = 8
 _EXPORT_DELAY_S = 0.05
 
 OnJudgement = Callable[[RagTurn, Judgement], None]
+_R = TypeVar("_R", AuditRecord, SessionRecord)
 
 
 def exporter_name(exporter: object) -> str:
@@ -122,7 +123,7 @@ class ExportStage:
             if records or not items:  # a batch of sessions only: no turn to count
                 self._delivered(records)
 
-    def _run(self, exporter: object, export: Callable[[list[Any]], object], batch: list[Any]) -> None:
+    def _run(self, exporter: object, export: Callable[[list[_R]], object], batch: list[_R]) -> None:
         try:
             export(batch)
         except Exception as exc:

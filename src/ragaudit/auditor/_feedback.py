@@ -12,11 +12,14 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .. import _fork
 from ..errors import ConfigurationError
 from ..records import RagTurn
+
+if TYPE_CHECKING:
+    from ._submitting import Job
 
 __all__ = ["FEEDBACK", "FeedbackRetention", "is_negative"]
 
@@ -26,7 +29,7 @@ FEEDBACK = ("feedback_judged", "feedback_unmatched", "retained_evicted")
 _NEGATIVE_WORDS = frozenset({"down", "thumbs_down", "thumbs-down", "bad", "negative", "no", "wrong", "👎"})
 
 
-def is_negative(value: Any) -> bool:
+def is_negative(value: object) -> bool:
     """Whether a feedback *value* is a thumbs-down: False, a number below 0.5 (0, -1, a 1-5 score is not
     accepted: give 0-1), or a word such as ``"down"``, ``"bad"``, ``"negative"``."""
     if isinstance(value, bool):
@@ -50,13 +53,13 @@ class FeedbackRetention:
         self.retain_s = retain_s
         self.max_retained = max_retained
         self._lock = _fork.lock()
-        self._kept: OrderedDict[str, tuple[float, RagTurn, Any]] = OrderedDict()
+        self._kept: OrderedDict[str, tuple[float, RagTurn, Job]] = OrderedDict()
 
     @property
     def enabled(self) -> bool:
         return self.retain_s is not None
 
-    def keep(self, turn: RagTurn, recording: Any) -> int:
+    def keep(self, turn: RagTurn, recording: Job) -> int:
         """Keep *turn*; returns how many older turns were evicted to make room."""
         if self.retain_s is None:
             return 0
@@ -70,7 +73,7 @@ class FeedbackRetention:
                 evicted += 1
             return evicted
 
-    def take(self, turn_id: str) -> tuple[RagTurn, Any] | None:
+    def take(self, turn_id: str) -> tuple[RagTurn, Job] | None:
         """The kept turn *turn_id* (removed), or None when it was never kept or has expired."""
         with self._lock:
             entry = self._kept.pop(turn_id, None)

@@ -8,9 +8,14 @@ tracer provider the OpenTelemetry API drops them silently.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .. import _fork
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
+    from ..tracing.files import AuditLog
 
 __all__ = ["say_where_things_are"]
 
@@ -20,7 +25,7 @@ _said = False
 _lock = _fork.lock()
 
 
-def _spans(provider: Any) -> str:
+def _spans(provider: TracerProvider | None) -> str:
     if provider is None:
         from opentelemetry import trace
 
@@ -32,7 +37,7 @@ def _spans(provider: Any) -> str:
     return f"spans go to the {name} in use"
 
 
-def say_where_things_are(judge: str, audit_log: Any, tracer_provider: Any) -> None:
+def say_where_things_are(judge: str, audit_log: AuditLog | None, tracer_provider: TracerProvider | None) -> None:
     """Log, the first time in this process, the judge, the audit log's path and where the spans go."""
     global _said
     with _lock:

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .. import _fork
 from .._log import RateLimitedLog
@@ -51,6 +51,14 @@ from ..records import Judgement, JudgeRequest
 from ..tracing import conventions as c
 from ._budget_store import Counters, Item, LocalCounters, Mode, redis_counters
 from ._feedback import FEEDBACK, FeedbackRetention, is_negative
+
+if TYPE_CHECKING:
+    from genai_prices.types import PriceCalculation, Usage
+
+    from ..content import ContentPolicy
+    from ..judges.base import RagJudge
+    from ..records import RagTurn
+    from ._submitting import Job
 
 __all__ = ["NOT_SENT", "Budget", "CostControl", "CostGate", "Governor", "Verdict", "price_of"]
 
@@ -141,7 +149,7 @@ def _masked(text: str, url: str) -> str:
     return scrub(text.replace(url, scrub_url(url) or ""))
 
 
-def price_of(model: str | None, usage: Mapping[str, Any], prices: Mapping[str, tuple[float, float]]) -> float | None:
+def price_of(model: str | None, usage: Mapping[str, object], prices: Mapping[str, tuple[float, float]]) -> float | None:
     """Dollars of one call of *model* with *usage*, or None when the price is not known.
 
     *prices* (``{model: (usd per million input tokens, usd per million output tokens)}``) win over the
@@ -163,7 +171,7 @@ def price_of(model: str | None, usage: Mapping[str, Any], prices: Mapping[str, t
 
 
 @cache
-def _genai_prices() -> tuple[Any, Any] | None:
+def _genai_prices() -> tuple[type[Usage], Callable[..., PriceCalculation]] | None:
     """genai-prices' ``Usage`` and ``calc_price``, or None without the ``prices`` extra. Looked up once: a
     failed import is not remembered by Python and cost about 0.1 ms on every judgement."""
     try:
@@ -173,7 +181,7 @@ def _genai_prices() -> tuple[Any, Any] | None:
     return Usage, calc_price
 
 
-def _check_governing(budgets: Sequence[Any], max_rps: Any, fail: Any, pause_s: Any, owner: str) -> None:
+def _check_governing(budgets: Sequence[object], max_rps: object, fail: object, pause_s: float, owner: str) -> None:
     """The checks of the governor's settings; a ConfigurationError names the field (``owner`` + its name)."""
     if max_rps is not None and (isinstance(max_rps, bool) or not isinstance(max_rps, (int, float))
                                 or not math.isfinite(max_rps) or max_rps <= 0):
@@ -530,7 +538,7 @@ class CostControl:
     fail: Literal["open", "closed"] = "open"
     pause_s: float = 60.0
     prices: Mapping[str, tuple[float, float]] | None = None
-    judge_if: Callable[[Any], bool] | None = None
+    judge_if: Callable[[RagTurn], bool] | None = None
     retain_s: float | None = None
     max_retained: int = 1_000
 
@@ -572,7 +580,7 @@ class CostGate:
     """A [`CostControl`][ragaudit.CostControl] at run time, for one Auditor: the `Governor` of its judge's
     endpoint, the ``judge_if`` predicate and the retention of sampled-out turns for feedback (``_feedback``)."""
 
-    def __init__(self, judge: Any, cost: CostControl) -> None:
+    def __init__(self, judge: RagJudge, cost: CostControl) -> None:
         from ..judges.llm.endpoint import EndpointJudge, endpoint_host
 
         self.governor = Governor(cost.budgets, max_rps=cost.max_rps, store=cost.store, fail=cost.fail,
@@ -590,14 +598,14 @@ class CostGate:
         self._lock = _fork.lock()
         self.counts = dict.fromkeys(FEEDBACK, 0)
 
-    def retain(self, turn: Any, job: Any) -> None:
+    def retain(self, turn: RagTurn, job: Job) -> None:
         """Keep a sampled-out *turn* (its submission *job*) for feedback, when retention is on."""
         evicted = self.retained.keep(turn, job)
         if evicted:
             with self._lock:
                 self.counts["retained_evicted"] += evicted
 
-    def feedback(self, turn_id: str, value: Any, resubmit: Callable[[Any], str]) -> str:
+    def feedback(self, turn_id: str, value: object, resubmit: Callable[[Job], str]) -> str:
         """A user's feedback on *turn_id*. A thumbs-down (False, a number below 0.5, ``"down"``,
         ``"bad"``, ...) on a turn the sampler left out and that is still kept (``CostControl(retain_s=...)``)
         is *resubmit* ted for judging, past the sampler and ``judge_if`` (counted ``feedback_judged``;
@@ -614,7 +622,7 @@ class CostGate:
             logger.error("ragaudit: feedback failed: %s: %s", type(exc).__name__, exc)
             return "unmatched"
 
-    def selected(self, turn: Any, content: Any) -> bool:
+    def selected(self, turn: RagTurn, content: ContentPolicy) -> bool:
         """``judge_if``'s answer for *turn*; a predicate that raises selects the turn (and is logged)."""
         if self.judge_if is None:
             return True
@@ -640,7 +648,7 @@ class CostGate:
         self.governor.settle(judgement, judgement.identity.model if judgement.identity else None,
                              ticket.hold if ticket is not None else Hold())
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, Any]:  # counts and judge_usd (a float) under Auditor.stats' dict[str, int]
         counts = self.governor.counts
         with self._lock:
             feedback = dict(self.counts)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from .._worker import BatchWorker, call_on
 from ..judges.base import RagJudge
@@ -21,7 +21,7 @@ class _JudgeRaised(Exception):
     """A SystemExit or KeyboardInterrupt from a judge, carried as an ordinary error."""
 
 
-async def _contained(awaitable: Awaitable[Any]) -> Any:
+async def _contained(awaitable: Awaitable[T]) -> T:
     # asyncio re-raises SystemExit and KeyboardInterrupt out of the event loop, which would stop the
     # worker with every later turn stuck pending: a judge's own are turned into an error here.
     try:

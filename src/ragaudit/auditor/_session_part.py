@@ -13,7 +13,7 @@ session job is not queued but counted failed.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._fork import on_fork_in_child
 from ..errors import ConfigurationError
@@ -21,10 +21,12 @@ from ._sessions import SessionJob, SessionRuntime, Sessions
 
 if TYPE_CHECKING:
     from .._worker import BatchWorker
+    from ..judges.base import RagJudge
     from ..records import RagTurn
     from ..sessions import SessionRecord
     from ._governor import CostGate
     from ._sessions import OpenSessions
+    from ._submitting import JudgingJob
 
 __all__ = ["SessionJudging", "Sessions", "session_tracking"]
 
@@ -42,11 +44,11 @@ class SessionJudging:
     """Sessions judged as a whole, for the Auditor (see the module docstring). *closed*: whether the Auditor's
     shutdown has begun (the idle sweep stops then); *failed*: how a failure of ours is logged."""
 
-    def __init__(self, options: Sessions, judge: Any, cost: CostGate, timeout_s: float, *,
+    def __init__(self, options: Sessions, judge: RagJudge, cost: CostGate, timeout_s: float, *,
                  closed: Callable[[], bool], failed: Callable[[BaseException], None]) -> None:
         self._closed = closed
         self._failed = failed
-        self._judging: BatchWorker[Any] | None = None
+        self._judging: BatchWorker[JudgingJob] | None = None
         self._blocking: BatchWorker[Callable[[], None]] | None = None
         self._export: Callable[[SessionRecord], None] | None = None
         self.part = SessionRuntime(options, judge, cost, timeout_s, self._put, self._export_record, self._sweep)
@@ -61,7 +63,7 @@ class SessionJudging:
     def closed(self) -> bool:
         return self._closed()
 
-    def connect(self, judging: BatchWorker[Any], blocking: BatchWorker[Callable[[], None]] | None,
+    def connect(self, judging: BatchWorker[JudgingJob], blocking: BatchWorker[Callable[[], None]] | None,
                 export: Callable[[SessionRecord], None]) -> None:
         """The Auditor's judging loop (and the worker of a sync judge) and its export stage's ``put``."""
         self._judging, self._blocking, self._export = judging, blocking, export

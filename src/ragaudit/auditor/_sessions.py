@@ -20,7 +20,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import _fork
 from .._export import BaseExporter, ExportResult
@@ -34,9 +34,16 @@ from ..sessions import session_id_of as _session_of
 from ._judging import bounded_call
 
 if TYPE_CHECKING:
+    import concurrent.futures
+
+    from opentelemetry.trace import TracerProvider
+
     from .._worker import BatchWorker
+    from ..judges.base import RagJudge
     from ..records import RagTurn
     from ._governor import CostGate
+    from ._session_part import SessionJudging
+    from ._submitting import JudgingJob
 
 __all__ = ["OpenSessions", "SessionJob", "SessionRuntime", "Sessions"]
 
@@ -81,7 +88,7 @@ class _Seen:
     turn: SessionTurn
     history_users: int
     policy: ContentPolicy
-    provider: Any
+    provider: TracerProvider | None
 
     @classmethod
     def of(cls, record: AuditRecord) -> _Seen:
@@ -109,7 +116,7 @@ class SessionJob:
     request: SessionRequest
     ended: SessionEnd
     policy: ContentPolicy
-    provider: Any
+    provider: TracerProvider | None
 
 
 def _started(seen: _Seen) -> tuple[int, int]:
@@ -224,7 +231,7 @@ class SessionRuntime:
     """The Auditor's part for sessions: the tracker, the queue onto the judging loop, the judge call,
     the counts, the idle sweep. Made only with ``Auditor(sessions=...)``."""
 
-    def __init__(self, options: Sessions, judge: Any, cost: CostGate, timeout_s: float,
+    def __init__(self, options: Sessions, judge: RagJudge, cost: CostGate, timeout_s: float,
                  put: Callable[[SessionJob], bool], export: Callable[[SessionRecord], None],
                  sweep: Callable[[], None] | None = None) -> None:
         self.tracker = OpenSessions(options, self.queue, sweep)
@@ -237,7 +244,7 @@ class SessionRuntime:
         self._lock = _fork.lock()
         self.counts = dict.fromkeys(("sessions_judged", "sessions_failed", "sessions_not_sent",
                                      "sessions_partial", "sessions_pending"), 0)
-        self._sweeper: Any = None
+        self._sweeper: concurrent.futures.Future[None] | None = None
 
     def queue(self, jobs: list[SessionJob]) -> None:
         """Queue due sessions for judging (a session that cannot be queued is counted failed)."""
@@ -285,7 +292,7 @@ class SessionRuntime:
             counts = dict(self.counts)
         return {**counts, **self.tracker.counts, "sessions_open": len(self.tracker)}
 
-    def start_sweeping(self, judging: BatchWorker[Any], owner: Any) -> None:
+    def start_sweeping(self, judging: BatchWorker[JudgingJob], owner: SessionJudging) -> None:
         """Check for idle sessions every few seconds on the judging loop (started once; no thread)."""
         if self._sweeper is not None:
             return

@@ -23,7 +23,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from .._sampling import sampled
 from ..records import AuditRecord, Judgement, JudgeRequest
@@ -33,6 +33,8 @@ from ._sessions import SessionJob
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Mapping
+
+    from opentelemetry.trace import TracerProvider
 
     from .._log import RateLimitedLog
     from .._worker import BatchWorker
@@ -45,7 +47,8 @@ if TYPE_CHECKING:
     from ._ledger import Ledger
     from ._session_part import SessionJudging
 
-__all__ = ["SUBMIT_STRATEGIES", "Job", "Submission", "SubmitStatus", "SubmitStrategy", "TurnJudging", "job_handler"]
+__all__ = ["SUBMIT_STRATEGIES", "Job", "JudgingJob", "Submission", "SubmitStatus", "SubmitStrategy", "TurnJudging",
+           "job_handler"]
 
 SubmitStatus = Literal["queued", "judged", "failed", "dropped", "sampled_out", "filtered_out", "not_sent",
                        "to_worker"]
@@ -60,7 +63,7 @@ class Submission:
     returned (inline mode), its ``record`` (for the turn span: graded metrics, grades)."""
 
     status: SubmitStatus
-    ground_truth_metrics: Any = None
+    ground_truth_metrics: Mapping[str, float] | None = None
     record: AuditRecord | None = None
 
     @property
@@ -76,8 +79,12 @@ class Job:
 
     turn: RagTurn
     policy: ContentPolicy
-    provider: Any
-    metrics: Any
+    provider: TracerProvider | None
+    metrics: Mapping[str, float] | None
+
+
+JudgingJob = Job | SessionJob
+"""What the judging loop takes: a submitted turn, or a due session."""
 
 
 class TurnJudging:
@@ -86,7 +93,8 @@ class TurnJudging:
 
     def __init__(self, ledger: Ledger, cost: CostGate, judge: RagJudge, export: ExportStage, *, timeout_s: float,
                  max_context_chars: int, blocking: BatchWorker[Callable[[], None]] | None,
-                 failures: JudgeFailureLog, provider: Any, deliver: Callable[[AuditRecord], None]) -> None:
+                 failures: JudgeFailureLog, provider: TracerProvider | None,
+                 deliver: Callable[[AuditRecord], None]) -> None:
         self._ledger = ledger
         self._cost = cost
         self._judge = judge
@@ -133,10 +141,10 @@ class TurnJudging:
         return await judge_request(self._judge, request, self.timeout_s, self._blocking)
 
 
-def job_handler(turns: TurnJudging, sessions: SessionJudging | None) -> Callable[[Any], Awaitable[None]]:
+def job_handler(turns: TurnJudging, sessions: SessionJudging | None) -> Callable[[JudgingJob], Awaitable[None]]:
     """The judging loop's handler: a session's job to *sessions*, a turn's to *turns*."""
 
-    async def handle(job: Any) -> None:
+    async def handle(job: JudgingJob) -> None:
         if isinstance(job, SessionJob):
             if sessions is not None:
                 await sessions.process(job)
@@ -155,7 +163,7 @@ class SubmitStrategy(ABC):
     samples_at_hand_off: ClassVar[bool]
     sheds_at_hand_off: ClassVar[bool]
 
-    def __init__(self, ledger: Ledger, cost: CostGate, judging: BatchWorker[Any], turns: TurnJudging,
+    def __init__(self, ledger: Ledger, cost: CostGate, judging: BatchWorker[JudgingJob], turns: TurnJudging,
                  export: ExportStage, sessions: SessionJudging | None, *, sample_rate: float, max_queue: int,
                  log: RateLimitedLog, describe: Callable[[], Mapping[str, int]]) -> None:
         self._ledger = ledger

@@ -45,7 +45,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._turn_metrics import DEFAULT_TURN_MEASURES, turn_metrics
 from ..records import (
@@ -624,8 +624,8 @@ def _turn_citations(end: RunEnded | None, answer: str | None, found: Evidence) -
     return _citations(answer, found.documents)
 
 
-def _metadata(root: RunStarted, end: RunEnded | None, reference: str | None) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"run_name": root.name} if root.name else {}
+def _metadata(root: RunStarted, end: RunEnded | None, reference: str | None) -> dict[str, object]:
+    metadata: dict[str, object] = {"run_name": root.name} if root.name else {}
     if end is not None:
         metadata.update(end.annotations)
     for key, value in root.tags.items():

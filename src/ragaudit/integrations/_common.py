@@ -32,8 +32,11 @@ from ..records import RetrievedDoc, normalize_relevance, stable_doc_id
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
+    from opentelemetry.trace import TracerProvider
 
     from ..auditor import Auditor
+    from ..judges.base import RagJudge
+    from ..tracing.spans import SpanRecorder
 
 __all__ = [
     "REFERENCE_ANSWER_KEY",
@@ -56,6 +59,7 @@ __all__ = [
 
 S = TypeVar("S")
 R = TypeVar("R")
+_I = TypeVar("_I")
 
 RELEVANT_IDS_KEY = "ragaudit_relevant_ids"
 """Run metadata key holding a turn's ground truth: a list of relevant ids or ``{id: graded label}``."""
@@ -81,7 +85,7 @@ def report_failure(where: str, exc: BaseException, content: ContentPolicy | None
 # --- documents -------------------------------------------------------------------------------------
 
 
-def _id_text(value: Any) -> str | None:
+def _id_text(value: object) -> str | None:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, (str, int)):
@@ -90,7 +94,7 @@ def _id_text(value: Any) -> str | None:
     return None
 
 
-def source_from(metadata: Mapping[str, Any] | None) -> str | None:
+def source_from(metadata: Mapping[str, object] | None) -> str | None:
     """The document's source: metadata ``source``, ``file_name``, ``file_path`` or ``url``, first set."""
     if not metadata:
         return None
@@ -101,7 +105,7 @@ def source_from(metadata: Mapping[str, Any] | None) -> str | None:
     return None
 
 
-def doc_id_from(obj_id: Any, metadata: Mapping[str, Any] | None, content: str, source: str | None) -> str:
+def doc_id_from(obj_id: object, metadata: Mapping[str, object] | None, content: str, source: str | None) -> str:
     """A document's id: its own id (store id, ``Document.id``, node id), else metadata ``id`` /
     ``doc_id``, else [`stable_doc_id`][ragaudit.records.stable_doc_id] of *source* and *content*."""
     own = _id_text(obj_id)
@@ -115,7 +119,7 @@ def doc_id_from(obj_id: Any, metadata: Mapping[str, Any] | None, content: str, s
     return stable_doc_id(content, source)
 
 
-def score_from(metadata: Mapping[str, Any] | None) -> float | None:
+def score_from(metadata: Mapping[str, object] | None) -> float | None:
     """The score a retriever left in the metadata (``score``, ``relevance_score``, ``_distance``), if
     it is a finite number; the value is kept as the store reported it (a distance stays a distance)."""
     if not metadata:
@@ -128,7 +132,7 @@ def score_from(metadata: Mapping[str, Any] | None) -> float | None:
 
 
 def retrieved_doc(
-    rank: int, obj_id: Any, content: Any, metadata: Mapping[str, Any], score: float | None
+    rank: int, obj_id: object, content: object, metadata: Mapping[str, object], score: float | None
 ) -> RetrievedDoc:
     """The [`RetrievedDoc`][ragaudit.RetrievedDoc] at *rank* of a framework's document or node: *content* as
     text ("" for None), the source from *metadata* and the id from *obj_id*, *metadata* or the text
@@ -190,7 +194,7 @@ def default_auditor() -> Auditor:
 _judge_auditors: weakref.WeakValueDictionary[int, Auditor] = weakref.WeakValueDictionary()
 
 
-def judge_auditor(judge: Any) -> Auditor:
+def judge_auditor(judge: RagJudge) -> Auditor:
     """The [`Auditor`][ragaudit.Auditor] of handlers given ``judge=``: one per judge object in use.
 
     A judge needs a worker of its own (its async client belongs to the event loop of the Auditor that
@@ -209,14 +213,14 @@ def judge_auditor(judge: Any) -> Auditor:
 
 
 def resolve_backend(
-    judge: Any,
+    judge: RagJudge | None,
     auditor: Auditor | None,
-    tracer_provider: Any,
+    tracer_provider: TracerProvider | None,
     capture_content: bool | None,
     redact: Callable[[str], str] | None,
     *,
     owner: str,
-) -> tuple[Auditor, Any]:
+) -> tuple[Auditor, SpanRecorder]:
     """``(auditor, recorder)`` for an integration handler, from its constructor arguments.
 
     The auditor is *auditor*; else `judge_auditor` of *judge* (shared by the handlers given
@@ -383,7 +387,7 @@ class RunStore(Generic[S]):
             closed.popitem(last=False)
 
 
-def each_or_none(items: Iterable[Any], read: Callable[[Any], R | None]) -> list[R] | None:
+def each_or_none(items: Iterable[_I], read: Callable[[_I], R | None]) -> list[R] | None:
     """*read* of every one of *items*, in order; None as soon as one reads as None (then *items* is not a
     list of such things: a list of messages, of documents)."""
     out: list[R] = []
@@ -395,7 +399,7 @@ def each_or_none(items: Iterable[Any], read: Callable[[Any], R | None]) -> list[
     return out
 
 
-def input_text(value: Any) -> str | None:
+def input_text(value: object) -> str | None:
     """A tool call's input as text: strings as they are, anything else as JSON (``str()`` if it is not JSON)."""
     if value is None or isinstance(value, str):
         return value

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 from uuid import UUID
@@ -68,7 +68,7 @@ class SearchObserver:
         None to leave it unreported (it is a retriever's own search)."""
         raise NotImplementedError
 
-    def search_ended(self, run_id: UUID, documents: Sequence[Any] | None, error: BaseException | None) -> None:
+    def search_ended(self, run_id: UUID, documents: Sequence[object] | None, error: BaseException | None) -> None:
         """The search *run_id* returned *documents* (LangChain ``Document`` s) or raised *error*."""
         raise NotImplementedError
 
@@ -99,7 +99,7 @@ def _documents(result: Any) -> list[Any]:
     return out
 
 
-def _start(store: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[SearchObserver, UUID]]:
+def _start(store: object, args: tuple[object, ...], kwargs: Mapping[str, object]) -> list[tuple[SearchObserver, UUID]]:
     observers, parent = _observers()
     if not observers or parent is None:
         return []
@@ -113,7 +113,7 @@ def _start(store: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tu
     return started
 
 
-def _end(started: list[tuple[SearchObserver, UUID]], result: Any, error: BaseException | None) -> None:
+def _end(started: list[tuple[SearchObserver, UUID]], result: object, error: BaseException | None) -> None:
     if not started:
         return
     documents = _documents(result) if error is None else None
@@ -121,7 +121,8 @@ def _end(started: list[tuple[SearchObserver, UUID]], result: Any, error: BaseExc
         observer.search_ended(run_id, documents, error)
 
 
-def _guarded_start(store: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[SearchObserver, UUID]]:
+def _guarded_start(store: object, args: tuple[object, ...],
+                   kwargs: Mapping[str, object]) -> list[tuple[SearchObserver, UUID]]:
     try:
         return _start(store, args, kwargs)
     except Exception as exc:  # never let our bookkeeping break the app's search
@@ -129,7 +130,7 @@ def _guarded_start(store: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
         return []
 
 
-def _guarded_end(started: list[tuple[SearchObserver, UUID]], result: Any, error: BaseException | None) -> None:
+def _guarded_end(started: list[tuple[SearchObserver, UUID]], result: object, error: BaseException | None) -> None:
     try:
         _end(started, result, error)
     except Exception as exc:
@@ -139,7 +140,7 @@ def _guarded_end(started: list[tuple[SearchObserver, UUID]], result: Any, error:
 def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
     if inspect.iscoroutinefunction(method):
         @functools.wraps(method)
-        async def asearch(self: Any, *args: Any, **kwargs: Any) -> Any:
+        async def asearch(self: object, *args: Any, **kwargs: Any) -> Any:
             if _in_search.get():
                 return await method(self, *args, **kwargs)
             token = _in_search.set(True)
@@ -159,7 +160,7 @@ def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
         return asearch
 
     @functools.wraps(method)
-    def search(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def search(self: object, *args: Any, **kwargs: Any) -> Any:
         if _in_search.get():
             return method(self, *args, **kwargs)
         token = _in_search.set(True)

@@ -113,7 +113,7 @@ class Turn:
     finished: list[Child] = field(default_factory=list)
 
 
-def is_prompt(serialized: Any, name: Any) -> bool:
+def is_prompt(serialized: object, name: object) -> bool:
     """Whether a chain run is a prompt template's (``ChatPromptTemplate``, ``PromptTemplate``, ...)."""
     if isinstance(name, str) and name.endswith("PromptTemplate"):
         return True

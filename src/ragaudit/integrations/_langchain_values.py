@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, TypeVar
 
 from langchain_core.messages import BaseMessage, ToolMessage
 from pydantic import BaseModel
@@ -44,6 +44,9 @@ __all__ = [
     "text_of",
 ]
 
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
+
 _QUERY_KEYS = ("question", "input", "query", "q")
 _ANSWER_KEYS = ("answer", "output", "result", "text")
 
@@ -51,7 +54,7 @@ _ANSWER_KEYS = ("answer", "output", "result", "text")
 # --- reading LangChain values ----------------------------------------------------------------------
 
 
-def text_of(content: Any) -> str:
+def text_of(content: object) -> str:
     """The text of a message's content: a string, or the text parts of a list of content blocks."""
     if isinstance(content, str):
         return content
@@ -71,7 +74,7 @@ _ROLES = {"human": "user", "user": "user", "ai": "assistant", "assistant": "assi
           "function": "tool"}
 
 
-def _message_of(item: Any) -> tuple[str, str] | None:
+def _message_of(item: object) -> tuple[str, str] | None:
     """``(role, text)`` of one message in any form LangChain accepts: a message object, a
     ``(role, content)`` tuple, a ``{"role" | "type": ..., "content": ...}`` dict, or a string (a
     user message); None for anything else. Roles: user, assistant, system, tool."""
@@ -88,7 +91,7 @@ def _message_of(item: Any) -> tuple[str, str] | None:
     return None
 
 
-def messages_of(value: Any) -> list[tuple[str, str]] | None:
+def messages_of(value: object) -> list[tuple[str, str]] | None:
     """The conversation in *value* (a list of messages, or one message), or None when it is none."""
     if isinstance(value, (BaseMessage, str)):
         single = _message_of(value)
@@ -102,7 +105,7 @@ def messages_of(value: Any) -> list[tuple[str, str]] | None:
     return each_or_none(value, _message_of)
 
 
-def is_mapping(value: Any) -> TypeGuard[Mapping[Any, Any]]:
+def is_mapping(value: object) -> TypeGuard[Mapping[Any, Any]]:
     """``isinstance(value, Mapping)``, without the ABC's check for what most callbacks carry (a dict, a
     string, None): it runs several times per callback on the host's thread."""
     kind = type(value)
@@ -122,7 +125,7 @@ def _last_user(messages: Sequence[tuple[str, str]] | None) -> str | None:
     return messages[-1][1]
 
 
-def query_from(inputs: Any) -> str | None:
+def query_from(inputs: object) -> str | None:
     """The question of a root run: a string, a message, a dict's question/input/query/q (else the
     user's last message in its ``messages``, else its first non-empty string), a list of messages.
     None for streaming placeholders (``{"input": ""}``)."""
@@ -151,7 +154,7 @@ def query_from(inputs: Any) -> str | None:
     return None
 
 
-def conversation_of(inputs: Any) -> Any:
+def conversation_of(inputs: object) -> object:
     """The raw message list of a conversation-shaped root input (``{"messages": [...]}`` as agents
     take, or a list of messages), read into messages when the turn closes; None otherwise."""
     if is_mapping(inputs):
@@ -162,7 +165,7 @@ def conversation_of(inputs: Any) -> Any:
     return None
 
 
-def history_of(inputs: Any) -> Any:
+def history_of(inputs: object) -> object:
     """A chain input's ``chat_history`` / ``history`` (what ``RunnableWithMessageHistory`` inserts
     and history-aware retrievers read), raw; None when there is none."""
     if is_mapping(inputs):
@@ -173,7 +176,7 @@ def history_of(inputs: Any) -> Any:
     return None
 
 
-def readable(read: Callable[[Any], Any], inputs: Any, what: str) -> Any:
+def readable(read: Callable[[_In], _Out], inputs: _In, what: str) -> _Out | None:
     """``read(inputs)``, or None (reported) when *inputs* cannot be read: the run is still tracked."""
     try:
         return read(inputs)
@@ -182,7 +185,7 @@ def readable(read: Callable[[Any], Any], inputs: Any, what: str) -> Any:
         return None
 
 
-def answer_from(outputs: Any) -> str | None:
+def answer_from(outputs: object) -> str | None:
     """The answer of a root run: a string, a message's text, a dict's answer/output/result/text, or
     the last AI message of a dict's ``messages`` (a LangGraph agent's state)."""
     if isinstance(outputs, str):
@@ -212,7 +215,7 @@ def error_text(error: BaseException) -> str:
 RawDoc = tuple[Any, Any, Mapping[str, Any]]  # (id, page_content, metadata copy) as the retriever returned it
 
 
-def snapshot_documents(documents: Sequence[Any] | None) -> tuple[RawDoc, ...]:
+def snapshot_documents(documents: Sequence[object] | None) -> tuple[RawDoc, ...]:
     """What a retriever returned, as it is now (a later step may edit a document's metadata); cheap,
     so it can run on the host's thread. `convert_documents` does the rest in the background."""
     out = []
@@ -228,12 +231,12 @@ def convert_documents(documents: Sequence[RawDoc]) -> tuple[RetrievedDoc, ...]:
                  for rank, (doc_id, content, metadata) in enumerate(documents, 1))
 
 
-def is_documents(value: Any) -> bool:
+def is_documents(value: object) -> bool:
     return isinstance(value, (list, tuple)) and bool(value) and all(
         hasattr(item, "page_content") for item in value)
 
 
-def read_tool_output(output: Any, call_id: str | None, name: str
+def read_tool_output(output: object, call_id: str | None, name: str
                       ) -> tuple[str | None, tuple[RetrievedDoc, ...] | None, str | None, str | None]:
     """``(text, documents, call id, error)`` of a tool's output: a ``ToolMessage`` (its content, its
     artifact's documents as ``create_retriever_tool`` returns them, its call id, an error status),
@@ -264,11 +267,11 @@ def read_tool_output(output: Any, call_id: str | None, name: str
     return text, documents, call_id, error
 
 
-def _int_or_none(value: Any) -> int | None:
+def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def read_llm_result(response: Any) -> tuple[str | None, int | None, int | None, str | None]:
+def read_llm_result(response: object) -> tuple[str | None, int | None, int | None, str | None]:
     """``(output text, input tokens, output tokens, response model)`` of an ``LLMResult``."""
     text: str | None = None
     message = None
@@ -299,7 +302,7 @@ def read_llm_result(response: Any) -> tuple[str | None, int | None, int | None, 
         model if isinstance(model, str) and model else None)
 
 
-def read_tool_calls(response: Any) -> tuple[ModelToolCall, ...]:
+def read_tool_calls(response: object) -> tuple[ModelToolCall, ...]:
     """The tool calls the reply of an ``LLMResult`` asked for (``AIMessage.tool_calls``), arguments
     as JSON text."""
     generations = getattr(response, "generations", None)
@@ -314,7 +317,7 @@ def read_tool_calls(response: Any) -> tuple[ModelToolCall, ...]:
     return tuple(out)
 
 
-def prompt_messages(prompt: Any) -> tuple[tuple[str, str], ...]:
+def prompt_messages(prompt: object) -> tuple[tuple[str, str], ...]:
     """A chat model's input as ``(role, content)`` pairs (user, assistant, system, tool); () for a
     plain-text prompt."""
     if not isinstance(prompt, list):
@@ -323,7 +326,7 @@ def prompt_messages(prompt: Any) -> tuple[tuple[str, str], ...]:
                  for m in prompt if isinstance(m, BaseMessage))
 
 
-def prompt_text(prompt: Any) -> str | None:
+def prompt_text(prompt: object) -> str | None:
     if isinstance(prompt, list):
         if prompt and isinstance(prompt[0], str):
             return "\n".join(prompt)
@@ -331,7 +334,7 @@ def prompt_text(prompt: Any) -> str | None:
     return None
 
 
-def retriever_name(serialized: Any, metadata: Mapping[str, Any] | None, name: Any) -> str:
+def retriever_name(serialized: object, metadata: Mapping[str, object] | None, name: object) -> str:
     if not isinstance(name, str) or not name:
         name = serialized.get("name") if is_mapping(serialized) else None
     store = metadata.get("ls_vector_store_provider") if metadata else None
@@ -340,7 +343,7 @@ def retriever_name(serialized: Any, metadata: Mapping[str, Any] | None, name: An
     return name if isinstance(name, str) and name else "retriever"
 
 
-def model_name(invocation_params: Any, metadata: Mapping[str, Any] | None) -> str | None:
+def model_name(invocation_params: object, metadata: Mapping[str, object] | None) -> str | None:
     if is_mapping(invocation_params):
         for key in ("model", "model_name", "model_id", "deployment_name"):
             value = invocation_params.get(key)
@@ -352,7 +355,7 @@ def model_name(invocation_params: Any, metadata: Mapping[str, Any] | None) -> st
 
 
 
-def template_variables(inputs: Any) -> dict[str, str]:
+def template_variables(inputs: object) -> dict[str, str]:
     """The values a prompt template run filled in, as text: strings as they are, a list of documents
     as their texts joined by blank lines (the join the assembler splits at); other values (a
     message list: the history) are left out."""
@@ -372,7 +375,7 @@ def template_variables(inputs: Any) -> dict[str, str]:
 _STRUCTURED_HINTS = frozenset({"citations", "sources", "source_ids", "cited_ids", "citation_ids", "quotes"})
 
 
-def structured_of(outputs: Any) -> Any:
+def structured_of(outputs: object) -> object:
     """A root output that is a structured answer (``with_structured_output``), raw, or None: a pydantic
     object; the ``parsed`` value of ``include_raw=True``; a dict's ``answer`` that is an object (a
     LangGraph state holding the structured answer); an agent state's ``structured_response``
@@ -396,7 +399,7 @@ def structured_of(outputs: Any) -> Any:
     return outputs if _STRUCTURED_HINTS.intersection(k for k in outputs if isinstance(k, str)) else None
 
 
-def structured_data(value: Any) -> dict[str, Any] | None:
+def structured_data(value: object) -> dict[str, Any] | None:
     """*value* (from `structured_of`) as a plain dict, when the turn closes."""
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from ..records import Citation, RetrievedDoc
 
@@ -23,7 +22,7 @@ CITATION_FIELDS: tuple[str, ...] = ("citations", "sources", "source_ids", "cited
 _ITEM_KEYS = ("source_id", "doc_id", "id", "source", "index")
 
 
-def structured_answer(data: Mapping[str, Any], answer_field: str | None = None) -> str | None:
+def structured_answer(data: Mapping[str, object], answer_field: str | None = None) -> str | None:
     """The answer text of *data* (see the module docstring), or None when it has none."""
     if answer_field is not None:
         value = data.get(answer_field)
@@ -35,7 +34,7 @@ def structured_answer(data: Mapping[str, Any], answer_field: str | None = None) 
     return strings[0] if len(strings) == 1 else None
 
 
-def _values(data: Mapping[str, Any]) -> list[Any]:
+def _values(data: Mapping[str, object]) -> list[object]:
     for key in CITATION_FIELDS:
         value = data.get(key)
         if isinstance(value, (list, tuple)):
@@ -45,7 +44,7 @@ def _values(data: Mapping[str, Any]) -> list[Any]:
     return []
 
 
-def _item(value: Any) -> Any:
+def _item(value: object) -> object:
     if isinstance(value, Mapping):
         return next((value[k] for k in _ITEM_KEYS if value.get(k) is not None), None)
     return value
@@ -61,7 +60,7 @@ def _by_name(documents: Sequence[RetrievedDoc]) -> dict[str, RetrievedDoc]:
     return names
 
 
-def _resolve(value: Any, documents: Sequence[RetrievedDoc], names: Mapping[str, RetrievedDoc],
+def _resolve(value: object, documents: Sequence[RetrievedDoc], names: Mapping[str, RetrievedDoc],
              zero_based: bool) -> RetrievedDoc | None:
     if isinstance(value, str) and value.strip().isdigit() and value.strip() not in names:
         value = int(value.strip())
@@ -75,7 +74,7 @@ def _resolve(value: Any, documents: Sequence[RetrievedDoc], names: Mapping[str, 
     return None
 
 
-def structured_citations(data: Mapping[str, Any], documents: Sequence[RetrievedDoc], *,
+def structured_citations(data: Mapping[str, object], documents: Sequence[RetrievedDoc], *,
                          zero_based: bool) -> tuple[Citation, ...]:
     """The citations of *data* among *documents* (ranked 1..n), each document once, in the order cited.
 
@@ -83,7 +82,7 @@ def structured_citations(data: Mapping[str, Any], documents: Sequence[RetrievedD
     also read so when one of them is 0.
     """
     items = [_item(v) for v in _values(data)]
-    ints: Iterable[Any] = (v for v in items if isinstance(v, int) and not isinstance(v, bool))
+    ints: Iterable[object] = (v for v in items if isinstance(v, int) and not isinstance(v, bool))
     zero_based = zero_based or 0 in ints
     names = _by_name(documents)
     out: list[Citation] = []

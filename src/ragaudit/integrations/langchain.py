@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from functools import wraps
-from typing import Any, Concatenate, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 from uuid import UUID, uuid4
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -42,6 +42,11 @@ from ._langchain_values import (
     structured_of,
 )
 from ._source import TurnSource
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
+    from ..judges.base import RagJudge
 
 __all__ = ["RagAuditCallbackHandler", "instrument", "uninstrument"]
 
@@ -138,9 +143,9 @@ class RagAuditCallbackHandler(TurnSource, BaseCallbackHandler, SearchObserver):
 
     def __init__(
         self,
-        judge: Any = None,
+        judge: RagJudge | None = None,
         auditor: Auditor | None = None,
-        tracer_provider: Any = None,
+        tracer_provider: TracerProvider | None = None,
         capture_content: bool | None = None,
         *,
         max_runs: int = 10_000,
@@ -186,8 +191,8 @@ class RagAuditCallbackHandler(TurnSource, BaseCallbackHandler, SearchObserver):
         parent_run_id: UUID | None,
         kind: str | None,
         name: str | None,
-        question: Any,
-        metadata: Mapping[str, Any] | None,
+        question: object,
+        metadata: Mapping[str, object] | None,
         child: Child | None,
         now: int,
     ) -> None:
@@ -233,11 +238,11 @@ class RagAuditCallbackHandler(TurnSource, BaseCallbackHandler, SearchObserver):
         self,
         run_id: UUID,
         *,
-        outputs: Any = None,
-        inputs: Any = None,
+        outputs: object = None,
+        inputs: object = None,
         error: BaseException | None = None,
         documents: tuple[RawDoc, ...] = (),
-        response: Any = None,
+        response: object = None,
         now: int = 0,
     ) -> None:
         """Register the end of a run (a retriever's *documents* snapshot, a model's *response*);
@@ -295,7 +300,7 @@ class RagAuditCallbackHandler(TurnSource, BaseCallbackHandler, SearchObserver):
     # -- chains (each callback goes through the one guard, _guarded) -------------------------------
 
     @_guarded
-    def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: UUID,
+    def on_chain_start(self, serialized: dict[str, Any] | None, inputs: object, *, run_id: UUID,
                        parent_run_id: UUID | None = None, tags: list[str] | None = None,
                        metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
         name = kwargs.get("name")
@@ -307,7 +312,7 @@ class RagAuditCallbackHandler(TurnSource, BaseCallbackHandler, SearchObserver):
         self._start(run_id, parent_run_id, "chain", name, inputs, metadata, child, now)
 
     @_guarded
-    def on_chain_end(self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
+    def on_chain_end(self, outputs: object, *, run_id: UUID, parent_run_id: UUID | None = None,
                      **kwargs: Any) -> None:
         self._end(run_id, outputs=outputs, inputs=kwargs.get("inputs"))
 
@@ -328,7 +333,7 @@ class RagAuditCallbackHandler(TurnSource, BaseCallbackHandler, SearchObserver):
         self._start(run_id, parent_run_id, "retriever", name, text, metadata, OpenRetrieval(name, text, now), now)
 
     @_guarded
-    def on_retriever_end(self, documents: Sequence[Any], *, run_id: UUID, parent_run_id: UUID | None = None,
+    def on_retriever_end(self, documents: Sequence[object], *, run_id: UUID, parent_run_id: UUID | None = None,
                          **kwargs: Any) -> None:
         now = time.time_ns()
         try:
@@ -346,8 +351,8 @@ class RagAuditCallbackHandler(TurnSource, BaseCallbackHandler, SearchObserver):
 
     # -- models ---------------------------------------------------------------------------------
 
-    def _start_model(self, prompt: Any, run_id: UUID, parent_run_id: UUID | None,
-                     metadata: dict[str, Any] | None, kwargs: dict[str, Any]) -> None:
+    def _start_model(self, prompt: object, run_id: UUID, parent_run_id: UUID | None,
+                     metadata: Mapping[str, object] | None, kwargs: Mapping[str, object]) -> None:
         now = time.time_ns()
         provider = metadata.get("ls_provider") if metadata else None
         child = OpenGeneration(model_name(kwargs.get("invocation_params"), metadata),
@@ -369,7 +374,7 @@ class RagAuditCallbackHandler(TurnSource, BaseCallbackHandler, SearchObserver):
         self._start_model(list(prompts[:1]), run_id, parent_run_id, metadata, kwargs)
 
     @_guarded
-    def on_llm_end(self, response: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
+    def on_llm_end(self, response: object, *, run_id: UUID, parent_run_id: UUID | None = None,
                    **kwargs: Any) -> None:
         self._end(run_id, response=response, now=time.time_ns())
 
@@ -397,7 +402,7 @@ class RagAuditCallbackHandler(TurnSource, BaseCallbackHandler, SearchObserver):
         self._start(run_id, parent_run_id, None, None, None, None, tool, now)
 
     @_guarded
-    def on_tool_end(self, output: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
+    def on_tool_end(self, output: object, *, run_id: UUID, parent_run_id: UUID | None = None,
                     **kwargs: Any) -> None:
         self._end(run_id, outputs=output, now=time.time_ns())
 
@@ -422,7 +427,7 @@ class RagAuditCallbackHandler(TurnSource, BaseCallbackHandler, SearchObserver):
         self._start(run_id, parent_run_id, None, None, None, None, OpenRetrieval(name, query, now), now)
         return run_id
 
-    def search_ended(self, run_id: UUID, documents: Sequence[Any] | None, error: BaseException | None) -> None:
+    def search_ended(self, run_id: UUID, documents: Sequence[object] | None, error: BaseException | None) -> None:
         now = time.time_ns()
         if error is not None or documents is None:
             self._end(run_id, error=error or RuntimeError("the search returned nothing readable"), now=now)
@@ -459,7 +464,7 @@ class _ProcessWideHandler:
     def __init__(self) -> None:
         self.handler: RagAuditCallbackHandler | None = None
 
-    def get(self, default: Any = None) -> RagAuditCallbackHandler | None:
+    def get(self, default: RagAuditCallbackHandler | None = None) -> RagAuditCallbackHandler | None:
         handler = self.handler
         return handler if handler is not None else default
 
@@ -472,7 +477,7 @@ _hook_registered = False
 _last: tuple[dict[str, Any], RagAuditCallbackHandler] | None = None  # the last instrument()'s
 
 
-def _same_kwargs(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+def _same_kwargs(a: Mapping[str, object], b: Mapping[str, object]) -> bool:
     return a.keys() == b.keys() and all(a[k] is b[k] or (type(a[k]) in (bool, int, float, str, type(None))
                                                          and a[k] == b[k]) for k in a)
 

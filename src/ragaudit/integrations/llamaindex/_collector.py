@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
 from llama_index.core.chat_engine.types import StreamingAgentChatResponse
@@ -34,6 +34,11 @@ from ._values import (
     usage_of,
 )
 
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
+    from ...judges.base import RagJudge
+
 __all__ = ["Collector"]
 
 _ENDED_KEPT = 4096  # ended dispatcher spans outside turns remembered as parents (see Collector.outside)
@@ -51,9 +56,9 @@ class Collector(TurnSource):
 
     def __init__(
         self,
-        judge: Any,
+        judge: RagJudge | None,
         auditor: Auditor | None,
-        tracer_provider: Any,
+        tracer_provider: TracerProvider | None,
         capture_content: bool | None,
         redact: Callable[[str], str] | None,
         max_runs: int,
@@ -138,8 +143,8 @@ class Collector(TurnSource):
             return False
         return True
 
-    def end_run(self, run_id: str, *, result: Any = None, error: BaseException | str | None = None,
-                instance: Any = None) -> None:
+    def end_run(self, run_id: str, *, result: object = None, error: BaseException | str | None = None,
+                instance: object = None) -> None:
         """Register the end of a run; close its turn when this completes it."""
         store = self.store
         tap: StreamTap | AsyncStreamTap | None = None
@@ -190,7 +195,7 @@ class Collector(TurnSource):
         if complete and turn is not None:
             self._hand_off(turn)
 
-    def _watch_stream(self, turn: Turn, result: Any) -> StreamTap | AsyncStreamTap | None:
+    def _watch_stream(self, turn: Turn, result: object) -> StreamTap | AsyncStreamTap | None:
         """Keep the turn open past its root while the answer is still streaming (lock held).
 
         A stream wrapper holds no reference back to its response and the turn keeps only the
@@ -242,7 +247,7 @@ class Collector(TurnSource):
 
     # -- retrievals, generations and tool calls -----------------------------------------------------
 
-    def tool_started(self, run_id: str, bound_args: Any, now: int) -> None:
+    def tool_started(self, run_id: str, bound_args: object, now: int) -> None:
         """A workflow agent's ``call_tool`` step began: its ``ToolCall`` event names the tool."""
         arguments = getattr(bound_args, "arguments", None)
         event = arguments.get("ev") if isinstance(arguments, Mapping) else None
@@ -257,7 +262,7 @@ class Collector(TurnSource):
                                               call_id if isinstance(call_id, str) and call_id else None,
                                               getattr(event, "tool_kwargs", None), now)
 
-    def conversation_seen(self, run_id: str, messages: Any) -> None:
+    def conversation_seen(self, run_id: str, messages: object) -> None:
         """An agent's model call: its first one's messages hold the conversation so far."""
         with self.store.lock:
             turn = self.store.state_of(run_id)
@@ -266,13 +271,13 @@ class Collector(TurnSource):
                 turn.prompt = list(messages)
 
 
-    def retrieval_started(self, run_id: str, name: str, query: Any, now: int) -> None:
+    def retrieval_started(self, run_id: str, name: str, query: object, now: int) -> None:
         with self.store.lock:
             retrieving = self._retrieval(run_id, name, now)
             if retrieving is not None and retrieving.query is None:
                 retrieving.query = query_text(query)
 
-    def retrieval_ended(self, run_id: str, nodes: Any, now: int) -> None:
+    def retrieval_ended(self, run_id: str, nodes: object, now: int) -> None:
         pairs = snapshot(nodes)
         with self.store.lock:
             retrieving = self._retrieval(run_id, "retriever", now)
@@ -292,7 +297,7 @@ class Collector(TurnSource):
         return retrieving
 
     def generation_started(self, turn: Turn, run_id: str, outer: str | None, now: int,
-                           caller: Any = None) -> None:
+                           caller: object = None) -> None:
         """Register a model call inside *outer* (a model call, or None); call with the lock held.
 
         A call whose parent is no model call was made lazily by a stream: with no parent span at all
@@ -335,7 +340,7 @@ class Collector(TurnSource):
                 if generating.template_variables is None:
                     generating.template_variables = variables
 
-    def model_answered(self, run_id: str, response: Any, now: int, error: Any = None) -> None:
+    def model_answered(self, run_id: str, response: object, now: int, error: BaseException | str | None = None) -> None:
         output = output_of(response)
         tool_calls = tool_calls_of(response)
         input_tokens, output_tokens = usage_of(response)
@@ -366,7 +371,7 @@ class Collector(TurnSource):
             generating = turn.generations[key] = Generating(turn.next_seq(), now)
         return generating
 
-    def response_seen(self, run_id: str, response: Any) -> None:
+    def response_seen(self, run_id: str, response: object) -> None:
         with self.store.lock:
             turn = self.store.state_of(run_id)
             if turn is not None and run_id != turn.root_id:

@@ -60,7 +60,7 @@ class SpanHandler(BaseSpanHandler[BaseSpan]):
     def class_name(cls) -> str:
         return "RagAuditSpanHandler"
 
-    def new_span(self, id_: str, bound_args: inspect.BoundArguments, instance: Any | None = None,
+    def new_span(self, id_: str, bound_args: inspect.BoundArguments, instance: object | None = None,
                  parent_span_id: str | None = None, tags: dict[str, Any] | None = None,
                  **kwargs: Any) -> BaseSpan | None:
         try:
@@ -89,15 +89,15 @@ class SpanHandler(BaseSpanHandler[BaseSpan]):
             report_failure("LlamaIndex span start", exc)
         return None
 
-    def prepare_to_exit_span(self, id_: str, bound_args: inspect.BoundArguments, instance: Any | None = None,
-                             result: Any | None = None, **kwargs: Any) -> BaseSpan | None:
+    def prepare_to_exit_span(self, id_: str, bound_args: inspect.BoundArguments, instance: object | None = None,
+                             result: object | None = None, **kwargs: Any) -> BaseSpan | None:
         try:
             self.collector.end_run(id_, result=result, instance=instance)
         except Exception as exc:
             report_failure("LlamaIndex span end", exc)
         return None
 
-    def prepare_to_drop_span(self, id_: str, bound_args: inspect.BoundArguments, instance: Any | None = None,
+    def prepare_to_drop_span(self, id_: str, bound_args: inspect.BoundArguments, instance: object | None = None,
                              err: BaseException | None = None, **kwargs: Any) -> BaseSpan | None:
         try:
             self.collector.end_run(id_, error=err if err is not None else "span dropped", instance=instance)
@@ -115,12 +115,12 @@ def _own_tags(tags: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 _LLAMAINDEX_TAG = "llamaindex."
-_EventFn = Callable[[Collector, Any, str, int], None]
+_EventFn = Callable[[Collector, Any, str, int], None]  # Any: each reader takes its own event class
 _TOOL_STEP = ".call_tool"  # the step of a workflow agent that runs one tool call
 _TOOL_TURNS = frozenset({"agent", "workflow"})  # turns an agent runs in: its own, or a workflow step's
 
 
-def chat_history_of(bound_args: Any, instance: Any) -> list[Any] | None:
+def chat_history_of(bound_args: object, instance: Any) -> list[Any] | None:
     """A chat engine's history before this message: the ``chat_history`` passed in, else its memory."""
     arguments = getattr(bound_args, "arguments", None)
     history = arguments.get("chat_history") if isinstance(arguments, Mapping) else None
@@ -132,39 +132,40 @@ def chat_history_of(bound_args: Any, instance: Any) -> list[Any] | None:
     return list(history) if isinstance(history, (list, tuple)) and history else None
 
 
-def _on_retrieval_start(c: Collector, e: Any, span_id: str, now: int) -> None:
+def _on_retrieval_start(c: Collector, e: RetrievalStartEvent, span_id: str, now: int) -> None:
     c.retrieval_started(span_id, span_name(span_id).rpartition(".")[0] or "retriever",
                         e.str_or_query_bundle, now)
 
 
-def _on_retrieval_end(c: Collector, e: Any, span_id: str, now: int) -> None:
+def _on_retrieval_end(c: Collector, e: RetrievalEndEvent, span_id: str, now: int) -> None:
     c.retrieval_ended(span_id, e.nodes, now)
 
 
-def _on_response(c: Collector, e: Any, span_id: str, now: int) -> None:
+def _on_response(c: Collector, e: QueryEndEvent | SynthesizeEndEvent, span_id: str, now: int) -> None:
     c.response_seen(span_id, e.response)
 
 
-def _on_chat_start(c: Collector, e: Any, span_id: str, now: int) -> None:
+def _on_chat_start(c: Collector, e: LLMChatStartEvent, span_id: str, now: int) -> None:
     c.model_called(span_id, model_from(e.model_dict), messages_text(e.messages), now, messages_of(e.messages),
                    provider_from(e.model_dict))
     c.conversation_seen(span_id, e.messages)
 
 
-def _on_completion_start(c: Collector, e: Any, span_id: str, now: int) -> None:
+def _on_completion_start(c: Collector, e: LLMCompletionStartEvent, span_id: str, now: int) -> None:
     c.model_called(span_id, model_from(e.model_dict), e.prompt if isinstance(e.prompt, str) else None, now,
                    provider=provider_from(e.model_dict))
 
 
-def _on_predict_start(c: Collector, e: Any, span_id: str, now: int) -> None:
+def _on_predict_start(c: Collector, e: LLMPredictStartEvent | LLMStructuredPredictStartEvent, span_id: str,
+                      now: int) -> None:
     c.template_filled(span_id, template_variables(e.template, e.template_args), now)
 
 
-def _on_model_end(c: Collector, e: Any, span_id: str, now: int) -> None:
+def _on_model_end(c: Collector, e: LLMChatEndEvent | LLMCompletionEndEvent, span_id: str, now: int) -> None:
     c.model_answered(span_id, e.response, now)
 
 
-def _on_stream_chat_error(c: Collector, e: Any, span_id: str, now: int) -> None:
+def _on_stream_chat_error(c: Collector, e: StreamChatErrorEvent, span_id: str, now: int) -> None:
     c.turn_failed(span_id, e.exception)
 
 

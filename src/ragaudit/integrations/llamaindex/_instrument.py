@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llama_index.core.instrumentation import get_dispatcher
 
@@ -14,6 +14,12 @@ from ...auditor import DEFAULT_TURN_MEASURES, Auditor
 from ._collector import Collector
 from ._dispatch import EventHandler, SpanHandler
 from ._streams import stream_closer
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
+    from ...judges.base import RagJudge
+    from ...tracing.spans import SpanRecorder
 
 __all__ = ["Audited", "LlamaIndexInstrumentation", "instrument", "instrumented", "uninstrument"]
 
@@ -28,7 +34,7 @@ class Audited:
         return self._collector.auditor
 
     @property
-    def recorder(self) -> Any:
+    def recorder(self) -> SpanRecorder | None:
         """The [`SpanRecorder`][ragaudit.tracing.SpanRecorder] that writes the turn spans."""
         return self._collector.recorder
 
@@ -137,7 +143,7 @@ class LlamaIndexInstrumentation(Audited):
 
 registration_lock = _fork.rlock()
 _current: LlamaIndexInstrumentation | None = None
-_last: tuple[tuple[Any, ...], LlamaIndexInstrumentation] | None = None  # the last instrument()'s arguments
+_last: tuple[tuple[object, ...], LlamaIndexInstrumentation] | None = None  # the last instrument()'s arguments
 _draining: set[LlamaIndexInstrumentation] = set()  # detached, still on the dispatcher for turns in flight
 
 
@@ -148,15 +154,15 @@ def _sweep() -> None:
             installed._leave()
 
 
-def _same_args(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+def _same_args(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
     return len(a) == len(b) and all(x is y or (isinstance(x, (bool, int, str, tuple)) and x == y)
                                     for x, y in zip(a, b))
 
 
 def instrument(
-    judge: Any = None,
+    judge: RagJudge | None = None,
     auditor: Auditor | None = None,
-    tracer_provider: Any = None,
+    tracer_provider: TracerProvider | None = None,
     capture_content: bool | None = None,
     *,
     redact: Callable[[str], str] | None = None,
@@ -226,7 +232,7 @@ def instrument(
     return _install(args, LlamaIndexInstrumentation(collector))
 
 
-def _reattach(args: tuple[Any, ...]) -> LlamaIndexInstrumentation | None:
+def _reattach(args: tuple[object, ...]) -> LlamaIndexInstrumentation | None:
     """Idempotent, also after uninstrument(): the same arguments get the one instrumentation."""
     global _current
     with registration_lock:
@@ -241,7 +247,7 @@ def _reattach(args: tuple[Any, ...]) -> LlamaIndexInstrumentation | None:
         return installed
 
 
-def _install(args: tuple[Any, ...], installed: LlamaIndexInstrumentation) -> LlamaIndexInstrumentation:
+def _install(args: tuple[object, ...], installed: LlamaIndexInstrumentation) -> LlamaIndexInstrumentation:
     global _current, _last
     with registration_lock:
         previous, _current, _last = _current, installed, (args, installed)

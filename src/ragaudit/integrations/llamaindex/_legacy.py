@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llama_index.core.callbacks import CBEventType, EventPayload
 from llama_index.core.callbacks.base_handler import BaseCallbackHandler
@@ -15,6 +15,11 @@ from ._collector import Collector
 from ._instrument import Audited
 from ._state import LEGACY_LLM, RootInfo
 from ._values import LEGACY_ROOT, UNSET, messages_of, messages_text, model_from, provider_from, query_text
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
+    from ...judges.base import RagJudge
 
 __all__ = ["RagAuditLlamaIndexHandler"]
 
@@ -37,9 +42,9 @@ class RagAuditLlamaIndexHandler(Audited, BaseCallbackHandler):
 
     def __init__(
         self,
-        judge: Any = None,
+        judge: RagJudge | None = None,
         auditor: Auditor | None = None,
-        tracer_provider: Any = None,
+        tracer_provider: TracerProvider | None = None,
         capture_content: bool | None = None,
         *,
         redact: Callable[[str], str] | None = None,

@@ -14,6 +14,8 @@ from .._common import report_failure
 from ._state import STREAM_TURN, Turn
 
 if TYPE_CHECKING:
+    from types import TracebackType
+
     from ._collector import Collector
 
 __all__ = ["AsyncStreamTap", "StreamTap", "stream_closer"]
@@ -39,7 +41,7 @@ class _Tap:
     # Until __init__ has run, a tap counts as done: __del__ of a half-made one closes nothing.
     _done = True
 
-    def __init__(self, collector: Collector, turn: Turn, response: Any) -> None:
+    def __init__(self, collector: Collector, turn: Turn, response: object) -> None:
         self._collector = collector
         self._turn = turn
         self._response: Any = response  # only until install(): a tap must not keep its response alive
@@ -52,7 +54,7 @@ class _Tap:
         self._response.response_gen = self
         del self._response
 
-    def _took(self, item: Any) -> None:
+    def _took(self, item: object) -> None:
         if isinstance(item, str):
             self._parts.append(item)
 
@@ -83,7 +85,7 @@ class _Step:
     def __enter__(self) -> None:
         self._token = STREAM_TURN.set((self._tap._collector, self._tap._turn))
 
-    def __exit__(self, typ: Any, exc: BaseException | None, tb: Any) -> None:
+    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         STREAM_TURN.reset(self._token)
         if exc is None:
             return
@@ -103,7 +105,7 @@ class StreamTap(_Tap, Generator[str, None, None]):
         super().__init__(collector, turn, response)
         self._inner: Any = iter(response.response_gen)
 
-    def send(self, value: Any) -> str:
+    def send(self, value: object) -> str:
         if self._done:
             raise StopIteration
         with _Step(self):
@@ -111,7 +113,8 @@ class StreamTap(_Tap, Generator[str, None, None]):
         self._took(item)
         return item
 
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> str:  # type: ignore[override]
+    def throw(self, typ: type[BaseException] | BaseException, val: object = None,  # type: ignore[override]
+              tb: TracebackType | None = None) -> str:
         exc = typ if isinstance(typ, BaseException) else val if isinstance(val, BaseException) else typ()
         inner_throw = getattr(self._inner, "throw", None)
         if self._done or inner_throw is None:

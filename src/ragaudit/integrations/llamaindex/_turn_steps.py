@@ -110,7 +110,7 @@ def _children(turn: Turn) -> list[tuple[int, Step]]:
     return children
 
 
-def read_tool_output(output: Any) -> tuple[str | None, tuple[RetrievedDoc, ...] | None, str | None]:
+def read_tool_output(output: object) -> tuple[str | None, tuple[RetrievedDoc, ...] | None, str | None]:
     """``(text, documents, error)`` of a ``ToolOutput``: its content, the nodes it returned when its
     raw output is a list of nodes (a retriever tool), and its error."""
     if output is None:

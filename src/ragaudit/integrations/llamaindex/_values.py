@@ -92,7 +92,7 @@ _AGENT_CLASSES = frozenset({"BaseWorkflowAgent", "AgentWorkflow"})
 _AGENT_TYPES: dict[type, bool] = {}
 
 
-def is_agent(instance: Any) -> bool:
+def is_agent(instance: object) -> bool:
     """Whether *instance* is a LlamaIndex workflow agent (``FunctionAgent``, ``ReActAgent``,
     ``CodeActAgent``, ``AgentWorkflow``), without importing the agent package."""
     kind = type(instance)
@@ -104,7 +104,7 @@ def is_agent(instance: Any) -> bool:
     return found
 
 
-def turn_kind(name: str, instance: Any) -> str | None:
+def turn_kind(name: str, instance: object) -> str | None:
     if instance is None:
         return None
     method = name.rpartition(".")[2]
@@ -119,7 +119,7 @@ def turn_kind(name: str, instance: Any) -> str | None:
     return None
 
 
-def agent_name(agent: Any) -> str | None:
+def agent_name(agent: object) -> str | None:
     """The name an app gave its agent (``FunctionAgent(name=...)``; an ``AgentWorkflow``'s root
     agent), None when it has none."""
     name = getattr(agent, "name", None)
@@ -128,7 +128,7 @@ def agent_name(agent: Any) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def retriever_name(retriever: Any) -> str:
+def retriever_name(retriever: object) -> str:
     """The name of a retrieval span's source: the vector store a vector-index retriever searches
     (``ChromaVectorStore`` -> ``Chroma``, as LangChain names it), else the retriever's class."""
     store = getattr(retriever, "_vector_store", None)
@@ -142,7 +142,7 @@ def retriever_name(retriever: Any) -> str:
 _PROVIDERS: dict[type, str] = {}
 
 
-def provider_of(llm: Any) -> str:
+def provider_of(llm: object) -> str:
     """The provider of an LLM from its integration package: ``llama_index.llms.openai`` ->
     ``"openai"``; for LLMs defined elsewhere (``MockLLM``, an application's own) its class name in
     lower case, as LangChain's ``ls_provider`` names a model class of its own (a chat span's
@@ -155,7 +155,7 @@ def provider_of(llm: Any) -> str:
     return _PROVIDERS[llm_type]  # type: ignore[return-value]
 
 
-def provider_from(model_dict: Any) -> str | None:
+def provider_from(model_dict: object) -> str | None:
     """The provider of the LLM an event's ``model_dict`` (``llm.to_dict()``) describes, from its
     ``class_name`` (``"openai_llm"`` -> ``"openai"``): for the paths that never see the LLM object
     (the legacy callback manager, events without a span)."""
@@ -166,7 +166,7 @@ def provider_from(model_dict: Any) -> str | None:
     return name[: -len("_llm")] if name.endswith("_llm") and len(name) > 4 else name
 
 
-def query_text(value: Any) -> str | None:
+def query_text(value: object) -> str | None:
     if isinstance(value, str):
         return value
     query_str = getattr(value, "query_str", None)  # QueryBundle
@@ -176,7 +176,7 @@ def query_text(value: Any) -> str | None:
     return content if isinstance(content, str) else None
 
 
-def user_message_of(start_event: Any, keys: Sequence[str] = WORKFLOW_QUERY_KEYS) -> str | None:
+def user_message_of(start_event: object, keys: Sequence[str] = WORKFLOW_QUERY_KEYS) -> str | None:
     """The user's message of a workflow's (or a workflow agent's) start event: the first of *keys*
     it holds as text (a string, a ``ChatMessage``, a ``QueryBundle``), else the last user message of
     its ``chat_history``."""
@@ -191,7 +191,7 @@ def user_message_of(start_event: Any, keys: Sequence[str] = WORKFLOW_QUERY_KEYS)
     return None
 
 
-def query_from_args(bound_args: Any, keys: Sequence[str] = WORKFLOW_QUERY_KEYS) -> str | None:
+def query_from_args(bound_args: object, keys: Sequence[str] = WORKFLOW_QUERY_KEYS) -> str | None:
     """The question of a root call from its arguments; for a workflow run, from its start event
     (*keys*, see `user_message_of`)."""
     arguments = getattr(bound_args, "arguments", None)
@@ -214,12 +214,12 @@ def query_from_args(bound_args: Any, keys: Sequence[str] = WORKFLOW_QUERY_KEYS) 
     return None
 
 
-def stop_result(result: Any) -> Any:
+def stop_result(result: object) -> object:
     """What a workflow run returned: its ``StopEvent``'s result (text, a ``Response``, a stream)."""
     return result.result if isinstance(result, StopEvent) else result
 
 
-def answer_from(response: Any) -> str | None:
+def answer_from(response: object) -> str | None:
     """The answer text of an engine's return value (``Response``, ``AgentChatResponse``, a finished
     ``StreamingAgentChatResponse``, ``PydanticResponse``, a string); None for anything else."""
     if response is None or isinstance(response, list):
@@ -248,7 +248,7 @@ def answer_from(response: Any) -> str | None:
     return None
 
 
-def structured_from(response: Any) -> dict[str, Any] | None:
+def structured_from(response: object) -> dict[str, Any] | None:
     """The structured answer in an engine's or agent's return value, as a dict: an agent's
     ``AgentOutput.structured_response`` (``output_cls=`` or ``structured_output_fn=``), a
     ``PydanticResponse``'s object (a query engine with ``output_cls``); None when there is none."""
@@ -265,7 +265,7 @@ def structured_from(response: Any) -> dict[str, Any] | None:
     return None
 
 
-def source_nodes_of(response: Any) -> list[Any] | None:
+def source_nodes_of(response: object) -> list[object] | None:
     """The nodes *response* was built from; for a chat response whose own list is empty (the async
     streaming chat engines leave it so), those of the query results it carries as ``sources``."""
     nodes = getattr(response, "source_nodes", None)
@@ -279,13 +279,13 @@ def source_nodes_of(response: Any) -> list[Any] | None:
     return nodes
 
 
-def _finite_score(value: Any) -> float | None:
+def _finite_score(value: object) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
 
 
-def snapshot(nodes: Any) -> list[tuple[Any, float | None]]:
+def snapshot(nodes: object) -> list[tuple[Any, float | None]]:
     """``(node, score)`` pairs as they are now: a reranker may later rescore the same objects."""
     if not isinstance(nodes, (list, tuple)):
         return []
@@ -305,7 +305,7 @@ def convert_nodes(pairs: Sequence[tuple[Any, float | None]]) -> tuple[RetrievedD
     return tuple(out)
 
 
-def model_from(model_dict: Any) -> str | None:
+def model_from(model_dict: object) -> str | None:
     if not isinstance(model_dict, Mapping):
         return None
     for key in ("model", "model_name", "deployment_name", "class_name"):
@@ -318,7 +318,7 @@ def model_from(model_dict: Any) -> str | None:
 _ROLES = {"chatbot": "assistant", "model": "assistant", "function": "tool", "developer": "system"}
 
 
-def messages_of(messages: Any) -> tuple[tuple[str, str], ...]:
+def messages_of(messages: object) -> tuple[tuple[str, str], ...]:
     """Chat messages as ``(role, content)`` pairs (user, assistant, system, tool)."""
     if not isinstance(messages, (list, tuple)):
         return ()
@@ -331,7 +331,7 @@ def messages_of(messages: Any) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def messages_text(messages: Any) -> str | None:
+def messages_text(messages: object) -> str | None:
     if not isinstance(messages, (list, tuple)):
         return None
     lines = []
@@ -343,7 +343,7 @@ def messages_text(messages: Any) -> str | None:
     return "\n".join(lines)
 
 
-def template_variables(template: Any, arguments: Any) -> dict[str, str]:
+def template_variables(template: object, arguments: object) -> dict[str, str]:
     """The text values a prompt template was filled with: its partial variables, then the call's
     arguments (``llm.predict(template, context_str=..., query_str=...)``)."""
     values: dict[str, str] = {}
@@ -358,7 +358,7 @@ def template_variables(template: Any, arguments: Any) -> dict[str, str]:
 _ANSWER_VARIABLES = frozenset({"existing_answer"})
 
 
-def output_of(response: Any) -> str | None:
+def output_of(response: object) -> str | None:
     """The text of a ``ChatResponse`` or ``CompletionResponse``."""
     if response is None:
         return None
@@ -370,7 +370,7 @@ def output_of(response: Any) -> str | None:
     return text if isinstance(text, str) else None
 
 
-def tool_calls_of(response: Any) -> tuple[ModelToolCall, ...]:
+def tool_calls_of(response: object) -> tuple[ModelToolCall, ...]:
     """The tool calls a ``ChatResponse``'s message asked for: its ``ToolCallBlock`` blocks (current
     LlamaIndex), else the OpenAI-style ``additional_kwargs["tool_calls"]``; arguments as JSON text."""
     message = getattr(response, "message", None)
@@ -395,11 +395,11 @@ def tool_calls_of(response: Any) -> tuple[ModelToolCall, ...]:
     return tuple(out)
 
 
-def _int(value: Any) -> int | None:
+def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def usage_of(response: Any) -> tuple[int | None, int | None]:
+def usage_of(response: object) -> tuple[int | None, int | None]:
     """Input and output token counts a model reported: ``additional_kwargs`` (as the OpenAI
     integration sets them) or the raw response's ``usage``."""
     extra = getattr(response, "additional_kwargs", None)

@@ -92,7 +92,7 @@ class Reading:
 # --- small helpers ----------------------------------------------------------------------------------
 
 
-def _json(value: Any) -> Any:
+def _json(value: object) -> Any:
     if isinstance(value, str) and value[:1] in ("{", "["):
         try:
             return json.loads(value)
@@ -101,15 +101,15 @@ def _json(value: Any) -> Any:
     return value if isinstance(value, (dict, list)) else None
 
 
-def _str(value: Any) -> str | None:
+def _str(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _int(value: Any) -> int | None:
+def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _float(value: Any) -> float | None:
+def _float(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
@@ -118,7 +118,7 @@ def _float(value: Any) -> float | None:
 _INDEXED = re.compile(r"^(?P<prefix>.+?)\.(?P<i>\d+)\.(?P<rest>.+)$")
 
 
-def _indexed(attrs: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
+def _indexed(attrs: Mapping[str, object], prefix: str) -> list[dict[str, Any]]:
     """``prefix.{i}.rest`` keys as a list of ``{rest: value}`` in index order."""
     groups: dict[int, dict[str, Any]] = {}
     start = prefix + "."
@@ -135,11 +135,11 @@ _ROLES = {"human": "user", "user": "user", "ai": "assistant", "assistant": "assi
           "tool": "tool", "function": "tool", "developer": "system", "model": "assistant"}
 
 
-def _role(value: Any) -> str:
+def _role(value: object) -> str:
     return _ROLES.get(str(value).lower(), str(value).lower()) if value else "user"
 
 
-def _text_of(content: Any) -> str | None:
+def _text_of(content: object) -> str | None:
     """The text of a message content: a string, or a list of parts with text."""
     if isinstance(content, str):
         return content
@@ -165,7 +165,7 @@ def _error(span: SpanData) -> str | None:
 # --- documents in JSON outputs ------------------------------------------------------------------------
 
 
-def _unwrapped(value: Any) -> Any:
+def _unwrapped(value: object) -> Any:
     """A LangChain message as ``messages_to_dict`` writes it (``{"type": "tool", "data": {...}}``, as
     OpenInference serialises an agent's state and a tool's ``ToolMessage``): its fields."""
     if isinstance(value, dict) and isinstance(value.get("type"), str) and isinstance(value.get("data"), dict):
@@ -176,7 +176,7 @@ def _unwrapped(value: Any) -> Any:
 _DOCUMENT_KEYS = ("documents", "outputs", "output", "inputs", "nodes", "source_nodes", "artifact")
 
 
-def documents_in(value: Any) -> list[DocReading] | None:
+def documents_in(value: object) -> list[DocReading] | None:
     """Documents in a JSON value: LangChain ``Document`` s (Python ``page_content``, JS
     ``pageContent``, serialised ``{"lc": 1, "kwargs": {...}}``), LlamaIndex nodes (``text``), as a
     list or under ``documents`` / ``outputs`` / ``output`` (or a ``ToolMessage`` 's ``artifact``, as a
@@ -189,20 +189,19 @@ def documents_in(value: Any) -> list[DocReading] | None:
     return each_or_none(value, _document)
 
 
-def _document(item: Any) -> DocReading | None:
+def _document(item: object) -> DocReading | None:
     if not isinstance(item, dict):
         return None
-    if item.get("lc") == 1 and isinstance(item.get("kwargs"), dict):
-        item = item["kwargs"]
-    node = item.get("node") if isinstance(item.get("node"), dict) else None
-    source = node if node is not None else item
+    fields: Any = item["kwargs"] if item.get("lc") == 1 and isinstance(item.get("kwargs"), dict) else item
+    node = fields.get("node") if isinstance(fields.get("node"), dict) else None
+    source = node if node is not None else fields
     content = source.get("page_content", source.get("pageContent", source.get("text")))
     if not isinstance(content, str):
         return None
     metadata = source.get("metadata") if isinstance(source.get("metadata"), dict) else {}
     doc_id = _str(source.get("id")) or _str(source.get("id_")) or _str(source.get("node_id")) \
         or _str(metadata.get("id")) or _str(metadata.get("doc_id"))
-    return DocReading(content=content, id=doc_id, score=_float(item.get("score")), metadata=dict(metadata))
+    return DocReading(content=content, id=doc_id, score=_float(fields.get("score")), metadata=dict(metadata))
 
 
 def _attach_ids(docs: list[DocReading], from_json: list[DocReading] | None) -> None:
@@ -226,7 +225,7 @@ _OI_KINDS = {"CHAIN": KIND_CHAIN, "AGENT": KIND_AGENT, "RETRIEVER": KIND_RETRIEV
              "PROMPT": KIND_OTHER, "GUARDRAIL": KIND_OTHER}
 
 
-def _oi_messages(attrs: Mapping[str, Any], prefix: str) -> list[Message]:
+def _oi_messages(attrs: Mapping[str, object], prefix: str) -> list[Message]:
     out: list[Message] = []
     for m in _indexed(attrs, prefix):
         text = m.get("message.content")
@@ -239,7 +238,7 @@ def _oi_messages(attrs: Mapping[str, Any], prefix: str) -> list[Message]:
     return out
 
 
-def _oi_tool_calls(attrs: Mapping[str, Any]) -> list[ModelToolCall]:
+def _oi_tool_calls(attrs: Mapping[str, object]) -> list[ModelToolCall]:
     """``llm.output_messages.{i}.message.tool_calls.{j}.tool_call.*`` of an LLM span, in order."""
     out = []
     for message in _indexed(attrs, "llm.output_messages"):
@@ -251,7 +250,7 @@ def _oi_tool_calls(attrs: Mapping[str, Any]) -> list[ModelToolCall]:
     return out
 
 
-def _genai_tool_calls(value: Any) -> list[ModelToolCall]:
+def _genai_tool_calls(value: object) -> list[ModelToolCall]:
     """The ``tool_call`` parts of ``gen_ai.output.messages`` (arguments an object or its JSON text)."""
     items = _json(value)
     out = []
@@ -264,7 +263,7 @@ def _genai_tool_calls(value: Any) -> list[ModelToolCall]:
     return out
 
 
-def _oi_documents(attrs: Mapping[str, Any], output: Any) -> list[DocReading]:
+def _oi_documents(attrs: Mapping[str, object], output: object) -> list[DocReading]:
     docs: list[DocReading] = []
     for d in _indexed(attrs, "retrieval.documents"):
         content = d.get("document.content")
@@ -280,7 +279,7 @@ def _oi_documents(attrs: Mapping[str, Any], output: Any) -> list[DocReading]:
     return docs
 
 
-def _oi_response_id(output: Any) -> str | None:
+def _oi_response_id(output: object) -> str | None:
     """The completion id in LangChain's LLMResult JSON: ``llm_output.id`` (Python), else the first
     generation's message id (JS: ``message.kwargs.id``; Python: ``response_metadata.id``)."""
     if not isinstance(output, dict):
@@ -349,7 +348,7 @@ _QUESTION_KEYS = ("question", "query", "input", "query_str", "user_input", "prom
 _ANSWER_KEYS = ("answer", "output", "response", "result", "text", "content", "outputs", "output_text")
 
 
-def question_in(value: Any) -> str | None:
+def question_in(value: object) -> str | None:
     """A question in a JSON input: the string under a usual key (nested once), or None."""
     if isinstance(value, str):
         return value
@@ -361,7 +360,7 @@ def question_in(value: Any) -> str | None:
 _T = TypeVar("_T")
 
 
-def _under_keys(value: Mapping[str, Any], keys: Sequence[str], read: Callable[[Any], _T | None]) -> _T | None:
+def _under_keys(value: Mapping[str, object], keys: Sequence[str], read: Callable[[object], _T | None]) -> _T | None:
     """What *read* finds under the first of *keys* in *value* where it finds something, or None."""
     for key in keys:
         if key in value:
@@ -371,7 +370,7 @@ def _under_keys(value: Mapping[str, Any], keys: Sequence[str], read: Callable[[A
     return None
 
 
-def messages_in(value: Any) -> list[Message]:
+def messages_in(value: object) -> list[Message]:
     """Chat messages in a JSON input (``{"messages": [...]}``, LangChain serialised or plain dicts)."""
     items = value.get("messages") if isinstance(value, dict) else value
     if isinstance(items, list) and len(items) == 1 and isinstance(items[0], list):
@@ -398,7 +397,7 @@ def messages_in(value: Any) -> list[Message]:
     return out
 
 
-def _answer_in(value: Any) -> str | None:
+def _answer_in(value: object) -> str | None:
     value = _unwrapped(value)
     if isinstance(value, str):
         return value
@@ -412,7 +411,7 @@ def _answer_in(value: Any) -> str | None:
     return None
 
 
-def _llm_text_in(value: Any) -> str | None:
+def _llm_text_in(value: object) -> str | None:
     if isinstance(value, dict) and isinstance(value.get("generations"), list):
         gens = value["generations"]
         first = gens[0] if gens else None
@@ -431,7 +430,7 @@ _TRACELOOP_KINDS = {"workflow": KIND_CHAIN, "task": KIND_CHAIN, "agent": KIND_AG
                     "llm": KIND_LLM}
 
 
-def _genai_messages(value: Any) -> list[Message]:
+def _genai_messages(value: object) -> list[Message]:
     """``gen_ai.input.messages`` / ``gen_ai.output.messages``: ``[{role, parts: [{type, content}]}]``."""
     items = _json(value)
     out: list[Message] = []
@@ -452,13 +451,13 @@ def _genai_messages(value: Any) -> list[Message]:
     return out
 
 
-def _prompt_attrs(attrs: Mapping[str, Any], prefix: str) -> list[Message]:
+def _prompt_attrs(attrs: Mapping[str, object], prefix: str) -> list[Message]:
     # The older OpenLLMetry / GenAI form: gen_ai.prompt.{i}.role / .content.
     return [(_role(m.get("role")), m["content"]) for m in _indexed(attrs, prefix)
             if isinstance(m.get("content"), str)]
 
 
-def _genai_documents(value: Any) -> list[DocReading] | None:
+def _genai_documents(value: object) -> list[DocReading] | None:
     items = _json(value)
     if not isinstance(items, list):
         return None

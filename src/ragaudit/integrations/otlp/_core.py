@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ... import _fork
 from ..._export import Exporter
@@ -28,9 +28,10 @@ from ._security import BearerToken, ConnectionLimits, ServerTLS
 from ._turns import WorkerTurn, turns_of
 
 if TYPE_CHECKING:
-    from opentelemetry.metrics import Histogram
+    from opentelemetry.metrics import Histogram, MeterProvider
+    from opentelemetry.trace import TracerProvider
 
-    from ...auditor import CostControl, Sessions
+    from ...auditor import Auditor, CostControl, Sessions
     from ._server import HttpServer
 
 __all__ = ["IngestOutcome", "Worker"]
@@ -128,7 +129,7 @@ class Worker(TurnSource):
         audit_log: str | None = None,
         exporters: Iterable[Exporter] = (),
         cost: CostControl | None = None,
-        auditor: Any = None,
+        auditor: Auditor | None = None,
         shutdown_timeout_s: float = 30.0,
         metrics_interval_s: float = 10.0,
         tick_s: float = 0.1,
@@ -193,7 +194,7 @@ class Worker(TurnSource):
 
     def _make_auditor(self, judge: RagJudge | None, sample_rate: float, timeout_s: float, audit_log: str | None,
                       exporters: Iterable[Exporter], sessions: Sessions | bool | None = None,
-                      cost: CostControl | None = None) -> Any:
+                      cost: CostControl | None = None) -> Auditor:
         """The Auditor the worker judges with (True *sessions*: a `Sessions` on the worker's clock)."""
         from ...auditor import Auditor, Limits, Sessions
         from ...tracing.evaluation_logs import EvaluationLogExporter
@@ -204,11 +205,12 @@ class Worker(TurnSource):
         # The worker's process is there to judge: no share of its CPU is kept for a host (max_cpu_share=None).
         limits = Limits(max_queue=self.max_queue, timeout_s=timeout_s, exit_timeout_s=self.shutdown_timeout_s,
                         max_cpu_share=None)
-        return Auditor(judge, tracer_provider=self._outputs.tracer_provider, exporters=[logs, *exporters],
+        provider = cast("TracerProvider", self._outputs.tracer_provider)  # one by what it does (get_tracer, flush)
+        return Auditor(judge, tracer_provider=provider, exporters=[logs, *exporters],
                        meter_provider=self._outputs.meter_provider, audit_log=audit_log, sample_rate=sample_rate,
                        limits=limits, cost=cost, sessions=sessions, on_judgement=self._judged, judge_trace="turn")
 
-    def _register_metrics(self, meter_provider: Any) -> None:
+    def _register_metrics(self, meter_provider: MeterProvider) -> None:
         from opentelemetry.metrics import CallbackOptions, Observation
 
         meter = meter_provider.get_meter("ragaudit.worker")
@@ -524,8 +526,8 @@ class Worker(TurnSource):
         self.stop()
 
 
-def _check_settings(port: Any, grpc_port: Any, max_spans: Any, max_request_bytes: Any, max_inflight_bytes: Any,
-                    tls: Any, **seconds: Any) -> None:
+def _check_settings(port: object, grpc_port: object, max_spans: object, max_request_bytes: int,
+                    max_inflight_bytes: object, tls: object, **seconds: float) -> None:
     """The Worker's own settings (its Auditor's are checked by their values): a ConfigurationError names the one."""
     if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
         raise ConfigurationError(f"port must be an int in [0, 65535], got {port!r}")
@@ -541,7 +543,7 @@ def _check_settings(port: Any, grpc_port: Any, max_spans: Any, max_request_bytes
     _check_service(max_request_bytes, max_inflight_bytes, tls)
 
 
-def _check_service(max_request_bytes: int, max_inflight_bytes: Any, tls: Any) -> None:
+def _check_service(max_request_bytes: int, max_inflight_bytes: object, tls: object) -> None:
     if tls is not None:
         if not isinstance(tls, ServerTLS):
             raise ConfigurationError(f"tls must be a ServerTLS or None, got {type(tls).__name__}")

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import RagAuditError
+
+if TYPE_CHECKING:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 __all__ = ["ATTRIBUTE_OVERHEAD", "DecodeError", "SpanData", "decode_traces", "encode_response", "spans_of"]
 
@@ -61,7 +65,7 @@ its dict slot. With it, spans of 40,000 tiny attributes (~10 bytes each on the w
 they weigh in the worker (tests/worker/test_receiver_hostile.py; RELIABILITY.md)."""
 
 
-def _value(value: Any) -> Any:
+def _value(value: AnyValue) -> object:
     kind = value.WhichOneof("value")
     if kind is None:
         return None
@@ -72,7 +76,7 @@ def _value(value: Any) -> Any:
     return getattr(value, kind)
 
 
-def _attrs(kvs: Any) -> dict[str, Any]:
+def _attrs(kvs: Iterable[KeyValue]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kv in kvs:
         # Scalars inline: most attributes are strings and this loop is the ingest hot path.
@@ -89,7 +93,7 @@ def _attrs(kvs: Any) -> dict[str, Any]:
     return out
 
 
-def _hex_to_b64(value: Any) -> Any:
+def _hex_to_b64(value: object) -> object:
     if isinstance(value, str) and value and len(value) % 2 == 0:
         try:
             return base64.b64encode(bytes.fromhex(value)).decode("ascii")
@@ -114,7 +118,7 @@ def _fix_json_ids(doc: Any) -> None:
                             link[key] = _hex_to_b64(link[key])
 
 
-def parse_request(body: bytes | bytearray, json_body: bool) -> Any:
+def parse_request(body: bytes | bytearray, json_body: bool) -> ExportTraceServiceRequest:
     """The ``ExportTraceServiceRequest`` in *body* (protobuf, or OTLP/JSON when *json_body*)."""
     from google.protobuf import json_format
     from google.protobuf.message import DecodeError as ProtoDecodeError
@@ -141,7 +145,7 @@ def parse_request(body: bytes | bytearray, json_body: bool) -> Any:
     return request
 
 
-def iter_spans(request: Any) -> Iterator[SpanData | None]:
+def iter_spans(request: ExportTraceServiceRequest) -> Iterator[SpanData | None]:
     """Every span of *request* as `SpanData`; None for a span with invalid ids (rejected)."""
     for rs in request.resource_spans:
         service = None
@@ -179,7 +183,7 @@ def decode_traces(body: bytes | bytearray, json_body: bool) -> tuple[list[SpanDa
     return spans_of(parse_request(body, json_body), len(body))
 
 
-def spans_of(request: Any, size: int | None = None) -> tuple[list[SpanData], int]:
+def spans_of(request: ExportTraceServiceRequest, size: int | None = None) -> tuple[list[SpanData], int]:
     """``(spans, rejected)`` of a decoded ``ExportTraceServiceRequest`` (OTLP/gRPC hands one over).
 
     Each span's ``size`` is its share of the request's *size* in bytes (None: its encoded size) plus

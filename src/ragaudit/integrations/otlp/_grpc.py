@@ -18,13 +18,22 @@ from ...errors import ConfigurationError
 from ._decode import spans_of
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from grpc import HandlerCallDetails, RpcMethodHandler
+    from grpc.aio import Server, ServerInterceptor, ServicerContext
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+        ExportTraceServiceResponse,
+    )
+
     from ._core import Worker
     from ._security import BearerToken
 
 __all__ = ["start_grpc"]
 
 
-async def start_grpc(worker: Worker, host: str, port: int) -> tuple[Any, int]:
+async def start_grpc(worker: Worker, host: str, port: int) -> tuple[Server, int]:
     """Start a ``grpc.aio`` server for *worker* on *host*:*port*; returns it and the port bound."""
     try:
         import grpc
@@ -34,7 +43,8 @@ async def start_grpc(worker: Worker, host: str, port: int) -> tuple[Any, int]:
         raise ConfigurationError("OTLP/gRPC needs grpcio: pip install 'ragaudit[worker-grpc]'") from exc
 
     class TraceService(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
-        async def Export(self, request: Any, context: Any) -> Any:
+        async def Export(self, request: ExportTraceServiceRequest,
+                         context: ServicerContext) -> ExportTraceServiceResponse:
             worker.count("requests")
             if not worker.accepting:
                 worker.count("requests_refused_stopping")
@@ -71,18 +81,21 @@ async def start_grpc(worker: Worker, host: str, port: int) -> tuple[Any, int]:
     return server, bound
 
 
-def _bearer_check(token: BearerToken, worker: Worker, grpc: Any) -> Any:
+def _bearer_check(token: BearerToken, worker: Worker, grpc: Any) -> ServerInterceptor:  # grpc: the untyped module
     """A server interceptor that answers ``UNAUTHENTICATED`` to a call without *token*, from the
     call's metadata alone: the request is never parsed."""
 
-    async def deny(request: Any, context: Any) -> None:
+    async def deny(request: bytes, context: ServicerContext) -> None:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, "ragaudit worker: a bearer token is required "
                             "(metadata authorization: Bearer <token>)")
 
     denied = grpc.unary_unary_rpc_method_handler(deny)  # no deserializer: the body stays bytes
 
     class BearerCheck(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-        async def intercept_service(self, continuation: Any, details: Any) -> Any:
+        async def intercept_service(
+            self, continuation: Callable[[HandlerCallDetails], Awaitable[RpcMethodHandler]],
+            details: HandlerCallDetails,
+        ) -> RpcMethodHandler:
             metadata = dict(details.invocation_metadata or ())
             if token.accepts(metadata.get("authorization")):
                 return await continuation(details)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
 
 from ._security import ConnectionLimits
 
@@ -25,7 +24,7 @@ __all__ = ["ConnectionGuard"]
 class _Conn(asyncio.Protocol):
     """One connection: aiohttp's protocol inside, its header timer and state beside it."""
 
-    def __init__(self, guard: ConnectionGuard, inner: Any) -> None:
+    def __init__(self, guard: ConnectionGuard, inner: asyncio.Protocol) -> None:
         self.guard = guard
         self.inner = inner
         self.transport: asyncio.BaseTransport | None = None
@@ -50,7 +49,7 @@ class _Conn(asyncio.Protocol):
         self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
-        return self.inner.eof_received()  # type: ignore[no-any-return]
+        return self.inner.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
@@ -106,12 +105,12 @@ class ConnectionGuard:
         self.limits = limits
         self.cap = limits.connection_cap()
         self.count = count
-        self._open: dict[Any, _Conn] = {}  # aiohttp's handler -> its connection, oldest first
+        self._open: dict[asyncio.BaseProtocol, _Conn] = {}  # aiohttp's handler -> its connection, oldest first
 
     def __len__(self) -> int:
         return len(self._open)
 
-    def protocol_factory(self, make_inner: Callable[[], Any]) -> Callable[[], asyncio.Protocol]:
+    def protocol_factory(self, make_inner: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         return lambda: _Conn(self, make_inner())
 
     def admit(self, conn: _Conn) -> bool:
@@ -133,12 +132,12 @@ class ConnectionGuard:
     def forget(self, conn: _Conn) -> None:
         self._open.pop(conn.inner, None)
 
-    def request_started(self, handler: Any) -> None:
+    def request_started(self, handler: asyncio.BaseProtocol) -> None:
         conn = self._open.get(handler)
         if conn is not None:
             conn.request_started()
 
-    def request_done(self, handler: Any) -> None:
+    def request_done(self, handler: asyncio.BaseProtocol) -> None:
         conn = self._open.get(handler)
         if conn is not None:
             conn.request_done()

@@ -18,11 +18,20 @@ import os
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...content import register_headers, register_url
 from ...errors import ConfigurationError
 from ...tracing import conventions as c
+
+if TYPE_CHECKING:
+    from opentelemetry import trace
+    from opentelemetry.context import Context
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import MetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from prometheus_client import CollectorRegistry
 
 __all__ = ["WORKER_SERVICE", "Outputs", "TraceDerivedIds", "TraceDerivedProvider", "build_outputs"]
 
@@ -56,10 +65,10 @@ class TraceDerivedIds:
 class _SeededTracer:
     """A tracer whose spans that name a turn (``ragaudit.turn.id``) get ids derived from it."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: trace.Tracer) -> None:
         self._inner = inner
 
-    def start_span(self, name: str, context: Any = None, *args: Any, **kwargs: Any) -> Any:
+    def start_span(self, name: str, context: Context | None = None, *args: Any, **kwargs: Any) -> trace.Span:
         attributes = kwargs.get("attributes") or {}
         turn_id = attributes.get(c.ATTR_TURN_ID) if isinstance(attributes, Mapping) else None
         if not isinstance(turn_id, str):
@@ -77,10 +86,10 @@ class _SeededTracer:
 class TraceDerivedProvider:
     """Wraps an SDK ``TracerProvider`` made with `TraceDerivedIds` (see the module docstring)."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: TracerProvider) -> None:
         self._inner = inner
 
-    def get_tracer(self, *args: Any, **kwargs: Any) -> Any:
+    def get_tracer(self, *args: Any, **kwargs: Any) -> _SeededTracer:
         return _SeededTracer(self._inner.get_tracer(*args, **kwargs))
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
@@ -97,11 +106,12 @@ class TraceDerivedProvider:
 class Outputs:
     """The worker's providers (each ``force_flush`` / ``shutdown`` at stop)."""
 
-    tracer_provider: Any
-    logger_provider: Any
-    meter_provider: Any
+    tracer_provider: TraceDerivedProvider
+    logger_provider: LoggerProvider
+    meter_provider: MeterProvider
     endpoint: str | None
-    prometheus: Any = None  # the prometheus_client registry /metrics serves (None: exporter not installed)
+    prometheus: CollectorRegistry | None = None
+    """The prometheus_client registry /metrics serves (None: exporter not installed)."""
 
     def prometheus_text(self) -> tuple[bytes, str] | None:
         """The metrics in Prometheus's text format and its content type; None without the exporter."""
@@ -148,7 +158,7 @@ def check_endpoint(endpoint: str | None) -> None:
 
 
 def build_outputs(endpoint: str | None, headers: Mapping[str, str] | None = None, *,
-                  metrics_interval_s: float = 10.0, resource: Mapping[str, Any] | None = None) -> Outputs:
+                  metrics_interval_s: float = 10.0, resource: Mapping[str, str] | None = None) -> Outputs:
     """SDK providers with OTLP/HTTP exporters to *endpoint* (None: the ``OTEL_*`` variables)."""
     check_endpoint(endpoint)
     try:
@@ -190,7 +200,7 @@ def build_outputs(endpoint: str | None, headers: Mapping[str, str] | None = None
     return Outputs(derived, logger_provider, meter_provider, endpoint, registry)
 
 
-def _prometheus_reader() -> tuple[Any, list[Any]]:
+def _prometheus_reader() -> tuple[CollectorRegistry | None, list[MetricReader]]:
     """A pull reader for ``/metrics`` with a registry of its own (never prometheus_client's global
     one: two workers in a process, or an app's own metrics, stay apart); none without the exporter."""
     try:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ...records import Message, RetrievedDoc, stable_doc_id
 from ...tracing.evaluation_logs import EVALUATED_RESPONSE_ID, EVALUATED_SPAN_ID
@@ -155,9 +154,9 @@ def _question(r: Reading) -> tuple[str | None, tuple[Message, ...]]:
 
 
 def _tags(trace: _Trace, members: Sequence[str], steps: Sequence[Step], service: str | None,
-          convention: str) -> dict[str, Any]:
+          convention: str) -> dict[str, str]:
     """The turn's metadata: convention, service, session and user, and the evaluated model call."""
-    tags: dict[str, Any] = {"otlp.convention": convention}
+    tags: dict[str, str] = {"otlp.convention": convention}
     if service:
         tags["service.name"] = service
     for span_id in members:
