@@ -39,10 +39,23 @@ def _extra(extras: dict[str, list[str]], name: str) -> set[str]:
     return out
 
 
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """The ids of the nodes under ``if TYPE_CHECKING:``: imported for type checkers, never at run time."""
+    hidden: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            hidden.update(id(inner) for child in node.body for inner in ast.walk(child))
+    return hidden
+
+
 def _imported_modules() -> set[str]:
     modules: set[str] = set()
     for path in DEMO_FILES:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        hidden = _type_checking_only(tree)
+        for node in ast.walk(tree):
+            if id(node) in hidden:
+                continue
             if isinstance(node, ast.Import):
                 modules.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
