@@ -6,10 +6,12 @@ measured pace, and the CPU share cap (`CpuShare`) on scripted clock readings. Re
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 
 import pytest
 
-from ragaudit import Auditor, ConfigurationError, CostControl, Limits
+from ragaudit import Auditor, ConfigurationError, CostControl, Limits, _worker
 from ragaudit._log import RateLimitedLog
 from ragaudit.auditor._admission import Admission, CpuShare, JudgingPace
 from ragaudit.auditor._ledger import Ledger
@@ -122,7 +124,14 @@ class Readings:
 
     def share(self, max_share: float | None = 0.1) -> CpuShare:
         return CpuShare(0.1 if max_share is None else max_share, own_cpu=lambda: self.own,
-                        process_cpu=lambda: self.process, run_wait=lambda: self.wait, clock=lambda: self.now)
+                        process_cpu=lambda: self.process, run_wait=lambda: self.wait, clock=lambda: self.now,
+                        run_check=_at_once)
+
+
+def _at_once(check: Callable[[], None]) -> bool:
+    """Scripted readings: the check runs in the admission's call, so a test sees its decision at once."""
+    check()
+    return True
 
 
 def _run(readings: Readings, admission: Admission, seconds: float, *, process: float, own: float,
@@ -227,6 +236,23 @@ def test_the_cap_starts_over_after_fork() -> None:
     assert admission.shed_cpu > 0
     admission.after_fork()
     assert admission.shed_cpu == 0 and admission.cpu is not None and admission.cpu.keep == 1.0
+
+
+def test_the_host_thread_never_reads_the_cpu_clocks() -> None:
+    # A check reads /proc (a listing and a read per thread): on ragaudit's thread, never in the host's request.
+    read_on: list[int] = []
+    checked = threading.Event()
+
+    def own() -> float:
+        read_on.append(threading.get_ident())
+        checked.set()
+        return 0.0
+
+    cpu = CpuShare(0.1, own_cpu=own, process_cpu=lambda: 0.0, run_wait=lambda: 0.0)
+    assert cpu.admit() and checked.wait(10)
+    assert read_on and threading.get_ident() not in read_on
+    # The readers' thread is one of ragaudit's: what a check costs counts as ragaudit's own CPU.
+    assert all(ident in _worker._own_clocks for ident in read_on)
 
 
 @pytest.mark.parametrize("value", [0, -0.1, 1.5, float("nan"), "0.1", True])

@@ -43,8 +43,8 @@ from . import _fork
 from ._fork import on_fork_in_child
 from .content import log_exception
 
-__all__ = ["BatchWorker", "HostFirst", "call_on", "call_with_deadline", "exit_deadline", "on_fork_in_child",
-           "own_cpu", "run_coroutine", "run_jobs"]
+__all__ = ["BatchWorker", "HostFirst", "call_later", "call_on", "call_with_deadline", "exit_deadline",
+           "on_fork_in_child", "own_cpu", "run_coroutine", "run_jobs"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -649,6 +649,12 @@ def call_on(worker: BatchWorker[Callable[[], None]], fn: Callable[[], R]) -> con
             future.set_exception(exc)
 
     return future if worker.put(job) else None
+
+
+def call_later(job: Callable[[], None]) -> bool:
+    """Run *job* on one of ragaudit's threads, not waiting for it: False when it was not queued (the
+    workers are shutting down, or the queue is full). For work the host's thread must not do itself."""
+    return _calls_worker().put(job)
 
 
 def call_with_deadline(fn: Callable[[], R], timeout_s: float) -> tuple[bool, R | None]:

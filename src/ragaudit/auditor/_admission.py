@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 from .. import _fork
 from .._sampling import sampled
-from .._worker import own_cpu
+from .._worker import call_later, own_cpu
 
 if TYPE_CHECKING:
     from .._log import RateLimitedLog
@@ -105,10 +105,13 @@ class CpuShare:
     """Which share of finished turns to keep so that ragaudit's own threads take at most *max_share* of the
     process's CPU while the process is saturated (``Limits.max_cpu_share``).
 
-    At most every ``CHECK_S``, at an admission (in between the decision is cached: one ``time.monotonic`` per turn),
-    it reads the process's CPU (*process_cpu*: ``time.process_time``), the CPU of ragaudit's threads (*own_cpu*:
-    `ragaudit._worker.own_cpu`) and the time the process's threads waited for a core (*run_wait*: `run_wait`; None:
-    not known, counted as 0), and looks back over the last ``WINDOW_S``. The process is saturated when it used or
+    At most every ``CHECK_S``, an admission finds a check due and hands it to one of ragaudit's threads (*run_check*:
+    `ragaudit._worker.call_later`); the host's thread only reads the cached decision (one ``time.monotonic`` per
+    turn), never the ``/proc`` files: a check costs a directory listing and a read per thread, and on the host's
+    thread that cost would land in its requests. The check reads the process's CPU (*process_cpu*:
+    ``time.process_time``), the CPU of ragaudit's threads (*own_cpu*: `ragaudit._worker.own_cpu`) and the time the
+    process's threads waited for a core (*run_wait*: `run_wait`; None: not known, counted as 0), and looks back over
+    the last ``WINDOW_S``. The process is saturated when it used or
     waited for at least ``SATURATED`` cores: a CPython process, with its GIL, is saturated near one core, and on a
     machine with more work than cores (two server workers, the load, other processes on two cores) a CPU-bound
     process gets less than a core, the rest of its demand waiting in the run queue. ragaudit's share is its threads'
@@ -118,21 +121,23 @@ class CpuShare:
     ``max_share / share``, spread over a window (an integral step per check, so that the window's lag does not
     overshoot); under it, ``keep`` rises again the same way (at most doubling per window). Not saturated: ``keep``
     is 1 at once. Turns are kept evenly (a credit of ``keep`` per turn, a turn kept per whole credit), not in
-    bursts. Where *own_cpu* gives None (threads' CPU clocks cannot be read: Windows) the cap is off. The readers
-    and the clock are injectable so that the policy is tested on scripted readings."""
+    bursts. Where *own_cpu* gives None (threads' CPU clocks cannot be read: Windows) the cap is off. The readers,
+    the clock and *run_check* are injectable so that the policy is tested on scripted readings."""
 
     CHECK_S = 0.1
     WINDOW_S = 1.0
     SATURATED = 0.85
     MIN_KEEP = 0.01
 
-    __slots__ = ("_checking", "_clock", "_credit", "_last", "_next", "_own_cpu", "_process_cpu", "_run_wait",
-                 "_samples", "_sums", "cores", "keep", "max_share", "share")
+    __slots__ = ("_checking", "_clock", "_credit", "_last", "_next", "_own_cpu", "_process_cpu", "_run_check",
+                 "_run_wait", "_samples", "_sums", "cores", "keep", "max_share", "share")
 
     def __init__(self, max_share: float, *, own_cpu: Callable[[], float | None] = own_cpu,
                  process_cpu: Callable[[], float] = time.process_time,
-                 run_wait: Callable[[], float | None] = run_wait, clock: Callable[[], float] = time.monotonic) -> None:
+                 run_wait: Callable[[], float | None] = run_wait, clock: Callable[[], float] = time.monotonic,
+                 run_check: Callable[[Callable[[], None]], bool] = call_later) -> None:
         self.max_share = max_share
+        self._run_check = run_check
         self._own_cpu = own_cpu
         self._process_cpu = process_cpu
         self._run_wait = run_wait
@@ -151,12 +156,10 @@ class CpuShare:
 
     def admit(self) -> bool:
         """True to keep this turn (cheap: the decision is re-made at most every ``CHECK_S``)."""
-        now = self._clock()
-        if now >= self._next and self._checking.acquire(blocking=False):  # one check at a time; the others go on
-            try:
-                self._check(now)
-            finally:
-                self._checking.release()
+        # One check at a time; one not handed over (ragaudit's threads are shutting down) is due again next turn.
+        if (self._clock() >= self._next and self._checking.acquire(blocking=False)
+                and not self._run_check(self._checked)):
+            self._checking.release()
         keep = self.keep
         if keep >= 1.0:
             return True
@@ -175,6 +178,13 @@ class CpuShare:
             self._sums = tuple(total + max(0.0, new - old)  # type: ignore[assignment]
                                for total, new, old in zip(self._sums, raw, last, strict=True))
         return self._sums
+
+    def _checked(self) -> None:
+        """The check, on one of ragaudit's threads."""
+        try:
+            self._check(self._clock())
+        finally:
+            self._checking.release()
 
     def _check(self, now: float) -> None:
         self._next = now + self.CHECK_S
