@@ -11,6 +11,7 @@ where the Collector is not built or redis-server is not installed.
 from __future__ import annotations
 
 import os
+import re
 import signal
 from collections.abc import Iterable
 from pathlib import Path
@@ -132,6 +133,13 @@ def test_tier1_restarted_while_workers_hold_traces(tmp_path: Path, redis: RedisS
           f"{len(spans)} judge spans at the backend, {not_exported} counted not exported")
 
 
+def _dropped_by_collector(log: str) -> tuple[list[str], int]:
+    """The lines of a Collector's log where its exporter dropped data, and the spans they count
+    (``dropped_items``: exporterhelper's "Exporting failed. Dropping data.")."""
+    said = [line for line in log.splitlines() if "Dropping data" in line]
+    return said, sum(int(m.group(1)) for line in said for m in re.finditer(r'"dropped_items":\s*(\d+)', line))
+
+
 def _held_by_tier2(f: Fleet, i: int) -> tuple[int, int]:
     """What tier 2 *i* holds, in traces (its own metrics; tier 1's would not answer while it is paused):
     taken in and not decided yet, and decided to be judged but not yet received by its worker (in its
@@ -151,7 +159,10 @@ def test_tier2_restarted_while_it_holds_traces(tmp_path: Path, redis: RedisServe
     (SIGSTOP: nothing new reaches tier 2), that tier 2 stopped and started again, tier 1 resumed.
 
     SIGTERM (a rollout): ``tail_sampling`` decides every trace it holds on what it has
-    (``drop_pending_traces_on_shutdown`` is off) and the exporter's queue drains: nothing is lost.
+    (``drop_pending_traces_on_shutdown`` is off) and the exporter's queue drains: nothing is lost that the
+    Collector does not count itself. Its one loss at a SIGTERM is a request whose retry the shutdown cuts
+    short (the worker answered 503 while full, and the backoff was still waiting): it logs "Dropping data"
+    with ``dropped_items``, which bounds the turns missing (each has at least one such span).
     SIGKILL (a crash, an OOM kill): what it held in memory is lost, undecided traces and decided ones not
     yet at the worker, at most as many as its own metrics counted just before. Every other turn is judged
     exactly once, also what tier 1 sent to the new tier 2 and what the sender sent while tier 1 was paused."""
@@ -169,6 +180,7 @@ def test_tier2_restarted_while_it_holds_traces(tmp_path: Path, redis: RedisServe
                     tier2.process.wait(30)
                 else:
                     tier2.stop()
+                said, dropped = _dropped_by_collector(tier2.tail(10_000_000))  # the restart starts a new log
                 f.start_collector(0)
             finally:
                 os.kill(tier1.process.pid, signal.SIGCONT)
@@ -180,9 +192,13 @@ def test_tier2_restarted_while_it_holds_traces(tmp_path: Path, redis: RedisServe
     assert len(items) == turns and not any(o["unsent"] for o in outputs)
     assert max(calls.values()) == 1, "a turn was judged twice"
     lost = items - set(calls) - failed
+    why = {"lost": len(lost), "dropped_items in the Collector's log": dropped, "undecided": undecided,
+           "undelivered": undelivered, "said": said[-5:],
+           **{key: _total(stats, key) for key in ("late_spans", "dropped_evicted_traces", "judge_dropped",
+                                                  "requests_refused_full", "turns_judged")}}
     if stop == "sigterm":
-        assert not lost, len(lost)
-    assert len(lost) <= undecided + undelivered, (len(lost), undecided, undelivered)
+        assert len(lost) <= dropped, why
+    assert len(lost) <= undecided + undelivered + dropped, why
     assert _total(stats, "turns_judged") == len(calls)
     print(f"\ntier 2 {stop} holding {undecided} undecided traces and {undelivered} decided not delivered: "
           f"{len(items)} turns, {len(calls)} judged once, {len(lost)} lost, {len(failed)} in batches a sender saw "

@@ -30,7 +30,7 @@ class Limits:
             saturated near one core). Past it, finished turns are shed at hand-off, before any closing work --
             an adaptive share of them, so that the judged share is what the CPU allows -- each counted
             ``dropped`` and ``shed_cpu`` in ``stats()``, and said once a minute. The host's capacity is kept by
-            construction; a process that is not saturated (an idle server) sheds nothing for CPU. Default 0.1.
+            construction; a process that is not saturated (an idle server) sheds nothing for CPU. Default 0.05.
             ``None`` turns the cap off (every turn is closed and judged, at the host's expense); to judge every
             answer of a CPU-saturated server, move judging out of the process (``mode="worker"`` and ``ragaudit
             worker``); see the serving guide. Applies to background judging only (not ``mode="inline"`` or
@@ -47,7 +47,7 @@ class Limits:
     timeout_s: float = 60.0
     max_context_chars: int = 24_000
     exit_timeout_s: float = 30.0
-    max_cpu_share: float | None = 0.1
+    max_cpu_share: float | None = 0.05
 
     def __post_init__(self) -> None:
         for name in ("max_queue", "max_concurrency", "max_closing", "max_context_chars"):
