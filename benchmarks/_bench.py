@@ -8,24 +8,31 @@ and its figures, so a table in BENCHMARKS.md can always be traced back to a run.
 from __future__ import annotations
 
 import datetime as _dt
+import importlib
 import json
 import os
 import platform
 import shlex
+import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 __all__ = [
     "REPO",
     "RESULTS",
+    "best_us",
+    "child_ragaudit",
     "command_line",
     "machine_info",
     "percentile",
     "print_machine",
     "rss_bytes",
+    "run_child",
     "summary_ns",
     "write_result",
 ]
@@ -139,3 +146,55 @@ def rss_bytes() -> int:
 
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak if sys.platform == "darwin" else peak * 1024
+
+
+# -- one checkout against another: a child process per run -----------------------------------------------------------
+
+CHILD_SRC = "RAGAUDIT_BENCH_SRC"  # the src/ directory whose ragaudit a child imports
+
+
+def run_child(script: str, root: Path, *args: str, env: Mapping[str, str | None] | None = None,
+              timeout: float = 900.0, capture_stderr: bool = True) -> dict[str, Any]:
+    """Run ``script --child *args`` in a fresh interpreter whose ``ragaudit`` is the one of the checkout at *root*
+    (its ``src/`` first on ``PYTHONPATH``, this repository after it, for ``benchmarks`` and ``tests``), with
+    ``PYTHONHASHSEED=0`` and *env* on top of this process's environment (a None value: that variable unset): the
+    child's last line on stdout, as JSON. A child that fails raises, with the end of its stderr. A script's child
+    calls `child_ragaudit`."""
+    src = Path(root).resolve() / "src"
+    environ = {**os.environ, "PYTHONHASHSEED": "0", CHILD_SRC: str(src)}
+    for name, value in (env or {}).items():
+        if value is None:
+            environ.pop(name, None)
+        else:
+            environ[name] = value
+    environ["PYTHONPATH"] = os.pathsep.join([str(src), str(REPO)])
+    proc = subprocess.run([sys.executable, script, "--child", *args], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE if capture_stderr else None, text=True, env=environ, cwd=REPO,
+                          timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{Path(script).name} --child {' '.join(args)} failed ({proc.returncode}): "
+                           f"{(proc.stderr or '')[-2000:]}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def child_ragaudit() -> ModuleType:
+    """In a `run_child` child: ``ragaudit``, imported from the checkout it was given (checked: an installed
+    ragaudit found first would measure the wrong code)."""
+    src = os.environ[CHILD_SRC]
+    sys.path.insert(0, src)
+    ragaudit = importlib.import_module("ragaudit")
+    if not str(Path(ragaudit.__file__ or "").resolve()).startswith(str(Path(src).resolve())):
+        raise SystemExit(f"ragaudit came from {ragaudit.__file__}, not from {src}")
+    return ragaudit
+
+
+def best_us(fn: Callable[[], object], *, blocks: int, block: int, per: int | None = None) -> float:
+    """The least of *blocks* blocks of *block* calls of *fn*, in µs of this thread's CPU per call (per *per*
+    units of work when given): the least, because load on a shared machine only ever adds time."""
+    best = float("inf")
+    for _ in range(blocks):
+        start = time.thread_time_ns()
+        for _ in range(block):
+            fn()
+        best = min(best, (time.thread_time_ns() - start) / (per or block) / 1000)
+    return best

@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -34,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._bench import machine_info, print_machine, write_result
+from benchmarks._bench import REPO, machine_info, print_machine, run_child, write_result
 
 EVENTS = ("on_chain_start", "on_chain_end", "on_retriever_start", "on_retriever_end", "on_chat_model_start",
           "on_llm_start", "on_llm_end", "on_tool_start", "on_tool_end")
@@ -113,13 +112,7 @@ def child(answers: int) -> dict[str, Any]:
 
 
 def _spawn(root: str | None, answers: int) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    src = Path(root).resolve() / "src" if root else Path(__file__).resolve().parent.parent / "src"
-    env["PYTHONPATH"] = os.pathsep.join([str(src), str(Path(__file__).resolve().parent.parent)])
-    out = subprocess.run([sys.executable, __file__, "--child", "--answers", str(answers)], env=env,
-                         capture_output=True, text=True, check=True, timeout=900)
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    return run_child(__file__, Path(root) if root else REPO, "--answers", str(answers))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,20 +20,16 @@ alternated with this checkout's; the figure is the median over rounds.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import os
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._bench import machine_info, print_machine, write_result  # noqa: E402
+from benchmarks._bench import best_us, child_ragaudit, machine_info, print_machine, run_child, write_result  # noqa: E402
 
 BLOCK = 500
 BLOCKS = 8
@@ -41,11 +37,7 @@ BLOCKS = 8
 
 def child() -> dict[str, Any]:
     # the given checkout's ragaudit, imported before overhead.py puts this checkout's src first on the path
-    src = os.environ["EVIDENCE_COST_SRC"]
-    sys.path.insert(0, src)
-    ragaudit = importlib.import_module("ragaudit")
-    if not str(Path(ragaudit.__file__ or "").resolve()).startswith(str(Path(src).resolve())):
-        raise SystemExit(f"ragaudit came from {ragaudit.__file__}, not from {src}")
+    ragaudit = child_ragaudit()
     from benchmarks.overhead import ANSWER, DOC_TEXTS, QUESTION
 
     from ragaudit.citations import find_citations
@@ -82,26 +74,8 @@ def child() -> dict[str, Any]:
 
     out: dict[str, Any] = {"ragaudit": ragaudit.__file__, "result": repr((evidence(), citations()))}
     for name, fn in (("evidence_us", evidence), ("citations_us", citations)):
-        best = float("inf")
-        for _ in range(BLOCKS):
-            start = time.thread_time_ns()
-            for _ in range(BLOCK):
-                fn()
-            best = min(best, (time.thread_time_ns() - start) / BLOCK / 1000)
-        out[name] = best
+        out[name] = best_us(fn, blocks=BLOCKS, block=BLOCK)
     return out
-
-
-def _spawn(root: Path) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, __file__, "--child"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "EVIDENCE_COST_SRC": str(root / "src")},
-        cwd=ROOT,
-    )
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in roots}
     for round_ in range(args.rounds):
         for name, root in roots.items() if round_ % 2 == 0 else reversed(roots.items()):
-            run = _spawn(root)
+            run = run_child(__file__, root)
             runs[name].append(run)
             print(
                 f"round {round_} {name:<6} evidence {run['evidence_us']:7.1f} us  "

@@ -31,15 +31,12 @@ same in both checkouts (ids and times left out), or the run says so.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -47,7 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._bench import machine_info, print_machine, write_result  # noqa: E402
+from benchmarks._bench import best_us, child_ragaudit, machine_info, print_machine, run_child, write_result  # noqa: E402
 
 BLOCK = 400
 BLOCKS = 6
@@ -122,14 +119,10 @@ def _attributes(spans: Any, turn_id: str) -> str:
 
 
 def child(policy_name: str) -> dict[str, Any]:
-    # the given checkout's ragaudit, imported before overhead.py puts this checkout's src first on the path
-    src = os.environ["OTEL_COST_SRC"]
-    sys.path.insert(0, src)
     if policy_name == "redact+key":
         os.environ["OPENAI_API_KEY"] = "sk-bench-" + "Q7x" * 12
-    ragaudit = importlib.import_module("ragaudit")
-    if not str(Path(ragaudit.__file__ or "").resolve()).startswith(str(Path(src).resolve())):
-        raise SystemExit(f"ragaudit came from {ragaudit.__file__}, not from {src}")
+    # the given checkout's ragaudit, imported before overhead.py puts this checkout's src first on the path
+    ragaudit = child_ragaudit()
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
@@ -180,42 +173,20 @@ def child(policy_name: str) -> dict[str, Any]:
         "attributes": _attributes(queue.spans, turn.turn_id),
     }
     for name, fn in (("turn_spans_us", turn_spans), ("judge_span_us", judge_span)):
-        best = float("inf")
-        for _ in range(BLOCKS):
-            start = time.thread_time_ns()
-            for _ in range(BLOCK):
-                fn()
-            best = min(best, (time.thread_time_ns() - start) / BLOCK / 1000)
-        out[name] = best
+        out[name] = best_us(fn, blocks=BLOCKS, block=BLOCK)
     # A batch as the batch processor hands it over: 512 spans, 128 answers' worth.
     queue.spans.clear()
     for _ in range(128):
         turn_spans()
         judge_span()
     batch = list(queue.spans)[-512:]
-    best = float("inf")
-    for _ in range(BLOCKS):
-        start = time.thread_time_ns()
-        encode_spans(batch).SerializeToString()
-        best = min(best, (time.thread_time_ns() - start) / 128 / 1000)
-    out["encoding_us"] = best
+    out["encoding_us"] = best_us(lambda: encode_spans(batch).SerializeToString(), blocks=BLOCKS, block=1, per=128)
     return out
 
 
-def _spawn(root: Path, policy_name: str) -> dict[str, Any]:
-    env = {**os.environ, "OTEL_COST_SRC": str(root / "src"), "PYTHONHASHSEED": "0"}
-    env.pop("OTEL_PYTHON_TRACER_PROVIDER", None)
-    proc = subprocess.run(
-        [sys.executable, __file__, "--child", policy_name],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=600,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"child failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+def _spawn(root: Path, policy_name: str, **env: str | None) -> dict[str, Any]:
+    return run_child(__file__, root, policy_name, env={"OTEL_PYTHON_TRACER_PROVIDER": None, **env}, timeout=600,
+                     capture_stderr="OTEL_COST_PROFILE" not in env)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,21 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(child(args.child)))
         return 0
     if args.profile:
-        env = {
-            **os.environ,
-            "OTEL_COST_SRC": str((Path(args.before) if args.before else ROOT) / "src"),
-            "OTEL_COST_PROFILE": "1",
-        }
-        done = subprocess.run(
-            [sys.executable, __file__, "--child", args.policies[0]],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=ROOT,
-            timeout=600,
-        )
-        print(done.stderr)
-        return done.returncode
+        _spawn(Path(args.before) if args.before else ROOT, args.policies[0], OTEL_COST_PROFILE="1")
+        return 0
     info = machine_info()
     print_machine(info)
     load_before = Path("/proc/loadavg").read_text().split()[:3]

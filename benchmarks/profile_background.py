@@ -132,7 +132,10 @@ def _build(judge_kind: str, sink: str, llm_url: str | None) -> tuple[Any, Any, A
 
     provider = tracing.configure(endpoint=sink)
     log = Path(tempfile.mkdtemp(prefix="ragaudit-profile-")) / "ragaudit-audit.jsonl"
-    auditor = Auditor(judge, audit_log=log, tracer_provider=provider, limits=Limits(max_concurrency=16))
+    # Every turn closed and judged: this measures what one turn costs in the background, so the CPU share cap
+    # (which sheds turns of a saturated process, and this loop saturates it) is off.
+    auditor = Auditor(judge, audit_log=log, tracer_provider=provider,
+                      limits=Limits(max_concurrency=16, max_cpu_share=None))
     handler = RagAuditCallbackHandler(auditor=auditor)
     return overhead._langchain_chain(), handler, (auditor, provider, log)
 
