@@ -159,10 +159,14 @@ def test_tier2_restarted_while_it_holds_traces(tmp_path: Path, redis: RedisServe
     (SIGSTOP: nothing new reaches tier 2), that tier 2 stopped and started again, tier 1 resumed.
 
     SIGTERM (a rollout): ``tail_sampling`` decides every trace it holds on what it has
-    (``drop_pending_traces_on_shutdown`` is off) and the exporter's queue drains: nothing is lost that the
-    Collector does not count itself. Its one loss at a SIGTERM is a request whose retry the shutdown cuts
-    short (the worker answered 503 while full, and the backoff was still waiting): it logs "Dropping data"
-    with ``dropped_items``, which bounds the turns missing (each has at least one such span).
+    (``drop_pending_traces_on_shutdown`` is off) and the exporter's queue drains: no turn is missing
+    uncounted. Two ways a turn can miss its judgement, each counted: a request whose retry the shutdown cuts
+    short (the Collector logs "Dropping data" with ``dropped_items``); and a trace split across the restart
+    (the sender's batch processor exported its retrieval and chat spans in one batch and its root in the
+    next, and tier 1 was paused between them): the old tier 2 decides the first part, the new one the root
+    alone, which fails the policy (no retrieval or chat span: ``sampled="false"`` in its metrics), and the
+    worker records the rootless part unjudged, with its reason (``turns_unjudged_standalone``: a model call
+    on its own). Seen about once in 15 runs.
     SIGKILL (a crash, an OOM kill): what it held in memory is lost, undecided traces and decided ones not
     yet at the worker, at most as many as its own metrics counted just before. Every other turn is judged
     exactly once, also what tier 1 sent to the new tier 2 and what the sender sent while tier 1 was paused."""
@@ -186,23 +190,27 @@ def test_tier2_restarted_while_it_holds_traces(tmp_path: Path, redis: RedisServe
                 os.kill(tier1.process.pid, signal.SIGCONT)
             outputs = [load_result(sender)]
             stats = wait_delivered(f)
+            not_sampled = series(f.collector_metrics(0), "otelcol_processor_tail_sampling_global_count_traces_sampled",
+                                 'sampled="false"')
         calls = judge_calls(judge)
     items = _items(outputs)
     failed = _failed_items(outputs)
     assert len(items) == turns and not any(o["unsent"] for o in outputs)
     assert max(calls.values()) == 1, "a turn was judged twice"
     lost = items - set(calls) - failed
-    why = {"lost": len(lost), "dropped_items in the Collector's log": dropped, "undecided": undecided,
-           "undelivered": undelivered, "said": said[-5:],
-           **{key: _total(stats, key) for key in ("late_spans", "dropped_evicted_traces", "judge_dropped",
-                                                  "requests_refused_full", "turns_judged")}}
+    why = str({"lost": sorted(lost), "dropped_items in the Collector's log": dropped, "undecided": undecided,
+               "undelivered": undelivered, "said": said[-5:], "not sampled by the new tier 2": not_sampled,
+               "workers": [{k: v for k, v in s.items() if v and not isinstance(v, dict) and (
+                   k.startswith(("turns_", "traces_", "late_", "dropped_", "judge_", "spans_", "requests_refused")))}
+                           for s in stats]})
+    unjudged = sum(int(v) for s in stats for k, v in s.items() if k.startswith("turns_unjudged_"))
     if stop == "sigterm":
-        assert len(lost) <= dropped, why
-    assert len(lost) <= undecided + undelivered + dropped, why
+        assert len(lost) <= dropped + unjudged, why
+    assert len(lost) <= undecided + undelivered + dropped + unjudged, why
     assert _total(stats, "turns_judged") == len(calls)
     print(f"\ntier 2 {stop} holding {undecided} undecided traces and {undelivered} decided not delivered: "
           f"{len(items)} turns, {len(calls)} judged once, {len(lost)} lost, {len(failed)} in batches a sender saw "
-          f"fail")
+          f"fail; {unjudged} recorded unjudged, {not_sampled:.0f} traces the new tier 2 did not sample")
 
 
 @pytest.mark.timeout(600)
