@@ -201,8 +201,15 @@ IN_FLIGHT_CASES = {"hypercorn-one-worker": [*HYPERCORN, "--workers", "1", ASGI]}
 JUDGE_DELAY = {"hypercorn-workers": 3.0}
 
 
+def needs(command: list[str]) -> None:
+    """Skip, saying why, when the server *command* runs (``python -m <server>``) is not installed."""
+    for module in [command[2], *(["uvicorn_worker"] if "uvicorn_worker.UvicornWorker" in command else [])]:
+        pytest.importorskip(module, reason=f"{module} is not installed (the dev extra has it)")
+
+
 def command_and_path(case: str) -> tuple[list[str], str]:
     command = {**CASES, **IN_FLIGHT_CASES}[case]
+    needs(command)
     return (command[:-1], command[-1]) if command[-1].startswith("/") else (command, "/ask")
 
 
@@ -336,6 +343,7 @@ CELERY = [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "--pool=
 
 def test_celery_prefork_every_answer_is_audited_or_counted_after_sigterm(
         tmp_path: Path, servers: tuple[LLMServer, LLMServer], redis: RedisServer) -> None:
+    needs(CELERY)
     # The module that makes the Celery app, with the line of docs/guides/serving.md among its imports.
     app = (ROOT / "tests" / "reliability" / "_celery_app.py").read_text(encoding="utf-8")
     app = app.replace("\nfrom celery import Celery\n", f"\n{hook_line('celery')}\nfrom celery import Celery\n", 1)
