@@ -79,11 +79,21 @@ def _open(stages: weakref.WeakSet[Stage]) -> list[Stage]:
     return [s for s in list(stages) if not s.closed]
 
 
+# While the exit hook shuts the Auditors down (bounded by their exit_timeout_s), a SIGTERM is kept for
+# after it (`_on_sigterm`): the signal that came then (an int), or None.
+_exiting = False
+_deferred: int | None = None
+
+
 def _at_exit() -> None:
+    global _exiting
+    _exiting = True
     try:
         _shut_down_at_exit()
     finally:
+        _exiting = False
         _release()  # a SIGTERM held back while the server shut down ends the process now, as it meant
+        _redeliver()
 
 
 def shut_down_all() -> None:
@@ -234,6 +244,14 @@ _fork.on_fork_in_child(_after_fork_in_child)
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     import signal
 
+    global _deferred
+    if _exiting:
+        # The process is on its way out and the exit hook is recording its last turns (its
+        # Auditors are already closed, so this handler would find none open and die at once): a
+        # server terminating its workers one by one (hypercorn's master, when the first exits)
+        # must not cut that short. The signal takes effect when the hook is done (`_redeliver`).
+        _deferred = signum
+        return
     previous = _sigterm_previous
     auditors = _open(_sigterm_stages)
     if auditors:
@@ -281,6 +299,18 @@ def _release() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     except (ValueError, OSError):
         pass
+
+
+def _redeliver() -> None:
+    """Send the SIGTERM that came during the exit hook again, now that the hook is done: it does
+    what it would have done (the handler chained to, or the default disposition)."""
+    global _deferred
+    signum, _deferred = _deferred, None
+    if signum is not None:
+        try:
+            os.kill(os.getpid(), signum)
+        except OSError:  # pragma: no cover - signalling oneself does not fail
+            pass
 
 
 def _release_if_stale() -> None:
