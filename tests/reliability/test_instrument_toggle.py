@@ -126,7 +126,9 @@ def test_toggling_instrument_while_chains_run_gives_one_turn_per_audited_run(tra
     closed = sum(h.stats()["closed_turns"] for h in handlers)
     print(f"\nruns={runs} turns={len(turns)} judgements={len(judgements)} handlers={len(handlers)}")
     assert 0 < len(turns) <= runs
-    assert len(turns) == closed and all(h.stats()["open_turns"] == 0 for h in handlers)
+    # A turn shed at hand-off (this loop saturates the process: Limits.max_cpu_share) is closed and counted, and
+    # has no span: closed is what was traced plus what was shed.
+    assert len(turns) + auditor.stats()["shed_cpu"] == closed and all(h.stats()["open_turns"] == 0 for h in handlers)
     assert len(judgements) <= len(turns)
     assert auditor.stats()["judged"] == len(judgements)
     # Every turn is a whole run: its question and answer, one retrieval and one model call under it.
@@ -237,7 +239,8 @@ def test_toggling_llamaindex_instrument_while_engines_run_gives_one_turn_per_aud
     print(f"\nllamaindex: runs={runs} turns={len(turns)} judgements={len(judgements)} "
           f"instrumentations={len(installed)}")
     assert 0 < len(turns) <= runs
-    assert len(turns) == closed and all(x.stats()["open_turns"] == 0 for x in installed)
+    assert len(turns) + auditor.stats()["shed_cpu"] == closed  # shed at hand-off: closed, counted, no span
+    assert all(x.stats()["open_turns"] == 0 for x in installed)
     assert len(judgements) <= len(turns)
     assert auditor.stats()["judged"] == len(judgements)
     asked = Counter(str(t.attributes[c.INPUT_VALUE]) for t in turns)
