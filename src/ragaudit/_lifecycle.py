@@ -231,8 +231,9 @@ def _after_fork_in_child() -> None:
     # A forked child (a gunicorn or Celery worker, multiprocessing's fork) has its own signals to
     # keep: the parent's flag said "installed" for the parent. Install now (what the child inherited
     # is chained), and check again at the child's first turn, after its server set its handlers.
-    global _recheck
+    global _recheck, _exiting, _deferred
     _recheck = True
+    _exiting, _deferred = False, None  # a fork during the parent's exit hook: the child is not exiting
     _release()  # the child inherits the forking thread's signal mask
     if _sigterm_state == "installed" and threading.current_thread() is threading.main_thread():
         _install()
