@@ -21,7 +21,8 @@ for the price of a counter, so that a turn that will not be judged costs no asse
   spans, the judging loop, export: work done under the host's GIL) take at most that share of the process's CPU
   (saturated: it used or waited in the run queue for at least 0.85 of a core over the last second).
   Past it, an adaptive share of finished turns is shed here, counted ``dropped`` and ``shed_cpu``, and said once a
-  minute: the host's capacity is kept by construction. A process that is not saturated sheds nothing for CPU.
+  minute: ragaudit's threads stay within the share (its callbacks on the host's thread come on top). A process that
+  is not saturated sheds nothing for CPU.
 
 Both kinds of shedding apply to background judging only (*shed*; not inline, not worker mode) and are counted by
 reason besides ``dropped``: ``shed_backlog`` and ``shed_cpu``.

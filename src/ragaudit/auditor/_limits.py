@@ -29,8 +29,9 @@ class Limits:
             queue for, at least 0.85 of a core over the last second: a CPython process, with its GIL, is
             saturated near one core). Past it, finished turns are shed at hand-off, before any closing work --
             an adaptive share of them, so that the judged share is what the CPU allows -- each counted
-            ``dropped`` and ``shed_cpu`` in ``stats()``, and said once a minute. The host's capacity is kept by
-            construction; a process that is not saturated (an idle server) sheds nothing for CPU. Default 0.05.
+            ``dropped`` and ``shed_cpu`` in ``stats()``, and said once a minute. ragaudit's threads stay within the
+            share (the callbacks on the host's own thread come on top); a process that is not saturated (an idle
+            server) sheds nothing for CPU. Default 0.05.
             ``None`` turns the cap off (every turn is closed and judged, at the host's expense); to judge every
             answer of a CPU-saturated server, move judging out of the process (``mode="worker"`` and ``ragaudit
             worker``); see the serving guide. Applies to background judging only (not ``mode="inline"`` or
