@@ -52,11 +52,15 @@ auditor: Any = None
 if ARM == "noop":
     callbacks = [NoopHandler()]
 elif ARM == "ragaudit":
-    from ragaudit import Auditor, ChatRagJudge
+    from ragaudit import Auditor, ChatRagJudge, Limits
     from ragaudit.integrations.langchain import RagAuditCallbackHandler
 
+    # The default configuration, unless an experiment sets the CPU share cap (SERVE_MAX_CPU_SHARE: a number, or
+    # "none" for no cap) to see what the cap moves and what it does not.
+    share = os.environ.get("SERVE_MAX_CPU_SHARE")
+    limits = Limits() if share is None else Limits(max_cpu_share=None if share == "none" else float(share))
     auditor = Auditor(ChatRagJudge(base_url=os.environ["SERVE_JUDGE_URL"], api_key="sk-test", model="judge-1",
-                                   max_retries=0), audit_log=os.environ["SERVE_AUDIT_LOG"])
+                                   max_retries=0), audit_log=os.environ["SERVE_AUDIT_LOG"], limits=limits)
     callbacks = [RagAuditCallbackHandler(auditor=auditor)]
 elif ARM == "openllmetry":
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
