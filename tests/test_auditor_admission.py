@@ -222,7 +222,7 @@ def test_no_cpu_clocks_or_no_cap_or_no_background_judging_sheds_nothing_for_cpu(
             Auditor(LexicalJudge(), mode="inline", audit_log=None, handle_signals=False)]
     try:
         assert [a._admission.cpu is not None for a in made] == [True, False, False]
-        assert made[0]._admission.cpu.max_share == 0.05  # type: ignore[union-attr]
+        assert made[0]._admission.cpu.max_share == 0.01  # type: ignore[union-attr]
         assert {"shed_cpu", "shed_backlog", "backlog_bound"} <= made[0].stats().keys()
     finally:
         for auditor in made:

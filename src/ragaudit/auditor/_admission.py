@@ -210,7 +210,7 @@ class CpuShare:
             self.keep, self.share = 1.0, None
             return
         # Of the CPU the process used, counted as at least SATURATED cores: a process that mostly waits for a core
-        # (a light app on a busy machine) is not held to a tenth of the little it got.
+        # (a light app on a busy machine) is not held to a share of the little it got.
         share = self.share = min(1.0, (sums[1] - own_start) / max(used, self.SATURATED * elapsed))
         factor = min(2.0, self.max_share / share) if share > 0 else 2.0
         step = min(1.0, (now - previous) / self.WINDOW_S)

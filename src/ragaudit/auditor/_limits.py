@@ -31,7 +31,7 @@ class Limits:
             an adaptive share of them, so that the judged share is what the CPU allows -- each counted
             ``dropped`` and ``shed_cpu`` in ``stats()``, and said once a minute. ragaudit's threads stay within the
             share (the callbacks on the host's own thread come on top); a process that is not saturated (an idle
-            server) sheds nothing for CPU. Default 0.05.
+            server) sheds nothing for CPU. Default 0.01.
             ``None`` turns the cap off (every turn is closed and judged, at the host's expense); to judge every
             answer of a CPU-saturated server, move judging out of the process (``mode="worker"`` and ``ragaudit
             worker``); see the serving guide. Applies to background judging only (not ``mode="inline"`` or
@@ -48,7 +48,7 @@ class Limits:
     timeout_s: float = 60.0
     max_context_chars: int = 24_000
     exit_timeout_s: float = 30.0
-    max_cpu_share: float | None = 0.05
+    max_cpu_share: float | None = 0.01
 
     def __post_init__(self) -> None:
         for name in ("max_queue", "max_concurrency", "max_closing", "max_context_chars"):
