@@ -347,6 +347,7 @@ def test_celery_prefork_every_answer_is_audited_or_counted_after_sigterm(
     # The module that makes the Celery app, with the line of docs/guides/serving.md among its imports.
     app = (ROOT / "tests" / "reliability" / "_celery_app.py").read_text(encoding="utf-8")
     app = app.replace("\nfrom celery import Celery\n", f"\n{hook_line('celery')}\nfrom celery import Celery\n", 1)
+    assert hook_line("celery") in app, "the Celery app module no longer has the import the line goes before"
     (tmp_path / "celery_app.py").write_text(app, encoding="utf-8")
     servers[1].delay = 3.0
     try:
