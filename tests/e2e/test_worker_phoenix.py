@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from tests.support.llm_server import LLMServer
-from tests.support.phoenix import PhoenixServer, free_port
+from tests.support.phoenix import PhoenixServer
+from tests.support.ports import free_port
 from tests.support.topics import QUESTIONS
 from tests.worker.conftest import ROOT, rag_rule, run_app, wait_for
 

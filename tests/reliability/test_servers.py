@@ -37,6 +37,7 @@ from urllib.request import urlopen
 import pytest
 
 from tests.support.llm_server import LLMServer
+from tests.support.ports import free_port
 from tests.support.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,12 +53,6 @@ def servers() -> Iterator[tuple[LLMServer, LLMServer]]:
     # The judge takes 0.5 s per call: the last answers are still being judged when SIGTERM comes.
     with LLMServer(default=ANSWER, delay=0.03) as model, LLMServer(delay=0.5) as judge:
         yield model, judge
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for_port(port: int, proc: subprocess.Popen[str], timeout: float = 60.0) -> None:

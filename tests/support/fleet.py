@@ -34,6 +34,7 @@ from tests.support.otelcol import (
     write_overlay,
 )
 from tests.support.otlp_receiver import OTLPReceiver
+from tests.support.ports import free_ports
 from tests.support.redis_server import RedisServer
 from tests.worker.conftest import wait_for
 
@@ -144,18 +145,6 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def _ports(n: int) -> list[int]:
-    """*n* distinct free ports (held open together while chosen, so none is picked twice)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
-
-
 def _worker_args(port: int, judgements_url: str, judge_url: str, store: str, max_calls: int) -> list[str]:
     return [sys.executable, "-m", "tests.support.fleet_worker", "--port", str(port), "--otlp-endpoint", judgements_url,
             "--judge-url", judge_url, "--store", store, "--max-calls", str(max_calls)]
@@ -185,9 +174,9 @@ def fleet(tmp_path: Path, backend: OTLPReceiver, judge: LLMServer, store: str, m
     """The fleet, with tier 1 from examples/collector/*gateway*, *worker_args* added to each worker's
     arguments and ``per_worker[i]`` to worker *i*'s (a later flag wins: ``--judge-url`` names another judge)."""
     binary = otelcol_binary_or_skip()
-    sidecar_ports = _ports(workers)
-    grpc_port, http_port, judgements_port = _ports(3)
-    metrics_ports = _ports(workers + 1)
+    sidecar_ports = free_ports(workers)
+    grpc_port, http_port, judgements_port = free_ports(3)
+    metrics_ports = free_ports(workers + 1)
     result = Fleet(f"http://127.0.0.1:{http_port}", f"http://127.0.0.1:{judgements_port}", [], tmp_path)
     result.metrics_urls = [f"http://127.0.0.1:{p}" for p in metrics_ports]
     worker_ports: list[int] = []
@@ -196,7 +185,7 @@ def fleet(tmp_path: Path, backend: OTLPReceiver, judge: LLMServer, store: str, m
         stack.callback(lambda: [c.stop() for c in reversed(result.collectors)])  # tier 1 first, as it was started last
         for i in range(workers):
             for _attempt in range(3):
-                port = _ports(1)[0]
+                port = free_ports(1)[0]
                 url = f"http://127.0.0.1:{port}"
                 args = [*_worker_args(port, result.judgements_url, judge.base_url, store, max_calls), *worker_args,
                         *(per_worker or {}).get(i, ())]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -19,14 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support.ports import free_ports
+
 ROOT = Path(__file__).resolve().parents[2]
 PHOENIX_BIN = Path(os.environ.get("RAGAUDIT_PHOENIX_BIN", ROOT / ".venv-phoenix" / "bin" / "phoenix"))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -81,7 +76,7 @@ def start_phoenix(workdir: Path, timeout: float = 120.0) -> PhoenixServer:
     """Start ``phoenix serve`` on free loopback ports; raise RuntimeError with its log if it fails."""
     if not PHOENIX_BIN.exists():
         raise FileNotFoundError(f"{PHOENIX_BIN} not found: run `make test` (it creates .venv-phoenix)")
-    port, grpc_port = free_port(), free_port()
+    port, grpc_port = free_ports(2)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PHOENIX_"))}
     env.update({
         "PHOENIX_PORT": str(port), "PHOENIX_GRPC_PORT": str(grpc_port), "PHOENIX_HOST": "127.0.0.1",

@@ -27,7 +27,6 @@ import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.llm_server import LLMServer, judgement_json
+from tests.support.ports import free_port
 
 __all__ = ["blocks", "install_requirements", "run_page"]
 
@@ -104,12 +104,6 @@ class _Receiver:
         self._server.server_close()
 
 
-def _free_port() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return str(sock.getsockname()[1])
-
-
 def _get_json(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=2) as response:
         return json.loads(response.read())
@@ -149,7 +143,7 @@ def run_page(page: Path, workdir: Path, *, pythonpath: str | None = None, timeou
     app = "\n\n".join(blocks(page, "run", "python"))
     shell = [line for body in blocks(page, "run", "bash") for line in body.splitlines() if line.startswith("ragaudit ")]
     assert app.strip(), f"{page}: no <!-- quickstart: run --> python block"
-    port = _free_port()
+    port = str(free_port())
     (workdir / "app.py").write_text(app.replace(f":{WORKER_PORT}/", f":{port}/"), encoding="utf-8")
     receiver = _Receiver()
     worker: subprocess.Popen[str] | None = None

@@ -16,17 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ports import free_port
+
 __all__ = ["RedisServer", "redis", "redis_binary", "start_redis"]
 
 
 def redis_binary() -> str | None:
     return shutil.which("redis-server")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -56,7 +52,7 @@ def start_redis(workdir: Path, timeout: float = 20.0, password: str | None = Non
     binary = redis_binary()
     if binary is None:
         raise FileNotFoundError("redis-server not found (apt-get install redis-server; make test installs it)")
-    port = _free_port()
+    port = free_port()
     auth = ("--requirepass", password) if password else ()
     process = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
                                 "no", "--dir", str(workdir), *auth], stdout=subprocess.DEVNULL,

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tests.support.phoenix import free_port
+from tests.support.ports import free_port
 from tests.worker.conftest import ROOT, wait_for
 
 

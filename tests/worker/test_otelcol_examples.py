@@ -24,7 +24,7 @@ from tests.support.otelcol import (
     validate,
     write_overlay,
 )
-from tests.support.phoenix import free_port
+from tests.support.ports import free_port
 
 
 def _collector_configs() -> list[Path]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.phoenix import free_port
+from tests.support.ports import free_port
 from tests.worker.conftest import ROOT, wait_for
 from tests.worker.scripted_judge import DROP_MARKER
 from tests.worker.spans import SpanMaker, encode, rag_trace

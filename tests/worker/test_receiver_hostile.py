@@ -25,7 +25,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from tests.support.phoenix import free_port
+from tests.support.ports import free_port
 from tests.worker.conftest import wait_for
 from tests.worker.hostile import gzip_bomb, raw_post, spawn_worker, worker_env, worker_process
 from tests.worker.spans import SpanMaker, encode, rag_trace

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.phoenix import free_port
+from tests.support.ports import free_port
 from tests.worker.conftest import ROOT, wait_for
 from tests.worker.router import Router
 
